@@ -1,0 +1,358 @@
+//! Validated configuration for ipython-mcp.
+//!
+//! Configuration arrives in two stages. The binary collects raw strings (from clap flags, each
+//! backed by an `IPYTHON_MCP_*` environment variable) into a [`RawConfig`]; [`Config::from_raw`]
+//! turns them into typed, checked values or one [`Error`] that names the setting. Nothing below
+//! the binary sees clap, and nothing here touches tokio or the process environment, so every
+//! rule is a plain unit test.
+//!
+//! The table of settings ([`SETTINGS`]) is the single source of names, variables and defaults:
+//! the CLI, the README table and the error messages all come from it.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// One documented setting: its name, environment variable, flag and default.
+#[derive(Debug, Clone, Copy)]
+pub struct Setting {
+    /// Setting key, used in error messages and docs.
+    pub name: &'static str,
+    /// Environment variable that sets it.
+    pub env: &'static str,
+    /// Long command-line flag that sets it (without the leading `--`).
+    pub flag: &'static str,
+    /// The default as text, exactly as the README shows it.
+    pub default: &'static str,
+    /// One line for `--help` and the README.
+    pub help: &'static str,
+}
+
+macro_rules! settings {
+    ($($ident:ident = ($name:literal, $env:literal, $flag:literal, $default:literal, $help:literal);)*) => {
+        /// Every setting, in documentation order.
+        pub const SETTINGS: &[Setting] = &[$($ident),*];
+        $(
+            #[doc = $help]
+            pub const $ident: Setting = Setting { name: $name, env: $env, flag: $flag, default: $default, help: $help };
+        )*
+    };
+}
+
+settings! {
+    MAX_TEXT_CHARS = ("max_text_chars", "IPYTHON_MCP_MAX_TEXT_CHARS", "max-text-chars", "8192",
+        "Characters of stdout and of stderr kept per execution; the rest is counted, not returned");
+    MAX_TRACEBACK_CHARS = ("max_traceback_chars", "IPYTHON_MCP_MAX_TRACEBACK_CHARS", "max-traceback-chars", "4096",
+        "Characters of an error traceback returned (ANSI escapes stripped)");
+    MAX_RESULTS = ("max_results", "IPYTHON_MCP_MAX_RESULTS", "max-results", "100",
+        "Items kept per JSON array or object in displays and results");
+    MAX_DISPLAY_ITEMS = ("max_display_items", "IPYTHON_MCP_MAX_DISPLAY_ITEMS", "max-display-items", "20",
+        "Rich display items kept per execution; later ones are counted in display_omitted");
+    MAX_JSON_DEPTH = ("max_json_depth", "IPYTHON_MCP_MAX_JSON_DEPTH", "max-json-depth", "6",
+        "Nesting depth kept in JSON payloads of displays and results");
+    MAX_IMAGE_BYTES = ("max_image_bytes", "IPYTHON_MCP_MAX_IMAGE_BYTES", "max-image-bytes", "1048576",
+        "Largest image (decoded bytes) returned as MCP image content");
+    OPERATION_TIMEOUT = ("operation_timeout_seconds", "IPYTHON_MCP_OPERATION_TIMEOUT_SECONDS", "operation-timeout-seconds", "30",
+        "Default deadline of one operation, counted from dispatch (queue time excluded)");
+    MAX_TIMEOUT = ("max_timeout_seconds", "IPYTHON_MCP_MAX_TIMEOUT_SECONDS", "max-timeout-seconds", "3600",
+        "Largest timeout_seconds an execute call may ask for");
+    INTERRUPTION_GRACE = ("interruption_grace_seconds", "IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS", "interruption-grace-seconds", "2",
+        "How long an interrupted operation may take to stop before its kernel is replaced");
+    WORKER_STARTUP_TIMEOUT = ("worker_startup_timeout_seconds", "IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "worker-startup-timeout-seconds", "10",
+        "Bound on starting one kernel (process spawn to a ready helper)");
+    MAX_PENDING_OPERATIONS = ("max_pending_operations", "IPYTHON_MCP_MAX_PENDING_OPERATIONS", "max-pending-operations", "32",
+        "Operations that may wait for a busy kernel (the running one not counted); more get runtime_busy");
+    QUEUE_WAIT_TIMEOUT = ("queue_wait_timeout_seconds", "IPYTHON_MCP_QUEUE_WAIT_TIMEOUT_SECONDS", "queue-wait-timeout-seconds", "30",
+        "How long an operation may wait in the queue before it gets queue_timeout (nothing runs)");
+    PROVISION_TIMEOUT = ("provision_timeout_seconds", "IPYTHON_MCP_PROVISION_TIMEOUT_SECONDS", "provision-timeout-seconds", "600",
+        "Bound on creating the managed default environment (venv + pip install ipykernel)");
+    PYTHON = ("python", "IPYTHON_MCP_PYTHON", "python", "found (see README)",
+        "Python interpreter for the default kernel; it must have ipykernel");
+    CACHE_DIR = ("cache_dir", "IPYTHON_MCP_CACHE_DIR", "cache-dir", "$XDG_CACHE_HOME/ipython-mcp or ~/.cache/ipython-mcp",
+        "Where the managed default environment lives");
+    LOG = ("log", "IPYTHON_MCP_LOG", "log", "info",
+        "Log filter for stderr (tracing EnvFilter syntax, e.g. info or ipython_mcp_kernel=debug)");
+}
+
+/// Raw, unvalidated values as the user gave them (flag or environment variable).
+///
+/// `None` means "not given": the documented default applies.
+#[derive(Debug, Clone, Default)]
+pub struct RawConfig {
+    pub max_text_chars: Option<String>,
+    pub max_traceback_chars: Option<String>,
+    pub max_results: Option<String>,
+    pub max_display_items: Option<String>,
+    pub max_json_depth: Option<String>,
+    pub max_image_bytes: Option<String>,
+    pub operation_timeout_seconds: Option<String>,
+    pub max_timeout_seconds: Option<String>,
+    pub interruption_grace_seconds: Option<String>,
+    pub worker_startup_timeout_seconds: Option<String>,
+    pub max_pending_operations: Option<String>,
+    pub queue_wait_timeout_seconds: Option<String>,
+    pub provision_timeout_seconds: Option<String>,
+    pub python: Option<String>,
+    pub cache_dir: Option<String>,
+    pub log: Option<String>,
+}
+
+/// Bounds on everything that crosses from a kernel to an agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutputLimits {
+    pub max_text_chars: usize,
+    pub max_traceback_chars: usize,
+    pub max_results: usize,
+    pub max_display_items: usize,
+    pub max_json_depth: usize,
+    pub max_image_bytes: usize,
+}
+
+impl Default for OutputLimits {
+    fn default() -> Self {
+        OutputLimits {
+            max_text_chars: 8192,
+            max_traceback_chars: 4096,
+            max_results: 100,
+            max_display_items: 20,
+            max_json_depth: 6,
+            max_image_bytes: 1_048_576,
+        }
+    }
+}
+
+/// Deadlines of the session's operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeouts {
+    pub operation: Duration,
+    pub max_operation: Duration,
+    pub interruption_grace: Duration,
+    pub kernel_startup: Duration,
+    pub provision: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            operation: Duration::from_secs(30),
+            max_operation: Duration::from_secs(3600),
+            interruption_grace: Duration::from_secs(2),
+            kernel_startup: Duration::from_secs(10),
+            provision: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Admission limits of each session's queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueLimits {
+    pub max_pending: usize,
+    pub queue_wait: Duration,
+}
+
+impl Default for QueueLimits {
+    fn default() -> Self {
+        QueueLimits { max_pending: 32, queue_wait: Duration::from_secs(30) }
+    }
+}
+
+/// The validated configuration of one server process.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub limits: OutputLimits,
+    pub timeouts: Timeouts,
+    pub queue: QueueLimits,
+    /// Explicit interpreter for the default kernel (`--python`).
+    pub python: Option<PathBuf>,
+    /// Cache directory override; `None` means the platform default, resolved by the caller.
+    pub cache_dir: Option<PathBuf>,
+    /// Log filter directive for stderr.
+    pub log: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            limits: OutputLimits::default(),
+            timeouts: Timeouts::default(),
+            queue: QueueLimits::default(),
+            python: None,
+            cache_dir: None,
+            log: "info".to_owned(),
+        }
+    }
+}
+
+/// A setting that failed validation; the message is one line naming the setting.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    #[error("invalid configuration: {env} (--{flag}) must be a positive integer, got {value:?}")]
+    NotPositiveInteger { env: &'static str, flag: &'static str, value: String },
+    #[error("invalid configuration: {env} (--{flag}) must be a positive, finite number of seconds, got {value:?}")]
+    NotPositiveSeconds { env: &'static str, flag: &'static str, value: String },
+    #[error("invalid configuration: {env} (--{flag}) must not be empty")]
+    Empty { env: &'static str, flag: &'static str },
+    #[error("invalid configuration: {env} (--{flag}) is {value}s, below {other_env} ({other}s)")]
+    BelowOther { env: &'static str, flag: &'static str, value: f64, other_env: &'static str, other: f64 },
+}
+
+impl Config {
+    /// Checks every raw value and applies defaults.
+    pub fn from_raw(raw: &RawConfig) -> Result<Config, Error> {
+        let defaults = Config::default();
+        let limits = OutputLimits {
+            max_text_chars: positive_int(MAX_TEXT_CHARS, &raw.max_text_chars, defaults.limits.max_text_chars)?,
+            max_traceback_chars: positive_int(MAX_TRACEBACK_CHARS, &raw.max_traceback_chars, defaults.limits.max_traceback_chars)?,
+            max_results: positive_int(MAX_RESULTS, &raw.max_results, defaults.limits.max_results)?,
+            max_display_items: positive_int(MAX_DISPLAY_ITEMS, &raw.max_display_items, defaults.limits.max_display_items)?,
+            max_json_depth: positive_int(MAX_JSON_DEPTH, &raw.max_json_depth, defaults.limits.max_json_depth)?,
+            max_image_bytes: positive_int(MAX_IMAGE_BYTES, &raw.max_image_bytes, defaults.limits.max_image_bytes)?,
+        };
+        let timeouts = Timeouts {
+            operation: seconds(OPERATION_TIMEOUT, &raw.operation_timeout_seconds, defaults.timeouts.operation)?,
+            max_operation: seconds(MAX_TIMEOUT, &raw.max_timeout_seconds, defaults.timeouts.max_operation)?,
+            interruption_grace: seconds(INTERRUPTION_GRACE, &raw.interruption_grace_seconds, defaults.timeouts.interruption_grace)?,
+            kernel_startup: seconds(WORKER_STARTUP_TIMEOUT, &raw.worker_startup_timeout_seconds, defaults.timeouts.kernel_startup)?,
+            provision: seconds(PROVISION_TIMEOUT, &raw.provision_timeout_seconds, defaults.timeouts.provision)?,
+        };
+        if timeouts.max_operation < timeouts.operation {
+            return Err(Error::BelowOther {
+                env: MAX_TIMEOUT.env,
+                flag: MAX_TIMEOUT.flag,
+                value: timeouts.max_operation.as_secs_f64(),
+                other_env: OPERATION_TIMEOUT.env,
+                other: timeouts.operation.as_secs_f64(),
+            });
+        }
+        let queue = QueueLimits {
+            max_pending: positive_int(MAX_PENDING_OPERATIONS, &raw.max_pending_operations, defaults.queue.max_pending)?,
+            queue_wait: seconds(QUEUE_WAIT_TIMEOUT, &raw.queue_wait_timeout_seconds, defaults.queue.queue_wait)?,
+        };
+        Ok(Config {
+            limits,
+            timeouts,
+            queue,
+            python: path(PYTHON, &raw.python)?,
+            cache_dir: path(CACHE_DIR, &raw.cache_dir)?,
+            log: match &raw.log {
+                Some(value) if value.trim().is_empty() => return Err(Error::Empty { env: LOG.env, flag: LOG.flag }),
+                Some(value) => value.trim().to_owned(),
+                None => defaults.log,
+            },
+        })
+    }
+}
+
+fn positive_int(setting: Setting, raw: &Option<String>, default: usize) -> Result<usize, Error> {
+    let Some(value) = raw else { return Ok(default) };
+    match value.trim().parse::<usize>() {
+        Ok(parsed) if parsed > 0 => Ok(parsed),
+        _ => Err(Error::NotPositiveInteger { env: setting.env, flag: setting.flag, value: bounded(value) }),
+    }
+}
+
+/// Seconds may be fractional ("0.5"); they must be positive, finite and fit a `Duration`.
+fn seconds(setting: Setting, raw: &Option<String>, default: Duration) -> Result<Duration, Error> {
+    let Some(value) = raw else { return Ok(default) };
+    let error = || Error::NotPositiveSeconds { env: setting.env, flag: setting.flag, value: bounded(value) };
+    let parsed: f64 = value.trim().parse().map_err(|_| error())?;
+    if !(parsed.is_finite() && parsed > 0.0) {
+        return Err(error());
+    }
+    Duration::try_from_secs_f64(parsed).map_err(|_| error())
+}
+
+fn path(setting: Setting, raw: &Option<String>) -> Result<Option<PathBuf>, Error> {
+    match raw {
+        None => Ok(None),
+        Some(value) if value.trim().is_empty() => Err(Error::Empty { env: setting.env, flag: setting.flag }),
+        Some(value) => Ok(Some(PathBuf::from(value))),
+    }
+}
+
+/// Keeps a bad value short in the one-line error.
+fn bounded(value: &str) -> String {
+    const MAX: usize = 64;
+    match value.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}…", &value[..cut]),
+        None => value.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(raw: RawConfig, expect: Result<(), &str>) -> Option<Config> {
+        match (Config::from_raw(&raw), expect) {
+            (Ok(config), Ok(())) => Some(config),
+            (Err(error), Err(message)) => {
+                assert_eq!(error.to_string(), message);
+                assert!(!error.to_string().contains('\n'), "one line");
+                None
+            }
+            (got, want) => panic!("got {got:?}, want {want:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_match_the_documented_table() {
+        let config = check(RawConfig::default(), Ok(())).expect("valid");
+        assert_eq!(config, Config::default());
+        for setting in SETTINGS {
+            assert!(setting.env.starts_with("IPYTHON_MCP_"), "{}", setting.env);
+            assert_eq!(setting.env, format!("IPYTHON_MCP_{}", setting.name.to_uppercase()));
+            assert_eq!(setting.flag, setting.name.replace('_', "-"));
+        }
+        assert_eq!(MAX_TEXT_CHARS.default, config.limits.max_text_chars.to_string());
+        assert_eq!(MAX_IMAGE_BYTES.default, config.limits.max_image_bytes.to_string());
+        assert_eq!(OPERATION_TIMEOUT.default, config.timeouts.operation.as_secs().to_string());
+    }
+
+    #[test]
+    fn numbers_must_be_positive() {
+        let raw = |v: &str| RawConfig { max_text_chars: Some(v.into()), ..Default::default() };
+        let msg = |v: &str| format!("invalid configuration: IPYTHON_MCP_MAX_TEXT_CHARS (--max-text-chars) must be a positive integer, got {v:?}");
+        check(raw("0"), Err(&msg("0")));
+        check(raw("-5"), Err(&msg("-5")));
+        check(raw("abc"), Err(&msg("abc")));
+        check(raw("1.5"), Err(&msg("1.5")));
+        assert_eq!(check(raw(" 100 "), Ok(())).map(|c| c.limits.max_text_chars), Some(100));
+    }
+
+    #[test]
+    fn timeouts_must_be_positive_and_finite() {
+        let raw = |v: &str| RawConfig { operation_timeout_seconds: Some(v.into()), ..Default::default() };
+        for bad in ["0", "-1", "inf", "NaN", "1e400", "soon", ""] {
+            let message = format!("invalid configuration: IPYTHON_MCP_OPERATION_TIMEOUT_SECONDS (--operation-timeout-seconds) must be a positive, finite number of seconds, got {bad:?}");
+            check(raw(bad), Err(&message));
+        }
+        let config = check(raw("0.25"), Ok(())).expect("valid");
+        assert_eq!(config.timeouts.operation, Duration::from_millis(250));
+    }
+
+    #[test]
+    fn max_timeout_cannot_be_below_the_default_timeout() {
+        let raw = RawConfig {
+            operation_timeout_seconds: Some("60".into()),
+            max_timeout_seconds: Some("10".into()),
+            ..Default::default()
+        };
+        check(raw, Err("invalid configuration: IPYTHON_MCP_MAX_TIMEOUT_SECONDS (--max-timeout-seconds) is 10s, below IPYTHON_MCP_OPERATION_TIMEOUT_SECONDS (60s)"));
+    }
+
+    #[test]
+    fn long_bad_values_are_shortened() {
+        let raw = RawConfig { max_display_items: Some("x".repeat(10_000)), ..Default::default() };
+        let error = Config::from_raw(&raw).expect_err("invalid");
+        assert!(error.to_string().len() < 250);
+    }
+
+    #[test]
+    fn empty_paths_are_rejected() {
+        check(
+            RawConfig { python: Some("  ".into()), ..Default::default() },
+            Err("invalid configuration: IPYTHON_MCP_PYTHON (--python) must not be empty"),
+        );
+    }
+}

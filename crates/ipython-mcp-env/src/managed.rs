@@ -1,0 +1,596 @@
+//! The managed default environment: `<cache>/envs/default-py<major>.<minor>`, a virtualenv with
+//! ipykernel that we create on first use and reuse after.
+//!
+//! Invariants:
+//! - The final directory only ever appears by `rename(2)` of a finished, verified build that
+//!   already holds its metadata file, so a reader never sees a half-built environment.
+//! - Check-and-create runs under an exclusive `flock` on `<cache>/envs/default-py3.X.lock`; a
+//!   process that waited for it re-checks first and reuses what the holder built.
+//! - Every build happens in its own `<cache>/envs/.tmp-<random>` directory, removed on every
+//!   failure path (an explicit removal, and `TempDir`'s drop if the future is cancelled).
+//! - Broken environments are moved into a temp directory before being deleted, so a crash half
+//!   way through leaves only a `.tmp-*` directory that a later holder of the lock cleans up.
+
+use std::ffi::OsStr;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use tempfile::TempDir;
+use tokio::process::Command;
+
+use crate::probe::{self, Report};
+use crate::process::{self, Failure};
+use crate::{lock, lookup, Error, Phase};
+
+/// The metadata file written into a finished environment; without a valid one it is broken.
+pub(crate) const METADATA_FILE: &str = "ipython-mcp-env.json";
+
+/// What we install; the bounds match what the kernel helper supports.
+pub(crate) const IPYKERNEL_REQUIREMENT: &str = "ipykernel>=6.29,<8";
+
+/// Prefix of build and removal directories inside `<cache>/envs`.
+const TEMP_PREFIX: &str = ".tmp-";
+
+/// Temp directories older than this (or twice the install timeout, if longer) are leftovers of
+/// a crashed process; a live build is always younger because it is bounded by the timeout.
+const STALE_TEMP_AGE: Duration = Duration::from_secs(60 * 60);
+
+/// How much longer than the install timeout a waiter gives the holder of the lock, which also
+/// probes before it builds.
+const LOCK_MARGIN: Duration = Duration::from_secs(30);
+
+/// Files larger than this in `bin/` are not scripts and are left alone by relocation.
+const LARGEST_SCRIPT: u64 = 1024 * 1024;
+
+const METADATA_FORMAT: u32 = 1;
+
+/// The prompt `bin/activate` shows; it would otherwise be the build directory's name.
+const PROMPT: &str = "ipython-mcp";
+
+/// The interpreter the managed environment is built from.
+pub(crate) struct Base {
+    pub(crate) python: PathBuf,
+    pub(crate) major_minor: String,
+}
+
+/// The managed environment's interpreter and what it reported.
+pub(crate) struct Provisioned {
+    pub(crate) executable: PathBuf,
+    pub(crate) report: Report,
+    /// `Some(seconds)` when this call built it.
+    pub(crate) provision_seconds: Option<f64>,
+}
+
+pub(crate) struct Provisioner<'a> {
+    pub(crate) cache_dir: &'a Path,
+    pub(crate) path_var: Option<&'a OsStr>,
+    pub(crate) install_timeout: Duration,
+    pub(crate) progress: &'a (dyn Fn(Phase) + Send + Sync),
+}
+
+#[derive(Serialize, Deserialize)]
+struct Metadata {
+    format: u32,
+    python_version: String,
+    ipykernel_version: String,
+    tool: String,
+    created_unix: u64,
+}
+
+/// The state of `default-py3.X`.
+enum Check {
+    Absent,
+    Broken(String),
+    Ready(Report),
+}
+
+/// What builds the environment: `uv` when it is on PATH (much faster), else venv and pip.
+enum Tool {
+    Uv(PathBuf),
+    Pip,
+}
+
+impl Tool {
+    fn creator(&self) -> &'static str {
+        match self {
+            Tool::Uv(_) => "uv",
+            Tool::Pip => "venv",
+        }
+    }
+
+    fn installer(&self) -> &'static str {
+        match self {
+            Tool::Uv(_) => "uv",
+            Tool::Pip => "pip",
+        }
+    }
+}
+
+impl Provisioner<'_> {
+    /// Returns the ready managed environment for `base`, creating it if needed.
+    pub(crate) async fn ensure(&self, base: &Base) -> Result<Provisioned, Error> {
+        let envs = self.cache_dir.join("envs");
+        let name = format!("default-py{}", base.major_minor);
+        let target = envs.join(&name);
+        let executable = target.join("bin").join("python");
+        let reuse = |report| Provisioned {
+            executable: executable.clone(),
+            report,
+            provision_seconds: None,
+        };
+
+        // Fast path without the lock: the directory only appears complete (see invariants).
+        if let Check::Ready(report) = check(&target).await {
+            return Ok(reuse(report));
+        }
+
+        tokio::fs::create_dir_all(&envs)
+            .await
+            .map_err(io_error("creating the cache directory", &envs))?;
+        (self.progress)(Phase::Locking);
+        let lock_path = envs.join(format!("{name}.lock"));
+        let _held = lock::acquire(&lock_path, self.install_timeout + LOCK_MARGIN).await?;
+
+        match check(&target).await {
+            Check::Ready(report) => {
+                tracing::debug!(path = %target.display(), "managed environment built by another process");
+                return Ok(reuse(report));
+            }
+            Check::Broken(reason) => {
+                tracing::warn!(path = %target.display(), %reason, "rebuilding broken managed environment");
+                remove_broken(&envs, &target).await?;
+            }
+            Check::Absent => {}
+        }
+        clean_stale_temps(&envs, STALE_TEMP_AGE.max(self.install_timeout * 2)).await;
+
+        let started = Instant::now();
+        let report = self.build(base, &envs, &target).await?;
+        let seconds = started.elapsed().as_secs_f64();
+        tracing::info!(path = %target.display(), seconds, "created managed environment");
+        Ok(Provisioned {
+            executable,
+            report,
+            provision_seconds: Some(seconds),
+        })
+    }
+
+    /// Builds into a fresh temp directory and renames the result to `target`.
+    async fn build(&self, base: &Base, envs: &Path, target: &Path) -> Result<Report, Error> {
+        let temp = tempfile::Builder::new()
+            .prefix(TEMP_PREFIX)
+            .tempdir_in(envs)
+            .map_err(io_error("creating a temporary directory in", envs))?;
+        let result = self
+            .build_in(base, envs, &temp.path().join("venv"), target)
+            .await;
+        // Empty after a successful rename; a partial environment otherwise.
+        discard(temp).await;
+        result
+    }
+
+    async fn build_in(
+        &self,
+        base: &Base,
+        envs: &Path,
+        venv: &Path,
+        target: &Path,
+    ) -> Result<Report, Error> {
+        let deadline = Instant::now() + self.install_timeout;
+        let tool = match lookup::find_executable("uv", self.path_var) {
+            Some(uv) => Tool::Uv(uv),
+            None => Tool::Pip,
+        };
+        let venv_python = venv.join("bin").join("python");
+
+        (self.progress)(Phase::Creating {
+            tool: tool.creator().to_owned(),
+        });
+        let mut create = match &tool {
+            // --seed puts pip in the environment, so `%pip install` works in the kernel.
+            Tool::Uv(uv) => command(uv, ["venv", "--seed", "--prompt", PROMPT, "--python"]),
+            Tool::Pip => command(&base.python, ["-m", "venv", "--prompt", PROMPT]),
+        };
+        match &tool {
+            Tool::Uv(_) => create.arg(&base.python).arg(venv),
+            Tool::Pip => create.arg(venv),
+        };
+        let creating = format!("creating the environment with {}", tool.creator());
+        self.step(create, envs, deadline, &creating, |detail| Error::Create {
+            tool: tool.creator().to_owned(),
+            detail,
+        })
+        .await?;
+
+        (self.progress)(Phase::Installing {
+            tool: tool.installer().to_owned(),
+        });
+        let mut install = match &tool {
+            Tool::Uv(uv) => command(uv, ["pip", "install", "--python"]),
+            Tool::Pip => command(
+                &venv_python,
+                [
+                    "-m",
+                    "pip",
+                    "install",
+                    "--disable-pip-version-check",
+                    "--no-input",
+                    "-q",
+                ],
+            ),
+        };
+        if let Tool::Uv(_) = tool {
+            install.arg(&venv_python);
+        }
+        install.arg(IPYKERNEL_REQUIREMENT);
+        let installing = format!("installing ipykernel with {}", tool.installer());
+        self.step(install, envs, deadline, &installing, |detail| {
+            Error::Install {
+                tool: tool.installer().to_owned(),
+                detail,
+            }
+        })
+        .await?;
+
+        (self.progress)(Phase::Verifying);
+        let verify_error = |detail| Error::Verify {
+            path: venv.to_owned(),
+            detail,
+        };
+        let report = probe::probe(&venv_python, None)
+            .await
+            .map_err(verify_error)?;
+        let ipykernel_version = match &report.ipykernel {
+            Ok(version) => version.clone(),
+            Err(reason) => {
+                return Err(verify_error(format!(
+                    "ipykernel cannot be imported: {reason}"
+                )))
+            }
+        };
+        let metadata = Metadata {
+            format: METADATA_FORMAT,
+            python_version: report.python_version.clone(),
+            ipykernel_version,
+            tool: tool.installer().to_owned(),
+            created_unix: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |since| since.as_secs()),
+        };
+        let metadata_path = venv.join(METADATA_FILE);
+        let bytes = serde_json::to_vec_pretty(&metadata).expect("metadata serialises");
+        tokio::fs::write(&metadata_path, bytes)
+            .await
+            .map_err(io_error("writing", &metadata_path))?;
+
+        let (from, to) = (venv.to_owned(), target.to_owned());
+        tokio::task::spawn_blocking(move || relocate(&from, &to))
+            .await
+            .map_err(|err| io::Error::other(err.to_string()))
+            .and_then(|result| result)
+            .map_err(io_error("rewriting script paths in", venv))?;
+        tokio::fs::rename(venv, target)
+            .await
+            .map_err(io_error("moving the new environment to", target))?;
+        Ok(report)
+    }
+
+    /// Runs one installer step within what is left of the install timeout.
+    async fn step(
+        &self,
+        mut command: Command,
+        envs: &Path,
+        deadline: Instant,
+        phase: &str,
+        failed: impl FnOnce(String) -> Error,
+    ) -> Result<(), Error> {
+        // A stable directory we own: a project's uv.toml must not shape a shared environment.
+        command.current_dir(envs);
+        let timed_out = |output: String| Error::Timeout {
+            phase: phase.to_owned(),
+            seconds: self.install_timeout.as_secs(),
+            detail: if output.is_empty() {
+                "no output".to_owned()
+            } else {
+                output
+            },
+        };
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return Err(timed_out(String::new()));
+        }
+        let program = command.as_std().get_program().to_owned();
+        match process::run(command, remaining).await {
+            Ok(finished) if finished.status.success() => Ok(()),
+            Ok(finished) => Err(failed(finished.failure_detail())),
+            Err(Failure::Spawn(reason)) => Err(failed(format!(
+                "could not start {}: {reason}",
+                Path::new(&program).display()
+            ))),
+            Err(Failure::TimedOut(output)) => Err(timed_out(output)),
+        }
+    }
+}
+
+fn command<const N: usize>(program: &Path, args: [&str; N]) -> Command {
+    let mut command = Command::new(program);
+    command.args(args);
+    command
+}
+
+fn io_error<'a>(action: &'a str, path: &'a Path) -> impl FnOnce(io::Error) -> Error + 'a {
+    move |err| Error::Io {
+        action: action.to_owned(),
+        path: path.to_owned(),
+        detail: err.to_string(),
+    }
+}
+
+/// Valid metadata and an interpreter that imports ipykernel (one probe, no installer).
+async fn check(target: &Path) -> Check {
+    let metadata = match tokio::fs::read(target.join(METADATA_FILE)).await {
+        Ok(bytes) => bytes,
+        Err(_) if tokio::fs::symlink_metadata(target).await.is_err() => return Check::Absent,
+        Err(err) => return Check::Broken(format!("no metadata file: {err}")),
+    };
+    if !metadata_is_valid(&metadata) {
+        return Check::Broken("invalid metadata file".to_owned());
+    }
+    match probe::probe(&target.join("bin").join("python"), None).await {
+        Ok(report) => match &report.ipykernel {
+            Ok(_) => Check::Ready(report),
+            Err(reason) => Check::Broken(format!("ipykernel cannot be imported: {reason}")),
+        },
+        Err(reason) => Check::Broken(format!("its python does not run: {reason}")),
+    }
+}
+
+fn metadata_is_valid(bytes: &[u8]) -> bool {
+    serde_json::from_slice::<Metadata>(bytes).is_ok_and(|metadata| {
+        metadata.format == METADATA_FORMAT
+            && !metadata.python_version.is_empty()
+            && !metadata.ipykernel_version.is_empty()
+            && !metadata.tool.is_empty()
+    })
+}
+
+/// Moves a broken environment out of the way atomically, then deletes it.
+async fn remove_broken(envs: &Path, target: &Path) -> Result<(), Error> {
+    let temp = tempfile::Builder::new()
+        .prefix(TEMP_PREFIX)
+        .tempdir_in(envs)
+        .map_err(io_error("creating a temporary directory in", envs))?;
+    let moved = tokio::fs::rename(target, temp.path().join("broken")).await;
+    discard(temp).await;
+    moved.map_err(io_error("removing the broken environment", target))
+}
+
+/// Deletes a temp directory off the runtime threads (a venv holds thousands of files).
+async fn discard(temp: TempDir) {
+    let path = temp.path().to_owned();
+    let removed = tokio::task::spawn_blocking(move || temp.close()).await;
+    if !matches!(removed, Ok(Ok(()))) {
+        tracing::warn!(path = %path.display(), "could not remove temporary directory");
+    }
+}
+
+/// Removes `.tmp-*` leftovers of crashed processes. Best effort: failures are only logged.
+async fn clean_stale_temps(envs: &Path, max_age: Duration) {
+    let envs = envs.to_owned();
+    let cleaned = tokio::task::spawn_blocking(move || -> io::Result<()> {
+        let now = SystemTime::now();
+        for entry in std::fs::read_dir(&envs)? {
+            let entry = entry?;
+            let Ok(modified) = entry.metadata().and_then(|metadata| metadata.modified()) else {
+                continue;
+            };
+            if is_stale_temp(&entry.file_name(), modified, now, max_age) {
+                tracing::info!(path = %entry.path().display(), "removing stale temporary directory");
+                if let Err(err) = std::fs::remove_dir_all(entry.path()) {
+                    tracing::warn!(path = %entry.path().display(), %err, "could not remove stale directory");
+                }
+            }
+        }
+        Ok(())
+    })
+    .await;
+    if !matches!(cleaned, Ok(Ok(()))) {
+        tracing::warn!("could not scan for stale temporary directories");
+    }
+}
+
+fn is_stale_temp(name: &OsStr, modified: SystemTime, now: SystemTime, max_age: Duration) -> bool {
+    name.as_bytes().starts_with(TEMP_PREFIX.as_bytes())
+        && now.duration_since(modified).is_ok_and(|age| age > max_age)
+}
+
+/// Rewrites the build directory's path to the final one in scripts and `pyvenv.cfg`.
+///
+/// Installers write absolute paths into console-script shebangs and activate scripts; without
+/// this, `bin/pip` or `bin/activate` of the renamed environment would point at the deleted temp
+/// directory. The interpreter itself needs no help: it finds its prefix from where it runs.
+fn relocate(from: &Path, to: &Path) -> io::Result<()> {
+    let (from_bytes, to_bytes) = (from.as_os_str().as_bytes(), to.as_os_str().as_bytes());
+    let mut files = vec![from.join("pyvenv.cfg")];
+    for entry in std::fs::read_dir(from.join("bin"))? {
+        files.push(entry?.path());
+    }
+    for file in files {
+        // symlink_metadata: interpreters in bin/ are symlinks to the base Python.
+        let Ok(metadata) = std::fs::symlink_metadata(&file) else {
+            continue;
+        };
+        if !metadata.is_file() || metadata.len() > LARGEST_SCRIPT {
+            continue;
+        }
+        let text = std::fs::read(&file)?;
+        if let Some(rewritten) = replace_all(&text, from_bytes, to_bytes) {
+            std::fs::write(&file, rewritten)?;
+        }
+    }
+    Ok(())
+}
+
+/// `text` with every `from` replaced by `to`; `None` if nothing changed or it looks binary.
+fn replace_all(text: &[u8], from: &[u8], to: &[u8]) -> Option<Vec<u8>> {
+    if from.is_empty() || text.contains(&0) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(text.len());
+    let mut rest = text;
+    let mut changed = false;
+    while let Some(at) = rest.windows(from.len()).position(|window| window == from) {
+        out.extend_from_slice(&rest[..at]);
+        out.extend_from_slice(to);
+        rest = &rest[at + from.len()..];
+        changed = true;
+    }
+    out.extend_from_slice(rest);
+    changed.then_some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    #[test]
+    fn only_old_temp_directories_are_stale() {
+        let now = SystemTime::now();
+        let old = now - 2 * HOUR;
+        let young = now - Duration::from_secs(60);
+        assert!(is_stale_temp(OsStr::new(".tmp-abc123"), old, now, HOUR));
+        assert!(!is_stale_temp(OsStr::new(".tmp-abc123"), young, now, HOUR));
+        assert!(!is_stale_temp(OsStr::new("default-py3.11"), old, now, HOUR));
+        assert!(!is_stale_temp(
+            OsStr::new("default-py3.11.lock"),
+            old,
+            now,
+            HOUR
+        ));
+        // A clock that went backwards makes nothing stale.
+        assert!(!is_stale_temp(
+            OsStr::new(".tmp-abc123"),
+            now + HOUR,
+            now,
+            HOUR
+        ));
+    }
+
+    #[tokio::test]
+    async fn stale_temps_are_removed_and_everything_else_kept() {
+        let envs = tempfile::tempdir().expect("tempdir");
+        let stale = envs.path().join(".tmp-stale");
+        let fresh = envs.path().join(".tmp-fresh");
+        let env = envs.path().join("default-py3.11");
+        for dir in [&stale, &fresh, &env] {
+            fs::create_dir_all(dir.join("venv/bin")).expect("mkdir");
+        }
+        let two_hours_ago = SystemTime::now() - 2 * HOUR;
+        for dir in [&stale, &env] {
+            fs::File::open(dir)
+                .and_then(|file| file.set_modified(two_hours_ago))
+                .expect("set mtime");
+        }
+        clean_stale_temps(envs.path(), HOUR).await;
+        assert!(!stale.exists());
+        assert!(fresh.exists());
+        assert!(env.exists());
+    }
+
+    #[test]
+    fn metadata_must_be_complete() {
+        let good = br#"{"format":1,"python_version":"3.11.7","ipykernel_version":"7.1.0","tool":"pip","created_unix":1}"#;
+        assert!(metadata_is_valid(good));
+        assert!(!metadata_is_valid(b""));
+        assert!(!metadata_is_valid(b"{}"));
+        assert!(!metadata_is_valid(
+            br#"{"format":2,"python_version":"3.11.7","ipykernel_version":"7.1.0","tool":"pip","created_unix":1}"#
+        ));
+        assert!(!metadata_is_valid(
+            br#"{"format":1,"python_version":"3.11.7","ipykernel_version":"","tool":"pip","created_unix":1}"#
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_missing_directory_is_absent_and_one_without_metadata_is_broken() {
+        let envs = tempfile::tempdir().expect("tempdir");
+        let target = envs.path().join("default-py3.11");
+        assert!(matches!(check(&target).await, Check::Absent));
+        fs::create_dir(&target).expect("mkdir");
+        assert!(matches!(check(&target).await, Check::Broken(_)));
+        fs::write(target.join(METADATA_FILE), "{").expect("write");
+        assert!(matches!(check(&target).await, Check::Broken(_)));
+    }
+
+    #[tokio::test]
+    async fn a_broken_environment_is_removed_without_leaving_temps() {
+        let envs = tempfile::tempdir().expect("tempdir");
+        let target = envs.path().join("default-py3.11");
+        fs::create_dir_all(target.join("lib/python3.11/site-packages")).expect("mkdir");
+        remove_broken(envs.path(), &target).await.expect("removed");
+        let left: Vec<_> = fs::read_dir(envs.path()).expect("read_dir").collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    #[test]
+    fn relocation_rewrites_scripts_but_not_links_or_binaries() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let from = root.path().join(".tmp-x/venv");
+        let to = root.path().join("default-py3.11");
+        let bin = from.join("bin");
+        fs::create_dir_all(&bin).expect("mkdir");
+        let shebang = format!("#!{}/bin/python\nimport pip\n", from.display());
+        fs::write(bin.join("pip"), &shebang).expect("write");
+        fs::write(
+            bin.join("activate"),
+            format!("VIRTUAL_ENV='{}'\n", from.display()),
+        )
+        .expect("write");
+        fs::write(
+            from.join("pyvenv.cfg"),
+            format!(
+                "home = /usr/bin\ncommand = python -m venv {}\n",
+                from.display()
+            ),
+        )
+        .expect("write");
+        let binary = [b"\0ELF".as_slice(), from.as_os_str().as_bytes()].concat();
+        fs::write(bin.join("python3.11"), &binary).expect("write");
+        std::os::unix::fs::symlink(bin.join("pip"), bin.join("pip3")).expect("symlink");
+
+        relocate(&from, &to).expect("relocate");
+
+        let read = |name: &str| fs::read_to_string(bin.join(name)).expect("read");
+        assert_eq!(
+            read("pip"),
+            format!("#!{}/bin/python\nimport pip\n", to.display())
+        );
+        assert_eq!(
+            read("activate"),
+            format!("VIRTUAL_ENV='{}'\n", to.display())
+        );
+        assert!(fs::read_to_string(from.join("pyvenv.cfg"))
+            .expect("read")
+            .ends_with(&format!("venv {}\n", to.display())));
+        assert_eq!(fs::read(bin.join("python3.11")).expect("read"), binary);
+        assert!(fs::symlink_metadata(bin.join("pip3"))
+            .expect("lstat")
+            .is_symlink());
+    }
+
+    #[test]
+    fn replace_all_replaces_every_occurrence() {
+        assert_eq!(
+            replace_all(b"a/x/b/x", b"/x", b"/yy"),
+            Some(b"a/yy/b/yy".to_vec())
+        );
+        assert_eq!(replace_all(b"nothing", b"/x", b"/y"), None);
+        assert_eq!(replace_all(b"bin\0/x", b"/x", b"/y"), None);
+    }
+}

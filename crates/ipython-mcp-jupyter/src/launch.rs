@@ -1,0 +1,359 @@
+//! Starting a kernel process and connecting to it.
+//!
+//! We launch `<python> -m ipykernel_launcher -f <conn.json>` ourselves instead of going through
+//! a kernelspec's argv: the crate's kernelspec launcher runs `python` from PATH and does not
+//! substitute `{resource_dir}` (notes/rust-jupyter.md §5.7).
+
+use std::ffi::OsString;
+use std::fmt;
+use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt as _;
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use jupyter_protocol::connection_info::Transport;
+use jupyter_protocol::{ConnectionInfo, JupyterMessage, JupyterMessageContent, KernelInfoRequest};
+use jupyter_zmq_client as jzc;
+use tokio::io::AsyncReadExt as _;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::route::{self, Channel, Router};
+use crate::{Error, Kernel};
+
+/// How to start a kernel.
+#[derive(Debug, Clone)]
+pub struct LaunchSpec {
+    /// The Python interpreter (it must have ipykernel).
+    pub python: PathBuf,
+    /// Extra environment variables for the kernel process.
+    pub env: Vec<(OsString, OsString)>,
+    /// Working directory of the kernel; `None` keeps ours.
+    pub working_dir: Option<PathBuf>,
+}
+
+/// How a kernel process ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KernelExit {
+    Code(i32),
+    Signal(i32),
+    /// We could not wait for the process (it is gone either way).
+    Unknown(String),
+}
+
+impl fmt::Display for KernelExit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KernelExit::Code(code) => write!(f, "exit code {code}"),
+            KernelExit::Signal(signal) => write!(f, "killed by signal {signal}"),
+            KernelExit::Unknown(message) => write!(f, "unknown exit: {message}"),
+        }
+    }
+}
+
+impl From<ExitStatus> for KernelExit {
+    fn from(status: ExitStatus) -> Self {
+        use std::os::unix::process::ExitStatusExt as _;
+        match (status.code(), status.signal()) {
+            (Some(code), _) => KernelExit::Code(code),
+            (None, Some(signal)) => KernelExit::Signal(signal),
+            (None, None) => KernelExit::Unknown(status.to_string()),
+        }
+    }
+}
+
+/// The kernel process and its private directory.
+pub(crate) struct Process {
+    pub(crate) pid: u32,
+    pub(crate) exit: watch::Receiver<Option<KernelExit>>,
+    stderr_tail: Arc<Mutex<Tail>>,
+    // Removed on drop: connection file and IPC socket files live here.
+    _run_dir: tempfile::TempDir,
+}
+
+impl Process {
+    pub(crate) fn signal(&self, signal: libc::c_int) {
+        if self.exit.borrow().is_none() {
+            // SAFETY: kill(2) has no memory-safety preconditions; the pid is our child, not yet
+            // reaped (exit is None), so it cannot have been recycled.
+            unsafe { libc::kill(self.pid as libc::pid_t, signal) };
+        }
+    }
+
+    pub(crate) fn kill_group(&self) {
+        if self.exit.borrow().is_none() {
+            // SAFETY: as above; the kernel leads its own process group (process_group(0)), so
+            // this reaches anything it forked too.
+            unsafe { libc::killpg(self.pid as libc::pid_t, libc::SIGKILL) };
+        }
+    }
+
+    pub(crate) fn stderr_tail(&self) -> String {
+        self.stderr_tail.lock().expect("tail lock").text()
+    }
+}
+
+/// The last few KiB a process wrote to stderr.
+#[derive(Default)]
+struct Tail {
+    bytes: Vec<u8>,
+}
+
+impl Tail {
+    const MAX: usize = 4096;
+
+    fn push(&mut self, chunk: &[u8]) {
+        self.bytes.extend_from_slice(chunk);
+        if self.bytes.len() > Self::MAX {
+            let cut = self.bytes.len() - Self::MAX;
+            self.bytes.drain(..cut);
+        }
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).trim().to_owned()
+    }
+}
+
+pub(crate) async fn launch(spec: &LaunchSpec, startup_timeout: Duration) -> Result<Kernel, Error> {
+    let started = Instant::now();
+    let deadline = started + startup_timeout;
+    // tempfile creates the directory with mode 0700.
+    let run_dir = tempfile::Builder::new()
+        .prefix("ipython-mcp-")
+        .tempdir()
+        .map_err(|error| Error::RunDir { message: error.to_string() })?;
+    let connection = ConnectionInfo {
+        transport: Transport::IPC,
+        // IPC endpoints are `ipc://{ip}-{port}`: five socket files inside the private dir.
+        ip: run_dir.path().join("k").display().to_string(),
+        shell_port: 1,
+        iopub_port: 2,
+        stdin_port: 3,
+        control_port: 4,
+        hb_port: 5,
+        signature_scheme: "hmac-sha256".to_owned(),
+        key: uuid::Uuid::new_v4().simple().to_string(),
+        kernel_name: Some("python3".to_owned()),
+    };
+    let connection_file = run_dir.path().join("kernel.json");
+    write_private(&connection_file, &connection).map_err(|error| Error::RunDir { message: error.to_string() })?;
+
+    let mut command = tokio::process::Command::new(&spec.python);
+    command
+        .args(["-m", "ipykernel_launcher", "-f"])
+        .arg(&connection_file)
+        // History in memory only: on disk it costs ~17 ms on a third of cells, and
+        // `enabled=False` makes ipykernel 7.4 hang at shutdown (notes/rust-jupyter.md §4, §6).
+        .args(["--HistoryManager.hist_file=:memory:", "--InteractiveShell.colors=nocolor"])
+        .env("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+        .envs(spec.env.iter().map(|(key, value)| (key, value)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some(dir) = &spec.working_dir {
+        command.current_dir(dir);
+    }
+    let parent_pid = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the forked child before exec and only calls async-signal-safe
+    // functions (prctl, getppid, _exit).
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died between fork and prctl: then nobody would signal us.
+            if libc::getppid() != parent_pid {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().map_err(|error| Error::Spawn {
+        program: spec.python.display().to_string(),
+        message: error.to_string(),
+    })?;
+    let pid = child.id().expect("a just-spawned child has a pid");
+
+    let stderr_tail = Arc::new(Mutex::new(Tail::default()));
+    if let Some(mut stderr) = child.stderr.take() {
+        let tail = Arc::clone(&stderr_tail);
+        tokio::spawn(async move {
+            let mut buffer = vec![0u8; 8192];
+            while let Ok(read) = stderr.read(&mut buffer).await {
+                if read == 0 {
+                    break;
+                }
+                tail.lock().expect("tail lock").push(&buffer[..read]);
+            }
+        });
+    }
+
+    let router = Arc::new(Router::default());
+    let (exit_sender, exit) = watch::channel(None);
+    {
+        let router = Arc::clone(&router);
+        tokio::spawn(async move {
+            let status = match child.wait().await {
+                Ok(status) => KernelExit::from(status),
+                Err(error) => KernelExit::Unknown(error.to_string()),
+            };
+            tracing::debug!(pid, %status, "kernel process exited");
+            // Order matters: mark the exit first so new requests fail, then close receivers.
+            exit_sender.send_replace(Some(status));
+            router.close_all();
+        });
+    }
+    let process = Arc::new(Process { pid, exit, stderr_tail, _run_dir: run_dir });
+
+    let connected = connect_and_handshake(&connection, &process, Arc::clone(&router), deadline, startup_timeout).await;
+    match connected {
+        Ok(kernel) => {
+            tracing::debug!(pid, elapsed_ms = started.elapsed().as_millis() as u64, "kernel ready");
+            Ok(kernel)
+        }
+        Err(error) => {
+            process.kill_group();
+            Err(error)
+        }
+    }
+}
+
+fn write_private(path: &std::path::Path, connection: &ConnectionInfo) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec(connection)?;
+    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    file.write_all(&bytes)?;
+    file.sync_all()
+}
+
+async fn connect_and_handshake(
+    connection: &ConnectionInfo,
+    process: &Arc<Process>,
+    router: Arc<Router>,
+    deadline: Instant,
+    startup_timeout: Duration,
+) -> Result<Kernel, Error> {
+    let session_id = uuid::Uuid::new_v4().to_string();
+    let identity = jzc::peer_identity_for_session(&session_id).map_err(|error| Error::Send {
+        channel: "shell",
+        message: error.to_string(),
+    })?;
+    let startup_error = |process: &Process| startup_failure(process, startup_timeout);
+
+    // Each attempt builds a fresh socket and is capped at 25 ms: zeromq's own backoff starts at
+    // 50 ms and doubles, which alone added ~120 ms to a cold start (notes §5.2).
+    let (iopub, shell, control, heartbeat) = tokio::select! {
+        sockets = async {
+            tokio::join!(
+                retry(deadline, || jzc::create_client_iopub_connection(connection, "", &session_id)),
+                retry(deadline, || jzc::create_client_shell_connection_with_identity(connection, &session_id, identity.clone())),
+                retry(deadline, || jzc::create_client_control_connection(connection, &session_id)),
+                retry(deadline, || jzc::create_client_heartbeat_connection(connection)),
+            )
+        } => sockets,
+        _ = exited(process) => return Err(startup_error(process)),
+    };
+    let (Some(iopub), Some(shell), Some(control), Some(heartbeat)) = (iopub, shell, control, heartbeat) else {
+        return Err(startup_error(process));
+    };
+
+    let welcome = router.welcome();
+    tokio::spawn(route::read_loop(Arc::clone(&router), Channel::IoPub, iopub));
+    let (shell_send, shell_recv) = shell.split();
+    tokio::spawn(route::read_loop(Arc::clone(&router), Channel::Shell, shell_recv));
+    let (control_send, control_recv) = control.split();
+    tokio::spawn(route::read_loop(Arc::clone(&router), Channel::Control, control_recv));
+
+    let mut kernel = Kernel {
+        inner: Arc::clone(process),
+        router,
+        shell: tokio::sync::Mutex::new(shell_send),
+        control: tokio::sync::Mutex::new(control_send),
+        heartbeat: tokio::sync::Mutex::new(heartbeat),
+        session_id,
+        info: None,
+    };
+
+    // Ready means: kernel_info_reply on shell, and proof that our iopub subscription is live
+    // (JEP 65 welcome, or iopub status parented by our request). Requests are re-sent like
+    // jupyter_client does, since a kernel that is still starting may miss the first one.
+    let mut welcome = welcome;
+    loop {
+        let request = JupyterMessage::new(KernelInfoRequest {}, None);
+        let (msg_id, mut receiver) = kernel.request(Channel::Shell, request).await?;
+        let attempt_end = (Instant::now() + Duration::from_secs(1)).min(deadline);
+        let mut reply = None;
+        let mut iopub_live = *welcome.borrow();
+        loop {
+            if reply.is_some() && iopub_live {
+                break;
+            }
+            tokio::select! {
+                routed = receiver.recv() => match routed {
+                    Some(routed) => match routed.message.content {
+                        JupyterMessageContent::KernelInfoReply(info) => reply = Some(info),
+                        JupyterMessageContent::Status(_) if routed.channel == Channel::IoPub => iopub_live = true,
+                        _ => {}
+                    },
+                    None => {
+                        kernel.forget(&msg_id);
+                        return Err(startup_error(process));
+                    }
+                },
+                _ = welcome.changed() => iopub_live = iopub_live || *welcome.borrow(),
+                _ = tokio::time::sleep_until(attempt_end) => break,
+            }
+        }
+        kernel.forget(&msg_id);
+        if let (Some(info), true) = (reply.take(), iopub_live) {
+            kernel.info = Some(info);
+            return Ok(kernel);
+        }
+        if Instant::now() >= deadline {
+            return Err(startup_error(process));
+        }
+    }
+}
+
+/// The error for a start-up that did not finish: the process exited, or time ran out.
+fn startup_failure(process: &Process, startup_timeout: Duration) -> Error {
+    let stderr = process.stderr_tail();
+    let stderr = if stderr.is_empty() { String::new() } else { format!("; kernel stderr: {}", last_chars(&stderr, 1500)) };
+    match process.exit.borrow().clone() {
+        Some(exit) => Error::ExitedDuringStartup { exit: exit.to_string(), stderr },
+        None => Error::StartupTimeout { seconds: startup_timeout.as_secs_f64(), stderr },
+    }
+}
+
+fn last_chars(text: &str, max: usize) -> &str {
+    let count = text.chars().count();
+    if count <= max {
+        return text;
+    }
+    let skip = text.char_indices().nth(count - max).map_or(0, |(index, _)| index);
+    &text[skip..]
+}
+
+async fn exited(process: &Process) {
+    let mut exit = process.exit.clone();
+    let _ = exit.wait_for(Option::is_some).await;
+}
+
+async fn retry<T, F, Fut>(deadline: Instant, mut connect: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = jzc::Result<T>>,
+{
+    while Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_millis(25), connect()).await {
+            Ok(Ok(connection)) => return Some(connection),
+            Ok(Err(_)) => tokio::time::sleep(Duration::from_millis(5)).await,
+            Err(_) => {}
+        }
+    }
+    None
+}

@@ -1,0 +1,605 @@
+"""Tests for ipython_mcp_helper: the pure parts, then end to end against a real ipykernel.
+
+Run from the workspace root:  python -m pytest crates/ipython-mcp-kernel/python/tests -q
+"""
+
+import base64
+import json
+import os
+import random
+import time
+import types
+import uuid
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(HERE, os.pardir, "ipython_mcp_helper.py"), encoding="utf-8") as _file:
+    SOURCE = _file.read()
+with open(os.path.join(HERE, "sink_cases.json"), encoding="utf-8") as _file:
+    SINK_CASES = json.load(_file)["cases"]
+
+
+def load_helper():
+    """Loads the module exactly as the server's bootstrap does: no file, no package."""
+    module = types.ModuleType("ipython_mcp_helper")
+    module.__file__ = "<ipython-mcp-helper>"
+    exec(compile(SOURCE, "<ipython-mcp-helper>", "exec"), module.__dict__)
+    return module
+
+
+helper = load_helper()
+
+
+# --------------------------------------------------------------------------------------------
+# The terminal sink
+# --------------------------------------------------------------------------------------------
+
+CLEAR = object()
+
+
+def reference_render(events):
+    """The obviously correct, unbounded model: one character at a time."""
+    lines, line, cursor = [], [], 0
+    for event in events:
+        if event is CLEAR:
+            lines, line, cursor = [], [], 0
+            continue
+        for char in event:
+            if char == "\n":
+                lines.append("".join(line))
+                line, cursor = [], 0
+            elif char == "\r":
+                cursor = 0
+            else:
+                if cursor < len(line):
+                    line[cursor] = char
+                else:
+                    line.append(char)
+                cursor += 1
+    return "".join(text + "\n" for text in lines) + "".join(line)
+
+
+def case_events(case):
+    """A fixture case as a list of writes (str) and CLEARs; see "_format" in the JSON."""
+    clear_after = set(case.get("clear_after", []))
+    events = []
+    for index, write in enumerate(case["writes"]):
+        if isinstance(write, str):
+            events.append(write)
+        else:
+            text, times = write["repeat"]
+            events.extend([text] * times)
+        if index in clear_after:
+            events.append(CLEAR)
+    return events
+
+
+def run_sink(sink, events):
+    for event in events:
+        if event is CLEAR:
+            sink.clear()
+        else:
+            sink.write(event)
+    return sink.text(), sink.omitted()
+
+
+def expected_from_reference(limit, events):
+    rendered = reference_render(events)
+    return rendered[:limit], len(rendered) - min(len(rendered), limit)
+
+
+class SmallChunkSink(helper.TerminalSink):
+    """Splits every write into 3-character slices, to exercise slice boundaries."""
+
+    _CHUNK = 3
+
+
+def test_fixture_has_the_promised_coverage():
+    assert len(SINK_CASES) >= 25
+    assert len({case["name"] for case in SINK_CASES}) == len(SINK_CASES)
+
+
+@pytest.mark.parametrize("case", SINK_CASES, ids=[case["name"] for case in SINK_CASES])
+def test_fixture_expectations_match_the_reference_model(case):
+    assert expected_from_reference(case["limit"], case_events(case)) == (case["text"], case["omitted"])
+
+
+@pytest.mark.parametrize("case", SINK_CASES, ids=[case["name"] for case in SINK_CASES])
+@pytest.mark.parametrize("sink_class", [helper.TerminalSink, SmallChunkSink])
+def test_sink_matches_fixture(case, sink_class):
+    text, omitted = run_sink(sink_class(case["limit"]), case_events(case))
+    assert (text, omitted) == (case["text"], case["omitted"])
+
+
+@pytest.mark.parametrize("sink_class", [helper.TerminalSink, SmallChunkSink])
+def test_sink_matches_reference_on_random_input(sink_class):
+    rng = random.Random(20261201)
+    alphabet = ["a", "b", "\r", "\n", "€", "𝄞", "\r\n"]
+    for _ in range(3000):
+        limit = rng.randint(0, 12)
+        events = []
+        for _ in range(rng.randint(0, 8)):
+            if rng.random() < 0.05:
+                events.append(CLEAR)
+            else:
+                events.append("".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12))))
+        sink = sink_class(limit)
+        assert run_sink(sink, events) == expected_from_reference(limit, events), (limit, events)
+        assert len(sink.text()) <= limit
+
+
+def test_sink_counts_raw_characters_and_clear_resets_them():
+    sink = helper.TerminalSink(4)
+    sink.write("ab\rc\n")
+    assert sink.total_written() == 5
+    sink.clear()
+    assert (sink.text(), sink.omitted(), sink.total_written()) == ("", 0, 0)
+
+
+def test_sink_memory_stays_bounded():
+    sink = helper.TerminalSink(100)
+    for _ in range(1000):
+        sink.write("y" * 1000 + "\r" + "z" * 500 + "\n")
+    stored = sum(map(len, sink._head)) + len(sink._line)
+    assert stored <= 100
+    assert sink.omitted() == 1000 * 1001 - 100
+
+
+def test_sink_is_fast_on_huge_writes():
+    sink = helper.TerminalSink(8192)
+    huge = "x" * 200_000_000
+    started = time.perf_counter()
+    sink.write(huge)
+    one_line = time.perf_counter() - started
+    assert sink.omitted() == 200_000_000 - 8192
+
+    sink = helper.TerminalSink(8192)
+    many = "".join("line %d of a lot of output\n" % i for i in range(50_000))
+    started = time.perf_counter()
+    for line in many.splitlines(keepends=True):
+        sink.write(line)
+    sink.write(many)
+    many_lines = time.perf_counter() - started
+    assert sink.omitted() == 2 * len(many) - 8192
+
+    sink = helper.TerminalSink(8192)
+    bars = "\r 42%|####      | 420/1000" * 1_000_000
+    started = time.perf_counter()
+    sink.write(bars)
+    progress = time.perf_counter() - started
+    assert sink.text() == " 42%|####      | 420/1000"
+    # Generous for a loaded 2-core machine; typical times are 20-50x smaller.
+    assert (one_line, many_lines, progress) < (1.0, 1.0, 1.0) or max(one_line, many_lines, progress) < 1.0
+
+
+# --------------------------------------------------------------------------------------------
+# Sanitizing, bundles, tracebacks, requests
+# --------------------------------------------------------------------------------------------
+
+
+def test_sanitize_replaces_lone_surrogates_one_for_one():
+    assert helper.sanitize_text("plain") == "plain"
+    assert helper.sanitize_text("é𝄞") == "é𝄞"
+    assert helper.sanitize_text("a\ud800b\udfffc") == "a\ufffdb\ufffdc"
+    json.dumps(helper.sanitize_text("\udc80")).encode("utf-8")
+
+
+def test_bound_bundle_cuts_strings_and_drops_big_images():
+    png = base64.b64encode(b"\x89PNG" + b"\0" * 2000).decode("ascii")
+    data = {
+        "text/plain": "t" * 50,
+        "image/svg+xml": "<svg>" + "s" * 100,
+        "image/png": png,
+        "image/jpeg": "j" * 4000,
+        "application/json": {"nested": ["n" * 30, {"deep": "d" * 30}], "n": 3},
+    }
+    metadata = {"image/png": {"width": 10}, "note": "m" * 40}
+    original = json.dumps([data, metadata])
+
+    kept, meta = helper.bound_bundle(data, metadata, max_string_chars=20, max_image_bytes=2500)
+
+    assert json.dumps([data, metadata]) == original  # inputs untouched
+    assert kept["text/plain"] == "t" * 20
+    assert kept["image/svg+xml"] == ("<svg>" + "s" * 100)[:20]
+    assert kept["image/png"] == png  # 2004 decoded bytes fit; images are never cut
+    assert "image/jpeg" not in kept
+    assert kept["application/json"] == {"nested": ["n" * 20, {"deep": "d" * 20}], "n": 3}
+    assert meta["note"] == "m" * 20
+    assert meta["image/png"] == {"width": 10}
+    assert meta["ipython_mcp"] == {"omitted_images": {"image/jpeg": 3000}}
+
+
+def test_bound_bundle_handles_raw_bytes_images_and_missing_metadata():
+    kept, meta = helper.bound_bundle({"image/png": b"\0" * 10, "image/gif": b"\0" * 11}, None, 5, 10)
+    assert kept == {"image/png": b"\0" * 10}
+    assert meta == {"ipython_mcp": {"omitted_images": {"image/gif": 11}}}
+
+
+def test_bound_bundle_sanitizes_surrogates():
+    kept, meta = helper.bound_bundle({"text/plain": "x\ud800"}, {"k\udc00": "v"}, 100, 100)
+    assert kept == {"text/plain": "x\ufffd"}
+    assert meta == {"k\ufffd": "v"}
+
+
+def test_traceback_is_stripped_of_ansi_and_kept_when_short():
+    stb = ["\x1b[31m-----\x1b[39m", "\x1b[0;31mValueError\x1b[0m: boom", "\x1b]8;;http://x\x07link\x1b]8;;\x07"]
+    assert helper.bound_traceback(stb, 100) == ["-----", "ValueError: boom", "link"]
+
+
+def test_traceback_bound_keeps_head_and_tail_with_exact_count():
+    stb = ["header\n", "frame " * 200, "frame2 " * 200, "\x1b[31mValueError\x1b[39m: the end"]
+    plain = [helper.strip_ansi(entry) for entry in stb]
+    bounded = helper.bound_traceback(stb, 200)
+
+    marker = [entry for entry in bounded if entry.startswith("... ")]
+    assert len(marker) == 1
+    kept = [entry for entry in bounded if not entry.startswith("... ")]
+    assert sum(map(len, kept)) == 200
+    assert bounded[0] == "header\n"
+    assert bounded[-1] == "ValueError: the end"
+    omitted = sum(map(len, plain)) - 200
+    assert marker[0] == "... %d characters of traceback omitted ..." % omitted
+
+
+def test_traceback_single_huge_entry_keeps_both_ends():
+    bounded = helper.bound_traceback(["S" + "x" * 10_000 + "SyntaxError: bad"], 400)
+    assert bounded[0].startswith("Sxxx") and len(bounded[0]) == 100
+    assert bounded[2].endswith("SyntaxError: bad") and len(bounded[2]) == 300
+    assert bounded[1] == "... 9717 characters of traceback omitted ..."
+
+
+def test_requests_always_get_a_reply():
+    assert helper.handle_request({"id": "1", "method": "ping", "params": {"x": 1}}) == {
+        "id": "1",
+        "ok": True,
+        "result": {"x": 1},
+    }
+    unknown = helper.handle_request({"id": "2", "method": "nope", "params": {}})
+    assert unknown["ok"] is False and unknown["error"]["code"] == "unknown_method"
+    for bad in (None, [], {"id": "3"}, {"id": "3", "method": "ping", "params": []}):
+        reply = helper.handle_request(bad)
+        assert reply["ok"] is False and reply["error"]["code"] == "invalid_request"
+    not_installed = helper.handle_request({"id": "4", "method": "config"})
+    assert not_installed["error"]["code"] == "not_installed"
+
+
+def test_requests_report_exceptions_from_methods():
+    module = load_helper()
+    module.METHODS["boom"] = lambda params: 1 / 0
+    reply = module.handle_request({"id": "5", "method": "boom", "params": {}})
+    assert reply == {
+        "id": "5",
+        "ok": False,
+        "error": {"code": "internal_error", "message": "ZeroDivisionError: division by zero"},
+    }
+
+
+def test_module_constants():
+    assert helper.HELPER_VERSION == "1"
+    assert helper.COMM_TARGET == "ipython_mcp"
+
+
+# --------------------------------------------------------------------------------------------
+# End to end, against a real ipykernel
+# --------------------------------------------------------------------------------------------
+
+try:
+    import ipykernel  # noqa: F401
+    import jupyter_client  # noqa: F401
+
+    HAVE_KERNEL = True
+except ImportError:
+    HAVE_KERNEL = False
+
+# Skipped only where a kernel cannot run AND this is not CI: under CI=true they must run.
+needs_kernel = pytest.mark.skipif(
+    not HAVE_KERNEL and os.environ.get("CI") != "true",
+    reason="ipykernel/jupyter_client not installed (set CI=true to make this a failure)",
+)
+
+CONFIG = {
+    "max_text_chars": 8192,
+    "max_display_items": 20,
+    "max_image_bytes": 1_048_576,
+    "max_traceback_chars": 4096,
+    "max_string_chars": 8193,
+    "raw_forward_chars": 65536,
+}
+
+BOOTSTRAP = """
+import sys, types
+mod = types.ModuleType("ipython_mcp_helper"); mod.__file__ = "<ipython-mcp-helper>"
+sys.modules["ipython_mcp_helper"] = mod
+exec(compile(SOURCE, "<ipython-mcp-helper>", "exec"), mod.__dict__)
+mod.install(CONFIG_DICT)
+"""
+
+
+def private_exec(code, **names):
+    """Code that runs ``code`` in a fresh dict holding ``names``: nothing touches user_ns."""
+    return "exec(%r, %r)" % (code, dict(names))
+
+
+class Run:
+    """The messages of one request, in iopub order, plus its shell reply."""
+
+    def __init__(self, msg_id, messages, reply):
+        self.msg_id = msg_id
+        self.messages = messages
+        self.reply = reply
+
+    def of(self, msg_type):
+        return [msg for msg in self.messages if msg["msg_type"] == msg_type]
+
+    def stream_text(self, name):
+        return "".join(msg["content"]["text"] for msg in self.of("stream") if msg["content"]["name"] == name)
+
+    def comm_data(self):
+        return [msg["content"]["data"] for msg in self.of("comm_msg")]
+
+    def report(self):
+        reports = [data for data in self.comm_data() if data.get("event") == "execution_report"]
+        assert len(reports) == 1, self.comm_data()
+        return reports[0]
+
+    def index(self, predicate):
+        return next(i for i, msg in enumerate(self.messages) if predicate(msg))
+
+
+class KernelClient:
+    def __init__(self, kc):
+        self.kc = kc
+        self.comm_id = None
+
+    def send(self, msg_type, content):
+        msg = self.kc.session.msg(msg_type, content)
+        self.kc.shell_channel.send(msg)
+        return self.collect(msg["header"]["msg_id"], wait_reply=msg_type == "execute_request")
+
+    def execute(self, code, silent=False, user_expressions=None):
+        content = {
+            "code": code,
+            "silent": silent,
+            "store_history": not silent,
+            "user_expressions": user_expressions or {},
+            "allow_stdin": False,
+            "stop_on_error": False,
+        }
+        return self.send("execute_request", content)
+
+    def collect(self, msg_id, wait_reply):
+        messages = []
+        while True:
+            msg = self.kc.get_iopub_msg(timeout=30)
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue  # e.g. late fd output of an earlier request
+            messages.append(msg)
+            if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+                break
+        reply = None
+        while wait_reply and reply is None:
+            shell_msg = self.kc.get_shell_msg(timeout=30)
+            if shell_msg["parent_header"].get("msg_id") == msg_id:
+                reply = shell_msg
+        return Run(msg_id, messages, reply)
+
+    def open_comm(self):
+        comm_id = uuid.uuid4().hex
+        run = self.send("comm_open", {"comm_id": comm_id, "target_name": "ipython_mcp", "data": {}})
+        assert {"event": "ready", "version": "1"} in run.comm_data()
+        self.comm_id = comm_id
+        return run
+
+    def request(self, method, params=None, request_id="r1"):
+        data = {"id": request_id, "method": method, "params": {} if params is None else params}
+        run = self.send("comm_msg", {"comm_id": self.comm_id, "data": data})
+        replies = [data for data in run.comm_data() if data.get("id") == request_id]
+        assert len(replies) == 1, run.comm_data()
+        return replies[0]
+
+    def user_expression(self, expression):
+        run = self.execute("", silent=True, user_expressions={"value": expression})
+        value = run.reply["content"]["user_expressions"]["value"]
+        assert value["status"] == "ok", value
+        return value["data"]["text/plain"]
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(extra_arguments=["--HistoryManager.hist_file=:memory:"])
+    client = KernelClient(kc)
+    try:
+        # The server's bootstrap, followed by a second install in the same cell and a third in
+        # its own cell after the comm is open: every count below would double if install
+        # wrapped twice, and the comm must survive re-installs.
+        bootstrap = BOOTSTRAP + "mod.install(CONFIG_DICT)\n"
+        run = client.execute(private_exec(bootstrap, SOURCE=SOURCE, CONFIG_DICT=CONFIG), silent=True)
+        assert run.reply["content"]["status"] == "ok", run.reply["content"]
+        client.open_comm()
+        reinstall = "import sys; sys.modules['ipython_mcp_helper'].install(CONFIG_DICT)"
+        run = client.execute(private_exec(reinstall, CONFIG_DICT=CONFIG), silent=True)
+        assert run.reply["content"]["status"] == "ok", run.reply["content"]
+        yield client
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+@needs_kernel
+class TestKernel:
+    def test_install_reports_versions_and_leaves_user_namespace_alone(self, kernel):
+        info = kernel.user_expression(
+            "__import__('sys').modules['ipython_mcp_helper'].install(%r)" % CONFIG
+        )
+        import ipykernel
+        import platform
+
+        assert info == repr(
+            {"version": "1", "python": platform.python_version(), "ipykernel": ipykernel.__version__}
+        )
+        names = kernel.user_expression("sorted(k for k in get_ipython().user_ns if 'mod' in k or 'SOURCE' in k)")
+        assert names == "[]"
+
+    def test_stream_class_is_swapped_once(self, kernel):
+        count = kernel.user_expression(
+            "sum(1 for c in type(__import__('sys').stdout).__mro__ if c.__dict__.get('_ipython_mcp_bounded'))"
+        )
+        assert count == "1"
+
+    def test_rpc(self, kernel):
+        assert kernel.request("ping", {"x": [1, "é"]}) == {"id": "r1", "ok": True, "result": {"x": [1, "é"]}}
+        assert kernel.request("config")["result"] == CONFIG
+        unknown = kernel.request("nope")
+        assert unknown["ok"] is False and unknown["error"]["code"] == "unknown_method"
+        kernel.execute("import sys; sys.modules['ipython_mcp_helper'].METHODS['boom'] = lambda p: 1 / 0", silent=True)
+        boom = kernel.request("boom")
+        assert boom["error"] == {"code": "internal_error", "message": "ZeroDivisionError: division by zero"}
+
+    def test_huge_print_is_bounded_in_the_kernel(self, kernel):
+        run = kernel.execute("print('x' * 5_000_000)")
+        assert run.reply["content"]["status"] == "ok"
+        forwarded = run.stream_text("stdout")
+        assert forwarded == "x" * 65536
+        report = run.report()
+        assert report == {
+            "event": "execution_report",
+            "stdout": {"text": "x" * 8192, "omitted_chars": 5_000_001 - 8192},
+            "stderr": {"text": "", "omitted_chars": 0},
+            "display_count": 0,
+            "display_omitted": 0,
+            "raw_chars": {"stdout": 5_000_001, "stderr": 0},
+        }
+        # Every stream message precedes the report, which precedes idle.
+        report_at = run.index(lambda msg: msg["msg_type"] == "comm_msg")
+        assert all(i < report_at for i, msg in enumerate(run.messages) if msg["msg_type"] == "stream")
+        assert run.messages[-1]["msg_type"] == "status" and report_at < len(run.messages) - 1
+        # IPython 9 tees stream writes into its history; it must only see what was forwarded.
+        count = run.reply["content"]["execution_count"]
+        kept = kernel.user_expression(
+            "sum(len(s) for o in get_ipython().history_manager.outputs[%d] for s in o.bundle.get('stream', []))"
+            % count
+        )
+        assert int(kept) == 65536
+
+    def test_many_writes_and_stderr(self, kernel):
+        code = "import sys\nfor i in range(50_000):\n    sys.stderr.write('%05d\\n' % i)"
+        report = kernel.execute(code).report()
+        assert report["stderr"]["text"] == "".join("%05d\n" % i for i in range(50_000))[:8192]
+        assert report["stderr"]["omitted_chars"] == 300_000 - 8192
+        assert report["raw_chars"] == {"stdout": 0, "stderr": 300_000}
+
+    def test_progress_bar_collapses(self, kernel):
+        code = (
+            "import sys\n"
+            "for i in range(1, 3001):\n"
+            "    sys.stderr.write('\\r%4d/3000 |%-30s|' % (i, '#' * (i // 100)))\n"
+            "sys.stderr.write('\\ndone\\n')"
+        )
+        report = kernel.execute(code).report()
+        assert report["stderr"] == {"text": "3000/3000 |%s|\ndone\n" % ("#" * 30), "omitted_chars": 0}
+
+    def test_clear_output(self, kernel):
+        code = (
+            "from IPython.display import clear_output, display\n"
+            "print('gone'); clear_output(); print('kept')\n"
+            "for i in range(40):\n"
+            "    clear_output(wait=True)\n"
+            "    print(i)\n"
+            "    display(i)\n"
+        )
+        run = kernel.execute(code)
+        report = run.report()
+        assert report["stdout"] == {"text": "39\n", "omitted_chars": 0}
+        assert (report["display_count"], report["display_omitted"]) == (1, 0)
+        assert len(run.of("display_data")) == 40
+        assert len(run.of("clear_output")) == 41
+
+    def test_display_items_are_capped(self, kernel):
+        code = (
+            "from IPython.display import display\n"
+            "handle = display('first', display_id=True)\n"
+            "for i in range(29):\n"
+            "    display(i)\n"
+            "handle.update('updated')\n"
+        )
+        run = kernel.execute(code)
+        assert len(run.of("display_data")) == 20
+        assert len(run.of("update_display_data")) == 1
+        report = run.report()
+        assert (report["display_count"], report["display_omitted"]) == (30, 10)
+
+    def test_display_bundles_are_bounded(self, kernel):
+        code = (
+            "from IPython.display import display\n"
+            "display({'text/plain': 'p' * 20_000, 'image/png': 'A' * 2_000_000,"
+            " 'image/svg+xml': '<svg>' + 's' * 20_000}, raw=True)\n"
+            "display({'text/plain': 'small', 'image/png': 'iVBORw0KGgo='}, raw=True)\n"
+        )
+        big, small = [msg["content"] for msg in kernel.execute(code).of("display_data")]
+        assert big["data"] == {"text/plain": "p" * 8193, "image/svg+xml": ("<svg>" + "s" * 20_000)[:8193]}
+        assert big["metadata"] == {"ipython_mcp": {"omitted_images": {"image/png": 1_500_000}}}
+        assert small["data"] == {"text/plain": "small", "image/png": "iVBORw0KGgo="}
+
+    def test_execute_result_is_bounded(self, kernel):
+        run = kernel.execute("'x' * 50_000_000")
+        (result,) = run.of("execute_result")
+        assert result["content"]["data"]["text/plain"] == "'" + "x" * 8192
+
+    def test_traceback_is_bounded_and_plain(self, kernel):
+        run = kernel.execute("def f():\n    raise ValueError('boom ' * 100_000)\nf()")
+        (error,) = run.of("error")
+        traceback = error["content"]["traceback"]
+        assert not any("\x1b" in entry for entry in traceback)
+        markers = [entry for entry in traceback if entry.startswith("... ") and "of traceback omitted" in entry]
+        assert len(markers) == 1
+        assert sum(len(entry) for entry in traceback if entry not in markers) == 4096
+        assert traceback[1].startswith("ValueError")
+        assert traceback[-1].endswith("boom ")
+        assert len(error["content"]["evalue"]) == 8193
+        assert run.reply["content"]["traceback"] == traceback
+
+    def test_short_traceback_is_only_stripped(self, kernel):
+        run = kernel.execute("1/0")
+        traceback = run.of("error")[0]["content"]["traceback"]
+        assert traceback[-1] == "ZeroDivisionError: division by zero"
+        assert not any("\x1b" in entry or entry.startswith("... ") for entry in traceback)
+
+    def test_fd_level_output_is_bounded(self, kernel):
+        # C-level writes reach OutStream through ipykernel's pipe-reading thread; wait (with a
+        # deadline) until that thread has delivered all of it before the cell ends.
+        code = (
+            "import os, sys, time\n"
+            "os.write(1, b'y' * 200_000)\n"
+            "deadline = time.monotonic() + 10\n"
+            "while sys.stdout._ipython_mcp_channel.written < 200_000 and time.monotonic() < deadline:\n"
+            "    time.sleep(0.01)\n"
+        )
+        run = kernel.execute(code)
+        report = run.report()
+        assert report["raw_chars"]["stdout"] == 200_000
+        assert report["stdout"]["omitted_chars"] == 200_000 - 8192
+        assert len(run.stream_text("stdout")) <= 65536
+
+    def test_lone_surrogates_are_sanitized(self, kernel):
+        run = kernel.execute("print('a\\ud800b')")
+        assert run.stream_text("stdout") == "a\ufffdb\n"
+        assert run.report()["stdout"]["text"] == "a\ufffdb\n"
+
+    def test_silent_executions_are_reported(self, kernel):
+        report = kernel.execute("print('quiet')", silent=True).report()
+        assert report["stdout"]["text"] == "quiet\n"
+
+    def test_reports_go_to_the_latest_comm_only(self, kernel):
+        first = kernel.comm_id
+        kernel.open_comm()
+        run = kernel.execute("print(1)")
+        assert [msg["content"]["comm_id"] for msg in run.of("comm_msg")] == [kernel.comm_id]
+        closed = kernel.comm_id
+        kernel.send("comm_close", {"comm_id": closed, "data": {}})
+        assert kernel.execute("print(2)").of("comm_msg") == []
+        kernel.open_comm()
+        assert kernel.comm_id not in (first, closed)
+        assert kernel.execute("print(3)").report()["stdout"]["text"] == "3\n"

@@ -1,0 +1,159 @@
+//! The bundled Python helper: installed into every Python kernel right after start.
+//!
+//! The helper is real Python (`python/ipython_mcp_helper.py`, with its own pytest tests),
+//! embedded here with `include_str!`. It is installed by one silent execute whose code is a
+//! fixed bootstrap: the module source and its configuration travel base64-encoded, so nothing
+//! is ever spliced into code as text, and nothing is bound in the user's namespace. After that
+//! the server talks to it over a Jupyter comm (target `ipython_mcp`).
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use ipython_mcp_config::OutputLimits;
+use ipython_mcp_jupyter::protocol::{
+    CommId, CommOpen, ExecuteRequest, ExecutionState, JupyterMessage, JupyterMessageContent, ReplyStatus,
+};
+use ipython_mcp_jupyter::{Channel, Kernel};
+use serde_json::{json, Value};
+
+/// The helper module's source.
+pub const HELPER_SOURCE: &str = include_str!("../python/ipython_mcp_helper.py");
+
+/// The comm target the helper registers.
+pub const COMM_TARGET: &str = "ipython_mcp";
+
+/// How many raw characters per stream per execution the kernel still forwards live; past it
+/// the helper only counts (its end-of-execution report carries the bounded text).
+pub const RAW_FORWARD_CHARS: usize = 65_536;
+
+const BOOTSTRAP: &str = r#"import base64, json, sys, types
+mod = types.ModuleType("ipython_mcp_helper")
+mod.__file__ = "<ipython-mcp-helper>"
+sys.modules["ipython_mcp_helper"] = mod
+exec(compile(base64.b64decode(SOURCE_B64).decode("utf-8"), "<ipython-mcp-helper>", "exec"), mod.__dict__)
+mod.install(json.loads(base64.b64decode(CONFIG_B64).decode("utf-8")))
+"#;
+
+/// The code of the silent install execute.
+pub fn install_code(limits: &OutputLimits) -> String {
+    let engine = base64::engine::general_purpose::STANDARD;
+    let config = json!({
+        "max_text_chars": limits.max_text_chars,
+        "max_display_items": limits.max_display_items,
+        "max_image_bytes": limits.max_image_bytes,
+        "max_traceback_chars": limits.max_traceback_chars,
+        // One more than the server keeps, so the server still sees (and flags) the cut.
+        "max_string_chars": limits.max_text_chars + 1,
+        "raw_forward_chars": RAW_FORWARD_CHARS.max(limits.max_text_chars * 2),
+    });
+    // The bootstrap runs in a fresh globals dict: the user namespace stays untouched.
+    format!(
+        "exec(compile(__import__('base64').b64decode('{boot}').decode('utf-8'), '<ipython-mcp-boot>', 'exec'), {{'__name__': '__ipython_mcp_boot__', 'SOURCE_B64': '{source}', 'CONFIG_B64': '{config}'}})",
+        boot = engine.encode(BOOTSTRAP),
+        source = engine.encode(HELPER_SOURCE),
+        config = engine.encode(config.to_string()),
+    )
+}
+
+/// Why installing the helper failed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum InstallError {
+    #[error("helper install raised {ename}: {evalue}")]
+    Raised { ename: String, evalue: String },
+    #[error("helper did not answer within {seconds:.1}s")]
+    Timeout { seconds: f64 },
+    #[error("kernel exited while the helper was being installed")]
+    KernelExited,
+    #[error(transparent)]
+    Kernel(#[from] ipython_mcp_jupyter::Error),
+}
+
+/// Installs the helper and opens its comm; returns the comm id.
+pub async fn install(kernel: &Kernel, limits: &OutputLimits, timeout: Duration) -> Result<String, InstallError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let request = JupyterMessage::new(
+        ExecuteRequest {
+            code: install_code(limits),
+            silent: true,
+            store_history: false,
+            user_expressions: None,
+            allow_stdin: false,
+            stop_on_error: false,
+        },
+        None,
+    );
+    let (msg_id, mut receiver) = kernel.request(Channel::Shell, request).await?;
+    let mut reply = None;
+    let mut idle = false;
+    let mut raised = None;
+    while !(reply.is_some() && idle) {
+        let routed = match tokio::time::timeout_at(deadline, receiver.recv()).await {
+            Ok(Some(routed)) => routed,
+            Ok(None) => return Err(InstallError::KernelExited),
+            Err(_) => {
+                kernel.forget(&msg_id);
+                return Err(InstallError::Timeout { seconds: timeout.as_secs_f64() });
+            }
+        };
+        match routed.message.content {
+            JupyterMessageContent::ExecuteReply(content) => {
+                if let (ReplyStatus::Error, Some(error)) = (&content.status, &content.error) {
+                    raised = Some((error.ename.clone(), error.evalue.clone()));
+                }
+                reply = Some(content.status);
+            }
+            JupyterMessageContent::ErrorOutput(error) => raised = Some((error.ename, error.evalue)),
+            JupyterMessageContent::Status(status) if status.execution_state == ExecutionState::Idle => idle = true,
+            _ => {}
+        }
+    }
+    kernel.forget(&msg_id);
+    if let Some((ename, evalue)) = raised {
+        return Err(InstallError::Raised { ename, evalue });
+    }
+
+    let comm_id = uuid::Uuid::new_v4().to_string();
+    let open = CommOpen {
+        comm_id: CommId(comm_id.clone()),
+        target_name: COMM_TARGET.to_owned(),
+        data: serde_json::Map::new(),
+        target_module: None,
+    };
+    let (msg_id, mut receiver) = kernel.request(Channel::Shell, JupyterMessage::new(open, None)).await?;
+    let mut ready = false;
+    let mut idle = false;
+    while !(ready && idle) {
+        let routed = match tokio::time::timeout_at(deadline, receiver.recv()).await {
+            Ok(Some(routed)) => routed,
+            Ok(None) => return Err(InstallError::KernelExited),
+            Err(_) => {
+                kernel.forget(&msg_id);
+                return Err(InstallError::Timeout { seconds: timeout.as_secs_f64() });
+            }
+        };
+        match routed.message.content {
+            JupyterMessageContent::CommMsg(message) if message.comm_id.0 == comm_id => {
+                ready |= message.data.get("event").and_then(Value::as_str) == Some("ready");
+            }
+            JupyterMessageContent::Status(status) if status.execution_state == ExecutionState::Idle => idle = true,
+            _ => {}
+        }
+    }
+    kernel.forget(&msg_id);
+    Ok(comm_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn install_code_carries_no_raw_text() {
+        let code = install_code(&OutputLimits::default());
+        // Only the fixed frame and base64 payloads: no quotes or newlines from the source.
+        assert!(!code.contains('\n'));
+        assert!(code.starts_with("exec(compile(__import__('base64')"));
+        assert!(HELPER_SOURCE.contains("def install("));
+    }
+}

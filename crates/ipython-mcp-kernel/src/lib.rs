@@ -1,0 +1,22 @@
+//! Kernel sessions: the owner task of each kernel, its admission queue and deadlines, bounded
+//! output collection, and the Python helper installed into every kernel.
+//!
+//! Invariants:
+//! - Only a session's actor touches its kernel (process and sockets).
+//! - Output is bounded where it is collected ([`collect`]), and inside the kernel by the helper,
+//!   so memory per execution does not grow with what user code prints.
+//! - An operation either runs exactly once or not at all, and its result says which.
+
+mod bound;
+mod collect;
+pub mod helper;
+mod output;
+mod session;
+mod sink;
+mod status;
+
+pub use bound::{base64_decoded_len, BINARY_IMAGE_TYPES};
+pub use output::{DisplayItem, ErrorInfo, ExecutionOutput, ExecutionStatus, Interruption, NamespaceOutcome, RuntimeInfo, Truncated};
+pub use session::{ExecuteArgs, SessionHandle, SessionOptions};
+pub use sink::TerminalSink;
+pub use status::{EnvironmentStatus, KernelDescription, RuntimeStatus, SessionState};

@@ -1,0 +1,609 @@
+//! One kernel session: a [`SessionHandle`] (cheap to clone, async methods) and the private
+//! actor that owns the kernel process, runs operations one at a time in admission order,
+//! enforces deadlines and replaces the kernel when it dies or will not stop.
+//!
+//! Admission: the inbox is a bounded channel (`max_pending`; the active operation is not
+//! counted), so a full queue answers `runtime_busy` at once. Each request carries a ticket that
+//! moves from queued to dispatched or abandoned exactly once; a caller that waited longer than
+//! `queue_wait_timeout` abandons its ticket and gets `queue_timeout`, and the actor skips it.
+//! Neither runs code. The deadline starts at dispatch.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ipython_mcp_config::{OutputLimits, Timeouts};
+use ipython_mcp_env::{Phase, PythonEnvironment, Resolver};
+use ipython_mcp_jupyter::protocol::{ExecuteRequest, JupyterMessage, ReplyStatus};
+use ipython_mcp_jupyter::{Channel, Kernel, LaunchSpec};
+use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::collect::Collector;
+use crate::helper;
+use crate::output::{ErrorInfo, ExecutionOutput, ExecutionStatus, Interruption, NamespaceOutcome, RuntimeInfo};
+use crate::status::{EnvironmentStatus, KernelDescription, RuntimeStatus, SessionState};
+
+/// Everything a session needs to start and run kernels.
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    pub kernel_id: String,
+    pub limits: OutputLimits,
+    pub timeouts: Timeouts,
+    /// Items kept per JSON array/object in displays and results.
+    pub max_json_items: usize,
+    pub max_pending: usize,
+    pub queue_wait_timeout: Duration,
+    pub resolver: Resolver,
+}
+
+/// One `execute` request.
+#[derive(Debug, Clone)]
+pub struct ExecuteArgs {
+    pub code: String,
+    /// Deadline from dispatch; `None` uses the configured default.
+    pub timeout: Option<Duration>,
+    /// Correlates logs with the MCP request.
+    pub request_id: String,
+}
+
+/// The public side of a session.
+#[derive(Clone)]
+pub struct SessionHandle {
+    shared: Arc<Shared>,
+    inbox: mpsc::Sender<Command>,
+}
+
+struct Shared {
+    options: SessionOptions,
+    status: Mutex<RuntimeStatus>,
+    queue_depth: AtomicUsize,
+    next_seq: AtomicU64,
+    shutdown: CancellationToken,
+    closed: Notify,
+}
+
+enum Command {
+    Execute { ticket: Arc<Ticket>, args: ExecuteArgs, reply: oneshot::Sender<ExecutionOutput> },
+}
+
+const QUEUED: u8 = 0;
+const DISPATCHED: u8 = 1;
+const ABANDONED: u8 = 2;
+
+/// A queued request's admission record; it leaves the queued state exactly once.
+struct Ticket {
+    seq: u64,
+    execution_id: String,
+    enqueued_at: Instant,
+    state: AtomicU8,
+    dispatched: Notify,
+}
+
+impl Ticket {
+    fn dispatch(&self) -> bool {
+        let won = self.state.compare_exchange(QUEUED, DISPATCHED, Ordering::AcqRel, Ordering::Acquire).is_ok();
+        if won {
+            self.dispatched.notify_one();
+        }
+        won
+    }
+
+    fn abandon(&self) -> bool {
+        self.state.compare_exchange(QUEUED, ABANDONED, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+}
+
+impl SessionHandle {
+    /// Creates the session and starts its kernel in the background; returns at once.
+    pub fn start(options: SessionOptions) -> SessionHandle {
+        let (inbox, commands) = mpsc::channel(options.max_pending.max(1));
+        let shared = Arc::new(Shared {
+            status: Mutex::new(RuntimeStatus::starting(&options.kernel_id)),
+            options,
+            queue_depth: AtomicUsize::new(0),
+            next_seq: AtomicU64::new(1),
+            shutdown: CancellationToken::new(),
+            closed: Notify::new(),
+        });
+        let actor = Actor { shared: Arc::clone(&shared), commands, kernel: None, epoch: 0 };
+        tokio::spawn(actor.run());
+        SessionHandle { shared, inbox }
+    }
+
+    pub fn kernel_id(&self) -> &str {
+        &self.shared.options.kernel_id
+    }
+
+    /// The session's status, answered without queueing.
+    pub fn status(&self) -> RuntimeStatus {
+        let mut status = self.shared.status.lock().expect("status lock").clone();
+        status.queue_depth = self.shared.queue_depth.load(Ordering::Acquire);
+        status
+    }
+
+    /// Runs code in the kernel, waiting in the admission queue first.
+    pub async fn execute(&self, args: ExecuteArgs) -> ExecutionOutput {
+        let seq = self.shared.next_seq.fetch_add(1, Ordering::AcqRel);
+        let execution_id = uuid::Uuid::new_v4().to_string();
+        let ticket = Arc::new(Ticket {
+            seq,
+            execution_id: execution_id.clone(),
+            enqueued_at: Instant::now(),
+            state: AtomicU8::new(QUEUED),
+            dispatched: Notify::new(),
+        });
+        let not_run = |error: ErrorInfo, status: &RuntimeStatus| {
+            ExecutionOutput::not_run(
+                execution_id.clone(),
+                RuntimeInfo {
+                    request_id: args.request_id.clone(),
+                    admission_seq: seq,
+                    epoch: status.epoch,
+                    queue_wait_ms: ticket.enqueued_at.elapsed().as_millis() as u64,
+                    run_ms: 0,
+                    interruption: None,
+                    namespace: None,
+                },
+                error,
+            )
+        };
+        let status = self.status();
+        match status.state {
+            SessionState::Closed => return not_run(closed_error(), &status),
+            SessionState::Unavailable => return not_run(unavailable_error(&status), &status),
+            _ => {}
+        }
+        let (reply, result) = oneshot::channel();
+        let command = Command::Execute { ticket: Arc::clone(&ticket), args: args.clone(), reply };
+        // Count before sending so the actor's decrement can never run first.
+        self.shared.queue_depth.fetch_add(1, Ordering::AcqRel);
+        if let Err(error) = self.inbox.try_send(command) {
+            self.shared.queue_depth.fetch_sub(1, Ordering::AcqRel);
+            let error = match error {
+                mpsc::error::TrySendError::Full(_) => ErrorInfo::new(
+                    "runtime_busy",
+                    format!("{} operations are already waiting for this kernel", self.shared.options.max_pending),
+                )
+                .with_hint("wait for earlier calls to finish, or check runtime_status"),
+                mpsc::error::TrySendError::Closed(_) => closed_error(),
+            };
+            return not_run(error, &self.status());
+        }
+        let queue_wait = self.shared.options.queue_wait_timeout;
+        tokio::select! {
+            biased;
+            _ = ticket.dispatched.notified() => {}
+            _ = tokio::time::sleep(queue_wait) => {
+                if ticket.abandon() {
+                    let error = ErrorInfo::new(
+                        "queue_timeout",
+                        format!("waited {:.1}s in the queue behind earlier operations; nothing ran", queue_wait.as_secs_f64()),
+                    )
+                    .with_hint("the kernel is busy with earlier work; check runtime_status");
+                    return not_run(error, &self.status());
+                }
+            }
+        }
+        match result.await {
+            Ok(output) => output,
+            Err(_) => not_run(closed_error(), &self.status()),
+        }
+    }
+
+    /// Stops admission, ends queued requests with `runtime_closed`, interrupts active work and
+    /// terminates the kernel. Safe to call more than once.
+    pub async fn shutdown(&self) {
+        let closed = self.shared.closed.notified();
+        self.shared.shutdown.cancel();
+        if self.status().state != SessionState::Closed {
+            let _ = tokio::time::timeout(self.shared.options.timeouts.interruption_grace * 3 + Duration::from_secs(2), closed).await;
+        }
+    }
+}
+
+fn closed_error() -> ErrorInfo {
+    ErrorInfo::new("runtime_closed", "the server is shutting down; nothing ran")
+}
+
+fn unavailable_error(status: &RuntimeStatus) -> ErrorInfo {
+    let reason = status.error.as_ref().map_or("the kernel could not be started".to_owned(), |error| error.message.clone());
+    ErrorInfo::new("runtime_unavailable", format!("the kernel is unavailable: {reason}"))
+        .with_hint("see runtime_status for details; fix the cause (e.g. set IPYTHON_MCP_PYTHON) and restart the server")
+}
+
+/// The running kernel and what we know about it.
+struct Running {
+    kernel: Kernel,
+    helper_comm: Option<String>,
+}
+
+struct Actor {
+    shared: Arc<Shared>,
+    commands: mpsc::Receiver<Command>,
+    kernel: Option<Running>,
+    epoch: u64,
+}
+
+impl Actor {
+    async fn run(mut self) {
+        let shutdown = self.shared.shutdown.clone();
+        let environment = tokio::select! {
+            environment = self.provision() => environment,
+            _ = shutdown.cancelled() => None,
+        };
+        if let Some(environment) = &environment {
+            let started = Instant::now();
+            let launched = tokio::select! {
+                launched = self.launch(environment) => Some(launched),
+                _ = shutdown.cancelled() => None,
+            };
+            match launched {
+                Some(Ok(running)) => {
+                    let elapsed = started.elapsed().as_secs_f64();
+                    self.kernel = Some(running);
+                    self.update(|status| {
+                        status.state = SessionState::Ready;
+                        status.startup_seconds = Some(elapsed);
+                        status.error = None;
+                    });
+                }
+                Some(Err(error)) => self.set_unavailable(error),
+                None => {}
+            }
+        }
+        if !shutdown.is_cancelled() {
+            self.serve(&environment).await;
+        }
+        self.close().await;
+    }
+
+    async fn serve(&mut self, environment: &Option<PythonEnvironment>) {
+        let shutdown = self.shared.shutdown.clone();
+        loop {
+            let command = tokio::select! {
+                command = self.commands.recv() => command,
+                _ = shutdown.cancelled() => return,
+            };
+            let Some(Command::Execute { ticket, args, reply }) = command else { return };
+            self.shared.queue_depth.fetch_sub(1, Ordering::AcqRel);
+            if !ticket.dispatch() {
+                continue; // abandoned: its caller already answered queue_timeout
+            }
+            let output = self.execute(&ticket, &args, environment).await;
+            let _ = reply.send(output);
+        }
+    }
+
+    async fn provision(&mut self) -> Option<PythonEnvironment> {
+        let started = std::time::Instant::now();
+        let shared = Arc::clone(&self.shared);
+        let progress = move |phase: Phase| {
+            let (name, tool) = phase_name(&phase);
+            let mut status = shared.status.lock().expect("status lock");
+            status.environment = Some(EnvironmentStatus {
+                phase: name.to_owned(),
+                elapsed_seconds: started.elapsed().as_secs_f64(),
+                source: None,
+                tool,
+                created: false,
+            });
+        };
+        match self.shared.options.resolver.resolve(&progress).await {
+            Ok(environment) => {
+                self.update(|status| {
+                    status.environment = Some(EnvironmentStatus {
+                        phase: "ready".to_owned(),
+                        elapsed_seconds: started.elapsed().as_secs_f64(),
+                        source: serde_json::to_value(&environment.source).ok().and_then(|v| v.as_str().map(str::to_owned)),
+                        tool: status.environment.as_ref().and_then(|e| e.tool.clone()),
+                        created: environment.created,
+                    });
+                });
+                tracing::info!(python = %environment.executable.display(), created = environment.created, "python environment ready");
+                Some(environment)
+            }
+            Err(error) => {
+                tracing::error!(%error, "python environment unavailable");
+                self.update(|status| {
+                    if let Some(environment) = &mut status.environment {
+                        environment.phase = "failed".to_owned();
+                        environment.elapsed_seconds = started.elapsed().as_secs_f64();
+                    }
+                });
+                self.set_unavailable(ErrorInfo::new("runtime_unavailable", error.to_string()));
+                None
+            }
+        }
+    }
+
+    async fn launch(&mut self, environment: &PythonEnvironment) -> Result<Running, ErrorInfo> {
+        let options = &self.shared.options;
+        let spec = LaunchSpec { python: environment.executable.clone(), env: Vec::new(), working_dir: None };
+        let started = Instant::now();
+        let kernel = Kernel::launch(&spec, options.timeouts.kernel_startup)
+            .await
+            .map_err(|error| ErrorInfo::new("runtime_unavailable", error.to_string()))?;
+        let remaining = options.timeouts.kernel_startup.saturating_sub(started.elapsed()).max(Duration::from_secs(1));
+        let helper_comm = match helper::install(&kernel, &options.limits, remaining).await {
+            Ok(comm) => comm,
+            Err(error) => {
+                let message = format!("{error}; kernel stderr: {}", kernel.stderr_tail());
+                kernel.shutdown(Duration::from_millis(200)).await;
+                return Err(ErrorInfo::new("runtime_unavailable", message));
+            }
+        };
+        let info = kernel.info();
+        let description = KernelDescription {
+            pid: kernel.pid(),
+            python: environment.executable.display().to_string(),
+            python_version: info.language_info.version.clone(),
+            ipykernel_version: environment.ipykernel_version.clone(),
+            implementation: format!("{} {}", info.implementation, info.implementation_version),
+            spec: "python3".to_owned(),
+            helper: true,
+        };
+        tracing::info!(pid = description.pid, elapsed_ms = started.elapsed().as_millis() as u64, "kernel started");
+        self.update(|status| status.kernel = Some(description));
+        Ok(Running { kernel, helper_comm: Some(helper_comm) })
+    }
+
+    fn set_unavailable(&self, error: ErrorInfo) {
+        self.update(|status| {
+            status.state = SessionState::Unavailable;
+            status.kernel = None;
+            status.error = Some(error);
+        });
+    }
+
+    fn update(&self, change: impl FnOnce(&mut RuntimeStatus)) {
+        change(&mut self.shared.status.lock().expect("status lock"));
+    }
+
+    async fn execute(&mut self, ticket: &Ticket, args: &ExecuteArgs, environment: &Option<PythonEnvironment>) -> ExecutionOutput {
+        let options = self.shared.options.clone();
+        let queue_wait_ms = ticket.enqueued_at.elapsed().as_millis() as u64;
+        let runtime = |epoch: u64, run_ms: u64| RuntimeInfo {
+            request_id: args.request_id.clone(),
+            admission_seq: ticket.seq,
+            epoch,
+            queue_wait_ms,
+            run_ms,
+            interruption: None,
+            namespace: None,
+        };
+        let Some(running) = &self.kernel else {
+            let status = self.shared.status.lock().expect("status lock").clone();
+            return ExecutionOutput::not_run(ticket.execution_id.clone(), runtime(self.epoch, 0), unavailable_error(&status));
+        };
+        self.update(|status| {
+            status.state = SessionState::Busy;
+            status.operation_active = true;
+        });
+        let started = Instant::now();
+        let timeout = args.timeout.unwrap_or(options.timeouts.operation);
+        let deadline = started + timeout;
+        let request = JupyterMessage::new(
+            ExecuteRequest {
+                code: args.code.clone(),
+                silent: false,
+                store_history: true,
+                user_expressions: None,
+                allow_stdin: false,
+                // One request at a time anyway; never abort what a later caller queued.
+                stop_on_error: false,
+            },
+            None,
+        );
+        let mut collector = Collector::new(options.limits, options.max_json_items, running.helper_comm.clone());
+        let sent = running.kernel.request(Channel::Shell, request).await;
+        let mut interruption = None;
+        let mut ended = End::Completed;
+        match sent {
+            Err(error) => ended = End::Died(error.to_string()),
+            Ok((msg_id, mut receiver)) => {
+                let mut grace_deadline = None;
+                let shutdown = self.shared.shutdown.clone();
+                loop {
+                    if collector.done() {
+                        break;
+                    }
+                    let wake = grace_deadline.unwrap_or(deadline);
+                    tokio::select! {
+                        routed = receiver.recv() => match routed {
+                            Some(routed) => collector.absorb(routed),
+                            None => {
+                                ended = End::Died(running.kernel.exit_watch().borrow().as_ref().map_or("kernel exited".to_owned(), |exit| exit.to_string()));
+                                break;
+                            }
+                        },
+                        _ = tokio::time::sleep_until(wake) => {
+                            if grace_deadline.is_some() {
+                                ended = End::WouldNotStop;
+                                break;
+                            }
+                            running.kernel.interrupt();
+                            interruption = Some(Interruption::Cooperative);
+                            if !matches!(ended, End::Closing) {
+                                ended = End::TimedOut;
+                            }
+                            grace_deadline = Some(Instant::now() + options.timeouts.interruption_grace);
+                        },
+                        _ = shutdown.cancelled(), if grace_deadline.is_none() => {
+                            running.kernel.interrupt();
+                            interruption = Some(Interruption::Cooperative);
+                            ended = End::Closing;
+                            grace_deadline = Some(Instant::now() + options.timeouts.interruption_grace);
+                        },
+                    }
+                }
+                running.kernel.forget(&msg_id);
+            }
+        }
+        let run_ms = started.elapsed().as_millis() as u64;
+        let epoch = self.epoch;
+        let collected = collector.finish();
+        let mut status = match collected.reply.as_ref().map(|reply| &reply.status) {
+            Some(ReplyStatus::Ok) => ExecutionStatus::Ok,
+            _ => ExecutionStatus::Error,
+        };
+        let mut error = collected.error.clone();
+        let mut namespace = None;
+        match &ended {
+            End::Completed => {}
+            End::TimedOut => {
+                status = ExecutionStatus::Timeout;
+                // Cooperative stop: confirm the kernel still answers before promising anything.
+                let healthy = running.kernel.heartbeat(Duration::from_secs(1)).await;
+                namespace = Some(if healthy { NamespaceOutcome::Preserved } else { NamespaceOutcome::Unknown });
+                error = Some(
+                    ErrorInfo::new(
+                        "operation_timeout",
+                        format!("execution exceeded its {:.1}s deadline and was interrupted", timeout.as_secs_f64()),
+                    )
+                    .with_hint("the namespace was preserved: anything defined before the interrupt is still there"),
+                );
+            }
+            End::Closing => {
+                status = ExecutionStatus::Cancelled;
+                error = Some(closed_error());
+            }
+            End::WouldNotStop | End::Died(_) => {
+                let died = matches!(ended, End::Died(_));
+                let detail = match &ended {
+                    End::Died(exit) => exit.clone(),
+                    _ => String::new(),
+                };
+                status = if died { ExecutionStatus::Error } else { ExecutionStatus::Timeout };
+                interruption = if died { None } else { Some(Interruption::Terminated) };
+                namespace = Some(NamespaceOutcome::Reset);
+                let replaced = self.replace(environment).await;
+                let (code, message) = if died {
+                    ("kernel_died", format!("the kernel process died during execution ({detail})"))
+                } else {
+                    (
+                        "operation_timeout",
+                        format!(
+                            "execution exceeded its {:.1}s deadline and did not stop within {:.1}s of an interrupt; the kernel was killed",
+                            timeout.as_secs_f64(),
+                            options.timeouts.interruption_grace.as_secs_f64()
+                        ),
+                    )
+                };
+                let hint = if replaced {
+                    "a fresh kernel replaced it: every variable, import and function is gone; re-run your setup"
+                } else {
+                    "no replacement kernel could be started; see runtime_status"
+                };
+                error = Some(ErrorInfo::new(code, message).with_hint(hint));
+            }
+        }
+        self.update(|status_record| {
+            if status_record.state == SessionState::Busy {
+                status_record.state = SessionState::Ready;
+            }
+            status_record.operation_active = false;
+            if interruption.is_some() || namespace.is_some() {
+                status_record.latest_interruption_kind = interruption;
+                status_record.latest_namespace_outcome = namespace;
+            }
+        });
+        let ok = status == ExecutionStatus::Ok && error.is_none();
+        ExecutionOutput {
+            ok,
+            status,
+            execution_count: collected.reply.as_ref().and_then(|reply| reply.execution_count),
+            stdout: collected.stdout,
+            stderr: collected.stderr,
+            stdout_omitted_chars: collected.stdout_omitted_chars,
+            stderr_omitted_chars: collected.stderr_omitted_chars,
+            display_data: collected.display_data,
+            display_omitted: collected.display_omitted,
+            result: collected.result,
+            error,
+            truncated: collected.truncated,
+            execution_id: ticket.execution_id.clone(),
+            runtime: RuntimeInfo { interruption, namespace, ..runtime(epoch, run_ms) },
+        }
+    }
+
+    /// Kills the current kernel and starts a fresh one; the epoch advances either way.
+    async fn replace(&mut self, environment: &Option<PythonEnvironment>) -> bool {
+        self.update(|status| status.state = SessionState::Recovering);
+        if let Some(running) = self.kernel.take() {
+            running.kernel.kill().await;
+        }
+        self.epoch += 1;
+        let epoch = self.epoch;
+        self.update(|status| status.epoch = epoch);
+        let Some(environment) = environment else { return false };
+        let started = Instant::now();
+        match self.launch(environment).await {
+            Ok(running) => {
+                self.kernel = Some(running);
+                let elapsed = started.elapsed().as_secs_f64();
+                tracing::info!(epoch, elapsed_ms = (elapsed * 1000.0) as u64, "kernel replaced");
+                self.update(|status| {
+                    status.state = SessionState::Ready;
+                    status.replacement_startup_seconds = Some(elapsed);
+                });
+                true
+            }
+            Err(error) => {
+                tracing::error!(message = %error.message, "kernel replacement failed");
+                self.set_unavailable(error);
+                false
+            }
+        }
+    }
+
+    async fn close(&mut self) {
+        self.update(|status| {
+            status.state = SessionState::Closed;
+            status.operation_active = false;
+        });
+        self.commands.close();
+        while let Ok(Command::Execute { ticket, args, reply }) = self.commands.try_recv() {
+            self.shared.queue_depth.fetch_sub(1, Ordering::AcqRel);
+            if ticket.dispatch() {
+                let runtime = RuntimeInfo {
+                    request_id: args.request_id.clone(),
+                    admission_seq: ticket.seq,
+                    epoch: self.epoch,
+                    queue_wait_ms: ticket.enqueued_at.elapsed().as_millis() as u64,
+                    run_ms: 0,
+                    interruption: None,
+                    namespace: None,
+                };
+                let _ = reply.send(ExecutionOutput::not_run(ticket.execution_id.clone(), runtime, closed_error()));
+            }
+        }
+        if let Some(running) = self.kernel.take() {
+            running.kernel.shutdown(self.shared.options.timeouts.interruption_grace.min(Duration::from_secs(2))).await;
+        }
+        self.shared.closed.notify_waiters();
+        tracing::debug!(kernel_id = %self.shared.options.kernel_id, "session closed");
+    }
+}
+
+enum End {
+    Completed,
+    TimedOut,
+    Closing,
+    WouldNotStop,
+    Died(String),
+}
+
+fn phase_name(phase: &Phase) -> (&'static str, Option<String>) {
+    match phase {
+        Phase::Probing => ("probing", None),
+        Phase::Locking => ("locking", None),
+        Phase::Creating { tool } => ("creating", Some(tool.clone())),
+        Phase::Installing { tool } => ("installing", Some(tool.clone())),
+        Phase::Verifying => ("verifying", None),
+        Phase::Ready => ("ready", None),
+        #[allow(unreachable_patterns)]
+        _ => ("working", None),
+    }
+}

@@ -1,0 +1,81 @@
+//! The out-of-band view of a session (`runtime_status`). Never holds code, arguments, results
+//! or namespace values.
+
+use schemars::JsonSchema;
+use serde::Serialize;
+
+use crate::output::{ErrorInfo, Interruption, NamespaceOutcome};
+
+/// Life stage of a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionState {
+    Starting,
+    Ready,
+    Busy,
+    Recovering,
+    Unavailable,
+    Closed,
+}
+
+/// The kernel process behind a session.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct KernelDescription {
+    pub pid: u32,
+    pub python: String,
+    pub python_version: String,
+    pub ipykernel_version: String,
+    pub implementation: String,
+    pub spec: String,
+    pub helper: bool,
+}
+
+/// Where the kernel's Python comes from, and provisioning progress.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct EnvironmentStatus {
+    /// `probing`, `locking`, `creating`, `installing`, `verifying`, `ready`, or `failed`.
+    pub phase: String,
+    pub elapsed_seconds: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// True when this start created the managed environment.
+    pub created: bool,
+}
+
+/// What `runtime_status` returns for one session.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct RuntimeStatus {
+    pub kernel_id: String,
+    pub state: SessionState,
+    pub epoch: u64,
+    pub queue_depth: usize,
+    pub operation_active: bool,
+    pub latest_interruption_kind: Option<Interruption>,
+    pub latest_namespace_outcome: Option<NamespaceOutcome>,
+    pub startup_seconds: Option<f64>,
+    pub replacement_startup_seconds: Option<f64>,
+    pub kernel: Option<KernelDescription>,
+    pub environment: Option<EnvironmentStatus>,
+    pub error: Option<ErrorInfo>,
+}
+
+impl RuntimeStatus {
+    pub(crate) fn starting(kernel_id: &str) -> Self {
+        RuntimeStatus {
+            kernel_id: kernel_id.to_owned(),
+            state: SessionState::Starting,
+            epoch: 0,
+            queue_depth: 0,
+            operation_active: false,
+            latest_interruption_kind: None,
+            latest_namespace_outcome: None,
+            startup_seconds: None,
+            replacement_startup_seconds: None,
+            kernel: None,
+            environment: None,
+            error: None,
+        }
+    }
+}

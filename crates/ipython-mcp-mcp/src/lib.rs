@@ -1,0 +1,13 @@
+//! The MCP surface of ipython-mcp: tool definitions (names, descriptions, schemas,
+//! annotations), argument checks, and rendering of session results into `CallToolResult`s.
+//!
+//! Invariants:
+//! - This is the only crate that knows MCP (rmcp).
+//! - Every tool result carries `structuredContent` matching its `outputSchema`, a short text
+//!   block for clients that only read text, and `isError` exactly when `ok` is false.
+//! - Internal errors become a stable `code` and a useful message here, in one place.
+
+mod render;
+mod server;
+
+pub use server::{IpythonMcp, Sessions, MAX_CODE_BYTES};

@@ -1,0 +1,143 @@
+//! Turning session results into MCP tool results.
+//!
+//! `structuredContent` carries the full bounded result; image payloads in it are replaced by a
+//! short reference because the image itself travels once, as MCP image content. The text block
+//! is what text-only clients show the model: the outputs themselves, not a JSON dump.
+
+use ipython_mcp_kernel::{base64_decoded_len, ErrorInfo, ExecutionOutput, RuntimeInfo, BINARY_IMAGE_TYPES};
+use rmcp::model::{CallToolResult, ContentBlock as Content, NumberOrString, RequestId};
+use serde_json::Value;
+
+use crate::server::StatusResult;
+
+pub(crate) fn request_id(id: &RequestId) -> String {
+    match id {
+        NumberOrString::Number(number) => number.to_string(),
+        NumberOrString::String(text) => shorten(text, 64),
+    }
+}
+
+pub(crate) fn shorten(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((index, _)) => format!("{}…", &text[..index]),
+        None => text.to_owned(),
+    }
+}
+
+/// An `execute` that was refused before reaching a session.
+pub(crate) fn rejected_execute(request_id: String, error: ErrorInfo) -> CallToolResult {
+    let runtime = RuntimeInfo { request_id, admission_seq: 0, epoch: 0, queue_wait_ms: 0, run_ms: 0, interruption: None, namespace: None };
+    execution(&ExecutionOutput::not_run(String::new(), runtime, error))
+}
+
+pub(crate) fn execution(output: &ExecutionOutput) -> CallToolResult {
+    let mut structured = serde_json::to_value(output).unwrap_or(Value::Null);
+    let mut images = Vec::new();
+    if let Some(items) = structured.get_mut("display_data").and_then(Value::as_array_mut) {
+        for item in items {
+            if let Some(data) = item.get_mut("data") {
+                extract_images(data, &mut images);
+            }
+        }
+    }
+    if let Some(result) = structured.get_mut("result") {
+        extract_images(result, &mut images);
+    }
+    let mut content = vec![Content::text(execution_text(output))];
+    content.extend(images.into_iter().map(|(data, mime)| Content::image(data, mime)));
+    finish(structured, content, output.ok)
+}
+
+pub(crate) fn status(result: &StatusResult) -> CallToolResult {
+    let structured = serde_json::to_value(result).unwrap_or(Value::Null);
+    let text = match (&result.status, &result.error) {
+        (Some(status), _) => {
+            let mut text = format!("kernel {:?}: {:?}, epoch {}", status.kernel_id, status.state, status.epoch).to_lowercase();
+            if let Some(kernel) = &status.kernel {
+                text.push_str(&format!("; pid {}, Python {}, ipykernel {}", kernel.pid, kernel.python_version, kernel.ipykernel_version));
+            }
+            if let Some(environment) = &status.environment {
+                if environment.phase != "ready" {
+                    text.push_str(&format!("; environment {} ({:.0}s)", environment.phase, environment.elapsed_seconds));
+                }
+            }
+            if let Some(error) = &status.error {
+                text.push_str(&format!("\nerror [{}]: {}", error.code, error.message));
+            }
+            text
+        }
+        (None, Some(error)) => format!("error [{}]: {}", error.code, error.message),
+        (None, None) => String::new(),
+    };
+    finish(structured, vec![Content::text(text)], result.ok)
+}
+
+fn finish(structured: Value, content: Vec<Content>, ok: bool) -> CallToolResult {
+    let mut result = if ok { CallToolResult::structured(structured) } else { CallToolResult::structured_error(structured) };
+    result.content = content;
+    result.is_error = Some(!ok);
+    result
+}
+
+/// Moves base64 images out of a mime bundle into `images`, leaving a short reference.
+fn extract_images(bundle: &mut Value, images: &mut Vec<(String, String)>) {
+    let Some(map) = bundle.as_object_mut() else { return };
+    for mime in BINARY_IMAGE_TYPES {
+        if let Some(Value::String(data)) = map.get_mut(*mime) {
+            let bytes = base64_decoded_len(data);
+            let payload = std::mem::replace(data, format!("<{mime}, {bytes} bytes, returned as MCP image content #{}>", images.len() + 1));
+            images.push((payload.split_whitespace().collect(), (*mime).to_owned()));
+        }
+    }
+}
+
+fn execution_text(output: &ExecutionOutput) -> String {
+    let mut text = String::new();
+    let status = match &output.execution_count {
+        Some(count) => format!("[{:?}] Out[{count}]", output.status),
+        None => format!("[{:?}]", output.status),
+    };
+    text.push_str(&status.to_lowercase());
+    let mut section = |name: &str, body: &str, omitted: u64| {
+        if body.is_empty() && omitted == 0 {
+            return;
+        }
+        text.push_str(&format!("\n--- {name} ---\n{body}"));
+        if omitted > 0 {
+            text.push_str(&format!("\n[… {omitted} more characters of {name} omitted]"));
+        }
+    };
+    section("stdout", &output.stdout, output.stdout_omitted_chars);
+    section("stderr", &output.stderr, output.stderr_omitted_chars);
+    if let Some(result) = &output.result {
+        if let Some(plain) = result.get("text/plain").and_then(Value::as_str) {
+            section("result", plain, 0);
+        }
+    }
+    let displays = output.display_data.len();
+    if displays > 0 || output.display_omitted > 0 {
+        text.push_str(&format!("\n--- displays: {displays} returned"));
+        if output.display_omitted > 0 {
+            text.push_str(&format!(", {} omitted", output.display_omitted));
+        }
+        text.push_str(" ---");
+        for item in &output.display_data {
+            if let Some(plain) = item.data.get("text/plain").and_then(Value::as_str) {
+                text.push_str(&format!("\n{}", shorten(plain, 500)));
+            }
+        }
+    }
+    if let Some(error) = &output.error {
+        text.push_str(&format!("\n--- error [{}] ---\n{}", error.code, error.message));
+        if let Some(traceback) = &error.traceback {
+            text.push_str(&format!("\n{traceback}"));
+        }
+        if let Some(hint) = &error.hint {
+            text.push_str(&format!("\nhint: {hint}"));
+        }
+    }
+    if let (Some(kind), Some(namespace)) = (&output.runtime.interruption, &output.runtime.namespace) {
+        text.push_str(&format!("\n[interrupted: {kind:?}; namespace {namespace:?}]").to_lowercase());
+    }
+    text
+}

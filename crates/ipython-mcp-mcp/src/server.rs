@@ -1,0 +1,200 @@
+//! The rmcp server handler and the tools it serves.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ipython_mcp_config::Config;
+use ipython_mcp_kernel::{ErrorInfo, ExecuteArgs, RuntimeStatus, SessionHandle};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::schema_for_output;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::service::RequestContext;
+use rmcp::{schemars, tool, tool_handler, tool_router, RoleServer, ServerHandler};
+use serde::{Deserialize, Serialize};
+
+use crate::render;
+
+/// Largest `code` accepted by `execute`, in bytes.
+pub const MAX_CODE_BYTES: usize = 1024 * 1024;
+
+/// The kernel sessions the server holds, by id.
+#[derive(Clone)]
+pub struct Sessions {
+    sessions: Arc<BTreeMap<String, SessionHandle>>,
+}
+
+impl Sessions {
+    /// The id of the session started with the server.
+    pub const DEFAULT: &'static str = "default";
+
+    pub fn new(default: SessionHandle) -> Self {
+        let mut sessions = BTreeMap::new();
+        sessions.insert(Self::DEFAULT.to_owned(), default);
+        Sessions { sessions: Arc::new(sessions) }
+    }
+
+    pub fn get(&self, kernel: Option<&str>) -> Result<&SessionHandle, ErrorInfo> {
+        let id = kernel.unwrap_or(Self::DEFAULT);
+        self.sessions.get(id).ok_or_else(|| {
+            ErrorInfo::new("invalid_arguments", format!("no kernel session named {:?}", render::shorten(id, 64)))
+                .with_hint(format!("known sessions: {}", self.sessions.keys().cloned().collect::<Vec<_>>().join(", ")))
+        })
+    }
+
+    /// Shuts every session down.
+    pub async fn shutdown(&self) {
+        for session in self.sessions.values() {
+            session.shutdown().await;
+        }
+    }
+}
+
+/// Arguments of `execute`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecuteParams {
+    /// Python source to run, exactly as in a notebook cell (IPython syntax: magics like
+    /// `%timeit` and `!ls` work). The value of a final expression is returned in `result`.
+    pub code: String,
+    /// Kernel session id; omit for the `default` session.
+    #[serde(default)]
+    pub kernel: Option<String>,
+    /// Deadline in seconds, counted from when the code starts running (queue time excluded).
+    /// Defaults to the server's operation timeout (30 s unless configured); at most the
+    /// server's max timeout. On expiry the kernel is interrupted; if it does not stop within
+    /// the grace period it is replaced and the namespace is lost (see `runtime.namespace`).
+    #[serde(default)]
+    pub timeout_seconds: Option<f64>,
+}
+
+/// Arguments of `runtime_status`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatusParams {
+    /// Kernel session id; omit for the `default` session.
+    #[serde(default)]
+    pub kernel: Option<String>,
+}
+
+/// The result of `runtime_status`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct StatusResult {
+    /// False only when the request itself was invalid (e.g. unknown kernel).
+    pub ok: bool,
+    /// The session's state; absent when `ok` is false.
+    pub status: Option<RuntimeStatus>,
+    /// What was wrong with the request.
+    pub error: Option<ErrorInfo>,
+}
+
+/// The ipython-mcp server: one instance per MCP connection, sharing the sessions.
+#[derive(Clone)]
+pub struct IpythonMcp {
+    sessions: Sessions,
+    config: Arc<Config>,
+    tool_router: ToolRouter<IpythonMcp>,
+}
+
+impl IpythonMcp {
+    pub fn new(sessions: Sessions, config: Arc<Config>) -> Self {
+        IpythonMcp { sessions, config, tool_router: Self::tool_router() }
+    }
+
+    fn check_execute(&self, params: &ExecuteParams) -> Result<Option<Duration>, ErrorInfo> {
+        if params.code.len() > MAX_CODE_BYTES {
+            return Err(ErrorInfo::new(
+                "invalid_arguments",
+                format!("code is {} bytes; the limit is {MAX_CODE_BYTES} bytes", params.code.len()),
+            )
+            .with_hint("write large data to a file and read it from Python instead of inlining it"));
+        }
+        let max = self.config.timeouts.max_operation;
+        match params.timeout_seconds {
+            None => Ok(None),
+            Some(seconds) if seconds.is_finite() && seconds > 0.0 && seconds <= max.as_secs_f64() => {
+                Ok(Some(Duration::from_secs_f64(seconds)))
+            }
+            Some(seconds) => Err(ErrorInfo::new(
+                "invalid_arguments",
+                format!("timeout_seconds must be a positive number of seconds up to {}, got {seconds}", max.as_secs_f64()),
+            )),
+        }
+    }
+}
+
+#[tool_router]
+impl IpythonMcp {
+    #[tool(
+        name = "execute",
+        description = "Run Python code in a persistent IPython kernel and return its output. \
+Variables, functions, classes and imports persist between calls, so build state step by step \
+instead of re-running everything. Returns stdout/stderr (bounded: the first characters are kept \
+and `*_omitted_chars` says exactly how much was cut), rich displays (images come back as image \
+content), the final expression's value in `result`, and on failure a structured `error` \
+(`execution_error` with ename/evalue/traceback when your code raised). `ok` is false when the \
+code raised or did not finish; `runtime.namespace` then tells whether your variables survived \
+(`preserved`) or the kernel was replaced (`reset`: re-run your setup). Prefer printing summaries \
+(df.head(), len(x)) over whole objects. Use runtime_status to check on the kernel without running code.",
+        output_schema = schema_for_output::<ipython_mcp_kernel::ExecutionOutput>(),
+        annotations(title = "Execute Python", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
+    )]
+    async fn execute(
+        &self,
+        Parameters(params): Parameters<ExecuteParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, rmcp::ErrorData> {
+        let request_id = render::request_id(&context.id);
+        let session = match self.sessions.get(params.kernel.as_deref()) {
+            Ok(session) => session.clone(),
+            Err(error) => return Ok(render::rejected_execute(request_id, error)),
+        };
+        let timeout = match self.check_execute(&params) {
+            Ok(timeout) => timeout,
+            Err(error) => return Ok(render::rejected_execute(request_id, error)),
+        };
+        let started = std::time::Instant::now();
+        let output = session.execute(ExecuteArgs { code: params.code, timeout, request_id }).await;
+        tracing::info!(
+            tool = "execute",
+            kernel = session.kernel_id(),
+            status = ?output.status,
+            ms = started.elapsed().as_millis() as u64,
+            "tool call"
+        );
+        Ok(render::execution(&output))
+    }
+
+    #[tool(
+        name = "runtime_status",
+        description = "Report the state of a kernel session without running code or waiting in its \
+queue (safe to call while an execute is running): state (starting/ready/busy/recovering/unavailable/closed), \
+epoch (advances each time the kernel is replaced), queue depth, the latest interruption and namespace \
+outcome, the kernel process (pid, Python, ipykernel), provisioning progress of the Python environment, \
+and the error that made it unavailable. Never returns code, arguments or values. Call it when execute \
+answers runtime_unavailable or seems slow, or to learn which Python you are running.",
+        output_schema = schema_for_output::<StatusResult>(),
+        annotations(title = "Runtime status", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn runtime_status(&self, Parameters(params): Parameters<StatusParams>) -> Result<CallToolResult, rmcp::ErrorData> {
+        let result = match self.sessions.get(params.kernel.as_deref()) {
+            Ok(session) => StatusResult { ok: true, status: Some(session.status()), error: None },
+            Err(error) => StatusResult { ok: false, status: None, error: Some(error) },
+        };
+        Ok(render::status(&result))
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for IpythonMcp {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("ipython-mcp", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Live, persistent Python in a real IPython kernel. Use `execute` to run code; state \
+persists across calls. Output is bounded; results say exactly what was omitted. Use `runtime_status` \
+to check the kernel without running code. This is not a sandbox: code runs with the user's permissions.",
+            )
+    }
+}

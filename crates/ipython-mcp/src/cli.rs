@@ -1,0 +1,93 @@
+//! Command-line interface: every setting is a flag backed by an `IPYTHON_MCP_*` variable.
+//! Values arrive as text and are validated by `ipython_mcp_config`, so a bad value is reported
+//! in one line naming the setting.
+
+use clap::{Parser, Subcommand};
+use ipython_mcp_config::{Config, RawConfig};
+
+#[derive(Debug, Parser)]
+#[command(name = "ipython-mcp", version, about = "An MCP server that gives AI agents live, persistent Python in a real IPython kernel.",
+    long_about = "An MCP server that gives AI agents live, persistent Python in a real IPython kernel.\n\nWithout a subcommand it serves MCP on stdio: point your MCP client at this binary.")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+
+    /// Characters of stdout and of stderr kept per execution [default: 8192]
+    #[arg(long, env = "IPYTHON_MCP_MAX_TEXT_CHARS", global = true, value_name = "N")]
+    max_text_chars: Option<String>,
+    /// Characters of an error traceback returned [default: 4096]
+    #[arg(long, env = "IPYTHON_MCP_MAX_TRACEBACK_CHARS", global = true, value_name = "N")]
+    max_traceback_chars: Option<String>,
+    /// Items kept per JSON array/object in displays and results [default: 100]
+    #[arg(long, env = "IPYTHON_MCP_MAX_RESULTS", global = true, value_name = "N")]
+    max_results: Option<String>,
+    /// Rich display items kept per execution [default: 20]
+    #[arg(long, env = "IPYTHON_MCP_MAX_DISPLAY_ITEMS", global = true, value_name = "N")]
+    max_display_items: Option<String>,
+    /// Nesting depth kept in JSON payloads [default: 6]
+    #[arg(long, env = "IPYTHON_MCP_MAX_JSON_DEPTH", global = true, value_name = "N")]
+    max_json_depth: Option<String>,
+    /// Largest image (decoded bytes) returned as image content [default: 1048576]
+    #[arg(long, env = "IPYTHON_MCP_MAX_IMAGE_BYTES", global = true, value_name = "N")]
+    max_image_bytes: Option<String>,
+    /// Default deadline of one operation, from dispatch [default: 30]
+    #[arg(long, env = "IPYTHON_MCP_OPERATION_TIMEOUT_SECONDS", global = true, value_name = "SECONDS")]
+    operation_timeout_seconds: Option<String>,
+    /// Largest timeout_seconds an execute call may ask for [default: 3600]
+    #[arg(long, env = "IPYTHON_MCP_MAX_TIMEOUT_SECONDS", global = true, value_name = "SECONDS")]
+    max_timeout_seconds: Option<String>,
+    /// How long an interrupted operation may take to stop before the kernel is replaced [default: 2]
+    #[arg(long, env = "IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS", global = true, value_name = "SECONDS")]
+    interruption_grace_seconds: Option<String>,
+    /// Bound on starting one kernel [default: 10]
+    #[arg(long, env = "IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", global = true, value_name = "SECONDS")]
+    worker_startup_timeout_seconds: Option<String>,
+    /// Operations that may wait for a busy kernel; more are rejected with runtime_busy [default: 32]
+    #[arg(long, env = "IPYTHON_MCP_MAX_PENDING_OPERATIONS", global = true, value_name = "N")]
+    max_pending_operations: Option<String>,
+    /// How long an operation may wait in the queue before queue_timeout [default: 30]
+    #[arg(long, env = "IPYTHON_MCP_QUEUE_WAIT_TIMEOUT_SECONDS", global = true, value_name = "SECONDS")]
+    queue_wait_timeout_seconds: Option<String>,
+    /// Bound on creating the managed default environment [default: 600]
+    #[arg(long, env = "IPYTHON_MCP_PROVISION_TIMEOUT_SECONDS", global = true, value_name = "SECONDS")]
+    provision_timeout_seconds: Option<String>,
+    /// Python interpreter for the default kernel (must have ipykernel) [default: found, see README]
+    #[arg(long, env = "IPYTHON_MCP_PYTHON", global = true, value_name = "PATH")]
+    python: Option<String>,
+    /// Where the managed default environment lives [default: $XDG_CACHE_HOME/ipython-mcp or ~/.cache/ipython-mcp]
+    #[arg(long, env = "IPYTHON_MCP_CACHE_DIR", global = true, value_name = "DIR")]
+    cache_dir: Option<String>,
+    /// Log filter for stderr, e.g. info or debug [default: info]
+    #[arg(long, env = "IPYTHON_MCP_LOG", global = true, value_name = "FILTER")]
+    log: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Find (or provision) Python, start a kernel, run a round trip, and print what was found
+    /// and how long each step took.
+    Doctor,
+}
+
+impl Cli {
+    pub fn config(&self) -> Result<Config, ipython_mcp_config::Error> {
+        Config::from_raw(&RawConfig {
+            max_text_chars: self.max_text_chars.clone(),
+            max_traceback_chars: self.max_traceback_chars.clone(),
+            max_results: self.max_results.clone(),
+            max_display_items: self.max_display_items.clone(),
+            max_json_depth: self.max_json_depth.clone(),
+            max_image_bytes: self.max_image_bytes.clone(),
+            operation_timeout_seconds: self.operation_timeout_seconds.clone(),
+            max_timeout_seconds: self.max_timeout_seconds.clone(),
+            interruption_grace_seconds: self.interruption_grace_seconds.clone(),
+            worker_startup_timeout_seconds: self.worker_startup_timeout_seconds.clone(),
+            max_pending_operations: self.max_pending_operations.clone(),
+            queue_wait_timeout_seconds: self.queue_wait_timeout_seconds.clone(),
+            provision_timeout_seconds: self.provision_timeout_seconds.clone(),
+            python: self.python.clone(),
+            cache_dir: self.cache_dir.clone(),
+            log: self.log.clone(),
+        })
+    }
+}

@@ -1,0 +1,72 @@
+//! `ipython-mcp` (no subcommand): serve MCP on stdio.
+//!
+//! The default session starts in the background before the transport is served, so the MCP
+//! `initialize` handshake never waits for Python. Shutdown (stdin closed, SIGTERM, SIGINT)
+//! closes every session: queued calls end `runtime_closed`, kernels are terminated.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use ipython_mcp_config::Config;
+use ipython_mcp_env::Resolver;
+use ipython_mcp_kernel::{SessionHandle, SessionOptions};
+use ipython_mcp_mcp::{IpythonMcp, Sessions};
+use rmcp::ServiceExt as _;
+use tokio::signal::unix::{signal, SignalKind};
+
+pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
+    let config = Arc::new(config);
+    let default = SessionHandle::start(session_options(&config, Sessions::DEFAULT)?);
+    let sessions = Sessions::new(default);
+    let server = IpythonMcp::new(sessions.clone(), Arc::clone(&config));
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving MCP on stdio");
+
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let running = server.serve(rmcp::transport::stdio_pipes()).await;
+    match running {
+        Ok(service) => {
+            let token = service.cancellation_token();
+            tokio::select! {
+                quit = service.waiting() => tracing::info!(reason = ?quit.ok(), "transport closed"),
+                _ = terminate.recv() => { tracing::info!("SIGTERM: shutting down"); token.cancel(); }
+                _ = interrupt.recv() => { tracing::info!("SIGINT: shutting down"); token.cancel(); }
+            }
+        }
+        // A client that closes before initializing is not a server failure.
+        Err(error) => tracing::warn!(%error, "MCP session ended during initialization"),
+    }
+    sessions.shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The session options every kernel session uses, from the validated configuration.
+pub fn session_options(config: &Config, kernel_id: &str) -> anyhow::Result<SessionOptions> {
+    Ok(SessionOptions {
+        kernel_id: kernel_id.to_owned(),
+        limits: config.limits,
+        timeouts: config.timeouts,
+        max_json_items: config.limits.max_results,
+        max_pending: config.queue.max_pending,
+        queue_wait_timeout: config.queue.queue_wait,
+        resolver: resolver(config)?,
+    })
+}
+
+fn resolver(config: &Config) -> anyhow::Result<Resolver> {
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let xdg = std::env::var_os("XDG_CACHE_HOME").map(std::path::PathBuf::from);
+    let cache_dir = match &config.cache_dir {
+        Some(dir) => dir.clone(),
+        None => ipython_mcp_env::default_cache_dir(home.as_deref(), xdg.as_deref())
+            .ok_or_else(|| anyhow::anyhow!("no cache directory: set HOME or IPYTHON_MCP_CACHE_DIR"))?,
+    };
+    Ok(Resolver {
+        explicit_python: config.python.clone(),
+        virtual_env: std::env::var_os("VIRTUAL_ENV").map(std::path::PathBuf::from),
+        working_dir: std::env::current_dir()?,
+        path_var: std::env::var_os("PATH"),
+        cache_dir,
+        install_timeout: config.timeouts.provision,
+    })
+}

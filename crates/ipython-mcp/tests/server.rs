@@ -1,0 +1,341 @@
+//! End-to-end tests: the built `ipython-mcp` binary, driven over stdio by a real MCP client
+//! (rmcp's), against a real ipykernel provisioned by the product itself (the managed default
+//! environment, in a cache directory shared by the tests of this run).
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::{Family, Server};
+
+#[tokio::test]
+async fn tools_are_listed_with_schemas_and_annotations() {
+    for family in [Family::Handshake, Family::Modern] {
+        let server = Server::start(family, &[]).await;
+        let tools = server.client.list_all_tools().await.expect("tools/list");
+        let names: Vec<&str> = tools.iter().map(|tool| tool.name.as_ref()).collect();
+        assert_eq!(names, ["execute", "runtime_status"], "{family:?}");
+        for tool in &tools {
+            assert!(tool.output_schema.is_some(), "{} has an outputSchema", tool.name);
+            assert!(tool.annotations.is_some(), "{} has annotations", tool.name);
+            assert!(tool.description.as_deref().unwrap_or("").len() > 200, "{} is described for agents", tool.name);
+            let properties = tool.input_schema.get("properties").and_then(Value::as_object).expect("properties");
+            for (name, schema) in properties {
+                assert!(schema.get("description").is_some(), "{}.{name} is described", tool.name);
+            }
+        }
+        let execute = server.call("execute", json!({"code": "40 + 2"})).await;
+        assert_eq!(execute.structured["result"]["text/plain"], "42", "{family:?}");
+        server.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn state_persists_across_calls() {
+    let server = Server::start(Family::Handshake, &[]).await;
+    let first = server.call("execute", json!({"code": "x = 41\ndef inc(v):\n    return v + 1"})).await;
+    assert!(first.ok(), "{first:?}");
+    let second = server.call("execute", json!({"code": "inc(x)"})).await;
+    assert!(second.ok(), "{second:?}");
+    assert_eq!(second.structured["result"]["text/plain"], "42");
+    let first_count = first.structured["execution_count"].as_u64().expect("count");
+    assert_eq!(second.structured["execution_count"].as_u64(), Some(first_count + 1));
+    assert!(second.text().contains("42"), "the text block carries the result: {}", second.text());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_exception_is_a_structured_error() {
+    let server = Server::start(Family::Handshake, &[]).await;
+    let result = server.call("execute", json!({"code": "print('before')\n1/0"})).await;
+    assert!(result.is_error, "isError is set when ok is false");
+    assert_eq!(result.structured["ok"], false);
+    assert_eq!(result.structured["status"], "error");
+    assert_eq!(result.structured["stdout"], "before\n");
+    let error = &result.structured["error"];
+    assert_eq!(error["code"], "execution_error");
+    assert_eq!(error["ename"], "ZeroDivisionError");
+    assert_eq!(error["evalue"], "division by zero");
+    let traceback = error["traceback"].as_str().expect("traceback");
+    assert!(traceback.contains("ZeroDivisionError"), "{traceback}");
+    assert!(!traceback.contains('\u{1b}'), "no ANSI escapes: {traceback:?}");
+    // The kernel is fine afterwards.
+    let after = server.call("execute", json!({"code": "'still here'"})).await;
+    assert!(after.ok());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn truncation_counts_are_exact() {
+    let server = Server::start(Family::Handshake, &[("IPYTHON_MCP_MAX_TEXT_CHARS", "1000")]).await;
+    let result = server.call("execute", json!({"code": "import sys\nprint('a' * 20000)\nsys.stderr.write('e' * 1500)"})).await;
+    assert!(result.ok(), "{result:?}");
+    let stdout = result.structured["stdout"].as_str().expect("stdout");
+    assert_eq!(stdout, "a".repeat(1000));
+    assert_eq!(result.structured["stdout_omitted_chars"], 20001 - 1000);
+    assert_eq!(result.structured["stderr"].as_str().map(str::len), Some(1000));
+    assert_eq!(result.structured["stderr_omitted_chars"], 500);
+    assert_eq!(result.structured["truncated"]["stdout"], true);
+    assert_eq!(result.structured["truncated"]["stderr"], true);
+    assert!(result.text().contains("19001 more characters of stdout omitted"), "{}", result.text());
+
+    // Many small writes and progress bars: the count stays exact.
+    let result = server
+        .call("execute", json!({"code": "for i in range(5000):\n    print(f'line {i:05d}')\nfor i in range(1000):\n    print(f'\\r{i:04d}', end='')\nprint('\\ndone')"}))
+        .await;
+    let total = 5000 * 11 + 4 + 1 + 5;
+    let stdout = result.structured["stdout"].as_str().expect("stdout");
+    assert_eq!(stdout.len(), 1000);
+    assert!(stdout.starts_with("line 00000\nline 00001\n"));
+    assert_eq!(result.structured["stdout_omitted_chars"], total - 1000);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn carriage_returns_and_clear_output_are_applied() {
+    let server = Server::start(Family::Handshake, &[]).await;
+    let code = "import sys, time\nfor i in range(200):\n    sys.stdout.write(f'\\rprogress {i:3d}%')\nprint()\nprint('done')";
+    let result = server.call("execute", json!({"code": code})).await;
+    assert_eq!(result.structured["stdout"], "progress 199%\ndone\n");
+    assert_eq!(result.structured["stdout_omitted_chars"], 0);
+
+    let code = "from IPython.display import clear_output, display\nprint('old')\ndisplay('shown')\nclear_output()\nprint('new')";
+    let result = server.call("execute", json!({"code": code})).await;
+    assert_eq!(result.structured["stdout"], "new\n");
+    assert_eq!(result.structured["display_data"], json!([]));
+
+    let code = "from IPython.display import clear_output\nfor i in range(3):\n    clear_output(wait=True)\n    print(f'step {i}')";
+    let result = server.call("execute", json!({"code": code})).await;
+    assert_eq!(result.structured["stdout"], "step 2\n");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_png_display_arrives_as_image_content() {
+    let server = Server::start(Family::Modern, &[]).await;
+    let code = r#"
+import struct, zlib
+from IPython.display import Image, display
+def chunk(kind, body):
+    return struct.pack('>I', len(body)) + kind + body + struct.pack('>I', zlib.crc32(kind + body) & 0xffffffff)
+w, h = 4, 3
+raw = b''.join(b'\x00' + b'\xff\x00\x00' * w for _ in range(h))
+png = b'\x89PNG\r\n\x1a\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', w, h, 8, 2, 0, 0, 0)) + chunk(b'IDAT', zlib.compress(raw)) + chunk(b'IEND', b'')
+display(Image(data=png))
+len(png)
+"#;
+    let result = server.call("execute", json!({"code": code})).await;
+    assert!(result.ok(), "{result:?}");
+    let images = result.images();
+    assert_eq!(images.len(), 1, "one image block");
+    assert_eq!(images[0].0, "image/png");
+    let expected_len: usize = result.structured["result"]["text/plain"].as_str().expect("len").parse().expect("int");
+    assert_eq!(images[0].1.len(), expected_len);
+    assert!(images[0].1.starts_with(b"\x89PNG\r\n\x1a\n"));
+    let reference = result.structured["display_data"][0]["data"]["image/png"].as_str().expect("reference");
+    assert!(reference.contains("returned as MCP image content #1"), "{reference}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn huge_output_keeps_server_memory_bounded() {
+    let server = Server::start(Family::Handshake, &[]).await;
+    server.call("execute", json!({"code": "1"})).await;
+    let before = server.peak_rss_kib();
+    let result = server
+        .call("execute", json!({"code": "import sys\nsys.stdout.write('x' * 200_000_000)\nfor _ in range(20):\n    print('y' * 999_999)", "timeout_seconds": 120}))
+        .await;
+    assert!(result.ok(), "{result:?}");
+    assert_eq!(result.structured["stdout_omitted_chars"], 200_000_000 + 20 * 1_000_000 - 8192);
+    let growth_mib = (server.peak_rss_kib() - before) / 1024;
+    assert!(growth_mib <= 16, "server peak RSS grew by {growth_mib} MiB while the kernel printed 220 MB");
+    // A huge final value and a huge exception message are bounded too.
+    let result = server.call("execute", json!({"code": "'z' * 50_000_000"})).await;
+    assert_eq!(result.structured["truncated"]["result"], true);
+    assert!(result.structured["result"]["text/plain"].as_str().expect("text").len() <= 8192);
+    let growth_mib = (server.peak_rss_kib() - before) / 1024;
+    assert!(growth_mib <= 16, "server peak RSS grew by {growth_mib} MiB");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_input_gets_a_clear_error_and_changes_nothing() {
+    let server = Server::start(Family::Handshake, &[]).await;
+    server.call("execute", json!({"code": "marker = 'kept'"})).await;
+    let unknown_field = server.call_raw("execute", json!({"code": "1", "bogus": true})).await;
+    assert!(unknown_field.is_error);
+    assert!(unknown_field.text().contains("bogus"), "{}", unknown_field.text());
+    let wrong_type = server.call_raw("execute", json!({"code": 5})).await;
+    assert!(wrong_type.is_error);
+    let huge = server.call("execute", json!({"code": format!("# {}", "x".repeat(10 * 1024 * 1024))})).await;
+    assert!(huge.is_error);
+    assert_eq!(huge.structured["error"]["code"], "invalid_arguments");
+    assert_eq!(huge.structured["status"], "rejected");
+    let bad_timeout = server.call("execute", json!({"code": "1", "timeout_seconds": -1})).await;
+    assert_eq!(bad_timeout.structured["error"]["code"], "invalid_arguments");
+    let unknown_kernel = server.call("execute", json!({"code": "1", "kernel": "nope"})).await;
+    assert_eq!(unknown_kernel.structured["error"]["code"], "invalid_arguments");
+    let status = server.call("runtime_status", json!({"kernel": "nope"})).await;
+    assert!(status.is_error);
+    // Nothing ran: the execution count did not move and state is intact.
+    let check = server.call("execute", json!({"code": "marker"})).await;
+    assert_eq!(check.structured["result"]["text/plain"], "'kept'");
+    assert_eq!(check.structured["execution_count"], 2);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn output_that_is_not_valid_utf8_is_replaced_not_lost() {
+    let server = Server::start(Family::Handshake, &[]).await;
+    let code = "import os, sys\nprint('lone \\ud800 surrogate')\nsys.stdout.flush()\nos.write(1, b'raw \\xff\\xfe bytes\\n')\n'after'";
+    let result = server.call("execute", json!({"code": code, "timeout_seconds": 10})).await;
+    assert!(result.ok(), "{result:?}");
+    let stdout = result.structured["stdout"].as_str().expect("stdout");
+    assert!(stdout.contains("lone"), "{stdout:?}");
+    assert!(stdout.contains("surrogate"), "{stdout:?}");
+    assert_eq!(result.structured["result"]["text/plain"], "'after'");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn timeouts_interrupt_and_preserve_or_replace_the_kernel() {
+    let server = Server::start(Family::Handshake, &[("IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS", "1")]).await;
+    server.call("execute", json!({"code": "kept = 1"})).await;
+    let result = server.call("execute", json!({"code": "import time\npartial = 2\ntime.sleep(30)", "timeout_seconds": 0.5})).await;
+    assert_eq!(result.structured["status"], "timeout");
+    assert_eq!(result.structured["error"]["code"], "operation_timeout");
+    assert_eq!(result.structured["runtime"]["interruption"], "cooperative");
+    assert_eq!(result.structured["runtime"]["namespace"], "preserved");
+    let check = server.call("execute", json!({"code": "kept + partial"})).await;
+    assert_eq!(check.structured["result"]["text/plain"], "3");
+
+    // A loop that ignores KeyboardInterrupt: the kernel is killed and replaced.
+    let code = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass";
+    let result = server.call("execute", json!({"code": code, "timeout_seconds": 0.5})).await;
+    assert_eq!(result.structured["status"], "timeout");
+    assert_eq!(result.structured["runtime"]["interruption"], "terminated");
+    assert_eq!(result.structured["runtime"]["namespace"], "reset");
+    let status = server.call("runtime_status", json!({})).await;
+    assert_eq!(status.structured["status"]["epoch"], 1);
+    assert_eq!(status.structured["status"]["state"], "ready");
+    let check = server.call("execute", json!({"code": "'kept' in globals()"})).await;
+    assert_eq!(check.structured["result"]["text/plain"], "False");
+    assert_eq!(check.structured["runtime"]["epoch"], 1);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_dying_kernel_is_reported_and_replaced() {
+    let server = Server::start(Family::Handshake, &[]).await;
+    let before = server.call("runtime_status", json!({})).await;
+    let pid = before.structured["status"]["kernel"]["pid"].as_u64().expect("pid");
+    let result = server.call("execute", json!({"code": "import os\nos._exit(3)"})).await;
+    assert!(result.is_error);
+    assert_eq!(result.structured["error"]["code"], "kernel_died");
+    assert_eq!(result.structured["runtime"]["namespace"], "reset");
+    let after = server.call("execute", json!({"code": "import os\nos.getpid()"})).await;
+    assert!(after.ok(), "{after:?}");
+    assert_ne!(after.structured["result"]["text/plain"].as_str().and_then(|p| p.parse::<u64>().ok()), Some(pid));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn runtime_status_describes_the_kernel() {
+    let server = Server::start(Family::Modern, &[]).await;
+    let status = server.call("runtime_status", json!({})).await;
+    assert!(status.ok());
+    let status = &status.structured["status"];
+    assert_eq!(status["state"], "ready");
+    assert_eq!(status["epoch"], 0);
+    assert_eq!(status["queue_depth"], 0);
+    assert_eq!(status["operation_active"], false);
+    assert!(status["kernel"]["python_version"].as_str().expect("version").starts_with('3'));
+    assert!(status["kernel"]["ipykernel_version"].as_str().is_some());
+    assert_eq!(status["environment"]["phase"], "ready");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn status_is_answered_while_code_runs() {
+    let server = Server::start(Family::Handshake, &[]).await;
+    let client = server.client.peer().clone();
+    let running = tokio::spawn(async move {
+        support::call_peer(&client, "execute", json!({"code": "import time\ntime.sleep(1.5)\n'slept'"})).await
+    });
+    let mut saw_busy = false;
+    for _ in 0..100 {
+        let status = server.call("runtime_status", json!({})).await;
+        if status.structured["status"]["operation_active"] == true {
+            assert_eq!(status.structured["status"]["state"], "busy");
+            saw_busy = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(saw_busy, "runtime_status answered during the execution");
+    let finished = running.await.expect("join");
+    assert_eq!(finished.structured["result"]["text/plain"], "'slept'");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn stdout_carries_only_json_rpc() {
+    let lines = support::raw_session(&[
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "execute", "arguments": {"code": "import os, sys\nprint('to stdout')\nos.write(1, b'fd one\\n')\nos.system('echo from a subprocess')\nsys.__stdout__.write('dunder\\n')"}}}),
+    ])
+    .await;
+    assert!(lines.len() >= 2, "{lines:?}");
+    for line in &lines {
+        let message: Value = serde_json::from_str(line).unwrap_or_else(|error| panic!("not JSON ({error}): {line:?}"));
+        assert_eq!(message["jsonrpc"], "2.0", "{line}");
+    }
+    let reply: Value = serde_json::from_str(lines.last().expect("reply")).expect("json");
+    assert_eq!(reply["id"], 2);
+    assert!(reply["result"]["structuredContent"]["stdout"].as_str().expect("stdout").contains("to stdout"));
+}
+
+#[tokio::test]
+async fn closing_stdin_leaves_no_kernel_behind() {
+    let server = Server::start(Family::Handshake, &[]).await;
+    let status = server.call("runtime_status", json!({})).await;
+    let pid = status.structured["status"]["kernel"]["pid"].as_u64().expect("pid") as i32;
+    // A grandchild started by user code dies with the kernel's process group.
+    let child = server.call("execute", json!({"code": "import subprocess\np = subprocess.Popen(['sleep', '300'])\np.pid"})).await;
+    let grandchild: i32 = child.structured["result"]["text/plain"].as_str().expect("pid").parse().expect("int");
+    let server_pid = server.pid;
+    server.stop().await;
+    support::wait_until_gone(server_pid as i32).await;
+    support::wait_until_gone(pid).await;
+    support::wait_until_gone(grandchild).await;
+}
+
+#[tokio::test]
+async fn an_unusable_python_makes_the_runtime_unavailable_not_the_server() {
+    let server = Server::start_unready(Family::Handshake, &[("IPYTHON_MCP_PYTHON", "/nonexistent/python3")]).await;
+    let status = server.wait_settled().await;
+    assert_eq!(status["state"], "unavailable");
+    let message = status["error"]["message"].as_str().expect("message");
+    assert!(message.contains("/nonexistent/python3"), "{message}");
+    let result = server.call("execute", json!({"code": "1"})).await;
+    assert!(result.is_error);
+    assert_eq!(result.structured["error"]["code"], "runtime_unavailable");
+    assert!(result.structured["error"]["message"].as_str().expect("message").contains("/nonexistent/python3"));
+    server.stop().await;
+}
+
+#[test]
+fn invalid_configuration_stops_with_one_line_and_status_2() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_ipython-mcp"))
+        .env("IPYTHON_MCP_MAX_TEXT_CHARS", "0")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run");
+    assert_eq!(output.status.code(), Some(2));
+    assert!(output.stdout.is_empty());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("IPYTHON_MCP_MAX_TEXT_CHARS"), "{stderr}");
+}

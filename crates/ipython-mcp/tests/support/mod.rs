@@ -1,0 +1,228 @@
+//! The test harness: spawn the real binary, connect rmcp's client over its stdio.
+
+#![allow(dead_code)]
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use rmcp::model::{CallToolRequestParams, ClientConfig, ProtocolVersion, ContentBlock};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _, Peer, RunningService};
+use rmcp::RoleClient;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+use tokio::process::{Child, Command};
+
+/// Which MCP protocol family the client speaks.
+#[derive(Debug, Clone, Copy)]
+pub enum Family {
+    /// `initialize` handshake, protocol 2025-11-25.
+    Handshake,
+    /// No handshake (`server/discover`), protocol 2026-07-28.
+    Modern,
+}
+
+/// The cache directory shared by every test of this run: the first server to start provisions
+/// the managed default environment (under a lock), the rest reuse it.
+pub fn cache_dir() -> String {
+    format!("{}/ipython-mcp-cache", env!("CARGO_TARGET_TMPDIR"))
+}
+
+pub fn command(extra_env: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ipython-mcp"));
+    command
+        .env("IPYTHON_MCP_CACHE_DIR", cache_dir())
+        .env("IPYTHON_MCP_LOG", "warn")
+        .env_remove("VIRTUAL_ENV")
+        .env_remove("IPYTHON_MCP_PYTHON")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    for (key, value) in extra_env {
+        command.env(key, value);
+    }
+    command
+}
+
+pub struct Server {
+    pub client: RunningService<RoleClient, ClientConfig>,
+    pub pid: u32,
+    child: Child,
+}
+
+/// A tool result, split into the parts tests look at.
+#[derive(Debug)]
+pub struct ToolResult {
+    pub structured: Value,
+    pub is_error: bool,
+    pub content: Vec<ContentBlock>,
+}
+
+impl ToolResult {
+    pub fn ok(&self) -> bool {
+        !self.is_error && self.structured["ok"] == true
+    }
+
+    pub fn text(&self) -> String {
+        self.content
+            .iter()
+            .filter_map(|content| match content {
+                ContentBlock::Text(text) => Some(text.text.clone()),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    pub fn images(&self) -> Vec<(String, Vec<u8>)> {
+        self.content
+            .iter()
+            .filter_map(|content| match content {
+                ContentBlock::Image(image) => Some((
+                    image.mime_type.clone(),
+                    base64::engine::general_purpose::STANDARD.decode(&image.data).expect("valid base64"),
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+impl Server {
+    /// Starts a server and waits until its default kernel is ready.
+    pub async fn start(family: Family, extra_env: &[(&str, &str)]) -> Server {
+        let server = Server::start_unready(family, extra_env).await;
+        let status = server.wait_settled().await;
+        assert_eq!(status["state"], "ready", "kernel did not start: {status}");
+        server
+    }
+
+    /// Starts a server without waiting for its kernel.
+    pub async fn start_unready(family: Family, extra_env: &[(&str, &str)]) -> Server {
+        let mut child = command(extra_env).spawn().expect("spawn ipython-mcp");
+        let pid = child.id().expect("pid");
+        let stdout = child.stdout.take().expect("stdout");
+        let stdin = child.stdin.take().expect("stdin");
+        let lifecycle = match family {
+            Family::Handshake => ClientLifecycleMode::Initialize,
+            Family::Modern => ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
+        };
+        let info = match family {
+            Family::Handshake => ClientConfig::default().with_protocol_version(ProtocolVersion::V_2025_11_25),
+            Family::Modern => ClientConfig::default(),
+        };
+        let started = Instant::now();
+        let client = tokio::time::timeout(Duration::from_secs(10), info.serve_with_lifecycle((stdout, stdin), lifecycle))
+            .await
+            .expect("the MCP handshake never waits for the kernel")
+            .expect("connect");
+        assert!(started.elapsed() < Duration::from_secs(5), "handshake took {:?}", started.elapsed());
+        Server { client, pid, child }
+    }
+
+    /// Polls runtime_status until the default session leaves `starting` (provisioning on a
+    /// fresh machine takes a while).
+    pub async fn wait_settled(&self) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(900);
+        loop {
+            let status = self.call("runtime_status", json!({})).await;
+            let status = status.structured["status"].clone();
+            if status["state"] != "starting" {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "kernel still starting: {status}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub async fn call(&self, tool: &str, arguments: Value) -> ToolResult {
+        let result = call_peer(self.client.peer(), tool, arguments).await;
+        assert!(result.structured.is_object(), "{tool} returned structuredContent: {result:?}");
+        result
+    }
+
+    /// Like `call`, for requests rmcp itself rejects (no structuredContent then).
+    pub async fn call_raw(&self, tool: &str, arguments: Value) -> ToolResult {
+        call_peer(self.client.peer(), tool, arguments).await
+    }
+
+    /// Peak resident set size of the server process, in KiB.
+    pub fn peak_rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).expect("proc status");
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix("VmHWM:"))
+            .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM")
+    }
+
+    /// Closes stdin (as a client does) and waits for the server to exit on its own.
+    pub async fn stop(mut self) {
+        let _ = self.client.cancel().await;
+        let status = tokio::time::timeout(Duration::from_secs(15), self.child.wait()).await;
+        let status = status.expect("server exits after stdin closes").expect("wait");
+        assert!(status.success(), "server exit status {status}");
+    }
+}
+
+pub async fn call_peer(peer: &Peer<RoleClient>, tool: &str, arguments: Value) -> ToolResult {
+    let arguments = arguments.as_object().cloned().expect("arguments object");
+    let result = peer
+        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments))
+        .await
+        .unwrap_or_else(|error| panic!("{tool} failed at the protocol level: {error}"));
+    ToolResult {
+        structured: result.structured_content.clone().unwrap_or(Value::Null),
+        is_error: result.is_error == Some(true),
+        content: result.content.iter().map(|content| content.clone()).collect(),
+    }
+}
+
+/// Writes raw JSON-RPC lines to a fresh server, closes stdin after the last reply, and returns
+/// every line the server wrote to stdout.
+pub async fn raw_session(messages: &[Value]) -> Vec<String> {
+    let mut child = command(&[]).spawn().expect("spawn");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut lines = Vec::new();
+    let wanted = messages.iter().filter(|message| message.get("id").is_some()).count();
+    for message in messages {
+        stdin.write_all(format!("{message}\n").as_bytes()).await.expect("write");
+    }
+    stdin.flush().await.expect("flush");
+    let mut replies = 0;
+    while replies < wanted {
+        let line = tokio::time::timeout(Duration::from_secs(900), stdout.next_line())
+            .await
+            .expect("reply in time")
+            .expect("read")
+            .expect("server closed stdout early");
+        if serde_json::from_str::<Value>(&line).map(|value| value.get("id").is_some()).unwrap_or(false) {
+            replies += 1;
+        }
+        lines.push(line);
+    }
+    drop(stdin);
+    while let Ok(Ok(Some(line))) = tokio::time::timeout(Duration::from_secs(10), stdout.next_line()).await {
+        lines.push(line);
+    }
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait()).await.expect("exit").expect("wait");
+    assert!(status.success());
+    lines
+}
+
+/// Waits until no process with `pid` exists (reaped or never ours).
+pub async fn wait_until_gone(pid: i32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|stat| !stat.split(") ").nth(1).is_some_and(|rest| rest.starts_with('Z')))
+            .unwrap_or(false);
+        if !alive {
+            return;
+        }
+        assert!(Instant::now() < deadline, "process {pid} is still alive");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
