@@ -169,8 +169,8 @@ def test_sink_is_fast_on_huge_writes():
     sink.write(bars)
     progress = time.perf_counter() - started
     assert sink.text() == " 42%|####      | 420/1000"
-    # Generous for a loaded 2-core machine; typical times are 20-50x smaller.
-    assert (one_line, many_lines, progress) < (1.0, 1.0, 1.0) or max(one_line, many_lines, progress) < 1.0
+    # Generous for a loaded 2-core machine; typical times are many times smaller.
+    assert max(one_line, many_lines, progress) < 1.0, (one_line, many_lines, progress)
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,7 +246,7 @@ def test_traceback_single_huge_entry_keeps_both_ends():
     bounded = helper.bound_traceback(["S" + "x" * 10_000 + "SyntaxError: bad"], 400)
     assert bounded[0].startswith("Sxxx") and len(bounded[0]) == 100
     assert bounded[2].endswith("SyntaxError: bad") and len(bounded[2]) == 300
-    assert bounded[1] == "... 9717 characters of traceback omitted ..."
+    assert bounded[1] == "... 9617 characters of traceback omitted ..."
 
 
 def test_requests_always_get_a_reply():
