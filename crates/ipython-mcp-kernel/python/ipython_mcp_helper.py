@@ -12,6 +12,17 @@ The Rust server executes this source (silently, in a private namespace) and call
   comm (target ``ipython_mcp``);
 * answers JSON requests on that comm (``METHODS``).
 
+Messages on the comm (kernel -> server unless noted):
+
+* on open: ``{"event": "ready", "version": HELPER_VERSION}``;
+* server -> kernel: ``{"id": str, "method": str, "params": {...}}``, answered by
+  ``{"id", "ok": true, "result"}`` or ``{"id", "ok": false, "error": {"code", "message"}}``;
+* at the end of each top-level execution (an ``execute_request``, silent or not, or a comm
+  message handled while nothing runs), with that request as parent, after its last forwarded
+  stream message and before its ``idle``: ``{"event": "execution_report", "stdout": {"text",
+  "omitted_chars"}, "stderr": {...}, "display_count", "display_omitted", "raw_chars":
+  {"stdout", "stderr"}}``.
+
 Standard library only at import time (Python >= 3.9); IPython, ipykernel and comm are
 imported inside ``install`` because they only exist in a running kernel.
 """
@@ -30,6 +41,10 @@ CONFIG_KEYS = (
     "max_traceback_chars",
     "max_string_chars",
     "raw_forward_chars",
+    # 1: report every execution. 0: report only when the kernel held something back (stream
+    # text past raw_forward_chars, displays past max_display_items); otherwise the server saw
+    # every character and its own sink is exact, and a quiet cell costs no extra message.
+    "report_always",
 )
 IMAGE_MIMES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 
@@ -78,9 +93,10 @@ class TerminalSink:
     ``omitted()`` counts the rest exactly, however much was written.
 
     Only the first ``limit`` rendered characters are stored: the committed head and the stored
-    prefix of the current line. The rest is lengths and the cursor, as ints. Every operation is
-    done with ``str.split``/``count``/slicing, so huge writes cost C speed, not a Python loop per
-    character.
+    prefix of the current line. The rest is lengths and the cursor, as ints. The work is done by
+    ``str`` methods (``in``, ``find``, ``split``, slicing), so a huge write costs a few C-speed
+    passes, not a Python loop per character. Python-level work is per *line* only before the
+    head is full, and afterwards only for lines that contain a ``\r``.
     """
 
     # Huge writes are processed in slices of this many characters, so the temporary lists made
@@ -101,12 +117,19 @@ class TerminalSink:
         self._written = 0
 
     def write(self, text):
+        """Renders ``text`` after everything written before (a str; any length)."""
         self._written += len(text)
-        if len(text) <= self._CHUNK:
-            self._feed(text)
+        has_cr = "\r" in text
+        if not has_cr and "\n" not in text:
+            self._put(text)  # the common case: more characters on the current line
             return
-        for start in range(0, len(text), self._CHUNK):
-            self._feed(text[start : start + self._CHUNK])
+        start = 0
+        while start < len(text):
+            if not has_cr and self._committed >= self._limit:
+                self._count_lines(text, start)
+                return
+            self._feed(text[start : start + self._CHUNK] if len(text) > self._CHUNK else text)
+            start += self._CHUNK
 
     def text(self):
         """The first `limit` characters of the rendered output."""
@@ -124,12 +147,13 @@ class TerminalSink:
         return self._written
 
     def _feed(self, text):
-        # "\r\n" renders exactly as "\n" (the "\r" only moves the cursor, and "\n" commits the
-        # line intact); replacing it first keeps ordinary CRLF output on the fast paths.
-        if "\r\n" in text:
+        if "\r" in text:
+            # "\r\n" renders exactly as "\n" (the "\r" only moves the cursor and "\n" commits
+            # the line intact); replacing it keeps ordinary CRLF output on the fast paths.
             text = text.replace("\r\n", "\n")
-        if self._committed >= self._limit and "\r" not in text:
-            self._count_only(text)
+        has_cr = "\r" in text
+        if not has_cr and self._committed >= self._limit:
+            self._count_lines(text, 0)
             return
         lines = text.split("\n")
         self._put(lines[0])
@@ -138,29 +162,30 @@ class TerminalSink:
             if self._committed >= self._limit:
                 # Nothing more can be stored: the remaining complete lines only add lengths.
                 middle = lines[index:-1]
-                width = _rendered_width if "\r" in text else len
+                width = _rendered_width if has_cr else len
                 self._committed += sum(map(width, middle)) + len(middle)
                 self._put(lines[-1])
                 return
             self._put(lines[index])
 
-    def _count_only(self, text):
-        """Counts a write that has no "\\r" once the head is full: arithmetic on positions."""
-        first = text.find("\n")
+    def _count_lines(self, text, start):
+        """Counts ``text[start:]``, which has no "\\r", once the head is full: arithmetic on
+        the positions of its first and last newline, without copying or splitting it."""
+        first = text.find("\n", start)
         if first < 0:
-            self._cursor += len(text)
+            self._cursor += len(text) - start
             self._line_len = max(self._line_len, self._cursor)
             return
-        last = text.rfind("\n")
-        # The current line is completed by text[:first]; every character from the first
-        # newline (exclusive) to the last one (inclusive) is rendered as it is.
-        self._committed += max(self._line_len, self._cursor + first) + 1 + (last - first)
+        last = text.rfind("\n", start)
+        # text[start:first] completes the current line; every character after the first
+        # newline up to and including the last one is rendered as it is.
+        self._committed += max(self._line_len, self._cursor + first - start) + 1 + (last - first)
         self._line = ""
         self._line_len = self._cursor = len(text) - last - 1
 
     def _put(self, segment):
         """Writes a segment with no newline at the cursor; each "\\r" in it returns to column 0."""
-        pieces = segment.split("\r")
+        pieces = segment.split("\r") if "\r" in segment else (segment,)
         room = self._limit - self._committed
         first = pieces[0]
         if room > 0 and self._cursor < room and first:
@@ -458,19 +483,26 @@ class _Installation:
         self._patch(shell.display_pub, "clear_output", self._wrap_clear_output)
         self._patch(shell.displayhook, "write_format_data", self._wrap_write_format_data)
         self._patch(shell, "_showtraceback", self._wrap_showtraceback)
-        comm_package.get_comm_manager().register_target(COMM_TARGET, self._on_comm_open)
+        manager = comm_package.get_comm_manager()
+        manager.register_target(COMM_TARGET, self._on_comm_open)
+        self._undo.append(lambda: manager.unregister_target(COMM_TARGET, self._on_comm_open))
 
     def _patch(self, owner, name, make_wrapper):
+        """Sets ``owner.name`` to a wrapper of its current value, remembering how to undo it."""
         previous = owner.__dict__.get(name, _MISSING)
         setattr(owner, name, make_wrapper(getattr(owner, name)))
-        self._undo.append((owner, name, previous))
 
-    def uninstall(self):
-        for owner, name, previous in reversed(self._undo):
+        def undo():
             if previous is _MISSING:
                 owner.__dict__.pop(name, None)
             else:
                 setattr(owner, name, previous)
+
+        self._undo.append(undo)
+
+    def uninstall(self):
+        for undo in reversed(self._undo):
+            undo()
         self._undo = []
         for channel in self.channels:
             channel.detach()
@@ -517,13 +549,24 @@ class _Installation:
                 return
             self._active = _NO_EXECUTION
             written = any(channel.written for channel in self.channels)
+            held_back = self.display_omitted > 0 or any(
+                channel.written > channel.forwarded for channel in self.channels
+            )
+            if not (held_back or self.config["report_always"]):
+                return
             report = self._report()
         if written:
-            # Stream text waits up to 0.2 s in OutStream's buffer; flushing here puts every
-            # forwarded stream message on iopub before the report.
-            for channel in self.channels:
-                channel.stream.flush()
+            self._flush_streams()
         self._send(report)
+
+    def _flush_streams(self):
+        # Stream text waits up to 0.2 s in OutStream's buffer; flushing here puts every
+        # forwarded stream message on iopub before the report.
+        for channel in self.channels:
+            try:
+                channel.stream.flush()
+            except Exception:
+                pass  # a stream that cannot flush must not cost the report
 
     def _report(self):
         streams = {name: {"text": "", "omitted_chars": 0} for name in ("stdout", "stderr")}
@@ -670,6 +713,13 @@ class _Installation:
             comm.send(data)
 
 
+# Attributes the helper keeps on a bounded OutStream (its class and its instance dict).
+_BOUNDED_MARKER = "_ipython_mcp_bounded"
+_CHANNEL = "_ipython_mcp_channel"
+_INNER = "_ipython_mcp_inner"
+_LOCAL = "_ipython_mcp_local"
+
+
 class _StreamChannel:
     """Bounds one ipykernel ``OutStream``: a ``TerminalSink`` sees every write, and only the
     first ``raw_forward_chars`` characters per execution reach the real stream (and iopub).
@@ -711,32 +761,37 @@ class _StreamChannel:
         self.forwarded = 0
 
     def write(self, string):
-        if getattr(self.local, "busy", False) or not isinstance(string, str):
-            # Called back by an inner writer (IPython's tee calls the write it replaced, which
-            # is us), or given a non-str: plain OutStream behaviour (which raises TypeError).
+        if (
+            getattr(self.local, "busy", False)
+            or not isinstance(string, str)
+            or self.stream.__dict__.get(_CHANNEL) is not self
+        ):
+            # Plain OutStream behaviour when called back by an inner writer (IPython's tee
+            # calls the write it replaced: a channel's), for a non-str (OutStream raises
+            # TypeError), or through a reference kept from before a re-install.
             return self.base_write(self.stream, string)
-        if self.stream.__dict__.get(_CHANNEL) is not self:
-            return self.stream.write(string)  # a stale reference after a re-install
-        try:
-            forward = self._account(string)
-        except Exception:
-            forward = string  # never lose output to a helper bug
-        if forward:
-            self._forward(forward)
+        # Forwarding under the lock too keeps concurrent writers (threads, the fd-capture
+        # thread) in the same order in the stream as in the sink. OutStream.write only buffers
+        # and schedules a flush, so nothing it does waits for this lock.
+        with self.installation.lock:
+            try:
+                forward = self._account(string)
+            except Exception:
+                forward = string  # never lose output to a helper bug
+            if forward:
+                self._forward(forward)
         return len(string)
 
     def _account(self, string):
         """Feeds the sink; returns the sanitized part of ``string`` still within the budget."""
-        installation = self.installation
-        with installation.lock:
-            installation.note_output()
-            self.written += len(string)
-            self.sink.write(string)
-            room = self.budget - self.forwarded
-            if room <= 0:
-                return ""
-            part = string if len(string) <= room else string[:room]
-            self.forwarded += len(part)
+        self.installation.note_output()
+        self.written += len(string)
+        self.sink.write(string)
+        room = self.budget - self.forwarded
+        if room <= 0:
+            return ""
+        part = string if len(string) <= room else string[:room]
+        self.forwarded += len(part)
         return sanitize_text(part)
 
     def _forward(self, text):
@@ -749,12 +804,6 @@ class _StreamChannel:
             inner(text)
         finally:
             self.local.busy = False
-
-
-_BOUNDED_MARKER = "_ipython_mcp_bounded"
-_CHANNEL = "_ipython_mcp_channel"
-_INNER = "_ipython_mcp_inner"
-_LOCAL = "_ipython_mcp_local"
 
 
 def _bounded_stream_class(base):

@@ -145,12 +145,13 @@ impl Collector {
                     self.clear();
                 }
             }
-            JupyterMessageContent::CommMsg(comm) if Some(&comm.comm_id.0) == self.helper_comm.as_ref() => {
-                if comm.data.get("event").and_then(Value::as_str) == Some("execution_report") {
-                    match serde_json::from_value::<HelperReport>(Value::Object(comm.data)) {
-                        Ok(report) => self.report = Some(report),
-                        Err(error) => tracing::warn!(%error, "malformed helper report ignored"),
-                    }
+            JupyterMessageContent::CommMsg(comm)
+                if Some(&comm.comm_id.0) == self.helper_comm.as_ref()
+                    && comm.data.get("event").and_then(Value::as_str) == Some("execution_report") =>
+            {
+                match serde_json::from_value::<HelperReport>(Value::Object(comm.data)) {
+                    Ok(report) => self.report = Some(report),
+                    Err(error) => tracing::warn!(%error, "malformed helper report ignored"),
                 }
             }
             _ => {}

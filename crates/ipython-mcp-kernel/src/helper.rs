@@ -45,6 +45,9 @@ pub fn install_code(limits: &OutputLimits) -> String {
         // One more than the server keeps, so the server still sees (and flags) the cut.
         "max_string_chars": limits.max_text_chars + 1,
         "raw_forward_chars": RAW_FORWARD_CHARS.max(limits.max_text_chars * 2),
+        // Report only when the kernel held output back; otherwise our own sink is exact and a
+        // quiet cell costs no extra message.
+        "report_always": 0,
     });
     // The bootstrap runs in a fresh globals dict: the user namespace stays untouched.
     format!(

@@ -296,7 +296,7 @@ impl Actor {
                     status.environment = Some(EnvironmentStatus {
                         phase: "ready".to_owned(),
                         elapsed_seconds: started.elapsed().as_secs_f64(),
-                        source: serde_json::to_value(&environment.source).ok().and_then(|v| v.as_str().map(str::to_owned)),
+                        source: serde_json::to_value(environment.source).ok().and_then(|v| v.as_str().map(str::to_owned)),
                         tool: status.environment.as_ref().and_then(|e| e.tool.clone()),
                         created: environment.created,
                     });

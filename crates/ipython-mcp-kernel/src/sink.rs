@@ -83,17 +83,12 @@ impl TerminalSink {
         if cursor < room {
             // The stored prefix always covers min(line_len, room) characters, so it reaches the
             // cursor here; characters past the room are only counted.
-            let mut position = cursor as usize;
-            for character in segment.chars() {
-                if position as u64 >= room {
-                    break;
-                }
+            for (position, character) in (cursor as usize..room as usize).zip(segment.chars()) {
                 if position < self.line.len() {
                     self.line[position] = character;
                 } else {
                     self.line.push(character);
                 }
-                position += 1;
                 written += 1;
             }
         }
@@ -135,7 +130,7 @@ mod tests {
     #[test]
     fn keeps_a_prefix_and_counts_the_rest() {
         check(5, &["hello world"], "hello", 6);
-        check(5, &["hi\n", "there\n"], "hi\nth", 7);
+        check(5, &["hi\n", "there\n"], "hi\nth", 4);
         check(100, &["a\r\nb"], "a\nb", 0);
         check(100, &["a\r", "\nb"], "a\nb", 0);
     }
@@ -145,6 +140,39 @@ mod tests {
         check(100, &["abcdef\rXY"], "XYcdef", 0);
         check(100, &["10%\r", "20%\r", "30%\n", "done\n"], "30%\ndone\n", 0);
         check(4, &["abcdef\rXY"], "XYcd", 2);
+    }
+
+    /// The cases the Python helper's sink is tested with: both implementations must agree.
+    #[test]
+    fn matches_the_python_helper_on_the_shared_cases() {
+        let fixture: serde_json::Value =
+            serde_json::from_str(include_str!("../python/tests/sink_cases.json")).expect("valid fixture");
+        let cases = fixture["cases"].as_array().expect("cases");
+        assert!(cases.len() >= 25);
+        for case in cases {
+            let name = case["name"].as_str().expect("name");
+            let mut sink = TerminalSink::new(case["limit"].as_u64().expect("limit") as usize);
+            let clear_after: Vec<u64> = case.get("clear_after").and_then(|v| v.as_array()).map_or(Vec::new(), |list| {
+                list.iter().filter_map(serde_json::Value::as_u64).collect()
+            });
+            for (index, write) in case["writes"].as_array().expect("writes").iter().enumerate() {
+                match write {
+                    serde_json::Value::String(text) => sink.write(text),
+                    repeat => {
+                        let pair = repeat["repeat"].as_array().expect("repeat pair");
+                        let text = pair[0].as_str().expect("text");
+                        for _ in 0..pair[1].as_u64().expect("count") {
+                            sink.write(text);
+                        }
+                    }
+                }
+                if clear_after.contains(&(index as u64)) {
+                    sink.clear();
+                }
+            }
+            assert_eq!(sink.text(), case["text"].as_str().expect("text"), "case {name}");
+            assert_eq!(sink.omitted(), case["omitted"].as_u64().expect("omitted"), "case {name}");
+        }
     }
 
     #[test]

@@ -35,11 +35,11 @@ impl Sessions {
         Sessions { sessions: Arc::new(sessions) }
     }
 
-    pub fn get(&self, kernel: Option<&str>) -> Result<&SessionHandle, ErrorInfo> {
+    pub fn get(&self, kernel: Option<&str>) -> Result<&SessionHandle, Box<ErrorInfo>> {
         let id = kernel.unwrap_or(Self::DEFAULT);
         self.sessions.get(id).ok_or_else(|| {
-            ErrorInfo::new("invalid_arguments", format!("no kernel session named {:?}", render::shorten(id, 64)))
-                .with_hint(format!("known sessions: {}", self.sessions.keys().cloned().collect::<Vec<_>>().join(", ")))
+            Box::new(ErrorInfo::new("invalid_arguments", format!("no kernel session named {:?}", render::shorten(id, 64)))
+                .with_hint(format!("known sessions: {}", self.sessions.keys().cloned().collect::<Vec<_>>().join(", "))))
         })
     }
 
@@ -102,13 +102,15 @@ impl IpythonMcp {
         IpythonMcp { sessions, config, tool_router: Self::tool_router() }
     }
 
-    fn check_execute(&self, params: &ExecuteParams) -> Result<Option<Duration>, ErrorInfo> {
+    fn check_execute(&self, params: &ExecuteParams) -> Result<Option<Duration>, Box<ErrorInfo>> {
         if params.code.len() > MAX_CODE_BYTES {
-            return Err(ErrorInfo::new(
-                "invalid_arguments",
-                format!("code is {} bytes; the limit is {MAX_CODE_BYTES} bytes", params.code.len()),
-            )
-            .with_hint("write large data to a file and read it from Python instead of inlining it"));
+            return Err(Box::new(
+                ErrorInfo::new(
+                    "invalid_arguments",
+                    format!("code is {} bytes; the limit is {MAX_CODE_BYTES} bytes", params.code.len()),
+                )
+                .with_hint("write large data to a file and read it from Python instead of inlining it"),
+            ));
         }
         let max = self.config.timeouts.max_operation;
         match params.timeout_seconds {
@@ -116,10 +118,10 @@ impl IpythonMcp {
             Some(seconds) if seconds.is_finite() && seconds > 0.0 && seconds <= max.as_secs_f64() => {
                 Ok(Some(Duration::from_secs_f64(seconds)))
             }
-            Some(seconds) => Err(ErrorInfo::new(
+            Some(seconds) => Err(Box::new(ErrorInfo::new(
                 "invalid_arguments",
                 format!("timeout_seconds must be a positive number of seconds up to {}, got {seconds}", max.as_secs_f64()),
-            )),
+            ))),
         }
     }
 }
@@ -148,11 +150,11 @@ code raised or did not finish; `runtime.namespace` then tells whether your varia
         let request_id = render::request_id(&context.id);
         let session = match self.sessions.get(params.kernel.as_deref()) {
             Ok(session) => session.clone(),
-            Err(error) => return Ok(render::rejected_execute(request_id, error)),
+            Err(error) => return Ok(render::rejected_execute(request_id, *error)),
         };
         let timeout = match self.check_execute(&params) {
             Ok(timeout) => timeout,
-            Err(error) => return Ok(render::rejected_execute(request_id, error)),
+            Err(error) => return Ok(render::rejected_execute(request_id, *error)),
         };
         let started = std::time::Instant::now();
         let output = session.execute(ExecuteArgs { code: params.code, timeout, request_id }).await;
@@ -180,7 +182,7 @@ answers runtime_unavailable or seems slow, or to learn which Python you are runn
     async fn runtime_status(&self, Parameters(params): Parameters<StatusParams>) -> Result<CallToolResult, rmcp::ErrorData> {
         let result = match self.sessions.get(params.kernel.as_deref()) {
             Ok(session) => StatusResult { ok: true, status: Some(session.status()), error: None },
-            Err(error) => StatusResult { ok: false, status: None, error: Some(error) },
+            Err(error) => StatusResult { ok: false, status: None, error: Some(*error) },
         };
         Ok(render::status(&result))
     }

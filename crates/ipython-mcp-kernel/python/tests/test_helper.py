@@ -305,6 +305,7 @@ CONFIG = {
     "max_traceback_chars": 4096,
     "max_string_chars": 8193,
     "raw_forward_chars": 65536,
+    "report_always": 1,
 }
 
 BOOTSTRAP = """
@@ -409,7 +410,10 @@ class KernelClient:
 def kernel():
     from jupyter_client.manager import start_new_kernel
 
-    km, kc = start_new_kernel(extra_arguments=["--HistoryManager.hist_file=:memory:"])
+    # ipykernel turns off fd capture when it sees PYTEST_CURRENT_TEST; the server's kernels
+    # have it on, so the kernel under test must too.
+    env = {name: value for name, value in os.environ.items() if name != "PYTEST_CURRENT_TEST"}
+    km, kc = start_new_kernel(extra_arguments=["--HistoryManager.hist_file=:memory:"], env=env)
     client = KernelClient(kc)
     try:
         # The server's bootstrap, followed by a second install in the same cell and a third in
@@ -457,6 +461,23 @@ class TestKernel:
         kernel.execute("import sys; sys.modules['ipython_mcp_helper'].METHODS['boom'] = lambda p: 1 / 0", silent=True)
         boom = kernel.request("boom")
         assert boom["error"] == {"code": "internal_error", "message": "ZeroDivisionError: division by zero"}
+
+    def test_quiet_mode_reports_only_what_was_held_back(self, kernel):
+        # The server runs with report_always=0: a cell whose output all reached iopub needs no
+        # report (the server's own sink saw every character); one that was cut still gets it.
+        quiet = dict(CONFIG, report_always=0)
+        set_quiet = "import sys; sys.modules['ipython_mcp_helper'].install(CONFIG_DICT)"
+        try:
+            assert kernel.execute(private_exec(set_quiet, CONFIG_DICT=quiet), silent=True).reply["content"]["status"] == "ok"
+            small = kernel.execute("print('small')")
+            assert small.stream_text("stdout") == "small\n"
+            assert [d for d in small.comm_data() if d.get("event") == "execution_report"] == []
+            big = kernel.execute("print('x' * 100_000)")
+            assert big.report()["stdout"]["omitted_chars"] == 100_001 - 8192
+            displays = kernel.execute("from IPython.display import display\nfor i in range(25): display(i)")
+            assert displays.report()["display_omitted"] == 5
+        finally:
+            kernel.execute(private_exec(set_quiet, CONFIG_DICT=CONFIG), silent=True)
 
     def test_huge_print_is_bounded_in_the_kernel(self, kernel):
         run = kernel.execute("print('x' * 5_000_000)")
@@ -582,6 +603,57 @@ class TestKernel:
         assert report["raw_chars"]["stdout"] == 200_000
         assert report["stdout"]["omitted_chars"] == 200_000 - 8192
         assert len(run.stream_text("stdout")) <= 65536
+
+    def test_displays_from_late_post_execute_callbacks_are_counted(self, kernel):
+        # matplotlib-inline registers its figure flush as a post_execute callback when pyplot
+        # is first imported, i.e. mid-cell and after the helper: the report must still follow.
+        code = (
+            "from IPython.display import display\n"
+            "def _late():\n"
+            "    get_ipython().events.unregister('post_execute', _late)\n"
+            "    display('figure')\n"
+            "get_ipython().events.register('post_execute', _late)\n"
+        )
+        run = kernel.execute(code)
+        assert (run.report()["display_count"], len(run.of("display_data"))) == (1, 1)
+        assert run.index(lambda msg: msg["msg_type"] == "display_data") < run.index(
+            lambda msg: msg["msg_type"] == "comm_msg"
+        )
+
+    def test_nested_run_cell_is_one_execution(self, kernel):
+        run = kernel.execute("print('before')\nget_ipython().run_cell(\"print('inner')\")\nprint('after')")
+        assert run.report()["stdout"]["text"] == "before\ninner\nafter\n"
+
+    def test_async_cell_is_reported(self, kernel):
+        run = kernel.execute("import asyncio\nawait asyncio.sleep(0)\nprint('x' * 100_000)")
+        report = run.report()
+        assert report["stdout"]["omitted_chars"] == 100_001 - 8192
+        assert len(run.stream_text("stdout")) == 65536
+
+    def test_bad_config_is_rejected_and_leaves_the_helper_working(self, kernel):
+        bad = dict(CONFIG, max_text_chars=-1)
+        code = "import sys; sys.modules['ipython_mcp_helper'].install(%r)" % bad
+        reply = kernel.execute(code, silent=True).reply["content"]
+        assert (reply["status"], reply["ename"]) == ("error", "ValueError")
+        assert kernel.execute("print('still here')").report()["stdout"]["text"] == "still here\n"
+
+    def test_concurrent_writers_are_counted_exactly(self, kernel):
+        code = (
+            "import sys, threading\n"
+            "def spam():\n"
+            "    for _ in range(5_000):\n"
+            "        sys.stdout.write('0123456789\\n')\n"
+            "threads = [threading.Thread(target=spam) for _ in range(4)]\n"
+            "for t in threads: t.start()\n"
+            "spam()\n"
+            "for t in threads: t.join()\n"
+        )
+        run = kernel.execute(code)
+        report = run.report()
+        assert report["raw_chars"]["stdout"] == 5 * 5_000 * 11
+        assert report["stdout"]["omitted_chars"] == 5 * 5_000 * 11 - 8192
+        assert report["stdout"]["text"] == ("0123456789\n" * 745)[:8192]
+        assert run.stream_text("stdout") == ("0123456789\n" * 5958)[:65536]
 
     def test_lone_surrogates_are_sanitized(self, kernel):
         run = kernel.execute("print('a\\ud800b')")

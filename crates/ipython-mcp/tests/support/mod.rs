@@ -175,7 +175,7 @@ pub async fn call_peer(peer: &Peer<RoleClient>, tool: &str, arguments: Value) ->
     ToolResult {
         structured: result.structured_content.clone().unwrap_or(Value::Null),
         is_error: result.is_error == Some(true),
-        content: result.content.iter().map(|content| content.clone()).collect(),
+        content: result.content.to_vec(),
     }
 }
 

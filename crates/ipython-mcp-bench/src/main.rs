@@ -1,0 +1,253 @@
+#![allow(clippy::print_stdout)] // a benchmark report is its stdout
+
+//! `ipython-mcp-bench`: one run that measures, on the same Python environment,
+//!
+//! (a) `execute` of `x = x + 1` through the full MCP stdio stack (release server binary, rmcp client);
+//! (b) the same round trip through our own kernel client (`ipython-mcp-jupyter`), no MCP and no
+//!     session layer: our floor; (b2) through the session layer (helper, bounding), no MCP;
+//! (c) the same loop with Python's `jupyter_client` against an identically started kernel;
+//! (d) the server's RSS when idle and its peak while the kernel prints 200 MB;
+//!
+//! and prints p50/p99 and the ratios a/b and a/c. Figures are medians of one run on a noisy
+//! machine; compare ratios, not absolute numbers.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use ipython_mcp_jupyter::protocol::{ExecuteRequest, ExecutionState, JupyterMessage, JupyterMessageContent};
+use ipython_mcp_jupyter::{Channel, Kernel, LaunchSpec};
+use rmcp::model::{CallToolRequestParams, ClientConfig};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
+use serde_json::{json, Value};
+
+const CALLS: usize = 500;
+const WARMUP: usize = 30;
+const SETUP: &str = "x = 0";
+const LOOP: &str = "x = x + 1";
+const FLOOD: &str = "import sys\nsys.stdout.write('x' * 100_000_000)\nfor _ in range(100):\n    print('y' * 999_999)";
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> anyhow::Result<()> {
+    let server_binary = sibling_binary("ipython-mcp")?;
+    let python = resolve_python().await?;
+    println!("ipython-mcp benchmark: {CALLS} calls after {WARMUP} warm-up calls each; python {}", python.display());
+
+    let (mcp, rss) = bench_mcp(&server_binary).await?;
+    let raw = bench_raw_client(&python).await?;
+    let session = bench_session(&python).await?;
+    let python_floor = bench_jupyter_client(&python).await?;
+
+    println!();
+    println!("{:<58} {:>9} {:>9}", "round trip of `x = x + 1` (reply + idle)", "p50 ms", "p99 ms");
+    for (name, samples) in [
+        ("(a) MCP stdio: rmcp client -> ipython-mcp -> kernel", &mcp),
+        ("(b) our kernel client (ipython-mcp-jupyter), no MCP", &raw),
+        ("(b2) our session layer (helper + bounding), no MCP", &session),
+        ("(c) Python jupyter_client, same kernel flags", &python_floor),
+    ] {
+        println!("{name:<58} {:>9.3} {:>9.3}", percentile(samples, 0.50), percentile(samples, 0.99));
+    }
+    let (a, b, b2, c) = (percentile(&mcp, 0.5), percentile(&raw, 0.5), percentile(&session, 0.5), percentile(&python_floor, 0.5));
+    println!();
+    println!("ratio a/b  (MCP stack vs our bare client, target <= 1.2): {:.2}", a / b);
+    println!("ratio a/b2 (MCP layer alone):                             {:.2}", a / b2);
+    println!("ratio a/c  (MCP stack vs bare jupyter_client, target <= 1.0): {:.2}", a / c);
+    println!();
+    println!("server RSS idle:                       {:>6.1} MiB (target <= 20)", rss.idle_kib as f64 / 1024.0);
+    println!("server peak RSS during a 200 MB print: {:>6.1} MiB (growth {:.1} MiB, target <= 16)",
+        rss.peak_kib as f64 / 1024.0, (rss.peak_kib.saturating_sub(rss.idle_kib)) as f64 / 1024.0);
+    println!("flood execute took {:.2} s; omitted chars reported: {}", rss.flood_seconds, rss.flood_omitted);
+    Ok(())
+}
+
+fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
+    let me = std::env::current_exe()?;
+    let path = me.with_file_name(name);
+    if !path.exists() {
+        bail!("{} not found: build it first with `cargo build --release`", path.display());
+    }
+    Ok(path)
+}
+
+async fn resolve_python() -> anyhow::Result<PathBuf> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let xdg = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from);
+    let cache_dir = match std::env::var_os("IPYTHON_MCP_CACHE_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => ipython_mcp_env::default_cache_dir(home.as_deref(), xdg.as_deref()).context("no cache dir")?,
+    };
+    let resolver = ipython_mcp_env::Resolver {
+        explicit_python: std::env::var_os("IPYTHON_MCP_PYTHON").map(PathBuf::from),
+        virtual_env: std::env::var_os("VIRTUAL_ENV").map(PathBuf::from),
+        working_dir: std::env::current_dir()?,
+        path_var: std::env::var_os("PATH"),
+        cache_dir,
+        install_timeout: Duration::from_secs(600),
+    };
+    Ok(resolver.resolve(&|_| {}).await?.executable)
+}
+
+fn percentile(samples: &[f64], quantile: f64) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted[((sorted.len() - 1) as f64 * quantile).round() as usize]
+}
+
+struct Rss {
+    idle_kib: u64,
+    peak_kib: u64,
+    flood_seconds: f64,
+    flood_omitted: u64,
+}
+
+fn proc_status_kib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|status| {
+            status.lines().find_map(|line| line.strip_prefix(field)).and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+async fn bench_mcp(server_binary: &Path) -> anyhow::Result<(Vec<f64>, Rss)> {
+    let mut child = tokio::process::Command::new(server_binary)
+        .env("IPYTHON_MCP_LOG", "warn")
+        .env("IPYTHON_MCP_MAX_TIMEOUT_SECONDS", "3600")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = child.id().context("pid")?;
+    let transport = (child.stdout.take().context("stdout")?, child.stdin.take().context("stdin")?);
+    let client = ClientConfig::default().serve_with_lifecycle(transport, ClientLifecycleMode::Initialize).await?;
+    let call = |code: &str, timeout: f64| {
+        let arguments = json!({"code": code, "timeout_seconds": timeout}).as_object().cloned().expect("object");
+        client.peer().call_tool(CallToolRequestParams::new("execute").with_arguments(arguments))
+    };
+    // Wait for the kernel (the first call queues behind start-up).
+    let deadline = Instant::now() + Duration::from_secs(900);
+    loop {
+        let result = call(SETUP, 30.0).await?;
+        if result.is_error != Some(true) {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("kernel never became ready: {:?}", result.structured_content);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for _ in 0..WARMUP {
+        call(LOOP, 30.0).await?;
+    }
+    let mut samples = Vec::with_capacity(CALLS);
+    for _ in 0..CALLS {
+        let started = Instant::now();
+        let result = call(LOOP, 30.0).await?;
+        samples.push(started.elapsed().as_secs_f64() * 1000.0);
+        if result.is_error == Some(true) {
+            bail!("execute failed: {:?}", result.structured_content);
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let idle_kib = proc_status_kib(pid, "VmRSS:");
+    let started = Instant::now();
+    let flood = call(FLOOD, 600.0).await?;
+    let flood_seconds = started.elapsed().as_secs_f64();
+    let flood_omitted = flood.structured_content.as_ref().and_then(|value| value.get("stdout_omitted_chars")).and_then(Value::as_u64).unwrap_or(0);
+    let peak_kib = proc_status_kib(pid, "VmHWM:");
+    client.cancel().await?;
+    let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    Ok((samples, Rss { idle_kib, peak_kib, flood_seconds, flood_omitted }))
+}
+
+async fn bench_raw_client(python: &Path) -> anyhow::Result<Vec<f64>> {
+    let spec = LaunchSpec { python: python.to_owned(), env: Vec::new(), working_dir: None };
+    let kernel = Kernel::launch(&spec, Duration::from_secs(30)).await?;
+    let run = |code: &'static str| async {
+        let request = JupyterMessage::new(
+            ExecuteRequest { code: code.to_owned(), silent: false, store_history: true, user_expressions: None, allow_stdin: false, stop_on_error: false },
+            None,
+        );
+        let (msg_id, mut receiver) = kernel.request(Channel::Shell, request).await?;
+        let (mut reply, mut idle) = (false, false);
+        while !(reply && idle) {
+            let routed = receiver.recv().await.context("kernel exited")?;
+            match routed.message.content {
+                JupyterMessageContent::ExecuteReply(_) => reply = true,
+                JupyterMessageContent::Status(status) if status.execution_state == ExecutionState::Idle => idle = true,
+                _ => {}
+            }
+        }
+        kernel.forget(&msg_id);
+        anyhow::Ok(())
+    };
+    run(SETUP).await?;
+    for _ in 0..WARMUP {
+        run(LOOP).await?;
+    }
+    let mut samples = Vec::with_capacity(CALLS);
+    for _ in 0..CALLS {
+        let started = Instant::now();
+        run(LOOP).await?;
+        samples.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    kernel.shutdown(Duration::from_secs(2)).await;
+    Ok(samples)
+}
+
+async fn bench_session(python: &Path) -> anyhow::Result<Vec<f64>> {
+    let config = ipython_mcp_config::Config::default();
+    let options = ipython_mcp_kernel::SessionOptions {
+        kernel_id: "bench".to_owned(),
+        limits: config.limits,
+        timeouts: config.timeouts,
+        max_json_items: config.limits.max_results,
+        max_pending: config.queue.max_pending,
+        queue_wait_timeout: Duration::from_secs(120),
+        resolver: ipython_mcp_env::Resolver {
+            explicit_python: Some(python.to_owned()),
+            virtual_env: None,
+            working_dir: std::env::current_dir()?,
+            path_var: std::env::var_os("PATH"),
+            cache_dir: std::env::temp_dir(),
+            install_timeout: Duration::from_secs(60),
+        },
+    };
+    let session = ipython_mcp_kernel::SessionHandle::start(options);
+    let run = |code: &str| session.execute(ipython_mcp_kernel::ExecuteArgs { code: code.to_owned(), timeout: None, request_id: String::new() });
+    let first = run(SETUP).await;
+    if !first.ok {
+        bail!("session failed: {:?}", first.error);
+    }
+    for _ in 0..WARMUP {
+        run(LOOP).await;
+    }
+    let mut samples = Vec::with_capacity(CALLS);
+    for _ in 0..CALLS {
+        let started = Instant::now();
+        run(LOOP).await;
+        samples.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    session.shutdown().await;
+    Ok(samples)
+}
+
+async fn bench_jupyter_client(python: &Path) -> anyhow::Result<Vec<f64>> {
+    let script = std::env::temp_dir().join(format!("ipython-mcp-bench-{}.py", std::process::id()));
+    std::fs::write(&script, include_str!("jupyter_client_loop.py"))?;
+    let output = tokio::process::Command::new(python)
+        .arg(&script)
+        .args([CALLS.to_string(), WARMUP.to_string(), SETUP.to_owned(), LOOP.to_owned()])
+        .stdin(Stdio::null())
+        .output()
+        .await?;
+    let _ = std::fs::remove_file(&script);
+    if !output.status.success() {
+        bail!("jupyter_client loop failed: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    let parsed: Value = serde_json::from_slice(&output.stdout)?;
+    Ok(parsed["samples_ms"].as_array().context("samples")?.iter().filter_map(Value::as_f64).collect())
+}
