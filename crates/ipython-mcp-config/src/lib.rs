@@ -309,6 +309,21 @@ mod tests {
         assert_eq!(OPERATION_TIMEOUT.default, config.timeouts.operation.as_secs().to_string());
     }
 
+    /// The README's configuration table must list every setting with its flag and default.
+    #[test]
+    fn readme_documents_every_setting() {
+        let readme = include_str!("../../../README.md");
+        for setting in SETTINGS {
+            let row = readme
+                .lines()
+                .find(|line| line.starts_with(&format!("| `{}` |", setting.env)))
+                .unwrap_or_else(|| panic!("README has no row for {}", setting.env));
+            assert!(row.contains(&format!("`--{}`", setting.flag)), "{row}");
+            let default = setting.default.split(' ').next().unwrap_or_default();
+            assert!(row.contains(default), "{row} shows the default {}", setting.default);
+        }
+    }
+
     #[test]
     fn numbers_must_be_positive() {
         let raw = |v: &str| RawConfig { max_text_chars: Some(v.into()), ..Default::default() };

@@ -339,3 +339,42 @@ fn invalid_configuration_stops_with_one_line_and_status_2() {
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     assert!(stderr.contains("IPYTHON_MCP_MAX_TEXT_CHARS"), "{stderr}");
 }
+
+#[tokio::test]
+async fn a_client_that_disconnects_mid_call_leaves_nothing_behind() {
+    let server = Server::start(Family::Handshake, &[]).await;
+    let status = server.call("runtime_status", json!({})).await;
+    let kernel_pid = status.structured["status"]["kernel"]["pid"].as_u64().expect("pid") as i32;
+    let client = server.client.peer().clone();
+    let call = tokio::spawn(async move {
+        let arguments = json!({"code": "import time\ntime.sleep(60)"}).as_object().cloned().expect("object");
+        client.call_tool(rmcp::model::CallToolRequestParams::new("execute").with_arguments(arguments)).await
+    });
+    // Disconnect once the call is running in the kernel.
+    for _ in 0..200 {
+        let status = server.call("runtime_status", json!({})).await;
+        if status.structured["status"]["operation_active"] == true {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let started = std::time::Instant::now();
+    let server_pid = server.pid as i32;
+    server.stop().await;
+    assert!(started.elapsed() < Duration::from_secs(10), "shutdown took {:?}", started.elapsed());
+    assert!(call.await.expect("join").is_err(), "the abandoned call ends with a transport error");
+    support::wait_until_gone(server_pid).await;
+    support::wait_until_gone(kernel_pid).await;
+}
+
+#[tokio::test]
+async fn sigterm_shuts_down_cleanly() {
+    let server = Server::start(Family::Handshake, &[]).await;
+    let status = server.call("runtime_status", json!({})).await;
+    let kernel_pid = status.structured["status"]["kernel"]["pid"].as_u64().expect("pid") as i32;
+    let server_pid = server.pid as i32;
+    // SAFETY: signalling our own child process.
+    assert_eq!(unsafe { libc::kill(server_pid, libc::SIGTERM) }, 0);
+    server.wait_exit(Duration::from_secs(10)).await;
+    support::wait_until_gone(kernel_pid).await;
+}

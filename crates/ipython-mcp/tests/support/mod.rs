@@ -157,6 +157,13 @@ impl Server {
             .expect("VmHWM")
     }
 
+    /// Waits for the server to exit by itself and checks it exited cleanly.
+    pub async fn wait_exit(mut self, within: Duration) {
+        let status = tokio::time::timeout(within, self.child.wait()).await;
+        let status = status.expect("server exits in time").expect("wait");
+        assert!(status.success(), "server exit status {status}");
+    }
+
     /// Closes stdin (as a client does) and waits for the server to exit on its own.
     pub async fn stop(mut self) {
         let _ = self.client.cancel().await;
