@@ -47,6 +47,8 @@ CONFIG_KEYS = (
     "report_always",
 )
 IMAGE_MIMES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+# SVG is text, but a cut SVG is as useless as a cut PNG: it is kept whole or dropped, by bytes.
+SVG_MIME = "image/svg+xml"
 
 
 # --------------------------------------------------------------------------------------------
@@ -260,8 +262,13 @@ def bound_strings(value, max_chars):
     return value
 
 
-def image_size(value):
-    """Decoded size of an image entry: base64 text is estimated (len * 3 // 4), not decoded."""
+def image_size(value, mime=None):
+    """Decoded size of an image entry: base64 text is estimated (len * 3 // 4), not decoded;
+    SVG text is measured in UTF-8 bytes."""
+    if mime == SVG_MIME:
+        if isinstance(value, str):
+            return len(value.encode("utf-8", "replace"))
+        return len(value) if isinstance(value, (bytes, bytearray, memoryview)) else None
     if isinstance(value, str):
         return len(value) * 3 // 4
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -274,19 +281,19 @@ def bound_bundle(data, metadata, max_string_chars, max_image_bytes):
 
     Raster images larger than ``max_image_bytes`` (decoded) are dropped and recorded as
     ``metadata["ipython_mcp"]["omitted_images"][mime] = decoded_bytes``; kept images are not
-    cut (a cut image is garbage). Every other string, SVG included, is cut to
-    ``max_string_chars``.
+    cut (a cut image is garbage). SVG is treated as an image measured in UTF-8 bytes. Every
+    other string is cut to ``max_string_chars``.
     """
     kept = {}
     omitted_images = {}
     for mime, value in data.items():
-        size = image_size(value) if mime in IMAGE_MIMES else None
+        size = image_size(value, mime) if mime in IMAGE_MIMES or mime == SVG_MIME else None
         if size is None:
             kept[sanitize_text(mime)] = bound_strings(value, max_string_chars)
         elif size > max_image_bytes:
             omitted_images[mime] = size
         else:
-            kept[mime] = value
+            kept[mime] = sanitize_text(value) if isinstance(value, str) else value
     metadata = bound_strings(metadata, max_string_chars) if isinstance(metadata, dict) else {}
     if omitted_images:
         note = metadata.get("ipython_mcp")

@@ -7,6 +7,9 @@ use serde_json::{Map, Value};
 /// Mime types returned as MCP image content (base64 payloads).
 pub const BINARY_IMAGE_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif", "image/webp"];
 
+/// SVG travels as text but is an image: kept whole or dropped (by UTF-8 bytes), never cut.
+pub const SVG_TYPE: &str = "image/svg+xml";
+
 /// Limits for one JSON payload.
 #[derive(Debug, Clone, Copy)]
 pub struct JsonLimits {
@@ -129,15 +132,16 @@ pub fn base64_decoded_len(text: &str) -> usize {
 }
 
 /// Bounds one mime bundle in place: images over `max_image_bytes` are removed (and recorded
-/// in `metadata["ipython_mcp"]["omitted_images"]`), other entries are JSON-bounded; binary
-/// images are never cut, since half an image is not an image.
+/// in `metadata["ipython_mcp"]["omitted_images"]`), other entries are JSON-bounded; images
+/// (SVG included) are never cut, since half an image is not an image.
 pub fn bound_bundle(data: &mut Map<String, Value>, metadata: &mut Map<String, Value>, limits: JsonLimits, max_image_bytes: usize) -> bool {
     let mut cut = false;
     let mut omitted_images = Map::new();
     let keys: Vec<String> = data.keys().cloned().collect();
     for key in keys {
-        if BINARY_IMAGE_TYPES.contains(&key.as_str()) {
-            let size = data.get(&key).and_then(Value::as_str).map(base64_decoded_len);
+        let is_svg = key == SVG_TYPE;
+        if is_svg || BINARY_IMAGE_TYPES.contains(&key.as_str()) {
+            let size = data.get(&key).and_then(Value::as_str).map(|text| if is_svg { text.len() } else { base64_decoded_len(text) });
             match size {
                 Some(size) if size <= max_image_bytes => {}
                 Some(size) => {
@@ -220,6 +224,19 @@ mod tests {
         assert!(bound_bundle(&mut data, &mut metadata, JsonLimits { max_depth: 6, max_items: 100, max_chars: 100 }, 100));
         assert_eq!(Value::Object(data), json!({"text/plain": "<Figure>"}));
         assert_eq!(Value::Object(metadata), json!({"ipython_mcp": {"omitted_images": {"image/png": 300}}}));
+    }
+
+    #[test]
+    fn svg_is_kept_whole_or_dropped() {
+        let limits = JsonLimits { max_depth: 6, max_items: 100, max_chars: 10 };
+        let svg = format!("<svg>{}</svg>", "x".repeat(50));
+        let mut data = json!({"image/svg+xml": svg.clone()}).as_object().cloned().unwrap();
+        assert!(!bound_bundle(&mut data, &mut Map::new(), limits, 100));
+        assert_eq!(data["image/svg+xml"], Value::String(svg));
+        let mut metadata = Map::new();
+        assert!(bound_bundle(&mut data, &mut metadata, limits, 20));
+        assert!(data.is_empty());
+        assert_eq!(Value::Object(metadata), json!({"ipython_mcp": {"omitted_images": {"image/svg+xml": 61}}}));
     }
 
     #[test]

@@ -15,7 +15,7 @@ mod session;
 mod sink;
 mod status;
 
-pub use bound::{base64_decoded_len, BINARY_IMAGE_TYPES};
+pub use bound::{base64_decoded_len, BINARY_IMAGE_TYPES, SVG_TYPE};
 pub use output::{DisplayItem, ErrorInfo, ExecutionOutput, ExecutionStatus, Interruption, NamespaceOutcome, RuntimeInfo, Truncated};
 pub use session::{ExecuteArgs, SessionHandle, SessionOptions};
 pub use sink::TerminalSink;

@@ -4,7 +4,8 @@
 //! short reference because the image itself travels once, as MCP image content. The text block
 //! is what text-only clients show the model: the outputs themselves, not a JSON dump.
 
-use ipython_mcp_kernel::{base64_decoded_len, ErrorInfo, ExecutionOutput, RuntimeInfo, BINARY_IMAGE_TYPES};
+use base64::Engine as _;
+use ipython_mcp_kernel::{base64_decoded_len, ErrorInfo, ExecutionOutput, RuntimeInfo, BINARY_IMAGE_TYPES, SVG_TYPE};
 use rmcp::model::{CallToolResult, ContentBlock as Content, NumberOrString, RequestId};
 use serde_json::Value;
 
@@ -88,6 +89,11 @@ fn extract_images(bundle: &mut Value, images: &mut Vec<(String, String)>) {
             let payload = std::mem::replace(data, format!("<{mime}, {bytes} bytes, returned as MCP image content #{}>", images.len() + 1));
             images.push((payload.split_whitespace().collect(), (*mime).to_owned()));
         }
+    }
+    if let Some(Value::String(svg)) = map.get_mut(SVG_TYPE) {
+        let bytes = svg.len();
+        let text = std::mem::replace(svg, format!("<{SVG_TYPE}, {bytes} bytes, returned as MCP image content #{}>", images.len() + 1));
+        images.push((base64::engine::general_purpose::STANDARD.encode(text), SVG_TYPE.to_owned()));
     }
 }
 

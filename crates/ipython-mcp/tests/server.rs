@@ -135,6 +135,14 @@ len(png)
     assert!(images[0].1.starts_with(b"\x89PNG\r\n\x1a\n"));
     let reference = result.structured["display_data"][0]["data"]["image/png"].as_str().expect("reference");
     assert!(reference.contains("returned as MCP image content #1"), "{reference}");
+
+    let svg = r#"<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"><rect width="10" height="10"/></svg>"#;
+    let code = format!("from IPython.display import SVG, display\ndisplay(SVG({svg:?}))");
+    let result = server.call("execute", json!({"code": code})).await;
+    let images = result.images();
+    assert_eq!(images.len(), 1, "{result:?}");
+    assert_eq!(images[0].0, "image/svg+xml");
+    assert_eq!(String::from_utf8_lossy(&images[0].1), svg);
     server.stop().await;
 }
 

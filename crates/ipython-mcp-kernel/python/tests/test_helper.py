@@ -201,13 +201,19 @@ def test_bound_bundle_cuts_strings_and_drops_big_images():
 
     assert json.dumps([data, metadata]) == original  # inputs untouched
     assert kept["text/plain"] == "t" * 20
-    assert kept["image/svg+xml"] == ("<svg>" + "s" * 100)[:20]
+    assert kept["image/svg+xml"] == "<svg>" + "s" * 100  # an image: kept whole while it fits
     assert kept["image/png"] == png  # 2004 decoded bytes fit; images are never cut
     assert "image/jpeg" not in kept
     assert kept["application/json"] == {"nested": ["n" * 20, {"deep": "d" * 20}], "n": 3}
     assert meta["note"] == "m" * 20
     assert meta["image/png"] == {"width": 10}
     assert meta["ipython_mcp"] == {"omitted_images": {"image/jpeg": 3000}}
+
+
+def test_bound_bundle_drops_an_svg_too_big_to_return():
+    kept, meta = helper.bound_bundle({"image/svg+xml": "<svg>" + "é" * 10, "text/plain": "x"}, {}, 100, 20)
+    assert kept == {"text/plain": "x"}
+    assert meta == {"ipython_mcp": {"omitted_images": {"image/svg+xml": 25}}}
 
 
 def test_bound_bundle_handles_raw_bytes_images_and_missing_metadata():
@@ -560,7 +566,7 @@ class TestKernel:
             "display({'text/plain': 'small', 'image/png': 'iVBORw0KGgo='}, raw=True)\n"
         )
         big, small = [msg["content"] for msg in kernel.execute(code).of("display_data")]
-        assert big["data"] == {"text/plain": "p" * 8193, "image/svg+xml": ("<svg>" + "s" * 20_000)[:8193]}
+        assert big["data"] == {"text/plain": "p" * 8193, "image/svg+xml": "<svg>" + "s" * 20_000}
         assert big["metadata"] == {"ipython_mcp": {"omitted_images": {"image/png": 1_500_000}}}
         assert small["data"] == {"text/plain": "small", "image/png": "iVBORw0KGgo="}
 
