@@ -386,3 +386,44 @@ async fn sigterm_shuts_down_cleanly() {
     server.wait_exit(Duration::from_secs(10)).await;
     support::wait_until_gone(kernel_pid).await;
 }
+
+#[tokio::test]
+async fn a_first_start_provisions_python_in_the_background() {
+    // A bare python3 (a venv without ipykernel) first on PATH, and an empty cache: the server must
+    // answer MCP at once, show provisioning in runtime_status, then run code.
+    let scratch = tempfile::tempdir().expect("tempdir");
+    let bare = scratch.path().join("bare");
+    let status = std::process::Command::new("python3").args(["-m", "venv", "--without-pip"]).arg(&bare).status().expect("python3");
+    assert!(status.success());
+    let path = format!("{}:{}", bare.join("bin").display(), std::env::var("PATH").unwrap_or_default());
+    let cache = scratch.path().join("cache");
+    let server = Server::start_unready(
+        Family::Handshake,
+        &[("PATH", path.as_str()), ("IPYTHON_MCP_CACHE_DIR", cache.to_str().expect("utf-8"))],
+    )
+    .await;
+    let early = server.call("runtime_status", json!({})).await;
+    assert_eq!(early.structured["status"]["state"], "starting", "{:?}", early.structured);
+    let mut phases = std::collections::BTreeSet::new();
+    let settled = loop {
+        let status = server.call("runtime_status", json!({})).await.structured["status"].clone();
+        if let Some(phase) = status["environment"]["phase"].as_str() {
+            phases.insert(phase.to_owned());
+        }
+        if status["state"] != "starting" {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(settled["state"], "ready", "{settled}");
+    assert_eq!(settled["environment"]["source"], "managed_default");
+    assert_eq!(settled["environment"]["created"], true);
+    assert!(phases.contains("installing"), "provisioning progress was visible: {phases:?}");
+    let result = server.call("execute", json!({"code": "import ipykernel, sys\nsys.prefix"})).await;
+    assert!(result.ok(), "{result:?}");
+    assert!(result.structured["result"]["text/plain"].as_str().expect("prefix").contains("default-py"));
+    assert!(std::fs::read_dir(cache.join("envs")).expect("envs").all(|entry| {
+        !entry.expect("entry").file_name().to_string_lossy().starts_with(".tmp")
+    }));
+    server.stop().await;
+}
