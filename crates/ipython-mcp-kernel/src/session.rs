@@ -177,12 +177,24 @@ impl SessionHandle {
             _ = ticket.dispatched.notified() => {}
             _ = tokio::time::sleep(queue_wait) => {
                 if ticket.abandon() {
-                    let error = ErrorInfo::new(
-                        "queue_timeout",
-                        format!("waited {:.1}s in the queue behind earlier operations; nothing ran", queue_wait.as_secs_f64()),
-                    )
-                    .with_hint("the kernel is busy with earlier work; check runtime_status");
-                    return not_run(error, &self.status());
+                    let status = self.status();
+                    let error = if status.state == SessionState::Starting {
+                        let phase = status.environment.as_ref().map_or("starting the kernel".to_owned(), |environment| {
+                            format!("Python environment {} for {:.0}s", environment.phase, environment.elapsed_seconds)
+                        });
+                        ErrorInfo::new(
+                            "queue_timeout",
+                            format!("waited {:.1}s for the kernel to start ({phase}); nothing ran", queue_wait.as_secs_f64()),
+                        )
+                        .with_hint("the first start creates a Python environment and can take a minute; retry shortly, or watch runtime_status")
+                    } else {
+                        ErrorInfo::new(
+                            "queue_timeout",
+                            format!("waited {:.1}s in the queue behind earlier operations; nothing ran", queue_wait.as_secs_f64()),
+                        )
+                        .with_hint("the kernel is busy with earlier work; check runtime_status")
+                    };
+                    return not_run(error, &status);
                 }
             }
         }

@@ -427,3 +427,33 @@ async fn a_first_start_provisions_python_in_the_background() {
     }));
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_full_or_slow_queue_rejects_without_running_code() {
+    let server = Server::start(
+        Family::Handshake,
+        &[("IPYTHON_MCP_MAX_PENDING_OPERATIONS", "1"), ("IPYTHON_MCP_QUEUE_WAIT_TIMEOUT_SECONDS", "1")],
+    )
+    .await;
+    let spawn = |code: &'static str| {
+        let peer = server.client.peer().clone();
+        tokio::spawn(async move { support::call_peer(&peer, "execute", json!({"code": code})).await })
+    };
+    let running = spawn("import time\ntime.sleep(2.5)\n'first'");
+    server.wait_until(|status| status["operation_active"] == true).await;
+    let queued = spawn("queued = True");
+    server.wait_until(|status| status["queue_depth"] == 1).await;
+    let busy = server.call("execute", json!({"code": "busy = True"})).await;
+    assert_eq!(busy.structured["status"], "rejected");
+    assert_eq!(busy.structured["error"]["code"], "runtime_busy");
+    let queued = queued.await.expect("join");
+    assert_eq!(queued.structured["status"], "rejected");
+    assert_eq!(queued.structured["error"]["code"], "queue_timeout");
+    let first = running.await.expect("join");
+    assert_eq!(first.structured["result"]["text/plain"], "'first'");
+    let count = first.structured["execution_count"].as_u64().expect("count");
+    let check = server.call("execute", json!({"code": "('queued' in globals(), 'busy' in globals())"})).await;
+    assert_eq!(check.structured["result"]["text/plain"], "(False, False)");
+    assert_eq!(check.structured["execution_count"].as_u64(), Some(count + 1), "rejected calls did not bump the count");
+    server.stop().await;
+}

@@ -136,6 +136,19 @@ impl Server {
         }
     }
 
+    /// Polls runtime_status until `predicate` holds for the default session's status.
+    pub async fn wait_until(&self, predicate: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let status = self.call("runtime_status", json!({})).await.structured["status"].clone();
+            if predicate(&status) {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "condition never held: {status}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     pub async fn call(&self, tool: &str, arguments: Value) -> ToolResult {
         let result = call_peer(self.client.peer(), tool, arguments).await;
         assert!(result.structured.is_object(), "{tool} returned structuredContent: {result:?}");
