@@ -1,0 +1,63 @@
+//! Interop: the official Python MCP SDK (`mcp` from PyPI) drives the real binary over stdio,
+//! once per protocol family (`legacy` = initialize handshake, `auto` = 2026-07-28 discover).
+//! The SDK validates `structuredContent` against each tool's `outputSchema`, so this also
+//! checks that our results match the schemas we advertise.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+fn target_tmp() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+}
+
+#[tokio::test]
+async fn the_python_sdk_client_works_in_both_protocol_families() {
+    let cache = target_tmp().join("ipython-mcp-cache");
+    let resolver = ipython_mcp_env::Resolver {
+        explicit_python: None,
+        virtual_env: None,
+        working_dir: target_tmp(),
+        path_var: std::env::var_os("PATH"),
+        cache_dir: cache.clone(),
+        install_timeout: Duration::from_secs(600),
+    };
+    let python = resolver.resolve(&|_| {}).await.expect("provisioned python").executable;
+    let deps = target_tmp().join("mcp-sdk-deps");
+    if !deps.join("mcp").is_dir() {
+        let status = Command::new(&python)
+            .args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-q", "--target"])
+            .arg(&deps)
+            .arg("mcp==2.3.0")
+            .status()
+            .expect("pip");
+        assert!(status.success(), "installing the Python MCP SDK failed");
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python_sdk_client.py");
+    let output = Command::new(&python)
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_ipython-mcp"))
+        .env("PYTHONPATH", &deps)
+        .env("IPYTHON_MCP_CACHE_DIR", &cache)
+        .output()
+        .expect("run the SDK client");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "SDK client failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    let runs: Vec<Value> = stdout.lines().map(|line| serde_json::from_str(line).expect("json line")).collect();
+    assert_eq!(runs.len(), 2);
+    for (run, protocol) in runs.iter().zip(["2025-11-25", "2026-07-28"]) {
+        assert_eq!(run["protocol"], protocol, "{run}");
+        assert_eq!(run["tools"], serde_json::json!(["execute", "runtime_status"]), "{run}");
+        assert_eq!(run["output_schemas"], true);
+        assert_eq!(run["state"], "ready");
+        assert_eq!(run["result"], "42");
+        assert_eq!(run["stdout"], "hello\n");
+        assert_eq!(run["first_is_error"], false);
+        assert!(run["text"][0].as_str().expect("text").contains("hello"), "{run}");
+        assert_eq!(run["failed_is_error"], true);
+        assert_eq!(run["failed_code"], "execution_error");
+        assert_eq!(run["failed_ename"], "ValueError");
+    }
+}

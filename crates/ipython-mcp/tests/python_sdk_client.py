@@ -1,0 +1,49 @@
+"""Drives the ipython-mcp binary with the official Python MCP SDK client, in both protocol
+families, and prints one JSON line per mode with what it saw.
+
+Usage: python python_sdk_client.py /path/to/ipython-mcp
+"""
+import asyncio
+import json
+import os
+import sys
+
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+
+async def session(binary, mode):
+    env = {key: os.environ[key] for key in ("IPYTHON_MCP_CACHE_DIR", "PATH", "HOME") if key in os.environ}
+    env["IPYTHON_MCP_LOG"] = "warn"
+    params = StdioServerParameters(command=binary, env=env)
+    async with Client(params, mode=mode) as client:
+        tools = await client.list_tools()
+        for _ in range(6000):
+            status = await client.call_tool("runtime_status", {})
+            if status.structured_content["status"]["state"] != "starting":
+                break
+            await asyncio.sleep(0.1)
+        first = await client.call_tool("execute", {"code": "x = 20\nprint('hello')\nx * 2 + 2"})
+        failed = await client.call_tool("execute", {"code": "raise ValueError('nope')"})
+        return {
+            "mode": mode,
+            "protocol": client.protocol_version,
+            "tools": sorted(tool.name for tool in tools.tools),
+            "output_schemas": all(tool.output_schema for tool in tools.tools),
+            "state": status.structured_content["status"]["state"],
+            "result": first.structured_content["result"]["text/plain"],
+            "stdout": first.structured_content["stdout"],
+            "first_is_error": first.is_error,
+            "text": [block.text for block in first.content if block.type == "text"],
+            "failed_is_error": failed.is_error,
+            "failed_code": failed.structured_content["error"]["code"],
+            "failed_ename": failed.structured_content["error"]["ename"],
+        }
+
+
+async def main():
+    for mode in ("legacy", "auto"):
+        print(json.dumps(await session(sys.argv[1], mode)), flush=True)
+
+
+asyncio.run(main())
