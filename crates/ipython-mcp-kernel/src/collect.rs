@@ -105,7 +105,10 @@ impl Collector {
                         self.error = Some((error.ename.clone(), error.evalue.clone(), error.traceback.clone()));
                     }
                 }
-                self.reply = Some(Reply { status: reply.status, execution_count: Some(reply.execution_count.0 as u64) });
+                // IPython counts from 1; a kernel that omits the count (aborted requests)
+                // deserializes as 0, which means "none".
+                let count = reply.execution_count.0 as u64;
+                self.reply = Some(Reply { status: reply.status, execution_count: (count > 0).then_some(count) });
             }
             JupyterMessageContent::Status(status) if status.execution_state == ExecutionState::Idle => self.idle = true,
             JupyterMessageContent::StreamContent(stream) => {
@@ -121,21 +124,26 @@ impl Collector {
                 self.push_display(display_id, media_map(&display.data), display.metadata);
             }
             JupyterMessageContent::UpdateDisplayData(update) => {
+                // Every output with that display_id is updated, as in Jupyter front ends; an
+                // update nobody shows changes nothing (not even a truncation flag).
                 if let Some(display_id) = update.transient.display_id {
-                    let data = media_map(&update.data);
-                    let item = self.bounded_item(data, update.metadata);
-                    if let Some(slot) = self.displays.iter_mut().find(|(id, _)| id.as_deref() == Some(&display_id)) {
-                        slot.1 = item;
+                    if self.displays.iter().any(|(id, _)| id.as_deref() == Some(&display_id)) {
+                        let item = self.bounded_item(media_map(&update.data), update.metadata);
+                        for slot in self.displays.iter_mut().filter(|(id, _)| id.as_deref() == Some(&display_id)) {
+                            slot.1 = item.clone();
+                        }
                     }
                 }
             }
             JupyterMessageContent::ExecuteResult(result) => {
+                self.apply_pending_clear();
                 let mut data = media_map(&result.data);
                 let mut metadata = result.metadata;
                 self.result_truncated |= bound::bound_bundle(&mut data, &mut metadata, self.json, self.limits.max_image_bytes);
                 self.result = Some(data);
             }
             JupyterMessageContent::ErrorOutput(error) => {
+                self.apply_pending_clear();
                 self.error = Some((error.ename, error.evalue, error.traceback));
             }
             JupyterMessageContent::ClearOutput(clear) => {
@@ -254,5 +262,329 @@ fn media_map(media: &ipython_mcp_jupyter::protocol::Media) -> Map<String, Value>
     match serde_json::to_value(media) {
         Ok(Value::Object(map)) => map,
         _ => Map::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipython_mcp_jupyter::protocol::{
+        ClearOutput, CommId, CommMsg, DisplayData, ErrorOutput, ExecuteReply, ExecuteResult, ExecutionCount,
+        JupyterMessage, Media, ReplyError, Status, StreamContent, Transient, UpdateDisplayData,
+    };
+    use serde_json::json;
+
+    const HELPER: &str = "helper-comm";
+
+    /// Small limits so every bound is reachable with short inputs.
+    const LIMITS: OutputLimits = OutputLimits {
+        max_text_chars: 10,
+        max_traceback_chars: 100,
+        max_results: 100,
+        max_display_items: 2,
+        max_json_depth: 3,
+        max_image_bytes: 100,
+    };
+
+    fn routed(channel: Channel, content: impl Into<JupyterMessageContent>) -> Routed {
+        Routed { channel, message: JupyterMessage::new(content, None) }
+    }
+
+    fn iopub(content: impl Into<JupyterMessageContent>) -> Routed {
+        routed(Channel::IoPub, content)
+    }
+
+    fn stream(name: Stdio, text: &str) -> Routed {
+        iopub(StreamContent { name, text: text.to_owned() })
+    }
+
+    fn out(text: &str) -> Routed {
+        stream(Stdio::Stdout, text)
+    }
+
+    fn err(text: &str) -> Routed {
+        stream(Stdio::Stderr, text)
+    }
+
+    fn media(bundle: Value) -> Media {
+        serde_json::from_value(bundle).expect("a valid mime bundle")
+    }
+
+    fn display(bundle: Value, display_id: Option<&str>) -> Routed {
+        let transient = display_id.map(|id| Transient { display_id: Some(id.to_owned()) });
+        iopub(DisplayData { data: media(bundle), metadata: Map::new(), transient })
+    }
+
+    fn text(plain: &str) -> Routed {
+        display(json!({"text/plain": plain}), None)
+    }
+
+    fn clear(wait: bool) -> Routed {
+        iopub(ClearOutput { wait })
+    }
+
+    fn comm(comm_id: &str, data: Value) -> Routed {
+        let Value::Object(data) = data else { panic!("comm data must be an object") };
+        iopub(CommMsg { comm_id: CommId(comm_id.to_owned()), data })
+    }
+
+    fn report(stdout: (&str, u64), stderr: (&str, u64), display_omitted: u64) -> Value {
+        json!({
+            "event": "execution_report",
+            "stdout": {"text": stdout.0, "omitted_chars": stdout.1},
+            "stderr": {"text": stderr.0, "omitted_chars": stderr.1},
+            "display_count": 0,
+            "display_omitted": display_omitted,
+            "raw_chars": {"stdout": 0, "stderr": 0},
+        })
+    }
+
+    /// The display item a `text/plain` display becomes.
+    fn item(plain: &str) -> Value {
+        json!({"data": {"text/plain": plain}, "metadata": {}})
+    }
+
+    fn collect(messages: Vec<Routed>) -> Collected {
+        let mut collector = Collector::new(LIMITS, 4, Some(HELPER.to_owned()));
+        for message in messages {
+            collector.absorb(message);
+        }
+        collector.finish()
+    }
+
+    fn summary(collected: Collected) -> Value {
+        json!({
+            "stdout": collected.stdout,
+            "stderr": collected.stderr,
+            "stdout_omitted_chars": collected.stdout_omitted_chars,
+            "stderr_omitted_chars": collected.stderr_omitted_chars,
+            "display_data": collected.display_data,
+            "display_omitted": collected.display_omitted,
+            "result": collected.result,
+            "error": collected.error,
+            "truncated": collected.truncated,
+            "reply": collected.reply.map(|reply| json!({"status": reply.status, "execution_count": reply.execution_count})),
+        })
+    }
+
+    /// Runs `messages` through a collector and compares the fields named in `expect` (only
+    /// those, so each case states what it is about).
+    fn check(messages: Vec<Routed>, expect: Value) {
+        let actual = summary(collect(messages));
+        for (field, want) in expect.as_object().expect("expect is an object") {
+            let got = actual.get(field).unwrap_or_else(|| panic!("unknown field {field}"));
+            assert_eq!(got, want, "field {field} of {actual:#}");
+        }
+    }
+
+    fn truncated(fields: &[&str]) -> Value {
+        let mut flags = json!({"stdout": false, "stderr": false, "display_data": false, "result": false, "traceback": false});
+        for field in fields {
+            flags[*field] = Value::Bool(true);
+        }
+        flags
+    }
+
+    #[test]
+    fn done_needs_the_shell_reply_and_idle_in_either_order() {
+        let check_done = |messages: Vec<Routed>, expect: &[bool]| {
+            let mut collector = Collector::new(LIMITS, 4, None);
+            let states: Vec<bool> = messages
+                .into_iter()
+                .map(|message| {
+                    collector.absorb(message);
+                    collector.done()
+                })
+                .collect();
+            assert_eq!(states, expect);
+        };
+        let reply = || routed(Channel::Shell, ExecuteReply { execution_count: ExecutionCount::new(7), ..Default::default() });
+        check_done(vec![iopub(Status::busy()), out("x"), reply(), iopub(Status::idle())], &[false, false, false, true]);
+        check_done(vec![iopub(Status::idle()), reply()], &[false, true]);
+        // An execute_reply that did not come on shell is not the reply.
+        check_done(vec![iopub(ExecuteReply::default()), iopub(Status::idle())], &[false, false]);
+        check(vec![reply(), iopub(Status::idle())], json!({"reply": {"status": "ok", "execution_count": 7}, "error": null}));
+    }
+
+    #[test]
+    fn streams_are_bounded_with_exact_omitted_counts() {
+        check(
+            vec![out("hello "), err("50%\r"), out("world, again\n"), err("100%\n")],
+            json!({
+                "stdout": "hello worl", "stdout_omitted_chars": 9,
+                "stderr": "100%\n", "stderr_omitted_chars": 0,
+                "truncated": truncated(&["stdout"]),
+            }),
+        );
+        check(vec![err("0123456789ab\ncd")], json!({"stderr": "0123456789", "stderr_omitted_chars": 5, "truncated": truncated(&["stderr"])}));
+        check(vec![], json!({"stdout": "", "stderr": "", "display_data": [], "result": null, "error": null, "reply": null, "truncated": truncated(&[])}));
+    }
+
+    #[test]
+    fn clear_output_is_immediate_unless_it_waits() {
+        // Immediate: streams, displays and the display count go at once.
+        check(
+            vec![out("old\n"), err("e"), text("a"), text("b"), text("c"), clear(false), out("new")],
+            json!({"stdout": "new", "stderr": "", "display_data": [], "display_omitted": 0}),
+        );
+        check(vec![text("a"), clear(false), text("b")], json!({"display_data": [item("b")]}));
+        // wait=True with nothing after it: the old output stays.
+        check(vec![out("old"), text("a"), clear(true)], json!({"stdout": "old", "display_data": [item("a")]}));
+        // wait=True is applied at the next output, a stream or a display.
+        check(
+            vec![out("old"), err("e"), text("a"), clear(true), out("new")],
+            json!({"stdout": "new", "stderr": "", "display_data": []}),
+        );
+        check(
+            vec![out("old"), text("a"), text("b"), text("c"), clear(true), text("d")],
+            json!({"stdout": "", "display_data": [item("d")], "display_omitted": 0}),
+        );
+        // ...and only once.
+        check(vec![out("old"), clear(true), out("a"), out("b")], json!({"stdout": "ab"}));
+        // A clear also forgets an earlier truncation of displays.
+        check(
+            vec![display(json!({"text/plain": "long long text"}), None), clear(false), text("a")],
+            json!({"display_data": [item("a")], "truncated": truncated(&[])}),
+        );
+    }
+
+    #[test]
+    fn displays_are_capped_and_counted() {
+        check(
+            vec![text("a"), text("b"), text("c"), text("d")],
+            json!({"display_data": [item("a"), item("b")], "display_omitted": 2, "truncated": truncated(&[])}),
+        );
+        check(
+            vec![display(json!({"text/plain": "0123456789abc"}), None)],
+            json!({"display_data": [item("0123456789")], "truncated": truncated(&["display_data"])}),
+        );
+    }
+
+    #[test]
+    fn update_display_data_replaces_the_item_with_that_display_id() {
+        let update = |plain: &str, display_id: &str| iopub(UpdateDisplayData::new(media(json!({"text/plain": plain})), display_id));
+        check(
+            vec![
+                display(json!({"text/plain": "a"}), Some("d1")),
+                display(json!({"text/plain": "b"}), Some("d2")),
+                update("a2", "d1"),
+                update("a3", "d1"),
+                update("z", "unknown"),
+            ],
+            json!({"display_data": [item("a3"), item("b")], "display_omitted": 0}),
+        );
+        // Every output showing that display_id is updated.
+        check(
+            vec![display(json!({"text/plain": "a"}), Some("d1")), display(json!({"text/plain": "a"}), Some("d1")), update("a2", "d1")],
+            json!({"display_data": [item("a2"), item("a2")]}),
+        );
+        // An update is not a new output: it neither applies a pending clear nor counts.
+        check(
+            vec![display(json!({"text/plain": "a"}), Some("d1")), clear(true), update("a2", "d1")],
+            json!({"display_data": [item("a2")]}),
+        );
+    }
+
+    #[test]
+    fn a_large_image_is_removed_with_a_note() {
+        let small = "A".repeat(100); // 75 bytes decoded
+        check(
+            vec![display(json!({"image/png": "A".repeat(400), "text/plain": "<Figure>"}), None)],
+            json!({
+                "display_data": [{
+                    "data": {"text/plain": "<Figure>"},
+                    "metadata": {"ipython_mcp": {"omitted_images": {"image/png": 300}}},
+                }],
+                "truncated": truncated(&["display_data"]),
+            }),
+        );
+        check(
+            vec![display(json!({"image/png": small, "text/plain": "<Figure>"}), None)],
+            json!({"display_data": [{"data": {"image/png": small, "text/plain": "<Figure>"}, "metadata": {}}], "truncated": truncated(&[])}),
+        );
+    }
+
+    #[test]
+    fn execute_result_is_bounded_and_flagged() {
+        let result = |bundle: Value| iopub(ExecuteResult::new(ExecutionCount::new(3), media(bundle)));
+        check(
+            vec![result(json!({"text/plain": "x".repeat(25), "application/json": {"a": {"b": {"c": {"d": 1}}}}}))],
+            json!({
+                "result": {"text/plain": "xxxxxxxxxx", "application/json": {"a": {"b": {"c": "…"}}}},
+                "truncated": truncated(&["result"]),
+            }),
+        );
+        check(vec![result(json!({"text/plain": "42"}))], json!({"result": {"text/plain": "42"}, "truncated": truncated(&[])}));
+        check(
+            vec![result(json!({"image/png": "A".repeat(400), "text/plain": "<Figure>"}))],
+            json!({"result": {"text/plain": "<Figure>"}, "truncated": truncated(&["result"])}),
+        );
+    }
+
+    #[test]
+    fn error_is_stripped_of_ansi_and_bounded() {
+        let error = |ename: &str, evalue: &str, traceback: Vec<String>| {
+            iopub(ErrorOutput { ename: ename.to_owned(), evalue: evalue.to_owned(), traceback })
+        };
+        check(
+            vec![error("E", "\u{1b}[31mbad\u{1b}[0m", vec!["\u{1b}[0;31mTraceback\u{1b}[0m".into(), "E: bad".into()])],
+            json!({
+                "error": {"code": "execution_error", "message": "E: bad", "ename": "E", "evalue": "bad", "traceback": "Traceback\nE: bad"},
+                "truncated": truncated(&[]),
+            }),
+        );
+        // The evalue and the message are cut to max_text_chars.
+        check(
+            vec![error("ValueError", &"x".repeat(30), vec![])],
+            json!({"error": {"code": "execution_error", "message": "ValueError", "ename": "ValueError", "evalue": "xxxxxxxxxx", "traceback": ""}}),
+        );
+
+        let frames: Vec<String> = (0..50).map(|index| format!("\u{1b}[1mframe {index:02}\u{1b}[0m")).collect();
+        let collected = collect(vec![error("E", "bad", frames)]);
+        assert!(collected.truncated.traceback);
+        let traceback = collected.error.and_then(|error| error.traceback).expect("a traceback");
+        assert!(traceback.chars().count() <= LIMITS.max_traceback_chars, "{traceback}");
+        assert!(traceback.starts_with("frame 00") && traceback.ends_with("frame 49"), "{traceback}");
+        assert!(!traceback.contains('\u{1b}'));
+    }
+
+    #[test]
+    fn the_reply_error_is_used_only_without_an_iopub_error() {
+        let reply = |ename: &str| {
+            let error = ReplyError { ename: ename.to_owned(), evalue: "boom".to_owned(), traceback: vec!["tb".to_owned()] };
+            routed(Channel::Shell, ExecuteReply { status: ReplyStatus::Error, error: Some(Box::new(error)), ..Default::default() })
+        };
+        let iopub_error = iopub(ErrorOutput { ename: "KeyError".to_owned(), evalue: "k".to_owned(), traceback: vec![] });
+        check(
+            vec![reply("RuntimeError")],
+            json!({"error": {"code": "execution_error", "message": "RuntimeErr", "ename": "RuntimeError", "evalue": "boom", "traceback": "tb"}, "reply": {"status": "error", "execution_count": null}}),
+        );
+        check(vec![iopub_error, reply("RuntimeError")], json!({"error": {"code": "execution_error", "message": "KeyError: ", "ename": "KeyError", "evalue": "k", "traceback": ""}}));
+    }
+
+    #[test]
+    fn the_helper_report_overrides_stream_text_and_counts() {
+        let before = || vec![out("kernel out"), err("kernel err"), text("a"), text("b"), text("c")];
+        let with = |extra: Routed| before().into_iter().chain([extra]).collect::<Vec<_>>();
+        check(
+            with(comm(HELPER, report(("0123456789abc", 90), ("", 0), 5))),
+            json!({
+                "stdout": "0123456789", "stdout_omitted_chars": 93,
+                "stderr": "", "stderr_omitted_chars": 0,
+                "display_data": [item("a"), item("b")], "display_omitted": 6,
+                "truncated": truncated(&["stdout"]),
+            }),
+        );
+        // Not the helper's report: another comm, another event, a malformed report.
+        let kernel_view = json!({"stdout": "kernel out", "stderr": "kernel err", "stdout_omitted_chars": 0, "display_omitted": 1});
+        check(with(comm("other-comm", report(("report", 0), ("", 0), 5))), kernel_view.clone());
+        check(with(comm(HELPER, json!({"event": "ready", "version": "1"}))), kernel_view.clone());
+        check(with(comm(HELPER, json!({"event": "execution_report", "stdout": {"text": "report"}}))), kernel_view);
+        // Without a helper comm no report is trusted.
+        let mut collector = Collector::new(LIMITS, 4, None);
+        collector.absorb(out("kernel"));
+        collector.absorb(comm(HELPER, report(("report", 0), ("", 0), 5)));
+        let collected = collector.finish();
+        assert_eq!((collected.stdout.as_str(), collected.display_omitted), ("kernel", 0));
     }
 }
