@@ -70,7 +70,7 @@ pub(crate) struct Process {
     pub(crate) exit: watch::Receiver<Option<KernelExit>>,
     stderr_tail: Arc<Mutex<Tail>>,
     // Removed on drop: connection file and IPC socket files live here.
-    _run_dir: tempfile::TempDir,
+    pub(crate) run_dir: tempfile::TempDir,
 }
 
 impl Process {
@@ -92,6 +92,14 @@ impl Process {
 
     pub(crate) fn stderr_tail(&self) -> String {
         self.stderr_tail.lock().expect("tail lock").text()
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        // Backstop for every path that drops a kernel without shutting it down, including a
+        // launch abandoned half-way (its future dropped during shutdown).
+        self.kill_group();
     }
 }
 
@@ -120,9 +128,11 @@ impl Tail {
 pub(crate) async fn launch(spec: &LaunchSpec, startup_timeout: Duration) -> Result<Kernel, Error> {
     let started = Instant::now();
     let deadline = started + startup_timeout;
-    // tempfile creates the directory with mode 0700.
+    // Explicitly 0700: tempfile otherwise follows the umask, and anyone who can reach the IPC
+    // sockets could read the kernel's output.
     let run_dir = tempfile::Builder::new()
         .prefix("ipython-mcp-")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .tempdir()
         .map_err(|error| Error::RunDir { message: error.to_string() })?;
     let connection = ConnectionInfo {
@@ -202,13 +212,18 @@ pub(crate) async fn launch(spec: &LaunchSpec, startup_timeout: Duration) -> Resu
                 Ok(status) => KernelExit::from(status),
                 Err(error) => KernelExit::Unknown(error.to_string()),
             };
+            // The kernel may have left children behind (subprocesses of user code) in its
+            // process group. The group id cannot be reused while members remain, so this
+            // reaches exactly them.
+            // SAFETY: killpg(2) has no memory-safety preconditions.
+            unsafe { libc::killpg(pid as libc::pid_t, libc::SIGKILL) };
             tracing::debug!(pid, %status, "kernel process exited");
             // Order matters: mark the exit first so new requests fail, then close receivers.
             exit_sender.send_replace(Some(status));
             router.close_all();
         });
     }
-    let process = Arc::new(Process { pid, exit, stderr_tail, _run_dir: run_dir });
+    let process = Arc::new(Process { pid, exit, stderr_tail, run_dir });
 
     let connected = connect_and_handshake(&connection, &process, Arc::clone(&router), deadline, startup_timeout).await;
     match connected {
@@ -262,18 +277,24 @@ async fn connect_and_handshake(
     };
 
     let welcome = router.welcome();
-    tokio::spawn(route::read_loop(Arc::clone(&router), Channel::IoPub, iopub));
+    // A dead kernel's sockets never report an error (notes §5.5), so the readers are aborted
+    // when the Kernel is dropped rather than left to wait forever.
     let (shell_send, shell_recv) = shell.split();
-    tokio::spawn(route::read_loop(Arc::clone(&router), Channel::Shell, shell_recv));
     let (control_send, control_recv) = control.split();
-    tokio::spawn(route::read_loop(Arc::clone(&router), Channel::Control, control_recv));
+    let readers = vec![
+        tokio::spawn(route::read_loop(Arc::clone(&router), Channel::IoPub, iopub)).abort_handle(),
+        tokio::spawn(route::read_loop(Arc::clone(&router), Channel::Shell, shell_recv)).abort_handle(),
+        tokio::spawn(route::read_loop(Arc::clone(&router), Channel::Control, control_recv)).abort_handle(),
+    ];
 
     let mut kernel = Kernel {
         inner: Arc::clone(process),
         router,
         shell: tokio::sync::Mutex::new(shell_send),
         control: tokio::sync::Mutex::new(control_send),
-        heartbeat: tokio::sync::Mutex::new(heartbeat),
+        heartbeat: tokio::sync::Mutex::new(Some(heartbeat)),
+        connection: connection.clone(),
+        readers,
         session_id,
         info: None,
     };

@@ -56,7 +56,11 @@ pub struct Kernel {
     router: Arc<route::Router>,
     shell: Mutex<route::SendHalf>,
     control: Mutex<route::SendHalf>,
-    heartbeat: Mutex<jupyter_zmq_client::ClientHeartbeatConnection>,
+    // `None` after a failed ping: a REQ socket whose request timed out cannot send again, so
+    // the next ping connects a fresh one.
+    heartbeat: Mutex<Option<jupyter_zmq_client::ClientHeartbeatConnection>>,
+    connection: jupyter_protocol::ConnectionInfo,
+    readers: Vec<tokio::task::AbortHandle>,
     session_id: String,
     info: Option<Box<KernelInfoReply>>,
 }
@@ -77,6 +81,11 @@ impl Kernel {
     /// The process id of the kernel (also its process group id).
     pub fn pid(&self) -> u32 {
         self.inner.pid
+    }
+
+    /// The private directory holding the connection file and IPC sockets (removed on drop).
+    pub fn run_dir(&self) -> &std::path::Path {
+        self.inner.run_dir.path()
     }
 
     /// The kernel's `kernel_info_reply`.
@@ -137,8 +146,18 @@ impl Kernel {
 
     /// One heartbeat round trip; `false` if the kernel did not answer in time.
     pub async fn heartbeat(&self, timeout: Duration) -> bool {
-        let Ok(mut heartbeat) = self.heartbeat.try_lock() else { return false };
-        matches!(tokio::time::timeout(timeout, heartbeat.single_heartbeat()).await, Ok(Ok(())))
+        let Ok(mut slot) = self.heartbeat.try_lock() else { return false };
+        let ping = async {
+            if slot.is_none() {
+                *slot = Some(jupyter_zmq_client::create_client_heartbeat_connection(&self.connection).await.ok()?);
+            }
+            slot.as_mut()?.single_heartbeat().await.ok()
+        };
+        let answered = matches!(tokio::time::timeout(timeout, ping).await, Ok(Some(())));
+        if !answered {
+            *slot = None;
+        }
+        answered
     }
 
     /// Asks the kernel to shut down, waits up to `grace`, then kills its process group.
@@ -172,8 +191,11 @@ impl Kernel {
 
 impl Drop for Kernel {
     fn drop(&mut self) {
-        // Backstop: a kernel must never outlive its handle.
+        // Backstop: a kernel must never outlive its handle, nor its reader tasks.
         self.inner.kill_group();
+        for reader in &self.readers {
+            reader.abort();
+        }
     }
 }
 

@@ -2,11 +2,12 @@
 //! actor that owns the kernel process, runs operations one at a time in admission order,
 //! enforces deadlines and replaces the kernel when it dies or will not stop.
 //!
-//! Admission: the inbox is a bounded channel (`max_pending`; the active operation is not
-//! counted), so a full queue answers `runtime_busy` at once. Each request carries a ticket that
-//! moves from queued to dispatched or abandoned exactly once; a caller that waited longer than
-//! `queue_wait_timeout` abandons its ticket and gets `queue_timeout`, and the actor skips it.
-//! Neither runs code. The deadline starts at dispatch.
+//! Admission: a request must take one of `max_pending` permits (the active operation holds
+//! none), so a full queue answers `runtime_busy` at once. Each request carries a ticket that
+//! moves from queued to dispatched or abandoned exactly once, and whoever moves it releases its
+//! permit: a caller that waited longer than `queue_wait_timeout` (or was cancelled) abandons its
+//! ticket, gets `queue_timeout` (or `operation_cancelled`) and frees its slot at once; the actor
+//! skips abandoned tickets. Neither runs code. The deadline starts at dispatch.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,7 +17,7 @@ use ipython_mcp_config::{OutputLimits, Timeouts};
 use ipython_mcp_env::{Phase, PythonEnvironment, Resolver};
 use ipython_mcp_jupyter::protocol::{ExecuteRequest, JupyterMessage, ReplyStatus};
 use ipython_mcp_jupyter::{Channel, Kernel, LaunchSpec};
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{mpsc, oneshot, watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -46,22 +47,27 @@ pub struct ExecuteArgs {
     pub timeout: Option<Duration>,
     /// Correlates logs with the MCP request.
     pub request_id: String,
+    /// Cancelled when the client cancels the request: a queued request is withdrawn, a running
+    /// one is interrupted (the timeout path).
+    pub cancel: CancellationToken,
 }
 
 /// The public side of a session.
 #[derive(Clone)]
 pub struct SessionHandle {
     shared: Arc<Shared>,
-    inbox: mpsc::Sender<Command>,
+    inbox: mpsc::UnboundedSender<Command>,
 }
 
 struct Shared {
     options: SessionOptions,
     status: Mutex<RuntimeStatus>,
     queue_depth: AtomicUsize,
+    capacity: Arc<Semaphore>,
     next_seq: AtomicU64,
     shutdown: CancellationToken,
-    closed: Notify,
+    /// Becomes true once the actor has stopped its kernel.
+    finished: watch::Sender<bool>,
 }
 
 enum Command {
@@ -72,40 +78,55 @@ const QUEUED: u8 = 0;
 const DISPATCHED: u8 = 1;
 const ABANDONED: u8 = 2;
 
-/// A queued request's admission record; it leaves the queued state exactly once.
+/// A queued request's admission record; it leaves the queued state exactly once, and whoever
+/// moves it out releases its queue slot.
 struct Ticket {
     seq: u64,
     execution_id: String,
     enqueued_at: Instant,
     state: AtomicU8,
     dispatched: Notify,
+    permit: Mutex<Option<OwnedSemaphorePermit>>,
+    cancel: CancellationToken,
 }
 
 impl Ticket {
-    fn dispatch(&self) -> bool {
+    fn dispatch(&self, shared: &Shared) -> bool {
         let won = self.state.compare_exchange(QUEUED, DISPATCHED, Ordering::AcqRel, Ordering::Acquire).is_ok();
         if won {
+            self.leave_queue(shared);
             self.dispatched.notify_one();
         }
         won
     }
 
-    fn abandon(&self) -> bool {
-        self.state.compare_exchange(QUEUED, ABANDONED, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    fn abandon(&self, shared: &Shared) -> bool {
+        let won = self.state.compare_exchange(QUEUED, ABANDONED, Ordering::AcqRel, Ordering::Acquire).is_ok();
+        if won {
+            self.leave_queue(shared);
+        }
+        won
+    }
+
+    fn leave_queue(&self, shared: &Shared) {
+        shared.queue_depth.fetch_sub(1, Ordering::AcqRel);
+        drop(self.permit.lock().expect("permit lock").take());
     }
 }
 
 impl SessionHandle {
     /// Creates the session and starts its kernel in the background; returns at once.
     pub fn start(options: SessionOptions) -> SessionHandle {
-        let (inbox, commands) = mpsc::channel(options.max_pending.max(1));
+        // Unbounded: admission is bounded by the permits, not by the channel.
+        let (inbox, commands) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             status: Mutex::new(RuntimeStatus::starting(&options.kernel_id)),
+            capacity: Arc::new(Semaphore::new(options.max_pending.max(1))),
             options,
             queue_depth: AtomicUsize::new(0),
             next_seq: AtomicU64::new(1),
             shutdown: CancellationToken::new(),
-            closed: Notify::new(),
+            finished: watch::channel(false).0,
         });
         let actor = Actor { shared: Arc::clone(&shared), commands, kernel: None, epoch: 0 };
         tokio::spawn(actor.run());
@@ -133,6 +154,8 @@ impl SessionHandle {
             enqueued_at: Instant::now(),
             state: AtomicU8::new(QUEUED),
             dispatched: Notify::new(),
+            permit: Mutex::new(None),
+            cancel: args.cancel.clone(),
         });
         let not_run = |error: ErrorInfo, status: &RuntimeStatus| {
             ExecutionOutput::not_run(
@@ -155,28 +178,35 @@ impl SessionHandle {
             SessionState::Unavailable => return not_run(unavailable_error(&status), &status),
             _ => {}
         }
+        let Ok(permit) = Arc::clone(&self.shared.capacity).try_acquire_owned() else {
+            let error = ErrorInfo::new(
+                "runtime_busy",
+                format!("{} operations are already waiting for this kernel", self.shared.options.max_pending),
+            )
+            .with_hint("wait for earlier calls to finish, or check runtime_status");
+            return not_run(error, &self.status());
+        };
+        *ticket.permit.lock().expect("permit lock") = Some(permit);
+        self.shared.queue_depth.fetch_add(1, Ordering::AcqRel);
         let (reply, result) = oneshot::channel();
         let command = Command::Execute { ticket: Arc::clone(&ticket), args: args.clone(), reply };
-        // Count before sending so the actor's decrement can never run first.
-        self.shared.queue_depth.fetch_add(1, Ordering::AcqRel);
-        if let Err(error) = self.inbox.try_send(command) {
-            self.shared.queue_depth.fetch_sub(1, Ordering::AcqRel);
-            let error = match error {
-                mpsc::error::TrySendError::Full(_) => ErrorInfo::new(
-                    "runtime_busy",
-                    format!("{} operations are already waiting for this kernel", self.shared.options.max_pending),
-                )
-                .with_hint("wait for earlier calls to finish, or check runtime_status"),
-                mpsc::error::TrySendError::Closed(_) => closed_error(),
-            };
-            return not_run(error, &self.status());
+        if self.inbox.send(command).is_err() {
+            ticket.abandon(&self.shared);
+            return not_run(closed_error(), &self.status());
         }
         let queue_wait = self.shared.options.queue_wait_timeout;
         tokio::select! {
             biased;
             _ = ticket.dispatched.notified() => {}
+            _ = args.cancel.cancelled() => {
+                if ticket.abandon(&self.shared) {
+                    let mut output = not_run(ErrorInfo::new("operation_cancelled", "cancelled by the client while queued; nothing ran"), &self.status());
+                    output.status = ExecutionStatus::Cancelled;
+                    return output;
+                }
+            }
             _ = tokio::time::sleep(queue_wait) => {
-                if ticket.abandon() {
+                if ticket.abandon(&self.shared) {
                     let status = self.status();
                     let error = if status.state == SessionState::Starting {
                         let phase = status.environment.as_ref().map_or("starting the kernel".to_owned(), |environment| {
@@ -207,16 +237,19 @@ impl SessionHandle {
     /// Stops admission, ends queued requests with `runtime_closed`, interrupts active work and
     /// terminates the kernel. Safe to call more than once.
     pub async fn shutdown(&self) {
-        let closed = self.shared.closed.notified();
         self.shared.shutdown.cancel();
-        if self.status().state != SessionState::Closed {
-            let _ = tokio::time::timeout(self.shared.options.timeouts.interruption_grace * 3 + Duration::from_secs(2), closed).await;
-        }
+        let mut finished = self.shared.finished.subscribe();
+        let bound = self.shared.options.timeouts.interruption_grace * 2 + Duration::from_secs(5);
+        let _ = tokio::time::timeout(bound, finished.wait_for(|finished| *finished)).await;
     }
 }
 
 fn closed_error() -> ErrorInfo {
     ErrorInfo::new("runtime_closed", "the server is shutting down; nothing ran")
+}
+
+fn closing_error() -> ErrorInfo {
+    ErrorInfo::new("runtime_closed", "the server shut down while this was running; it was interrupted")
 }
 
 fn unavailable_error(status: &RuntimeStatus) -> ErrorInfo {
@@ -233,7 +266,7 @@ struct Running {
 
 struct Actor {
     shared: Arc<Shared>,
-    commands: mpsc::Receiver<Command>,
+    commands: mpsc::UnboundedReceiver<Command>,
     kernel: Option<Running>,
     epoch: u64,
 }
@@ -274,14 +307,18 @@ impl Actor {
     async fn serve(&mut self, environment: &Option<PythonEnvironment>) {
         let shutdown = self.shared.shutdown.clone();
         loop {
+            // Biased: once shutdown starts, nothing more is dispatched.
             let command = tokio::select! {
-                command = self.commands.recv() => command,
+                biased;
                 _ = shutdown.cancelled() => return,
+                command = self.commands.recv() => command,
             };
             let Some(Command::Execute { ticket, args, reply }) = command else { return };
-            self.shared.queue_depth.fetch_sub(1, Ordering::AcqRel);
-            if !ticket.dispatch() {
-                continue; // abandoned: its caller already answered queue_timeout
+            if shutdown.is_cancelled() {
+                return;
+            }
+            if !ticket.dispatch(&self.shared) {
+                continue; // abandoned: its caller already answered queue_timeout or cancelled
             }
             let output = self.execute(&ticket, &args, environment).await;
             let _ = reply.send(output);
@@ -409,45 +446,59 @@ impl Actor {
             None,
         );
         let mut collector = Collector::new(options.limits, options.max_json_items, running.helper_comm.clone());
-        let sent = running.kernel.request(Channel::Shell, request).await;
-        let mut interruption = None;
+        let shutdown = self.shared.shutdown.clone();
+        // Why the operation was interrupted, if it was; the first cause wins.
+        let mut cause: Option<Cause> = None;
         let mut ended = End::Completed;
-        match sent {
-            Err(error) => ended = End::Died(error.to_string()),
-            Ok((msg_id, mut receiver)) => {
-                let mut grace_deadline = None;
-                let shutdown = self.shared.shutdown.clone();
+        // Even the send is bounded: a kernel that stopped reading its socket must not hold us.
+        match tokio::time::timeout_at(deadline, running.kernel.request(Channel::Shell, request)).await {
+            Err(_) => {
+                cause = Some(Cause::Deadline);
+                ended = End::Killed;
+            }
+            Ok(Err(error)) => ended = End::Died(error.to_string()),
+            Ok(Ok((msg_id, mut receiver))) => {
+                let mut grace_deadline: Option<Instant> = None;
+                // After the reply, `idle` normally follows at once; if it was lost, do not wait
+                // for the deadline (and never interrupt code that has finished).
+                let mut idle_deadline: Option<Instant> = None;
                 loop {
                     if collector.done() {
                         break;
                     }
-                    let wake = grace_deadline.unwrap_or(deadline);
-                    tokio::select! {
+                    if idle_deadline.is_none() && collector.reply.is_some() {
+                        idle_deadline = Some(Instant::now() + IDLE_AFTER_REPLY);
+                    }
+                    let wake = idle_deadline.or(grace_deadline).unwrap_or(deadline);
+                    let interrupt_cause = tokio::select! {
                         routed = receiver.recv() => match routed {
-                            Some(routed) => collector.absorb(routed),
+                            Some(routed) => {
+                                collector.absorb(routed);
+                                None
+                            }
                             None => {
-                                ended = End::Died(running.kernel.exit_watch().borrow().as_ref().map_or("kernel exited".to_owned(), |exit| exit.to_string()));
+                                let exit = running.kernel.exit_watch().borrow().as_ref().map_or("kernel exited".to_owned(), ToString::to_string);
+                                ended = End::Died(exit);
                                 break;
                             }
                         },
                         _ = tokio::time::sleep_until(wake) => {
+                            if idle_deadline.is_some() {
+                                break; // reply arrived, idle did not: the cell is finished
+                            }
                             if grace_deadline.is_some() {
-                                ended = End::WouldNotStop;
+                                ended = End::Killed;
                                 break;
                             }
-                            running.kernel.interrupt();
-                            interruption = Some(Interruption::Cooperative);
-                            if !matches!(ended, End::Closing) {
-                                ended = End::TimedOut;
-                            }
-                            grace_deadline = Some(Instant::now() + options.timeouts.interruption_grace);
+                            Some(Cause::Deadline)
                         },
-                        _ = shutdown.cancelled(), if grace_deadline.is_none() => {
-                            running.kernel.interrupt();
-                            interruption = Some(Interruption::Cooperative);
-                            ended = End::Closing;
-                            grace_deadline = Some(Instant::now() + options.timeouts.interruption_grace);
-                        },
+                        _ = ticket.cancel.cancelled(), if cause.is_none() => Some(Cause::Cancelled),
+                        _ = shutdown.cancelled(), if cause.is_none() => Some(Cause::Closing),
+                    };
+                    if let (Some(new_cause), None) = (interrupt_cause, cause) {
+                        running.kernel.interrupt();
+                        cause = Some(new_cause);
+                        grace_deadline = Some(Instant::now() + options.timeouts.interruption_grace);
                     }
                 }
                 running.kernel.forget(&msg_id);
@@ -456,58 +507,73 @@ impl Actor {
         let run_ms = started.elapsed().as_millis() as u64;
         let epoch = self.epoch;
         let collected = collector.finish();
-        let mut status = match collected.reply.as_ref().map(|reply| &reply.status) {
-            Some(ReplyStatus::Ok) => ExecutionStatus::Ok,
-            _ => ExecutionStatus::Error,
-        };
+        let finished_ok = matches!(collected.reply.as_ref().map(|reply| &reply.status), Some(ReplyStatus::Ok));
+        let mut status = if finished_ok { ExecutionStatus::Ok } else { ExecutionStatus::Error };
         let mut error = collected.error.clone();
+        let mut interruption = cause.map(|_| Interruption::Cooperative);
         let mut namespace = None;
-        match &ended {
-            End::Completed => {}
-            End::TimedOut => {
-                status = ExecutionStatus::Timeout;
+        match (&ended, cause) {
+            (End::Completed, None) => {}
+            // The code finished by itself before the interrupt could matter.
+            (End::Completed, Some(_)) if finished_ok => namespace = Some(NamespaceOutcome::Preserved),
+            (End::Completed, Some(cause)) => {
                 // Cooperative stop: confirm the kernel still answers before promising anything.
                 let healthy = running.kernel.heartbeat(Duration::from_secs(1)).await;
                 namespace = Some(if healthy { NamespaceOutcome::Preserved } else { NamespaceOutcome::Unknown });
-                error = Some(
-                    ErrorInfo::new(
-                        "operation_timeout",
-                        format!("execution exceeded its {:.1}s deadline and was interrupted", timeout.as_secs_f64()),
-                    )
-                    .with_hint("the namespace was preserved: anything defined before the interrupt is still there"),
-                );
+                let kept = "the namespace was preserved: anything defined before the interrupt is still there";
+                (status, error) = match cause {
+                    Cause::Deadline => (
+                        ExecutionStatus::Timeout,
+                        Some(ErrorInfo::new("operation_timeout", format!("execution exceeded its {:.1}s deadline and was interrupted", timeout.as_secs_f64())).with_hint(kept)),
+                    ),
+                    Cause::Cancelled => (
+                        ExecutionStatus::Cancelled,
+                        Some(ErrorInfo::new("operation_cancelled", "cancelled by the client; the kernel was interrupted").with_hint(kept)),
+                    ),
+                    Cause::Closing => (ExecutionStatus::Cancelled, Some(closing_error())),
+                };
             }
-            End::Closing => {
+            (End::Killed, Some(Cause::Closing)) => {
+                // Shutting down: the kernel is stopped by close(), never replaced.
                 status = ExecutionStatus::Cancelled;
-                error = Some(closed_error());
-            }
-            End::WouldNotStop | End::Died(_) => {
-                let died = matches!(ended, End::Died(_));
-                let detail = match &ended {
-                    End::Died(exit) => exit.clone(),
-                    _ => String::new(),
-                };
-                status = if died { ExecutionStatus::Error } else { ExecutionStatus::Timeout };
-                interruption = if died { None } else { Some(Interruption::Terminated) };
+                interruption = Some(Interruption::Terminated);
                 namespace = Some(NamespaceOutcome::Reset);
+                error = Some(closing_error());
+            }
+            (End::Killed, cause) | (End::Died(_), cause) => {
+                let died = matches!(ended, End::Died(_));
                 let replaced = self.replace(environment).await;
-                let (code, message) = if died {
-                    ("kernel_died", format!("the kernel process died during execution ({detail})"))
-                } else {
-                    (
-                        "operation_timeout",
-                        format!(
-                            "execution exceeded its {:.1}s deadline and did not stop within {:.1}s of an interrupt; the kernel was killed",
-                            timeout.as_secs_f64(),
-                            options.timeouts.interruption_grace.as_secs_f64()
-                        ),
-                    )
-                };
                 let hint = if replaced {
                     "a fresh kernel replaced it: every variable, import and function is gone; re-run your setup"
+                } else if shutdown.is_cancelled() {
+                    "the server is shutting down"
                 } else {
                     "no replacement kernel could be started; see runtime_status"
                 };
+                namespace = Some(NamespaceOutcome::Reset);
+                let grace = options.timeouts.interruption_grace.as_secs_f64();
+                let (code, message) = match (&ended, cause) {
+                    (End::Died(exit), _) => ("kernel_died", format!("the kernel process died during execution ({exit})")),
+                    (_, Some(Cause::Cancelled)) => (
+                        "operation_cancelled",
+                        format!("cancelled by the client; the code did not stop within {grace:.1}s of an interrupt, so the kernel was killed"),
+                    ),
+                    _ => (
+                        "operation_timeout",
+                        format!(
+                            "execution exceeded its {:.1}s deadline and did not stop within {grace:.1}s of an interrupt; the kernel was killed",
+                            timeout.as_secs_f64()
+                        ),
+                    ),
+                };
+                status = match (died, cause) {
+                    (true, _) => ExecutionStatus::Error,
+                    (false, Some(Cause::Cancelled)) => ExecutionStatus::Cancelled,
+                    _ => ExecutionStatus::Timeout,
+                };
+                if !died {
+                    interruption = Some(Interruption::Terminated);
+                }
                 error = Some(ErrorInfo::new(code, message).with_hint(hint));
             }
         }
@@ -550,8 +616,16 @@ impl Actor {
         let epoch = self.epoch;
         self.update(|status| status.epoch = epoch);
         let Some(environment) = environment else { return false };
+        if self.shared.shutdown.is_cancelled() {
+            return false;
+        }
         let started = Instant::now();
-        match self.launch(environment).await {
+        let shutdown = self.shared.shutdown.clone();
+        let launched = tokio::select! {
+            launched = self.launch(environment) => launched,
+            _ = shutdown.cancelled() => return false,
+        };
+        match launched {
             Ok(running) => {
                 self.kernel = Some(running);
                 let elapsed = started.elapsed().as_secs_f64();
@@ -577,8 +651,7 @@ impl Actor {
         });
         self.commands.close();
         while let Ok(Command::Execute { ticket, args, reply }) = self.commands.try_recv() {
-            self.shared.queue_depth.fetch_sub(1, Ordering::AcqRel);
-            if ticket.dispatch() {
+            if ticket.abandon(&self.shared) {
                 let runtime = RuntimeInfo {
                     request_id: args.request_id.clone(),
                     admission_seq: ticket.seq,
@@ -594,17 +667,30 @@ impl Actor {
         if let Some(running) = self.kernel.take() {
             running.kernel.shutdown(self.shared.options.timeouts.interruption_grace.min(Duration::from_secs(2))).await;
         }
-        self.shared.closed.notify_waiters();
+        self.shared.finished.send_replace(true);
         tracing::debug!(kernel_id = %self.shared.options.kernel_id, "session closed");
     }
 }
 
+/// How long to wait for `idle` once the reply is in.
+const IDLE_AFTER_REPLY: Duration = Duration::from_secs(1);
+
+/// How the wait for an operation ended.
 enum End {
+    /// Reply and idle arrived (possibly after an interrupt).
     Completed,
-    TimedOut,
-    Closing,
-    WouldNotStop,
+    /// It did not stop within the grace period after an interrupt.
+    Killed,
+    /// The kernel process exited.
     Died(String),
+}
+
+/// Why an operation was interrupted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cause {
+    Deadline,
+    Cancelled,
+    Closing,
 }
 
 fn phase_name(phase: &Phase) -> (&'static str, Option<String>) {

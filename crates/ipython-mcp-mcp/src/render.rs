@@ -51,26 +51,33 @@ pub(crate) fn execution(output: &ExecutionOutput) -> CallToolResult {
 
 pub(crate) fn status(result: &StatusResult) -> CallToolResult {
     let structured = serde_json::to_value(result).unwrap_or(Value::Null);
-    let text = match (&result.status, &result.error) {
-        (Some(status), _) => {
-            let mut text = format!("kernel {:?}: {:?}, epoch {}", status.kernel_id, status.state, status.epoch).to_lowercase();
-            if let Some(kernel) = &status.kernel {
-                text.push_str(&format!("; pid {}, Python {}, ipykernel {}", kernel.pid, kernel.python_version, kernel.ipykernel_version));
-            }
-            if let Some(environment) = &status.environment {
-                if environment.phase != "ready" {
-                    text.push_str(&format!("; environment {} ({:.0}s)", environment.phase, environment.elapsed_seconds));
-                }
-            }
-            if let Some(error) = &status.error {
-                text.push_str(&format!("\nerror [{}]: {}", error.code, error.message));
-            }
-            text
+    let status = &result.status;
+    let mut text = format!("kernel {:?}: {:?}, epoch {}", status.kernel_id, status.state, status.epoch).to_lowercase();
+    if let Some(kernel) = &status.kernel {
+        text.push_str(&format!("; pid {}, Python {}, ipykernel {}", kernel.pid, kernel.python_version, kernel.ipykernel_version));
+    }
+    if status.operation_active || status.queue_depth > 0 {
+        text.push_str(&format!("; running: {}, queued: {}", status.operation_active, status.queue_depth));
+    }
+    if let Some(environment) = &status.environment {
+        if environment.phase != "ready" {
+            text.push_str(&format!("; environment {} ({:.0}s)", environment.phase, environment.elapsed_seconds));
         }
-        (None, Some(error)) => format!("error [{}]: {}", error.code, error.message),
-        (None, None) => String::new(),
-    };
+    }
+    if let Some(error) = &status.error {
+        text.push_str(&format!("\nerror [{}]: {}", error.code, error.message));
+    }
     finish(structured, vec![Content::text(text)], result.ok)
+}
+
+/// A request refused before reaching a session (for tools without a richer error shape).
+pub(crate) fn request_error(error: &ErrorInfo) -> CallToolResult {
+    let structured = serde_json::json!({"ok": false, "error": error});
+    let mut text = format!("error [{}]: {}", error.code, error.message);
+    if let Some(hint) = &error.hint {
+        text.push_str(&format!("\nhint: {hint}"));
+    }
+    finish(structured, vec![Content::text(text)], false)
 }
 
 fn finish(structured: Value, content: Vec<Content>, ok: bool) -> CallToolResult {

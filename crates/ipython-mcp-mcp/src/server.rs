@@ -78,15 +78,15 @@ pub struct StatusParams {
     pub kernel: Option<String>,
 }
 
-/// The result of `runtime_status`.
+/// The result of `runtime_status`: the session's status fields at the top level, plus `ok`.
+/// (An invalid request, such as an unknown kernel, answers `{"ok": false, "error": …}` with
+/// `isError` set instead.)
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct StatusResult {
-    /// False only when the request itself was invalid (e.g. unknown kernel).
+    /// True: the status below describes the requested session.
     pub ok: bool,
-    /// The session's state; absent when `ok` is false.
-    pub status: Option<RuntimeStatus>,
-    /// What was wrong with the request.
-    pub error: Option<ErrorInfo>,
+    #[serde(flatten)]
+    pub status: RuntimeStatus,
 }
 
 /// The ipython-mcp server: one instance per MCP connection, sharing the sessions.
@@ -157,7 +157,8 @@ code raised or did not finish; `runtime.namespace` then tells whether your varia
             Err(error) => return Ok(render::rejected_execute(request_id, *error)),
         };
         let started = std::time::Instant::now();
-        let output = session.execute(ExecuteArgs { code: params.code, timeout, request_id }).await;
+        // rmcp cancels this token on notifications/cancelled and when the transport closes.
+        let output = session.execute(ExecuteArgs { code: params.code, timeout, request_id, cancel: context.ct.clone() }).await;
         tracing::info!(
             tool = "execute",
             kernel = session.kernel_id(),
@@ -180,11 +181,10 @@ answers runtime_unavailable or seems slow, or to learn which Python you are runn
         annotations(title = "Runtime status", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn runtime_status(&self, Parameters(params): Parameters<StatusParams>) -> Result<CallToolResult, rmcp::ErrorData> {
-        let result = match self.sessions.get(params.kernel.as_deref()) {
-            Ok(session) => StatusResult { ok: true, status: Some(session.status()), error: None },
-            Err(error) => StatusResult { ok: false, status: None, error: Some(*error) },
-        };
-        Ok(render::status(&result))
+        Ok(match self.sessions.get(params.kernel.as_deref()) {
+            Ok(session) => render::status(&StatusResult { ok: true, status: session.status() }),
+            Err(error) => render::request_error(&error),
+        })
     }
 }
 

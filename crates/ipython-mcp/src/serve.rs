@@ -23,7 +23,13 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
 
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
-    let running = server.serve(rmcp::transport::stdio_pipes()).await;
+    // Signals are honoured at every stage, including before a client has finished the
+    // handshake (or while nobody writes to stdin at all).
+    let running = tokio::select! {
+        running = server.serve(rmcp::transport::stdio_pipes()) => running,
+        _ = terminate.recv() => { tracing::info!("SIGTERM: shutting down"); sessions.shutdown().await; return Ok(ExitCode::SUCCESS) }
+        _ = interrupt.recv() => { tracing::info!("SIGINT: shutting down"); sessions.shutdown().await; return Ok(ExitCode::SUCCESS) }
+    };
     match running {
         Ok(service) => {
             let token = service.cancellation_token();

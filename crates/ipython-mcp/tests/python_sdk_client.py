@@ -20,7 +20,7 @@ async def session(binary, mode):
         tools = await client.list_tools()
         for _ in range(6000):
             status = await client.call_tool("runtime_status", {})
-            if status.structured_content["status"]["state"] != "starting":
+            if status.structured_content["state"] != "starting":
                 break
             await asyncio.sleep(0.1)
         first = await client.call_tool("execute", {"code": "x = 20\nprint('hello')\nx * 2 + 2"})
@@ -30,7 +30,7 @@ async def session(binary, mode):
             "protocol": client.protocol_version,
             "tools": sorted(tool.name for tool in tools.tools),
             "output_schemas": all(tool.output_schema for tool in tools.tools),
-            "state": status.structured_content["status"]["state"],
+            "state": status.structured_content["state"],
             "result": first.structured_content["result"]["text/plain"],
             "stdout": first.structured_content["stdout"],
             "first_is_error": first.is_error,

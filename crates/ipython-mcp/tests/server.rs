@@ -225,8 +225,8 @@ async fn timeouts_interrupt_and_preserve_or_replace_the_kernel() {
     assert_eq!(result.structured["runtime"]["interruption"], "terminated");
     assert_eq!(result.structured["runtime"]["namespace"], "reset");
     let status = server.call("runtime_status", json!({})).await;
-    assert_eq!(status.structured["status"]["epoch"], 1);
-    assert_eq!(status.structured["status"]["state"], "ready");
+    assert_eq!(status.structured["epoch"], 1);
+    assert_eq!(status.structured["state"], "ready");
     let check = server.call("execute", json!({"code": "'kept' in globals()"})).await;
     assert_eq!(check.structured["result"]["text/plain"], "False");
     assert_eq!(check.structured["runtime"]["epoch"], 1);
@@ -237,10 +237,14 @@ async fn timeouts_interrupt_and_preserve_or_replace_the_kernel() {
 async fn a_dying_kernel_is_reported_and_replaced() {
     let server = Server::start(Family::Handshake, &[]).await;
     let before = server.call("runtime_status", json!({})).await;
-    let pid = before.structured["status"]["kernel"]["pid"].as_u64().expect("pid");
+    let pid = before.structured["kernel"]["pid"].as_u64().expect("pid");
+    let child = server.call("execute", json!({"code": "import subprocess\nsubprocess.Popen(['sleep', '300']).pid"})).await;
+    let orphan: i32 = child.structured["result"]["text/plain"].as_str().expect("pid").parse().expect("int");
     let result = server.call("execute", json!({"code": "import os\nos._exit(3)"})).await;
     assert!(result.is_error);
     assert_eq!(result.structured["error"]["code"], "kernel_died");
+    // What the dead kernel started dies with it.
+    support::wait_until_gone(orphan).await;
     assert_eq!(result.structured["runtime"]["namespace"], "reset");
     let after = server.call("execute", json!({"code": "import os\nos.getpid()"})).await;
     assert!(after.ok(), "{after:?}");
@@ -253,7 +257,7 @@ async fn runtime_status_describes_the_kernel() {
     let server = Server::start(Family::Modern, &[]).await;
     let status = server.call("runtime_status", json!({})).await;
     assert!(status.ok());
-    let status = &status.structured["status"];
+    let status = &status.structured;
     assert_eq!(status["state"], "ready");
     assert_eq!(status["epoch"], 0);
     assert_eq!(status["queue_depth"], 0);
@@ -274,8 +278,8 @@ async fn status_is_answered_while_code_runs() {
     let mut saw_busy = false;
     for _ in 0..100 {
         let status = server.call("runtime_status", json!({})).await;
-        if status.structured["status"]["operation_active"] == true {
-            assert_eq!(status.structured["status"]["state"], "busy");
+        if status.structured["operation_active"] == true {
+            assert_eq!(status.structured["state"], "busy");
             saw_busy = true;
             break;
         }
@@ -309,7 +313,7 @@ async fn stdout_carries_only_json_rpc() {
 async fn closing_stdin_leaves_no_kernel_behind() {
     let server = Server::start(Family::Handshake, &[]).await;
     let status = server.call("runtime_status", json!({})).await;
-    let pid = status.structured["status"]["kernel"]["pid"].as_u64().expect("pid") as i32;
+    let pid = status.structured["kernel"]["pid"].as_u64().expect("pid") as i32;
     // A grandchild started by user code dies with the kernel's process group.
     let child = server.call("execute", json!({"code": "import subprocess\np = subprocess.Popen(['sleep', '300'])\np.pid"})).await;
     let grandchild: i32 = child.structured["result"]["text/plain"].as_str().expect("pid").parse().expect("int");
@@ -352,7 +356,7 @@ fn invalid_configuration_stops_with_one_line_and_status_2() {
 async fn a_client_that_disconnects_mid_call_leaves_nothing_behind() {
     let server = Server::start(Family::Handshake, &[]).await;
     let status = server.call("runtime_status", json!({})).await;
-    let kernel_pid = status.structured["status"]["kernel"]["pid"].as_u64().expect("pid") as i32;
+    let kernel_pid = status.structured["kernel"]["pid"].as_u64().expect("pid") as i32;
     let client = server.client.peer().clone();
     let call = tokio::spawn(async move {
         let arguments = json!({"code": "import time\ntime.sleep(60)"}).as_object().cloned().expect("object");
@@ -361,7 +365,7 @@ async fn a_client_that_disconnects_mid_call_leaves_nothing_behind() {
     // Disconnect once the call is running in the kernel.
     for _ in 0..200 {
         let status = server.call("runtime_status", json!({})).await;
-        if status.structured["status"]["operation_active"] == true {
+        if status.structured["operation_active"] == true {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -379,7 +383,7 @@ async fn a_client_that_disconnects_mid_call_leaves_nothing_behind() {
 async fn sigterm_shuts_down_cleanly() {
     let server = Server::start(Family::Handshake, &[]).await;
     let status = server.call("runtime_status", json!({})).await;
-    let kernel_pid = status.structured["status"]["kernel"]["pid"].as_u64().expect("pid") as i32;
+    let kernel_pid = status.structured["kernel"]["pid"].as_u64().expect("pid") as i32;
     let server_pid = server.pid as i32;
     // SAFETY: signalling our own child process.
     assert_eq!(unsafe { libc::kill(server_pid, libc::SIGTERM) }, 0);
@@ -403,10 +407,10 @@ async fn a_first_start_provisions_python_in_the_background() {
     )
     .await;
     let early = server.call("runtime_status", json!({})).await;
-    assert_eq!(early.structured["status"]["state"], "starting", "{:?}", early.structured);
+    assert_eq!(early.structured["state"], "starting", "{:?}", early.structured);
     let mut phases = std::collections::BTreeSet::new();
     let settled = loop {
-        let status = server.call("runtime_status", json!({})).await.structured["status"].clone();
+        let status = server.call("runtime_status", json!({})).await.structured.clone();
         if let Some(phase) = status["environment"]["phase"].as_str() {
             phases.insert(phase.to_owned());
         }
@@ -456,4 +460,76 @@ async fn a_full_or_slow_queue_rejects_without_running_code() {
     assert_eq!(check.structured["result"]["text/plain"], "(False, False)");
     assert_eq!(check.structured["execution_count"].as_u64(), Some(count + 1), "rejected calls did not bump the count");
     server.stop().await;
+}
+
+#[tokio::test]
+async fn mcp_cancellation_withdraws_queued_calls_and_interrupts_running_ones() {
+    use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest, Request};
+    use rmcp::service::PeerRequestOptions;
+    let server = Server::start(Family::Handshake, &[]).await;
+    let peer = server.client.peer().clone();
+    let send = |code: &str| {
+        let arguments = json!({"code": code}).as_object().cloned().expect("object");
+        let request: CallToolRequest = Request::new(CallToolRequestParams::new("execute").with_arguments(arguments));
+        peer.send_cancellable_request(ClientRequest::CallToolRequest(request), PeerRequestOptions::no_options())
+    };
+    let running = send("import time\nbefore = 1\ntime.sleep(3)\nafter = 1").await.expect("send");
+    server.wait_until(|status| status["operation_active"] == true).await;
+    let queued = send("queued_ran = 1").await.expect("send");
+    server.wait_until(|status| status["queue_depth"] == 1).await;
+
+    // The queued call is withdrawn: its slot frees at once and its code never runs.
+    queued.cancel(Some("changed my mind".into())).await.expect("cancel");
+    server.wait_until(|status| status["queue_depth"] == 0).await;
+    // The running call is interrupted through the timeout path; the namespace survives.
+    running.cancel(Some("too slow".into())).await.expect("cancel");
+    let status = server.wait_until(|status| status["operation_active"] == false).await;
+    assert_eq!(status["latest_interruption_kind"], "cooperative");
+    assert_eq!(status["latest_namespace_outcome"], "preserved");
+    let check = server.call("execute", json!({"code": "('before' in globals(), 'after' in globals(), 'queued_ran' in globals())"})).await;
+    assert_eq!(check.structured["result"]["text/plain"], "(True, False, False)");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn runtime_status_is_flat_and_rejects_unknown_kernels() {
+    let server = Server::start(Family::Handshake, &[]).await;
+    let status = server.call("runtime_status", json!({})).await;
+    assert_eq!(status.structured["ok"], true);
+    assert_eq!(status.structured["kernel_id"], "default");
+    let unknown = server.call("runtime_status", json!({"kernel": "other"})).await;
+    assert!(unknown.is_error);
+    assert_eq!(unknown.structured["ok"], false);
+    assert_eq!(unknown.structured["error"]["code"], "invalid_arguments");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn signals_are_honoured_before_any_client_speaks() {
+    let mut child = support::command(&[]).spawn().expect("spawn");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pid = child.id().expect("pid") as i32;
+    // SAFETY: signalling our own child process.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await.expect("exits").expect("wait");
+    assert!(status.success(), "{status}");
+}
+
+#[tokio::test]
+async fn shutdown_during_a_cell_that_ignores_interrupts_is_bounded() {
+    let server = Server::start(Family::Handshake, &[("IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS", "0.5")]).await;
+    let status = server.call("runtime_status", json!({})).await;
+    let kernel_pid = status.structured["kernel"]["pid"].as_u64().expect("pid") as i32;
+    let peer = server.client.peer().clone();
+    let code = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass";
+    let call = tokio::spawn(async move {
+        let arguments = json!({"code": code}).as_object().cloned().expect("object");
+        peer.call_tool(rmcp::model::CallToolRequestParams::new("execute").with_arguments(arguments)).await
+    });
+    server.wait_until(|status| status["operation_active"] == true).await;
+    let started = std::time::Instant::now();
+    server.stop().await;
+    assert!(started.elapsed() < Duration::from_secs(8), "shutdown took {:?}", started.elapsed());
+    let _ = call.await;
+    support::wait_until_gone(kernel_pid).await;
 }

@@ -127,7 +127,7 @@ impl Server {
         let deadline = Instant::now() + Duration::from_secs(900);
         loop {
             let status = self.call("runtime_status", json!({})).await;
-            let status = status.structured["status"].clone();
+            let status = status.structured.clone();
             if status["state"] != "starting" {
                 return status;
             }
@@ -140,7 +140,7 @@ impl Server {
     pub async fn wait_until(&self, predicate: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let status = self.call("runtime_status", json!({})).await.structured["status"].clone();
+            let status = self.call("runtime_status", json!({})).await.structured.clone();
             if predicate(&status) {
                 return status;
             }

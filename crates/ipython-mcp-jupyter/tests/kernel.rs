@@ -1,0 +1,120 @@
+//! The kernel client against a real ipykernel (provisioned by the product's own env crate into
+//! the target directory, shared with the other tests of the run).
+
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ipython_mcp_jupyter::protocol::{ExecuteRequest, ExecutionState, JupyterMessage, JupyterMessageContent};
+use ipython_mcp_jupyter::{Channel, Kernel, LaunchSpec};
+
+async fn launch() -> Kernel {
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let resolver = ipython_mcp_env::Resolver {
+        explicit_python: None,
+        virtual_env: None,
+        working_dir: tmp.clone(),
+        path_var: std::env::var_os("PATH"),
+        cache_dir: tmp.join("ipython-mcp-cache"),
+        install_timeout: Duration::from_secs(600),
+    };
+    let python = resolver.resolve(&|_| {}).await.expect("provisioned python").executable;
+    Kernel::launch(&LaunchSpec { python, env: Vec::new(), working_dir: None }, Duration::from_secs(30)).await.expect("launch")
+}
+
+fn mode(path: &std::path::Path) -> u32 {
+    std::fs::metadata(path).expect("metadata").permissions().mode() & 0o777
+}
+
+async fn run(kernel: &Kernel, code: &str) -> Vec<String> {
+    let request = JupyterMessage::new(
+        ExecuteRequest { code: code.into(), silent: false, store_history: true, user_expressions: None, allow_stdin: false, stop_on_error: false },
+        None,
+    );
+    let (msg_id, mut receiver) = kernel.request(Channel::Shell, request).await.expect("send");
+    let (mut reply, mut idle, mut types) = (false, false, Vec::new());
+    while !(reply && idle) {
+        let routed = tokio::time::timeout(Duration::from_secs(30), receiver.recv()).await.expect("in time").expect("kernel alive");
+        types.push(routed.message.header.msg_type.clone());
+        match routed.message.content {
+            JupyterMessageContent::ExecuteReply(_) => reply = true,
+            JupyterMessageContent::Status(status) if status.execution_state == ExecutionState::Idle => idle = true,
+            _ => {}
+        }
+    }
+    kernel.forget(&msg_id);
+    types
+}
+
+#[tokio::test]
+async fn the_kernel_lifecycle_is_private_bounded_and_clean() {
+    // A permissive umask must not make the run directory or sockets reachable by others.
+    // SAFETY: umask(2) has no memory-safety preconditions (it is process-wide; 0o002 is harmless
+    // to the other test in this binary).
+    unsafe { libc::umask(0o002) };
+    let kernel = launch().await;
+    let dir = kernel.run_dir().to_owned();
+    assert_eq!(mode(&dir), 0o700, "run dir");
+    assert_eq!(mode(&dir.join("kernel.json")), 0o600, "connection file");
+
+    // Messages are routed to their request.
+    let types = run(&kernel, "print('hi')").await;
+    assert!(types.contains(&"stream".to_owned()), "{types:?}");
+
+    // Heartbeat: a stopped kernel misses it; once resumed it answers again (fresh REQ socket).
+    assert!(kernel.heartbeat(Duration::from_secs(2)).await);
+    let pid = kernel.pid() as i32;
+    // SAFETY: signalling our own child process.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    assert!(!kernel.heartbeat(Duration::from_millis(300)).await);
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    assert!(kernel.heartbeat(Duration::from_secs(2)).await, "heartbeat recovers after a miss");
+
+    // Interrupt stops a sleeping cell.
+    let request = JupyterMessage::new(
+        ExecuteRequest { code: "import time; time.sleep(30)".into(), silent: false, store_history: true, user_expressions: None, allow_stdin: false, stop_on_error: false },
+        None,
+    );
+    let (_, mut receiver) = kernel.request(Channel::Shell, request).await.expect("send");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    kernel.interrupt();
+    let mut interrupted = false;
+    while let Ok(Some(routed)) = tokio::time::timeout(Duration::from_secs(5), receiver.recv()).await {
+        if let JupyterMessageContent::ErrorOutput(error) = &routed.message.content {
+            interrupted |= error.ename == "KeyboardInterrupt";
+        }
+        if let JupyterMessageContent::Status(status) = &routed.message.content {
+            if status.execution_state == ExecutionState::Idle {
+                break;
+            }
+        }
+    }
+    assert!(interrupted, "SIGINT raised KeyboardInterrupt");
+
+    // A kernel killed from outside closes pending receivers instead of leaving them waiting.
+    let request = JupyterMessage::new(
+        ExecuteRequest { code: "import time; time.sleep(30)".into(), silent: false, store_history: true, user_expressions: None, allow_stdin: false, stop_on_error: false },
+        None,
+    );
+    let (_, mut receiver) = kernel.request(Channel::Shell, request).await.expect("send");
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    let closed = tokio::time::timeout(Duration::from_secs(5), async {
+        while receiver.recv().await.is_some() {}
+    })
+    .await;
+    assert!(closed.is_ok(), "receiver closed after the kernel died");
+    assert!(kernel.exit_watch().borrow().is_some());
+    drop(kernel);
+    assert!(!dir.exists(), "run directory removed");
+}
+
+#[tokio::test]
+async fn shutdown_is_bounded_and_reaps_the_process() {
+    let kernel = launch().await;
+    let pid = kernel.pid();
+    let started = std::time::Instant::now();
+    kernel.shutdown(Duration::from_secs(2)).await;
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(kernel.exit_watch().borrow().is_some(), "process {pid} reaped");
+}
