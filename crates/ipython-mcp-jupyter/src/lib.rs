@@ -147,13 +147,23 @@ impl Kernel {
     /// One heartbeat round trip; `false` if the kernel did not answer in time.
     pub async fn heartbeat(&self, timeout: Duration) -> bool {
         let Ok(mut slot) = self.heartbeat.try_lock() else { return false };
+        // A fresh socket may not have finished its handshake when the first ping goes out
+        // ("not connected to peers"), so errors are retried until the timeout.
         let ping = async {
-            if slot.is_none() {
-                *slot = Some(jupyter_zmq_client::create_client_heartbeat_connection(&self.connection).await.ok()?);
+            loop {
+                if slot.is_none() {
+                    *slot = jupyter_zmq_client::create_client_heartbeat_connection(&self.connection).await.ok();
+                }
+                if let Some(socket) = slot.as_mut() {
+                    if socket.single_heartbeat().await.is_ok() {
+                        return;
+                    }
+                    *slot = None;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            slot.as_mut()?.single_heartbeat().await.ok()
         };
-        let answered = matches!(tokio::time::timeout(timeout, ping).await, Ok(Some(())));
+        let answered = tokio::time::timeout(timeout, ping).await.is_ok();
         if !answered {
             *slot = None;
         }

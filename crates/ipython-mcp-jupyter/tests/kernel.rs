@@ -66,6 +66,14 @@ async fn the_kernel_lifecycle_is_private_bounded_and_clean() {
     let pid = kernel.pid() as i32;
     // SAFETY: signalling our own child process.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
+    // kill(2) returns before the stop takes effect: wait until the process is stopped.
+    for _ in 0..200 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+        if stat.rsplit(") ").next().is_some_and(|rest| rest.starts_with('T')) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     assert!(!kernel.heartbeat(Duration::from_millis(300)).await);
     unsafe { libc::kill(pid, libc::SIGCONT) };
     assert!(kernel.heartbeat(Duration::from_secs(2)).await, "heartbeat recovers after a miss");
