@@ -63,6 +63,8 @@ settings! {
         "Operations that may wait for a busy kernel (the running one not counted); more get runtime_busy");
     QUEUE_WAIT_TIMEOUT = ("queue_wait_timeout_seconds", "IPYTHON_MCP_QUEUE_WAIT_TIMEOUT_SECONDS", "queue-wait-timeout-seconds", "30",
         "How long an operation may wait in the queue before it gets queue_timeout (nothing runs)");
+    SPARE_KERNELS = ("spare_kernels", "IPYTHON_MCP_SPARE_KERNELS", "spare-kernels", "1",
+        "Warm spare kernels kept ready per session so a replacement costs milliseconds (0 disables)");
     PROVISION_TIMEOUT = ("provision_timeout_seconds", "IPYTHON_MCP_PROVISION_TIMEOUT_SECONDS", "provision-timeout-seconds", "600",
         "Bound on creating the managed default environment (venv + pip install ipykernel)");
     PYTHON = ("python", "IPYTHON_MCP_PYTHON", "python", "found (see README)",
@@ -89,6 +91,7 @@ pub struct RawConfig {
     pub interruption_grace_seconds: Option<String>,
     pub worker_startup_timeout_seconds: Option<String>,
     pub max_pending_operations: Option<String>,
+    pub spare_kernels: Option<String>,
     pub queue_wait_timeout_seconds: Option<String>,
     pub provision_timeout_seconds: Option<String>,
     pub python: Option<String>,
@@ -149,6 +152,16 @@ pub struct QueueLimits {
     pub queue_wait: Duration,
 }
 
+/// How many warm spare kernels a session keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Spares(pub usize);
+
+impl Default for Spares {
+    fn default() -> Self {
+        Spares(1)
+    }
+}
+
 impl Default for QueueLimits {
     fn default() -> Self {
         QueueLimits { max_pending: 32, queue_wait: Duration::from_secs(30) }
@@ -161,6 +174,7 @@ pub struct Config {
     pub limits: OutputLimits,
     pub timeouts: Timeouts,
     pub queue: QueueLimits,
+    pub spares: Spares,
     /// Explicit interpreter for the default kernel (`--python`).
     pub python: Option<PathBuf>,
     /// Cache directory override; `None` means the platform default, resolved by the caller.
@@ -175,6 +189,7 @@ impl Default for Config {
             limits: OutputLimits::default(),
             timeouts: Timeouts::default(),
             queue: QueueLimits::default(),
+            spares: Spares::default(),
             python: None,
             cache_dir: None,
             log: "info".to_owned(),
@@ -188,6 +203,8 @@ impl Default for Config {
 pub enum Error {
     #[error("invalid configuration: {env} (--{flag}) must be a positive integer, got {value:?}")]
     NotPositiveInteger { env: &'static str, flag: &'static str, value: String },
+    #[error("invalid configuration: {env} (--{flag}) must be a whole number (0 or more), got {value:?}")]
+    NotNonNegativeInteger { env: &'static str, flag: &'static str, value: String },
     #[error("invalid configuration: {env} (--{flag}) must be a positive, finite number of seconds, got {value:?}")]
     NotPositiveSeconds { env: &'static str, flag: &'static str, value: String },
     #[error("invalid configuration: {env} (--{flag}) must not be empty")]
@@ -232,6 +249,7 @@ impl Config {
             limits,
             timeouts,
             queue,
+            spares: Spares(non_negative_int(SPARE_KERNELS, &raw.spare_kernels, defaults.spares.0)?),
             python: path(PYTHON, &raw.python)?,
             cache_dir: path(CACHE_DIR, &raw.cache_dir)?,
             log: match &raw.log {
@@ -249,6 +267,12 @@ fn positive_int(setting: Setting, raw: &Option<String>, default: usize) -> Resul
         Ok(parsed) if parsed > 0 => Ok(parsed),
         _ => Err(Error::NotPositiveInteger { env: setting.env, flag: setting.flag, value: bounded(value) }),
     }
+}
+
+/// For counts where zero means "off".
+fn non_negative_int(setting: Setting, raw: &Option<String>, default: usize) -> Result<usize, Error> {
+    let Some(value) = raw else { return Ok(default) };
+    value.trim().parse::<usize>().map_err(|_| Error::NotNonNegativeInteger { env: setting.env, flag: setting.flag, value: bounded(value) })
 }
 
 /// Seconds may be fractional ("0.5"); they must be positive, finite and fit a `Duration`.
@@ -361,6 +385,14 @@ mod tests {
         let raw = RawConfig { max_display_items: Some("x".repeat(10_000)), ..Default::default() };
         let error = Config::from_raw(&raw).expect_err("invalid");
         assert!(error.to_string().len() < 250);
+    }
+
+    #[test]
+    fn spare_kernels_may_be_zero() {
+        let raw = |v: &str| RawConfig { spare_kernels: Some(v.into()), ..Default::default() };
+        assert_eq!(check(raw("0"), Ok(())).map(|c| c.spares), Some(Spares(0)));
+        assert_eq!(check(raw("2"), Ok(())).map(|c| c.spares), Some(Spares(2)));
+        check(raw("-1"), Err("invalid configuration: IPYTHON_MCP_SPARE_KERNELS (--spare-kernels) must be a whole number (0 or more), got \"-1\""));
     }
 
     #[test]

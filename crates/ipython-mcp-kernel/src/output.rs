@@ -111,6 +111,10 @@ pub struct ExecutionOutput {
     pub truncated: Truncated,
     pub execution_id: String,
     pub runtime: RuntimeInfo,
+    /// Something the agent must know that happened outside this call (e.g. the kernel died
+    /// while idle and was replaced before it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub notice: Option<String>,
 }
 
 impl ExecutionOutput {
@@ -131,6 +135,7 @@ impl ExecutionOutput {
             truncated: Truncated::default(),
             execution_id,
             runtime,
+            notice: None,
         }
     }
 }

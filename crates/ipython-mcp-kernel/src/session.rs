@@ -36,6 +36,8 @@ pub struct SessionOptions {
     pub max_json_items: usize,
     pub max_pending: usize,
     pub queue_wait_timeout: Duration,
+    /// Warm spare kernels kept ready for replacements (0 disables).
+    pub spare_kernels: usize,
     pub resolver: Resolver,
 }
 
@@ -128,7 +130,15 @@ impl SessionHandle {
             shutdown: CancellationToken::new(),
             finished: watch::channel(false).0,
         });
-        let actor = Actor { shared: Arc::clone(&shared), commands, kernel: None, epoch: 0 };
+        let actor = Actor {
+            shared: Arc::clone(&shared),
+            commands,
+            environment: None,
+            kernel: None,
+            spares: std::collections::VecDeque::new(),
+            epoch: 0,
+            unreported_reset: None,
+        };
         tokio::spawn(actor.run());
         SessionHandle { shared, inbox }
     }
@@ -262,55 +272,81 @@ fn unavailable_error(status: &RuntimeStatus) -> ErrorInfo {
 struct Running {
     kernel: Kernel,
     helper_comm: Option<String>,
+    description: KernelDescription,
 }
+
+/// A spare kernel being prepared (or ready) in the background.
+type Spare = tokio::task::JoinHandle<Result<Running, ErrorInfo>>;
 
 struct Actor {
     shared: Arc<Shared>,
     commands: mpsc::UnboundedReceiver<Command>,
+    environment: Option<PythonEnvironment>,
     kernel: Option<Running>,
+    spares: std::collections::VecDeque<Spare>,
     epoch: u64,
+    /// Set when the kernel was replaced between calls (it died while idle): the next call's
+    /// result says so, since nothing else would tell the agent its state is gone.
+    unreported_reset: Option<String>,
 }
 
 impl Actor {
     async fn run(mut self) {
         let shutdown = self.shared.shutdown.clone();
-        let environment = tokio::select! {
+        self.environment = tokio::select! {
             environment = self.provision() => environment,
             _ = shutdown.cancelled() => None,
         };
-        if let Some(environment) = &environment {
+        if let Some(environment) = self.environment.clone() {
             let started = Instant::now();
             let launched = tokio::select! {
-                launched = self.launch(environment) => Some(launched),
+                launched = prepare(Arc::clone(&self.shared), environment) => Some(launched),
                 _ = shutdown.cancelled() => None,
             };
             match launched {
                 Some(Ok(running)) => {
                     let elapsed = started.elapsed().as_secs_f64();
-                    self.kernel = Some(running);
+                    self.adopt(running);
                     self.update(|status| {
                         status.state = SessionState::Ready;
                         status.startup_seconds = Some(elapsed);
                         status.error = None;
                     });
+                    self.refill_spares();
                 }
                 Some(Err(error)) => self.set_unavailable(error),
                 None => {}
             }
         }
         if !shutdown.is_cancelled() {
-            self.serve(&environment).await;
+            self.serve().await;
         }
         self.close().await;
     }
 
-    async fn serve(&mut self, environment: &Option<PythonEnvironment>) {
+    async fn serve(&mut self) {
         let shutdown = self.shared.shutdown.clone();
         loop {
+            let exit = self.kernel.as_ref().map(|running| running.kernel.exit_watch());
             // Biased: once shutdown starts, nothing more is dispatched.
             let command = tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => return,
+                // A kernel that dies while idle is replaced at once, not on the next call.
+                _ = kernel_exit(exit) => {
+                    let exit = self.kernel.as_ref().and_then(|running| running.kernel.exit_watch().borrow().clone());
+                    let detail = exit.map_or("it exited".to_owned(), |exit| exit.to_string());
+                    tracing::warn!(%detail, "kernel died while idle; replacing it");
+                    self.replace().await;
+                    self.update(|status| {
+                        status.latest_interruption_kind = None;
+                        status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
+                    });
+                    self.unreported_reset = Some(format!(
+                        "the kernel died between calls ({detail}) and was replaced before this one: earlier variables, imports and functions are gone"
+                    ));
+                    continue;
+                }
                 command = self.commands.recv() => command,
             };
             let Some(Command::Execute { ticket, args, reply }) = command else { return };
@@ -320,9 +356,50 @@ impl Actor {
             if !ticket.dispatch(&self.shared) {
                 continue; // abandoned: its caller already answered queue_timeout or cancelled
             }
-            let output = self.execute(&ticket, &args, environment).await;
+            let mut output = self.execute(&ticket, &args).await;
+            if let Some(notice) = self.unreported_reset.take() {
+                output.runtime.namespace.get_or_insert(NamespaceOutcome::Reset);
+                output.notice = Some(notice);
+            }
             let _ = reply.send(output);
         }
+    }
+
+    /// Makes `running` the session's kernel.
+    fn adopt(&mut self, running: Running) {
+        let description = running.description.clone();
+        self.kernel = Some(running);
+        self.update(|status| status.kernel = Some(description));
+    }
+
+    /// Starts background preparation of spares until `spare_kernels` are ready or in flight.
+    fn refill_spares(&mut self) {
+        let Some(environment) = &self.environment else { return };
+        while self.spares.len() < self.shared.options.spare_kernels && !self.shared.shutdown.is_cancelled() {
+            let shared = Arc::clone(&self.shared);
+            let environment = environment.clone();
+            self.spares.push_back(tokio::spawn(async move {
+                let spare = prepare(Arc::clone(&shared), environment).await;
+                if let Ok(running) = &spare {
+                    shared.status.lock().expect("status lock").spare_kernel_pids.push(running.kernel.pid());
+                }
+                spare
+            }));
+        }
+    }
+
+    /// A ready (or soon ready) spare, if any survives.
+    async fn take_spare(&mut self) -> Option<Running> {
+        while let Some(spare) = self.spares.pop_front() {
+            if let Ok(Ok(running)) = spare.await {
+                let pid = running.kernel.pid();
+                self.update(|status| status.spare_kernel_pids.retain(|spare_pid| *spare_pid != pid));
+                if running.kernel.exit_watch().borrow().is_none() {
+                    return Some(running);
+                }
+            }
+        }
+        None
     }
 
     async fn provision(&mut self) -> Option<PythonEnvironment> {
@@ -367,37 +444,6 @@ impl Actor {
         }
     }
 
-    async fn launch(&mut self, environment: &PythonEnvironment) -> Result<Running, ErrorInfo> {
-        let options = &self.shared.options;
-        let spec = LaunchSpec { python: environment.executable.clone(), env: Vec::new(), working_dir: None };
-        let started = Instant::now();
-        let kernel = Kernel::launch(&spec, options.timeouts.kernel_startup)
-            .await
-            .map_err(|error| ErrorInfo::new("runtime_unavailable", error.to_string()))?;
-        let remaining = options.timeouts.kernel_startup.saturating_sub(started.elapsed()).max(Duration::from_secs(1));
-        let helper_comm = match helper::install(&kernel, &options.limits, remaining).await {
-            Ok(comm) => comm,
-            Err(error) => {
-                let message = format!("{error}; kernel stderr: {}", kernel.stderr_tail());
-                kernel.shutdown(Duration::from_millis(200)).await;
-                return Err(ErrorInfo::new("runtime_unavailable", message));
-            }
-        };
-        let info = kernel.info();
-        let description = KernelDescription {
-            pid: kernel.pid(),
-            python: environment.executable.display().to_string(),
-            python_version: info.language_info.version.clone(),
-            ipykernel_version: environment.ipykernel_version.clone(),
-            implementation: format!("{} {}", info.implementation, info.implementation_version),
-            spec: "python3".to_owned(),
-            helper: true,
-        };
-        tracing::info!(pid = description.pid, elapsed_ms = started.elapsed().as_millis() as u64, "kernel started");
-        self.update(|status| status.kernel = Some(description));
-        Ok(Running { kernel, helper_comm: Some(helper_comm) })
-    }
-
     fn set_unavailable(&self, error: ErrorInfo) {
         self.update(|status| {
             status.state = SessionState::Unavailable;
@@ -410,7 +456,7 @@ impl Actor {
         change(&mut self.shared.status.lock().expect("status lock"));
     }
 
-    async fn execute(&mut self, ticket: &Ticket, args: &ExecuteArgs, environment: &Option<PythonEnvironment>) -> ExecutionOutput {
+    async fn execute(&mut self, ticket: &Ticket, args: &ExecuteArgs) -> ExecutionOutput {
         let options = self.shared.options.clone();
         let queue_wait_ms = ticket.enqueued_at.elapsed().as_millis() as u64;
         let runtime = |epoch: u64, run_ms: u64| RuntimeInfo {
@@ -542,7 +588,7 @@ impl Actor {
             }
             (End::Killed, cause) | (End::Died(_), cause) => {
                 let died = matches!(ended, End::Died(_));
-                let replaced = self.replace(environment).await;
+                let replaced = self.replace().await;
                 let hint = if replaced {
                     "a fresh kernel replaced it: every variable, import and function is gone; re-run your setup"
                 } else if shutdown.is_cancelled() {
@@ -603,37 +649,48 @@ impl Actor {
             truncated: collected.truncated,
             execution_id: ticket.execution_id.clone(),
             runtime: RuntimeInfo { interruption, namespace, ..runtime(epoch, run_ms) },
+            notice: None,
         }
     }
 
-    /// Kills the current kernel and starts a fresh one; the epoch advances either way.
-    async fn replace(&mut self, environment: &Option<PythonEnvironment>) -> bool {
+    /// Kills the current kernel and promotes a spare (or starts a fresh kernel); the epoch
+    /// advances either way.
+    async fn replace(&mut self) -> bool {
         self.update(|status| status.state = SessionState::Recovering);
         if let Some(running) = self.kernel.take() {
             running.kernel.kill().await;
         }
         self.epoch += 1;
         let epoch = self.epoch;
-        self.update(|status| status.epoch = epoch);
-        let Some(environment) = environment else { return false };
+        self.update(|status| {
+            status.epoch = epoch;
+            status.kernel = None;
+        });
+        let Some(environment) = self.environment.clone() else { return false };
         if self.shared.shutdown.is_cancelled() {
             return false;
         }
         let started = Instant::now();
         let shutdown = self.shared.shutdown.clone();
         let launched = tokio::select! {
-            launched = self.launch(environment) => launched,
+            launched = async {
+                match self.take_spare().await {
+                    Some(running) => Ok(running),
+                    None => prepare(Arc::clone(&self.shared), environment).await,
+                }
+            } => launched,
             _ = shutdown.cancelled() => return false,
         };
         match launched {
             Ok(running) => {
-                self.kernel = Some(running);
+                self.adopt(running);
                 let elapsed = started.elapsed().as_secs_f64();
                 tracing::info!(epoch, elapsed_ms = (elapsed * 1000.0) as u64, "kernel replaced");
                 self.update(|status| {
                     status.state = SessionState::Ready;
                     status.replacement_startup_seconds = Some(elapsed);
                 });
+                self.refill_spares();
                 true
             }
             Err(error) => {
@@ -667,8 +724,58 @@ impl Actor {
         if let Some(running) = self.kernel.take() {
             running.kernel.shutdown(self.shared.options.timeouts.interruption_grace.min(Duration::from_secs(2))).await;
         }
+        // Spares never ran user code: a kill is enough. One still starting is aborted, which
+        // drops its launch and kills its process.
+        while let Some(spare) = self.spares.pop_front() {
+            spare.abort();
+            if let Ok(Ok(running)) = spare.await {
+                running.kernel.kill().await;
+            }
+        }
+        self.update(|status| status.spare_kernel_pids.clear());
         self.shared.finished.send_replace(true);
         tracing::debug!(kernel_id = %self.shared.options.kernel_id, "session closed");
+    }
+}
+
+/// Starts a kernel and installs the helper; touches no session state, so spares use it too.
+async fn prepare(shared: Arc<Shared>, environment: PythonEnvironment) -> Result<Running, ErrorInfo> {
+    let options = &shared.options;
+    let spec = LaunchSpec { python: environment.executable.clone(), env: Vec::new(), working_dir: None };
+    let started = Instant::now();
+    let kernel = Kernel::launch(&spec, options.timeouts.kernel_startup)
+        .await
+        .map_err(|error| ErrorInfo::new("runtime_unavailable", error.to_string()))?;
+    let remaining = options.timeouts.kernel_startup.saturating_sub(started.elapsed()).max(Duration::from_secs(1));
+    let helper_comm = match helper::install(&kernel, &options.limits, remaining).await {
+        Ok(comm) => comm,
+        Err(error) => {
+            let message = format!("{error}; kernel stderr: {}", kernel.stderr_tail());
+            kernel.shutdown(Duration::from_millis(200)).await;
+            return Err(ErrorInfo::new("runtime_unavailable", message));
+        }
+    };
+    let info = kernel.info();
+    let description = KernelDescription {
+        pid: kernel.pid(),
+        python: environment.executable.display().to_string(),
+        python_version: info.language_info.version.clone(),
+        ipykernel_version: environment.ipykernel_version.clone(),
+        implementation: format!("{} {}", info.implementation, info.implementation_version),
+        spec: "python3".to_owned(),
+        helper: true,
+    };
+    tracing::debug!(pid = description.pid, elapsed_ms = started.elapsed().as_millis() as u64, "kernel prepared");
+    Ok(Running { kernel, helper_comm: Some(helper_comm), description })
+}
+
+/// Resolves when the watched kernel has exited; never, when there is no kernel.
+async fn kernel_exit(exit: Option<watch::Receiver<Option<ipython_mcp_jupyter::KernelExit>>>) {
+    match exit {
+        Some(mut exit) => {
+            let _ = exit.wait_for(Option::is_some).await;
+        }
+        None => std::future::pending().await,
     }
 }
 

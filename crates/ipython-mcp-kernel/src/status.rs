@@ -55,8 +55,11 @@ pub struct RuntimeStatus {
     pub latest_interruption_kind: Option<Interruption>,
     pub latest_namespace_outcome: Option<NamespaceOutcome>,
     pub startup_seconds: Option<f64>,
+    /// Seconds the latest replacement took (a promoted spare takes milliseconds).
     pub replacement_startup_seconds: Option<f64>,
     pub kernel: Option<KernelDescription>,
+    /// Process ids of warm spare kernels ready to replace this one.
+    pub spare_kernel_pids: Vec<u32>,
     pub environment: Option<EnvironmentStatus>,
     pub error: Option<ErrorInfo>,
 }
@@ -74,6 +77,7 @@ impl RuntimeStatus {
             startup_seconds: None,
             replacement_startup_seconds: None,
             kernel: None,
+            spare_kernel_pids: Vec::new(),
             environment: None,
             error: None,
         }

@@ -149,6 +149,9 @@ fn execution_text(output: &ExecutionOutput) -> String {
             text.push_str(&format!("\nhint: {hint}"));
         }
     }
+    if let Some(notice) = &output.notice {
+        text.push_str(&format!("\n[notice: {notice}]"));
+    }
     if let (Some(kind), Some(namespace)) = (&output.runtime.interruption, &output.runtime.namespace) {
         text.push_str(&format!("\n[interrupted: {kind:?}; namespace {namespace:?}]").to_lowercase());
     }

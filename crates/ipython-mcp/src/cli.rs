@@ -48,6 +48,9 @@ pub struct Cli {
     /// How long an operation may wait in the queue before queue_timeout [default: 30]
     #[arg(long, env = "IPYTHON_MCP_QUEUE_WAIT_TIMEOUT_SECONDS", global = true, value_name = "SECONDS")]
     queue_wait_timeout_seconds: Option<String>,
+    /// Warm spare kernels kept ready so a replacement costs milliseconds; 0 disables [default: 1]
+    #[arg(long, env = "IPYTHON_MCP_SPARE_KERNELS", global = true, value_name = "N")]
+    spare_kernels: Option<String>,
     /// Bound on creating the managed default environment [default: 600]
     #[arg(long, env = "IPYTHON_MCP_PROVISION_TIMEOUT_SECONDS", global = true, value_name = "SECONDS")]
     provision_timeout_seconds: Option<String>,
@@ -84,6 +87,7 @@ impl Cli {
             worker_startup_timeout_seconds: self.worker_startup_timeout_seconds.clone(),
             max_pending_operations: self.max_pending_operations.clone(),
             queue_wait_timeout_seconds: self.queue_wait_timeout_seconds.clone(),
+            spare_kernels: self.spare_kernels.clone(),
             provision_timeout_seconds: self.provision_timeout_seconds.clone(),
             python: self.python.clone(),
             cache_dir: self.cache_dir.clone(),

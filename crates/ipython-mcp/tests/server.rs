@@ -533,3 +533,47 @@ async fn shutdown_during_a_cell_that_ignores_interrupts_is_bounded() {
     let _ = call.await;
     support::wait_until_gone(kernel_pid).await;
 }
+
+#[tokio::test]
+async fn a_warm_spare_replaces_a_dead_kernel() {
+    let server = Server::start(Family::Handshake, &[("IPYTHON_MCP_SPARE_KERNELS", "1")]).await;
+    let status = server.wait_until(|status| status["spare_kernel_pids"].as_array().is_some_and(|pids| pids.len() == 1)).await;
+    let spare = status["spare_kernel_pids"][0].clone();
+    let old = status["kernel"]["pid"].clone();
+    let result = server.call("execute", json!({"code": "import os\nos._exit(1)"})).await;
+    assert_eq!(result.structured["error"]["code"], "kernel_died");
+    let status = server.call("runtime_status", json!({})).await.structured;
+    assert_eq!(status["kernel"]["pid"], spare, "the spare was promoted: {status}");
+    assert_ne!(status["kernel"]["pid"], old);
+    assert_eq!(status["epoch"], 1);
+    assert!(status["replacement_startup_seconds"].as_f64().is_some(), "{status}");
+    // A new spare is prepared in the background.
+    let status = server.wait_until(|status| status["spare_kernel_pids"].as_array().is_some_and(|pids| pids.len() == 1)).await;
+    assert_ne!(status["spare_kernel_pids"][0], spare);
+    // The promoted kernel has the helper: output is still bounded in the kernel.
+    let result = server.call("execute", json!({"code": "print('x' * 100_000)"})).await;
+    assert_eq!(result.structured["stdout_omitted_chars"], 100_001 - 8192);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_kernel_killed_while_idle_is_replaced_and_the_next_call_is_told() {
+    let server = Server::start(Family::Handshake, &[]).await;
+    server.call("execute", json!({"code": "precious = 1"})).await;
+    let status = server.call("runtime_status", json!({})).await.structured;
+    let pid = status["kernel"]["pid"].as_u64().expect("pid") as i32;
+    // SAFETY: killing the kernel process our server started, as the OOM killer would.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    let status = server.wait_until(|status| status["epoch"] == 1 && status["state"] == "ready").await;
+    assert_eq!(status["latest_namespace_outcome"], "reset");
+    let result = server.call("execute", json!({"code": "'precious' in globals()"})).await;
+    assert!(result.ok(), "{result:?}");
+    assert_eq!(result.structured["result"]["text/plain"], "False");
+    assert_eq!(result.structured["runtime"]["namespace"], "reset");
+    assert!(result.structured["notice"].as_str().expect("notice").contains("died between calls"));
+    assert!(result.text().contains("notice"), "{}", result.text());
+    // Only the first call after the replacement carries the notice.
+    let again = server.call("execute", json!({"code": "1"})).await;
+    assert!(again.structured.get("notice").is_none());
+    server.stop().await;
+}

@@ -33,6 +33,8 @@ pub fn command(extra_env: &[(&str, &str)]) -> Command {
     command
         .env("IPYTHON_MCP_CACHE_DIR", cache_dir())
         .env("IPYTHON_MCP_LOG", "warn")
+        // Most tests need no spare kernel; the ones about replacement turn it on.
+        .env("IPYTHON_MCP_SPARE_KERNELS", "0")
         .env_remove("VIRTUAL_ENV")
         .env_remove("IPYTHON_MCP_PYTHON")
         .stdin(Stdio::piped())
