@@ -7,6 +7,7 @@
 //!     session layer: our floor; (b2) through the session layer (helper, bounding), no MCP;
 //! (c) the same loop with Python's `jupyter_client` against an identically started kernel;
 //! (d) the server's RSS when idle and its peak while the kernel prints 200 MB;
+//! (e) how long replacing a dead kernel takes, with a warm spare and without one;
 //!
 //! and prints p50/p99 and the ratios a/b and a/c. Figures are medians of one run on a noisy
 //! machine; compare ratios, not absolute numbers.
@@ -38,6 +39,8 @@ async fn main() -> anyhow::Result<()> {
     let raw = bench_raw_client(&python).await?;
     let session = bench_session(&python).await?;
     let python_floor = bench_jupyter_client(&python).await?;
+    let with_spare = bench_replacement(&server_binary, 1).await?;
+    let without_spare = bench_replacement(&server_binary, 0).await?;
 
     println!();
     println!("{:<58} {:>9} {:>9}", "round trip of `x = x + 1` (reply + idle)", "p50 ms", "p99 ms");
@@ -59,6 +62,10 @@ async fn main() -> anyhow::Result<()> {
     println!("server peak RSS during a 200 MB print: {:>6.1} MiB (growth {:.1} MiB, target <= 16)",
         rss.peak_kib as f64 / 1024.0, (rss.peak_kib.saturating_sub(rss.idle_kib)) as f64 / 1024.0);
     println!("flood execute took {:.2} s; omitted chars reported: {}", rss.flood_seconds, rss.flood_omitted);
+    println!();
+    println!("kernel replacement after os._exit (replacement_startup_seconds, {REPLACEMENTS} kills each):");
+    println!("  with a warm spare:  p50 {:>9.3} ms, max {:>9.3} ms", percentile(&with_spare, 0.5), percentile(&with_spare, 1.0));
+    println!("  without a spare:    p50 {:>9.3} ms, max {:>9.3} ms", percentile(&without_spare, 0.5), percentile(&without_spare, 1.0));
     Ok(())
 }
 
@@ -161,6 +168,50 @@ async fn bench_mcp(server_binary: &Path) -> anyhow::Result<(Vec<f64>, Rss)> {
     client.cancel().await?;
     let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
     Ok((samples, Rss { idle_kib, peak_kib, flood_seconds, flood_omitted }))
+}
+
+const REPLACEMENTS: usize = 5;
+
+/// Kills the kernel with `os._exit` a few times and collects the server's own measurement of
+/// each replacement (`runtime_status.replacement_startup_seconds`), in milliseconds.
+async fn bench_replacement(server_binary: &Path, spares: usize) -> anyhow::Result<Vec<f64>> {
+    let mut child = tokio::process::Command::new(server_binary)
+        .env("IPYTHON_MCP_LOG", "error")
+        .env("IPYTHON_MCP_SPARE_KERNELS", spares.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()?;
+    let transport = (child.stdout.take().context("stdout")?, child.stdin.take().context("stdin")?);
+    let client = ClientConfig::default().serve_with_lifecycle(transport, ClientLifecycleMode::Initialize).await?;
+    let call = |tool: &'static str, arguments: Value| {
+        let arguments = arguments.as_object().cloned().expect("object");
+        client.peer().call_tool(CallToolRequestParams::new(tool).with_arguments(arguments))
+    };
+    let status = || async {
+        let result = call("runtime_status", json!({})).await?;
+        anyhow::Ok(result.structured_content.unwrap_or(Value::Null))
+    };
+    let settled = |status: &Value| {
+        status["state"] == "ready" && status["spare_kernel_pids"].as_array().map_or(0, Vec::len) == spares
+    };
+    let mut samples = Vec::new();
+    for _ in 0..REPLACEMENTS {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !settled(&status().await?) {
+            if Instant::now() > deadline {
+                bail!("session did not settle");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        call("execute", json!({"code": "import os\nos._exit(1)"})).await?;
+        let seconds = status().await?["replacement_startup_seconds"].as_f64().context("replacement time")?;
+        samples.push(seconds * 1000.0);
+    }
+    client.cancel().await?;
+    let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    Ok(samples)
 }
 
 async fn bench_raw_client(python: &Path) -> anyhow::Result<Vec<f64>> {
