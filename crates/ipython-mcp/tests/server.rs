@@ -577,3 +577,93 @@ async fn a_kernel_killed_while_idle_is_replaced_and_the_next_call_is_told() {
     assert!(again.structured.get("notice").is_none());
     server.stop().await;
 }
+
+#[tokio::test]
+async fn hangs_that_ignore_interrupts_and_crashes_are_recovered() {
+    let server = Server::start(
+        Family::Handshake,
+        &[("IPYTHON_MCP_SPARE_KERNELS", "1"), ("IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS", "0.5")],
+    )
+    .await;
+    // SIGINT blocked in the main thread: the interrupt is never delivered.
+    let code = "import signal, time\nsignal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])\nmarker = 1\ntime.sleep(60)";
+    let result = server.call("execute", json!({"code": code, "timeout_seconds": 0.5})).await;
+    assert_eq!(result.structured["status"], "timeout", "{:?}", result.structured);
+    assert_eq!(result.structured["runtime"]["interruption"], "terminated");
+    assert_eq!(result.structured["runtime"]["namespace"], "reset");
+    assert_eq!(server.call("runtime_status", json!({})).await.structured["epoch"], 1);
+    // A segfault in C code.
+    let result = server.call("execute", json!({"code": "import ctypes\nctypes.string_at(0)"})).await;
+    assert_eq!(result.structured["error"]["code"], "kernel_died", "{:?}", result.structured);
+    assert!(result.structured["error"]["message"].as_str().expect("message").contains("signal 11"), "{:?}", result.structured);
+    let status = server.call("runtime_status", json!({})).await.structured;
+    assert_eq!(status["epoch"], 2);
+    assert_eq!(status["state"], "ready");
+    let check = server.call("execute", json!({"code": "'marker' in globals()"})).await;
+    assert_eq!(check.structured["result"]["text/plain"], "False");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_hundred_concurrent_calls_are_answered_once_in_fifo_order() {
+    let server = Server::start(Family::Handshake, &[("IPYTHON_MCP_MAX_PENDING_OPERATIONS", "128")]).await;
+    server.call("execute", json!({"code": "order = []"})).await;
+    let calls: Vec<_> = (0..100)
+        .map(|index| {
+            let peer = server.client.peer().clone();
+            tokio::spawn(async move { (index, support::call_peer(&peer, "execute", json!({"code": format!("order.append({index})")})).await) })
+        })
+        .collect();
+    let mut by_seq = Vec::new();
+    for call in calls {
+        let (index, result) = call.await.expect("join");
+        assert!(result.ok(), "{result:?}");
+        by_seq.push((result.structured["runtime"]["admission_seq"].as_u64().expect("seq"), index));
+    }
+    by_seq.sort();
+    let seqs: std::collections::BTreeSet<u64> = by_seq.iter().map(|(seq, _)| *seq).collect();
+    assert_eq!(seqs.len(), 100, "every call got its own admission sequence");
+    let admitted: Vec<i64> = by_seq.iter().map(|(_, index)| *index).collect();
+    let ran = server.call("execute", json!({"code": "order"})).await;
+    let ran: Vec<i64> = serde_json::from_str(ran.structured["result"]["text/plain"].as_str().expect("list")).expect("json list");
+    assert_eq!(ran, admitted, "the kernel ran them in admission order, each exactly once");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_with_work_queued_leaves_no_process_or_run_dir() {
+    let server = Server::start(Family::Handshake, &[("IPYTHON_MCP_SPARE_KERNELS", "1")]).await;
+    let status = server.wait_until(|status| status["spare_kernel_pids"].as_array().is_some_and(|pids| pids.len() == 1)).await;
+    let kernel = status["kernel"]["pid"].as_u64().expect("pid") as i32;
+    let spare = status["spare_kernel_pids"][0].as_u64().expect("pid") as i32;
+    let run_dir = support::kernel_run_dir(kernel);
+    assert!(run_dir.exists());
+    let spawn = |code: &'static str| {
+        let peer = server.client.peer().clone();
+        tokio::spawn(async move {
+            let arguments = json!({"code": code}).as_object().cloned().expect("object");
+            let _ = peer.call_tool(rmcp::model::CallToolRequestParams::new("execute").with_arguments(arguments)).await;
+        });
+    };
+    spawn("import time\ntime.sleep(30)");
+    server.wait_until(|status| status["operation_active"] == true).await;
+    spawn("queued = 1");
+    spawn("queued = 2");
+    server.wait_until(|status| status["queue_depth"] == 2).await;
+    server.stop().await;
+    support::wait_until_gone(kernel).await;
+    support::wait_until_gone(spare).await;
+    assert!(!run_dir.exists(), "the kernel's private run directory is removed");
+}
+
+#[tokio::test]
+async fn a_killed_server_takes_its_kernels_with_it() {
+    let server = Server::start(Family::Handshake, &[("IPYTHON_MCP_SPARE_KERNELS", "1")]).await;
+    let status = server.wait_until(|status| status["spare_kernel_pids"].as_array().is_some_and(|pids| pids.len() == 1)).await;
+    let kernel = status["kernel"]["pid"].as_u64().expect("pid") as i32;
+    let spare = status["spare_kernel_pids"][0].as_u64().expect("pid") as i32;
+    // SAFETY: killing our own child process.
+    assert_eq!(unsafe { libc::kill(server.pid as i32, libc::SIGKILL) }, 0);
+    support::wait_until_gone(kernel).await;
+    support::wait_until_gone(spare).await;
+}

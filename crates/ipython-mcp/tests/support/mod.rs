@@ -248,3 +248,11 @@ pub async fn wait_until_gone(pid: i32) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// The private run directory of a kernel, read from its command line (`-f <dir>/kernel.json`).
+pub fn kernel_run_dir(pid: i32) -> std::path::PathBuf {
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("cmdline");
+    let args: Vec<String> = cmdline.split(|byte| *byte == 0).map(|arg| String::from_utf8_lossy(arg).into_owned()).collect();
+    let file = args.iter().skip_while(|arg| arg.as_str() != "-f").nth(1).expect("-f connection file");
+    std::path::Path::new(file).parent().expect("run dir").to_owned()
+}
