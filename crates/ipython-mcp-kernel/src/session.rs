@@ -119,6 +119,23 @@ impl Ticket {
 impl SessionHandle {
     /// Creates the session and starts its kernel in the background; returns at once.
     pub fn start(options: SessionOptions) -> SessionHandle {
+        let (handle, commands) = SessionHandle::detached(options);
+        let shared = Arc::clone(&handle.shared);
+        let actor = Actor {
+            shared: Arc::clone(&shared),
+            commands,
+            environment: None,
+            kernel: None,
+            spares: std::collections::VecDeque::new(),
+            epoch: 0,
+            unreported_reset: None,
+        };
+        tokio::spawn(actor.run());
+        handle
+    }
+
+    /// The handle and the inbox an actor would serve (tests drive the inbox by hand).
+    fn detached(options: SessionOptions) -> (SessionHandle, mpsc::UnboundedReceiver<Command>) {
         // Unbounded: admission is bounded by the permits, not by the channel.
         let (inbox, commands) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
@@ -130,17 +147,7 @@ impl SessionHandle {
             shutdown: CancellationToken::new(),
             finished: watch::channel(false).0,
         });
-        let actor = Actor {
-            shared: Arc::clone(&shared),
-            commands,
-            environment: None,
-            kernel: None,
-            spares: std::collections::VecDeque::new(),
-            epoch: 0,
-            unreported_reset: None,
-        };
-        tokio::spawn(actor.run());
-        SessionHandle { shared, inbox }
+        (SessionHandle { shared, inbox }, commands)
     }
 
     pub fn kernel_id(&self) -> &str {
@@ -810,5 +817,115 @@ fn phase_name(phase: &Phase) -> (&'static str, Option<String>) {
         Phase::Ready => ("ready", None),
         #[allow(unreachable_patterns)]
         _ => ("working", None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! Admission logic with paused time and no kernel: the test plays the actor.
+    use super::*;
+
+    fn options(max_pending: usize, queue_wait: Duration) -> SessionOptions {
+        SessionOptions {
+            kernel_id: "test".into(),
+            limits: OutputLimits::default(),
+            timeouts: Timeouts::default(),
+            max_json_items: 100,
+            max_pending,
+            queue_wait_timeout: queue_wait,
+            spare_kernels: 0,
+            resolver: Resolver {
+                explicit_python: None,
+                virtual_env: None,
+                working_dir: std::env::temp_dir(),
+                path_var: None,
+                cache_dir: std::env::temp_dir(),
+                install_timeout: Duration::from_secs(1),
+            },
+        }
+    }
+
+    fn args(code: &str, cancel: &CancellationToken) -> ExecuteArgs {
+        ExecuteArgs { code: code.into(), timeout: None, request_id: code.into(), cancel: cancel.clone() }
+    }
+
+    fn code(output: &ExecutionOutput) -> Option<&str> {
+        output.error.as_ref().map(|error| error.code.as_str())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_nobody_dispatches_times_out_and_frees_its_slot() {
+        let (handle, _inbox) = SessionHandle::detached(options(1, Duration::from_secs(30)));
+        let started = Instant::now();
+        let output = handle.execute(args("x = 1", &CancellationToken::new())).await;
+        assert_eq!(code(&output), Some("queue_timeout"));
+        assert_eq!(output.status, ExecutionStatus::Rejected);
+        assert_eq!(started.elapsed(), Duration::from_secs(30), "exactly the queue wait");
+        assert!(output.error.as_ref().is_some_and(|error| error.message.contains("for the kernel to start")));
+        assert_eq!(handle.status().queue_depth, 0);
+        // The slot is free again: the next request is admitted (and times out in turn).
+        let output = handle.execute(args("x = 2", &CancellationToken::new())).await;
+        assert_eq!(code(&output), Some("queue_timeout"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_queue_is_busy_and_cancellation_withdraws() {
+        let (handle, mut inbox) = SessionHandle::detached(options(2, Duration::from_secs(30)));
+        let first_cancel = CancellationToken::new();
+        let first = tokio::spawn({
+            let (handle, cancel) = (handle.clone(), first_cancel.clone());
+            async move { handle.execute(args("first", &cancel)).await }
+        });
+        let second = tokio::spawn({
+            let handle = handle.clone();
+            async move { handle.execute(args("second", &CancellationToken::new())).await }
+        });
+        while handle.status().queue_depth < 2 {
+            tokio::task::yield_now().await;
+        }
+        let busy = handle.execute(args("third", &CancellationToken::new())).await;
+        assert_eq!(code(&busy), Some("runtime_busy"));
+
+        first_cancel.cancel();
+        let first = first.await.expect("join");
+        assert_eq!(code(&first), Some("operation_cancelled"));
+        assert_eq!(first.status, ExecutionStatus::Cancelled);
+        assert_eq!(handle.status().queue_depth, 1);
+
+        // Play the actor: the withdrawn ticket cannot be dispatched; the second can.
+        let Some(Command::Execute { ticket, .. }) = inbox.recv().await else { panic!("first command") };
+        assert!(!ticket.dispatch(&handle.shared), "an abandoned ticket is never dispatched");
+        let Some(Command::Execute { ticket, args, reply }) = inbox.recv().await else { panic!("second command") };
+        assert_eq!(args.code, "second");
+        assert!(ticket.dispatch(&handle.shared));
+        assert!(!ticket.abandon(&handle.shared), "a dispatched ticket cannot be abandoned");
+        let runtime = RuntimeInfo { request_id: args.request_id, admission_seq: ticket.seq, epoch: 0, queue_wait_ms: 0, run_ms: 0, interruption: None, namespace: None };
+        let mut done = ExecutionOutput::not_run(ticket.execution_id.clone(), runtime, ErrorInfo::new("x", "y"));
+        done.error = None;
+        done.ok = true;
+        reply.send(done).expect("caller waits");
+        let second = second.await.expect("join");
+        assert!(second.ok);
+        assert_eq!(second.runtime.admission_seq, 2, "sequence numbers follow admission order");
+        assert_eq!(handle.status().queue_depth, 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dispatched_request_outlives_the_queue_wait() {
+        let (handle, mut inbox) = SessionHandle::detached(options(1, Duration::from_secs(1)));
+        let caller = tokio::spawn({
+            let handle = handle.clone();
+            async move { handle.execute(args("slow", &CancellationToken::new())).await }
+        });
+        let Some(Command::Execute { ticket, args, reply }) = inbox.recv().await else { panic!("command") };
+        assert!(ticket.dispatch(&handle.shared));
+        // Running for longer than the queue wait is fine: the deadline, not the queue, bounds it.
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let runtime = RuntimeInfo { request_id: args.request_id, admission_seq: ticket.seq, epoch: 0, queue_wait_ms: 0, run_ms: 10_000, interruption: None, namespace: None };
+        let mut done = ExecutionOutput::not_run(ticket.execution_id.clone(), runtime, ErrorInfo::new("x", "y"));
+        done.error = None;
+        done.ok = true;
+        reply.send(done).expect("caller waits");
+        assert!(caller.await.expect("join").ok);
     }
 }
