@@ -246,7 +246,7 @@ async fn bench_replacement(server_binary: &Path, spares: usize) -> anyhow::Resul
 }
 
 async fn bench_raw_client(python: &Path) -> anyhow::Result<Vec<f64>> {
-    let spec = LaunchSpec { python: python.to_owned(), env: Vec::new(), working_dir: None };
+    let spec = LaunchSpec { python: python.to_owned(), env: Vec::new(), working_dir: None, interrupt_mode: Default::default() };
     let kernel = Kernel::launch(&spec, Duration::from_secs(30)).await?;
     let run = |code: &'static str| async {
         let request = JupyterMessage::new(

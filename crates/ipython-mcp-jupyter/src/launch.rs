@@ -32,6 +32,18 @@ pub struct LaunchSpec {
     pub env: Vec<(OsString, OsString)>,
     /// Working directory of the kernel; `None` keeps ours.
     pub working_dir: Option<PathBuf>,
+    /// How to interrupt it (a kernelspec's `interrupt_mode`).
+    pub interrupt_mode: InterruptMode,
+}
+
+/// How a kernel is interrupted, as its kernelspec's `interrupt_mode` says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum InterruptMode {
+    /// SIGINT to the kernel process (Jupyter's default).
+    #[default]
+    Signal,
+    /// An `interrupt_request` on the control channel.
+    Message,
 }
 
 /// How a kernel process ended.
@@ -225,7 +237,7 @@ pub(crate) async fn launch(spec: &LaunchSpec, startup_timeout: Duration) -> Resu
     }
     let process = Arc::new(Process { pid, exit, stderr_tail, run_dir });
 
-    let connected = connect_and_handshake(&connection, &process, Arc::clone(&router), deadline, startup_timeout).await;
+    let connected = connect_and_handshake(spec, &connection, &process, Arc::clone(&router), deadline, startup_timeout).await;
     match connected {
         Ok(kernel) => {
             tracing::debug!(pid, elapsed_ms = started.elapsed().as_millis() as u64, "kernel ready");
@@ -246,6 +258,7 @@ fn write_private(path: &std::path::Path, connection: &ConnectionInfo) -> std::io
 }
 
 async fn connect_and_handshake(
+    spec: &LaunchSpec,
     connection: &ConnectionInfo,
     process: &Arc<Process>,
     router: Arc<Router>,
@@ -293,6 +306,7 @@ async fn connect_and_handshake(
         shell: tokio::sync::Mutex::new(shell_send),
         control: tokio::sync::Mutex::new(control_send),
         heartbeat: tokio::sync::Mutex::new(Some(heartbeat)),
+        interrupt_mode: spec.interrupt_mode,
         connection: connection.clone(),
         readers,
         session_id,

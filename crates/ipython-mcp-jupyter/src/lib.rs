@@ -20,7 +20,7 @@ mod launch;
 mod route;
 
 pub use jupyter_protocol as protocol;
-pub use launch::{KernelExit, LaunchSpec};
+pub use launch::{InterruptMode, KernelExit, LaunchSpec};
 pub use route::{Channel, Routed};
 
 use std::sync::Arc;
@@ -61,6 +61,7 @@ pub struct Kernel {
     heartbeat: Mutex<Option<jupyter_zmq_client::ClientHeartbeatConnection>>,
     connection: jupyter_protocol::ConnectionInfo,
     readers: Vec<tokio::task::AbortHandle>,
+    interrupt_mode: InterruptMode,
     session_id: String,
     info: Option<Box<KernelInfoReply>>,
 }
@@ -139,9 +140,17 @@ impl Kernel {
         self.router.forget(msg_id);
     }
 
-    /// Sends SIGINT to the kernel process (Jupyter's `interrupt_mode: signal`).
-    pub fn interrupt(&self) {
-        self.inner.signal(libc::SIGINT);
+    /// Interrupts what the kernel is running: SIGINT, or an `interrupt_request` on control for
+    /// kernels whose spec says `interrupt_mode: message` (bounded; a kernel that cannot take
+    /// the request is handled by the caller's grace period).
+    pub async fn interrupt(&self) {
+        match self.interrupt_mode {
+            InterruptMode::Signal => self.inner.signal(libc::SIGINT),
+            InterruptMode::Message => {
+                let request = JupyterMessage::new(jupyter_protocol::InterruptRequest {}, None);
+                let _ = tokio::time::timeout(Duration::from_secs(1), self.send(Channel::Control, request)).await;
+            }
+        }
     }
 
     /// One heartbeat round trip; `false` if the kernel did not answer in time.

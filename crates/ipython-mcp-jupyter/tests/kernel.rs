@@ -6,9 +6,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use ipython_mcp_jupyter::protocol::{ExecuteRequest, ExecutionState, JupyterMessage, JupyterMessageContent};
-use ipython_mcp_jupyter::{Channel, Kernel, LaunchSpec};
+use ipython_mcp_jupyter::{Channel, InterruptMode, Kernel, LaunchSpec};
 
 async fn launch() -> Kernel {
+    launch_with(InterruptMode::Signal).await
+}
+
+async fn launch_with(interrupt_mode: InterruptMode) -> Kernel {
     let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let resolver = ipython_mcp_env::Resolver {
         explicit_python: None,
@@ -19,7 +23,7 @@ async fn launch() -> Kernel {
         install_timeout: Duration::from_secs(600),
     };
     let python = resolver.resolve(&|_| {}).await.expect("provisioned python").executable;
-    Kernel::launch(&LaunchSpec { python, env: Vec::new(), working_dir: None }, Duration::from_secs(30)).await.expect("launch")
+    Kernel::launch(&LaunchSpec { python, env: Vec::new(), working_dir: None, interrupt_mode }, Duration::from_secs(30)).await.expect("launch")
 }
 
 fn mode(path: &std::path::Path) -> u32 {
@@ -79,25 +83,7 @@ async fn the_kernel_lifecycle_is_private_bounded_and_clean() {
     assert!(kernel.heartbeat(Duration::from_secs(2)).await, "heartbeat recovers after a miss");
 
     // Interrupt stops a sleeping cell.
-    let request = JupyterMessage::new(
-        ExecuteRequest { code: "import time; time.sleep(30)".into(), silent: false, store_history: true, user_expressions: None, allow_stdin: false, stop_on_error: false },
-        None,
-    );
-    let (_, mut receiver) = kernel.request(Channel::Shell, request).await.expect("send");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    kernel.interrupt();
-    let mut interrupted = false;
-    while let Ok(Some(routed)) = tokio::time::timeout(Duration::from_secs(5), receiver.recv()).await {
-        if let JupyterMessageContent::ErrorOutput(error) = &routed.message.content {
-            interrupted |= error.ename == "KeyboardInterrupt";
-        }
-        if let JupyterMessageContent::Status(status) = &routed.message.content {
-            if status.execution_state == ExecutionState::Idle {
-                break;
-            }
-        }
-    }
-    assert!(interrupted, "SIGINT raised KeyboardInterrupt");
+    assert!(interrupts_a_sleep(&kernel).await, "SIGINT raised KeyboardInterrupt");
 
     // A kernel killed from outside closes pending receivers instead of leaving them waiting.
     let request = JupyterMessage::new(
@@ -115,6 +101,42 @@ async fn the_kernel_lifecycle_is_private_bounded_and_clean() {
     assert!(kernel.exit_watch().borrow().is_some());
     drop(kernel);
     assert!(!dir.exists(), "run directory removed");
+}
+
+async fn interrupts_a_sleep(kernel: &Kernel) -> bool {
+    let request = JupyterMessage::new(
+        ExecuteRequest { code: "import time; time.sleep(30)".into(), silent: false, store_history: true, user_expressions: None, allow_stdin: false, stop_on_error: false },
+        None,
+    );
+    let (msg_id, mut receiver) = kernel.request(Channel::Shell, request).await.expect("send");
+    // Wait until the cell is running (its execute_input), then interrupt.
+    while let Ok(Some(routed)) = tokio::time::timeout(Duration::from_secs(10), receiver.recv()).await {
+        if matches!(routed.message.content, JupyterMessageContent::ExecuteInput(_)) {
+            break;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    kernel.interrupt().await;
+    let mut interrupted = false;
+    while let Ok(Some(routed)) = tokio::time::timeout(Duration::from_secs(5), receiver.recv()).await {
+        if let JupyterMessageContent::ErrorOutput(error) = &routed.message.content {
+            interrupted |= error.ename == "KeyboardInterrupt";
+        }
+        if let JupyterMessageContent::Status(status) = &routed.message.content {
+            if status.execution_state == ExecutionState::Idle {
+                break;
+            }
+        }
+    }
+    kernel.forget(&msg_id);
+    interrupted
+}
+
+#[tokio::test]
+async fn message_mode_interrupts_through_the_control_channel() {
+    let kernel = launch_with(InterruptMode::Message).await;
+    assert!(interrupts_a_sleep(&kernel).await, "interrupt_request raised KeyboardInterrupt");
+    kernel.shutdown(Duration::from_secs(2)).await;
 }
 
 #[tokio::test]

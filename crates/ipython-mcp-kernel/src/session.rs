@@ -333,6 +333,9 @@ impl Actor {
 
     async fn serve(&mut self) {
         let shutdown = self.shared.shutdown.clone();
+        let mut heartbeat = tokio::time::interval(HEARTBEAT_INTERVAL);
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut missed_heartbeats = 0;
         loop {
             let exit = self.kernel.as_ref().map(|running| running.kernel.exit_watch());
             // Biased: once shutdown starts, nothing more is dispatched.
@@ -352,6 +355,28 @@ impl Actor {
                     self.unreported_reset = Some(format!(
                         "the kernel died between calls ({detail}) and was replaced before this one: earlier variables, imports and functions are gone"
                     ));
+                    continue;
+                }
+                // An idle kernel that stops answering heartbeats (stopped, deadlocked in C) is
+                // replaced too; a busy one is governed by its operation's deadline instead.
+                _ = heartbeat.tick(), if self.kernel.is_some() => {
+                    let alive = match &self.kernel {
+                        Some(running) => running.kernel.heartbeat(HEARTBEAT_TIMEOUT).await,
+                        None => true,
+                    };
+                    missed_heartbeats = if alive { 0 } else { missed_heartbeats + 1 };
+                    if missed_heartbeats >= HEARTBEAT_MISSES {
+                        missed_heartbeats = 0;
+                        tracing::warn!(misses = HEARTBEAT_MISSES, "idle kernel stopped answering heartbeats; replacing it");
+                        self.replace().await;
+                        self.update(|status| {
+                            status.latest_interruption_kind = Some(Interruption::Terminated);
+                            status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
+                        });
+                        self.unreported_reset = Some(
+                            "the kernel stopped answering heartbeats between calls and was replaced before this one: earlier variables, imports and functions are gone".to_owned(),
+                        );
+                    }
                     continue;
                 }
                 command = self.commands.recv() => command,
@@ -549,7 +574,7 @@ impl Actor {
                         _ = shutdown.cancelled(), if cause.is_none() => Some(Cause::Closing),
                     };
                     if let (Some(new_cause), None) = (interrupt_cause, cause) {
-                        running.kernel.interrupt();
+                        running.kernel.interrupt().await;
                         cause = Some(new_cause);
                         grace_deadline = Some(Instant::now() + options.timeouts.interruption_grace);
                     }
@@ -748,7 +773,9 @@ impl Actor {
 /// Starts a kernel and installs the helper; touches no session state, so spares use it too.
 async fn prepare(shared: Arc<Shared>, environment: PythonEnvironment) -> Result<Running, ErrorInfo> {
     let options = &shared.options;
-    let spec = LaunchSpec { python: environment.executable.clone(), env: Vec::new(), working_dir: None };
+    // Our kernels are ipykernel, which takes SIGINT (kernelspec-based kernels may ask for
+    // `interrupt_mode: message`; the client supports both).
+    let spec = LaunchSpec { python: environment.executable.clone(), env: Vec::new(), working_dir: None, interrupt_mode: Default::default() };
     let started = Instant::now();
     let kernel = Kernel::launch(&spec, options.timeouts.kernel_startup)
         .await
@@ -785,6 +812,11 @@ async fn kernel_exit(exit: Option<watch::Receiver<Option<ipython_mcp_jupyter::Ke
         None => std::future::pending().await,
     }
 }
+
+/// Idle kernels are pinged this often; `HEARTBEAT_MISSES` missed pings in a row replace them.
+const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
+const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(2);
+const HEARTBEAT_MISSES: u32 = 3;
 
 /// How long to wait for `idle` once the reply is in.
 const IDLE_AFTER_REPLY: Duration = Duration::from_secs(1);

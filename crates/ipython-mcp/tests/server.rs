@@ -667,3 +667,28 @@ async fn a_killed_server_takes_its_kernels_with_it() {
     support::wait_until_gone(kernel).await;
     support::wait_until_gone(spare).await;
 }
+
+#[tokio::test]
+async fn an_idle_kernel_that_stops_answering_heartbeats_is_replaced() {
+    let server = Server::start(Family::Handshake, &[]).await;
+    server.call("execute", json!({"code": "precious = 1"})).await;
+    let status = server.call("runtime_status", json!({})).await.structured;
+    let pid = status["kernel"]["pid"].as_u64().expect("pid") as i32;
+    // SAFETY: stopping the kernel process our server started (a deadlock would look the same).
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        let status = server.call("runtime_status", json!({})).await.structured;
+        if status["epoch"] == 1 && status["state"] == "ready" {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "never replaced: {status}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(status["latest_namespace_outcome"], "reset");
+    support::wait_until_gone(pid).await;
+    let result = server.call("execute", json!({"code": "'precious' in globals()"})).await;
+    assert_eq!(result.structured["result"]["text/plain"], "False");
+    assert!(result.structured["notice"].as_str().expect("notice").contains("heartbeats"));
+    server.stop().await;
+}
