@@ -290,6 +290,7 @@ async fn bench_session(python: &Path) -> anyhow::Result<Vec<f64>> {
         max_pending: config.queue.max_pending,
         queue_wait_timeout: Duration::from_secs(120),
         spare_kernels: 0,
+        namespace: Default::default(),
         resolver: ipython_mcp_env::Resolver {
             explicit_python: Some(python.to_owned()),
             virtual_env: None,

@@ -43,6 +43,8 @@ settings! {
         "Characters of stdout and of stderr kept per execution; the rest is counted, not returned");
     MAX_TRACEBACK_CHARS = ("max_traceback_chars", "IPYTHON_MCP_MAX_TRACEBACK_CHARS", "max-traceback-chars", "4096",
         "Characters of an error traceback returned (ANSI escapes stripped)");
+    MAX_REPR_CHARS = ("max_repr_chars", "IPYTHON_MCP_MAX_REPR_CHARS", "max-repr-chars", "1024",
+        "Characters of a representation, signature or docstring returned by list, search and inspect");
     MAX_RESULTS = ("max_results", "IPYTHON_MCP_MAX_RESULTS", "max-results", "100",
         "Items kept per JSON array or object in displays and results");
     MAX_DISPLAY_ITEMS = ("max_display_items", "IPYTHON_MCP_MAX_DISPLAY_ITEMS", "max-display-items", "20",
@@ -69,6 +71,12 @@ settings! {
         "Bound on creating the managed default environment (venv + pip install ipykernel)");
     PYTHON = ("python", "IPYTHON_MCP_PYTHON", "python", "found (see README)",
         "Python interpreter for the default kernel; it must have ipykernel");
+    LIBRARY_PATHS = ("library_paths", "IPYTHON_MCP_LIBRARY_PATHS", "library-paths", "none",
+        "Trusted library directories (absolute, separated by ':') prepended to the kernel's sys.path");
+    PRELOAD_MODULES = ("preload_modules", "IPYTHON_MCP_PRELOAD_MODULES", "preload-modules", "none",
+        "Comma-separated modules imported into every kernel at start (and after every reset or replacement)");
+    MODULE_ALIASES = ("module_aliases", "IPYTHON_MCP_MODULE_ALIASES", "module-aliases", "none",
+        "JSON object mapping modules to the names they are bound to, e.g. {\"numpy\": \"np\"}");
     CACHE_DIR = ("cache_dir", "IPYTHON_MCP_CACHE_DIR", "cache-dir", "$XDG_CACHE_HOME/ipython-mcp or ~/.cache/ipython-mcp",
         "Where the managed default environment lives");
     LOG = ("log", "IPYTHON_MCP_LOG", "log", "info",
@@ -82,6 +90,7 @@ settings! {
 pub struct RawConfig {
     pub max_text_chars: Option<String>,
     pub max_traceback_chars: Option<String>,
+    pub max_repr_chars: Option<String>,
     pub max_results: Option<String>,
     pub max_display_items: Option<String>,
     pub max_json_depth: Option<String>,
@@ -95,6 +104,9 @@ pub struct RawConfig {
     pub queue_wait_timeout_seconds: Option<String>,
     pub provision_timeout_seconds: Option<String>,
     pub python: Option<String>,
+    pub library_paths: Option<String>,
+    pub preload_modules: Option<String>,
+    pub module_aliases: Option<String>,
     pub cache_dir: Option<String>,
     pub log: Option<String>,
 }
@@ -104,6 +116,7 @@ pub struct RawConfig {
 pub struct OutputLimits {
     pub max_text_chars: usize,
     pub max_traceback_chars: usize,
+    pub max_repr_chars: usize,
     pub max_results: usize,
     pub max_display_items: usize,
     pub max_json_depth: usize,
@@ -115,6 +128,7 @@ impl Default for OutputLimits {
         OutputLimits {
             max_text_chars: 8192,
             max_traceback_chars: 4096,
+            max_repr_chars: 1024,
             max_results: 100,
             max_display_items: 20,
             max_json_depth: 6,
@@ -168,6 +182,17 @@ impl Default for QueueLimits {
     }
 }
 
+/// What every kernel gets at start, after a reset and after a replacement.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Namespace {
+    /// Trusted directories prepended to `sys.path`.
+    pub library_paths: Vec<PathBuf>,
+    /// Modules imported and bound under their top-level name.
+    pub preload_modules: Vec<String>,
+    /// Module → the name it is bound to.
+    pub module_aliases: std::collections::BTreeMap<String, String>,
+}
+
 /// The validated configuration of one server process.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -175,6 +200,7 @@ pub struct Config {
     pub timeouts: Timeouts,
     pub queue: QueueLimits,
     pub spares: Spares,
+    pub namespace: Namespace,
     /// Explicit interpreter for the default kernel (`--python`).
     pub python: Option<PathBuf>,
     /// Cache directory override; `None` means the platform default, resolved by the caller.
@@ -190,6 +216,7 @@ impl Default for Config {
             timeouts: Timeouts::default(),
             queue: QueueLimits::default(),
             spares: Spares::default(),
+            namespace: Namespace::default(),
             python: None,
             cache_dir: None,
             log: "info".to_owned(),
@@ -209,6 +236,8 @@ pub enum Error {
     NotPositiveSeconds { env: &'static str, flag: &'static str, value: String },
     #[error("invalid configuration: {env} (--{flag}) must not be empty")]
     Empty { env: &'static str, flag: &'static str },
+    #[error("invalid configuration: {env} (--{flag}): {problem}")]
+    Invalid { env: &'static str, flag: &'static str, problem: String },
     #[error("invalid configuration: {env} (--{flag}) is {value}s, below {other_env} ({other}s)")]
     BelowOther { env: &'static str, flag: &'static str, value: f64, other_env: &'static str, other: f64 },
 }
@@ -220,6 +249,7 @@ impl Config {
         let limits = OutputLimits {
             max_text_chars: positive_int(MAX_TEXT_CHARS, &raw.max_text_chars, defaults.limits.max_text_chars)?,
             max_traceback_chars: positive_int(MAX_TRACEBACK_CHARS, &raw.max_traceback_chars, defaults.limits.max_traceback_chars)?,
+            max_repr_chars: positive_int(MAX_REPR_CHARS, &raw.max_repr_chars, defaults.limits.max_repr_chars)?,
             max_results: positive_int(MAX_RESULTS, &raw.max_results, defaults.limits.max_results)?,
             max_display_items: positive_int(MAX_DISPLAY_ITEMS, &raw.max_display_items, defaults.limits.max_display_items)?,
             max_json_depth: positive_int(MAX_JSON_DEPTH, &raw.max_json_depth, defaults.limits.max_json_depth)?,
@@ -250,6 +280,7 @@ impl Config {
             timeouts,
             queue,
             spares: Spares(non_negative_int(SPARE_KERNELS, &raw.spare_kernels, defaults.spares.0)?),
+            namespace: namespace(raw)?,
             python: path(PYTHON, &raw.python)?,
             cache_dir: path(CACHE_DIR, &raw.cache_dir)?,
             log: match &raw.log {
@@ -267,6 +298,57 @@ fn positive_int(setting: Setting, raw: &Option<String>, default: usize) -> Resul
         Ok(parsed) if parsed > 0 => Ok(parsed),
         _ => Err(Error::NotPositiveInteger { env: setting.env, flag: setting.flag, value: bounded(value) }),
     }
+}
+
+/// Library paths, preloads and aliases: syntax only (the kernel reports what fails to import).
+fn namespace(raw: &RawConfig) -> Result<Namespace, Error> {
+    let invalid = |setting: Setting, problem: String| Error::Invalid { env: setting.env, flag: setting.flag, problem };
+    let mut result = Namespace::default();
+    if let Some(paths) = &raw.library_paths {
+        for path in paths.split(':').map(str::trim).filter(|path| !path.is_empty()) {
+            if !path.starts_with('/') {
+                return Err(invalid(LIBRARY_PATHS, format!("{:?} is not an absolute path", bounded(path))));
+            }
+            result.library_paths.push(PathBuf::from(path));
+        }
+    }
+    if let Some(modules) = &raw.preload_modules {
+        for module in modules.split(',').map(str::trim).filter(|module| !module.is_empty()) {
+            if !is_module_name(module) {
+                return Err(invalid(PRELOAD_MODULES, format!("{:?} is not a module name", bounded(module))));
+            }
+            result.preload_modules.push(module.to_owned());
+        }
+    }
+    if let Some(aliases) = &raw.module_aliases {
+        let parsed: serde_json::Value = serde_json::from_str(aliases)
+            .map_err(|error| invalid(MODULE_ALIASES, format!("not JSON ({error})")))?;
+        let serde_json::Value::Object(map) = parsed else {
+            return Err(invalid(MODULE_ALIASES, "must be a JSON object like {\"numpy\": \"np\"}".to_owned()));
+        };
+        for (module, binding) in map {
+            let Some(binding) = binding.as_str() else {
+                return Err(invalid(MODULE_ALIASES, format!("the alias of {:?} must be a string", bounded(&module))));
+            };
+            if !is_module_name(&module) {
+                return Err(invalid(MODULE_ALIASES, format!("{:?} is not a module name", bounded(&module))));
+            }
+            if !is_identifier(binding) || binding.starts_with('_') {
+                return Err(invalid(MODULE_ALIASES, format!("{:?} is not a usable name (an identifier not starting with _)", bounded(binding))));
+            }
+            result.module_aliases.insert(module, binding.to_owned());
+        }
+    }
+    Ok(result)
+}
+
+fn is_identifier(text: &str) -> bool {
+    let mut chars = text.chars();
+    chars.next().is_some_and(|first| first == '_' || first.is_alphabetic()) && chars.all(|c| c == '_' || c.is_alphanumeric())
+}
+
+fn is_module_name(text: &str) -> bool {
+    text.split('.').all(is_identifier)
 }
 
 /// For counts where zero means "off".
@@ -385,6 +467,37 @@ mod tests {
         let raw = RawConfig { max_display_items: Some("x".repeat(10_000)), ..Default::default() };
         let error = Config::from_raw(&raw).expect_err("invalid");
         assert!(error.to_string().len() < 250);
+    }
+
+    #[test]
+    fn namespace_settings_are_parsed_and_checked() {
+        let raw = RawConfig {
+            library_paths: Some("/opt/lib: /srv/agent-libs".into()),
+            preload_modules: Some("math, json,my_lib.sub".into()),
+            module_aliases: Some(r#"{"numpy": "np", "pandas": "pd"}"#.into()),
+            ..Default::default()
+        };
+        let config = check(raw, Ok(())).expect("valid");
+        assert_eq!(config.namespace.library_paths, [PathBuf::from("/opt/lib"), PathBuf::from("/srv/agent-libs")]);
+        assert_eq!(config.namespace.preload_modules, ["math", "json", "my_lib.sub"]);
+        assert_eq!(config.namespace.module_aliases.get("numpy").map(String::as_str), Some("np"));
+        let bad = |raw: RawConfig, message: &str| check(raw, Err(message));
+        bad(
+            RawConfig { library_paths: Some("relative/lib".into()), ..Default::default() },
+            "invalid configuration: IPYTHON_MCP_LIBRARY_PATHS (--library-paths): \"relative/lib\" is not an absolute path",
+        );
+        bad(
+            RawConfig { preload_modules: Some("os;rm".into()), ..Default::default() },
+            "invalid configuration: IPYTHON_MCP_PRELOAD_MODULES (--preload-modules): \"os;rm\" is not a module name",
+        );
+        bad(
+            RawConfig { module_aliases: Some("[1]".into()), ..Default::default() },
+            "invalid configuration: IPYTHON_MCP_MODULE_ALIASES (--module-aliases): must be a JSON object like {\"numpy\": \"np\"}",
+        );
+        bad(
+            RawConfig { module_aliases: Some(r#"{"numpy": "n p"}"#.into()), ..Default::default() },
+            "invalid configuration: IPYTHON_MCP_MODULE_ALIASES (--module-aliases): \"n p\" is not a usable name (an identifier not starting with _)",
+        );
     }
 
     #[test]

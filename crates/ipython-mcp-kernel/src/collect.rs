@@ -54,6 +54,9 @@ pub(crate) struct Collector {
     report: Option<HelperReport>,
     pub(crate) reply: Option<Reply>,
     pub(crate) idle: bool,
+    /// For helper calls: the request id whose comm reply completes the operation, and the reply.
+    helper_request: Option<String>,
+    helper_reply: Option<Value>,
 }
 
 /// The collected parts, bounded.
@@ -68,6 +71,7 @@ pub(crate) struct Collected {
     pub error: Option<ErrorInfo>,
     pub truncated: Truncated,
     pub reply: Option<Reply>,
+    pub helper_reply: Option<Value>,
 }
 
 impl Collector {
@@ -88,12 +92,28 @@ impl Collector {
             report: None,
             reply: None,
             idle: false,
+            helper_request: None,
+            helper_reply: None,
+        }
+    }
+
+    /// Makes the helper's comm reply to `request_id` (not an `execute_reply`) complete this
+    /// operation.
+    pub(crate) fn expect_helper_reply(&mut self, request_id: String) {
+        self.helper_request = Some(request_id);
+    }
+
+    /// True once the operation's reply (execute_reply, or the helper's reply) has arrived.
+    pub(crate) fn replied(&self) -> bool {
+        match self.helper_request {
+            Some(_) => self.helper_reply.is_some(),
+            None => self.reply.is_some(),
         }
     }
 
     /// True once both the reply and the final `idle` have arrived (in either order).
     pub(crate) fn done(&self) -> bool {
-        self.reply.is_some() && self.idle
+        self.replied() && self.idle
     }
 
     pub(crate) fn absorb(&mut self, routed: Routed) {
@@ -152,6 +172,13 @@ impl Collector {
                 } else {
                     self.clear();
                 }
+            }
+            JupyterMessageContent::CommMsg(comm)
+                if Some(&comm.comm_id.0) == self.helper_comm.as_ref()
+                    && self.helper_request.is_some()
+                    && comm.data.get("id").and_then(Value::as_str) == self.helper_request.as_deref() =>
+            {
+                self.helper_reply = Some(Value::Object(comm.data));
             }
             JupyterMessageContent::CommMsg(comm)
                 if Some(&comm.comm_id.0) == self.helper_comm.as_ref()
@@ -244,6 +271,7 @@ impl Collector {
             error,
             truncated,
             reply: self.reply,
+            helper_reply: self.helper_reply,
         }
     }
 }
@@ -280,6 +308,7 @@ mod tests {
     const LIMITS: OutputLimits = OutputLimits {
         max_text_chars: 10,
         max_traceback_chars: 100,
+        max_repr_chars: 100,
         max_results: 100,
         max_display_items: 2,
         max_json_depth: 3,

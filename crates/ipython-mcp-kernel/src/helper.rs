@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use base64::Engine as _;
-use ipython_mcp_config::OutputLimits;
+use ipython_mcp_config::{Namespace, OutputLimits};
 use ipython_mcp_jupyter::protocol::{
     CommId, CommOpen, ExecuteRequest, ExecutionState, JupyterMessage, JupyterMessageContent, ReplyStatus,
 };
@@ -35,7 +35,7 @@ mod.install(json.loads(base64.b64decode(CONFIG_B64).decode("utf-8")))
 "#;
 
 /// The code of the silent install execute.
-pub fn install_code(limits: &OutputLimits) -> String {
+pub fn install_code(limits: &OutputLimits, namespace: &Namespace) -> String {
     let engine = base64::engine::general_purpose::STANDARD;
     let config = json!({
         "max_text_chars": limits.max_text_chars,
@@ -48,6 +48,14 @@ pub fn install_code(limits: &OutputLimits) -> String {
         // Report only when the kernel held output back; otherwise our own sink is exact and a
         // quiet cell costs no extra message.
         "report_always": 0,
+        "max_repr_chars": limits.max_repr_chars,
+        "max_results": limits.max_results,
+        "max_json_depth": limits.max_json_depth,
+        "namespace": {
+            "library_paths": namespace.library_paths.iter().map(|path| path.display().to_string()).collect::<Vec<_>>(),
+            "preload_modules": namespace.preload_modules,
+            "module_aliases": namespace.module_aliases,
+        },
     });
     // The bootstrap runs in a fresh globals dict: the user namespace stays untouched.
     format!(
@@ -68,16 +76,18 @@ pub enum InstallError {
     Timeout { seconds: f64 },
     #[error("kernel exited while the helper was being installed")]
     KernelExited,
+    #[error("configured modules failed to load: {details}")]
+    Namespace { details: String },
     #[error(transparent)]
     Kernel(#[from] ipython_mcp_jupyter::Error),
 }
 
 /// Installs the helper and opens its comm; returns the comm id.
-pub async fn install(kernel: &Kernel, limits: &OutputLimits, timeout: Duration) -> Result<String, InstallError> {
+pub async fn install(kernel: &Kernel, limits: &OutputLimits, namespace: &Namespace, timeout: Duration) -> Result<String, InstallError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let request = JupyterMessage::new(
         ExecuteRequest {
-            code: install_code(limits),
+            code: install_code(limits, namespace),
             silent: true,
             store_history: false,
             user_expressions: None,
@@ -144,7 +154,54 @@ pub async fn install(kernel: &Kernel, limits: &OutputLimits, timeout: Duration) 
         }
     }
     kernel.forget(&msg_id);
+
+    // Preloads and aliases that failed to import make the kernel unusable as configured.
+    let info = call(kernel, &comm_id, "install_info", deadline, timeout).await?;
+    let errors = info.get("result").and_then(|result| result.get("namespace_errors")).and_then(Value::as_array);
+    if let Some(errors) = errors.filter(|errors| !errors.is_empty()) {
+        let details = errors
+            .iter()
+            .map(|error| {
+                let field = |key: &str| error.get(key).and_then(Value::as_str).unwrap_or("?").to_owned();
+                format!("{} ({}: {})", field("module"), field("code"), field("message"))
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        return Err(InstallError::Namespace { details });
+    }
     Ok(comm_id)
+}
+
+/// One request/reply to the helper during installation.
+async fn call(kernel: &Kernel, comm_id: &str, method: &str, deadline: tokio::time::Instant, timeout: Duration) -> Result<Value, InstallError> {
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let data = json!({"id": request_id, "method": method, "params": {}});
+    let message = ipython_mcp_jupyter::protocol::CommMsg {
+        comm_id: CommId(comm_id.to_owned()),
+        data: data.as_object().cloned().unwrap_or_default(),
+    };
+    let (msg_id, mut receiver) = kernel.request(Channel::Shell, JupyterMessage::new(message, None)).await?;
+    let mut reply = None;
+    let mut idle = false;
+    while !(reply.is_some() && idle) {
+        let routed = match tokio::time::timeout_at(deadline, receiver.recv()).await {
+            Ok(Some(routed)) => routed,
+            Ok(None) => return Err(InstallError::KernelExited),
+            Err(_) => {
+                kernel.forget(&msg_id);
+                return Err(InstallError::Timeout { seconds: timeout.as_secs_f64() });
+            }
+        };
+        match routed.message.content {
+            JupyterMessageContent::CommMsg(message) if message.data.get("id").and_then(Value::as_str) == Some(request_id.as_str()) => {
+                reply = Some(Value::Object(message.data));
+            }
+            JupyterMessageContent::Status(status) if status.execution_state == ExecutionState::Idle => idle = true,
+            _ => {}
+        }
+    }
+    kernel.forget(&msg_id);
+    Ok(reply.unwrap_or(Value::Null))
 }
 
 #[cfg(test)]
@@ -153,7 +210,7 @@ mod tests {
 
     #[test]
     fn install_code_carries_no_raw_text() {
-        let code = install_code(&OutputLimits::default());
+        let code = install_code(&OutputLimits::default(), &Namespace::default());
         // Only the fixed frame and base64 payloads: no quotes or newlines from the source.
         assert!(!code.contains('\n'));
         assert!(code.starts_with("exec(compile(__import__('base64')"));

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use ipython_mcp_config::{OutputLimits, Timeouts};
 use ipython_mcp_env::{Phase, PythonEnvironment, Resolver};
-use ipython_mcp_jupyter::protocol::{ExecuteRequest, JupyterMessage, ReplyStatus};
+use ipython_mcp_jupyter::protocol::{CommId, CommMsg, ExecuteRequest, JupyterMessage, ReplyStatus};
 use ipython_mcp_jupyter::{Channel, Kernel, LaunchSpec};
 use tokio::sync::{mpsc, oneshot, watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -38,6 +38,8 @@ pub struct SessionOptions {
     pub queue_wait_timeout: Duration,
     /// Warm spare kernels kept ready for replacements (0 disables).
     pub spare_kernels: usize,
+    /// Library paths, preloads and aliases every kernel gets.
+    pub namespace: ipython_mcp_config::Namespace,
     pub resolver: Resolver,
 }
 
@@ -66,6 +68,7 @@ struct Shared {
     status: Mutex<RuntimeStatus>,
     queue_depth: AtomicUsize,
     capacity: Arc<Semaphore>,
+    admission: Mutex<()>,
     next_seq: AtomicU64,
     shutdown: CancellationToken,
     /// Becomes true once the actor has stopped its kernel.
@@ -73,8 +76,38 @@ struct Shared {
 }
 
 enum Command {
-    Execute { ticket: Arc<Ticket>, args: ExecuteArgs, reply: oneshot::Sender<ExecutionOutput> },
+    Execute { ticket: Arc<Ticket>, args: ExecuteArgs, helper: Option<HelperRequest>, reply: oneshot::Sender<Outcome> },
 }
+
+/// A call into the kernel's helper module (namespace tools), queued like an execute.
+#[derive(Debug, Clone)]
+pub struct HelperCall {
+    pub method: String,
+    pub params: serde_json::Value,
+    /// Deadline from dispatch; `None` uses the configured default.
+    pub timeout: Option<Duration>,
+    pub request_id: String,
+    pub cancel: CancellationToken,
+}
+
+/// What a helper call returned: its `result`, or a structured error (from the helper, or from
+/// the session: busy, timed out, kernel died…).
+#[derive(Debug, Clone)]
+pub struct HelperOutput {
+    pub ok: bool,
+    pub result: Option<serde_json::Value>,
+    pub error: Option<ErrorInfo>,
+    pub runtime: RuntimeInfo,
+}
+
+#[derive(Debug, Clone)]
+struct HelperRequest {
+    method: String,
+    params: serde_json::Value,
+}
+
+/// An operation's output, plus the helper's reply for helper calls.
+type Outcome = (ExecutionOutput, Option<serde_json::Value>);
 
 const QUEUED: u8 = 0;
 const DISPATCHED: u8 = 1;
@@ -141,6 +174,7 @@ impl SessionHandle {
         let shared = Arc::new(Shared {
             status: Mutex::new(RuntimeStatus::starting(&options.kernel_id)),
             capacity: Arc::new(Semaphore::new(options.max_pending.max(1))),
+            admission: Mutex::new(()),
             options,
             queue_depth: AtomicUsize::new(0),
             next_seq: AtomicU64::new(1),
@@ -163,6 +197,21 @@ impl SessionHandle {
 
     /// Runs code in the kernel, waiting in the admission queue first.
     pub async fn execute(&self, args: ExecuteArgs) -> ExecutionOutput {
+        self.submit(args, None).await.0
+    }
+
+    /// Calls a method of the kernel's helper module, queued and bounded like an execute.
+    pub async fn helper(&self, call: HelperCall) -> HelperOutput {
+        let args = ExecuteArgs { code: String::new(), timeout: call.timeout, request_id: call.request_id, cancel: call.cancel };
+        let request = HelperRequest { method: call.method, params: call.params };
+        let (output, reply) = self.submit(args, Some(request)).await;
+        helper_output(output, reply)
+    }
+
+    async fn submit(&self, args: ExecuteArgs, helper: Option<HelperRequest>) -> Outcome {
+        // Numbering and enqueueing happen under one lock, so admission order is sequence order
+        // even for concurrent callers. Nothing awaits while it is held.
+        let admission = self.shared.admission.lock().expect("admission lock");
         let seq = self.shared.next_seq.fetch_add(1, Ordering::AcqRel);
         let execution_id = uuid::Uuid::new_v4().to_string();
         let ticket = Arc::new(Ticket {
@@ -174,8 +223,8 @@ impl SessionHandle {
             permit: Mutex::new(None),
             cancel: args.cancel.clone(),
         });
-        let not_run = |error: ErrorInfo, status: &RuntimeStatus| {
-            ExecutionOutput::not_run(
+        let not_run = |error: ErrorInfo, status: &RuntimeStatus| -> Outcome {
+            let output = ExecutionOutput::not_run(
                 execution_id.clone(),
                 RuntimeInfo {
                     request_id: args.request_id.clone(),
@@ -187,7 +236,8 @@ impl SessionHandle {
                     namespace: None,
                 },
                 error,
-            )
+            );
+            (output, None)
         };
         let status = self.status();
         match status.state {
@@ -206,20 +256,21 @@ impl SessionHandle {
         *ticket.permit.lock().expect("permit lock") = Some(permit);
         self.shared.queue_depth.fetch_add(1, Ordering::AcqRel);
         let (reply, result) = oneshot::channel();
-        let command = Command::Execute { ticket: Arc::clone(&ticket), args: args.clone(), reply };
+        let command = Command::Execute { ticket: Arc::clone(&ticket), args: args.clone(), helper, reply };
         if self.inbox.send(command).is_err() {
             ticket.abandon(&self.shared);
             return not_run(closed_error(), &self.status());
         }
+        drop(admission);
         let queue_wait = self.shared.options.queue_wait_timeout;
         tokio::select! {
             biased;
             _ = ticket.dispatched.notified() => {}
             _ = args.cancel.cancelled() => {
                 if ticket.abandon(&self.shared) {
-                    let mut output = not_run(ErrorInfo::new("operation_cancelled", "cancelled by the client while queued; nothing ran"), &self.status());
-                    output.status = ExecutionStatus::Cancelled;
-                    return output;
+                    let mut outcome = not_run(ErrorInfo::new("operation_cancelled", "cancelled by the client while queued; nothing ran"), &self.status());
+                    outcome.0.status = ExecutionStatus::Cancelled;
+                    return outcome;
                 }
             }
             _ = tokio::time::sleep(queue_wait) => {
@@ -258,6 +309,33 @@ impl SessionHandle {
         let mut finished = self.shared.finished.subscribe();
         let bound = self.shared.options.timeouts.interruption_grace * 2 + Duration::from_secs(5);
         let _ = tokio::time::timeout(bound, finished.wait_for(|finished| *finished)).await;
+    }
+}
+
+/// Turns an operation's outcome into a helper call's: the helper's own reply when it answered,
+/// the session's error otherwise (busy, timeout, kernel died…).
+fn helper_output(output: ExecutionOutput, reply: Option<serde_json::Value>) -> HelperOutput {
+    let runtime = output.runtime.clone();
+    match reply {
+        Some(reply) if reply.get("ok").and_then(serde_json::Value::as_bool) == Some(true) => {
+            HelperOutput { ok: true, result: reply.get("result").cloned(), error: None, runtime }
+        }
+        Some(reply) => {
+            let error = reply.get("error").cloned().unwrap_or_default();
+            let text = |key: &str| error.get(key).and_then(serde_json::Value::as_str).map(str::to_owned);
+            let mut info = ErrorInfo::new(
+                &text("code").unwrap_or_else(|| "execution_error".to_owned()),
+                text("message").unwrap_or_else(|| "the helper reported an error".to_owned()),
+            );
+            info.ename = text("ename");
+            info.evalue = text("evalue");
+            info.traceback = text("traceback");
+            HelperOutput { ok: false, result: None, error: Some(info), runtime }
+        }
+        None => {
+            let error = output.error.unwrap_or_else(|| ErrorInfo::new("execution_error", "the helper did not answer"));
+            HelperOutput { ok: false, result: None, error: Some(error), runtime }
+        }
     }
 }
 
@@ -381,19 +459,19 @@ impl Actor {
                 }
                 command = self.commands.recv() => command,
             };
-            let Some(Command::Execute { ticket, args, reply }) = command else { return };
+            let Some(Command::Execute { ticket, args, helper, reply }) = command else { return };
             if shutdown.is_cancelled() {
                 return;
             }
             if !ticket.dispatch(&self.shared) {
                 continue; // abandoned: its caller already answered queue_timeout or cancelled
             }
-            let mut output = self.execute(&ticket, &args).await;
+            let (mut output, helper_reply) = self.execute(&ticket, &args, helper.as_ref()).await;
             if let Some(notice) = self.unreported_reset.take() {
                 output.runtime.namespace.get_or_insert(NamespaceOutcome::Reset);
                 output.notice = Some(notice);
             }
-            let _ = reply.send(output);
+            let _ = reply.send((output, helper_reply));
         }
     }
 
@@ -488,7 +566,7 @@ impl Actor {
         change(&mut self.shared.status.lock().expect("status lock"));
     }
 
-    async fn execute(&mut self, ticket: &Ticket, args: &ExecuteArgs) -> ExecutionOutput {
+    async fn execute(&mut self, ticket: &Ticket, args: &ExecuteArgs, helper: Option<&HelperRequest>) -> Outcome {
         let options = self.shared.options.clone();
         let queue_wait_ms = ticket.enqueued_at.elapsed().as_millis() as u64;
         let runtime = |epoch: u64, run_ms: u64| RuntimeInfo {
@@ -502,7 +580,24 @@ impl Actor {
         };
         let Some(running) = &self.kernel else {
             let status = self.shared.status.lock().expect("status lock").clone();
-            return ExecutionOutput::not_run(ticket.execution_id.clone(), runtime(self.epoch, 0), unavailable_error(&status));
+            return (ExecutionOutput::not_run(ticket.execution_id.clone(), runtime(self.epoch, 0), unavailable_error(&status)), None);
+        };
+        // Helper calls travel as a comm message to the helper; the reply is matched by id.
+        let helper_message = match (helper, &running.helper_comm) {
+            (None, _) => None,
+            (Some(helper), Some(comm_id)) => {
+                let request_id = uuid::Uuid::new_v4().to_string();
+                let mut data = serde_json::Map::new();
+                data.insert("id".into(), request_id.clone().into());
+                data.insert("method".into(), helper.method.clone().into());
+                data.insert("params".into(), helper.params.clone());
+                let message = JupyterMessage::new(CommMsg { comm_id: CommId(comm_id.clone()), data }, None);
+                Some((request_id, message))
+            }
+            (Some(_), None) => {
+                let error = ErrorInfo::new("unsupported_kernel", "this kernel has no ipython-mcp helper (not a Python kernel); only execute works here");
+                return (ExecutionOutput::not_run(ticket.execution_id.clone(), runtime(self.epoch, 0), error), None);
+            }
         };
         self.update(|status| {
             status.state = SessionState::Busy;
@@ -511,19 +606,25 @@ impl Actor {
         let started = Instant::now();
         let timeout = args.timeout.unwrap_or(options.timeouts.operation);
         let deadline = started + timeout;
-        let request = JupyterMessage::new(
-            ExecuteRequest {
-                code: args.code.clone(),
-                silent: false,
-                store_history: true,
-                user_expressions: None,
-                allow_stdin: false,
-                // One request at a time anyway; never abort what a later caller queued.
-                stop_on_error: false,
-            },
-            None,
-        );
         let mut collector = Collector::new(options.limits, options.max_json_items, running.helper_comm.clone());
+        let request = match helper_message {
+            Some((request_id, message)) => {
+                collector.expect_helper_reply(request_id);
+                message
+            }
+            None => JupyterMessage::new(
+                ExecuteRequest {
+                    code: args.code.clone(),
+                    silent: false,
+                    store_history: true,
+                    user_expressions: None,
+                    allow_stdin: false,
+                    // One request at a time anyway; never abort what a later caller queued.
+                    stop_on_error: false,
+                },
+                None,
+            ),
+        };
         let shutdown = self.shared.shutdown.clone();
         // Why the operation was interrupted, if it was; the first cause wins.
         let mut cause: Option<Cause> = None;
@@ -544,7 +645,7 @@ impl Actor {
                     if collector.done() {
                         break;
                     }
-                    if idle_deadline.is_none() && collector.reply.is_some() {
+                    if idle_deadline.is_none() && collector.replied() {
                         idle_deadline = Some(Instant::now() + IDLE_AFTER_REPLY);
                     }
                     let wake = idle_deadline.or(grace_deadline).unwrap_or(deadline);
@@ -585,7 +686,8 @@ impl Actor {
         let run_ms = started.elapsed().as_millis() as u64;
         let epoch = self.epoch;
         let collected = collector.finish();
-        let finished_ok = matches!(collected.reply.as_ref().map(|reply| &reply.status), Some(ReplyStatus::Ok));
+        let helper_reply = collected.helper_reply.clone();
+        let finished_ok = helper_reply.is_some() || matches!(collected.reply.as_ref().map(|reply| &reply.status), Some(ReplyStatus::Ok));
         let mut status = if finished_ok { ExecutionStatus::Ok } else { ExecutionStatus::Error };
         let mut error = collected.error.clone();
         let mut interruption = cause.map(|_| Interruption::Cooperative);
@@ -666,7 +768,7 @@ impl Actor {
             }
         });
         let ok = status == ExecutionStatus::Ok && error.is_none();
-        ExecutionOutput {
+        let output = ExecutionOutput {
             ok,
             status,
             execution_count: collected.reply.as_ref().and_then(|reply| reply.execution_count),
@@ -682,7 +784,8 @@ impl Actor {
             execution_id: ticket.execution_id.clone(),
             runtime: RuntimeInfo { interruption, namespace, ..runtime(epoch, run_ms) },
             notice: None,
-        }
+        };
+        (output, helper_reply)
     }
 
     /// Kills the current kernel and promotes a spare (or starts a fresh kernel); the epoch
@@ -739,7 +842,7 @@ impl Actor {
             status.operation_active = false;
         });
         self.commands.close();
-        while let Ok(Command::Execute { ticket, args, reply }) = self.commands.try_recv() {
+        while let Ok(Command::Execute { ticket, args, reply, .. }) = self.commands.try_recv() {
             if ticket.abandon(&self.shared) {
                 let runtime = RuntimeInfo {
                     request_id: args.request_id.clone(),
@@ -750,7 +853,7 @@ impl Actor {
                     interruption: None,
                     namespace: None,
                 };
-                let _ = reply.send(ExecutionOutput::not_run(ticket.execution_id.clone(), runtime, closed_error()));
+                let _ = reply.send((ExecutionOutput::not_run(ticket.execution_id.clone(), runtime, closed_error()), None));
             }
         }
         if let Some(running) = self.kernel.take() {
@@ -781,8 +884,14 @@ async fn prepare(shared: Arc<Shared>, environment: PythonEnvironment) -> Result<
         .await
         .map_err(|error| ErrorInfo::new("runtime_unavailable", error.to_string()))?;
     let remaining = options.timeouts.kernel_startup.saturating_sub(started.elapsed()).max(Duration::from_secs(1));
-    let helper_comm = match helper::install(&kernel, &options.limits, remaining).await {
+    let helper_comm = match helper::install(&kernel, &options.limits, &options.namespace, remaining).await {
         Ok(comm) => comm,
+        Err(error @ helper::InstallError::Namespace { .. }) => {
+            kernel.shutdown(Duration::from_millis(200)).await;
+            let error = ErrorInfo::new("runtime_unavailable", error.to_string())
+                .with_hint("check IPYTHON_MCP_LIBRARY_PATHS, IPYTHON_MCP_PRELOAD_MODULES and IPYTHON_MCP_MODULE_ALIASES, then restart the server");
+            return Err(error);
+        }
         Err(error) => {
             let message = format!("{error}; kernel stderr: {}", kernel.stderr_tail());
             kernel.shutdown(Duration::from_millis(200)).await;
@@ -866,6 +975,7 @@ mod tests {
             max_pending,
             queue_wait_timeout: queue_wait,
             spare_kernels: 0,
+            namespace: Default::default(),
             resolver: Resolver {
                 explicit_python: None,
                 virtual_env: None,
@@ -927,7 +1037,7 @@ mod tests {
         // Play the actor: the withdrawn ticket cannot be dispatched; the second can.
         let Some(Command::Execute { ticket, .. }) = inbox.recv().await else { panic!("first command") };
         assert!(!ticket.dispatch(&handle.shared), "an abandoned ticket is never dispatched");
-        let Some(Command::Execute { ticket, args, reply }) = inbox.recv().await else { panic!("second command") };
+        let Some(Command::Execute { ticket, args, reply, .. }) = inbox.recv().await else { panic!("second command") };
         assert_eq!(args.code, "second");
         assert!(ticket.dispatch(&handle.shared));
         assert!(!ticket.abandon(&handle.shared), "a dispatched ticket cannot be abandoned");
@@ -935,7 +1045,7 @@ mod tests {
         let mut done = ExecutionOutput::not_run(ticket.execution_id.clone(), runtime, ErrorInfo::new("x", "y"));
         done.error = None;
         done.ok = true;
-        reply.send(done).expect("caller waits");
+        reply.send((done, None)).expect("caller waits");
         let second = second.await.expect("join");
         assert!(second.ok);
         assert_eq!(second.runtime.admission_seq, 2, "sequence numbers follow admission order");
@@ -949,7 +1059,7 @@ mod tests {
             let handle = handle.clone();
             async move { handle.execute(args("slow", &CancellationToken::new())).await }
         });
-        let Some(Command::Execute { ticket, args, reply }) = inbox.recv().await else { panic!("command") };
+        let Some(Command::Execute { ticket, args, reply, .. }) = inbox.recv().await else { panic!("command") };
         assert!(ticket.dispatch(&handle.shared));
         // Running for longer than the queue wait is fine: the deadline, not the queue, bounds it.
         tokio::time::sleep(Duration::from_secs(10)).await;
@@ -957,7 +1067,7 @@ mod tests {
         let mut done = ExecutionOutput::not_run(ticket.execution_id.clone(), runtime, ErrorInfo::new("x", "y"));
         done.error = None;
         done.ok = true;
-        reply.send(done).expect("caller waits");
+        reply.send((done, None)).expect("caller waits");
         assert!(caller.await.expect("join").ok);
     }
 }

@@ -18,6 +18,9 @@ pub struct Cli {
     /// Characters of an error traceback returned [default: 4096]
     #[arg(long, env = "IPYTHON_MCP_MAX_TRACEBACK_CHARS", global = true, value_name = "N")]
     max_traceback_chars: Option<String>,
+    /// Characters of a representation, signature or docstring in namespace results [default: 1024]
+    #[arg(long, env = "IPYTHON_MCP_MAX_REPR_CHARS", global = true, value_name = "N")]
+    max_repr_chars: Option<String>,
     /// Items kept per JSON array/object in displays and results [default: 100]
     #[arg(long, env = "IPYTHON_MCP_MAX_RESULTS", global = true, value_name = "N")]
     max_results: Option<String>,
@@ -57,6 +60,15 @@ pub struct Cli {
     /// Python interpreter for the default kernel (must have ipykernel) [default: found, see README]
     #[arg(long, env = "IPYTHON_MCP_PYTHON", global = true, value_name = "PATH")]
     python: Option<String>,
+    /// Trusted library directories (absolute, ':'-separated) prepended to the kernel's sys.path
+    #[arg(long, env = "IPYTHON_MCP_LIBRARY_PATHS", global = true, value_name = "DIRS")]
+    library_paths: Option<String>,
+    /// Comma-separated modules imported into every kernel at start
+    #[arg(long, env = "IPYTHON_MCP_PRELOAD_MODULES", global = true, value_name = "MODULES")]
+    preload_modules: Option<String>,
+    /// JSON object of module -> binding, e.g. {"numpy": "np"}
+    #[arg(long, env = "IPYTHON_MCP_MODULE_ALIASES", global = true, value_name = "JSON")]
+    module_aliases: Option<String>,
     /// Where the managed default environment lives [default: $XDG_CACHE_HOME/ipython-mcp or ~/.cache/ipython-mcp]
     #[arg(long, env = "IPYTHON_MCP_CACHE_DIR", global = true, value_name = "DIR")]
     cache_dir: Option<String>,
@@ -77,6 +89,7 @@ impl Cli {
         Config::from_raw(&RawConfig {
             max_text_chars: self.max_text_chars.clone(),
             max_traceback_chars: self.max_traceback_chars.clone(),
+            max_repr_chars: self.max_repr_chars.clone(),
             max_results: self.max_results.clone(),
             max_display_items: self.max_display_items.clone(),
             max_json_depth: self.max_json_depth.clone(),
@@ -90,6 +103,9 @@ impl Cli {
             spare_kernels: self.spare_kernels.clone(),
             provision_timeout_seconds: self.provision_timeout_seconds.clone(),
             python: self.python.clone(),
+            library_paths: self.library_paths.clone(),
+            preload_modules: self.preload_modules.clone(),
+            module_aliases: self.module_aliases.clone(),
             cache_dir: self.cache_dir.clone(),
             log: self.log.clone(),
         })

@@ -56,6 +56,7 @@ pub fn session_options(config: &Config, kernel_id: &str) -> anyhow::Result<Sessi
         max_pending: config.queue.max_pending,
         queue_wait_timeout: config.queue.queue_wait,
         spare_kernels: config.spares.0,
+        namespace: config.namespace.clone(),
         resolver: resolver(config)?,
     })
 }
