@@ -10,13 +10,19 @@ The Rust server executes this source (silently, in a private namespace) and call
   cut before ipykernel serializes them;
 * reports, at the end of every execution, the bounded text and exact omitted counts on its
   comm (target ``ipython_mcp``);
-* answers JSON requests on that comm (``METHODS``).
+* answers JSON requests on that comm (``METHODS``), among them the namespace tools (``list``,
+  ``search``, ``inspect``, ``call_function``, ``reload``, ``remove``, ``reset``), which read and
+  change the shell's ``user_ns`` by dict and attribute access only (nothing is ever eval'd);
+* applies the configured namespace at install: library paths on ``sys.path``, preloaded and
+  aliased modules bound in ``user_ns`` (the "configured bindings", restored by ``reset``);
+  per-module import failures are reported by the ``install_info`` method, not raised.
 
 Messages on the comm (kernel -> server unless noted):
 
 * on open: ``{"event": "ready", "version": HELPER_VERSION}``;
 * server -> kernel: ``{"id": str, "method": str, "params": {...}}``, answered by
-  ``{"id", "ok": true, "result"}`` or ``{"id", "ok": false, "error": {"code", "message"}}``;
+  ``{"id", "ok": true, "result"}`` or ``{"id", "ok": false, "error": {"code", "message", ...}}``
+  (an ``execution_error`` also carries ``ename``, ``evalue`` and ``traceback``);
 * at the end of each top-level execution (an ``execute_request``, silent or not, or a comm
   message handled while nothing runs), with that request as parent, after its last forwarded
   stream message and before its ``idle``: ``{"event": "execution_report", "stdout": {"text",
@@ -27,10 +33,18 @@ Standard library only at import time (Python >= 3.9); IPython, ipykernel and com
 imported inside ``install`` because they only exist in a running kernel.
 """
 
+import importlib
+import inspect
+import itertools
+import keyword
+import math
+import os
 import platform
 import re
 import sys
 import threading
+import traceback
+import types
 
 HELPER_VERSION = "1"
 COMM_TARGET = "ipython_mcp"
@@ -46,6 +60,17 @@ CONFIG_KEYS = (
     # every character and its own sink is exact, and a quiet cell costs no extra message.
     "report_always",
 )
+# Bounds of the namespace tools; optional (these defaults match the server's).
+# max_repr_chars bounds every short text field (representations, signatures, list's doc);
+# max_results the items per list result and per JSON array/object; max_json_depth the nesting
+# kept in call_function results. inspect's documentation uses max_text_chars.
+OPTIONAL_CONFIG_KEYS = (
+    ("max_repr_chars", 1024),
+    ("max_results", 100),
+    ("max_json_depth", 6),
+)
+# config["namespace"] (optional): what install adds to the user namespace.
+NAMESPACE_KEYS = ("library_paths", "preload_modules", "module_aliases")
 IMAGE_MIMES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 # SVG is text, but a cut SVG is as useless as a cut PNG: it is kept whole or dropped, by bytes.
 SVG_MIME = "image/svg+xml"
@@ -340,12 +365,17 @@ def _take_prefix(entries, budget):
 
 
 class RequestError(Exception):
-    """Raised by a method to answer ``{"ok": false, "error": {"code", "message"}}``."""
+    """Raised by a method to answer ``{"ok": false, "error": {"code", "message", **fields}}``.
 
-    def __init__(self, code, message):
+    ``fields`` are extra JSON members of the error object (e.g. ``ename``, ``evalue``,
+    ``traceback``); the caller bounds them.
+    """
+
+    def __init__(self, code, message, **fields):
         super().__init__(message)
         self.code = code
         self.message = message
+        self.fields = fields
 
 
 def _method_ping(params):
@@ -356,7 +386,7 @@ def _method_config(params):
     return dict(_current().config)
 
 
-# name -> callable(params: dict) -> JSON-able result. Later work adds methods here.
+# name -> callable(params: dict) -> JSON-able result. The namespace methods are added below.
 METHODS = {
     "ping": _method_ping,
     "config": _method_config,
@@ -380,14 +410,789 @@ def handle_request(data):
             raise RequestError("unknown_method", "unknown method %r" % data["method"][:100])
         return {"id": request_id, "ok": True, "result": method(params)}
     except RequestError as error:
-        return _error_reply(request_id, error.code, error.message)
+        return _error_reply(request_id, error.code, error.message, error.fields)
     except BaseException as error:  # the handler is a boundary: a raise would mean no reply
         return _error_reply(request_id, "internal_error", "%s: %s" % (type(error).__name__, error))
 
 
-def _error_reply(request_id, code, message):
+def _error_reply(request_id, code, message, fields=None):
     message = bound_strings(str(message), _MAX_ERROR_MESSAGE_CHARS)
-    return {"id": request_id, "ok": False, "error": {"code": code, "message": message}}
+    error = dict(fields or {})
+    error.update(code=code, message=message)
+    return {"id": request_id, "ok": False, "error": error}
+
+
+# --------------------------------------------------------------------------------------------
+# The namespace: visibility, descriptions, JSON conversion
+# --------------------------------------------------------------------------------------------
+#
+# These functions take the pieces they need (a user_ns dict, IPython's user_ns_hidden, the
+# configured binding names, the config), so they are tested without a kernel. Every access to
+# a user object that can run user code (repr, getattr, __doc__, signatures, isinstance through
+# a __class__ property) is guarded: a hostile object gives a placeholder, never a crash.
+
+# IPython's own bindings in user_ns, protected as SPEC §5 lists them.
+IPYTHON_BINDINGS = frozenset(("In", "Out", "get_ipython", "exit", "quit", "open"))
+
+_MISSING = object()
+
+
+def is_protected(name, bindings):
+    """True for a name ``remove`` refuses and ``reset`` keeps: a name starting with ``_``,
+    IPython's bindings, and the configured module bindings (``bindings``, a set of names)."""
+    return not isinstance(name, str) or name.startswith("_") or name in IPYTHON_BINDINGS or name in bindings
+
+
+def is_hidden(name, value, hidden):
+    """True when ``name`` still holds the value IPython itself put there (``user_ns_hidden``);
+    a hidden name the user rebound (another object) is the user's."""
+    return hidden.get(name, _MISSING) is value
+
+
+def user_names(user_ns, hidden, bindings):
+    """The user-created top-level names, sorted: not protected and not IPython's own."""
+    return sorted(
+        name
+        for name, value in list(user_ns.items())
+        if not is_protected(name, bindings) and not is_hidden(name, value, hidden)
+    )
+
+
+def _guarded_value(action, default):
+    try:
+        return action()
+    except Exception:
+        return default
+
+
+def value_kind(value):
+    """``module``, ``class``, ``function`` (functions, methods, builtins) or ``variable``."""
+    if _guarded_value(lambda: isinstance(value, types.ModuleType), False):
+        return "module"
+    if _guarded_value(lambda: isinstance(value, type), False):
+        return "class"
+    if _guarded_value(lambda: inspect.isroutine(value), False):
+        return "function"
+    return "variable"
+
+
+def callable_kind(value):
+    """``list``'s kind of a value: ``function``, ``class`` or ``callable`` (any other callable
+    object); None for what ``list`` does not show (non-callables and modules)."""
+    kind = value_kind(value)
+    if kind in ("function", "class"):
+        return kind
+    if kind == "module" or not callable(value):
+        return None
+    return "callable"
+
+
+def qualified_type(value):
+    """``module.QualName`` of ``type(value)``; builtins are just their name (``int``)."""
+    kind = type(value)
+    name = _guarded_value(lambda: kind.__qualname__, None)
+    if not isinstance(name, str):
+        name = _guarded_value(lambda: kind.__name__, None)
+    name = name if isinstance(name, str) else "?"
+    module = _guarded_value(lambda: kind.__module__, None)
+    if isinstance(module, str) and module != "builtins":
+        name = module + "." + name
+    return sanitize_text(name)
+
+
+def module_name(value):
+    """The module a value belongs to: a module's own ``__name__``, else its ``__module__``
+    when that is a str (functions, classes, instances of user classes); else None."""
+    if _guarded_value(lambda: isinstance(value, types.ModuleType), False):
+        name = _guarded_value(lambda: value.__name__, None)
+    else:
+        name = _guarded_value(lambda: getattr(value, "__module__", None), None)
+    return sanitize_text(name) if isinstance(name, str) else None
+
+
+def signature_text(value):
+    """``str(inspect.signature(value))``, or "" when there is none (or computing it raised)."""
+    try:
+        text = str(inspect.signature(value))
+    except Exception:
+        return ""
+    return text
+
+
+def documentation_text(value):
+    """``inspect.getdoc(value)`` (cleaned, inherited where inspect finds it), or ""."""
+    try:
+        doc = inspect.getdoc(value)
+    except Exception:
+        return ""
+    return doc if isinstance(doc, str) else ""
+
+
+def first_paragraph(text):
+    """The text up to its first blank line, stripped."""
+    return re.split(r"\n[ \t]*\n", text.strip(), maxsplit=1)[0]
+
+
+def safe_repr(value):
+    """``repr(value)``, or ``<repr failed: ExcType>`` when it raises."""
+    try:
+        text = repr(value)
+    except Exception as error:
+        return "<repr failed: %s>" % type(error).__name__
+    return text
+
+
+def bounded_text(text, max_chars):
+    """``(text cut to max_chars and sanitized, whether it was cut)``."""
+    cut = len(text) > max_chars
+    return sanitize_text(text[:max_chars] if cut else text), cut
+
+
+def safe_str(value):
+    try:
+        return str(value)
+    except Exception as error:
+        return "<str failed: %s>" % type(error).__name__
+
+
+def describe_callable(name, value, kind, config):
+    """One entry of ``list``."""
+    limit = config["max_repr_chars"]
+    signature, signature_cut = bounded_text(signature_text(value), limit)
+    doc, doc_cut = bounded_text(first_paragraph(documentation_text(value)), limit)
+    return {
+        "name": sanitize_text(name),
+        "kind": kind,
+        "signature": signature,
+        "module": module_name(value),
+        "doc": doc,
+        "truncated": {"signature": signature_cut, "doc": doc_cut},
+    }
+
+
+def describe_value(name, value, config):
+    """One entry of ``search``."""
+    representation, cut = bounded_text(safe_repr(value), config["max_repr_chars"])
+    return {
+        "name": sanitize_text(name),
+        "kind": value_kind(value),
+        "qualified_type": qualified_type(value),
+        "module": module_name(value),
+        "representation": representation,
+        "truncated": {"representation": cut},
+    }
+
+
+def describe_in_detail(name, value, config):
+    """``inspect``'s result."""
+    is_callable = callable(value)
+    signature, signature_cut = bounded_text(signature_text(value) if is_callable else "", config["max_repr_chars"])
+    documentation, documentation_cut = bounded_text(documentation_text(value), config["max_text_chars"])
+    representation, representation_cut = bounded_text(safe_repr(value), config["max_repr_chars"])
+    return {
+        "name": sanitize_text(name),
+        "kind": value_kind(value),
+        "qualified_type": qualified_type(value),
+        "callable": is_callable,
+        "signature": signature,
+        "module": module_name(value),
+        "documentation": documentation,
+        "representation": representation,
+        "truncated": {
+            "signature": signature_cut,
+            "documentation": documentation_cut,
+            "representation": representation_cut,
+        },
+    }
+
+
+def execution_error(error, message, config, tb=_MISSING):
+    """A ``RequestError("execution_error")`` for ``error``, with ``ename``, bounded ``evalue``
+    and a bounded, ANSI-free ``traceback`` (a list of entries, like an execute error's)."""
+    if tb is _MISSING:
+        tb = error.__traceback__
+    try:
+        entries = traceback.format_exception(type(error), error, tb)
+    except Exception:
+        entries = ["%s\n" % type(error).__name__]
+    ename = sanitize_text(type(error).__name__)
+    evalue = bounded_text(safe_str(error), config["max_text_chars"])[0]
+    return RequestError(
+        "execution_error",
+        "%s: %s: %s" % (message, ename, evalue),
+        ename=ename,
+        evalue=evalue,
+        traceback=bound_traceback(entries, config["max_traceback_chars"]),
+    )
+
+
+def resolve(user_ns, dotted, config):
+    """The object a dotted name ``a.b.c`` names: ``user_ns["a"]``, then ``getattr`` per segment.
+
+    Raises ``RequestError``: ``invalid_name`` (not a str, empty, or a segment that is not an
+    identifier), ``name_not_found`` (the root is not in ``user_ns``, or an attribute is missing;
+    the message names the segment), ``execution_error`` (an attribute access raised something
+    other than AttributeError).
+    """
+    if not isinstance(dotted, str) or not dotted:
+        raise RequestError("invalid_name", "a name is a non-empty string like 'f' or 'module.f'")
+    segments = dotted.split(".")
+    for segment in segments:
+        if not segment.isidentifier():
+            raise RequestError(
+                "invalid_name", "%r is not a valid name: segment %r is not an identifier" % (dotted, segment)
+            )
+    root = segments[0]
+    value = user_ns.get(root, _MISSING)
+    if value is _MISSING:
+        raise RequestError("name_not_found", "name %r is not defined in the namespace" % root)
+    for index in range(1, len(segments)):
+        try:
+            value = getattr(value, segments[index])
+        except AttributeError:
+            raise RequestError(
+                "name_not_found", "%r has no attribute %r" % (".".join(segments[:index]), segments[index])
+            ) from None
+        except Exception as error:
+            raise execution_error(error, "getting %r raised" % ".".join(segments[: index + 1]), config) from None
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# JSON conversion of call_function results
+# --------------------------------------------------------------------------------------------
+
+# An int this long has over 3900 decimal digits: near Python's default int-to-str limit (4300),
+# past which the reply could not even be serialized.
+_MAX_JSON_INT_BITS = 13_000
+# Values (of any kind, at any depth) converted at most, whatever the per-container bounds: a
+# structure that shares its children could otherwise cost max_results ** max_json_depth.
+_MAX_JSON_VALUES = 100_000
+
+
+class NotJson(Exception):
+    """A value ``to_json`` cannot represent; the message says where and what type it is."""
+
+
+def to_json(value, max_depth, max_items, max_chars):
+    """Converts a call result to JSON data; returns ``(data, truncated)``.
+
+    Kept: None, bool, int, finite float, str (cut to ``max_chars``), list and tuple (as lists),
+    dict with str keys; subclasses are converted to the base type without calling their
+    overrides. Bounds cut, set ``truncated`` and are never an error: at most ``max_items``
+    items per list/dict (in order), containers nested deeper than ``max_depth`` become empty
+    (the top-level container is depth 1), at most ``_MAX_JSON_VALUES`` values and
+    ``max_chars * max_items`` string characters in all. Raises ``NotJson`` for NaN/infinity,
+    a non-str dict key, and every other type (sets, bytes, objects...).
+    """
+    converter = _JsonConverter(max_depth, max_items, max_chars)
+    data = converter.convert(value, 0)
+    return data, converter.truncated
+
+
+class _JsonConverter:
+    def __init__(self, max_depth, max_items, max_chars):
+        self.max_depth = max_depth
+        self.max_items = max_items
+        self.max_chars = max_chars
+        self.chars_left = max_chars * max(max_items, 1)
+        self.values_left = _MAX_JSON_VALUES
+        self.truncated = False
+        self.path = []  # keys and indexes from the top, for error messages
+
+    def fail(self, what):
+        where = "the result" + "".join(
+            "[%d]" % part if isinstance(part, int) else "[%r]" % (part[:40] + "..." if len(part) > 40 else part)
+            for part in self.path
+        )
+        raise NotJson("%s is %s, which JSON cannot represent" % (where, what))
+
+    def convert(self, value, depth):
+        self.values_left -= 1
+        if value is None or value is True or value is False:
+            return value
+        if isinstance(value, int):
+            if int.bit_length(value) > _MAX_JSON_INT_BITS:
+                self.fail("an int of %d bits" % int.bit_length(value))
+            return int.__int__(value)
+        if isinstance(value, float):
+            number = float.__float__(value)
+            if not math.isfinite(number):
+                self.fail("the float %r" % number)
+            return number
+        if isinstance(value, str):
+            return self.text(str.__str__(value))
+        if isinstance(value, (list, tuple)):
+            base = list if isinstance(value, list) else tuple
+            if depth >= self.max_depth:
+                self.truncated = self.truncated or base.__len__(value) > 0
+                return []
+            return self.items(enumerate(base.__getitem__(value, slice(0, self.max_items))), base.__len__(value), depth, [])
+        if isinstance(value, dict):
+            for key in dict.keys(value):
+                if not isinstance(key, str):
+                    self.fail("a dict with a key of type %s (JSON object keys are strings)" % qualified_type(key))
+            if depth >= self.max_depth:
+                self.truncated = self.truncated or dict.__len__(value) > 0
+                return {}
+            pairs = itertools.islice(dict.items(value), self.max_items)
+            return self.items(pairs, dict.__len__(value), depth, {})
+        self.fail("a %s" % qualified_type(value))
+
+    def text(self, text):
+        limit = min(self.max_chars, max(self.chars_left, 0))
+        if len(text) > limit:
+            text = text[:limit]
+            self.truncated = True
+        self.chars_left -= len(text)
+        return sanitize_text(text)
+
+    def items(self, pairs, count, depth, out):
+        if count > self.max_items:
+            self.truncated = True
+        for key, item in pairs:
+            if self.values_left <= 0:
+                self.truncated = True
+                break
+            if isinstance(out, list):
+                self.path.append(key)
+                out.append(self.convert(item, depth + 1))
+            else:
+                key = str.__str__(key)
+                key_text = sanitize_text(key[: self.max_chars])
+                if len(key) > self.max_chars or key_text in out:
+                    self.truncated = True
+                    if key_text in out:
+                        continue
+                self.path.append(key)
+                out[key_text] = self.convert(item, depth + 1)
+            self.path.pop()
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# Configured bindings and module reloading
+# --------------------------------------------------------------------------------------------
+
+
+def validated_namespace(namespace):
+    """``config["namespace"]`` checked and normalized (every key present, duplicates dropped).
+
+    Raises ValueError naming the setting: unknown keys, wrong types, a library path that is not
+    an existing directory, a module name that is not dotted identifiers, a binding that is not
+    an identifier (or is a keyword or one of IPython's bindings), and two configured bindings of
+    one name to different modules.
+    """
+    where = "config['namespace']"
+    if namespace is None:
+        namespace = {}
+    if not isinstance(namespace, dict):
+        raise ValueError("%s must be a dict, got %s" % (where, type(namespace).__name__))
+    unknown = sorted(repr(key) for key in namespace if key not in NAMESPACE_KEYS)
+    if unknown:
+        raise ValueError("%s has unknown keys %s (known: %s)" % (where, ", ".join(unknown), ", ".join(NAMESPACE_KEYS)))
+    paths = _string_list(namespace.get("library_paths"), where + "['library_paths']")
+    for index, path in enumerate(paths):
+        if not path or "\0" in path or not os.path.isdir(path):
+            raise ValueError("%s['library_paths'][%d]: %r is not an existing directory" % (where, index, path))
+    preloads = _string_list(namespace.get("preload_modules"), where + "['preload_modules']")
+    for index, module in enumerate(preloads):
+        _check_module_name(module, "%s['preload_modules'][%d]" % (where, index))
+    aliases = namespace.get("module_aliases")
+    aliases = {} if aliases is None else aliases
+    if not isinstance(aliases, dict):
+        raise ValueError("%s['module_aliases'] must be a dict of module -> binding" % where)
+    for module, binding in aliases.items():
+        setting = "%s['module_aliases'][%r]" % (where, module)
+        if not isinstance(module, str) or not isinstance(binding, str):
+            raise ValueError("%s: modules and bindings must be strings" % setting)
+        _check_module_name(module, setting)
+    normalized = {
+        "library_paths": list(dict.fromkeys(paths)),
+        "preload_modules": list(dict.fromkeys(preloads)),
+        "module_aliases": dict(aliases),
+    }
+    targets = {}
+    for _, binding, bound, setting in _configured_imports(normalized):
+        if not binding.isidentifier() or keyword.iskeyword(binding):
+            raise ValueError("%s: binding %r is not an identifier" % (setting, binding))
+        if binding in IPYTHON_BINDINGS:
+            raise ValueError("%s: binding %r collides with IPython's own %r" % (setting, binding, binding))
+        if targets.setdefault(binding, bound) != bound:
+            raise ValueError(
+                "%s: binding %r collides: it is configured for both %r and %r" % (setting, binding, targets[binding], bound)
+            )
+    return normalized
+
+
+def _string_list(value, setting):
+    value = [] if value is None else value
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError("%s must be a list of strings" % setting)
+    return value
+
+
+def _check_module_name(module, setting):
+    if not module or not all(part.isidentifier() and not keyword.iskeyword(part) for part in module.split(".")):
+        raise ValueError("%s: %r is not a module name (dotted identifiers)" % (setting, module))
+
+
+def _configured_imports(namespace):
+    """``(module to import, binding, module bound, setting)`` per preload and alias, in config
+    order: ``import a.b`` binds ``a`` to module ``a``; ``import m as x`` binds ``x`` to ``m``."""
+    imports = []
+    for index, module in enumerate(namespace["preload_modules"]):
+        root = module.partition(".")[0]
+        imports.append((module, root, root, "config['namespace']['preload_modules'][%d]" % index))
+    for module, binding in namespace["module_aliases"].items():
+        imports.append((module, binding, module, "config['namespace']['module_aliases'][%r]" % module))
+    return imports
+
+
+def configured_bindings(namespace):
+    """The names the configured preloads and aliases bind (protected names)."""
+    return frozenset(binding for _, binding, _, _ in _configured_imports(namespace))
+
+
+def apply_library_paths(namespace):
+    """Puts the library paths first on ``sys.path``, in order, each once."""
+    paths = namespace["library_paths"]
+    for path in reversed(paths):
+        while path in sys.path:
+            sys.path.remove(path)
+        sys.path.insert(0, path)
+    if paths:
+        importlib.invalidate_caches()
+
+
+def bind_configured(user_ns, namespace):
+    """Imports every preload and alias and binds it in ``user_ns``; never raises for a module.
+
+    Returns ``[{"module", "code": "module_not_found"|"execution_error", "message"}]`` for the
+    ones that failed (their bindings are left as they were).
+    """
+    errors = []
+    for module, binding, bound, _ in _configured_imports(namespace):
+        try:
+            imported = importlib.import_module(module)
+            value = imported if bound == module else sys.modules[bound]
+        except (Exception, SystemExit) as error:
+            errors.append({"module": module, "code": _import_error_code(module, error), "message": _import_error_message(error)})
+            continue
+        user_ns[binding] = value
+    return errors
+
+
+def _import_error_code(module, error):
+    """``module_not_found`` when the module itself (or a parent package) is missing; an import
+    that fails inside the module's own code, even on a missing dependency, is its error."""
+    missing = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
+    if isinstance(missing, str) and (module == missing or module.startswith(missing + ".")):
+        return "module_not_found"
+    return "execution_error"
+
+
+def _import_error_message(error):
+    return bounded_text("%s: %s" % (type(error).__name__, safe_str(error)), _MAX_ERROR_MESSAGE_CHARS)[0]
+
+
+def reload_module(user_ns, name, config):
+    """Reloads one module already in ``sys.modules``; returns its entry of ``reload``'s result.
+
+    ``importlib.reload`` re-executes the module in its own dict, so names bound to the module
+    object see the new code at once; they are reported in ``rebound``. Names bound by
+    ``from module import x`` hold the *old* attribute: each one that is identical to an
+    attribute before the reload, and either has that attribute's name or is a function or
+    class defined in the module, is rebound to the attribute's new value and is reported in
+    ``rebound`` too. A failed reload (a SyntaxError in the edited file, an exception at import
+    time, an interrupt) restores the module's previous dict, so the old module and every
+    binding to it keep working, and becomes this module's ``execution_error``.
+    """
+    module = sys.modules.get(name) if isinstance(name, str) else None
+    if not isinstance(module, types.ModuleType):
+        return _reload_entry(name, [], {
+            "code": "module_not_found",
+            "message": "module %r is not imported (reload only reloads modules in sys.modules)" % name,
+        })
+    before = dict(module.__dict__)
+    _drop_stale_bytecode(module)
+    try:
+        reloaded = importlib.reload(module)
+    except BaseException as error:
+        current = module.__dict__  # compared by identity: == could run user code
+        if len(current) != len(before) or any(current.get(key, _MISSING) is not value for key, value in before.items()):
+            module.__dict__.clear()
+            module.__dict__.update(before)
+        sys.modules[name] = module
+        failure = execution_error(error, "reloading %r raised" % name, config)
+        if isinstance(error, ModuleNotFoundError) and getattr(error, "name", None) == name:
+            failure.code = "module_not_found"
+        return _reload_entry(name, [], dict(failure.fields, code=failure.code, message=failure.message))
+    return _reload_entry(name, _rebind(user_ns, name, module, reloaded, before), None)
+
+
+def _reload_entry(name, rebound, error):
+    if error is not None and "message" in error:
+        error["message"] = bounded_text(error["message"], _MAX_ERROR_MESSAGE_CHARS)[0]
+    return {
+        "module": sanitize_text(name) if isinstance(name, str) else name,
+        "ok": error is None,
+        "rebound": rebound,
+        "error": error,
+    }
+
+
+def _rebind(user_ns, name, old_module, new_module, before):
+    attributes_by_identity = {}
+    for attribute, value in before.items():
+        if not attribute.startswith("__"):
+            attributes_by_identity.setdefault(id(value), []).append(attribute)
+    new_attributes = new_module.__dict__
+    rebound = []
+    for user_name, value in list(user_ns.items()):
+        if not isinstance(user_name, str):
+            continue
+        if value is old_module or value is new_module:
+            user_ns[user_name] = new_module
+            rebound.append(user_name)
+            continue
+        if value is None or value is True or value is False or value is Ellipsis:
+            continue
+        candidates = attributes_by_identity.get(id(value))
+        if not candidates or before[candidates[0]] is not value:
+            continue
+        if user_name in candidates:
+            attribute = user_name
+        elif not user_name.startswith("_") and _defined_in(value, name):
+            attribute = min(candidates)
+        else:
+            continue  # an unrelated name that happens to hold the same (e.g. small int) object
+        new_value = new_attributes.get(attribute, _MISSING)
+        if new_value is not _MISSING and new_value is not value:
+            user_ns[user_name] = new_value
+            rebound.append(user_name)
+    return sorted(rebound)
+
+
+def _defined_in(value, module):
+    if not (inspect.isfunction(value) or _guarded_value(lambda: isinstance(value, type), False)):
+        return False
+    return _guarded_value(lambda: value.__module__, None) == module
+
+
+def _drop_stale_bytecode(module):
+    """Deletes the module's cached bytecode when it is not newer than the source.
+
+    The bytecode cache is checked by the source's mtime in whole seconds and its size, so an
+    edit that keeps the size within the second of the last compile (``return 1`` -> ``return 2``)
+    would reload the old code. A cache written after the source is left alone.
+    """
+    source = _guarded_value(lambda: module.__file__, None)
+    cached = _guarded_value(lambda: module.__cached__, None)
+    if not (isinstance(source, str) and isinstance(cached, str)):
+        return
+    try:
+        if os.stat(source).st_mtime_ns >= os.stat(cached).st_mtime_ns:
+            os.remove(cached)
+    except OSError:
+        pass
+
+
+# --------------------------------------------------------------------------------------------
+# The namespace methods
+# --------------------------------------------------------------------------------------------
+
+
+def _checked_params(params, allowed):
+    unknown = sorted(repr(key) for key in params if key not in allowed)
+    if unknown:
+        raise RequestError("invalid_request", "unknown parameters %s" % ", ".join(unknown))
+
+
+def _string_list_param(params, key):
+    value = params.get(key)
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise RequestError("invalid_request", "%r must be a list of strings" % key)
+    return value
+
+
+def _method_list(params):
+    _checked_params(params, ())
+    installation = _current()
+    config, user_ns = installation.config, installation.shell.user_ns
+    entries = []
+    for name in user_names(user_ns, installation.shell.user_ns_hidden, installation.bindings):
+        value = user_ns.get(name, _MISSING)
+        kind = None if value is _MISSING else callable_kind(value)
+        if kind is not None:
+            entries.append((name, value, kind))
+    limit = config["max_results"]
+    return {
+        "functions": [describe_callable(name, value, kind, config) for name, value, kind in entries[:limit]],
+        "total": len(entries),
+        "truncated": len(entries) > limit,
+    }
+
+
+def _method_search(params):
+    _checked_params(params, ("query", "exact", "limit"))
+    installation = _current()
+    config, user_ns = installation.config, installation.shell.user_ns
+    query = params.get("query")
+    exact = params.get("exact", False)
+    limit = params.get("limit")
+    if not isinstance(query, str):
+        raise RequestError("invalid_request", "'query' must be a string")
+    if exact is None:
+        exact = False
+    if not isinstance(exact, bool):
+        raise RequestError("invalid_request", "'exact' must be a boolean")
+    if limit is None:
+        limit = config["max_results"]
+    if type(limit) is not int or limit < 0:
+        raise RequestError("invalid_request", "'limit' must be a non-negative integer or null")
+    limit = min(limit, config["max_results"])
+    names = user_names(user_ns, installation.shell.user_ns_hidden, installation.bindings)
+    if exact:
+        matches = [name for name in names if name == query]
+    else:
+        folded = query.casefold()
+        matches = [name for name in names if folded in name.casefold()]
+    matches.sort(key=lambda name: (name != query, name))
+    results = [describe_value(name, user_ns.get(name), config) for name in matches[:limit]]
+    return {"results": results, "total": len(matches), "truncated": len(matches) > len(results)}
+
+
+def _method_inspect(params):
+    _checked_params(params, ("name",))
+    installation = _current()
+    name = params.get("name")
+    value = resolve(installation.shell.user_ns, name, installation.config)
+    return describe_in_detail(name, value, installation.config)
+
+
+def _method_call_function(params):
+    _checked_params(params, ("name", "arguments"))
+    installation = _current()
+    config = installation.config
+    name = params.get("name")
+    arguments = params.get("arguments", {})
+    function = resolve(installation.shell.user_ns, name, config)
+    if not callable(function):
+        raise RequestError("not_callable", "%r is not callable (it is a %s)" % (name, qualified_type(function)))
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict) or not all(isinstance(key, str) for key in arguments):
+        raise RequestError(
+            "invalid_arguments", "'arguments' must be a JSON object of keyword arguments, got %s" % type(arguments).__name__
+        )
+    try:
+        signature = inspect.signature(function)
+    except Exception:
+        signature = None  # e.g. a builtin without one: the call itself will say
+    if signature is not None:
+        try:
+            signature.bind(**arguments)
+        except TypeError as error:
+            raise RequestError("invalid_arguments", "%s%s: %s" % (name, signature_text(function), safe_str(error))) from None
+    try:
+        result = function(**arguments)
+    except BaseException as error:  # incl. SystemExit, and KeyboardInterrupt on a timeout
+        tb = error.__traceback__
+        raise execution_error(error, "calling %r raised" % name, config, tb.tb_next if tb is not None else None) from None
+    if inspect.iscoroutine(result):
+        _guarded_value(result.close, None)
+        raise RequestError(
+            "result_not_json",
+            "%r returned a coroutine, which is not awaited here and is not JSON; it was closed without running" % name,
+        )
+    try:
+        data, truncated = to_json(result, config["max_json_depth"], config["max_results"], config["max_text_chars"])
+    except NotJson as error:
+        raise RequestError("result_not_json", safe_str(error)) from None
+    except Exception as error:  # a subclass whose storage cannot be read
+        raise RequestError(
+            "result_not_json", "the result (a %s) could not be converted: %s" % (qualified_type(result), type(error).__name__)
+        ) from None
+    return {"result": data, "truncated": truncated}
+
+
+def _method_reload(params):
+    _checked_params(params, ("modules",))
+    installation = _current()
+    names = list(dict.fromkeys(_string_list_param(params, "modules")))
+    importlib.invalidate_caches()  # a module file created since the last import is found
+    results = []
+    interrupted = False
+    for name in names:
+        if interrupted:  # the server interrupted this request: reload nothing more
+            results.append(_reload_entry(name, [], {
+                "code": "execution_error",
+                "message": "not reloaded: the request was interrupted while reloading an earlier module",
+                "ename": "KeyboardInterrupt",
+                "evalue": "",
+                "traceback": [],
+            }))
+            continue
+        entry = reload_module(installation.shell.user_ns, name, installation.config)
+        interrupted = (entry["error"] or {}).get("ename") == "KeyboardInterrupt"
+        results.append(entry)
+    return {"results": results}
+
+
+def _method_remove(params):
+    _checked_params(params, ("names",))
+    installation = _current()
+    user_ns, hidden = installation.shell.user_ns, installation.shell.user_ns_hidden
+    removed, refused, unknown = [], [], []
+    for name in sorted(set(_string_list_param(params, "names"))):
+        value = user_ns.get(name, _MISSING)
+        if is_protected(name, installation.bindings) or (value is not _MISSING and is_hidden(name, value, hidden)):
+            refused.append(name)  # hidden: IPython's own binding, even if SPEC does not name it
+        elif value is _MISSING:
+            unknown.append(name)
+        else:
+            del user_ns[name]
+            removed.append(name)
+    return {"removed": removed, "refused": refused, "unknown": unknown}
+
+
+def _method_reset(params):
+    _checked_params(params, ())
+    installation = _current()
+    shell = installation.shell
+    removed = user_names(shell.user_ns, shell.user_ns_hidden, installation.bindings)
+    for name in removed:
+        shell.user_ns.pop(name, None)
+    installation.namespace_errors = bind_configured(shell.user_ns, installation.config["namespace"])
+    # IPython's counter is the *next* cell's number; report the latest cell's, as execute does.
+    return {"removed": removed, "execution_count": max(shell.execution_count - 1, 0)}
+
+
+def _method_install_info(params):
+    """What ``install`` returned (the server's install cell discards it), plus the configured
+    binding names; ``namespace_errors`` are those of the latest binding (install or reset)."""
+    _checked_params(params, ())
+    installation = _current()
+    return dict(
+        installation.info,
+        namespace_errors=list(installation.namespace_errors),
+        bindings=sorted(installation.bindings),
+    )
+
+
+METHODS.update(
+    {
+        "list": _method_list,
+        "search": _method_search,
+        "inspect": _method_inspect,
+        "call_function": _method_call_function,
+        "reload": _method_reload,
+        "remove": _method_remove,
+        "reset": _method_reset,
+        "install_info": _method_install_info,
+    }
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -406,7 +1211,14 @@ def _current():
 def install(config):
     """Installs the helper into the running kernel; safe to call again (it replaces itself).
 
-    Returns ``{"version", "python", "ipykernel"}``.
+    Also applies ``config["namespace"]``: library paths first on ``sys.path``, then every
+    preload and alias imported and bound in ``user_ns``. A module that fails to import does
+    not make install raise; it is listed in ``namespace_errors`` (also answered later by the
+    ``install_info`` method, since the server's install cell discards this return value).
+    An invalid config raises (TypeError/ValueError) before anything changes.
+
+    Returns ``{"version", "python", "ipykernel", "namespace_errors": [{"module", "code",
+    "message"}]}``.
     """
     global _installation
     import ipykernel
@@ -425,11 +1237,14 @@ def install(config):
     shell._ipython_mcp_installation = _installation
     if comm is not None:
         _installation.adopt_comm(comm)
-    return {
+    apply_library_paths(config["namespace"])
+    _installation.namespace_errors = bind_configured(shell.user_ns, config["namespace"])
+    _installation.info = {
         "version": HELPER_VERSION,
         "python": platform.python_version(),
         "ipykernel": ipykernel.__version__,
     }
+    return dict(_installation.info, namespace_errors=list(_installation.namespace_errors))
 
 
 def _validated(config):
@@ -441,10 +1256,15 @@ def _validated(config):
         if type(value) is not int or value < 0:
             raise ValueError("config[%r] must be a non-negative int, got %r" % (key, value))
         checked[key] = value
+    for key, default in OPTIONAL_CONFIG_KEYS:
+        value = config.get(key, default)
+        if type(value) is not int or value < 0:
+            raise ValueError("config[%r] must be a non-negative int, got %r" % (key, value))
+        checked[key] = value
+    checked["namespace"] = validated_namespace(config.get("namespace"))
     return checked
 
 
-_MISSING = object()
 _NO_EXECUTION = object()
 
 
@@ -460,6 +1280,9 @@ class _Installation:
     def __init__(self, shell, config):
         self.shell = shell
         self.config = config
+        self.bindings = configured_bindings(config["namespace"])  # protected names
+        self.namespace_errors = []  # of the latest binding of the configured modules
+        self.info = {}  # install's result: helper, Python and ipykernel versions
         self.lock = threading.RLock()
         self.comm = None
         self._undo = []

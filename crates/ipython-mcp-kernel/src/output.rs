@@ -2,7 +2,7 @@
 //! SPEC §5, independent of MCP.
 
 use schemars::JsonSchema;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// How an execution ended.
@@ -40,7 +40,7 @@ pub enum NamespaceOutcome {
 }
 
 /// A structured failure, as SPEC §10 lists them.
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ErrorInfo {
     pub code: String,
     pub message: String,

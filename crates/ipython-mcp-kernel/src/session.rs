@@ -329,7 +329,13 @@ fn helper_output(output: ExecutionOutput, reply: Option<serde_json::Value>) -> H
             );
             info.ename = text("ename");
             info.evalue = text("evalue");
-            info.traceback = text("traceback");
+            // The helper sends traceback entries (already ANSI-free and bounded); join them.
+            info.traceback = match error.get("traceback") {
+                Some(serde_json::Value::Array(entries)) => {
+                    Some(entries.iter().filter_map(serde_json::Value::as_str).collect::<Vec<_>>().join("\n"))
+                }
+                _ => text("traceback"),
+            };
             HelperOutput { ok: false, result: None, error: Some(info), runtime }
         }
         None => {

@@ -70,6 +70,29 @@ pub(crate) fn status(result: &StatusResult) -> CallToolResult {
     finish(structured, vec![Content::text(text)], result.ok)
 }
 
+/// A namespace tool's result: the typed JSON, with a compact text rendering for text-only
+/// clients.
+pub(crate) fn namespace(tool: &str, structured: Value, ok: bool) -> CallToolResult {
+    let mut text = if ok { format!("[{tool}] ok") } else { format!("[{tool}] failed") };
+    if let Some(error) = structured.get("error").filter(|error| !error.is_null()) {
+        let code = error.get("code").and_then(Value::as_str).unwrap_or("error");
+        let message = error.get("message").and_then(Value::as_str).unwrap_or("");
+        text.push_str(&format!("\nerror [{code}]: {message}"));
+        if let Some(hint) = error.get("hint").and_then(Value::as_str) {
+            text.push_str(&format!("\nhint: {hint}"));
+        }
+    } else {
+        // The structured result is already bounded; a compact JSON copy serves text clients.
+        let mut body = structured.clone();
+        if let Some(object) = body.as_object_mut() {
+            object.remove("ok");
+        }
+        text.push('\n');
+        text.push_str(&shorten(&body.to_string(), 16_384));
+    }
+    finish(structured, vec![Content::text(text)], ok)
+}
+
 /// A request refused before reaching a session (for tools without a richer error shape).
 pub(crate) fn request_error(error: &ErrorInfo) -> CallToolResult {
     let structured = serde_json::json!({"ok": false, "error": error});

@@ -99,7 +99,11 @@ pub struct IpythonMcp {
 
 impl IpythonMcp {
     pub fn new(sessions: Sessions, config: Arc<Config>) -> Self {
-        IpythonMcp { sessions, config, tool_router: Self::tool_router() }
+        IpythonMcp { sessions, config, tool_router: Self::tool_router() + Self::namespace_router() }
+    }
+
+    pub(crate) fn sessions(&self) -> &Sessions {
+        &self.sessions
     }
 
     fn check_execute(&self, params: &ExecuteParams) -> Result<Option<Duration>, Box<ErrorInfo>> {

@@ -49,7 +49,11 @@ async fn the_python_sdk_client_works_in_both_protocol_families() {
     assert_eq!(runs.len(), 2);
     for (run, protocol) in runs.iter().zip(["2025-11-25", "2026-07-28"]) {
         assert_eq!(run["protocol"], protocol, "{run}");
-        assert_eq!(run["tools"], serde_json::json!(["execute", "runtime_status"]), "{run}");
+        assert_eq!(
+            run["tools"],
+            serde_json::json!(["call_function", "execute", "inspect", "list", "reload", "remove", "reset", "runtime_status", "search"]),
+            "{run}"
+        );
         assert_eq!(run["output_schemas"], true);
         assert_eq!(run["state"], "ready");
         assert_eq!(run["result"], "42");

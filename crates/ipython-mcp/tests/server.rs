@@ -14,8 +14,13 @@ async fn tools_are_listed_with_schemas_and_annotations() {
     for family in [Family::Handshake, Family::Modern] {
         let server = Server::start(family, &[]).await;
         let tools = server.client.list_all_tools().await.expect("tools/list");
-        let names: Vec<&str> = tools.iter().map(|tool| tool.name.as_ref()).collect();
-        assert_eq!(names, ["execute", "runtime_status"], "{family:?}");
+        let mut names: Vec<&str> = tools.iter().map(|tool| tool.name.as_ref()).collect();
+        names.sort_unstable();
+        assert_eq!(
+            names,
+            ["call_function", "execute", "inspect", "list", "reload", "remove", "reset", "runtime_status", "search"],
+            "{family:?}"
+        );
         for tool in &tools {
             assert!(tool.output_schema.is_some(), "{} has an outputSchema", tool.name);
             assert!(tool.annotations.is_some(), "{} has annotations", tool.name);
@@ -690,5 +695,152 @@ async fn an_idle_kernel_that_stops_answering_heartbeats_is_replaced() {
     let result = server.call("execute", json!({"code": "'precious' in globals()"})).await;
     assert_eq!(result.structured["result"]["text/plain"], "False");
     assert!(result.structured["notice"].as_str().expect("notice").contains("heartbeats"));
+    server.stop().await;
+}
+
+/// A trusted library directory with one module, for the namespace tests.
+fn library() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let source = "\"\"\"Helpers for agents.\"\"\"\n\ndef scale(values: list, factor: float = 2.0) -> list:\n    \"\"\"Multiply every value.\n\n    Long details here.\"\"\"\n    return [v * factor for v in values]\n";
+    std::fs::write(dir.path().join("agentlib.py"), source).expect("write");
+    dir
+}
+
+#[tokio::test]
+async fn namespace_tools_look_around_call_and_clean_up() {
+    let lib = library();
+    let paths = lib.path().display().to_string();
+    let server = Server::start(
+        Family::Handshake,
+        &[
+            ("IPYTHON_MCP_LIBRARY_PATHS", paths.as_str()),
+            ("IPYTHON_MCP_PRELOAD_MODULES", "agentlib"),
+            ("IPYTHON_MCP_MODULE_ALIASES", r#"{"json": "js"}"#),
+        ],
+    )
+    .await;
+    let setup = "import math\ndata = {'a': [1, 2, 3]}\ndef area(r: float) -> float:\n    \"\"\"Area of a circle.\"\"\"\n    return math.pi * r * r\nclass Box:\n    pass\ndef boom():\n    raise ValueError('no')\ndef obj():\n    return object()";
+    assert!(server.call("execute", json!({"code": setup})).await.ok());
+    let count = server.call("execute", json!({"code": "1"})).await.structured["execution_count"].as_u64().expect("count");
+
+    let listed = server.call("list", json!({})).await;
+    assert!(listed.ok(), "{listed:?}");
+    let names: Vec<&str> = listed.structured["functions"].as_array().expect("functions").iter().filter_map(|f| f["name"].as_str()).collect();
+    assert_eq!(names, ["Box", "area", "boom", "obj"], "sorted, user callables only");
+    let area = &listed.structured["functions"][1];
+    assert_eq!(area["signature"], "(r: float) -> float");
+    assert_eq!(area["doc"], "Area of a circle.");
+
+    let found = server.call("search", json!({"query": "DAT"})).await;
+    assert_eq!(found.structured["results"][0]["name"], "data", "{:?}", found.structured);
+    assert_eq!(found.structured["results"][0]["kind"], "variable");
+    assert_eq!(found.structured["results"][0]["representation"], "{'a': [1, 2, 3]}");
+    let exact = server.call("search", json!({"query": "math", "exact": true})).await;
+    assert_eq!(exact.structured["results"][0]["kind"], "module");
+
+    let inspected = server.call("inspect", json!({"name": "agentlib.scale"})).await;
+    assert!(inspected.ok(), "{inspected:?}");
+    assert_eq!(inspected.structured["callable"], true);
+    assert!(inspected.structured["documentation"].as_str().expect("doc").contains("Multiply every value."));
+    let missing = server.call("inspect", json!({"name": "agentlib.nope"})).await;
+    assert!(missing.is_error);
+    assert_eq!(missing.structured["error"]["code"], "name_not_found");
+    let bad = server.call("inspect", json!({"name": "data['a']"})).await;
+    assert_eq!(bad.structured["error"]["code"], "invalid_name");
+
+    let called = server.call("call_function", json!({"name": "agentlib.scale", "arguments": {"values": [1, 2], "factor": 3}})).await;
+    assert!(called.ok(), "{called:?}");
+    assert_eq!(called.structured["result"], json!([3, 6]));
+    assert_eq!(called.structured["name"], "agentlib.scale");
+    let aliased = server.call("call_function", json!({"name": "js.dumps", "arguments": {"obj": [1]}})).await;
+    assert_eq!(aliased.structured["result"], "[1]");
+    for (arguments, name, code) in [
+        (json!({"r": 1, "extra": 2}), "area", "invalid_arguments"),
+        (json!({}), "boom", "execution_error"),
+        (json!({}), "obj", "result_not_json"),
+        (json!({}), "data", "not_callable"),
+        (json!({}), "nowhere", "name_not_found"),
+    ] {
+        let result = server.call("call_function", json!({"name": name, "arguments": arguments})).await;
+        assert!(result.is_error, "{name}");
+        assert_eq!(result.structured["error"]["code"], code, "{name}: {:?}", result.structured);
+    }
+    let raised = server.call("call_function", json!({"name": "boom"})).await;
+    assert_eq!(raised.structured["error"]["ename"], "ValueError");
+    assert!(raised.structured["error"]["traceback"].as_str().expect("traceback").contains("ValueError"));
+
+    let removed = server.call("remove", json!({"names": ["data", "data", "js", "_private", "ghost", "In"]})).await;
+    assert_eq!(removed.structured["removed"], json!(["data"]));
+    assert_eq!(removed.structured["refused"], json!(["In", "_private", "js"]));
+    assert_eq!(removed.structured["unknown"], json!(["ghost"]));
+    let again = server.call("remove", json!({"names": ["data"]})).await;
+    assert_eq!(again.structured["removed"], json!([]));
+
+    let reset = server.call("reset", json!({})).await;
+    assert!(reset.ok(), "{reset:?}");
+    assert_eq!(reset.structured["removed"], json!(["Box", "area", "boom", "math", "obj"]));
+    assert_eq!(reset.structured["execution_count"], count);
+    assert_eq!(server.call("reset", json!({})).await.structured["removed"], json!([]));
+    let kept = server.call("execute", json!({"code": "(js.__name__, agentlib.__name__, 'area' in globals())"})).await;
+    assert_eq!(kept.structured["result"]["text/plain"], "('json', 'agentlib', False)");
+    assert_eq!(kept.structured["execution_count"], count + 1, "reset kept the execution count");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_build_import_edit_reload_loop_works() {
+    let lib = tempfile::tempdir().expect("tempdir");
+    let module = lib.path().join("workmod.py");
+    std::fs::write(&module, "def f():\n    return 1\n").expect("write");
+    let paths = lib.path().display().to_string();
+    let server = Server::start(Family::Handshake, &[("IPYTHON_MCP_LIBRARY_PATHS", paths.as_str())]).await;
+    assert!(server.call("execute", json!({"code": "import workmod\nfrom workmod import f"})).await.ok());
+    std::fs::write(&module, "def f():\n    return 2\n").expect("edit");
+    let reloaded = server.call("reload", json!({"modules": ["workmod", "never_imported"]})).await;
+    let results = reloaded.structured["results"].as_array().expect("results");
+    assert_eq!(results[0]["module"], "workmod");
+    assert_eq!(results[0]["ok"], true, "{:?}", reloaded.structured);
+    assert_eq!(results[0]["rebound"], json!(["f", "workmod"]));
+    assert_eq!(results[1]["error"]["code"], "module_not_found");
+    assert_eq!(reloaded.structured["ok"], false, "not every module reloaded");
+    assert_eq!(server.call("call_function", json!({"name": "f"})).await.structured["result"], 2);
+    std::fs::write(&module, "def f(:\n").expect("break");
+    let broken = server.call("reload", json!({"modules": ["workmod"]})).await;
+    assert_eq!(broken.structured["results"][0]["ok"], false);
+    assert_eq!(broken.structured["results"][0]["error"]["code"], "execution_error");
+    assert_eq!(server.call("call_function", json!({"name": "f"})).await.structured["result"], 2, "the old binding stays usable");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_replacement_kernel_gets_the_configured_modules_back() {
+    let lib = library();
+    let paths = lib.path().display().to_string();
+    let server = Server::start(
+        Family::Handshake,
+        &[
+            ("IPYTHON_MCP_LIBRARY_PATHS", paths.as_str()),
+            ("IPYTHON_MCP_PRELOAD_MODULES", "agentlib"),
+            ("IPYTHON_MCP_MODULE_ALIASES", r#"{"json": "js"}"#),
+            ("IPYTHON_MCP_SPARE_KERNELS", "1"),
+        ],
+    )
+    .await;
+    let result = server.call("execute", json!({"code": "import os\nos._exit(1)"})).await;
+    assert_eq!(result.structured["error"]["code"], "kernel_died");
+    let check = server.call("execute", json!({"code": "(js.dumps([1]), agentlib.scale([1]))"})).await;
+    assert_eq!(check.structured["result"]["text/plain"], "('[1]', [2.0])", "{:?}", check.structured);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_preload_that_fails_makes_the_runtime_unavailable_with_the_reason() {
+    let server = Server::start_unready(Family::Handshake, &[("IPYTHON_MCP_PRELOAD_MODULES", "surely_not_a_module_xyz")]).await;
+    let status = server.wait_settled().await;
+    assert_eq!(status["state"], "unavailable");
+    let message = status["error"]["message"].as_str().expect("message");
+    assert!(message.contains("surely_not_a_module_xyz"), "{message}");
+    let listed = server.call("list", json!({})).await;
+    assert_eq!(listed.structured["error"]["code"], "runtime_unavailable");
     server.stop().await;
 }

@@ -3,10 +3,13 @@
 Run from the workspace root:  python -m pytest crates/ipython-mcp-kernel/python/tests -q
 """
 
+import ast
 import base64
 import json
 import os
 import random
+import shutil
+import tempfile
 import time
 import types
 import uuid
@@ -304,6 +307,19 @@ needs_kernel = pytest.mark.skipif(
     reason="ipykernel/jupyter_client not installed (set CI=true to make this a failure)",
 )
 
+# A trusted library directory for the kernel under test (created by the fixture).
+LIBDIR = os.path.join(tempfile.gettempdir(), "ipython-mcp-test-lib-%d" % os.getpid())
+TESTLIB_SOURCE = '''"""A small library preloaded by the helper's namespace config."""
+
+
+def greet(name="world"):
+    """Says hello.
+
+    A second paragraph.
+    """
+    return "hello " + name
+'''
+
 CONFIG = {
     "max_text_chars": 8192,
     "max_display_items": 20,
@@ -312,6 +328,14 @@ CONFIG = {
     "max_string_chars": 8193,
     "raw_forward_chars": 65536,
     "report_always": 1,
+    "max_repr_chars": 64,
+    "max_results": 10,
+    "max_json_depth": 4,
+    "namespace": {
+        "library_paths": [LIBDIR],
+        "preload_modules": ["mcp_testlib"],
+        "module_aliases": {"json": "js"},
+    },
 }
 
 BOOTSTRAP = """
@@ -419,6 +443,9 @@ def kernel():
     # ipykernel turns off fd capture when it sees PYTEST_CURRENT_TEST; the server's kernels
     # have it on, so the kernel under test must too.
     env = {name: value for name, value in os.environ.items() if name != "PYTEST_CURRENT_TEST"}
+    os.makedirs(LIBDIR, exist_ok=True)
+    with open(os.path.join(LIBDIR, "mcp_testlib.py"), "w", encoding="utf-8") as file:
+        file.write(TESTLIB_SOURCE)
     km, kc = start_new_kernel(extra_arguments=["--HistoryManager.hist_file=:memory:"], env=env)
     client = KernelClient(kc)
     try:
@@ -436,6 +463,7 @@ def kernel():
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+        shutil.rmtree(LIBDIR, ignore_errors=True)
 
 
 @needs_kernel
@@ -447,8 +475,13 @@ class TestKernel:
         import ipykernel
         import platform
 
-        assert info == repr(
-            {"version": "1", "python": platform.python_version(), "ipykernel": ipykernel.__version__}
+        assert ast.literal_eval(info) == (
+            {
+                "version": "1",
+                "python": platform.python_version(),
+                "ipykernel": ipykernel.__version__,
+                "namespace_errors": [],
+            }
         )
         names = kernel.user_expression("sorted(k for k in get_ipython().user_ns if 'mod' in k or 'SOURCE' in k)")
         assert names == "[]"
@@ -681,3 +714,264 @@ class TestKernel:
         kernel.open_comm()
         assert kernel.comm_id not in (first, closed)
         assert kernel.execute("print(3)").report()["stdout"]["text"] == "3\n"
+
+
+# --------------------------------------------------------------------------------------------
+# The namespace methods, end to end (unit tests of the same are in test_namespace.py)
+# --------------------------------------------------------------------------------------------
+
+NAMESPACE_SETUP = '''
+def add(a, b=1):
+    """Adds two numbers.
+
+    A second paragraph.
+    """
+    return a + b
+
+class Box:
+    """A box."""
+
+    def __init__(self, value=0):
+        self.value = value
+
+class Hostile:
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+    @property
+    def boom(self):
+        raise ZeroDivisionError("no boom")
+
+def fail(message):
+    raise ValueError(message)
+
+async def later():
+    return 1
+
+def make(kind):
+    return {"set": {1}, "nan": float("nan"), "long": list(range(100)), "deep": [[[[[1]]]]]}[kind]
+
+box = Box(3)
+hostile = Hostile()
+data = list(range(1000))
+import math
+'''
+
+
+def write_module(name, source):
+    with open(os.path.join(LIBDIR, name + ".py"), "w", encoding="utf-8") as file:
+        file.write(source)
+
+
+@needs_kernel
+class TestNamespace:
+    def setup_fresh(self, kernel, code=NAMESPACE_SETUP):
+        assert kernel.request("reset")["ok"] is True
+        run = kernel.execute(code)
+        assert run.reply["content"]["status"] == "ok", run.reply["content"]
+
+    def ok(self, kernel, method, params=None):
+        reply = kernel.request(method, params)
+        assert reply["ok"] is True, reply
+        return reply["result"]
+
+    def error(self, kernel, method, params=None):
+        reply = kernel.request(method, params)
+        assert reply["ok"] is False, reply
+        return reply["error"]
+
+    def test_configured_namespace_is_applied(self, kernel):
+        info = self.ok(kernel, "install_info")
+        assert (info["version"], info["bindings"], info["namespace_errors"]) == ("1", ["js", "mcp_testlib"], [])
+        # Installed three times by the fixture: the library path is first, and there once.
+        assert kernel.user_expression("__import__('sys').path[0]") == repr(LIBDIR)
+        assert kernel.user_expression("__import__('sys').path.count(%r)" % LIBDIR) == "1"
+        assert kernel.user_expression("(js.__name__, mcp_testlib.greet())") == repr(("json", "hello world"))
+
+    def test_failed_preloads_are_reported_not_raised(self, kernel):
+        write_module("mcp_testlib_broken", "raise RuntimeError('broken at import')\n")
+        bad = dict(CONFIG, namespace=dict(CONFIG["namespace"], preload_modules=["mcp_no_such_module", "mcp_testlib"],
+                                          module_aliases={"mcp_testlib_broken": "broken"}))
+        install = "__import__('sys').modules['ipython_mcp_helper'].install(%r)"
+        try:
+            info = ast.literal_eval(kernel.user_expression(install % bad))
+            expected = [
+                {"module": "mcp_no_such_module", "code": "module_not_found",
+                 "message": "ModuleNotFoundError: No module named 'mcp_no_such_module'"},
+                {"module": "mcp_testlib_broken", "code": "execution_error", "message": "RuntimeError: broken at import"},
+            ]
+            assert info["namespace_errors"] == expected
+            status = self.ok(kernel, "install_info")
+            assert status["bindings"] == ["broken", "mcp_no_such_module", "mcp_testlib"]
+            assert status["namespace_errors"] == expected
+            invalid = dict(CONFIG, namespace={"module_aliases": {"json": "not an identifier"}})
+            reply = kernel.execute("__import__('sys').modules['ipython_mcp_helper'].install(%r)" % invalid, silent=True)
+            assert (reply.reply["content"]["ename"], "not an identifier" in reply.reply["content"]["evalue"]) == (
+                "ValueError",
+                True,
+            )
+            assert self.ok(kernel, "install_info")["bindings"] == ["broken", "mcp_no_such_module", "mcp_testlib"]
+        finally:
+            ast.literal_eval(kernel.user_expression(install % CONFIG))
+        restored = self.ok(kernel, "install_info")
+        assert (restored["bindings"], restored["namespace_errors"]) == (["js", "mcp_testlib"], [])
+
+    def test_list(self, kernel):
+        self.setup_fresh(kernel)
+        result = self.ok(kernel, "list")
+        assert [(f["name"], f["kind"]) for f in result["functions"]] == [
+            ("Box", "class"),
+            ("Hostile", "class"),
+            ("add", "function"),
+            ("fail", "function"),
+            ("later", "function"),
+            ("make", "function"),
+        ]
+        assert (result["total"], result["truncated"]) == (6, False)
+        add = result["functions"][2]
+        assert add == {
+            "name": "add",
+            "kind": "function",
+            "signature": "(a, b=1)",
+            "module": "__main__",
+            "doc": "Adds two numbers.",
+            "truncated": {"signature": False, "doc": False},
+        }
+        # More callables than max_results (10): sorted, cut, flagged.
+        kernel.execute("for _i in range(12):\n    globals()['f%02d' % _i] = lambda: _i")
+        result = self.ok(kernel, "list")
+        assert [f["name"] for f in result["functions"]] == ["Box", "Hostile", "add", "f00", "f01", "f02", "f03",
+                                                           "f04", "f05", "f06"]
+        assert (result["total"], result["truncated"]) == (18, True)
+
+    def test_search(self, kernel):
+        self.setup_fresh(kernel, NAMESPACE_SETUP + "Data = 1\nmetadata = {'a': 1}\n")
+        result = self.ok(kernel, "search", {"query": "data"})
+        assert [r["name"] for r in result["results"]] == ["data", "Data", "metadata"]
+        data = result["results"][0]
+        assert data == {
+            "name": "data",
+            "kind": "variable",
+            "qualified_type": "list",
+            "module": None,
+            "representation": repr(list(range(1000)))[:64],
+            "truncated": {"representation": True},
+        }
+        assert [r["name"] for r in self.ok(kernel, "search", {"query": "Data", "exact": True})["results"]] == ["Data"]
+        (hostile,) = self.ok(kernel, "search", {"query": "hostile", "exact": True})["results"]
+        assert (hostile["representation"], hostile["qualified_type"]) == ("<repr failed: RuntimeError>", "__main__.Hostile")
+        (math_entry,) = self.ok(kernel, "search", {"query": "math"})["results"]
+        assert (math_entry["kind"], math_entry["module"]) == ("module", "math")
+        everything = self.ok(kernel, "search", {"query": "", "limit": 3})
+        assert [r["name"] for r in everything["results"]] == ["Box", "Data", "Hostile"]
+        assert (everything["total"], everything["truncated"]) == (12, True)
+        # Protected names are never user names: configured bindings, IPython's, _-names.
+        for name in ("js", "mcp_testlib", "In", "get_ipython", "_"):
+            assert self.ok(kernel, "search", {"query": name, "exact": True})["total"] == 0, name
+        assert self.error(kernel, "search", {"query": 3})["code"] == "invalid_request"
+
+    def test_inspect(self, kernel):
+        self.setup_fresh(kernel)
+        result = self.ok(kernel, "inspect", {"name": "box.value"})
+        assert result == {
+            "name": "box.value",
+            "kind": "variable",
+            "qualified_type": "int",
+            "callable": False,
+            "signature": "",
+            "module": None,
+            "documentation": result["documentation"],
+            "representation": "3",
+            "truncated": {"signature": False, "documentation": False, "representation": False},
+        }
+        greet = self.ok(kernel, "inspect", {"name": "mcp_testlib.greet"})
+        assert (greet["kind"], greet["callable"], greet["signature"], greet["module"]) == (
+            "function", True, "(name='world')", "mcp_testlib")
+        assert greet["documentation"] == "Says hello.\n\nA second paragraph."
+        assert self.ok(kernel, "inspect", {"name": "js"})["kind"] == "module"
+        assert self.error(kernel, "inspect", {"name": "box..value"})["code"] == "invalid_name"
+        assert self.error(kernel, "inspect", {"name": ""})["code"] == "invalid_name"
+        missing = self.error(kernel, "inspect", {"name": "box.nothing"})
+        assert missing["code"] == "name_not_found" and "'nothing'" in missing["message"]
+        assert self.error(kernel, "inspect", {"name": "undefined_thing"})["code"] == "name_not_found"
+        raised = self.error(kernel, "inspect", {"name": "hostile.boom"})
+        assert (raised["code"], raised["ename"], raised["evalue"]) == ("execution_error", "ZeroDivisionError", "no boom")
+        assert raised["traceback"][-1] == "ZeroDivisionError: no boom\n"
+
+    def test_call_function(self, kernel):
+        self.setup_fresh(kernel)
+        call = lambda name, arguments: kernel.request("call_function", {"name": name, "arguments": arguments})  # noqa: E731
+        assert call("add", {"a": 2, "b": 3})["result"] == {"result": 5, "truncated": False}
+        assert call("mcp_testlib.greet", {"name": "mcp"})["result"] == {"result": "hello mcp", "truncated": False}
+        assert call("js.dumps", {"obj": {"k": [1]}})["result"] == {"result": '{"k": [1]}', "truncated": False}
+        assert call("make", {"kind": "long"})["result"] == {"result": list(range(10)), "truncated": True}
+        assert call("make", {"kind": "deep"})["result"] == {"result": [[[[[]]]]], "truncated": True}
+        assert call("box", {})["error"]["code"] == "not_callable"
+        assert call("nothing", {})["error"]["code"] == "name_not_found"
+        assert call("add(1)", {})["error"]["code"] == "invalid_name"
+        wrong = call("add", {"a": 1, "c": 2})["error"]
+        assert wrong["code"] == "invalid_arguments" and "'c'" in wrong["message"]
+        assert call("add", [1])["error"]["code"] == "invalid_arguments"
+        raised = call("fail", {"message": "\x1b[1mboom\x1b[0m"})["error"]
+        assert (raised["code"], raised["ename"], raised["evalue"]) == ("execution_error", "ValueError", "\x1b[1mboom\x1b[0m")
+        assert raised["traceback"][-1] == "ValueError: boom\n"  # the traceback is ANSI-free
+        assert any("in fail" in entry for entry in raised["traceback"])
+        for kind, what in (("set", "a set"), ("nan", "nan")):
+            error = call("make", {"kind": kind})["error"]
+            assert error["code"] == "result_not_json" and what in error["message"], error
+        later = call("later", {})["error"]
+        assert later["code"] == "result_not_json" and "coroutine" in later["message"]
+
+    def test_build_import_edit_reload(self, kernel):
+        self.setup_fresh(kernel, "x = 1")
+        write_module("mcp_buildmod", "def f():\n    return 1\n")
+        # As in a server's kernel, imports write bytecode (this test run may have turned it off).
+        code = "import sys\n_dont_write, sys.dont_write_bytecode = sys.dont_write_bytecode, False\n"
+        code += "try:\n    import mcp_buildmod\nfinally:\n    sys.dont_write_bytecode = _dont_write\n"
+        run = kernel.execute(code + "from mcp_buildmod import f\nalias = mcp_buildmod")
+        assert run.reply["content"]["status"] == "ok", run.reply["content"]
+        assert os.path.exists(kernel.user_expression("mcp_buildmod.__cached__").strip("'"))
+        call = lambda name: kernel.request("call_function", {"name": name, "arguments": {}})["result"]  # noqa: E731
+        assert call("f") == {"result": 1, "truncated": False}
+
+        # Same size, same second: the bytecode cache alone would not notice this edit.
+        write_module("mcp_buildmod", "def f():\n    return 2\n")
+        result = self.ok(kernel, "reload", {"modules": ["mcp_buildmod", "mcp_buildmod", "mcp_never_imported"]})
+        assert result["results"][0] == {"module": "mcp_buildmod", "ok": True, "rebound": ["alias", "f", "mcp_buildmod"],
+                                        "error": None}
+        missing = result["results"][1]
+        assert (missing["module"], missing["ok"], missing["rebound"], missing["error"]["code"]) == (
+            "mcp_never_imported", False, [], "module_not_found")
+        assert len(result["results"]) == 2
+        assert call("f") == {"result": 2, "truncated": False}
+        assert call("mcp_buildmod.f") == {"result": 2, "truncated": False}
+
+        write_module("mcp_buildmod", "def f(:\n    return 3\n")
+        (failed,) = self.ok(kernel, "reload", {"modules": ["mcp_buildmod"]})["results"]
+        assert (failed["ok"], failed["rebound"], failed["error"]["code"], failed["error"]["ename"]) == (
+            False, [], "execution_error", "SyntaxError")
+        assert call("f") == {"result": 2, "truncated": False}
+        assert kernel.user_expression("(f(), mcp_buildmod.f(), alias.f is f)") == "(2, 2, True)"
+
+        (preload,) = self.ok(kernel, "reload", {"modules": ["mcp_testlib"]})["results"]
+        assert (preload["ok"], preload["rebound"]) == (True, ["mcp_testlib"])
+
+    def test_remove_and_reset(self, kernel):
+        self.setup_fresh(kernel, "a = 1\nb = 2\njs = 'shadowed'\nimport os")
+        names = ["b", "a", "a", "In", "_", "js", "mcp_testlib", "nope", "get_ipython"]
+        assert self.ok(kernel, "remove", {"names": names}) == {
+            "removed": ["a", "b"],
+            "refused": ["In", "_", "get_ipython", "js", "mcp_testlib"],
+            "unknown": ["nope"],
+        }
+        assert self.ok(kernel, "remove", {"names": names})["removed"] == []
+        assert self.ok(kernel, "remove", {"names": names})["unknown"] == ["a", "b", "nope"]
+
+        run = kernel.execute("c = 3")  # counted: the next execution_count is one more
+        count = run.reply["content"]["execution_count"]
+        assert kernel.user_expression("get_ipython().execution_count") == str(count + 1)
+        assert self.ok(kernel, "reset") == {"removed": ["c", "os"], "execution_count": count}
+        assert kernel.user_expression("(js.__name__, mcp_testlib.__name__)") == repr(("json", "mcp_testlib"))
+        assert self.ok(kernel, "reset") == {"removed": [], "execution_count": count}
+        assert kernel.user_expression("get_ipython().execution_count") == str(count + 1)
+        assert self.ok(kernel, "list") == {"functions": [], "total": 0, "truncated": False}

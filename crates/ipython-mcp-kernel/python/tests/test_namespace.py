@@ -1,0 +1,649 @@
+"""Unit tests of the helper's namespace methods, without a kernel.
+
+The methods read ``_current()``: a fake installation (a shell with ``user_ns``,
+``user_ns_hidden`` and ``execution_count``, a config, the configured binding names) stands in
+for a running kernel. End-to-end tests through a real kernel are in test_helper.py.
+
+Run from the workspace root:  python -m pytest crates/ipython-mcp-kernel/python/tests -q
+"""
+
+import collections
+import gc
+import json
+import math
+import os
+import sys
+import types
+import warnings
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+with open(os.path.join(HERE, os.pardir, "ipython_mcp_helper.py"), encoding="utf-8") as _file:
+    SOURCE = _file.read()
+
+
+def load_helper():
+    """Loads the module exactly as the server's bootstrap does: no file, no package."""
+    module = types.ModuleType("ipython_mcp_helper")
+    module.__file__ = "<ipython-mcp-helper>"
+    exec(compile(SOURCE, "<ipython-mcp-helper>", "exec"), module.__dict__)
+    return module
+
+
+CONFIG = {
+    "max_text_chars": 200,
+    "max_display_items": 20,
+    "max_image_bytes": 1_048_576,
+    "max_traceback_chars": 600,
+    "max_string_chars": 201,
+    "raw_forward_chars": 65536,
+    "report_always": 1,
+    "max_repr_chars": 40,
+    "max_results": 5,
+    "max_json_depth": 3,
+}
+
+
+class Hostile:
+    """Everything that can run user code raises."""
+
+    @property
+    def __doc__(self):
+        raise RuntimeError("doc")
+
+    @property
+    def __class__(self):
+        raise RuntimeError("class")
+
+    @property
+    def __signature__(self):
+        raise RuntimeError("signature")
+
+    def __repr__(self):
+        raise ValueError("repr")
+
+    def __getattr__(self, name):
+        raise KeyError(name)
+
+    def __call__(self):
+        return 1
+
+
+def documented(alpha, beta=2, *, gamma=None):
+    """Adds things.
+
+    A second paragraph that list leaves out.
+    """
+    return alpha + beta
+
+
+class Widget:
+    """A widget."""
+
+    size = 3
+
+    def __init__(self, size=1):
+        self.size = size
+
+
+class Fixture:
+    """A fake installation around a plain dict namespace."""
+
+    def __init__(self, helper, user_ns, hidden=None, bindings=(), config=None, namespace=None):
+        config = dict(CONFIG if config is None else config)
+        config["namespace"] = helper.validated_namespace(namespace)
+        self.helper = helper
+        self.shell = types.SimpleNamespace(user_ns=user_ns, user_ns_hidden=hidden or {}, execution_count=7)
+        helper._installation = types.SimpleNamespace(
+            shell=self.shell,
+            config=config,
+            bindings=frozenset(bindings) | helper.configured_bindings(config["namespace"]),
+            namespace_errors=[],
+            info={"version": "1"},
+        )
+
+    def call(self, method, **params):
+        reply = self.helper.handle_request({"id": "t", "method": method, "params": params})
+        json.dumps(reply)  # every reply is JSON as it stands
+        return reply
+
+    def ok(self, method, **params):
+        reply = self.call(method, **params)
+        assert reply["ok"] is True, reply
+        return reply["result"]
+
+    def error(self, method, **params):
+        reply = self.call(method, **params)
+        assert reply["ok"] is False, reply
+        return reply["error"]
+
+
+@pytest.fixture
+def helper():
+    return load_helper()
+
+
+def ipython_like_namespace():
+    """What ipykernel puts in user_ns (all of it also in user_ns_hidden)."""
+    hidden = {
+        "In": [],
+        "Out": {},
+        "_": "",
+        "__builtins__": __builtins__,
+        "_ih": [],
+        "_oh": {},
+        "exit": object(),
+        "quit": object(),
+        "get_ipython": lambda: None,
+        "open": open,
+        "np": object(),  # e.g. %pylab's bindings: hidden but not in SPEC's protected list
+    }
+    return dict(hidden), hidden
+
+
+# --------------------------------------------------------------------------------------------
+# Visibility and protection
+# --------------------------------------------------------------------------------------------
+
+
+def test_protected_names(helper):
+    bindings = {"js"}
+    for name in ("_", "_x", "__name__", "In", "Out", "get_ipython", "exit", "quit", "open", "js"):
+        assert helper.is_protected(name, bindings), name
+    for name in ("x", "json", "in_", "Open"):
+        assert not helper.is_protected(name, bindings), name
+
+
+def test_user_names_skip_protected_and_hidden_unless_rebound(helper):
+    user_ns, hidden = ipython_like_namespace()
+    user_ns.update(b=1, a=2, js=json)
+    assert helper.user_names(user_ns, hidden, {"js"}) == ["a", "b"]
+    user_ns["np"] = "the user's own np"  # a hidden name rebound by the user is the user's
+    assert helper.user_names(user_ns, hidden, {"js"}) == ["a", "b", "np"]
+
+
+# --------------------------------------------------------------------------------------------
+# list / search / inspect
+# --------------------------------------------------------------------------------------------
+
+
+def test_list_shows_visible_callables_sorted_and_bounded(helper):
+    user_ns, hidden = ipython_like_namespace()
+    user_ns.update(
+        documented=documented,
+        Widget=Widget,
+        hostile=Hostile(),
+        length=len,
+        data=[1, 2],
+        json=json,
+        js=json.dumps,
+        _private=documented,
+    )
+    fixture = Fixture(helper, user_ns, hidden, bindings={"js"})
+    result = fixture.ok("list")
+    assert [(f["name"], f["kind"]) for f in result["functions"]] == [
+        ("Widget", "class"),
+        ("documented", "function"),
+        ("hostile", "callable"),
+        ("length", "function"),
+    ]
+    assert (result["total"], result["truncated"]) == (4, False)
+    by_name = {f["name"]: f for f in result["functions"]}
+    assert by_name["documented"] == {
+        "name": "documented",
+        "kind": "function",
+        "signature": "(alpha, beta=2, *, gamma=None)",
+        "module": __name__,
+        "doc": "Adds things.",
+        "truncated": {"signature": False, "doc": False},
+    }
+    assert by_name["Widget"]["signature"] == "(size=1)"
+    assert by_name["Widget"]["doc"] == "A widget."
+    # Every accessor of the hostile object raises: placeholders, not a crash.
+    assert by_name["hostile"]["signature"] == "" and by_name["hostile"]["doc"] == ""
+    assert by_name["length"]["module"] == "builtins"
+
+
+def test_list_truncation_flags(helper):
+    def long_signature(a_very_long_parameter_name=1, another_very_long_parameter_name=2):
+        """%s"""
+
+    long_signature.__doc__ = "d" * 100 + "\n\nsecond"
+    user_ns = {"f%d" % i: documented for i in range(7)}
+    user_ns["f0"] = long_signature
+    result = Fixture(helper, user_ns).ok("list")
+    assert [f["name"] for f in result["functions"]] == ["f0", "f1", "f2", "f3", "f4"]
+    assert (result["total"], result["truncated"]) == (7, True)
+    first = result["functions"][0]
+    assert first["truncated"] == {"signature": True, "doc": True}
+    assert first["doc"] == "d" * 40 and len(first["signature"]) == 40
+
+
+def test_search_orders_exact_match_first_and_bounds(helper):
+    user_ns, hidden = ipython_like_namespace()
+    user_ns.update(
+        data=list(range(100)),
+        Data=Widget,
+        metadata={"a": 1},
+        update=documented,
+        json=json,
+        broken=Hostile(),
+        _data=1,
+    )
+    fixture = Fixture(helper, user_ns, hidden)
+    result = fixture.ok("search", query="data")
+    assert [r["name"] for r in result["results"]] == ["data", "Data", "metadata"]
+    assert (result["total"], result["truncated"]) == (3, False)
+    data = result["results"][0]
+    assert data == {
+        "name": "data",
+        "kind": "variable",
+        "qualified_type": "list",
+        "module": None,
+        "representation": repr(list(range(100)))[:40],
+        "truncated": {"representation": True},
+    }
+    assert result["results"][1]["kind"] == "class"
+    assert result["results"][1]["qualified_type"] == "type"
+    assert result["results"][1]["module"] == __name__
+
+    assert [r["name"] for r in fixture.ok("search", query="Data", exact=True)["results"]] == ["Data"]
+    limited = fixture.ok("search", query="data", limit=1)
+    assert ([r["name"] for r in limited["results"]], limited["total"], limited["truncated"]) == (["data"], 3, True)
+    capped = fixture.ok("search", query="", limit=1000)
+    assert capped["total"] == 6 and len(capped["results"]) == 5 and capped["truncated"] is True
+
+    (broken,) = fixture.ok("search", query="broken")["results"]
+    assert broken["representation"] == "<repr failed: ValueError>"
+    assert broken["qualified_type"] == __name__ + ".Hostile" and broken["kind"] == "variable"
+    (module,) = fixture.ok("search", query="json", exact=True)["results"]
+    assert (module["kind"], module["module"], module["qualified_type"]) == ("module", "json", "module")
+
+
+def test_search_rejects_bad_params(helper):
+    fixture = Fixture(helper, {})
+    for params in ({}, {"query": 1}, {"query": "x", "exact": "yes"}, {"query": "x", "limit": -1},
+                   {"query": "x", "limit": True}, {"query": "x", "other": 1}):
+        assert fixture.error("search", **params)["code"] == "invalid_request", params
+
+
+def test_inspect_resolves_dotted_paths(helper):
+    user_ns = {"w": Widget(5), "Widget": Widget, "json": json, "long": "x" * 1000}
+    fixture = Fixture(helper, user_ns)
+    result = fixture.ok("inspect", name="json.dumps")
+    assert result["name"] == "json.dumps"
+    assert (result["kind"], result["callable"], result["module"]) == ("function", True, "json")
+    assert result["qualified_type"] == "function"
+    assert result["signature"].startswith("(obj, *, skipkeys=False") and result["truncated"]["signature"] is True
+    assert result["documentation"].startswith("Serialize ``obj`` to a JSON formatted ``str``.")
+    assert result["truncated"]["documentation"] is True  # longer than max_text_chars (200)
+    assert result["representation"].startswith("<function dumps at 0x")
+
+    size = fixture.ok("inspect", name="w.size")
+    assert (size["kind"], size["callable"], size["signature"], size["representation"]) == ("variable", False, "", "5")
+    assert size["documentation"].startswith("int(")  # a value's documentation is its type's
+    long = fixture.ok("inspect", name="long")
+    assert long["truncated"]["representation"] is True and len(long["representation"]) == 40
+
+
+def test_inspect_errors(helper):
+    class Raising:
+        @property
+        def boom(self):
+            raise ZeroDivisionError("no")
+
+    user_ns = {"json": json, "r": Raising(), "hostile": Hostile()}
+    fixture = Fixture(helper, user_ns)
+    for name in ("", "json.", ".x", "a-b", "1x", "json..dumps", None, 3):
+        assert fixture.error("inspect", name=name)["code"] == "invalid_name", name
+    missing = fixture.error("inspect", name="nothing.here")
+    assert missing["code"] == "name_not_found" and "'nothing'" in missing["message"]
+    attribute = fixture.error("inspect", name="json.dumps.nope")
+    assert attribute["code"] == "name_not_found"
+    assert "'json.dumps' has no attribute 'nope'" in attribute["message"]
+    raised = fixture.error("inspect", name="r.boom")
+    assert raised["code"] == "execution_error"
+    assert (raised["ename"], raised["evalue"]) == ("ZeroDivisionError", "no")
+    assert raised["traceback"][-1] == "ZeroDivisionError: no\n"
+    assert "'r.boom'" in raised["message"]
+    # __getattr__ raising KeyError is an execution error; the object itself is still described.
+    assert fixture.error("inspect", name="hostile.anything")["ename"] == "KeyError"
+    described = fixture.ok("inspect", name="hostile")
+    assert described["representation"] == "<repr failed: ValueError>"
+    assert described["documentation"] == "" and described["signature"] == ""
+    assert described["kind"] == "variable" and described["callable"] is True
+
+
+# --------------------------------------------------------------------------------------------
+# call_function and JSON conversion
+# --------------------------------------------------------------------------------------------
+
+
+def test_to_json_keeps_json_data():
+    helper = load_helper()
+    value = {"a": [1, 2.5, None, True, "s"], "b": (1, 2), "c": {"d": False}}
+    assert helper.to_json(value, 6, 100, 100) == ({"a": [1, 2.5, None, True, "s"], "b": [1, 2], "c": {"d": False}}, False)
+    Point = collections.namedtuple("Point", "x y")
+
+    class Text(str):
+        def __str__(self):
+            raise AssertionError("never called")
+
+    data, truncated = helper.to_json([Point(1, 2), collections.OrderedDict(k=Text("v")), True, 3], 6, 100, 100)
+    assert (data, truncated) == ([[1, 2], {"k": "v"}, True, 3], False)
+    assert type(data[1]["k"]) is str and type(data[2]) is bool
+
+
+def test_to_json_bounds_set_truncated():
+    helper = load_helper()
+    assert helper.to_json(list(range(10)), 6, 3, 100) == ([0, 1, 2], True)
+    assert helper.to_json({str(i): i for i in range(5)}, 6, 2, 100) == ({"0": 0, "1": 1}, True)
+    assert helper.to_json("abcdef", 6, 100, 4) == ("abcd", True)
+    assert helper.to_json([[[1]], [[]]], 2, 100, 100) == ([[[]], [[]]], True)
+    assert helper.to_json([[[]]], 2, 100, 100) == ([[[]]], False)  # an empty cut loses nothing
+    assert helper.to_json({"a": {"b": {"c": 1}}}, 2, 100, 100) == ({"a": {"b": {}}}, True)
+    assert helper.to_json([1], 0, 100, 100) == ([], True)
+    assert helper.to_json({"k" * 10: 1}, 6, 100, 4) == ({"kkkk": 1}, True)
+    cycle = []
+    cycle.append(cycle)
+    assert helper.to_json(cycle, 3, 100, 100) == ([[[[]]]], True)  # levels 1-3 kept, the 4th cut
+    # Shared children cannot multiply the work: the number of values is bounded.
+    wide = [list(range(100))] * 100
+    nested = [wide] * 100
+    data, truncated = helper.to_json(nested, 6, 100, 100)
+    assert truncated and sum(len(row) for block in data for row in block) < 100_000
+    # Strings share one budget of max_chars * max_items characters.
+    data, truncated = helper.to_json(["x" * 10] * 5, 6, 2, 10)
+    assert truncated and data == ["x" * 10, "x" * 10]
+
+
+@pytest.mark.parametrize(
+    "value, where",
+    [
+        ({1, 2}, "the result is a set"),
+        ([1, float("nan")], "the result[1] is the float nan"),
+        ({"a": [math.inf]}, "the result['a'][0] is the float inf"),
+        ({1: "x"}, "the result is a dict with a key of type int"),
+        ([b"bytes"], "the result[0] is a bytes"),
+        ({"w": Widget()}, "the result['w'] is a %s.Widget" % __name__),
+        (10 ** 5000, "the result is an int of"),
+    ],
+    ids=["set", "nan", "inf", "int-key", "bytes", "object", "huge-int"],
+)
+def test_to_json_refuses_what_json_cannot_carry(value, where):
+    helper = load_helper()
+    with pytest.raises(helper.NotJson) as raised:
+        helper.to_json(value, 6, 100, 100)
+    assert str(raised.value).startswith(where), str(raised.value)
+
+
+def test_call_function_happy_path_invokes_once(helper):
+    calls = []
+
+    def record(a, b=1, **rest):
+        calls.append((a, b, rest))
+        return {"sum": a + b, "rest": rest, "items": list(range(10))}
+
+    fixture = Fixture(helper, {"record": record, "Widget": Widget, "json": json})
+    result = fixture.ok("call_function", name="record", arguments={"a": 2, "c": "x"})
+    assert result == {"result": {"sum": 3, "rest": {"c": "x"}, "items": [0, 1, 2, 3, 4]}, "truncated": True}
+    assert calls == [(2, 1, {"c": "x"})]
+    assert fixture.ok("call_function", name="json.dumps", arguments={"obj": [1]}) == {"result": "[1]", "truncated": False}
+    assert fixture.ok("call_function", name="json.loads", arguments={"s": "[[[[1]]]]"}) == {
+        "result": [[[[]]]],
+        "truncated": True,
+    }
+
+
+def test_call_function_errors(helper):
+    calls = []
+
+    def fail(x):
+        calls.append(x)
+        raise ValueError("\x1b[31mbad\x1b[0m " + "v" * 1000)
+
+    async def coroutine():
+        calls.append("ran")
+
+    def make_set():
+        return {1}
+
+    def nan():
+        return float("nan")
+
+    def positional_only(a, /):
+        return a
+
+    fixture = Fixture(
+        helper,
+        {"fail": fail, "coroutine": coroutine, "make_set": make_set, "nan": nan, "value": 3,
+         "positional_only": positional_only, "Widget": Widget},
+    )
+    assert fixture.error("call_function", name="value", arguments={})["code"] == "not_callable"
+    assert fixture.error("call_function", name="missing", arguments={})["code"] == "name_not_found"
+    assert fixture.error("call_function", name="bad name", arguments={})["code"] == "invalid_name"
+    assert fixture.error("call_function", name="Widget.nope", arguments={})["code"] == "name_not_found"
+    wrong = fixture.error("call_function", name="fail", arguments={"x": 1, "y": 1})
+    assert wrong["code"] == "invalid_arguments" and "unexpected keyword argument 'y'" in wrong["message"]
+    assert fixture.error("call_function", name="fail", arguments={})["code"] == "invalid_arguments"
+    assert fixture.error("call_function", name="fail", arguments=[1])["code"] == "invalid_arguments"
+    assert fixture.error("call_function", name="positional_only", arguments={"a": 1})["code"] == "invalid_arguments"
+    assert calls == []  # nothing was called for a binding failure
+
+    raised = fixture.error("call_function", name="fail", arguments={"x": 1})
+    assert calls == [1]
+    assert (raised["code"], raised["ename"]) == ("execution_error", "ValueError")
+    assert len(raised["evalue"]) == 200 and raised["evalue"].startswith("\x1b[31mbad")
+    text = "".join(raised["traceback"])
+    assert "\x1b" not in text and "in fail" in text and "_method_call_function" not in text
+    assert sum(len(entry) for entry in raised["traceback"] if not entry.startswith("... ")) <= 600
+
+    for name, what in (("make_set", "a set"), ("nan", "the float nan")):
+        error = fixture.error("call_function", name=name, arguments={})
+        assert error["code"] == "result_not_json" and what in error["message"], error
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "coroutine was never awaited" would be a RuntimeWarning
+        error = fixture.error("call_function", name="coroutine", arguments={})
+        gc.collect()
+    assert error["code"] == "result_not_json" and "coroutine" in error["message"]
+    assert calls == [1]
+
+
+def test_call_function_reports_interrupts_and_exits(helper):
+    def interrupted():
+        raise KeyboardInterrupt
+
+    def exits():
+        sys.exit(3)
+
+    fixture = Fixture(helper, {"interrupted": interrupted, "exits": exits})
+    assert fixture.error("call_function", name="interrupted", arguments={})["ename"] == "KeyboardInterrupt"
+    assert fixture.error("call_function", name="exits", arguments={})["evalue"] == "3"
+
+
+# --------------------------------------------------------------------------------------------
+# remove / reset
+# --------------------------------------------------------------------------------------------
+
+
+def test_remove_partitions_and_is_idempotent(helper):
+    user_ns, hidden = ipython_like_namespace()
+    user_ns.update(a=1, b=2, js=json)
+    fixture = Fixture(helper, user_ns, hidden, namespace={"module_aliases": {"json": "js"}})
+    names = ["b", "a", "a", "_", "In", "js", "np", "nope", "open"]
+    assert fixture.ok("remove", names=names) == {
+        "removed": ["a", "b"],
+        "refused": ["In", "_", "js", "np", "open"],
+        "unknown": ["nope"],
+    }
+    assert "a" not in user_ns and user_ns["js"] is json
+    assert fixture.ok("remove", names=names) == {
+        "removed": [],
+        "refused": ["In", "_", "js", "np", "open"],
+        "unknown": ["a", "b", "nope"],
+    }
+    assert fixture.error("remove", names="a")["code"] == "invalid_request"
+    assert fixture.error("remove", names=[1])["code"] == "invalid_request"
+
+
+def test_reset_removes_user_names_restores_bindings_keeps_count(helper):
+    user_ns, hidden = ipython_like_namespace()
+    user_ns.update(x=1, f=documented, js="rebound by the user", np="rebound too", _keep=1)
+    fixture = Fixture(helper, user_ns, hidden, namespace={"module_aliases": {"json": "js"}, "preload_modules": ["os.path"]})
+    assert fixture.ok("reset") == {"removed": ["f", "np", "x"], "execution_count": 6}
+    assert user_ns["js"] is json and user_ns["os"] is os
+    assert user_ns["_keep"] == 1 and user_ns["In"] is hidden["In"]
+    assert fixture.ok("reset") == {"removed": [], "execution_count": 6}
+    assert fixture.ok("install_info") == {"version": "1", "bindings": ["js", "os"], "namespace_errors": []}
+
+
+# --------------------------------------------------------------------------------------------
+# Configuration and configured bindings
+# --------------------------------------------------------------------------------------------
+
+
+def test_config_defaults_and_namespace_normalized(helper, tmp_path):
+    base = {key: CONFIG[key] for key in helper.CONFIG_KEYS}
+    checked = helper._validated(base)
+    assert (checked["max_repr_chars"], checked["max_results"], checked["max_json_depth"]) == (1024, 100, 6)
+    assert checked["namespace"] == {"library_paths": [], "preload_modules": [], "module_aliases": {}}
+    namespace = {"library_paths": [str(tmp_path), str(tmp_path)], "preload_modules": ["os.path", "os", "os.path"],
+                 "module_aliases": {"json": "js", "os": "os"}}
+    assert helper._validated(dict(base, namespace=namespace))["namespace"] == {
+        "library_paths": [str(tmp_path)],
+        "preload_modules": ["os.path", "os"],
+        "module_aliases": {"json": "js", "os": "os"},
+    }
+    with pytest.raises(ValueError, match="max_results"):
+        helper._validated(dict(base, max_results=-1))
+
+
+@pytest.mark.parametrize(
+    "namespace, message",
+    [
+        ([], "must be a dict"),
+        ({"paths": []}, "unknown keys 'paths'"),
+        ({"library_paths": "dir"}, r"\['library_paths'\] must be a list of strings"),
+        ({"library_paths": ["/no/such/dir/ipython-mcp"]}, "is not an existing directory"),
+        ({"preload_modules": ["a..b"]}, "is not a module name"),
+        ({"preload_modules": [1]}, "must be a list of strings"),
+        ({"module_aliases": ["json"]}, "must be a dict"),
+        ({"module_aliases": {"json": "j s"}}, "binding 'j s' is not an identifier"),
+        ({"module_aliases": {"json": "class"}}, "binding 'class' is not an identifier"),
+        ({"module_aliases": {"json": "open"}}, "collides with IPython's own 'open'"),
+        ({"module_aliases": {"json": 1}}, "must be strings"),
+        ({"module_aliases": {"json": "x", "os": "x"}}, "binding 'x' collides"),
+        ({"preload_modules": ["os.path"], "module_aliases": {"json": "os"}}, "binding 'os' collides"),
+    ],
+)
+def test_bad_namespace_config_is_rejected(helper, namespace, message):
+    with pytest.raises(ValueError, match=message):
+        helper.validated_namespace(namespace)
+
+
+def test_bind_configured_reports_failures_per_module(helper, tmp_path, monkeypatch):
+    (tmp_path / "mcp_unit_raises.py").write_text("raise RuntimeError('at import')\n")
+    (tmp_path / "mcp_unit_needs.py").write_text("import mcp_unit_absent_dependency\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    namespace = helper.validated_namespace(
+        {
+            "preload_modules": ["mcp_unit_missing.sub", "mcp_unit_raises", "os.path"],
+            "module_aliases": {"mcp_unit_needs": "needs", "json": "js"},
+        }
+    )
+    user_ns = {}
+    try:
+        errors = helper.bind_configured(user_ns, namespace)
+    finally:
+        for name in ("mcp_unit_raises", "mcp_unit_needs"):
+            sys.modules.pop(name, None)
+    assert [(e["module"], e["code"]) for e in errors] == [
+        ("mcp_unit_missing.sub", "module_not_found"),
+        ("mcp_unit_raises", "execution_error"),
+        ("mcp_unit_needs", "execution_error"),  # its dependency is missing, not the module
+    ]
+    assert errors[1]["message"] == "RuntimeError: at import"
+    assert user_ns == {"os": os, "js": json}
+
+
+def test_failed_reload_restores_the_module(helper, tmp_path, monkeypatch):
+    path = tmp_path / "mcp_unit_reloaded.py"
+    path.write_text("def f():\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import mcp_unit_reloaded
+
+    try:
+        f = mcp_unit_reloaded.f
+        user_ns = {"f": f, "mod": mcp_unit_reloaded, "also": f, "_": f}
+        config = helper._validated(CONFIG)
+        path.write_text("def f():\n    return 2\nraise RuntimeError('half way')\n")
+        entry = helper.reload_module(user_ns, "mcp_unit_reloaded", config)
+        assert (entry["ok"], entry["rebound"], entry["error"]["code"]) == (False, [], "execution_error")
+        assert entry["error"]["ename"] == "RuntimeError"
+        assert mcp_unit_reloaded.f is f and sys.modules["mcp_unit_reloaded"] is mcp_unit_reloaded
+        path.write_text("def f():\n    return 3\n")
+        entry = helper.reload_module(user_ns, "mcp_unit_reloaded", config)
+        # "also" holds the function defined in the module under another name: rebound too; "_"
+        # (IPython's output cache) is not.
+        assert entry == {"module": "mcp_unit_reloaded", "ok": True, "rebound": ["also", "f", "mod"], "error": None}
+        assert user_ns["f"]() == 3 and user_ns["also"] is user_ns["f"] and user_ns["_"] is f
+        missing = helper.reload_module(user_ns, "mcp_unit_never_imported", config)
+        assert (missing["ok"], missing["error"]["code"]) == (False, "module_not_found")
+    finally:
+        sys.modules.pop("mcp_unit_reloaded", None)
+
+
+def test_error_fields_travel_in_the_reply(helper):
+    def raising(params):
+        raise helper.RequestError("execution_error", "m", ename="E", evalue="v", traceback=["t"])
+
+    helper.METHODS["raising"] = raising
+    reply = helper.handle_request({"id": "1", "method": "raising", "params": {}})
+    assert reply["error"] == {"code": "execution_error", "message": "m", "ename": "E", "evalue": "v", "traceback": ["t"]}
+
+
+def test_namespace_methods_need_an_installation(helper):
+    for method in ("list", "search", "inspect", "call_function", "reload", "remove", "reset", "install_info"):
+        reply = helper.handle_request({"id": "1", "method": method, "params": {}})
+        assert reply["error"]["code"] == "not_installed", method
+
+
+def test_an_interrupted_reload_reloads_nothing_more(helper, tmp_path, monkeypatch):
+    (tmp_path / "mcp_unit_first.py").write_text("X = 1\n")
+    (tmp_path / "mcp_unit_second.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import mcp_unit_first
+    import mcp_unit_second
+
+    try:
+        (tmp_path / "mcp_unit_first.py").write_text("X = 2\nraise KeyboardInterrupt\n")
+        (tmp_path / "mcp_unit_second.py").write_text("X = 22\n")
+        fixture = Fixture(helper, {})
+        first, second = fixture.ok("reload", modules=["mcp_unit_first", "mcp_unit_second"])["results"]
+        assert (first["ok"], first["error"]["ename"], mcp_unit_first.X) == (False, "KeyboardInterrupt", 1)
+        assert (second["ok"], second["error"]["code"], mcp_unit_second.X) == (False, "execution_error", 1)
+        assert "interrupted" in second["error"]["message"]
+        assert fixture.error("reload", modules="mcp_unit_first")["code"] == "invalid_request"
+    finally:
+        sys.modules.pop("mcp_unit_first", None)
+        sys.modules.pop("mcp_unit_second", None)
+
+
+def test_reload_sees_a_same_size_edit_within_the_second(helper, tmp_path, monkeypatch):
+    # The bytecode cache is keyed by the source's mtime in whole seconds and its size: without
+    # dropping the stale cache, this reload would run the old code.
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = tmp_path / "mcp_unit_same_size.py"
+    path.write_text("def f():\n    return 1\n")
+    import mcp_unit_same_size
+
+    try:
+        assert os.path.exists(mcp_unit_same_size.__cached__)
+        path.write_text("def f():\n    return 2\n")
+        user_ns = {"f": mcp_unit_same_size.f}
+        entry = helper.reload_module(user_ns, "mcp_unit_same_size", helper._validated(CONFIG))
+        assert (entry["ok"], entry["rebound"], user_ns["f"]()) == (True, ["f"], 2)
+    finally:
+        sys.modules.pop("mcp_unit_same_size", None)

@@ -1,0 +1,440 @@
+//! The namespace tools (SPEC §5): list, search, inspect, call_function, reload, remove, reset.
+//!
+//! Each is one helper RPC through the session queue (so it is serialized with executions and
+//! bounded by the same deadline and recovery rules). The helper's JSON is checked against the
+//! typed results below, which also generate the advertised output schemas, so what an agent
+//! gets always matches what `tools/list` promised.
+
+use ipython_mcp_kernel::{ErrorInfo, HelperCall, HelperOutput};
+use rmcp::handler::server::tool::schema_for_output;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::CallToolResult;
+use rmcp::service::RequestContext;
+use rmcp::{schemars, tool, tool_router, RoleServer};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::render;
+use crate::server::IpythonMcp;
+
+/// Largest list of names or modules one call accepts.
+const MAX_NAMES: usize = 1000;
+/// Largest name or query accepted, in characters.
+const MAX_NAME_CHARS: usize = 512;
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KernelParams {
+    /// Kernel session id; omit for the `default` session.
+    #[serde(default)]
+    pub kernel: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchParams {
+    /// Text to look for in top-level names (case-insensitive substring unless `exact`).
+    pub query: String,
+    /// Match the whole name exactly (default false).
+    #[serde(default)]
+    pub exact: bool,
+    /// Most results to return (default and maximum: the server's max_results).
+    #[serde(default)]
+    pub limit: Option<u32>,
+    /// Kernel session id; omit for the `default` session.
+    #[serde(default)]
+    pub kernel: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NameParams {
+    /// A top-level name or a dotted attribute path (`df.columns`, `mymod.helper`), resolved by
+    /// attribute access, never evaluated.
+    pub name: String,
+    /// Kernel session id; omit for the `default` session.
+    #[serde(default)]
+    pub kernel: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CallParams {
+    /// The callable: a top-level name or dotted attribute path, resolved by attribute access.
+    pub name: String,
+    /// Keyword arguments as a JSON object (`{"x": 1, "label": "a"}`); omit for none.
+    #[serde(default)]
+    pub arguments: Option<serde_json::Map<String, Value>>,
+    /// Kernel session id; omit for the `default` session.
+    #[serde(default)]
+    pub kernel: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModulesParams {
+    /// Names of already-imported modules to reload, e.g. `["mylib", "mylib.io"]`.
+    pub modules: Vec<String>,
+    /// Kernel session id; omit for the `default` session.
+    #[serde(default)]
+    pub kernel: Option<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NamesParams {
+    /// Top-level names to delete from the namespace.
+    pub names: Vec<String>,
+    /// Kernel session id; omit for the `default` session.
+    #[serde(default)]
+    pub kernel: Option<String>,
+}
+
+/// Per-field truncation flags of a listed function.
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FunctionTruncated {
+    pub signature: bool,
+    pub doc: bool,
+}
+
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct FunctionInfo {
+    pub name: String,
+    /// `function`, `class` or `callable`.
+    pub kind: String,
+    pub signature: String,
+    pub module: Option<String>,
+    /// First paragraph of the docstring, bounded.
+    pub doc: String,
+    pub truncated: FunctionTruncated,
+}
+
+/// Result of `list`.
+#[derive(Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ListResult {
+    #[serde(default)]
+    pub ok: bool,
+    /// Visible callables, sorted by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub functions: Option<Vec<FunctionInfo>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<u64>,
+    /// True when more callables exist than were returned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
+}
+
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RepresentationTruncated {
+    pub representation: bool,
+}
+
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SearchHit {
+    pub name: String,
+    /// `function`, `class`, `module` or `variable`.
+    pub kind: String,
+    pub qualified_type: String,
+    pub module: Option<String>,
+    /// Bounded `repr()`.
+    pub representation: String,
+    pub truncated: RepresentationTruncated,
+}
+
+/// Result of `search`.
+#[derive(Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SearchResult {
+    #[serde(default)]
+    pub ok: bool,
+    /// Exact-name matches first, then by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub results: Option<Vec<SearchHit>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
+}
+
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct InspectTruncated {
+    pub signature: bool,
+    pub documentation: bool,
+    pub representation: bool,
+}
+
+/// Result of `inspect`.
+#[derive(Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct InspectResult {
+    #[serde(default)]
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qualified_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub callable: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub documentation: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub representation: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<InspectTruncated>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
+}
+
+/// Result of `call_function`.
+#[derive(Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct CallResult {
+    #[serde(default)]
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The return value as JSON (bounded in depth, items and characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    /// True when the result was cut to fit the bounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
+}
+
+#[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ReloadItem {
+    pub module: String,
+    pub ok: bool,
+    /// Namespace names that now point at the reloaded module or its reloaded attributes.
+    #[serde(default)]
+    pub rebound: Vec<String>,
+    #[serde(default)]
+    pub error: Option<Value>,
+}
+
+/// Result of `reload`.
+#[derive(Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ReloadResult {
+    /// True when every module reloaded.
+    #[serde(default)]
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub results: Option<Vec<ReloadItem>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
+}
+
+/// Result of `remove`.
+#[derive(Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct RemoveResult {
+    #[serde(default)]
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removed: Option<Vec<String>>,
+    /// Protected names (leading `_`, IPython's bindings, configured modules).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unknown: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
+}
+
+/// Result of `reset`.
+#[derive(Debug, Default, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ResetResult {
+    #[serde(default)]
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removed: Option<Vec<String>>,
+    /// Unchanged by reset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub execution_count: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
+}
+
+fn too_long(what: &str, text: &str) -> Option<ErrorInfo> {
+    (text.chars().count() > MAX_NAME_CHARS).then(|| ErrorInfo::new("invalid_arguments", format!("{what} is longer than {MAX_NAME_CHARS} characters")))
+}
+
+fn too_many(what: &str, items: &[String]) -> Option<ErrorInfo> {
+    if items.len() > MAX_NAMES {
+        return Some(ErrorInfo::new("invalid_arguments", format!("at most {MAX_NAMES} {what} per call, got {}", items.len())));
+    }
+    items.iter().find_map(|item| too_long(what, item))
+}
+
+impl IpythonMcp {
+    /// One helper call: checks the kernel argument, queues the call, types the reply.
+    async fn namespace_call<T: Serialize + DeserializeOwned + Default>(
+        &self,
+        tool: &'static str,
+        kernel: Option<&str>,
+        params: Value,
+        context: &RequestContext<RoleServer>,
+        extra: impl FnOnce(&mut Value),
+    ) -> CallToolResult {
+        let session = match self.sessions().get(kernel) {
+            Ok(session) => session.clone(),
+            Err(error) => return render::request_error(&error),
+        };
+        let call = HelperCall {
+            method: tool.to_owned(),
+            params,
+            timeout: None,
+            request_id: render::request_id(&context.id),
+            cancel: context.ct.clone(),
+        };
+        let started = std::time::Instant::now();
+        let output = session.helper(call).await;
+        tracing::info!(tool, kernel = session.kernel_id(), ok = output.ok, ms = started.elapsed().as_millis() as u64, "tool call");
+        typed::<T>(tool, output, extra)
+    }
+}
+
+/// Checks the helper's reply against the advertised result type and renders it.
+fn typed<T: Serialize + DeserializeOwned + Default>(tool: &str, output: HelperOutput, extra: impl FnOnce(&mut Value)) -> CallToolResult {
+    let (ok, mut value) = match (output.ok, output.result) {
+        (true, Some(mut result)) => {
+            if let Some(object) = result.as_object_mut() {
+                object.insert("ok".into(), Value::Bool(true));
+            }
+            extra(&mut result);
+            match serde_json::from_value::<T>(result) {
+                Ok(typed) => (true, serde_json::to_value(typed).unwrap_or(Value::Null)),
+                Err(error) => {
+                    tracing::error!(tool, %error, "helper reply does not match the result schema");
+                    let error = ErrorInfo::new("execution_error", format!("internal: the kernel helper answered {tool} in an unexpected shape"));
+                    (false, json!({"ok": false, "error": error}))
+                }
+            }
+        }
+        (_, _) => {
+            let error = output.error.unwrap_or_else(|| ErrorInfo::new("execution_error", "no result"));
+            (false, json!({"ok": false, "error": error}))
+        }
+    };
+    if !ok {
+        if let Some(object) = value.as_object_mut() {
+            object.insert("ok".into(), Value::Bool(false));
+        }
+    }
+    render::namespace(tool, value, ok)
+}
+
+#[tool_router(router = namespace_router, vis = "pub(crate)")]
+impl IpythonMcp {
+    #[tool(
+        name = "list",
+        description = "List the callables (functions, classes, other callables) defined at the top level of the kernel's namespace, sorted by name, each with its signature, module and the first paragraph of its docstring (bounded; `truncated` flags say what was cut). Use it to see what you can call with call_function or publish as a tool, without running code. Changes nothing. Use search to find variables and modules too, inspect for one object in depth.",
+        output_schema = schema_for_output::<ListResult>(),
+        annotations(title = "List callables", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn list(&self, Parameters(params): Parameters<KernelParams>, context: RequestContext<RoleServer>) -> Result<CallToolResult, rmcp::ErrorData> {
+        Ok(self.namespace_call::<ListResult>("list", params.kernel.as_deref(), json!({}), &context, |_| {}).await)
+    }
+
+    #[tool(
+        name = "search",
+        description = "Find top-level names in the kernel's namespace (variables, functions, classes, modules) whose name contains `query` (case-insensitive; `exact: true` for whole-name matches). Returns each match's kind, type, module and a bounded repr, exact matches first, then by name; `truncated` says when there were more than `limit`. Changes nothing and runs no user code except the objects' __repr__. Prefer it to printing dir() or globals().",
+        output_schema = schema_for_output::<SearchResult>(),
+        annotations(title = "Search the namespace", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn search(&self, Parameters(params): Parameters<SearchParams>, context: RequestContext<RoleServer>) -> Result<CallToolResult, rmcp::ErrorData> {
+        if let Some(error) = too_long("query", &params.query) {
+            return Ok(render::request_error(&error));
+        }
+        let body = json!({"query": params.query, "exact": params.exact, "limit": params.limit});
+        Ok(self.namespace_call::<SearchResult>("search", params.kernel.as_deref(), body, &context, |_| {}).await)
+    }
+
+    #[tool(
+        name = "inspect",
+        description = "Describe one object by name or dotted attribute path (e.g. `df`, `model.fit`, `np.linalg`): kind, qualified type, whether it is callable, signature, module, documentation and a bounded repr, with per-field `truncated` flags. The path is resolved attribute by attribute, never evaluated; a missing name is `name_not_found`, an attribute whose access raises is `execution_error`. Changes nothing. Use it before call_function to learn a signature.",
+        output_schema = schema_for_output::<InspectResult>(),
+        annotations(title = "Inspect an object", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn inspect(&self, Parameters(params): Parameters<NameParams>, context: RequestContext<RoleServer>) -> Result<CallToolResult, rmcp::ErrorData> {
+        if let Some(error) = too_long("name", &params.name) {
+            return Ok(render::request_error(&error));
+        }
+        Ok(self.namespace_call::<InspectResult>("inspect", params.kernel.as_deref(), json!({"name": params.name}), &context, |_| {}).await)
+    }
+
+    #[tool(
+        name = "call_function",
+        description = "Call a live function (or class, or method via a dotted path) in the kernel with JSON keyword arguments, exactly once, and get its return value back as JSON (bounded in depth, items and characters; `truncated` says if it was cut). Errors: `name_not_found`, `not_callable`, `invalid_arguments` (the arguments do not bind to the signature; nothing ran), `execution_error` (it raised: ename, evalue, traceback), `result_not_json` (it returned something JSON cannot carry: return plain data instead). Use it instead of execute when you only need a function's result: no code string, no quoting. It runs user code, so it may change state.",
+        output_schema = schema_for_output::<CallResult>(),
+        annotations(title = "Call a function", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
+    )]
+    async fn call_function(&self, Parameters(params): Parameters<CallParams>, context: RequestContext<RoleServer>) -> Result<CallToolResult, rmcp::ErrorData> {
+        if let Some(error) = too_long("name", &params.name) {
+            return Ok(render::request_error(&error));
+        }
+        let name = params.name.clone();
+        let body = json!({"name": params.name, "arguments": params.arguments.unwrap_or_default()});
+        Ok(self
+            .namespace_call::<CallResult>("call_function", params.kernel.as_deref(), body, &context, move |result| {
+                if let Some(object) = result.as_object_mut() {
+                    object.entry("name").or_insert(Value::String(name));
+                }
+            })
+            .await)
+    }
+
+    #[tool(
+        name = "reload",
+        description = "Reload already-imported modules after you edited their files (the build-import-edit-reload loop), and rebind every namespace name that pointed at them or at their attributes (`from mod import f` gets the new `f`). Reports per module: `ok`, `rebound` names, or an error (`module_not_found` if it was never imported; `execution_error` for a syntax error in the edited file, in which case the old module stays usable). Only the named modules are reloaded; dependencies are never guessed.",
+        output_schema = schema_for_output::<ReloadResult>(),
+        annotations(title = "Reload modules", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = true)
+    )]
+    async fn reload(&self, Parameters(params): Parameters<ModulesParams>, context: RequestContext<RoleServer>) -> Result<CallToolResult, rmcp::ErrorData> {
+        if let Some(error) = too_many("modules", &params.modules) {
+            return Ok(render::request_error(&error));
+        }
+        Ok(self
+            .namespace_call::<ReloadResult>("reload", params.kernel.as_deref(), json!({"modules": params.modules}), &context, |result| {
+                let all_ok = result.get("results").and_then(Value::as_array).is_some_and(|items| {
+                    items.iter().all(|item| item.get("ok").and_then(Value::as_bool) == Some(true))
+                });
+                if let Some(object) = result.as_object_mut() {
+                    object.insert("ok".into(), Value::Bool(all_ok));
+                }
+            })
+            .await)
+    }
+
+    #[tool(
+        name = "remove",
+        description = "Delete top-level names from the kernel's namespace (to free memory or clean up). Answers with the unique requested names sorted into `removed`, `refused` (protected: names starting with `_`, IPython's In/Out/get_ipython/exit/quit/open, and configured preloaded or aliased modules) and `unknown` (not defined). Repeating it removes nothing more. Use reset to clear everything instead.",
+        output_schema = schema_for_output::<RemoveResult>(),
+        annotations(title = "Remove names", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn remove(&self, Parameters(params): Parameters<NamesParams>, context: RequestContext<RoleServer>) -> Result<CallToolResult, rmcp::ErrorData> {
+        if let Some(error) = too_many("names", &params.names) {
+            return Ok(render::request_error(&error));
+        }
+        Ok(self.namespace_call::<RemoveResult>("remove", params.kernel.as_deref(), json!({"names": params.names}), &context, |_| {}).await)
+    }
+
+    #[tool(
+        name = "reset",
+        description = "Clear the kernel's namespace without restarting it: removes every name you created (sorted in `removed`), keeps protected names, re-imports configured preloaded and aliased modules, and keeps the execution count. Imported modules stay imported (sys.modules is untouched). A repeated reset removes nothing. Use remove for individual names.",
+        output_schema = schema_for_output::<ResetResult>(),
+        annotations(title = "Reset the namespace", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn reset(&self, Parameters(params): Parameters<KernelParams>, context: RequestContext<RoleServer>) -> Result<CallToolResult, rmcp::ErrorData> {
+        Ok(self.namespace_call::<ResetResult>("reset", params.kernel.as_deref(), json!({}), &context, |_| {}).await)
+    }
+}
