@@ -63,5 +63,15 @@ async fn the_python_sdk_client_works_in_both_protocol_families() {
         assert_eq!(run["failed_is_error"], true);
         assert_eq!(run["failed_code"], "execution_error");
         assert_eq!(run["failed_ename"], "ValueError");
+        let namespace = &run["namespace"];
+        assert_eq!(namespace["list"][0]["structured"]["functions"][0]["name"], "double", "{run}");
+        assert_eq!(namespace["search"][0]["structured"]["results"][0]["name"], "table");
+        assert_eq!(namespace["inspect"][0]["structured"]["signature"], "(v: int) -> int");
+        assert_eq!(namespace["call_function"][0]["structured"]["result"], 42);
+        assert_eq!(namespace["call_function"][1]["is_error"], true);
+        assert_eq!(namespace["call_function"][1]["structured"]["error"]["code"], "invalid_arguments");
+        assert_eq!(namespace["reload"][0]["structured"]["results"][1]["error"]["code"], "module_not_found");
+        assert_eq!(namespace["remove"][0]["structured"]["refused"], serde_json::json!(["_x"]));
+        assert_eq!(namespace["reset"][0]["structured"]["removed"], serde_json::json!(["double", "x"]));
     }
 }

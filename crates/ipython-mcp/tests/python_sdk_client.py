@@ -25,7 +25,25 @@ async def session(binary, mode):
             await asyncio.sleep(0.1)
         first = await client.call_tool("execute", {"code": "x = 20\nprint('hello')\nx * 2 + 2"})
         failed = await client.call_tool("execute", {"code": "raise ValueError('nope')"})
+        # Every namespace tool, so the SDK checks each result against its advertised schema.
+        await client.call_tool("execute", {"code": "def double(v: int) -> int:\n    return 2 * v\ntable = {'k': [1, 2]}"})
+        namespace = {}
+        for tool, arguments in [
+            ("list", {}),
+            ("search", {"query": "tab"}),
+            ("inspect", {"name": "double"}),
+            ("call_function", {"name": "double", "arguments": {"v": 21}}),
+            ("call_function", {"name": "double", "arguments": {"nope": 1}}),
+            ("reload", {"modules": ["json", "not_imported_here"]}),
+            ("remove", {"names": ["table", "ghost", "_x"]}),
+            ("reset", {}),
+        ]:
+            result = await client.call_tool(tool, arguments)
+            namespace.setdefault(tool, []).append(
+                {"is_error": result.is_error, "structured": result.structured_content}
+            )
         return {
+            "namespace": namespace,
             "mode": mode,
             "protocol": client.protocol_version,
             "tools": sorted(tool.name for tool in tools.tools),
