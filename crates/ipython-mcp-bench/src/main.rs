@@ -36,7 +36,7 @@ async fn main() -> anyhow::Result<()> {
     let python = resolve_python().await?;
     println!("ipython-mcp benchmark: {CALLS} calls after {WARMUP} warm-up calls each; python {}", python.display());
 
-    let (mcp, rss) = bench_mcp(&server_binary).await?;
+    let (mcp, rss, namespace) = bench_mcp(&server_binary).await?;
     let raw = bench_raw_client(&python).await?;
     let session = bench_session(&python).await?;
     let python_floor = bench_jupyter_client(&python).await?;
@@ -50,6 +50,8 @@ async fn main() -> anyhow::Result<()> {
         ("(b) our kernel client (ipython-mcp-jupyter), no MCP", &raw),
         ("(b2) our session layer (helper + bounding), no MCP", &session),
         ("(c) Python jupyter_client, same kernel flags", &python_floor),
+        ("inspect `f` through MCP (helper comm RPC)", &namespace.inspect),
+        ("call_function `f(x=1)` through MCP", &namespace.call),
     ] {
         println!("{name:<58} {:>9.3} {:>9.3}", percentile(samples, 0.50), percentile(samples, 0.99));
     }
@@ -122,7 +124,13 @@ fn proc_status_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-async fn bench_mcp(server_binary: &Path) -> anyhow::Result<(Vec<f64>, Rss)> {
+/// Namespace tool round trips through MCP, in milliseconds.
+struct NamespaceTimes {
+    inspect: Vec<f64>,
+    call: Vec<f64>,
+}
+
+async fn bench_mcp(server_binary: &Path) -> anyhow::Result<(Vec<f64>, Rss, NamespaceTimes)> {
     let mut child = tokio::process::Command::new(server_binary)
         .env("IPYTHON_MCP_LOG", "warn")
         .env("IPYTHON_MCP_MAX_TIMEOUT_SECONDS", "3600")
@@ -162,6 +170,24 @@ async fn bench_mcp(server_binary: &Path) -> anyhow::Result<(Vec<f64>, Rss)> {
             bail!("execute failed: {:?}", result.structured_content);
         }
     }
+    call("def f(x: int = 0) -> int:\n    return x + 1", 30.0).await?;
+    let mut namespace = NamespaceTimes { inspect: Vec::with_capacity(CALLS), call: Vec::with_capacity(CALLS) };
+    for (tool, arguments, samples) in [
+        ("inspect", json!({"name": "f"}), &mut namespace.inspect),
+        ("call_function", json!({"name": "f", "arguments": {"x": 1}}), &mut namespace.call),
+    ] {
+        let arguments = arguments.as_object().cloned().expect("object");
+        for round in 0..WARMUP + CALLS {
+            let started = Instant::now();
+            let result = client.peer().call_tool(CallToolRequestParams::new(tool).with_arguments(arguments.clone())).await?;
+            if result.is_error == Some(true) {
+                bail!("{tool} failed: {:?}", result.structured_content);
+            }
+            if round >= WARMUP {
+                samples.push(started.elapsed().as_secs_f64() * 1000.0);
+            }
+        }
+    }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let idle_kib = proc_status_kib(pid, "VmRSS:");
     let started = Instant::now();
@@ -171,7 +197,7 @@ async fn bench_mcp(server_binary: &Path) -> anyhow::Result<(Vec<f64>, Rss)> {
     let peak_kib = proc_status_kib(pid, "VmHWM:");
     client.cancel().await?;
     let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
-    Ok((samples, Rss { idle_kib, peak_kib, flood_seconds, flood_omitted }))
+    Ok((samples, Rss { idle_kib, peak_kib, flood_seconds, flood_omitted }, namespace))
 }
 
 const REPLACEMENTS: usize = 5;

@@ -844,3 +844,36 @@ async fn a_preload_that_fails_makes_the_runtime_unavailable_with_the_reason() {
     assert_eq!(listed.structured["error"]["code"], "runtime_unavailable");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn hostile_and_huge_objects_give_bounded_structured_answers() {
+    let server = Server::start(Family::Handshake, &[("IPYTHON_MCP_MAX_REPR_CHARS", "50")]).await;
+    let code = "class Hostile:\n    def __repr__(self):\n        raise RuntimeError('no repr')\n    def __getattr__(self, name):\n        raise RuntimeError('no ' + name)\n    @property\n    def __doc__(self):\n        raise RuntimeError('no doc')\nhostile = Hostile()\nhuge = 'x' * 1_000_000\ndef big():\n    return list(range(10_000))";
+    assert!(server.call("execute", json!({"code": code})).await.ok());
+    let found = server.call("search", json!({"query": "hostile", "exact": true})).await;
+    assert!(found.ok(), "{:?}", found.structured);
+    assert!(found.structured["results"][0]["representation"].as_str().expect("repr").contains("repr failed"));
+    let inspected = server.call("inspect", json!({"name": "hostile"})).await;
+    assert!(inspected.ok(), "{:?}", inspected.structured);
+    let attribute = server.call("inspect", json!({"name": "hostile.anything"})).await;
+    assert_eq!(attribute.structured["error"]["code"], "execution_error", "{:?}", attribute.structured);
+    assert_eq!(attribute.structured["error"]["ename"], "RuntimeError");
+    let huge = server.call("inspect", json!({"name": "huge"})).await;
+    assert_eq!(huge.structured["truncated"]["representation"], true);
+    assert!(huge.structured["representation"].as_str().expect("repr").chars().count() <= 50);
+    let big = server.call("call_function", json!({"name": "big"})).await;
+    assert!(big.ok(), "{:?}", big.structured);
+    assert_eq!(big.structured["truncated"], true);
+    assert_eq!(big.structured["result"].as_array().map(Vec::len), Some(100), "bounded by max_results");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_missing_library_dir_makes_the_runtime_unavailable_with_the_reason() {
+    let server = Server::start_unready(Family::Handshake, &[("IPYTHON_MCP_LIBRARY_PATHS", "/nonexistent/agent-libs")]).await;
+    let status = server.wait_settled().await;
+    assert_eq!(status["state"], "unavailable");
+    let message = status["error"]["message"].as_str().expect("message");
+    assert!(message.contains("/nonexistent/agent-libs"), "{message}");
+    server.stop().await;
+}
