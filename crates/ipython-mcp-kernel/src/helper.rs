@@ -11,7 +11,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use ipython_mcp_config::{Namespace, OutputLimits};
 use ipython_mcp_jupyter::protocol::{
-    CommId, CommOpen, ExecuteRequest, ExecutionState, JupyterMessage, JupyterMessageContent, ReplyStatus,
+    CommId, CommMsg, CommOpen, ExecuteRequest, ExecutionState, JupyterMessage, JupyterMessageContent, ReplyStatus,
 };
 use ipython_mcp_jupyter::{Channel, Kernel};
 use serde_json::{json, Value};
@@ -84,7 +84,7 @@ pub enum InstallError {
 
 /// Installs the helper and opens its comm; returns the comm id.
 pub async fn install(kernel: &Kernel, limits: &OutputLimits, namespace: &Namespace, timeout: Duration) -> Result<String, InstallError> {
-    let deadline = tokio::time::Instant::now() + timeout;
+    let waiter = Waiter { kernel, deadline: tokio::time::Instant::now() + timeout, timeout };
     let request = JupyterMessage::new(
         ExecuteRequest {
             code: install_code(limits, namespace),
@@ -96,32 +96,22 @@ pub async fn install(kernel: &Kernel, limits: &OutputLimits, namespace: &Namespa
         },
         None,
     );
-    let (msg_id, mut receiver) = kernel.request(Channel::Shell, request).await?;
-    let mut reply = None;
-    let mut idle = false;
     let mut raised = None;
-    while !(reply.is_some() && idle) {
-        let routed = match tokio::time::timeout_at(deadline, receiver.recv()).await {
-            Ok(Some(routed)) => routed,
-            Ok(None) => return Err(InstallError::KernelExited),
-            Err(_) => {
-                kernel.forget(&msg_id);
-                return Err(InstallError::Timeout { seconds: timeout.as_secs_f64() });
-            }
-        };
-        match routed.message.content {
-            JupyterMessageContent::ExecuteReply(content) => {
-                if let (ReplyStatus::Error, Some(error)) = (&content.status, &content.error) {
-                    raised = Some((error.ename.clone(), error.evalue.clone()));
+    waiter
+        .exchange(request, |content| match content {
+            JupyterMessageContent::ExecuteReply(reply) => {
+                if let (ReplyStatus::Error, Some(error)) = (&reply.status, &reply.error) {
+                    raised.get_or_insert((error.ename.clone(), error.evalue.clone()));
                 }
-                reply = Some(content.status);
+                true
             }
-            JupyterMessageContent::ErrorOutput(error) => raised = Some((error.ename, error.evalue)),
-            JupyterMessageContent::Status(status) if status.execution_state == ExecutionState::Idle => idle = true,
-            _ => {}
-        }
-    }
-    kernel.forget(&msg_id);
+            JupyterMessageContent::ErrorOutput(error) => {
+                raised = Some((error.ename, error.evalue));
+                false
+            }
+            _ => false,
+        })
+        .await?;
     if let Some((ename, evalue)) = raised {
         return Err(InstallError::Raised { ename, evalue });
     }
@@ -133,30 +123,27 @@ pub async fn install(kernel: &Kernel, limits: &OutputLimits, namespace: &Namespa
         data: serde_json::Map::new(),
         target_module: None,
     };
-    let (msg_id, mut receiver) = kernel.request(Channel::Shell, JupyterMessage::new(open, None)).await?;
-    let mut ready = false;
-    let mut idle = false;
-    while !(ready && idle) {
-        let routed = match tokio::time::timeout_at(deadline, receiver.recv()).await {
-            Ok(Some(routed)) => routed,
-            Ok(None) => return Err(InstallError::KernelExited),
-            Err(_) => {
-                kernel.forget(&msg_id);
-                return Err(InstallError::Timeout { seconds: timeout.as_secs_f64() });
-            }
-        };
-        match routed.message.content {
-            JupyterMessageContent::CommMsg(message) if message.comm_id.0 == comm_id => {
-                ready |= message.data.get("event").and_then(Value::as_str) == Some("ready");
-            }
-            JupyterMessageContent::Status(status) if status.execution_state == ExecutionState::Idle => idle = true,
-            _ => {}
-        }
-    }
-    kernel.forget(&msg_id);
+    waiter
+        .exchange(JupyterMessage::new(open, None), |content| {
+            matches!(content, JupyterMessageContent::CommMsg(message)
+                if message.comm_id.0 == comm_id && message.data.get("event").and_then(Value::as_str) == Some("ready"))
+        })
+        .await?;
 
     // Preloads and aliases that failed to import make the kernel unusable as configured.
-    let info = call(kernel, &comm_id, "install_info", deadline, timeout).await?;
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let data = json!({"id": request_id, "method": "install_info", "params": {}});
+    let message = CommMsg { comm_id: CommId(comm_id.clone()), data: data.as_object().cloned().unwrap_or_default() };
+    let mut info = Value::Null;
+    waiter
+        .exchange(JupyterMessage::new(message, None), |content| match content {
+            JupyterMessageContent::CommMsg(message) if message.data.get("id").and_then(Value::as_str) == Some(request_id.as_str()) => {
+                info = Value::Object(message.data);
+                true
+            }
+            _ => false,
+        })
+        .await?;
     let errors = info.get("result").and_then(|result| result.get("namespace_errors")).and_then(Value::as_array);
     if let Some(errors) = errors.filter(|errors| !errors.is_empty()) {
         let details = errors
@@ -172,36 +159,36 @@ pub async fn install(kernel: &Kernel, limits: &OutputLimits, namespace: &Namespa
     Ok(comm_id)
 }
 
-/// One request/reply to the helper during installation.
-async fn call(kernel: &Kernel, comm_id: &str, method: &str, deadline: tokio::time::Instant, timeout: Duration) -> Result<Value, InstallError> {
-    let request_id = uuid::Uuid::new_v4().to_string();
-    let data = json!({"id": request_id, "method": method, "params": {}});
-    let message = ipython_mcp_jupyter::protocol::CommMsg {
-        comm_id: CommId(comm_id.to_owned()),
-        data: data.as_object().cloned().unwrap_or_default(),
-    };
-    let (msg_id, mut receiver) = kernel.request(Channel::Shell, JupyterMessage::new(message, None)).await?;
-    let mut reply = None;
-    let mut idle = false;
-    while !(reply.is_some() && idle) {
-        let routed = match tokio::time::timeout_at(deadline, receiver.recv()).await {
-            Ok(Some(routed)) => routed,
-            Ok(None) => return Err(InstallError::KernelExited),
-            Err(_) => {
-                kernel.forget(&msg_id);
-                return Err(InstallError::Timeout { seconds: timeout.as_secs_f64() });
+/// Request/reply exchanges during installation, all under one deadline.
+struct Waiter<'a> {
+    kernel: &'a Kernel,
+    deadline: tokio::time::Instant,
+    timeout: Duration,
+}
+
+impl Waiter<'_> {
+    /// Sends `request` and feeds its messages to `is_reply` until it has accepted one and the
+    /// kernel is idle again.
+    async fn exchange(&self, request: JupyterMessage, mut is_reply: impl FnMut(JupyterMessageContent) -> bool) -> Result<(), InstallError> {
+        let (msg_id, mut receiver) = self.kernel.request(Channel::Shell, request).await?;
+        let (mut replied, mut idle) = (false, false);
+        while !(replied && idle) {
+            let routed = match tokio::time::timeout_at(self.deadline, receiver.recv()).await {
+                Ok(Some(routed)) => routed,
+                Ok(None) => return Err(InstallError::KernelExited),
+                Err(_) => {
+                    self.kernel.forget(&msg_id);
+                    return Err(InstallError::Timeout { seconds: self.timeout.as_secs_f64() });
+                }
+            };
+            match routed.message.content {
+                JupyterMessageContent::Status(status) if status.execution_state == ExecutionState::Idle => idle = true,
+                content => replied |= is_reply(content),
             }
-        };
-        match routed.message.content {
-            JupyterMessageContent::CommMsg(message) if message.data.get("id").and_then(Value::as_str) == Some(request_id.as_str()) => {
-                reply = Some(Value::Object(message.data));
-            }
-            JupyterMessageContent::Status(status) if status.execution_state == ExecutionState::Idle => idle = true,
-            _ => {}
         }
+        self.kernel.forget(&msg_id);
+        Ok(())
     }
-    kernel.forget(&msg_id);
-    Ok(reply.unwrap_or(Value::Null))
 }
 
 #[cfg(test)]
