@@ -57,6 +57,8 @@ pub(crate) struct Collector {
     /// For helper calls: the request id whose comm reply completes the operation, and the reply.
     helper_request: Option<String>,
     helper_reply: Option<Value>,
+    /// The kernel has begun running the request (its SIGINT handler is armed).
+    started: bool,
 }
 
 /// The collected parts, bounded.
@@ -94,7 +96,14 @@ impl Collector {
             idle: false,
             helper_request: None,
             helper_reply: None,
+            started: false,
         }
+    }
+
+    /// True once the kernel has begun running the request: `execute_input` for an execute,
+    /// `busy` for a helper call (comm messages have no execute_input).
+    pub(crate) fn started(&self) -> bool {
+        self.started
     }
 
     /// Makes the helper's comm reply to `request_id` (not an `execute_reply`) complete this
@@ -131,6 +140,10 @@ impl Collector {
                 self.reply = Some(Reply { status: reply.status, execution_count: (count > 0).then_some(count) });
             }
             JupyterMessageContent::Status(status) if status.execution_state == ExecutionState::Idle => self.idle = true,
+            JupyterMessageContent::Status(status) if status.execution_state == ExecutionState::Busy => {
+                self.started |= self.helper_request.is_some();
+            }
+            JupyterMessageContent::ExecuteInput(_) => self.started = true,
             JupyterMessageContent::StreamContent(stream) => {
                 self.apply_pending_clear();
                 match stream.name {

@@ -71,6 +71,11 @@ struct Shared {
     admission: Mutex<()>,
     next_seq: AtomicU64,
     shutdown: CancellationToken,
+    /// Bumped by `interrupt()`; an operation that sees it rise above the value it started
+    /// with takes the interrupt path (a late bump never reaches the next operation).
+    interrupts: watch::Sender<u64>,
+    /// Bumped each time an operation ends, so `interrupt()` can wait for the one it stopped.
+    operations_done: watch::Sender<u64>,
     /// Becomes true once the actor has stopped its kernel.
     finished: watch::Sender<bool>,
 }
@@ -179,6 +184,8 @@ impl SessionHandle {
             queue_depth: AtomicUsize::new(0),
             next_seq: AtomicU64::new(1),
             shutdown: CancellationToken::new(),
+            interrupts: watch::channel(0).0,
+            operations_done: watch::channel(0).0,
             finished: watch::channel(false).0,
         });
         (SessionHandle { shared, inbox }, commands)
@@ -300,6 +307,21 @@ impl SessionHandle {
             Ok(output) => output,
             Err(_) => not_run(closed_error(), &self.status()),
         }
+    }
+
+    /// Interrupts the operation running now (queued ones are untouched) and waits until it has
+    /// ended — stopped cooperatively, or its kernel replaced after the grace period. Returns the
+    /// status afterwards, and whether anything was running.
+    pub async fn interrupt(&self) -> (bool, RuntimeStatus) {
+        let mut done = self.shared.operations_done.subscribe();
+        done.mark_unchanged();
+        if !self.status().operation_active {
+            return (false, self.status());
+        }
+        self.shared.interrupts.send_modify(|generation| *generation += 1);
+        let bound = self.shared.options.timeouts.interruption_grace + self.shared.options.timeouts.kernel_startup + Duration::from_secs(2);
+        let _ = tokio::time::timeout(bound, done.changed()).await;
+        (true, self.status())
     }
 
     /// Stops admission, ends queued requests with `runtime_closed`, interrupts active work and
@@ -478,6 +500,7 @@ impl Actor {
                 output.notice = Some(notice);
             }
             let _ = reply.send((output, helper_reply));
+            self.shared.operations_done.send_modify(|done| *done += 1);
         }
     }
 
@@ -605,6 +628,10 @@ impl Actor {
                 return (ExecutionOutput::not_run(ticket.execution_id.clone(), runtime(self.epoch, 0), error), None);
             }
         };
+        // Taken before the operation is visible as active, so an interrupt() that sees it active
+        // always bumps past this value.
+        let mut interrupts = self.shared.interrupts.subscribe();
+        let interrupts_at_start = *interrupts.borrow_and_update();
         self.update(|status| {
             status.state = SessionState::Busy;
             status.operation_active = true;
@@ -647,9 +674,17 @@ impl Actor {
                 // After the reply, `idle` normally follows at once; if it was lost, do not wait
                 // for the deadline (and never interrupt code that has finished).
                 let mut idle_deadline: Option<Instant> = None;
+                // The kernel ignores SIGINT until it has begun running the request, so an
+                // interrupt decided earlier waits for that moment (and the grace period with it).
+                let mut interrupt_pending = false;
                 loop {
                     if collector.done() {
                         break;
+                    }
+                    if interrupt_pending && collector.started() {
+                        interrupt_pending = false;
+                        running.kernel.interrupt().await;
+                        grace_deadline = Some(Instant::now() + options.timeouts.interruption_grace);
                     }
                     if idle_deadline.is_none() && collector.replied() {
                         idle_deadline = Some(Instant::now() + IDLE_AFTER_REPLY);
@@ -678,11 +713,17 @@ impl Actor {
                             Some(Cause::Deadline)
                         },
                         _ = ticket.cancel.cancelled(), if cause.is_none() => Some(Cause::Cancelled),
+                        _ = interrupts.wait_for(|generation| *generation > interrupts_at_start), if cause.is_none() => Some(Cause::Interrupted),
                         _ = shutdown.cancelled(), if cause.is_none() => Some(Cause::Closing),
                     };
                     if let (Some(new_cause), None) = (interrupt_cause, cause) {
-                        running.kernel.interrupt().await;
                         cause = Some(new_cause);
+                        if collector.started() {
+                            running.kernel.interrupt().await;
+                        } else {
+                            interrupt_pending = true;
+                        }
+                        // Also bounds a request the kernel never starts.
                         grace_deadline = Some(Instant::now() + options.timeouts.interruption_grace);
                     }
                 }
@@ -716,6 +757,10 @@ impl Actor {
                         ExecutionStatus::Cancelled,
                         Some(ErrorInfo::new("operation_cancelled", "cancelled by the client; the kernel was interrupted").with_hint(kept)),
                     ),
+                    Cause::Interrupted => (
+                        ExecutionStatus::Cancelled,
+                        Some(ErrorInfo::new("operation_cancelled", "stopped by an interrupt call").with_hint(kept)),
+                    ),
                     Cause::Closing => (ExecutionStatus::Cancelled, Some(closing_error())),
                 };
             }
@@ -744,6 +789,10 @@ impl Actor {
                         "operation_cancelled",
                         format!("cancelled by the client; the code did not stop within {grace:.1}s of an interrupt, so the kernel was killed"),
                     ),
+                    (_, Some(Cause::Interrupted)) => (
+                        "operation_cancelled",
+                        format!("stopped by an interrupt call; the code did not stop within {grace:.1}s, so the kernel was killed"),
+                    ),
                     _ => (
                         "operation_timeout",
                         format!(
@@ -754,7 +803,7 @@ impl Actor {
                 };
                 status = match (died, cause) {
                     (true, _) => ExecutionStatus::Error,
-                    (false, Some(Cause::Cancelled)) => ExecutionStatus::Cancelled,
+                    (false, Some(Cause::Cancelled | Cause::Interrupted)) => ExecutionStatus::Cancelled,
                     _ => ExecutionStatus::Timeout,
                 };
                 if !died {
@@ -951,6 +1000,8 @@ enum End {
 enum Cause {
     Deadline,
     Cancelled,
+    /// An `interrupt` call, from any client.
+    Interrupted,
     Closing,
 }
 

@@ -93,6 +93,16 @@ pub(crate) fn namespace(tool: &str, structured: Value, ok: bool) -> CallToolResu
     finish(structured, vec![Content::text(text)], ok)
 }
 
+pub(crate) fn interrupt(result: &crate::server::InterruptResult) -> CallToolResult {
+    let structured = serde_json::to_value(result).unwrap_or(Value::Null);
+    let text = match (result.interrupted, &result.interruption, &result.namespace) {
+        (false, _, _) => "nothing was running; the kernel is idle".to_owned(),
+        (true, Some(kind), Some(namespace)) => format!("interrupted ({kind:?}); namespace {namespace:?}; epoch {}", result.epoch).to_lowercase(),
+        (true, _, _) => "interrupted".to_owned(),
+    };
+    finish(structured, vec![Content::text(text)], result.ok)
+}
+
 /// A request refused before reaching a session (for tools without a richer error shape).
 pub(crate) fn request_error(error: &ErrorInfo) -> CallToolResult {
     let structured = serde_json::json!({"ok": false, "error": error});

@@ -89,6 +89,24 @@ pub struct StatusResult {
     pub status: RuntimeStatus,
 }
 
+/// The result of `interrupt`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct InterruptResult {
+    pub ok: bool,
+    /// True when an operation was running and has now ended because of this interrupt.
+    pub interrupted: bool,
+    /// What happened to the running code: `cooperative` (it stopped) or `terminated` (the
+    /// kernel was killed and replaced); null when nothing was running.
+    pub interruption: Option<ipython_mcp_kernel::Interruption>,
+    /// `preserved`, `reset` or `unknown`; null when nothing was running.
+    pub namespace: Option<ipython_mcp_kernel::NamespaceOutcome>,
+    /// The session's state and epoch after the interrupt.
+    pub state: ipython_mcp_kernel::SessionState,
+    pub epoch: u64,
+    /// Calls still waiting in the queue (an interrupt does not remove them).
+    pub queue_depth: usize,
+}
+
 /// The ipython-mcp server: one instance per MCP connection, sharing the sessions.
 #[derive(Clone)]
 pub struct IpythonMcp {
@@ -171,6 +189,31 @@ code raised or did not finish; `runtime.namespace` then tells whether your varia
             "tool call"
         );
         Ok(render::execution(&output))
+    }
+
+    #[tool(
+        name = "interrupt",
+        description = "Stop the code running in a kernel right now, like Jupyter's interrupt button, and wait until it has stopped. Use it when an execute or call_function is taking too long (from another client, or when your client cannot cancel). The kernel gets SIGINT; code that stops keeps the namespace (`namespace: preserved`); code that ignores it is killed after the grace period and the kernel replaced (`reset`). The interrupted call itself answers `operation_cancelled`. Queued calls are not touched. Does nothing when the kernel is idle (`interrupted: false`).",
+        output_schema = schema_for_output::<InterruptResult>(),
+        annotations(title = "Interrupt the kernel", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn interrupt(&self, Parameters(params): Parameters<StatusParams>) -> Result<CallToolResult, rmcp::ErrorData> {
+        let session = match self.sessions.get(params.kernel.as_deref()) {
+            Ok(session) => session.clone(),
+            Err(error) => return Ok(render::request_error(&error)),
+        };
+        let (interrupted, status) = session.interrupt().await;
+        tracing::info!(tool = "interrupt", kernel = session.kernel_id(), interrupted, "tool call");
+        let result = InterruptResult {
+            ok: true,
+            interrupted,
+            interruption: if interrupted { status.latest_interruption_kind } else { None },
+            namespace: if interrupted { status.latest_namespace_outcome } else { None },
+            state: status.state,
+            epoch: status.epoch,
+            queue_depth: status.queue_depth,
+        };
+        Ok(render::interrupt(&result))
     }
 
     #[tool(

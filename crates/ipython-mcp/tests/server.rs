@@ -18,7 +18,7 @@ async fn tools_are_listed_with_schemas_and_annotations() {
         names.sort_unstable();
         assert_eq!(
             names,
-            ["call_function", "execute", "inspect", "list", "reload", "remove", "reset", "runtime_status", "search"],
+            ["call_function", "execute", "inspect", "interrupt", "list", "reload", "remove", "reset", "runtime_status", "search"],
             "{family:?}"
         );
         for tool in &tools {
@@ -478,7 +478,8 @@ async fn mcp_cancellation_withdraws_queued_calls_and_interrupts_running_ones() {
         let request: CallToolRequest = Request::new(CallToolRequestParams::new("execute").with_arguments(arguments));
         peer.send_cancellable_request(ClientRequest::CallToolRequest(request), PeerRequestOptions::no_options())
     };
-    let running = send("import time\nbefore = 1\ntime.sleep(20)\nafter = 1").await.expect("send");
+    server.call("execute", json!({"code": "before = 1"})).await;
+    let running = send("import time\ntime.sleep(20)\nafter = 1").await.expect("send");
     server.wait_until(|status| status["operation_active"] == true).await;
     let queued = send("queued_ran = 1").await.expect("send");
     server.wait_until(|status| status["queue_depth"] == 1).await;
@@ -875,5 +876,41 @@ async fn a_missing_library_dir_makes_the_runtime_unavailable_with_the_reason() {
     assert_eq!(status["state"], "unavailable");
     let message = status["error"]["message"].as_str().expect("message");
     assert!(message.contains("/nonexistent/agent-libs"), "{message}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn interrupt_stops_running_code_and_reports_the_namespace() {
+    let server = Server::start(Family::Handshake, &[("IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS", "0.5")]).await;
+    let idle = server.call("interrupt", json!({})).await;
+    assert!(idle.ok(), "{idle:?}");
+    assert_eq!(idle.structured["interrupted"], false);
+
+    let spawn = |code: &'static str| {
+        let peer = server.client.peer().clone();
+        tokio::spawn(async move { support::call_peer(&peer, "execute", json!({"code": code})).await })
+    };
+    assert!(server.call("execute", json!({"code": "before = 1"})).await.ok());
+    let running = spawn("import time\ntime.sleep(30)");
+    server.wait_until(|status| status["operation_active"] == true).await;
+    let stopped = server.call("interrupt", json!({})).await;
+    assert_eq!(stopped.structured["interrupted"], true, "{:?}", stopped.structured);
+    assert_eq!(stopped.structured["interruption"], "cooperative");
+    assert_eq!(stopped.structured["namespace"], "preserved");
+    let call = running.await.expect("join");
+    assert_eq!(call.structured["status"], "cancelled");
+    assert_eq!(call.structured["error"]["code"], "operation_cancelled");
+    assert_eq!(server.call("execute", json!({"code": "before"})).await.structured["result"]["text/plain"], "1");
+
+    let stubborn = spawn("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass");
+    server.wait_until(|status| status["operation_active"] == true).await;
+    let killed = server.call("interrupt", json!({})).await;
+    assert_eq!(killed.structured["interruption"], "terminated", "{:?}", killed.structured);
+    assert_eq!(killed.structured["namespace"], "reset");
+    assert_eq!(killed.structured["epoch"], 1);
+    assert_eq!(stubborn.await.expect("join").structured["runtime"]["interruption"], "terminated");
+    // The next call is not affected by the earlier interrupts.
+    let after = server.call("execute", json!({"code": "import time\ntime.sleep(0.3)\n'fine'"})).await;
+    assert_eq!(after.structured["result"]["text/plain"], "'fine'");
     server.stop().await;
 }
