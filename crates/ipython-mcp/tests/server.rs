@@ -914,3 +914,13 @@ async fn interrupt_stops_running_code_and_reports_the_namespace() {
     assert_eq!(after.structured["result"]["text/plain"], "'fine'");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn doctor_finds_python_runs_a_round_trip_and_says_so() {
+    let output = support::command(&[]).arg("doctor").stdin(std::process::Stdio::null()).output().await.expect("run doctor");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    for line in ["python:", "ipykernel:", "kernel start:", "round trip:      ok (x = 19)", "all good"] {
+        assert!(stdout.contains(line), "doctor output lacks {line:?}:\n{stdout}");
+    }
+}
