@@ -327,7 +327,7 @@ async fn bench_session(python: &Path) -> anyhow::Result<Vec<f64>> {
         },
     };
     let session = ipython_mcp_kernel::SessionHandle::start(options);
-    let run = |code: &str| session.execute(ipython_mcp_kernel::ExecuteArgs { code: code.to_owned(), timeout: None, request_id: String::new(), cancel: Default::default() });
+    let run = |code: &str| session.execute(ipython_mcp_kernel::ExecuteArgs { code: code.to_owned(), ..Default::default() });
     let first = run(SETUP).await;
     if !first.ok {
         bail!("session failed: {:?}", first.error);

@@ -16,6 +16,9 @@ use crate::bound::{self, JsonLimits};
 use crate::output::{DisplayItem, ErrorInfo, Truncated};
 use crate::sink::TerminalSink;
 
+/// Characters of the latest output line kept for progress notifications.
+const LATEST_LINE_CHARS: usize = 200;
+
 /// The helper's end-of-execution report (see `python/ipython_mcp_helper.py`).
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct HelperReport {
@@ -59,6 +62,8 @@ pub(crate) struct Collector {
     helper_reply: Option<Value>,
     /// The kernel has begun running the request (its SIGINT handler is armed).
     started: bool,
+    /// The latest non-empty line of stream output, bounded, for progress notifications.
+    latest_line: Option<String>,
 }
 
 /// The collected parts, bounded.
@@ -97,7 +102,13 @@ impl Collector {
             helper_request: None,
             helper_reply: None,
             started: false,
+            latest_line: None,
         }
+    }
+
+    /// The latest non-empty line printed so far (bounded), if any.
+    pub(crate) fn latest_line(&self) -> Option<&str> {
+        self.latest_line.as_deref()
     }
 
     /// True once the kernel has begun running the request: `execute_input` for an execute,
@@ -146,6 +157,11 @@ impl Collector {
             JupyterMessageContent::ExecuteInput(_) => self.started = true,
             JupyterMessageContent::StreamContent(stream) => {
                 self.apply_pending_clear();
+                if let Some(line) = stream.text.rsplit(['\n', '\r']).map(str::trim).find(|line| !line.is_empty()) {
+                    let mut line = bound::strip_ansi(line);
+                    bound::truncate_chars(&mut line, LATEST_LINE_CHARS);
+                    self.latest_line = Some(line);
+                }
                 match stream.name {
                     Stdio::Stdout => self.stdout.write(&stream.text),
                     Stdio::Stderr => self.stderr.write(&stream.text),

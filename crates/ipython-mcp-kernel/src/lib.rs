@@ -17,7 +17,7 @@ mod status;
 
 pub use bound::{base64_decoded_len, BINARY_IMAGE_TYPES, SVG_TYPE};
 pub use output::{DisplayItem, ErrorInfo, ExecutionOutput, ExecutionStatus, Interruption, NamespaceOutcome, RuntimeInfo, Truncated};
-pub use session::{ExecuteArgs, HelperCall, HelperOutput, SessionHandle, SessionOptions};
+pub use session::{ExecuteArgs, HelperCall, HelperOutput, Progress, SessionHandle, SessionOptions};
 pub use sink::TerminalSink;
 pub use tokio_util::sync::CancellationToken;
 pub use status::{EnvironmentStatus, KernelDescription, RuntimeStatus, SessionState};

@@ -43,8 +43,17 @@ pub struct SessionOptions {
     pub resolver: Resolver,
 }
 
+/// A progress update for a running execution (at most one a second).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    /// Seconds since the code started running.
+    pub elapsed_seconds: f64,
+    /// The latest line of output, or a note that it is still running.
+    pub message: String,
+}
+
 /// One `execute` request.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ExecuteArgs {
     pub code: String,
     /// Deadline from dispatch; `None` uses the configured default.
@@ -54,6 +63,8 @@ pub struct ExecuteArgs {
     /// Cancelled when the client cancels the request: a queued request is withdrawn, a running
     /// one is interrupted (the timeout path).
     pub cancel: CancellationToken,
+    /// Where to send progress while the code runs (when the client asked for progress).
+    pub progress: Option<mpsc::UnboundedSender<Progress>>,
 }
 
 /// The public side of a session.
@@ -209,7 +220,7 @@ impl SessionHandle {
 
     /// Calls a method of the kernel's helper module, queued and bounded like an execute.
     pub async fn helper(&self, call: HelperCall) -> HelperOutput {
-        let args = ExecuteArgs { code: String::new(), timeout: call.timeout, request_id: call.request_id, cancel: call.cancel };
+        let args = ExecuteArgs { timeout: call.timeout, request_id: call.request_id, cancel: call.cancel, ..Default::default() };
         let request = HelperRequest { method: call.method, params: call.params };
         let (output, reply) = self.submit(args, Some(request)).await;
         helper_output(output, reply)
@@ -677,6 +688,7 @@ impl Actor {
                 // The kernel ignores SIGINT until it has begun running the request, so an
                 // interrupt decided earlier waits for that moment (and the grace period with it).
                 let mut interrupt_pending = false;
+                let mut progress_tick = tokio::time::interval_at(started + PROGRESS_INTERVAL, PROGRESS_INTERVAL);
                 loop {
                     if collector.done() {
                         break;
@@ -712,6 +724,13 @@ impl Actor {
                             }
                             Some(Cause::Deadline)
                         },
+                        _ = progress_tick.tick(), if args.progress.is_some() => {
+                            if let Some(progress) = &args.progress {
+                                let message = collector.latest_line().map_or_else(|| "running, no output yet".to_owned(), str::to_owned);
+                                let _ = progress.send(Progress { elapsed_seconds: started.elapsed().as_secs_f64(), message });
+                            }
+                            None
+                        }
                         _ = ticket.cancel.cancelled(), if cause.is_none() => Some(Cause::Cancelled),
                         _ = interrupts.wait_for(|generation| *generation > interrupts_at_start), if cause.is_none() => Some(Cause::Interrupted),
                         _ = shutdown.cancelled(), if cause.is_none() => Some(Cause::Closing),
@@ -982,6 +1001,9 @@ const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
 const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(2);
 const HEARTBEAT_MISSES: u32 = 3;
 
+/// Progress notifications are sent at most this often.
+const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
+
 /// How long to wait for `idle` once the reply is in.
 const IDLE_AFTER_REPLY: Duration = Duration::from_secs(1);
 
@@ -1045,7 +1067,7 @@ mod tests {
     }
 
     fn args(code: &str, cancel: &CancellationToken) -> ExecuteArgs {
-        ExecuteArgs { code: code.into(), timeout: None, request_id: code.into(), cancel: cancel.clone() }
+        ExecuteArgs { code: code.into(), request_id: code.into(), cancel: cancel.clone(), ..Default::default() }
     }
 
     fn code(output: &ExecutionOutput) -> Option<&str> {

@@ -9,7 +9,7 @@ use ipython_mcp_kernel::{ErrorInfo, ExecuteArgs, RuntimeStatus, SessionHandle};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::schema_for_output;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::model::{CallToolResult, Implementation, ProgressNotificationParam, ServerCapabilities, ServerConfig};
 use rmcp::service::RequestContext;
 use rmcp::{schemars, tool, tool_handler, tool_router, RoleServer, ServerHandler};
 use serde::{Deserialize, Serialize};
@@ -160,7 +160,9 @@ content), the final expression's value in `result`, and on failure a structured 
 (`execution_error` with ename/evalue/traceback when your code raised). `ok` is false when the \
 code raised or did not finish; `runtime.namespace` then tells whether your variables survived \
 (`preserved`) or the kernel was replaced (`reset`: re-run your setup). Prefer printing summaries \
-(df.head(), len(x)) over whole objects. Use runtime_status to check on the kernel without running code.",
+(df.head(), len(x)) over whole objects. If your client sends a progress token, you get a progress \
+notification with the latest output line about once a second while the code runs. Use runtime_status to \
+check on the kernel without running code, interrupt to stop it.",
         output_schema = schema_for_output::<ipython_mcp_kernel::ExecutionOutput>(),
         annotations(title = "Execute Python", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
     )]
@@ -179,8 +181,24 @@ code raised or did not finish; `runtime.namespace` then tells whether your varia
             Err(error) => return Ok(render::rejected_execute(request_id, *error)),
         };
         let started = std::time::Instant::now();
+        // Progress, when the client sent a token: the latest output line, at most once a second.
+        let progress = context.meta.get_progress_token().map(|token| {
+            let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel::<ipython_mcp_kernel::Progress>();
+            let peer = context.peer.clone();
+            tokio::spawn(async move {
+                while let Some(update) = receiver.recv().await {
+                    let notification = ProgressNotificationParam::new(token.clone(), update.elapsed_seconds)
+                        .with_message(update.message);
+                    if peer.notify_progress(notification).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            sender
+        });
         // rmcp cancels this token on notifications/cancelled and when the transport closes.
-        let output = session.execute(ExecuteArgs { code: params.code, timeout, request_id, cancel: context.ct.clone() }).await;
+        let args = ExecuteArgs { code: params.code, timeout, request_id, cancel: context.ct.clone(), progress };
+        let output = session.execute(args).await;
         tracing::info!(
             tool = "execute",
             kernel = session.kernel_id(),

@@ -53,7 +53,7 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     for round in 0..20 {
         let code = if round == 0 { "x = 0".to_owned() } else { "x = x + 1; x".to_owned() };
         let begun = Instant::now();
-        let output = session.execute(ExecuteArgs { code, timeout: None, request_id: format!("doctor-{round}"), cancel: Default::default() }).await;
+        let output = session.execute(ExecuteArgs { code, request_id: format!("doctor-{round}"), ..Default::default() }).await;
         samples.push(begun.elapsed());
         if !output.ok {
             writeln!(out, "FAILED:          round trip: {:?}", output.error.map(|error| error.message))?;

@@ -63,6 +63,11 @@ async fn the_python_sdk_client_works_in_both_protocol_families() {
         assert_eq!(run["failed_is_error"], true);
         assert_eq!(run["failed_code"], "execution_error");
         assert_eq!(run["failed_ename"], "ValueError");
+        let progress = run["progress"].as_array().expect("progress");
+        assert!((2..=4).contains(&progress.len()), "about one notification a second: {progress:?}");
+        assert!(progress.iter().all(|update| update["message"].as_str().is_some_and(|m| m.starts_with("step "))), "{progress:?}");
+        let values: Vec<f64> = progress.iter().filter_map(|update| update["progress"].as_f64()).collect();
+        assert!(values.windows(2).all(|pair| pair[0] < pair[1]), "progress increases: {values:?}");
         let namespace = &run["namespace"];
         assert_eq!(namespace["list"][0]["structured"]["functions"][0]["name"], "double", "{run}");
         assert_eq!(namespace["search"][0]["structured"]["results"][0]["name"], "table");
@@ -72,6 +77,6 @@ async fn the_python_sdk_client_works_in_both_protocol_families() {
         assert_eq!(namespace["call_function"][1]["structured"]["error"]["code"], "invalid_arguments");
         assert_eq!(namespace["reload"][0]["structured"]["results"][1]["error"]["code"], "module_not_found");
         assert_eq!(namespace["remove"][0]["structured"]["refused"], serde_json::json!(["_x"]));
-        assert_eq!(namespace["reset"][0]["structured"]["removed"], serde_json::json!(["double", "x"]));
+        assert_eq!(namespace["reset"][0]["structured"]["removed"], serde_json::json!(["double", "i", "time", "x"]));
     }
 }

@@ -25,6 +25,14 @@ async def session(binary, mode):
             await asyncio.sleep(0.1)
         first = await client.call_tool("execute", {"code": "x = 20\nprint('hello')\nx * 2 + 2"})
         failed = await client.call_tool("execute", {"code": "raise ValueError('nope')"})
+        # Progress: the latest output line, at most once a second, while the cell runs.
+        progress = []
+
+        async def on_progress(value, total, message):
+            progress.append({"progress": value, "message": message})
+
+        slow = "import time\nfor i in range(5):\n    print(f'step {i}', flush=True)\n    time.sleep(0.6)"
+        await client.call_tool("execute", {"code": slow}, progress_callback=on_progress)
         # Every namespace tool, so the SDK checks each result against its advertised schema.
         await client.call_tool("execute", {"code": "def double(v: int) -> int:\n    return 2 * v\ntable = {'k': [1, 2]}"})
         namespace = {}
@@ -43,6 +51,7 @@ async def session(binary, mode):
                 {"is_error": result.is_error, "structured": result.structured_content}
             )
         return {
+            "progress": progress,
             "namespace": namespace,
             "mode": mode,
             "protocol": client.protocol_version,
