@@ -93,6 +93,8 @@ struct Shared {
 
 enum Command {
     Execute { ticket: Arc<Ticket>, args: ExecuteArgs, helper: Option<HelperRequest>, reply: oneshot::Sender<Outcome> },
+    /// Replace the kernel with a fresh one (a promoted spare), in queue order.
+    Restart { reply: oneshot::Sender<RuntimeStatus> },
 }
 
 /// A call into the kernel's helper module (namespace tools), queued like an execute.
@@ -320,6 +322,27 @@ impl SessionHandle {
         }
     }
 
+    /// Replaces the kernel with a fresh one (promoting a warm spare when one is ready) after
+    /// the operations queued before it; every name is gone afterwards and the epoch advances.
+    pub async fn restart(&self) -> Result<RuntimeStatus, ErrorInfo> {
+        match self.status().state {
+            SessionState::Closed => return Err(closed_error()),
+            SessionState::Starting => {
+                return Err(ErrorInfo::new("runtime_unavailable", "the kernel is still starting; nothing to restart yet"))
+            }
+            _ => {}
+        }
+        let (reply, result) = oneshot::channel();
+        self.inbox.send(Command::Restart { reply }).map_err(|_| closed_error())?;
+        let bound = self.shared.options.queue_wait_timeout + self.shared.options.timeouts.kernel_startup;
+        match tokio::time::timeout(bound, result).await {
+            Ok(Ok(status)) => Ok(status),
+            Ok(Err(_)) => Err(closed_error()),
+            Err(_) => Err(ErrorInfo::new("queue_timeout", "the restart waited too long behind earlier operations")
+                .with_hint("interrupt the running code first, then restart")),
+        }
+    }
+
     /// Interrupts the operation running now (queued ones are untouched) and waits until it has
     /// ended — stopped cooperatively, or its kernel replaced after the grace period. Returns the
     /// status afterwards, and whether anything was running.
@@ -498,7 +521,24 @@ impl Actor {
                 }
                 command = self.commands.recv() => command,
             };
-            let Some(Command::Execute { ticket, args, helper, reply }) = command else { return };
+            let (ticket, args, helper, reply) = match command {
+                Some(Command::Execute { ticket, args, helper, reply }) => (ticket, args, helper, reply),
+                Some(Command::Restart { reply }) => {
+                    if shutdown.is_cancelled() {
+                        return;
+                    }
+                    self.replace().await;
+                    self.update(|status| {
+                        status.latest_interruption_kind = None;
+                        status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
+                    });
+                    // The caller asked for it: no need to tell the next call.
+                    self.unreported_reset = None;
+                    let _ = reply.send(self.shared.status.lock().expect("status lock").clone());
+                    continue;
+                }
+                None => return,
+            };
             if shutdown.is_cancelled() {
                 return;
             }
@@ -898,6 +938,7 @@ impl Actor {
                 self.update(|status| {
                     status.state = SessionState::Ready;
                     status.replacement_startup_seconds = Some(elapsed);
+                    status.error = None;
                 });
                 self.refill_spares();
                 true
@@ -916,7 +957,8 @@ impl Actor {
             status.operation_active = false;
         });
         self.commands.close();
-        while let Ok(Command::Execute { ticket, args, reply, .. }) = self.commands.try_recv() {
+        while let Ok(command) = self.commands.try_recv() {
+            let Command::Execute { ticket, args, reply, .. } = command else { continue };
             if ticket.abandon(&self.shared) {
                 let runtime = RuntimeInfo {
                     request_id: args.request_id.clone(),

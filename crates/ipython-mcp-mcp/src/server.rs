@@ -235,6 +235,28 @@ check on the kernel without running code, interrupt to stop it.",
     }
 
     #[tool(
+        name = "kernel_restart",
+        description = "Restart a kernel: replace it with a fresh one (a warm spare when ready, so it takes milliseconds) after the calls queued before it. Every variable, import and function is gone afterwards, the execution count starts over, the configured preloads and aliases are back, and `epoch` advances. Use it to start clean or to recover an `unavailable` session; use reset to clear names without a new process, and interrupt to stop running code. Returns the session's status after the restart.",
+        output_schema = schema_for_output::<StatusResult>(),
+        annotations(title = "Restart the kernel", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn kernel_restart(&self, Parameters(params): Parameters<StatusParams>) -> Result<CallToolResult, rmcp::ErrorData> {
+        let session = match self.sessions.get(params.kernel.as_deref()) {
+            Ok(session) => session.clone(),
+            Err(error) => return Ok(render::request_error(&error)),
+        };
+        let restarted = session.restart().await;
+        tracing::info!(tool = "kernel_restart", kernel = session.kernel_id(), ok = restarted.is_ok(), "tool call");
+        Ok(match restarted {
+            Ok(status) => {
+                let ok = status.state == ipython_mcp_kernel::SessionState::Ready;
+                render::status(&StatusResult { ok, status })
+            }
+            Err(error) => render::request_error(&error),
+        })
+    }
+
+    #[tool(
         name = "runtime_status",
         description = "Report the state of a kernel session without running code or waiting in its \
 queue (safe to call while an execute is running): state (starting/ready/busy/recovering/unavailable/closed), \

@@ -51,7 +51,7 @@ async fn the_python_sdk_client_works_in_both_protocol_families() {
         assert_eq!(run["protocol"], protocol, "{run}");
         assert_eq!(
             run["tools"],
-            serde_json::json!(["call_function", "execute", "inspect", "interrupt", "list", "reload", "remove", "reset", "runtime_status", "search"]),
+            serde_json::json!(["call_function", "execute", "inspect", "interrupt", "kernel_restart", "list", "reload", "remove", "reset", "runtime_status", "search"]),
             "{run}"
         );
         assert_eq!(run["output_schemas"], true);

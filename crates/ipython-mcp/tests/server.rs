@@ -18,7 +18,7 @@ async fn tools_are_listed_with_schemas_and_annotations() {
         names.sort_unstable();
         assert_eq!(
             names,
-            ["call_function", "execute", "inspect", "interrupt", "list", "reload", "remove", "reset", "runtime_status", "search"],
+            ["call_function", "execute", "inspect", "interrupt", "kernel_restart", "list", "reload", "remove", "reset", "runtime_status", "search"],
             "{family:?}"
         );
         for tool in &tools {
@@ -923,4 +923,28 @@ async fn doctor_finds_python_runs_a_round_trip_and_says_so() {
     for line in ["python:", "ipykernel:", "kernel start:", "round trip:      ok (x = 19)", "all good"] {
         assert!(stdout.contains(line), "doctor output lacks {line:?}:\n{stdout}");
     }
+}
+
+#[tokio::test]
+async fn kernel_restart_gives_a_fresh_kernel_with_the_configured_modules() {
+    let server = Server::start(
+        Family::Handshake,
+        &[("IPYTHON_MCP_SPARE_KERNELS", "1"), ("IPYTHON_MCP_MODULE_ALIASES", r#"{"json": "js"}"#)],
+    )
+    .await;
+    server.call("execute", json!({"code": "x = 1"})).await;
+    let before = server.wait_until(|status| status["spare_kernel_pids"].as_array().is_some_and(|pids| pids.len() == 1)).await;
+    let restarted = server.call("kernel_restart", json!({})).await;
+    assert!(restarted.ok(), "{:?}", restarted.structured);
+    assert_eq!(restarted.structured["epoch"], 1);
+    assert_eq!(restarted.structured["state"], "ready");
+    assert_eq!(restarted.structured["kernel"]["pid"], before["spare_kernel_pids"][0], "the spare was promoted");
+    assert_eq!(restarted.structured["latest_namespace_outcome"], "reset");
+    let check = server.call("execute", json!({"code": "('x' in globals(), js.__name__)"})).await;
+    assert_eq!(check.structured["result"]["text/plain"], "(False, 'json')");
+    assert_eq!(check.structured["execution_count"], 1, "a fresh kernel counts from 1");
+    assert!(check.structured.get("notice").is_none(), "the caller asked for the restart: no notice");
+    let unknown = server.call("kernel_restart", json!({"kernel": "nope"})).await;
+    assert_eq!(unknown.structured["error"]["code"], "invalid_arguments");
+    server.stop().await;
 }
