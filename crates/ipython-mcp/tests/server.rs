@@ -215,7 +215,7 @@ async fn output_that_is_not_valid_utf8_is_replaced_not_lost() {
 async fn timeouts_interrupt_and_preserve_or_replace_the_kernel() {
     let server = Server::start(Family::Handshake, &[("IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS", "1")]).await;
     server.call("execute", json!({"code": "kept = 1"})).await;
-    let result = server.call("execute", json!({"code": "import time\npartial = 2\ntime.sleep(30)", "timeout_seconds": 0.5})).await;
+    let result = server.call("execute", json!({"code": "import time\npartial = 2\ntime.sleep(30)", "timeout_seconds": 1.5})).await;
     assert_eq!(result.structured["status"], "timeout");
     assert_eq!(result.structured["error"]["code"], "operation_timeout");
     assert_eq!(result.structured["runtime"]["interruption"], "cooperative");
@@ -225,7 +225,7 @@ async fn timeouts_interrupt_and_preserve_or_replace_the_kernel() {
 
     // A loop that ignores KeyboardInterrupt: the kernel is killed and replaced.
     let code = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass";
-    let result = server.call("execute", json!({"code": code, "timeout_seconds": 0.5})).await;
+    let result = server.call("execute", json!({"code": code, "timeout_seconds": 1.5})).await;
     assert_eq!(result.structured["status"], "timeout");
     assert_eq!(result.structured["runtime"]["interruption"], "terminated");
     assert_eq!(result.structured["runtime"]["namespace"], "reset");
@@ -593,7 +593,7 @@ async fn hangs_that_ignore_interrupts_and_crashes_are_recovered() {
     .await;
     // SIGINT blocked in the main thread: the interrupt is never delivered.
     let code = "import signal, time\nsignal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])\nmarker = 1\ntime.sleep(60)";
-    let result = server.call("execute", json!({"code": code, "timeout_seconds": 0.5})).await;
+    let result = server.call("execute", json!({"code": code, "timeout_seconds": 1.5})).await;
     assert_eq!(result.structured["status"], "timeout", "{:?}", result.structured);
     assert_eq!(result.structured["runtime"]["interruption"], "terminated");
     assert_eq!(result.structured["runtime"]["namespace"], "reset");
@@ -904,6 +904,9 @@ async fn interrupt_stops_running_code_and_reports_the_namespace() {
 
     let stubborn = spawn("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass");
     server.wait_until(|status| status["operation_active"] == true).await;
+    // Give the cell time to install its SIG_IGN handler: a SIGINT before that would (rightly)
+    // stop it cooperatively.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let killed = server.call("interrupt", json!({})).await;
     assert_eq!(killed.structured["interruption"], "terminated", "{:?}", killed.structured);
     assert_eq!(killed.structured["namespace"], "reset");
