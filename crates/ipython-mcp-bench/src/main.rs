@@ -18,7 +18,9 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use ipython_mcp_jupyter::protocol::{ExecuteRequest, ExecutionState, JupyterMessage, JupyterMessageContent};
+use ipython_mcp_jupyter::protocol::{
+    ExecuteRequest, ExecutionState, JupyterMessage, JupyterMessageContent,
+};
 use ipython_mcp_jupyter::{Channel, Kernel, LaunchSpec};
 use rmcp::model::{CallToolRequestParams, ClientConfig};
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
@@ -34,7 +36,10 @@ const FLOOD: &str = "import sys\nsys.stdout.write('x' * 100_000_000)\nfor _ in r
 async fn main() -> anyhow::Result<()> {
     let server_binary = sibling_binary("ipython-mcp")?;
     let python = resolve_python().await?;
-    println!("ipython-mcp benchmark: {CALLS} calls after {WARMUP} warm-up calls each; python {}", python.display());
+    println!(
+        "ipython-mcp benchmark: {CALLS} calls after {WARMUP} warm-up calls each; python {}",
+        python.display()
+    );
 
     let (mcp, rss, namespace) = bench_mcp(&server_binary).await?;
     let raw = bench_raw_client(&python).await?;
@@ -44,34 +49,89 @@ async fn main() -> anyhow::Result<()> {
     let without_spare = bench_replacement(&server_binary, 0).await?;
 
     println!();
-    println!("{:<58} {:>9} {:>9}", "round trip of `x = x + 1` (reply + idle)", "p50 ms", "p99 ms");
+    println!(
+        "{:<58} {:>9} {:>9}",
+        "round trip of `x = x + 1` (reply + idle)", "p50 ms", "p99 ms"
+    );
     for (name, samples) in [
         ("(a) MCP stdio: rmcp client -> ipython-mcp -> kernel", &mcp),
         ("(b) our kernel client (ipython-mcp-jupyter), no MCP", &raw),
-        ("(b2) our session layer (helper + bounding), no MCP", &session),
-        ("(c) Python jupyter_client, same kernel flags", &python_floor),
-        ("inspect `f` through MCP (helper comm RPC)", &namespace.inspect),
+        (
+            "(b2) our session layer (helper + bounding), no MCP",
+            &session,
+        ),
+        (
+            "(c) Python jupyter_client, same kernel flags",
+            &python_floor,
+        ),
+        (
+            "inspect `f` through MCP (helper comm RPC)",
+            &namespace.inspect,
+        ),
         ("call_function `f(x=1)` through MCP", &namespace.call),
     ] {
-        println!("{name:<58} {:>9.3} {:>9.3}", percentile(samples, 0.50), percentile(samples, 0.99));
+        println!(
+            "{name:<58} {:>9.3} {:>9.3}",
+            percentile(samples, 0.50),
+            percentile(samples, 0.99)
+        );
     }
-    let (a, b, b2, c) = (percentile(&mcp, 0.5), percentile(&raw, 0.5), percentile(&session, 0.5), percentile(&python_floor, 0.5));
+    let (a, b, b2, c) = (
+        percentile(&mcp, 0.5),
+        percentile(&raw, 0.5),
+        percentile(&session, 0.5),
+        percentile(&python_floor, 0.5),
+    );
     println!();
-    println!("ratio a/b  (MCP stack vs our bare client, target <= 1.2): {:.2}", a / b);
-    println!("ratio a/b2 (MCP layer alone):                             {:.2}", a / b2);
-    println!("ratio a/c  (MCP stack vs bare jupyter_client, target <= 1.0): {:.2}", a / c);
+    println!(
+        "ratio a/b  (MCP stack vs our bare client, target <= 1.2): {:.2}",
+        a / b
+    );
+    println!(
+        "ratio a/b2 (MCP layer alone):                             {:.2}",
+        a / b2
+    );
+    println!(
+        "ratio a/c  (MCP stack vs bare jupyter_client, target <= 1.0): {:.2}",
+        a / c
+    );
     println!();
-    println!("server RSS idle:                       {:>6.1} MiB (target <= 20)", rss.idle_kib as f64 / 1024.0);
-    println!("server peak RSS during a 200 MB print: {:>6.1} MiB (growth {:.1} MiB, target <= 16)",
-        rss.peak_kib as f64 / 1024.0, (rss.peak_kib.saturating_sub(rss.idle_kib)) as f64 / 1024.0);
-    println!("flood execute took {:.2} s; omitted chars reported: {}", rss.flood_seconds, rss.flood_omitted);
+    println!(
+        "server RSS idle:                       {:>6.1} MiB (target <= 20)",
+        rss.idle_kib as f64 / 1024.0
+    );
+    println!(
+        "server peak RSS during a 200 MB print: {:>6.1} MiB (growth {:.1} MiB, target <= 16)",
+        rss.peak_kib as f64 / 1024.0,
+        (rss.peak_kib.saturating_sub(rss.idle_kib)) as f64 / 1024.0
+    );
+    println!(
+        "flood execute took {:.2} s; omitted chars reported: {}",
+        rss.flood_seconds, rss.flood_omitted
+    );
     println!();
     println!("kernel replacement after os._exit (replacement_startup_seconds, {REPLACEMENTS} kills each):");
-    println!("  with a warm spare:  p50 {:>9.3} ms, max {:>9.3} ms", percentile(&with_spare.died, 0.5), percentile(&with_spare.died, 1.0));
-    println!("  without a spare:    p50 {:>9.3} ms, max {:>9.3} ms", percentile(&without_spare.died, 0.5), percentile(&without_spare.died, 1.0));
+    println!(
+        "  with a warm spare:  p50 {:>9.3} ms, max {:>9.3} ms",
+        percentile(&with_spare.died, 0.5),
+        percentile(&with_spare.died, 1.0)
+    );
+    println!(
+        "  without a spare:    p50 {:>9.3} ms, max {:>9.3} ms",
+        percentile(&without_spare.died, 0.5),
+        percentile(&without_spare.died, 1.0)
+    );
     println!("after a hang that ignores SIGINT, deadline -> usable kernel, beyond the {HANG_GRACE_SECONDS} s grace (target < 100 ms with a spare):");
-    println!("  with a warm spare:  p50 {:>9.3} ms, max {:>9.3} ms", percentile(&with_spare.hung, 0.5), percentile(&with_spare.hung, 1.0));
-    println!("  without a spare:    p50 {:>9.3} ms, max {:>9.3} ms", percentile(&without_spare.hung, 0.5), percentile(&without_spare.hung, 1.0));
+    println!(
+        "  with a warm spare:  p50 {:>9.3} ms, max {:>9.3} ms",
+        percentile(&with_spare.hung, 0.5),
+        percentile(&with_spare.hung, 1.0)
+    );
+    println!(
+        "  without a spare:    p50 {:>9.3} ms, max {:>9.3} ms",
+        percentile(&without_spare.hung, 0.5),
+        percentile(&without_spare.hung, 1.0)
+    );
     Ok(())
 }
 
@@ -79,7 +139,10 @@ fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
     let me = std::env::current_exe()?;
     let path = me.with_file_name(name);
     if !path.exists() {
-        bail!("{} not found: build it first with `cargo build --release`", path.display());
+        bail!(
+            "{} not found: build it first with `cargo build --release`",
+            path.display()
+        );
     }
     Ok(path)
 }
@@ -89,7 +152,8 @@ async fn resolve_python() -> anyhow::Result<PathBuf> {
     let xdg = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from);
     let cache_dir = match std::env::var_os("IPYTHON_MCP_CACHE_DIR") {
         Some(dir) => PathBuf::from(dir),
-        None => ipython_mcp_env::default_cache_dir(home.as_deref(), xdg.as_deref()).context("no cache dir")?,
+        None => ipython_mcp_env::default_cache_dir(home.as_deref(), xdg.as_deref())
+            .context("no cache dir")?,
     };
     let resolver = ipython_mcp_env::Resolver {
         explicit_python: std::env::var_os("IPYTHON_MCP_PYTHON").map(PathBuf::from),
@@ -119,7 +183,10 @@ fn proc_status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|status| {
-            status.lines().find_map(|line| line.strip_prefix(field)).and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix(field))
+                .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
         })
         .unwrap_or(0)
 }
@@ -140,11 +207,21 @@ async fn bench_mcp(server_binary: &Path) -> anyhow::Result<(Vec<f64>, Rss, Names
         .kill_on_drop(true)
         .spawn()?;
     let pid = child.id().context("pid")?;
-    let transport = (child.stdout.take().context("stdout")?, child.stdin.take().context("stdin")?);
-    let client = ClientConfig::default().serve_with_lifecycle(transport, ClientLifecycleMode::Initialize).await?;
+    let transport = (
+        child.stdout.take().context("stdout")?,
+        child.stdin.take().context("stdin")?,
+    );
+    let client = ClientConfig::default()
+        .serve_with_lifecycle(transport, ClientLifecycleMode::Initialize)
+        .await?;
     let call = |code: &str, timeout: f64| {
-        let arguments = json!({"code": code, "timeout_seconds": timeout}).as_object().cloned().expect("object");
-        client.peer().call_tool(CallToolRequestParams::new("execute").with_arguments(arguments))
+        let arguments = json!({"code": code, "timeout_seconds": timeout})
+            .as_object()
+            .cloned()
+            .expect("object");
+        client
+            .peer()
+            .call_tool(CallToolRequestParams::new("execute").with_arguments(arguments))
     };
     // Wait for the kernel (the first call queues behind start-up).
     let deadline = Instant::now() + Duration::from_secs(900);
@@ -171,15 +248,25 @@ async fn bench_mcp(server_binary: &Path) -> anyhow::Result<(Vec<f64>, Rss, Names
         }
     }
     call("def f(x: int = 0) -> int:\n    return x + 1", 30.0).await?;
-    let mut namespace = NamespaceTimes { inspect: Vec::with_capacity(CALLS), call: Vec::with_capacity(CALLS) };
+    let mut namespace = NamespaceTimes {
+        inspect: Vec::with_capacity(CALLS),
+        call: Vec::with_capacity(CALLS),
+    };
     for (tool, arguments, samples) in [
         ("inspect", json!({"name": "f"}), &mut namespace.inspect),
-        ("call_function", json!({"name": "f", "arguments": {"x": 1}}), &mut namespace.call),
+        (
+            "call_function",
+            json!({"name": "f", "arguments": {"x": 1}}),
+            &mut namespace.call,
+        ),
     ] {
         let arguments = arguments.as_object().cloned().expect("object");
         for round in 0..WARMUP + CALLS {
             let started = Instant::now();
-            let result = client.peer().call_tool(CallToolRequestParams::new(tool).with_arguments(arguments.clone())).await?;
+            let result = client
+                .peer()
+                .call_tool(CallToolRequestParams::new(tool).with_arguments(arguments.clone()))
+                .await?;
             if result.is_error == Some(true) {
                 bail!("{tool} failed: {:?}", result.structured_content);
             }
@@ -193,17 +280,32 @@ async fn bench_mcp(server_binary: &Path) -> anyhow::Result<(Vec<f64>, Rss, Names
     let started = Instant::now();
     let flood = call(FLOOD, 600.0).await?;
     let flood_seconds = started.elapsed().as_secs_f64();
-    let flood_omitted = flood.structured_content.as_ref().and_then(|value| value.get("stdout_omitted_chars")).and_then(Value::as_u64).unwrap_or(0);
+    let flood_omitted = flood
+        .structured_content
+        .as_ref()
+        .and_then(|value| value.get("stdout_omitted_chars"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
     let peak_kib = proc_status_kib(pid, "VmHWM:");
     client.cancel().await?;
     let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
-    Ok((samples, Rss { idle_kib, peak_kib, flood_seconds, flood_omitted }, namespace))
+    Ok((
+        samples,
+        Rss {
+            idle_kib,
+            peak_kib,
+            flood_seconds,
+            flood_omitted,
+        },
+        namespace,
+    ))
 }
 
 const REPLACEMENTS: usize = 5;
 const HANG_TIMEOUT_SECONDS: f64 = 0.5;
 const HANG_GRACE_SECONDS: f64 = 0.5;
-const HANG: &str = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass";
+const HANG: &str =
+    "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass";
 
 /// Recovery figures in milliseconds.
 struct Recovery {
@@ -219,24 +321,35 @@ async fn bench_replacement(server_binary: &Path, spares: usize) -> anyhow::Resul
     let mut child = tokio::process::Command::new(server_binary)
         .env("IPYTHON_MCP_LOG", "error")
         .env("IPYTHON_MCP_SPARE_KERNELS", spares.to_string())
-        .env("IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS", HANG_GRACE_SECONDS.to_string())
+        .env(
+            "IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS",
+            HANG_GRACE_SECONDS.to_string(),
+        )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .kill_on_drop(true)
         .spawn()?;
-    let transport = (child.stdout.take().context("stdout")?, child.stdin.take().context("stdin")?);
-    let client = ClientConfig::default().serve_with_lifecycle(transport, ClientLifecycleMode::Initialize).await?;
+    let transport = (
+        child.stdout.take().context("stdout")?,
+        child.stdin.take().context("stdin")?,
+    );
+    let client = ClientConfig::default()
+        .serve_with_lifecycle(transport, ClientLifecycleMode::Initialize)
+        .await?;
     let call = |tool: &'static str, arguments: Value| {
         let arguments = arguments.as_object().cloned().expect("object");
-        client.peer().call_tool(CallToolRequestParams::new(tool).with_arguments(arguments))
+        client
+            .peer()
+            .call_tool(CallToolRequestParams::new(tool).with_arguments(arguments))
     };
     let status = || async {
         let result = call("runtime_status", json!({})).await?;
         anyhow::Ok(result.structured_content.unwrap_or(Value::Null))
     };
     let settled = |status: &Value| {
-        status["state"] == "ready" && status["spare_kernel_pids"].as_array().map_or(0, Vec::len) == spares
+        status["state"] == "ready"
+            && status["spare_kernel_pids"].as_array().map_or(0, Vec::len) == spares
     };
     let settle = || async {
         let deadline = Instant::now() + Duration::from_secs(120);
@@ -248,23 +361,40 @@ async fn bench_replacement(server_binary: &Path, spares: usize) -> anyhow::Resul
         }
         anyhow::Ok(())
     };
-    let mut recovery = Recovery { died: Vec::new(), hung: Vec::new() };
+    let mut recovery = Recovery {
+        died: Vec::new(),
+        hung: Vec::new(),
+    };
     for _ in 0..REPLACEMENTS {
         settle().await?;
         call("execute", json!({"code": "import os\nos._exit(1)"})).await?;
-        let seconds = status().await?["replacement_startup_seconds"].as_f64().context("replacement time")?;
+        let seconds = status().await?["replacement_startup_seconds"]
+            .as_f64()
+            .context("replacement time")?;
         recovery.died.push(seconds * 1000.0);
     }
     for _ in 0..REPLACEMENTS {
         settle().await?;
         let started = Instant::now();
-        let result = call("execute", json!({"code": HANG, "timeout_seconds": HANG_TIMEOUT_SECONDS})).await?;
+        let result = call(
+            "execute",
+            json!({"code": HANG, "timeout_seconds": HANG_TIMEOUT_SECONDS}),
+        )
+        .await?;
         let elapsed = started.elapsed().as_secs_f64();
-        let interruption = result.structured_content.as_ref().map(|value| value["runtime"]["interruption"].clone());
+        let interruption = result
+            .structured_content
+            .as_ref()
+            .map(|value| value["runtime"]["interruption"].clone());
         if interruption != Some(json!("terminated")) {
-            bail!("the hang was not terminated: {:?}", result.structured_content);
+            bail!(
+                "the hang was not terminated: {:?}",
+                result.structured_content
+            );
         }
-        recovery.hung.push((elapsed - HANG_TIMEOUT_SECONDS - HANG_GRACE_SECONDS) * 1000.0);
+        recovery
+            .hung
+            .push((elapsed - HANG_TIMEOUT_SECONDS - HANG_GRACE_SECONDS) * 1000.0);
     }
     client.cancel().await?;
     let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
@@ -272,11 +402,23 @@ async fn bench_replacement(server_binary: &Path, spares: usize) -> anyhow::Resul
 }
 
 async fn bench_raw_client(python: &Path) -> anyhow::Result<Vec<f64>> {
-    let spec = LaunchSpec { python: python.to_owned(), env: Vec::new(), working_dir: None, interrupt_mode: Default::default() };
+    let spec = LaunchSpec {
+        python: python.to_owned(),
+        env: Vec::new(),
+        working_dir: None,
+        interrupt_mode: Default::default(),
+    };
     let kernel = Kernel::launch(&spec, Duration::from_secs(30)).await?;
     let run = |code: &'static str| async {
         let request = JupyterMessage::new(
-            ExecuteRequest { code: code.to_owned(), silent: false, store_history: true, user_expressions: None, allow_stdin: false, stop_on_error: false },
+            ExecuteRequest {
+                code: code.to_owned(),
+                silent: false,
+                store_history: true,
+                user_expressions: None,
+                allow_stdin: false,
+                stop_on_error: false,
+            },
             None,
         );
         let (msg_id, mut receiver) = kernel.request(Channel::Shell, request).await?;
@@ -285,7 +427,11 @@ async fn bench_raw_client(python: &Path) -> anyhow::Result<Vec<f64>> {
             let routed = receiver.recv().await.context("kernel exited")?;
             match routed.message.content {
                 JupyterMessageContent::ExecuteReply(_) => reply = true,
-                JupyterMessageContent::Status(status) if status.execution_state == ExecutionState::Idle => idle = true,
+                JupyterMessageContent::Status(status)
+                    if status.execution_state == ExecutionState::Idle =>
+                {
+                    idle = true
+                }
                 _ => {}
             }
         }
@@ -327,7 +473,12 @@ async fn bench_session(python: &Path) -> anyhow::Result<Vec<f64>> {
         },
     };
     let session = ipython_mcp_kernel::SessionHandle::start(options);
-    let run = |code: &str| session.execute(ipython_mcp_kernel::ExecuteArgs { code: code.to_owned(), ..Default::default() });
+    let run = |code: &str| {
+        session.execute(ipython_mcp_kernel::ExecuteArgs {
+            code: code.to_owned(),
+            ..Default::default()
+        })
+    };
     let first = run(SETUP).await;
     if !first.ok {
         bail!("session failed: {:?}", first.error);
@@ -350,14 +501,27 @@ async fn bench_jupyter_client(python: &Path) -> anyhow::Result<Vec<f64>> {
     std::fs::write(&script, include_str!("jupyter_client_loop.py"))?;
     let output = tokio::process::Command::new(python)
         .arg(&script)
-        .args([CALLS.to_string(), WARMUP.to_string(), SETUP.to_owned(), LOOP.to_owned()])
+        .args([
+            CALLS.to_string(),
+            WARMUP.to_string(),
+            SETUP.to_owned(),
+            LOOP.to_owned(),
+        ])
         .stdin(Stdio::null())
         .output()
         .await?;
     let _ = std::fs::remove_file(&script);
     if !output.status.success() {
-        bail!("jupyter_client loop failed: {}", String::from_utf8_lossy(&output.stderr));
+        bail!(
+            "jupyter_client loop failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
     let parsed: Value = serde_json::from_slice(&output.stdout)?;
-    Ok(parsed["samples_ms"].as_array().context("samples")?.iter().filter_map(Value::as_f64).collect())
+    Ok(parsed["samples_ms"]
+        .as_array()
+        .context("samples")?
+        .iter()
+        .filter_map(Value::as_f64)
+        .collect())
 }

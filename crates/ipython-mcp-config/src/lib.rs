@@ -178,7 +178,10 @@ impl Default for Spares {
 
 impl Default for QueueLimits {
     fn default() -> Self {
-        QueueLimits { max_pending: 32, queue_wait: Duration::from_secs(30) }
+        QueueLimits {
+            max_pending: 32,
+            queue_wait: Duration::from_secs(30),
+        }
     }
 }
 
@@ -229,17 +232,44 @@ impl Default for Config {
 #[non_exhaustive]
 pub enum Error {
     #[error("invalid configuration: {env} (--{flag}) must be a positive integer, got {value:?}")]
-    NotPositiveInteger { env: &'static str, flag: &'static str, value: String },
-    #[error("invalid configuration: {env} (--{flag}) must be a whole number (0 or more), got {value:?}")]
-    NotNonNegativeInteger { env: &'static str, flag: &'static str, value: String },
+    NotPositiveInteger {
+        env: &'static str,
+        flag: &'static str,
+        value: String,
+    },
+    #[error(
+        "invalid configuration: {env} (--{flag}) must be a whole number (0 or more), got {value:?}"
+    )]
+    NotNonNegativeInteger {
+        env: &'static str,
+        flag: &'static str,
+        value: String,
+    },
     #[error("invalid configuration: {env} (--{flag}) must be a positive, finite number of seconds, got {value:?}")]
-    NotPositiveSeconds { env: &'static str, flag: &'static str, value: String },
+    NotPositiveSeconds {
+        env: &'static str,
+        flag: &'static str,
+        value: String,
+    },
     #[error("invalid configuration: {env} (--{flag}) must not be empty")]
-    Empty { env: &'static str, flag: &'static str },
+    Empty {
+        env: &'static str,
+        flag: &'static str,
+    },
     #[error("invalid configuration: {env} (--{flag}): {problem}")]
-    Invalid { env: &'static str, flag: &'static str, problem: String },
+    Invalid {
+        env: &'static str,
+        flag: &'static str,
+        problem: String,
+    },
     #[error("invalid configuration: {env} (--{flag}) is {value}s, below {other_env} ({other}s)")]
-    BelowOther { env: &'static str, flag: &'static str, value: f64, other_env: &'static str, other: f64 },
+    BelowOther {
+        env: &'static str,
+        flag: &'static str,
+        value: f64,
+        other_env: &'static str,
+        other: f64,
+    },
 }
 
 impl Config {
@@ -247,20 +277,64 @@ impl Config {
     pub fn from_raw(raw: &RawConfig) -> Result<Config, Error> {
         let defaults = Config::default();
         let limits = OutputLimits {
-            max_text_chars: positive_int(MAX_TEXT_CHARS, &raw.max_text_chars, defaults.limits.max_text_chars)?,
-            max_traceback_chars: positive_int(MAX_TRACEBACK_CHARS, &raw.max_traceback_chars, defaults.limits.max_traceback_chars)?,
-            max_repr_chars: positive_int(MAX_REPR_CHARS, &raw.max_repr_chars, defaults.limits.max_repr_chars)?,
+            max_text_chars: positive_int(
+                MAX_TEXT_CHARS,
+                &raw.max_text_chars,
+                defaults.limits.max_text_chars,
+            )?,
+            max_traceback_chars: positive_int(
+                MAX_TRACEBACK_CHARS,
+                &raw.max_traceback_chars,
+                defaults.limits.max_traceback_chars,
+            )?,
+            max_repr_chars: positive_int(
+                MAX_REPR_CHARS,
+                &raw.max_repr_chars,
+                defaults.limits.max_repr_chars,
+            )?,
             max_results: positive_int(MAX_RESULTS, &raw.max_results, defaults.limits.max_results)?,
-            max_display_items: positive_int(MAX_DISPLAY_ITEMS, &raw.max_display_items, defaults.limits.max_display_items)?,
-            max_json_depth: positive_int(MAX_JSON_DEPTH, &raw.max_json_depth, defaults.limits.max_json_depth)?,
-            max_image_bytes: positive_int(MAX_IMAGE_BYTES, &raw.max_image_bytes, defaults.limits.max_image_bytes)?,
+            max_display_items: positive_int(
+                MAX_DISPLAY_ITEMS,
+                &raw.max_display_items,
+                defaults.limits.max_display_items,
+            )?,
+            max_json_depth: positive_int(
+                MAX_JSON_DEPTH,
+                &raw.max_json_depth,
+                defaults.limits.max_json_depth,
+            )?,
+            max_image_bytes: positive_int(
+                MAX_IMAGE_BYTES,
+                &raw.max_image_bytes,
+                defaults.limits.max_image_bytes,
+            )?,
         };
         let timeouts = Timeouts {
-            operation: seconds(OPERATION_TIMEOUT, &raw.operation_timeout_seconds, defaults.timeouts.operation)?,
-            max_operation: seconds(MAX_TIMEOUT, &raw.max_timeout_seconds, defaults.timeouts.max_operation)?,
-            interruption_grace: seconds(INTERRUPTION_GRACE, &raw.interruption_grace_seconds, defaults.timeouts.interruption_grace)?,
-            kernel_startup: seconds(WORKER_STARTUP_TIMEOUT, &raw.worker_startup_timeout_seconds, defaults.timeouts.kernel_startup)?,
-            provision: seconds(PROVISION_TIMEOUT, &raw.provision_timeout_seconds, defaults.timeouts.provision)?,
+            operation: seconds(
+                OPERATION_TIMEOUT,
+                &raw.operation_timeout_seconds,
+                defaults.timeouts.operation,
+            )?,
+            max_operation: seconds(
+                MAX_TIMEOUT,
+                &raw.max_timeout_seconds,
+                defaults.timeouts.max_operation,
+            )?,
+            interruption_grace: seconds(
+                INTERRUPTION_GRACE,
+                &raw.interruption_grace_seconds,
+                defaults.timeouts.interruption_grace,
+            )?,
+            kernel_startup: seconds(
+                WORKER_STARTUP_TIMEOUT,
+                &raw.worker_startup_timeout_seconds,
+                defaults.timeouts.kernel_startup,
+            )?,
+            provision: seconds(
+                PROVISION_TIMEOUT,
+                &raw.provision_timeout_seconds,
+                defaults.timeouts.provision,
+            )?,
         };
         if timeouts.max_operation < timeouts.operation {
             return Err(Error::BelowOther {
@@ -272,19 +346,36 @@ impl Config {
             });
         }
         let queue = QueueLimits {
-            max_pending: positive_int(MAX_PENDING_OPERATIONS, &raw.max_pending_operations, defaults.queue.max_pending)?,
-            queue_wait: seconds(QUEUE_WAIT_TIMEOUT, &raw.queue_wait_timeout_seconds, defaults.queue.queue_wait)?,
+            max_pending: positive_int(
+                MAX_PENDING_OPERATIONS,
+                &raw.max_pending_operations,
+                defaults.queue.max_pending,
+            )?,
+            queue_wait: seconds(
+                QUEUE_WAIT_TIMEOUT,
+                &raw.queue_wait_timeout_seconds,
+                defaults.queue.queue_wait,
+            )?,
         };
         Ok(Config {
             limits,
             timeouts,
             queue,
-            spares: Spares(non_negative_int(SPARE_KERNELS, &raw.spare_kernels, defaults.spares.0)?),
+            spares: Spares(non_negative_int(
+                SPARE_KERNELS,
+                &raw.spare_kernels,
+                defaults.spares.0,
+            )?),
             namespace: namespace(raw)?,
             python: path(PYTHON, &raw.python)?,
             cache_dir: path(CACHE_DIR, &raw.cache_dir)?,
             log: match &raw.log {
-                Some(value) if value.trim().is_empty() => return Err(Error::Empty { env: LOG.env, flag: LOG.flag }),
+                Some(value) if value.trim().is_empty() => {
+                    return Err(Error::Empty {
+                        env: LOG.env,
+                        flag: LOG.flag,
+                    })
+                }
                 Some(value) => value.trim().to_owned(),
                 None => defaults.log,
             },
@@ -296,26 +387,48 @@ fn positive_int(setting: Setting, raw: &Option<String>, default: usize) -> Resul
     let Some(value) = raw else { return Ok(default) };
     match value.trim().parse::<usize>() {
         Ok(parsed) if parsed > 0 => Ok(parsed),
-        _ => Err(Error::NotPositiveInteger { env: setting.env, flag: setting.flag, value: bounded(value) }),
+        _ => Err(Error::NotPositiveInteger {
+            env: setting.env,
+            flag: setting.flag,
+            value: bounded(value),
+        }),
     }
 }
 
 /// Library paths, preloads and aliases: syntax only (the kernel reports what fails to import).
 fn namespace(raw: &RawConfig) -> Result<Namespace, Error> {
-    let invalid = |setting: Setting, problem: String| Error::Invalid { env: setting.env, flag: setting.flag, problem };
+    let invalid = |setting: Setting, problem: String| Error::Invalid {
+        env: setting.env,
+        flag: setting.flag,
+        problem,
+    };
     let mut result = Namespace::default();
     if let Some(paths) = &raw.library_paths {
-        for path in paths.split(':').map(str::trim).filter(|path| !path.is_empty()) {
+        for path in paths
+            .split(':')
+            .map(str::trim)
+            .filter(|path| !path.is_empty())
+        {
             if !path.starts_with('/') {
-                return Err(invalid(LIBRARY_PATHS, format!("{:?} is not an absolute path", bounded(path))));
+                return Err(invalid(
+                    LIBRARY_PATHS,
+                    format!("{:?} is not an absolute path", bounded(path)),
+                ));
             }
             result.library_paths.push(PathBuf::from(path));
         }
     }
     if let Some(modules) = &raw.preload_modules {
-        for module in modules.split(',').map(str::trim).filter(|module| !module.is_empty()) {
+        for module in modules
+            .split(',')
+            .map(str::trim)
+            .filter(|module| !module.is_empty())
+        {
             if !is_module_name(module) {
-                return Err(invalid(PRELOAD_MODULES, format!("{:?} is not a module name", bounded(module))));
+                return Err(invalid(
+                    PRELOAD_MODULES,
+                    format!("{:?} is not a module name", bounded(module)),
+                ));
             }
             result.preload_modules.push(module.to_owned());
         }
@@ -324,17 +437,32 @@ fn namespace(raw: &RawConfig) -> Result<Namespace, Error> {
         let parsed: serde_json::Value = serde_json::from_str(aliases)
             .map_err(|error| invalid(MODULE_ALIASES, format!("not JSON ({error})")))?;
         let serde_json::Value::Object(map) = parsed else {
-            return Err(invalid(MODULE_ALIASES, "must be a JSON object like {\"numpy\": \"np\"}".to_owned()));
+            return Err(invalid(
+                MODULE_ALIASES,
+                "must be a JSON object like {\"numpy\": \"np\"}".to_owned(),
+            ));
         };
         for (module, binding) in map {
             let Some(binding) = binding.as_str() else {
-                return Err(invalid(MODULE_ALIASES, format!("the alias of {:?} must be a string", bounded(&module))));
+                return Err(invalid(
+                    MODULE_ALIASES,
+                    format!("the alias of {:?} must be a string", bounded(&module)),
+                ));
             };
             if !is_module_name(&module) {
-                return Err(invalid(MODULE_ALIASES, format!("{:?} is not a module name", bounded(&module))));
+                return Err(invalid(
+                    MODULE_ALIASES,
+                    format!("{:?} is not a module name", bounded(&module)),
+                ));
             }
             if !is_identifier(binding) || binding.starts_with('_') {
-                return Err(invalid(MODULE_ALIASES, format!("{:?} is not a usable name (an identifier not starting with _)", bounded(binding))));
+                return Err(invalid(
+                    MODULE_ALIASES,
+                    format!(
+                        "{:?} is not a usable name (an identifier not starting with _)",
+                        bounded(binding)
+                    ),
+                ));
             }
             result.module_aliases.insert(module, binding.to_owned());
         }
@@ -344,7 +472,10 @@ fn namespace(raw: &RawConfig) -> Result<Namespace, Error> {
 
 fn is_identifier(text: &str) -> bool {
     let mut chars = text.chars();
-    chars.next().is_some_and(|first| first == '_' || first.is_alphabetic()) && chars.all(|c| c == '_' || c.is_alphanumeric())
+    chars
+        .next()
+        .is_some_and(|first| first == '_' || first.is_alphabetic())
+        && chars.all(|c| c == '_' || c.is_alphanumeric())
 }
 
 fn is_module_name(text: &str) -> bool {
@@ -352,15 +483,30 @@ fn is_module_name(text: &str) -> bool {
 }
 
 /// For counts where zero means "off".
-fn non_negative_int(setting: Setting, raw: &Option<String>, default: usize) -> Result<usize, Error> {
+fn non_negative_int(
+    setting: Setting,
+    raw: &Option<String>,
+    default: usize,
+) -> Result<usize, Error> {
     let Some(value) = raw else { return Ok(default) };
-    value.trim().parse::<usize>().map_err(|_| Error::NotNonNegativeInteger { env: setting.env, flag: setting.flag, value: bounded(value) })
+    value
+        .trim()
+        .parse::<usize>()
+        .map_err(|_| Error::NotNonNegativeInteger {
+            env: setting.env,
+            flag: setting.flag,
+            value: bounded(value),
+        })
 }
 
 /// Seconds may be fractional ("0.5"); they must be positive, finite and fit a `Duration`.
 fn seconds(setting: Setting, raw: &Option<String>, default: Duration) -> Result<Duration, Error> {
     let Some(value) = raw else { return Ok(default) };
-    let error = || Error::NotPositiveSeconds { env: setting.env, flag: setting.flag, value: bounded(value) };
+    let error = || Error::NotPositiveSeconds {
+        env: setting.env,
+        flag: setting.flag,
+        value: bounded(value),
+    };
     let parsed: f64 = value.trim().parse().map_err(|_| error())?;
     if !(parsed.is_finite() && parsed > 0.0) {
         return Err(error());
@@ -371,7 +517,10 @@ fn seconds(setting: Setting, raw: &Option<String>, default: Duration) -> Result<
 fn path(setting: Setting, raw: &Option<String>) -> Result<Option<PathBuf>, Error> {
     match raw {
         None => Ok(None),
-        Some(value) if value.trim().is_empty() => Err(Error::Empty { env: setting.env, flag: setting.flag }),
+        Some(value) if value.trim().is_empty() => Err(Error::Empty {
+            env: setting.env,
+            flag: setting.flag,
+        }),
         Some(value) => Ok(Some(PathBuf::from(value))),
     }
 }
@@ -407,12 +556,24 @@ mod tests {
         assert_eq!(config, Config::default());
         for setting in SETTINGS {
             assert!(setting.env.starts_with("IPYTHON_MCP_"), "{}", setting.env);
-            assert_eq!(setting.env, format!("IPYTHON_MCP_{}", setting.name.to_uppercase()));
+            assert_eq!(
+                setting.env,
+                format!("IPYTHON_MCP_{}", setting.name.to_uppercase())
+            );
             assert_eq!(setting.flag, setting.name.replace('_', "-"));
         }
-        assert_eq!(MAX_TEXT_CHARS.default, config.limits.max_text_chars.to_string());
-        assert_eq!(MAX_IMAGE_BYTES.default, config.limits.max_image_bytes.to_string());
-        assert_eq!(OPERATION_TIMEOUT.default, config.timeouts.operation.as_secs().to_string());
+        assert_eq!(
+            MAX_TEXT_CHARS.default,
+            config.limits.max_text_chars.to_string()
+        );
+        assert_eq!(
+            MAX_IMAGE_BYTES.default,
+            config.limits.max_image_bytes.to_string()
+        );
+        assert_eq!(
+            OPERATION_TIMEOUT.default,
+            config.timeouts.operation.as_secs().to_string()
+        );
     }
 
     /// The README's configuration table must list every setting with its flag and default.
@@ -426,24 +587,39 @@ mod tests {
                 .unwrap_or_else(|| panic!("README has no row for {}", setting.env));
             assert!(row.contains(&format!("`--{}`", setting.flag)), "{row}");
             let default = setting.default.split(' ').next().unwrap_or_default();
-            assert!(row.contains(default), "{row} shows the default {}", setting.default);
+            assert!(
+                row.contains(default),
+                "{row} shows the default {}",
+                setting.default
+            );
         }
     }
 
     #[test]
     fn numbers_must_be_positive() {
-        let raw = |v: &str| RawConfig { max_text_chars: Some(v.into()), ..Default::default() };
-        let msg = |v: &str| format!("invalid configuration: IPYTHON_MCP_MAX_TEXT_CHARS (--max-text-chars) must be a positive integer, got {v:?}");
+        let raw = |v: &str| RawConfig {
+            max_text_chars: Some(v.into()),
+            ..Default::default()
+        };
+        let msg = |v: &str| {
+            format!("invalid configuration: IPYTHON_MCP_MAX_TEXT_CHARS (--max-text-chars) must be a positive integer, got {v:?}")
+        };
         check(raw("0"), Err(&msg("0")));
         check(raw("-5"), Err(&msg("-5")));
         check(raw("abc"), Err(&msg("abc")));
         check(raw("1.5"), Err(&msg("1.5")));
-        assert_eq!(check(raw(" 100 "), Ok(())).map(|c| c.limits.max_text_chars), Some(100));
+        assert_eq!(
+            check(raw(" 100 "), Ok(())).map(|c| c.limits.max_text_chars),
+            Some(100)
+        );
     }
 
     #[test]
     fn timeouts_must_be_positive_and_finite() {
-        let raw = |v: &str| RawConfig { operation_timeout_seconds: Some(v.into()), ..Default::default() };
+        let raw = |v: &str| RawConfig {
+            operation_timeout_seconds: Some(v.into()),
+            ..Default::default()
+        };
         for bad in ["0", "-1", "inf", "NaN", "1e400", "soon", ""] {
             let message = format!("invalid configuration: IPYTHON_MCP_OPERATION_TIMEOUT_SECONDS (--operation-timeout-seconds) must be a positive, finite number of seconds, got {bad:?}");
             check(raw(bad), Err(&message));
@@ -464,7 +640,10 @@ mod tests {
 
     #[test]
     fn long_bad_values_are_shortened() {
-        let raw = RawConfig { max_display_items: Some("x".repeat(10_000)), ..Default::default() };
+        let raw = RawConfig {
+            max_display_items: Some("x".repeat(10_000)),
+            ..Default::default()
+        };
         let error = Config::from_raw(&raw).expect_err("invalid");
         assert!(error.to_string().len() < 250);
     }
@@ -478,9 +657,22 @@ mod tests {
             ..Default::default()
         };
         let config = check(raw, Ok(())).expect("valid");
-        assert_eq!(config.namespace.library_paths, [PathBuf::from("/opt/lib"), PathBuf::from("/srv/agent-libs")]);
-        assert_eq!(config.namespace.preload_modules, ["math", "json", "my_lib.sub"]);
-        assert_eq!(config.namespace.module_aliases.get("numpy").map(String::as_str), Some("np"));
+        assert_eq!(
+            config.namespace.library_paths,
+            [PathBuf::from("/opt/lib"), PathBuf::from("/srv/agent-libs")]
+        );
+        assert_eq!(
+            config.namespace.preload_modules,
+            ["math", "json", "my_lib.sub"]
+        );
+        assert_eq!(
+            config
+                .namespace
+                .module_aliases
+                .get("numpy")
+                .map(String::as_str),
+            Some("np")
+        );
         let bad = |raw: RawConfig, message: &str| check(raw, Err(message));
         bad(
             RawConfig { library_paths: Some("relative/lib".into()), ..Default::default() },
@@ -502,7 +694,10 @@ mod tests {
 
     #[test]
     fn spare_kernels_may_be_zero() {
-        let raw = |v: &str| RawConfig { spare_kernels: Some(v.into()), ..Default::default() };
+        let raw = |v: &str| RawConfig {
+            spare_kernels: Some(v.into()),
+            ..Default::default()
+        };
         assert_eq!(check(raw("0"), Ok(())).map(|c| c.spares), Some(Spares(0)));
         assert_eq!(check(raw("2"), Ok(())).map(|c| c.spares), Some(Spares(2)));
         check(raw("-1"), Err("invalid configuration: IPYTHON_MCP_SPARE_KERNELS (--spare-kernels) must be a whole number (0 or more), got \"-1\""));
@@ -511,7 +706,10 @@ mod tests {
     #[test]
     fn empty_paths_are_rejected() {
         check(
-            RawConfig { python: Some("  ".into()), ..Default::default() },
+            RawConfig {
+                python: Some("  ".into()),
+                ..Default::default()
+            },
             Err("invalid configuration: IPYTHON_MCP_PYTHON (--python) must not be empty"),
         );
     }

@@ -146,7 +146,9 @@ pub(crate) async fn launch(spec: &LaunchSpec, startup_timeout: Duration) -> Resu
         .prefix("ipython-mcp-")
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
         .tempdir()
-        .map_err(|error| Error::RunDir { message: error.to_string() })?;
+        .map_err(|error| Error::RunDir {
+            message: error.to_string(),
+        })?;
     let connection = ConnectionInfo {
         transport: Transport::IPC,
         // IPC endpoints are `ipc://{ip}-{port}`: five socket files inside the private dir.
@@ -161,7 +163,9 @@ pub(crate) async fn launch(spec: &LaunchSpec, startup_timeout: Duration) -> Resu
         kernel_name: Some("python3".to_owned()),
     };
     let connection_file = run_dir.path().join("kernel.json");
-    write_private(&connection_file, &connection).map_err(|error| Error::RunDir { message: error.to_string() })?;
+    write_private(&connection_file, &connection).map_err(|error| Error::RunDir {
+        message: error.to_string(),
+    })?;
 
     let mut command = tokio::process::Command::new(&spec.python);
     command
@@ -169,7 +173,10 @@ pub(crate) async fn launch(spec: &LaunchSpec, startup_timeout: Duration) -> Resu
         .arg(&connection_file)
         // History in memory only: on disk it costs ~17 ms on a third of cells, and
         // `enabled=False` makes ipykernel 7.4 hang at shutdown (notes/rust-jupyter.md §4, §6).
-        .args(["--HistoryManager.hist_file=:memory:", "--InteractiveShell.colors=nocolor"])
+        .args([
+            "--HistoryManager.hist_file=:memory:",
+            "--InteractiveShell.colors=nocolor",
+        ])
         .env("PYDEVD_DISABLE_FILE_VALIDATION", "1")
         .envs(spec.env.iter().map(|(key, value)| (key, value)))
         .stdin(Stdio::null())
@@ -235,12 +242,29 @@ pub(crate) async fn launch(spec: &LaunchSpec, startup_timeout: Duration) -> Resu
             router.close_all();
         });
     }
-    let process = Arc::new(Process { pid, exit, stderr_tail, run_dir });
+    let process = Arc::new(Process {
+        pid,
+        exit,
+        stderr_tail,
+        run_dir,
+    });
 
-    let connected = connect_and_handshake(spec, &connection, &process, Arc::clone(&router), deadline, startup_timeout).await;
+    let connected = connect_and_handshake(
+        spec,
+        &connection,
+        &process,
+        Arc::clone(&router),
+        deadline,
+        startup_timeout,
+    )
+    .await;
     match connected {
         Ok(kernel) => {
-            tracing::debug!(pid, elapsed_ms = started.elapsed().as_millis() as u64, "kernel ready");
+            tracing::debug!(
+                pid,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "kernel ready"
+            );
             Ok(kernel)
         }
         Err(error) => {
@@ -252,7 +276,11 @@ pub(crate) async fn launch(spec: &LaunchSpec, startup_timeout: Duration) -> Resu
 
 fn write_private(path: &std::path::Path, connection: &ConnectionInfo) -> std::io::Result<()> {
     let bytes = serde_json::to_vec(connection)?;
-    let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?;
     file.write_all(&bytes)?;
     file.sync_all()
 }
@@ -285,7 +313,9 @@ async fn connect_and_handshake(
         } => sockets,
         _ = exited(process) => return Err(startup_error(process)),
     };
-    let (Some(iopub), Some(shell), Some(control), Some(heartbeat)) = (iopub, shell, control, heartbeat) else {
+    let (Some(iopub), Some(shell), Some(control), Some(heartbeat)) =
+        (iopub, shell, control, heartbeat)
+    else {
         return Err(startup_error(process));
     };
 
@@ -296,8 +326,18 @@ async fn connect_and_handshake(
     let (control_send, control_recv) = control.split();
     let readers = vec![
         tokio::spawn(route::read_loop(Arc::clone(&router), Channel::IoPub, iopub)).abort_handle(),
-        tokio::spawn(route::read_loop(Arc::clone(&router), Channel::Shell, shell_recv)).abort_handle(),
-        tokio::spawn(route::read_loop(Arc::clone(&router), Channel::Control, control_recv)).abort_handle(),
+        tokio::spawn(route::read_loop(
+            Arc::clone(&router),
+            Channel::Shell,
+            shell_recv,
+        ))
+        .abort_handle(),
+        tokio::spawn(route::read_loop(
+            Arc::clone(&router),
+            Channel::Control,
+            control_recv,
+        ))
+        .abort_handle(),
     ];
 
     let mut kernel = Kernel {
@@ -357,10 +397,20 @@ async fn connect_and_handshake(
 /// The error for a start-up that did not finish: the process exited, or time ran out.
 fn startup_failure(process: &Process, startup_timeout: Duration) -> Error {
     let stderr = process.stderr_tail();
-    let stderr = if stderr.is_empty() { String::new() } else { format!("; kernel stderr: {}", last_chars(&stderr, 1500)) };
+    let stderr = if stderr.is_empty() {
+        String::new()
+    } else {
+        format!("; kernel stderr: {}", last_chars(&stderr, 1500))
+    };
     match process.exit.borrow().clone() {
-        Some(exit) => Error::ExitedDuringStartup { exit: exit.to_string(), stderr },
-        None => Error::StartupTimeout { seconds: startup_timeout.as_secs_f64(), stderr },
+        Some(exit) => Error::ExitedDuringStartup {
+            exit: exit.to_string(),
+            stderr,
+        },
+        None => Error::StartupTimeout {
+            seconds: startup_timeout.as_secs_f64(),
+            stderr,
+        },
     }
 }
 
@@ -369,7 +419,10 @@ fn last_chars(text: &str, max: usize) -> &str {
     if count <= max {
         return text;
     }
-    let skip = text.char_indices().nth(count - max).map_or(0, |(index, _)| index);
+    let skip = text
+        .char_indices()
+        .nth(count - max)
+        .map_or(0, |(index, _)| index);
     &text[skip..]
 }
 

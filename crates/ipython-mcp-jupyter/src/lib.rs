@@ -44,7 +44,10 @@ pub enum Error {
     #[error("kernel has exited ({exit})")]
     Exited { exit: String },
     #[error("could not send to the kernel on {channel}: {message}")]
-    Send { channel: &'static str, message: String },
+    Send {
+        channel: &'static str,
+        message: String,
+    },
 }
 
 /// A running kernel and its connections.
@@ -69,7 +72,10 @@ pub struct Kernel {
 impl std::fmt::Debug for Kernel {
     // The HMAC key never appears in logs: only the pid and session id are shown.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Kernel").field("pid", &self.inner.pid).field("session", &self.session_id).finish()
+        f.debug_struct("Kernel")
+            .field("pid", &self.inner.pid)
+            .field("session", &self.session_id)
+            .finish()
     }
 }
 
@@ -91,7 +97,9 @@ impl Kernel {
 
     /// The kernel's `kernel_info_reply`.
     pub fn info(&self) -> &KernelInfoReply {
-        self.info.as_deref().expect("set by launch before the kernel is returned")
+        self.info
+            .as_deref()
+            .expect("set by launch before the kernel is returned")
     }
 
     /// Watches the kernel process; the value becomes `Some` once it has exited.
@@ -121,18 +129,29 @@ impl Kernel {
     /// Sends without registering a route (for fire-and-forget messages).
     pub async fn send(&self, channel: Channel, message: JupyterMessage) -> Result<(), Error> {
         if let Some(exit) = self.inner.exit.borrow().clone() {
-            return Err(Error::Exited { exit: exit.to_string() });
+            return Err(Error::Exited {
+                exit: exit.to_string(),
+            });
         }
         let message = prepare(message);
         let half = match channel {
             Channel::Shell => &self.shell,
             Channel::Control => &self.control,
-            Channel::IoPub => return Err(Error::Send { channel: "iopub", message: "iopub is receive-only".into() }),
+            Channel::IoPub => {
+                return Err(Error::Send {
+                    channel: "iopub",
+                    message: "iopub is receive-only".into(),
+                })
+            }
         };
-        half.lock().await.send(message).await.map_err(|error| Error::Send {
-            channel: channel.name(),
-            message: error.to_string(),
-        })
+        half.lock()
+            .await
+            .send(message)
+            .await
+            .map_err(|error| Error::Send {
+                channel: channel.name(),
+                message: error.to_string(),
+            })
     }
 
     /// Stops routing messages of `msg_id` (late ones are dropped).
@@ -148,20 +167,29 @@ impl Kernel {
             InterruptMode::Signal => self.inner.signal(libc::SIGINT),
             InterruptMode::Message => {
                 let request = JupyterMessage::new(jupyter_protocol::InterruptRequest {}, None);
-                let _ = tokio::time::timeout(Duration::from_secs(1), self.send(Channel::Control, request)).await;
+                let _ = tokio::time::timeout(
+                    Duration::from_secs(1),
+                    self.send(Channel::Control, request),
+                )
+                .await;
             }
         }
     }
 
     /// One heartbeat round trip; `false` if the kernel did not answer in time.
     pub async fn heartbeat(&self, timeout: Duration) -> bool {
-        let Ok(mut slot) = self.heartbeat.try_lock() else { return false };
+        let Ok(mut slot) = self.heartbeat.try_lock() else {
+            return false;
+        };
         // A fresh socket may not have finished its handshake when the first ping goes out
         // ("not connected to peers"), so errors are retried until the timeout.
         let ping = async {
             loop {
                 if slot.is_none() {
-                    *slot = jupyter_zmq_client::create_client_heartbeat_connection(&self.connection).await.ok();
+                    *slot =
+                        jupyter_zmq_client::create_client_heartbeat_connection(&self.connection)
+                            .await
+                            .ok();
                 }
                 if let Some(socket) = slot.as_mut() {
                     if socket.single_heartbeat().await.is_ok() {
@@ -186,7 +214,8 @@ impl Kernel {
     pub async fn shutdown(&self, grace: Duration) {
         let mut exit = self.exit_watch();
         if exit.borrow().is_none() {
-            let request = JupyterMessage::new(jupyter_protocol::ShutdownRequest { restart: false }, None);
+            let request =
+                JupyterMessage::new(jupyter_protocol::ShutdownRequest { restart: false }, None);
             let sent = tokio::time::timeout(grace, self.send(Channel::Control, request)).await;
             if matches!(sent, Ok(Ok(()))) {
                 let _ = tokio::time::timeout(grace, exit.wait_for(Option::is_some)).await;

@@ -51,7 +51,10 @@ impl Router {
         let (sender, receiver) = mpsc::unbounded_channel();
         // After the kernel exited, the sender is dropped at once so the receiver closes.
         if !*self.closed.lock().expect("router lock") {
-            self.pending.lock().expect("router lock").insert(msg_id.to_owned(), sender);
+            self.pending
+                .lock()
+                .expect("router lock")
+                .insert(msg_id.to_owned(), sender);
         }
         receiver
     }
@@ -75,8 +78,16 @@ impl Router {
             self.welcome.send_replace(true);
             return;
         }
-        let Some(parent) = message.parent_header.as_ref().map(|header| header.msg_id.as_str()) else {
-            tracing::trace!(channel = channel.name(), msg_type = message.header.msg_type, "unparented message dropped");
+        let Some(parent) = message
+            .parent_header
+            .as_ref()
+            .map(|header| header.msg_id.as_str())
+        else {
+            tracing::trace!(
+                channel = channel.name(),
+                msg_type = message.header.msg_type,
+                "unparented message dropped"
+            );
             return;
         };
         let pending = self.pending.lock().expect("router lock");
@@ -84,13 +95,21 @@ impl Router {
             Some(sender) => {
                 let _ = sender.send(Routed { channel, message });
             }
-            None => tracing::trace!(channel = channel.name(), msg_type = message.header.msg_type, "unrouted message dropped"),
+            None => tracing::trace!(
+                channel = channel.name(),
+                msg_type = message.header.msg_type,
+                "unrouted message dropped"
+            ),
         }
     }
 }
 
 /// Reads one socket until it fails, delivering each message.
-pub(crate) async fn read_loop<S: zeromq::SocketRecv>(router: Arc<Router>, channel: Channel, mut connection: Connection<S>) {
+pub(crate) async fn read_loop<S: zeromq::SocketRecv>(
+    router: Arc<Router>,
+    channel: Channel,
+    mut connection: Connection<S>,
+) {
     loop {
         match connection.read().await {
             Ok(message) => router.deliver(channel, message),
@@ -99,7 +118,9 @@ pub(crate) async fn read_loop<S: zeromq::SocketRecv>(router: Arc<Router>, channe
                 return;
             }
             // A message that fails to verify or parse is lost; say so and keep reading.
-            Err(error) => tracing::warn!(channel = channel.name(), %error, "kernel message skipped"),
+            Err(error) => {
+                tracing::warn!(channel = channel.name(), %error, "kernel message skipped")
+            }
         }
     }
 }

@@ -5,7 +5,9 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use ipython_mcp_jupyter::protocol::{ExecuteRequest, ExecutionState, JupyterMessage, JupyterMessageContent};
+use ipython_mcp_jupyter::protocol::{
+    ExecuteRequest, ExecutionState, JupyterMessage, JupyterMessageContent,
+};
 use ipython_mcp_jupyter::{Channel, InterruptMode, Kernel, LaunchSpec};
 
 async fn launch() -> Kernel {
@@ -22,27 +24,59 @@ async fn launch_with(interrupt_mode: InterruptMode) -> Kernel {
         cache_dir: tmp.join("ipython-mcp-cache"),
         install_timeout: Duration::from_secs(600),
     };
-    let python = resolver.resolve(&|_| {}).await.expect("provisioned python").executable;
-    Kernel::launch(&LaunchSpec { python, env: Vec::new(), working_dir: None, interrupt_mode }, Duration::from_secs(30)).await.expect("launch")
+    let python = resolver
+        .resolve(&|_| {})
+        .await
+        .expect("provisioned python")
+        .executable;
+    Kernel::launch(
+        &LaunchSpec {
+            python,
+            env: Vec::new(),
+            working_dir: None,
+            interrupt_mode,
+        },
+        Duration::from_secs(30),
+    )
+    .await
+    .expect("launch")
 }
 
 fn mode(path: &std::path::Path) -> u32 {
-    std::fs::metadata(path).expect("metadata").permissions().mode() & 0o777
+    std::fs::metadata(path)
+        .expect("metadata")
+        .permissions()
+        .mode()
+        & 0o777
 }
 
 async fn run(kernel: &Kernel, code: &str) -> Vec<String> {
     let request = JupyterMessage::new(
-        ExecuteRequest { code: code.into(), silent: false, store_history: true, user_expressions: None, allow_stdin: false, stop_on_error: false },
+        ExecuteRequest {
+            code: code.into(),
+            silent: false,
+            store_history: true,
+            user_expressions: None,
+            allow_stdin: false,
+            stop_on_error: false,
+        },
         None,
     );
     let (msg_id, mut receiver) = kernel.request(Channel::Shell, request).await.expect("send");
     let (mut reply, mut idle, mut types) = (false, false, Vec::new());
     while !(reply && idle) {
-        let routed = tokio::time::timeout(Duration::from_secs(30), receiver.recv()).await.expect("in time").expect("kernel alive");
+        let routed = tokio::time::timeout(Duration::from_secs(30), receiver.recv())
+            .await
+            .expect("in time")
+            .expect("kernel alive");
         types.push(routed.message.header.msg_type.clone());
         match routed.message.content {
             JupyterMessageContent::ExecuteReply(_) => reply = true,
-            JupyterMessageContent::Status(status) if status.execution_state == ExecutionState::Idle => idle = true,
+            JupyterMessageContent::Status(status)
+                if status.execution_state == ExecutionState::Idle =>
+            {
+                idle = true
+            }
             _ => {}
         }
     }
@@ -73,21 +107,38 @@ async fn the_kernel_lifecycle_is_private_bounded_and_clean() {
     // kill(2) returns before the stop takes effect: wait until the process is stopped.
     for _ in 0..200 {
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
-        if stat.rsplit(") ").next().is_some_and(|rest| rest.starts_with('T')) {
+        if stat
+            .rsplit(") ")
+            .next()
+            .is_some_and(|rest| rest.starts_with('T'))
+        {
             break;
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert!(!kernel.heartbeat(Duration::from_millis(300)).await);
     unsafe { libc::kill(pid, libc::SIGCONT) };
-    assert!(kernel.heartbeat(Duration::from_secs(2)).await, "heartbeat recovers after a miss");
+    assert!(
+        kernel.heartbeat(Duration::from_secs(2)).await,
+        "heartbeat recovers after a miss"
+    );
 
     // Interrupt stops a sleeping cell.
-    assert!(interrupts_a_sleep(&kernel).await, "SIGINT raised KeyboardInterrupt");
+    assert!(
+        interrupts_a_sleep(&kernel).await,
+        "SIGINT raised KeyboardInterrupt"
+    );
 
     // A kernel killed from outside closes pending receivers instead of leaving them waiting.
     let request = JupyterMessage::new(
-        ExecuteRequest { code: "import time; time.sleep(30)".into(), silent: false, store_history: true, user_expressions: None, allow_stdin: false, stop_on_error: false },
+        ExecuteRequest {
+            code: "import time; time.sleep(30)".into(),
+            silent: false,
+            store_history: true,
+            user_expressions: None,
+            allow_stdin: false,
+            stop_on_error: false,
+        },
         None,
     );
     let (_, mut receiver) = kernel.request(Channel::Shell, request).await.expect("send");
@@ -105,20 +156,33 @@ async fn the_kernel_lifecycle_is_private_bounded_and_clean() {
 
 async fn interrupts_a_sleep(kernel: &Kernel) -> bool {
     let request = JupyterMessage::new(
-        ExecuteRequest { code: "import time; time.sleep(30)".into(), silent: false, store_history: true, user_expressions: None, allow_stdin: false, stop_on_error: false },
+        ExecuteRequest {
+            code: "import time; time.sleep(30)".into(),
+            silent: false,
+            store_history: true,
+            user_expressions: None,
+            allow_stdin: false,
+            stop_on_error: false,
+        },
         None,
     );
     let (msg_id, mut receiver) = kernel.request(Channel::Shell, request).await.expect("send");
     // Wait until the cell is running (its execute_input), then interrupt.
-    while let Ok(Some(routed)) = tokio::time::timeout(Duration::from_secs(10), receiver.recv()).await {
-        if matches!(routed.message.content, JupyterMessageContent::ExecuteInput(_)) {
+    while let Ok(Some(routed)) =
+        tokio::time::timeout(Duration::from_secs(10), receiver.recv()).await
+    {
+        if matches!(
+            routed.message.content,
+            JupyterMessageContent::ExecuteInput(_)
+        ) {
             break;
         }
     }
     tokio::time::sleep(Duration::from_millis(100)).await;
     kernel.interrupt().await;
     let mut interrupted = false;
-    while let Ok(Some(routed)) = tokio::time::timeout(Duration::from_secs(5), receiver.recv()).await {
+    while let Ok(Some(routed)) = tokio::time::timeout(Duration::from_secs(5), receiver.recv()).await
+    {
         if let JupyterMessageContent::ErrorOutput(error) = &routed.message.content {
             interrupted |= error.ename == "KeyboardInterrupt";
         }
@@ -135,7 +199,10 @@ async fn interrupts_a_sleep(kernel: &Kernel) -> bool {
 #[tokio::test]
 async fn message_mode_interrupts_through_the_control_channel() {
     let kernel = launch_with(InterruptMode::Message).await;
-    assert!(interrupts_a_sleep(&kernel).await, "interrupt_request raised KeyboardInterrupt");
+    assert!(
+        interrupts_a_sleep(&kernel).await,
+        "interrupt_request raised KeyboardInterrupt"
+    );
     kernel.shutdown(Duration::from_secs(2)).await;
 }
 
@@ -146,5 +213,8 @@ async fn shutdown_is_bounded_and_reaps_the_process() {
     let started = std::time::Instant::now();
     kernel.shutdown(Duration::from_secs(2)).await;
     assert!(started.elapsed() < Duration::from_secs(5));
-    assert!(kernel.exit_watch().borrow().is_some(), "process {pid} reaped");
+    assert!(
+        kernel.exit_watch().borrow().is_some(),
+        "process {pid} reaped"
+    );
 }

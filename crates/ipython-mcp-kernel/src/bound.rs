@@ -112,7 +112,10 @@ fn bound_at(value: &mut Value, limits: JsonLimits, depth: usize) -> bool {
         Value::Object(map) => {
             let mut cut = map.len() > limits.max_items;
             if cut {
-                let kept: Map<String, Value> = std::mem::take(map).into_iter().take(limits.max_items).collect();
+                let kept: Map<String, Value> = std::mem::take(map)
+                    .into_iter()
+                    .take(limits.max_items)
+                    .collect();
                 *map = kept;
             }
             for item in map.values_mut() {
@@ -127,21 +130,35 @@ fn bound_at(value: &mut Value, limits: JsonLimits, depth: usize) -> bool {
 /// Decoded size of a base64 payload, without decoding it.
 pub fn base64_decoded_len(text: &str) -> usize {
     let trimmed = text.trim_end_matches(['=', '\n']);
-    let significant = trimmed.bytes().filter(|byte| !byte.is_ascii_whitespace()).count();
+    let significant = trimmed
+        .bytes()
+        .filter(|byte| !byte.is_ascii_whitespace())
+        .count();
     significant * 3 / 4
 }
 
 /// Bounds one mime bundle in place: images over `max_image_bytes` are removed (and recorded
 /// in `metadata["ipython_mcp"]["omitted_images"]`), other entries are JSON-bounded; images
 /// (SVG included) are never cut, since half an image is not an image.
-pub fn bound_bundle(data: &mut Map<String, Value>, metadata: &mut Map<String, Value>, limits: JsonLimits, max_image_bytes: usize) -> bool {
+pub fn bound_bundle(
+    data: &mut Map<String, Value>,
+    metadata: &mut Map<String, Value>,
+    limits: JsonLimits,
+    max_image_bytes: usize,
+) -> bool {
     let mut cut = false;
     let mut omitted_images = Map::new();
     let keys: Vec<String> = data.keys().cloned().collect();
     for key in keys {
         let is_svg = key == SVG_TYPE;
         if is_svg || BINARY_IMAGE_TYPES.contains(&key.as_str()) {
-            let size = data.get(&key).and_then(Value::as_str).map(|text| if is_svg { text.len() } else { base64_decoded_len(text) });
+            let size = data.get(&key).and_then(Value::as_str).map(|text| {
+                if is_svg {
+                    text.len()
+                } else {
+                    base64_decoded_len(text)
+                }
+            });
             match size {
                 Some(size) if size <= max_image_bytes => {}
                 Some(size) => {
@@ -164,9 +181,13 @@ pub fn bound_bundle(data: &mut Map<String, Value>, metadata: &mut Map<String, Va
         *metadata = map;
     }
     if !omitted_images.is_empty() {
-        let note = metadata.entry("ipython_mcp").or_insert_with(|| Value::Object(Map::new()));
+        let note = metadata
+            .entry("ipython_mcp")
+            .or_insert_with(|| Value::Object(Map::new()));
         if let Value::Object(note) = note {
-            let images = note.entry("omitted_images").or_insert_with(|| Value::Object(Map::new()));
+            let images = note
+                .entry("omitted_images")
+                .or_insert_with(|| Value::Object(Map::new()));
             if let Value::Object(images) = images {
                 images.extend(omitted_images);
             }
@@ -180,7 +201,11 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    const LIMITS: JsonLimits = JsonLimits { max_depth: 3, max_items: 2, max_chars: 4 };
+    const LIMITS: JsonLimits = JsonLimits {
+        max_depth: 3,
+        max_items: 2,
+        max_chars: 4,
+    };
 
     fn check_json(input: Value, expect: Value, expect_cut: bool) {
         let mut value = input;
@@ -192,15 +217,25 @@ mod tests {
     fn json_is_bounded_in_depth_items_and_chars() {
         check_json(json!("abcdef"), json!("abcd"), true);
         check_json(json!([1, 2, 3]), json!([1, 2]), true);
-        check_json(json!({"a": 1, "b": 2, "c": 3}), json!({"a": 1, "b": 2}), true);
+        check_json(
+            json!({"a": 1, "b": 2, "c": 3}),
+            json!({"a": 1, "b": 2}),
+            true,
+        );
         check_json(json!([[[[1]]]]), json!([[["…"]]]), true);
         check_json(json!({"a": [1, "xy"]}), json!({"a": [1, "xy"]}), false);
     }
 
     #[test]
     fn ansi_is_stripped() {
-        assert_eq!(strip_ansi("\u{1b}[0;31mValueError\u{1b}[0m: bad"), "ValueError: bad");
-        assert_eq!(strip_ansi("a\u{1b}]8;;http://x\u{7}link\u{1b}]8;;\u{1b}\\b"), "alinkb");
+        assert_eq!(
+            strip_ansi("\u{1b}[0;31mValueError\u{1b}[0m: bad"),
+            "ValueError: bad"
+        );
+        assert_eq!(
+            strip_ansi("a\u{1b}]8;;http://x\u{7}link\u{1b}]8;;\u{1b}\\b"),
+            "alinkb"
+        );
         assert_eq!(strip_ansi("plain ✓"), "plain ✓");
     }
 
@@ -219,24 +254,49 @@ mod tests {
 
     #[test]
     fn large_images_are_removed_with_a_note() {
-        let mut data = json!({"image/png": "A".repeat(400), "text/plain": "<Figure>"}).as_object().cloned().unwrap();
+        let mut data = json!({"image/png": "A".repeat(400), "text/plain": "<Figure>"})
+            .as_object()
+            .cloned()
+            .unwrap();
         let mut metadata = Map::new();
-        assert!(bound_bundle(&mut data, &mut metadata, JsonLimits { max_depth: 6, max_items: 100, max_chars: 100 }, 100));
+        assert!(bound_bundle(
+            &mut data,
+            &mut metadata,
+            JsonLimits {
+                max_depth: 6,
+                max_items: 100,
+                max_chars: 100
+            },
+            100
+        ));
         assert_eq!(Value::Object(data), json!({"text/plain": "<Figure>"}));
-        assert_eq!(Value::Object(metadata), json!({"ipython_mcp": {"omitted_images": {"image/png": 300}}}));
+        assert_eq!(
+            Value::Object(metadata),
+            json!({"ipython_mcp": {"omitted_images": {"image/png": 300}}})
+        );
     }
 
     #[test]
     fn svg_is_kept_whole_or_dropped() {
-        let limits = JsonLimits { max_depth: 6, max_items: 100, max_chars: 10 };
+        let limits = JsonLimits {
+            max_depth: 6,
+            max_items: 100,
+            max_chars: 10,
+        };
         let svg = format!("<svg>{}</svg>", "x".repeat(50));
-        let mut data = json!({"image/svg+xml": svg.clone()}).as_object().cloned().unwrap();
+        let mut data = json!({"image/svg+xml": svg.clone()})
+            .as_object()
+            .cloned()
+            .unwrap();
         assert!(!bound_bundle(&mut data, &mut Map::new(), limits, 100));
         assert_eq!(data["image/svg+xml"], Value::String(svg));
         let mut metadata = Map::new();
         assert!(bound_bundle(&mut data, &mut metadata, limits, 20));
         assert!(data.is_empty());
-        assert_eq!(Value::Object(metadata), json!({"ipython_mcp": {"omitted_images": {"image/svg+xml": 61}}}));
+        assert_eq!(
+            Value::Object(metadata),
+            json!({"ipython_mcp": {"omitted_images": {"image/svg+xml": 61}}})
+        );
     }
 
     #[test]

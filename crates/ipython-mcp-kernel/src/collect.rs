@@ -85,7 +85,11 @@ impl Collector {
     pub(crate) fn new(limits: OutputLimits, max_items: usize, helper_comm: Option<String>) -> Self {
         Collector {
             limits,
-            json: JsonLimits { max_depth: limits.max_json_depth, max_items, max_chars: limits.max_text_chars },
+            json: JsonLimits {
+                max_depth: limits.max_json_depth,
+                max_items,
+                max_chars: limits.max_text_chars,
+            },
             helper_comm,
             stdout: TerminalSink::new(limits.max_text_chars),
             stderr: TerminalSink::new(limits.max_text_chars),
@@ -142,22 +146,40 @@ impl Collector {
             JupyterMessageContent::ExecuteReply(reply) if channel == Channel::Shell => {
                 if let Some(error) = &reply.error {
                     if self.error.is_none() {
-                        self.error = Some((error.ename.clone(), error.evalue.clone(), error.traceback.clone()));
+                        self.error = Some((
+                            error.ename.clone(),
+                            error.evalue.clone(),
+                            error.traceback.clone(),
+                        ));
                     }
                 }
                 // IPython counts from 1; a kernel that omits the count (aborted requests)
                 // deserializes as 0, which means "none".
                 let count = reply.execution_count.0 as u64;
-                self.reply = Some(Reply { status: reply.status, execution_count: (count > 0).then_some(count) });
+                self.reply = Some(Reply {
+                    status: reply.status,
+                    execution_count: (count > 0).then_some(count),
+                });
             }
-            JupyterMessageContent::Status(status) if status.execution_state == ExecutionState::Idle => self.idle = true,
-            JupyterMessageContent::Status(status) if status.execution_state == ExecutionState::Busy => {
+            JupyterMessageContent::Status(status)
+                if status.execution_state == ExecutionState::Idle =>
+            {
+                self.idle = true
+            }
+            JupyterMessageContent::Status(status)
+                if status.execution_state == ExecutionState::Busy =>
+            {
                 self.started |= self.helper_request.is_some();
             }
             JupyterMessageContent::ExecuteInput(_) => self.started = true,
             JupyterMessageContent::StreamContent(stream) => {
                 self.apply_pending_clear();
-                if let Some(line) = stream.text.rsplit(['\n', '\r']).map(str::trim).find(|line| !line.is_empty()) {
+                if let Some(line) = stream
+                    .text
+                    .rsplit(['\n', '\r'])
+                    .map(str::trim)
+                    .find(|line| !line.is_empty())
+                {
                     let mut line = bound::strip_ansi(line);
                     bound::truncate_chars(&mut line, LATEST_LINE_CHARS);
                     self.latest_line = Some(line);
@@ -176,9 +198,17 @@ impl Collector {
                 // Every output with that display_id is updated, as in Jupyter front ends; an
                 // update nobody shows changes nothing (not even a truncation flag).
                 if let Some(display_id) = update.transient.display_id {
-                    if self.displays.iter().any(|(id, _)| id.as_deref() == Some(&display_id)) {
+                    if self
+                        .displays
+                        .iter()
+                        .any(|(id, _)| id.as_deref() == Some(&display_id))
+                    {
                         let item = self.bounded_item(media_map(&update.data), update.metadata);
-                        for slot in self.displays.iter_mut().filter(|(id, _)| id.as_deref() == Some(&display_id)) {
+                        for slot in self
+                            .displays
+                            .iter_mut()
+                            .filter(|(id, _)| id.as_deref() == Some(&display_id))
+                        {
                             slot.1 = item.clone();
                         }
                     }
@@ -188,7 +218,12 @@ impl Collector {
                 self.apply_pending_clear();
                 let mut data = media_map(&result.data);
                 let mut metadata = result.metadata;
-                self.result_truncated |= bound::bound_bundle(&mut data, &mut metadata, self.json, self.limits.max_image_bytes);
+                self.result_truncated |= bound::bound_bundle(
+                    &mut data,
+                    &mut metadata,
+                    self.json,
+                    self.limits.max_image_bytes,
+                );
                 self.result = Some(data);
             }
             JupyterMessageContent::ErrorOutput(error) => {
@@ -205,13 +240,15 @@ impl Collector {
             JupyterMessageContent::CommMsg(comm)
                 if Some(&comm.comm_id.0) == self.helper_comm.as_ref()
                     && self.helper_request.is_some()
-                    && comm.data.get("id").and_then(Value::as_str) == self.helper_request.as_deref() =>
+                    && comm.data.get("id").and_then(Value::as_str)
+                        == self.helper_request.as_deref() =>
             {
                 self.helper_reply = Some(Value::Object(comm.data));
             }
             JupyterMessageContent::CommMsg(comm)
                 if Some(&comm.comm_id.0) == self.helper_comm.as_ref()
-                    && comm.data.get("event").and_then(Value::as_str) == Some("execution_report") =>
+                    && comm.data.get("event").and_then(Value::as_str)
+                        == Some("execution_report") =>
             {
                 match serde_json::from_value::<HelperReport>(Value::Object(comm.data)) {
                     Ok(report) => self.report = Some(report),
@@ -237,12 +274,26 @@ impl Collector {
         self.displays_truncated = false;
     }
 
-    fn bounded_item(&mut self, mut data: Map<String, Value>, mut metadata: Map<String, Value>) -> DisplayItem {
-        self.displays_truncated |= bound::bound_bundle(&mut data, &mut metadata, self.json, self.limits.max_image_bytes);
+    fn bounded_item(
+        &mut self,
+        mut data: Map<String, Value>,
+        mut metadata: Map<String, Value>,
+    ) -> DisplayItem {
+        self.displays_truncated |= bound::bound_bundle(
+            &mut data,
+            &mut metadata,
+            self.json,
+            self.limits.max_image_bytes,
+        );
         DisplayItem { data, metadata }
     }
 
-    fn push_display(&mut self, display_id: Option<String>, data: Map<String, Value>, metadata: Map<String, Value>) {
+    fn push_display(
+        &mut self,
+        display_id: Option<String>,
+        data: Map<String, Value>,
+        metadata: Map<String, Value>,
+    ) {
         if self.displays.len() >= self.limits.max_display_items {
             self.display_omitted += 1;
             return;
@@ -252,29 +303,41 @@ impl Collector {
     }
 
     pub(crate) fn finish(self) -> Collected {
-        let mut truncated = Truncated { display_data: self.displays_truncated, result: self.result_truncated, ..Default::default() };
-        let (stdout, stdout_omitted_chars, stderr, stderr_omitted_chars, kernel_display_omitted) = match self.report {
-            // The helper saw every character; its text is already bounded by the same limit.
-            Some(report) => {
-                let mut stdout = report.stdout.text;
-                let mut stderr = report.stderr.text;
-                let stdout_extra = cut_count(&mut stdout, self.limits.max_text_chars);
-                let stderr_extra = cut_count(&mut stderr, self.limits.max_text_chars);
-                (
-                    stdout,
-                    report.stdout.omitted_chars + stdout_extra,
-                    stderr,
-                    report.stderr.omitted_chars + stderr_extra,
-                    report.display_omitted,
-                )
-            }
-            None => (self.stdout.text(), self.stdout.omitted(), self.stderr.text(), self.stderr.omitted(), 0),
+        let mut truncated = Truncated {
+            display_data: self.displays_truncated,
+            result: self.result_truncated,
+            ..Default::default()
         };
+        let (stdout, stdout_omitted_chars, stderr, stderr_omitted_chars, kernel_display_omitted) =
+            match self.report {
+                // The helper saw every character; its text is already bounded by the same limit.
+                Some(report) => {
+                    let mut stdout = report.stdout.text;
+                    let mut stderr = report.stderr.text;
+                    let stdout_extra = cut_count(&mut stdout, self.limits.max_text_chars);
+                    let stderr_extra = cut_count(&mut stderr, self.limits.max_text_chars);
+                    (
+                        stdout,
+                        report.stdout.omitted_chars + stdout_extra,
+                        stderr,
+                        report.stderr.omitted_chars + stderr_extra,
+                        report.display_omitted,
+                    )
+                }
+                None => (
+                    self.stdout.text(),
+                    self.stdout.omitted(),
+                    self.stderr.text(),
+                    self.stderr.omitted(),
+                    0,
+                ),
+            };
         truncated.stdout = stdout_omitted_chars > 0;
         truncated.stderr = stderr_omitted_chars > 0;
         let display_omitted = self.display_omitted + kernel_display_omitted;
         let error = self.error.map(|(ename, evalue, traceback)| {
-            let (traceback, cut) = bound::bound_traceback(&traceback, self.limits.max_traceback_chars);
+            let (traceback, cut) =
+                bound::bound_traceback(&traceback, self.limits.max_traceback_chars);
             truncated.traceback = cut;
             let mut evalue = bound::strip_ansi(&evalue);
             bound::truncate_chars(&mut evalue, self.limits.max_text_chars);
@@ -326,8 +389,9 @@ fn media_map(media: &ipython_mcp_jupyter::protocol::Media) -> Map<String, Value>
 mod tests {
     use super::*;
     use ipython_mcp_jupyter::protocol::{
-        ClearOutput, CommId, CommMsg, DisplayData, ErrorOutput, ExecuteReply, ExecuteResult, ExecutionCount,
-        JupyterMessage, Media, ReplyError, Status, StreamContent, Transient, UpdateDisplayData,
+        ClearOutput, CommId, CommMsg, DisplayData, ErrorOutput, ExecuteReply, ExecuteResult,
+        ExecutionCount, JupyterMessage, Media, ReplyError, Status, StreamContent, Transient,
+        UpdateDisplayData,
     };
     use serde_json::json;
 
@@ -345,7 +409,10 @@ mod tests {
     };
 
     fn routed(channel: Channel, content: impl Into<JupyterMessageContent>) -> Routed {
-        Routed { channel, message: JupyterMessage::new(content, None) }
+        Routed {
+            channel,
+            message: JupyterMessage::new(content, None),
+        }
     }
 
     fn iopub(content: impl Into<JupyterMessageContent>) -> Routed {
@@ -353,7 +420,10 @@ mod tests {
     }
 
     fn stream(name: Stdio, text: &str) -> Routed {
-        iopub(StreamContent { name, text: text.to_owned() })
+        iopub(StreamContent {
+            name,
+            text: text.to_owned(),
+        })
     }
 
     fn out(text: &str) -> Routed {
@@ -369,8 +439,14 @@ mod tests {
     }
 
     fn display(bundle: Value, display_id: Option<&str>) -> Routed {
-        let transient = display_id.map(|id| Transient { display_id: Some(id.to_owned()) });
-        iopub(DisplayData { data: media(bundle), metadata: Map::new(), transient })
+        let transient = display_id.map(|id| Transient {
+            display_id: Some(id.to_owned()),
+        });
+        iopub(DisplayData {
+            data: media(bundle),
+            metadata: Map::new(),
+            transient,
+        })
     }
 
     fn text(plain: &str) -> Routed {
@@ -382,8 +458,13 @@ mod tests {
     }
 
     fn comm(comm_id: &str, data: Value) -> Routed {
-        let Value::Object(data) = data else { panic!("comm data must be an object") };
-        iopub(CommMsg { comm_id: CommId(comm_id.to_owned()), data })
+        let Value::Object(data) = data else {
+            panic!("comm data must be an object")
+        };
+        iopub(CommMsg {
+            comm_id: CommId(comm_id.to_owned()),
+            data,
+        })
     }
 
     fn report(stdout: (&str, u64), stderr: (&str, u64), display_omitted: u64) -> Value {
@@ -430,7 +511,9 @@ mod tests {
     fn check(messages: Vec<Routed>, expect: Value) {
         let actual = summary(collect(messages));
         for (field, want) in expect.as_object().expect("expect is an object") {
-            let got = actual.get(field).unwrap_or_else(|| panic!("unknown field {field}"));
+            let got = actual
+                .get(field)
+                .unwrap_or_else(|| panic!("unknown field {field}"));
             assert_eq!(got, want, "field {field} of {actual:#}");
         }
     }
@@ -456,52 +539,113 @@ mod tests {
                 .collect();
             assert_eq!(states, expect);
         };
-        let reply = || routed(Channel::Shell, ExecuteReply { execution_count: ExecutionCount::new(7), ..Default::default() });
-        check_done(vec![iopub(Status::busy()), out("x"), reply(), iopub(Status::idle())], &[false, false, false, true]);
+        let reply = || {
+            routed(
+                Channel::Shell,
+                ExecuteReply {
+                    execution_count: ExecutionCount::new(7),
+                    ..Default::default()
+                },
+            )
+        };
+        check_done(
+            vec![
+                iopub(Status::busy()),
+                out("x"),
+                reply(),
+                iopub(Status::idle()),
+            ],
+            &[false, false, false, true],
+        );
         check_done(vec![iopub(Status::idle()), reply()], &[false, true]);
         // An execute_reply that did not come on shell is not the reply.
-        check_done(vec![iopub(ExecuteReply::default()), iopub(Status::idle())], &[false, false]);
-        check(vec![reply(), iopub(Status::idle())], json!({"reply": {"status": "ok", "execution_count": 7}, "error": null}));
+        check_done(
+            vec![iopub(ExecuteReply::default()), iopub(Status::idle())],
+            &[false, false],
+        );
+        check(
+            vec![reply(), iopub(Status::idle())],
+            json!({"reply": {"status": "ok", "execution_count": 7}, "error": null}),
+        );
     }
 
     #[test]
     fn streams_are_bounded_with_exact_omitted_counts() {
         check(
-            vec![out("hello "), err("50%\r"), out("world, again\n"), err("100%\n")],
+            vec![
+                out("hello "),
+                err("50%\r"),
+                out("world, again\n"),
+                err("100%\n"),
+            ],
             json!({
                 "stdout": "hello worl", "stdout_omitted_chars": 9,
                 "stderr": "100%\n", "stderr_omitted_chars": 0,
                 "truncated": truncated(&["stdout"]),
             }),
         );
-        check(vec![err("0123456789ab\ncd")], json!({"stderr": "0123456789", "stderr_omitted_chars": 5, "truncated": truncated(&["stderr"])}));
-        check(vec![], json!({"stdout": "", "stderr": "", "display_data": [], "result": null, "error": null, "reply": null, "truncated": truncated(&[])}));
+        check(
+            vec![err("0123456789ab\ncd")],
+            json!({"stderr": "0123456789", "stderr_omitted_chars": 5, "truncated": truncated(&["stderr"])}),
+        );
+        check(
+            vec![],
+            json!({"stdout": "", "stderr": "", "display_data": [], "result": null, "error": null, "reply": null, "truncated": truncated(&[])}),
+        );
     }
 
     #[test]
     fn clear_output_is_immediate_unless_it_waits() {
         // Immediate: streams, displays and the display count go at once.
         check(
-            vec![out("old\n"), err("e"), text("a"), text("b"), text("c"), clear(false), out("new")],
+            vec![
+                out("old\n"),
+                err("e"),
+                text("a"),
+                text("b"),
+                text("c"),
+                clear(false),
+                out("new"),
+            ],
             json!({"stdout": "new", "stderr": "", "display_data": [], "display_omitted": 0}),
         );
-        check(vec![text("a"), clear(false), text("b")], json!({"display_data": [item("b")]}));
+        check(
+            vec![text("a"), clear(false), text("b")],
+            json!({"display_data": [item("b")]}),
+        );
         // wait=True with nothing after it: the old output stays.
-        check(vec![out("old"), text("a"), clear(true)], json!({"stdout": "old", "display_data": [item("a")]}));
+        check(
+            vec![out("old"), text("a"), clear(true)],
+            json!({"stdout": "old", "display_data": [item("a")]}),
+        );
         // wait=True is applied at the next output, a stream or a display.
         check(
             vec![out("old"), err("e"), text("a"), clear(true), out("new")],
             json!({"stdout": "new", "stderr": "", "display_data": []}),
         );
         check(
-            vec![out("old"), text("a"), text("b"), text("c"), clear(true), text("d")],
+            vec![
+                out("old"),
+                text("a"),
+                text("b"),
+                text("c"),
+                clear(true),
+                text("d"),
+            ],
             json!({"stdout": "", "display_data": [item("d")], "display_omitted": 0}),
         );
         // ...and only once.
-        check(vec![out("old"), clear(true), out("a"), out("b")], json!({"stdout": "ab"}));
+        check(
+            vec![out("old"), clear(true), out("a"), out("b")],
+            json!({"stdout": "ab"}),
+        );
         // A clear also forgets an earlier truncation of displays.
         check(
-            vec![display(json!({"text/plain": "long long text"}), None), clear(false), text("a")],
+            vec![
+                display(json!({"text/plain": "long long text"}), None),
+                clear(false),
+                text("a"),
+            ],
             json!({"display_data": [item("a")], "truncated": truncated(&[])}),
         );
     }
@@ -520,7 +664,12 @@ mod tests {
 
     #[test]
     fn update_display_data_replaces_the_item_with_that_display_id() {
-        let update = |plain: &str, display_id: &str| iopub(UpdateDisplayData::new(media(json!({"text/plain": plain})), display_id));
+        let update = |plain: &str, display_id: &str| {
+            iopub(UpdateDisplayData::new(
+                media(json!({"text/plain": plain})),
+                display_id,
+            ))
+        };
         check(
             vec![
                 display(json!({"text/plain": "a"}), Some("d1")),
@@ -533,12 +682,20 @@ mod tests {
         );
         // Every output showing that display_id is updated.
         check(
-            vec![display(json!({"text/plain": "a"}), Some("d1")), display(json!({"text/plain": "a"}), Some("d1")), update("a2", "d1")],
+            vec![
+                display(json!({"text/plain": "a"}), Some("d1")),
+                display(json!({"text/plain": "a"}), Some("d1")),
+                update("a2", "d1"),
+            ],
             json!({"display_data": [item("a2"), item("a2")]}),
         );
         // An update is not a new output: it neither applies a pending clear nor counts.
         check(
-            vec![display(json!({"text/plain": "a"}), Some("d1")), clear(true), update("a2", "d1")],
+            vec![
+                display(json!({"text/plain": "a"}), Some("d1")),
+                clear(true),
+                update("a2", "d1"),
+            ],
             json!({"display_data": [item("a2")]}),
         );
     }
@@ -547,7 +704,10 @@ mod tests {
     fn a_large_image_is_removed_with_a_note() {
         let small = "A".repeat(100); // 75 bytes decoded
         check(
-            vec![display(json!({"image/png": "A".repeat(400), "text/plain": "<Figure>"}), None)],
+            vec![display(
+                json!({"image/png": "A".repeat(400), "text/plain": "<Figure>"}),
+                None,
+            )],
             json!({
                 "display_data": [{
                     "data": {"text/plain": "<Figure>"},
@@ -557,24 +717,35 @@ mod tests {
             }),
         );
         check(
-            vec![display(json!({"image/png": small, "text/plain": "<Figure>"}), None)],
+            vec![display(
+                json!({"image/png": small, "text/plain": "<Figure>"}),
+                None,
+            )],
             json!({"display_data": [{"data": {"image/png": small, "text/plain": "<Figure>"}, "metadata": {}}], "truncated": truncated(&[])}),
         );
     }
 
     #[test]
     fn execute_result_is_bounded_and_flagged() {
-        let result = |bundle: Value| iopub(ExecuteResult::new(ExecutionCount::new(3), media(bundle)));
+        let result =
+            |bundle: Value| iopub(ExecuteResult::new(ExecutionCount::new(3), media(bundle)));
         check(
-            vec![result(json!({"text/plain": "x".repeat(25), "application/json": {"a": {"b": {"c": {"d": 1}}}}}))],
+            vec![result(
+                json!({"text/plain": "x".repeat(25), "application/json": {"a": {"b": {"c": {"d": 1}}}}}),
+            )],
             json!({
                 "result": {"text/plain": "xxxxxxxxxx", "application/json": {"a": {"b": {"c": "…"}}}},
                 "truncated": truncated(&["result"]),
             }),
         );
-        check(vec![result(json!({"text/plain": "42"}))], json!({"result": {"text/plain": "42"}, "truncated": truncated(&[])}));
         check(
-            vec![result(json!({"image/png": "A".repeat(400), "text/plain": "<Figure>"}))],
+            vec![result(json!({"text/plain": "42"}))],
+            json!({"result": {"text/plain": "42"}, "truncated": truncated(&[])}),
+        );
+        check(
+            vec![result(
+                json!({"image/png": "A".repeat(400), "text/plain": "<Figure>"}),
+            )],
             json!({"result": {"text/plain": "<Figure>"}, "truncated": truncated(&["result"])}),
         );
     }
@@ -582,10 +753,18 @@ mod tests {
     #[test]
     fn error_is_stripped_of_ansi_and_bounded() {
         let error = |ename: &str, evalue: &str, traceback: Vec<String>| {
-            iopub(ErrorOutput { ename: ename.to_owned(), evalue: evalue.to_owned(), traceback })
+            iopub(ErrorOutput {
+                ename: ename.to_owned(),
+                evalue: evalue.to_owned(),
+                traceback,
+            })
         };
         check(
-            vec![error("E", "\u{1b}[31mbad\u{1b}[0m", vec!["\u{1b}[0;31mTraceback\u{1b}[0m".into(), "E: bad".into()])],
+            vec![error(
+                "E",
+                "\u{1b}[31mbad\u{1b}[0m",
+                vec!["\u{1b}[0;31mTraceback\u{1b}[0m".into(), "E: bad".into()],
+            )],
             json!({
                 "error": {"code": "execution_error", "message": "E: bad", "ename": "E", "evalue": "bad", "traceback": "Traceback\nE: bad"},
                 "truncated": truncated(&[]),
@@ -597,32 +776,69 @@ mod tests {
             json!({"error": {"code": "execution_error", "message": "ValueError", "ename": "ValueError", "evalue": "xxxxxxxxxx", "traceback": ""}}),
         );
 
-        let frames: Vec<String> = (0..50).map(|index| format!("\u{1b}[1mframe {index:02}\u{1b}[0m")).collect();
+        let frames: Vec<String> = (0..50)
+            .map(|index| format!("\u{1b}[1mframe {index:02}\u{1b}[0m"))
+            .collect();
         let collected = collect(vec![error("E", "bad", frames)]);
         assert!(collected.truncated.traceback);
-        let traceback = collected.error.and_then(|error| error.traceback).expect("a traceback");
-        assert!(traceback.chars().count() <= LIMITS.max_traceback_chars, "{traceback}");
-        assert!(traceback.starts_with("frame 00") && traceback.ends_with("frame 49"), "{traceback}");
+        let traceback = collected
+            .error
+            .and_then(|error| error.traceback)
+            .expect("a traceback");
+        assert!(
+            traceback.chars().count() <= LIMITS.max_traceback_chars,
+            "{traceback}"
+        );
+        assert!(
+            traceback.starts_with("frame 00") && traceback.ends_with("frame 49"),
+            "{traceback}"
+        );
         assert!(!traceback.contains('\u{1b}'));
     }
 
     #[test]
     fn the_reply_error_is_used_only_without_an_iopub_error() {
         let reply = |ename: &str| {
-            let error = ReplyError { ename: ename.to_owned(), evalue: "boom".to_owned(), traceback: vec!["tb".to_owned()] };
-            routed(Channel::Shell, ExecuteReply { status: ReplyStatus::Error, error: Some(Box::new(error)), ..Default::default() })
+            let error = ReplyError {
+                ename: ename.to_owned(),
+                evalue: "boom".to_owned(),
+                traceback: vec!["tb".to_owned()],
+            };
+            routed(
+                Channel::Shell,
+                ExecuteReply {
+                    status: ReplyStatus::Error,
+                    error: Some(Box::new(error)),
+                    ..Default::default()
+                },
+            )
         };
-        let iopub_error = iopub(ErrorOutput { ename: "KeyError".to_owned(), evalue: "k".to_owned(), traceback: vec![] });
+        let iopub_error = iopub(ErrorOutput {
+            ename: "KeyError".to_owned(),
+            evalue: "k".to_owned(),
+            traceback: vec![],
+        });
         check(
             vec![reply("RuntimeError")],
             json!({"error": {"code": "execution_error", "message": "RuntimeErr", "ename": "RuntimeError", "evalue": "boom", "traceback": "tb"}, "reply": {"status": "error", "execution_count": null}}),
         );
-        check(vec![iopub_error, reply("RuntimeError")], json!({"error": {"code": "execution_error", "message": "KeyError: ", "ename": "KeyError", "evalue": "k", "traceback": ""}}));
+        check(
+            vec![iopub_error, reply("RuntimeError")],
+            json!({"error": {"code": "execution_error", "message": "KeyError: ", "ename": "KeyError", "evalue": "k", "traceback": ""}}),
+        );
     }
 
     #[test]
     fn the_helper_report_overrides_stream_text_and_counts() {
-        let before = || vec![out("kernel out"), err("kernel err"), text("a"), text("b"), text("c")];
+        let before = || {
+            vec![
+                out("kernel out"),
+                err("kernel err"),
+                text("a"),
+                text("b"),
+                text("c"),
+            ]
+        };
         let with = |extra: Routed| before().into_iter().chain([extra]).collect::<Vec<_>>();
         check(
             with(comm(HELPER, report(("0123456789abc", 90), ("", 0), 5))),
@@ -635,14 +851,29 @@ mod tests {
         );
         // Not the helper's report: another comm, another event, a malformed report.
         let kernel_view = json!({"stdout": "kernel out", "stderr": "kernel err", "stdout_omitted_chars": 0, "display_omitted": 1});
-        check(with(comm("other-comm", report(("report", 0), ("", 0), 5))), kernel_view.clone());
-        check(with(comm(HELPER, json!({"event": "ready", "version": "1"}))), kernel_view.clone());
-        check(with(comm(HELPER, json!({"event": "execution_report", "stdout": {"text": "report"}}))), kernel_view);
+        check(
+            with(comm("other-comm", report(("report", 0), ("", 0), 5))),
+            kernel_view.clone(),
+        );
+        check(
+            with(comm(HELPER, json!({"event": "ready", "version": "1"}))),
+            kernel_view.clone(),
+        );
+        check(
+            with(comm(
+                HELPER,
+                json!({"event": "execution_report", "stdout": {"text": "report"}}),
+            )),
+            kernel_view,
+        );
         // Without a helper comm no report is trusted.
         let mut collector = Collector::new(LIMITS, 4, None);
         collector.absorb(out("kernel"));
         collector.absorb(comm(HELPER, report(("report", 0), ("", 0), 5)));
         let collected = collector.finish();
-        assert_eq!((collected.stdout.as_str(), collected.display_omitted), ("kernel", 0));
+        assert_eq!(
+            (collected.stdout.as_str(), collected.display_omitted),
+            ("kernel", 0)
+        );
     }
 }

@@ -11,7 +11,8 @@ use std::time::Duration;
 use base64::Engine as _;
 use ipython_mcp_config::{Namespace, OutputLimits};
 use ipython_mcp_jupyter::protocol::{
-    CommId, CommMsg, CommOpen, ExecuteRequest, ExecutionState, JupyterMessage, JupyterMessageContent, ReplyStatus,
+    CommId, CommMsg, CommOpen, ExecuteRequest, ExecutionState, JupyterMessage,
+    JupyterMessageContent, ReplyStatus,
 };
 use ipython_mcp_jupyter::{Channel, Kernel};
 use serde_json::{json, Value};
@@ -83,8 +84,17 @@ pub enum InstallError {
 }
 
 /// Installs the helper and opens its comm; returns the comm id.
-pub async fn install(kernel: &Kernel, limits: &OutputLimits, namespace: &Namespace, timeout: Duration) -> Result<String, InstallError> {
-    let waiter = Waiter { kernel, deadline: tokio::time::Instant::now() + timeout, timeout };
+pub async fn install(
+    kernel: &Kernel,
+    limits: &OutputLimits,
+    namespace: &Namespace,
+    timeout: Duration,
+) -> Result<String, InstallError> {
+    let waiter = Waiter {
+        kernel,
+        deadline: tokio::time::Instant::now() + timeout,
+        timeout,
+    };
     let request = JupyterMessage::new(
         ExecuteRequest {
             code: install_code(limits, namespace),
@@ -133,24 +143,47 @@ pub async fn install(kernel: &Kernel, limits: &OutputLimits, namespace: &Namespa
     // Preloads and aliases that failed to import make the kernel unusable as configured.
     let request_id = uuid::Uuid::new_v4().to_string();
     let data = json!({"id": request_id, "method": "install_info", "params": {}});
-    let message = CommMsg { comm_id: CommId(comm_id.clone()), data: data.as_object().cloned().unwrap_or_default() };
+    let message = CommMsg {
+        comm_id: CommId(comm_id.clone()),
+        data: data.as_object().cloned().unwrap_or_default(),
+    };
     let mut info = Value::Null;
     waiter
-        .exchange(JupyterMessage::new(message, None), |content| match content {
-            JupyterMessageContent::CommMsg(message) if message.data.get("id").and_then(Value::as_str) == Some(request_id.as_str()) => {
-                info = Value::Object(message.data);
-                true
-            }
-            _ => false,
-        })
+        .exchange(
+            JupyterMessage::new(message, None),
+            |content| match content {
+                JupyterMessageContent::CommMsg(message)
+                    if message.data.get("id").and_then(Value::as_str)
+                        == Some(request_id.as_str()) =>
+                {
+                    info = Value::Object(message.data);
+                    true
+                }
+                _ => false,
+            },
+        )
         .await?;
-    let errors = info.get("result").and_then(|result| result.get("namespace_errors")).and_then(Value::as_array);
+    let errors = info
+        .get("result")
+        .and_then(|result| result.get("namespace_errors"))
+        .and_then(Value::as_array);
     if let Some(errors) = errors.filter(|errors| !errors.is_empty()) {
         let details = errors
             .iter()
             .map(|error| {
-                let field = |key: &str| error.get(key).and_then(Value::as_str).unwrap_or("?").to_owned();
-                format!("{} ({}: {})", field("module"), field("code"), field("message"))
+                let field = |key: &str| {
+                    error
+                        .get(key)
+                        .and_then(Value::as_str)
+                        .unwrap_or("?")
+                        .to_owned()
+                };
+                format!(
+                    "{} ({}: {})",
+                    field("module"),
+                    field("code"),
+                    field("message")
+                )
             })
             .collect::<Vec<_>>()
             .join("; ");
@@ -169,7 +202,11 @@ struct Waiter<'a> {
 impl Waiter<'_> {
     /// Sends `request` and feeds its messages to `is_reply` until it has accepted one and the
     /// kernel is idle again.
-    async fn exchange(&self, request: JupyterMessage, mut is_reply: impl FnMut(JupyterMessageContent) -> bool) -> Result<(), InstallError> {
+    async fn exchange(
+        &self,
+        request: JupyterMessage,
+        mut is_reply: impl FnMut(JupyterMessageContent) -> bool,
+    ) -> Result<(), InstallError> {
         let (msg_id, mut receiver) = self.kernel.request(Channel::Shell, request).await?;
         let (mut replied, mut idle) = (false, false);
         while !(replied && idle) {
@@ -178,11 +215,17 @@ impl Waiter<'_> {
                 Ok(None) => return Err(InstallError::KernelExited),
                 Err(_) => {
                     self.kernel.forget(&msg_id);
-                    return Err(InstallError::Timeout { seconds: self.timeout.as_secs_f64() });
+                    return Err(InstallError::Timeout {
+                        seconds: self.timeout.as_secs_f64(),
+                    });
                 }
             };
             match routed.message.content {
-                JupyterMessageContent::Status(status) if status.execution_state == ExecutionState::Idle => idle = true,
+                JupyterMessageContent::Status(status)
+                    if status.execution_state == ExecutionState::Idle =>
+                {
+                    idle = true
+                }
                 content => replied |= is_reply(content),
             }
         }

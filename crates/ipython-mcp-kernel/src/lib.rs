@@ -16,8 +16,11 @@ mod sink;
 mod status;
 
 pub use bound::{base64_decoded_len, BINARY_IMAGE_TYPES, SVG_TYPE};
-pub use output::{DisplayItem, ErrorInfo, ExecutionOutput, ExecutionStatus, Interruption, NamespaceOutcome, RuntimeInfo, Truncated};
+pub use output::{
+    DisplayItem, ErrorInfo, ExecutionOutput, ExecutionStatus, Interruption, NamespaceOutcome,
+    RuntimeInfo, Truncated,
+};
 pub use session::{ExecuteArgs, HelperCall, HelperOutput, Progress, SessionHandle, SessionOptions};
 pub use sink::TerminalSink;
-pub use tokio_util::sync::CancellationToken;
 pub use status::{EnvironmentStatus, KernelDescription, RuntimeStatus, SessionState};
+pub use tokio_util::sync::CancellationToken;

@@ -56,7 +56,14 @@ pub struct ErrorInfo {
 
 impl ErrorInfo {
     pub fn new(code: &str, message: impl Into<String>) -> Self {
-        ErrorInfo { code: code.to_owned(), message: message.into(), ename: None, evalue: None, traceback: None, hint: None }
+        ErrorInfo {
+            code: code.to_owned(),
+            message: message.into(),
+            ename: None,
+            evalue: None,
+            traceback: None,
+            hint: None,
+        }
     }
 
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {

@@ -23,7 +23,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::collect::Collector;
 use crate::helper;
-use crate::output::{ErrorInfo, ExecutionOutput, ExecutionStatus, Interruption, NamespaceOutcome, RuntimeInfo};
+use crate::output::{
+    ErrorInfo, ExecutionOutput, ExecutionStatus, Interruption, NamespaceOutcome, RuntimeInfo,
+};
 use crate::status::{EnvironmentStatus, KernelDescription, RuntimeStatus, SessionState};
 
 /// Everything a session needs to start and run kernels.
@@ -92,9 +94,16 @@ struct Shared {
 }
 
 enum Command {
-    Execute { ticket: Arc<Ticket>, args: ExecuteArgs, helper: Option<HelperRequest>, reply: oneshot::Sender<Outcome> },
+    Execute {
+        ticket: Arc<Ticket>,
+        args: ExecuteArgs,
+        helper: Option<HelperRequest>,
+        reply: oneshot::Sender<Outcome>,
+    },
     /// Replace the kernel with a fresh one (a promoted spare), in queue order.
-    Restart { reply: oneshot::Sender<RuntimeStatus> },
+    Restart {
+        reply: oneshot::Sender<RuntimeStatus>,
+    },
 }
 
 /// A call into the kernel's helper module (namespace tools), queued like an execute.
@@ -145,7 +154,10 @@ struct Ticket {
 
 impl Ticket {
     fn dispatch(&self, shared: &Shared) -> bool {
-        let won = self.state.compare_exchange(QUEUED, DISPATCHED, Ordering::AcqRel, Ordering::Acquire).is_ok();
+        let won = self
+            .state
+            .compare_exchange(QUEUED, DISPATCHED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
         if won {
             self.leave_queue(shared);
             self.dispatched.notify_one();
@@ -154,7 +166,10 @@ impl Ticket {
     }
 
     fn abandon(&self, shared: &Shared) -> bool {
-        let won = self.state.compare_exchange(QUEUED, ABANDONED, Ordering::AcqRel, Ordering::Acquire).is_ok();
+        let won = self
+            .state
+            .compare_exchange(QUEUED, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
         if won {
             self.leave_queue(shared);
         }
@@ -222,8 +237,16 @@ impl SessionHandle {
 
     /// Calls a method of the kernel's helper module, queued and bounded like an execute.
     pub async fn helper(&self, call: HelperCall) -> HelperOutput {
-        let args = ExecuteArgs { timeout: call.timeout, request_id: call.request_id, cancel: call.cancel, ..Default::default() };
-        let request = HelperRequest { method: call.method, params: call.params };
+        let args = ExecuteArgs {
+            timeout: call.timeout,
+            request_id: call.request_id,
+            cancel: call.cancel,
+            ..Default::default()
+        };
+        let request = HelperRequest {
+            method: call.method,
+            params: call.params,
+        };
         let (output, reply) = self.submit(args, Some(request)).await;
         helper_output(output, reply)
     }
@@ -268,7 +291,10 @@ impl SessionHandle {
         let Ok(permit) = Arc::clone(&self.shared.capacity).try_acquire_owned() else {
             let error = ErrorInfo::new(
                 "runtime_busy",
-                format!("{} operations are already waiting for this kernel", self.shared.options.max_pending),
+                format!(
+                    "{} operations are already waiting for this kernel",
+                    self.shared.options.max_pending
+                ),
             )
             .with_hint("wait for earlier calls to finish, or check runtime_status");
             return not_run(error, &self.status());
@@ -276,7 +302,12 @@ impl SessionHandle {
         *ticket.permit.lock().expect("permit lock") = Some(permit);
         self.shared.queue_depth.fetch_add(1, Ordering::AcqRel);
         let (reply, result) = oneshot::channel();
-        let command = Command::Execute { ticket: Arc::clone(&ticket), args: args.clone(), helper, reply };
+        let command = Command::Execute {
+            ticket: Arc::clone(&ticket),
+            args: args.clone(),
+            helper,
+            reply,
+        };
         if self.inbox.send(command).is_err() {
             ticket.abandon(&self.shared);
             return not_run(closed_error(), &self.status());
@@ -328,18 +359,27 @@ impl SessionHandle {
         match self.status().state {
             SessionState::Closed => return Err(closed_error()),
             SessionState::Starting => {
-                return Err(ErrorInfo::new("runtime_unavailable", "the kernel is still starting; nothing to restart yet"))
+                return Err(ErrorInfo::new(
+                    "runtime_unavailable",
+                    "the kernel is still starting; nothing to restart yet",
+                ))
             }
             _ => {}
         }
         let (reply, result) = oneshot::channel();
-        self.inbox.send(Command::Restart { reply }).map_err(|_| closed_error())?;
-        let bound = self.shared.options.queue_wait_timeout + self.shared.options.timeouts.kernel_startup;
+        self.inbox
+            .send(Command::Restart { reply })
+            .map_err(|_| closed_error())?;
+        let bound =
+            self.shared.options.queue_wait_timeout + self.shared.options.timeouts.kernel_startup;
         match tokio::time::timeout(bound, result).await {
             Ok(Ok(status)) => Ok(status),
             Ok(Err(_)) => Err(closed_error()),
-            Err(_) => Err(ErrorInfo::new("queue_timeout", "the restart waited too long behind earlier operations")
-                .with_hint("interrupt the running code first, then restart")),
+            Err(_) => Err(ErrorInfo::new(
+                "queue_timeout",
+                "the restart waited too long behind earlier operations",
+            )
+            .with_hint("interrupt the running code first, then restart")),
         }
     }
 
@@ -352,8 +392,12 @@ impl SessionHandle {
         if !self.status().operation_active {
             return (false, self.status());
         }
-        self.shared.interrupts.send_modify(|generation| *generation += 1);
-        let bound = self.shared.options.timeouts.interruption_grace + self.shared.options.timeouts.kernel_startup + Duration::from_secs(2);
+        self.shared
+            .interrupts
+            .send_modify(|generation| *generation += 1);
+        let bound = self.shared.options.timeouts.interruption_grace
+            + self.shared.options.timeouts.kernel_startup
+            + Duration::from_secs(2);
         let _ = tokio::time::timeout(bound, done.changed()).await;
         (true, self.status())
     }
@@ -374,11 +418,21 @@ fn helper_output(output: ExecutionOutput, reply: Option<serde_json::Value>) -> H
     let runtime = output.runtime.clone();
     match reply {
         Some(reply) if reply.get("ok").and_then(serde_json::Value::as_bool) == Some(true) => {
-            HelperOutput { ok: true, result: reply.get("result").cloned(), error: None, runtime }
+            HelperOutput {
+                ok: true,
+                result: reply.get("result").cloned(),
+                error: None,
+                runtime,
+            }
         }
         Some(reply) => {
             let error = reply.get("error").cloned().unwrap_or_default();
-            let text = |key: &str| error.get(key).and_then(serde_json::Value::as_str).map(str::to_owned);
+            let text = |key: &str| {
+                error
+                    .get(key)
+                    .and_then(serde_json::Value::as_str)
+                    .map(str::to_owned)
+            };
             let mut info = ErrorInfo::new(
                 &text("code").unwrap_or_else(|| "execution_error".to_owned()),
                 text("message").unwrap_or_else(|| "the helper reported an error".to_owned()),
@@ -387,16 +441,32 @@ fn helper_output(output: ExecutionOutput, reply: Option<serde_json::Value>) -> H
             info.evalue = text("evalue");
             // The helper sends traceback entries (already ANSI-free and bounded); join them.
             info.traceback = match error.get("traceback") {
-                Some(serde_json::Value::Array(entries)) => {
-                    Some(entries.iter().filter_map(serde_json::Value::as_str).collect::<Vec<_>>().join("\n"))
-                }
+                Some(serde_json::Value::Array(entries)) => Some(
+                    entries
+                        .iter()
+                        .filter_map(serde_json::Value::as_str)
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                ),
                 _ => text("traceback"),
             };
-            HelperOutput { ok: false, result: None, error: Some(info), runtime }
+            HelperOutput {
+                ok: false,
+                result: None,
+                error: Some(info),
+                runtime,
+            }
         }
         None => {
-            let error = output.error.unwrap_or_else(|| ErrorInfo::new("execution_error", "the helper did not answer"));
-            HelperOutput { ok: false, result: None, error: Some(error), runtime }
+            let error = output
+                .error
+                .unwrap_or_else(|| ErrorInfo::new("execution_error", "the helper did not answer"));
+            HelperOutput {
+                ok: false,
+                result: None,
+                error: Some(error),
+                runtime,
+            }
         }
     }
 }
@@ -406,11 +476,19 @@ fn closed_error() -> ErrorInfo {
 }
 
 fn closing_error() -> ErrorInfo {
-    ErrorInfo::new("runtime_closed", "the server shut down while this was running; it was interrupted")
+    ErrorInfo::new(
+        "runtime_closed",
+        "the server shut down while this was running; it was interrupted",
+    )
 }
 
 fn unavailable_error(status: &RuntimeStatus) -> ErrorInfo {
-    let reason = status.error.as_ref().map_or("the kernel could not be started".to_owned(), |error| error.message.clone());
+    let reason = status
+        .error
+        .as_ref()
+        .map_or("the kernel could not be started".to_owned(), |error| {
+            error.message.clone()
+        });
     ErrorInfo::new("runtime_unavailable", format!("the kernel is unavailable: {reason}"))
         .with_hint("see runtime_status for details; fix the cause (e.g. set IPYTHON_MCP_PYTHON) and restart the server")
 }
@@ -477,7 +555,10 @@ impl Actor {
         heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut missed_heartbeats = 0;
         loop {
-            let exit = self.kernel.as_ref().map(|running| running.kernel.exit_watch());
+            let exit = self
+                .kernel
+                .as_ref()
+                .map(|running| running.kernel.exit_watch());
             // Biased: once shutdown starts, nothing more is dispatched.
             let command = tokio::select! {
                 biased;
@@ -522,7 +603,12 @@ impl Actor {
                 command = self.commands.recv() => command,
             };
             let (ticket, args, helper, reply) = match command {
-                Some(Command::Execute { ticket, args, helper, reply }) => (ticket, args, helper, reply),
+                Some(Command::Execute {
+                    ticket,
+                    args,
+                    helper,
+                    reply,
+                }) => (ticket, args, helper, reply),
                 Some(Command::Restart { reply }) => {
                     if shutdown.is_cancelled() {
                         return;
@@ -547,7 +633,10 @@ impl Actor {
             }
             let (mut output, helper_reply) = self.execute(&ticket, &args, helper.as_ref()).await;
             if let Some(notice) = self.unreported_reset.take() {
-                output.runtime.namespace.get_or_insert(NamespaceOutcome::Reset);
+                output
+                    .runtime
+                    .namespace
+                    .get_or_insert(NamespaceOutcome::Reset);
                 output.notice = Some(notice);
             }
             let _ = reply.send((output, helper_reply));
@@ -564,14 +653,23 @@ impl Actor {
 
     /// Starts background preparation of spares until `spare_kernels` are ready or in flight.
     fn refill_spares(&mut self) {
-        let Some(environment) = &self.environment else { return };
-        while self.spares.len() < self.shared.options.spare_kernels && !self.shared.shutdown.is_cancelled() {
+        let Some(environment) = &self.environment else {
+            return;
+        };
+        while self.spares.len() < self.shared.options.spare_kernels
+            && !self.shared.shutdown.is_cancelled()
+        {
             let shared = Arc::clone(&self.shared);
             let environment = environment.clone();
             self.spares.push_back(tokio::spawn(async move {
                 let spare = prepare(Arc::clone(&shared), environment).await;
                 if let Ok(running) = &spare {
-                    shared.status.lock().expect("status lock").spare_kernel_pids.push(running.kernel.pid());
+                    shared
+                        .status
+                        .lock()
+                        .expect("status lock")
+                        .spare_kernel_pids
+                        .push(running.kernel.pid());
                 }
                 spare
             }));
@@ -583,7 +681,11 @@ impl Actor {
         while let Some(spare) = self.spares.pop_front() {
             if let Ok(Ok(running)) = spare.await {
                 let pid = running.kernel.pid();
-                self.update(|status| status.spare_kernel_pids.retain(|spare_pid| *spare_pid != pid));
+                self.update(|status| {
+                    status
+                        .spare_kernel_pids
+                        .retain(|spare_pid| *spare_pid != pid)
+                });
                 if running.kernel.exit_watch().borrow().is_none() {
                     return Some(running);
                 }
@@ -612,7 +714,9 @@ impl Actor {
                     status.environment = Some(EnvironmentStatus {
                         phase: "ready".to_owned(),
                         elapsed_seconds: started.elapsed().as_secs_f64(),
-                        source: serde_json::to_value(environment.source).ok().and_then(|v| v.as_str().map(str::to_owned)),
+                        source: serde_json::to_value(environment.source)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_owned)),
                         tool: status.environment.as_ref().and_then(|e| e.tool.clone()),
                         created: environment.created,
                     });
@@ -646,7 +750,12 @@ impl Actor {
         change(&mut self.shared.status.lock().expect("status lock"));
     }
 
-    async fn execute(&mut self, ticket: &Ticket, args: &ExecuteArgs, helper: Option<&HelperRequest>) -> Outcome {
+    async fn execute(
+        &mut self,
+        ticket: &Ticket,
+        args: &ExecuteArgs,
+        helper: Option<&HelperRequest>,
+    ) -> Outcome {
         let options = self.shared.options.clone();
         let queue_wait_ms = ticket.enqueued_at.elapsed().as_millis() as u64;
         let runtime = |epoch: u64, run_ms: u64| RuntimeInfo {
@@ -660,7 +769,14 @@ impl Actor {
         };
         let Some(running) = &self.kernel else {
             let status = self.shared.status.lock().expect("status lock").clone();
-            return (ExecutionOutput::not_run(ticket.execution_id.clone(), runtime(self.epoch, 0), unavailable_error(&status)), None);
+            return (
+                ExecutionOutput::not_run(
+                    ticket.execution_id.clone(),
+                    runtime(self.epoch, 0),
+                    unavailable_error(&status),
+                ),
+                None,
+            );
         };
         // Helper calls travel as a comm message to the helper; the reply is matched by id.
         let helper_message = match (helper, &running.helper_comm) {
@@ -671,12 +787,25 @@ impl Actor {
                 data.insert("id".into(), request_id.clone().into());
                 data.insert("method".into(), helper.method.clone().into());
                 data.insert("params".into(), helper.params.clone());
-                let message = JupyterMessage::new(CommMsg { comm_id: CommId(comm_id.clone()), data }, None);
+                let message = JupyterMessage::new(
+                    CommMsg {
+                        comm_id: CommId(comm_id.clone()),
+                        data,
+                    },
+                    None,
+                );
                 Some((request_id, message))
             }
             (Some(_), None) => {
                 let error = ErrorInfo::new("unsupported_kernel", "this kernel has no ipython-mcp helper (not a Python kernel); only execute works here");
-                return (ExecutionOutput::not_run(ticket.execution_id.clone(), runtime(self.epoch, 0), error), None);
+                return (
+                    ExecutionOutput::not_run(
+                        ticket.execution_id.clone(),
+                        runtime(self.epoch, 0),
+                        error,
+                    ),
+                    None,
+                );
             }
         };
         // Taken before the operation is visible as active, so an interrupt() that sees it active
@@ -690,7 +819,11 @@ impl Actor {
         let started = Instant::now();
         let timeout = args.timeout.unwrap_or(options.timeouts.operation);
         let deadline = started + timeout;
-        let mut collector = Collector::new(options.limits, options.max_json_items, running.helper_comm.clone());
+        let mut collector = Collector::new(
+            options.limits,
+            options.max_json_items,
+            running.helper_comm.clone(),
+        );
         let request = match helper_message {
             Some((request_id, message)) => {
                 collector.expect_helper_reply(request_id);
@@ -714,7 +847,9 @@ impl Actor {
         let mut cause: Option<Cause> = None;
         let mut ended = End::Completed;
         // Even the send is bounded: a kernel that stopped reading its socket must not hold us.
-        match tokio::time::timeout_at(deadline, running.kernel.request(Channel::Shell, request)).await {
+        match tokio::time::timeout_at(deadline, running.kernel.request(Channel::Shell, request))
+            .await
+        {
             Err(_) => {
                 cause = Some(Cause::Deadline);
                 ended = End::Killed;
@@ -728,7 +863,8 @@ impl Actor {
                 // The kernel ignores SIGINT until it has begun running the request, so an
                 // interrupt decided earlier waits for that moment (and the grace period with it).
                 let mut interrupt_pending = false;
-                let mut progress_tick = tokio::time::interval_at(started + PROGRESS_INTERVAL, PROGRESS_INTERVAL);
+                let mut progress_tick =
+                    tokio::time::interval_at(started + PROGRESS_INTERVAL, PROGRESS_INTERVAL);
                 loop {
                     if collector.done() {
                         break;
@@ -793,32 +929,64 @@ impl Actor {
         let epoch = self.epoch;
         let collected = collector.finish();
         let helper_reply = collected.helper_reply.clone();
-        let finished_ok = helper_reply.is_some() || matches!(collected.reply.as_ref().map(|reply| &reply.status), Some(ReplyStatus::Ok));
-        let mut status = if finished_ok { ExecutionStatus::Ok } else { ExecutionStatus::Error };
+        let finished_ok = helper_reply.is_some()
+            || matches!(
+                collected.reply.as_ref().map(|reply| &reply.status),
+                Some(ReplyStatus::Ok)
+            );
+        let mut status = if finished_ok {
+            ExecutionStatus::Ok
+        } else {
+            ExecutionStatus::Error
+        };
         let mut error = collected.error.clone();
         let mut interruption = cause.map(|_| Interruption::Cooperative);
         let mut namespace = None;
         match (&ended, cause) {
             (End::Completed, None) => {}
             // The code finished by itself before the interrupt could matter.
-            (End::Completed, Some(_)) if finished_ok => namespace = Some(NamespaceOutcome::Preserved),
+            (End::Completed, Some(_)) if finished_ok => {
+                namespace = Some(NamespaceOutcome::Preserved)
+            }
             (End::Completed, Some(cause)) => {
                 // Cooperative stop: confirm the kernel still answers before promising anything.
                 let healthy = running.kernel.heartbeat(Duration::from_secs(1)).await;
-                namespace = Some(if healthy { NamespaceOutcome::Preserved } else { NamespaceOutcome::Unknown });
+                namespace = Some(if healthy {
+                    NamespaceOutcome::Preserved
+                } else {
+                    NamespaceOutcome::Unknown
+                });
                 let kept = "the namespace was preserved: anything defined before the interrupt is still there";
                 (status, error) = match cause {
                     Cause::Deadline => (
                         ExecutionStatus::Timeout,
-                        Some(ErrorInfo::new("operation_timeout", format!("execution exceeded its {:.1}s deadline and was interrupted", timeout.as_secs_f64())).with_hint(kept)),
+                        Some(
+                            ErrorInfo::new(
+                                "operation_timeout",
+                                format!(
+                                    "execution exceeded its {:.1}s deadline and was interrupted",
+                                    timeout.as_secs_f64()
+                                ),
+                            )
+                            .with_hint(kept),
+                        ),
                     ),
                     Cause::Cancelled => (
                         ExecutionStatus::Cancelled,
-                        Some(ErrorInfo::new("operation_cancelled", "cancelled by the client; the kernel was interrupted").with_hint(kept)),
+                        Some(
+                            ErrorInfo::new(
+                                "operation_cancelled",
+                                "cancelled by the client; the kernel was interrupted",
+                            )
+                            .with_hint(kept),
+                        ),
                     ),
                     Cause::Interrupted => (
                         ExecutionStatus::Cancelled,
-                        Some(ErrorInfo::new("operation_cancelled", "stopped by an interrupt call").with_hint(kept)),
+                        Some(
+                            ErrorInfo::new("operation_cancelled", "stopped by an interrupt call")
+                                .with_hint(kept),
+                        ),
                     ),
                     Cause::Closing => (ExecutionStatus::Cancelled, Some(closing_error())),
                 };
@@ -862,7 +1030,9 @@ impl Actor {
                 };
                 status = match (died, cause) {
                     (true, _) => ExecutionStatus::Error,
-                    (false, Some(Cause::Cancelled | Cause::Interrupted)) => ExecutionStatus::Cancelled,
+                    (false, Some(Cause::Cancelled | Cause::Interrupted)) => {
+                        ExecutionStatus::Cancelled
+                    }
                     _ => ExecutionStatus::Timeout,
                 };
                 if !died {
@@ -885,7 +1055,10 @@ impl Actor {
         let output = ExecutionOutput {
             ok,
             status,
-            execution_count: collected.reply.as_ref().and_then(|reply| reply.execution_count),
+            execution_count: collected
+                .reply
+                .as_ref()
+                .and_then(|reply| reply.execution_count),
             stdout: collected.stdout,
             stderr: collected.stderr,
             stdout_omitted_chars: collected.stdout_omitted_chars,
@@ -896,7 +1069,11 @@ impl Actor {
             error,
             truncated: collected.truncated,
             execution_id: ticket.execution_id.clone(),
-            runtime: RuntimeInfo { interruption, namespace, ..runtime(epoch, run_ms) },
+            runtime: RuntimeInfo {
+                interruption,
+                namespace,
+                ..runtime(epoch, run_ms)
+            },
             notice: None,
         };
         (output, helper_reply)
@@ -915,7 +1092,9 @@ impl Actor {
             status.epoch = epoch;
             status.kernel = None;
         });
-        let Some(environment) = self.environment.clone() else { return false };
+        let Some(environment) = self.environment.clone() else {
+            return false;
+        };
         if self.shared.shutdown.is_cancelled() {
             return false;
         }
@@ -934,7 +1113,11 @@ impl Actor {
             Ok(running) => {
                 self.adopt(running);
                 let elapsed = started.elapsed().as_secs_f64();
-                tracing::info!(epoch, elapsed_ms = (elapsed * 1000.0) as u64, "kernel replaced");
+                tracing::info!(
+                    epoch,
+                    elapsed_ms = (elapsed * 1000.0) as u64,
+                    "kernel replaced"
+                );
                 self.update(|status| {
                     status.state = SessionState::Ready;
                     status.replacement_startup_seconds = Some(elapsed);
@@ -958,7 +1141,15 @@ impl Actor {
         });
         self.commands.close();
         while let Ok(command) = self.commands.try_recv() {
-            let Command::Execute { ticket, args, reply, .. } = command else { continue };
+            let Command::Execute {
+                ticket,
+                args,
+                reply,
+                ..
+            } = command
+            else {
+                continue;
+            };
             if ticket.abandon(&self.shared) {
                 let runtime = RuntimeInfo {
                     request_id: args.request_id.clone(),
@@ -969,11 +1160,23 @@ impl Actor {
                     interruption: None,
                     namespace: None,
                 };
-                let _ = reply.send((ExecutionOutput::not_run(ticket.execution_id.clone(), runtime, closed_error()), None));
+                let _ = reply.send((
+                    ExecutionOutput::not_run(ticket.execution_id.clone(), runtime, closed_error()),
+                    None,
+                ));
             }
         }
         if let Some(running) = self.kernel.take() {
-            running.kernel.shutdown(self.shared.options.timeouts.interruption_grace.min(Duration::from_secs(2))).await;
+            running
+                .kernel
+                .shutdown(
+                    self.shared
+                        .options
+                        .timeouts
+                        .interruption_grace
+                        .min(Duration::from_secs(2)),
+                )
+                .await;
         }
         // Spares never ran user code: a kill is enough. One still starting is aborted, which
         // drops its launch and kills its process.
@@ -990,17 +1193,31 @@ impl Actor {
 }
 
 /// Starts a kernel and installs the helper; touches no session state, so spares use it too.
-async fn prepare(shared: Arc<Shared>, environment: PythonEnvironment) -> Result<Running, ErrorInfo> {
+async fn prepare(
+    shared: Arc<Shared>,
+    environment: PythonEnvironment,
+) -> Result<Running, ErrorInfo> {
     let options = &shared.options;
     // Our kernels are ipykernel, which takes SIGINT (kernelspec-based kernels may ask for
     // `interrupt_mode: message`; the client supports both).
-    let spec = LaunchSpec { python: environment.executable.clone(), env: Vec::new(), working_dir: None, interrupt_mode: Default::default() };
+    let spec = LaunchSpec {
+        python: environment.executable.clone(),
+        env: Vec::new(),
+        working_dir: None,
+        interrupt_mode: Default::default(),
+    };
     let started = Instant::now();
     let kernel = Kernel::launch(&spec, options.timeouts.kernel_startup)
         .await
         .map_err(|error| ErrorInfo::new("runtime_unavailable", error.to_string()))?;
-    let remaining = options.timeouts.kernel_startup.saturating_sub(started.elapsed()).max(Duration::from_secs(1));
-    let helper_comm = match helper::install(&kernel, &options.limits, &options.namespace, remaining).await {
+    let remaining = options
+        .timeouts
+        .kernel_startup
+        .saturating_sub(started.elapsed())
+        .max(Duration::from_secs(1));
+    let helper_comm = match helper::install(&kernel, &options.limits, &options.namespace, remaining)
+        .await
+    {
         Ok(comm) => comm,
         Err(error @ helper::InstallError::Namespace { .. }) => {
             kernel.shutdown(Duration::from_millis(200)).await;
@@ -1024,8 +1241,16 @@ async fn prepare(shared: Arc<Shared>, environment: PythonEnvironment) -> Result<
         spec: "python3".to_owned(),
         helper: true,
     };
-    tracing::debug!(pid = description.pid, elapsed_ms = started.elapsed().as_millis() as u64, "kernel prepared");
-    Ok(Running { kernel, helper_comm: Some(helper_comm), description })
+    tracing::debug!(
+        pid = description.pid,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "kernel prepared"
+    );
+    Ok(Running {
+        kernel,
+        helper_comm: Some(helper_comm),
+        description,
+    })
 }
 
 /// Resolves when the watched kernel has exited; never, when there is no kernel.
@@ -1109,7 +1334,12 @@ mod tests {
     }
 
     fn args(code: &str, cancel: &CancellationToken) -> ExecuteArgs {
-        ExecuteArgs { code: code.into(), request_id: code.into(), cancel: cancel.clone(), ..Default::default() }
+        ExecuteArgs {
+            code: code.into(),
+            request_id: code.into(),
+            cancel: cancel.clone(),
+            ..Default::default()
+        }
     }
 
     fn code(output: &ExecutionOutput) -> Option<&str> {
@@ -1120,14 +1350,25 @@ mod tests {
     async fn a_request_nobody_dispatches_times_out_and_frees_its_slot() {
         let (handle, _inbox) = SessionHandle::detached(options(1, Duration::from_secs(30)));
         let started = Instant::now();
-        let output = handle.execute(args("x = 1", &CancellationToken::new())).await;
+        let output = handle
+            .execute(args("x = 1", &CancellationToken::new()))
+            .await;
         assert_eq!(code(&output), Some("queue_timeout"));
         assert_eq!(output.status, ExecutionStatus::Rejected);
-        assert_eq!(started.elapsed(), Duration::from_secs(30), "exactly the queue wait");
-        assert!(output.error.as_ref().is_some_and(|error| error.message.contains("for the kernel to start")));
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_secs(30),
+            "exactly the queue wait"
+        );
+        assert!(output
+            .error
+            .as_ref()
+            .is_some_and(|error| error.message.contains("for the kernel to start")));
         assert_eq!(handle.status().queue_depth, 0);
         // The slot is free again: the next request is admitted (and times out in turn).
-        let output = handle.execute(args("x = 2", &CancellationToken::new())).await;
+        let output = handle
+            .execute(args("x = 2", &CancellationToken::new()))
+            .await;
         assert_eq!(code(&output), Some("queue_timeout"));
     }
 
@@ -1141,12 +1382,18 @@ mod tests {
         });
         let second = tokio::spawn({
             let handle = handle.clone();
-            async move { handle.execute(args("second", &CancellationToken::new())).await }
+            async move {
+                handle
+                    .execute(args("second", &CancellationToken::new()))
+                    .await
+            }
         });
         while handle.status().queue_depth < 2 {
             tokio::task::yield_now().await;
         }
-        let busy = handle.execute(args("third", &CancellationToken::new())).await;
+        let busy = handle
+            .execute(args("third", &CancellationToken::new()))
+            .await;
         assert_eq!(code(&busy), Some("runtime_busy"));
 
         first_cancel.cancel();
@@ -1156,20 +1403,51 @@ mod tests {
         assert_eq!(handle.status().queue_depth, 1);
 
         // Play the actor: the withdrawn ticket cannot be dispatched; the second can.
-        let Some(Command::Execute { ticket, .. }) = inbox.recv().await else { panic!("first command") };
-        assert!(!ticket.dispatch(&handle.shared), "an abandoned ticket is never dispatched");
-        let Some(Command::Execute { ticket, args, reply, .. }) = inbox.recv().await else { panic!("second command") };
+        let Some(Command::Execute { ticket, .. }) = inbox.recv().await else {
+            panic!("first command")
+        };
+        assert!(
+            !ticket.dispatch(&handle.shared),
+            "an abandoned ticket is never dispatched"
+        );
+        let Some(Command::Execute {
+            ticket,
+            args,
+            reply,
+            ..
+        }) = inbox.recv().await
+        else {
+            panic!("second command")
+        };
         assert_eq!(args.code, "second");
         assert!(ticket.dispatch(&handle.shared));
-        assert!(!ticket.abandon(&handle.shared), "a dispatched ticket cannot be abandoned");
-        let runtime = RuntimeInfo { request_id: args.request_id, admission_seq: ticket.seq, epoch: 0, queue_wait_ms: 0, run_ms: 0, interruption: None, namespace: None };
-        let mut done = ExecutionOutput::not_run(ticket.execution_id.clone(), runtime, ErrorInfo::new("x", "y"));
+        assert!(
+            !ticket.abandon(&handle.shared),
+            "a dispatched ticket cannot be abandoned"
+        );
+        let runtime = RuntimeInfo {
+            request_id: args.request_id,
+            admission_seq: ticket.seq,
+            epoch: 0,
+            queue_wait_ms: 0,
+            run_ms: 0,
+            interruption: None,
+            namespace: None,
+        };
+        let mut done = ExecutionOutput::not_run(
+            ticket.execution_id.clone(),
+            runtime,
+            ErrorInfo::new("x", "y"),
+        );
         done.error = None;
         done.ok = true;
         reply.send((done, None)).expect("caller waits");
         let second = second.await.expect("join");
         assert!(second.ok);
-        assert_eq!(second.runtime.admission_seq, 2, "sequence numbers follow admission order");
+        assert_eq!(
+            second.runtime.admission_seq, 2,
+            "sequence numbers follow admission order"
+        );
         assert_eq!(handle.status().queue_depth, 0);
     }
 
@@ -1178,14 +1456,38 @@ mod tests {
         let (handle, mut inbox) = SessionHandle::detached(options(1, Duration::from_secs(1)));
         let caller = tokio::spawn({
             let handle = handle.clone();
-            async move { handle.execute(args("slow", &CancellationToken::new())).await }
+            async move {
+                handle
+                    .execute(args("slow", &CancellationToken::new()))
+                    .await
+            }
         });
-        let Some(Command::Execute { ticket, args, reply, .. }) = inbox.recv().await else { panic!("command") };
+        let Some(Command::Execute {
+            ticket,
+            args,
+            reply,
+            ..
+        }) = inbox.recv().await
+        else {
+            panic!("command")
+        };
         assert!(ticket.dispatch(&handle.shared));
         // Running for longer than the queue wait is fine: the deadline, not the queue, bounds it.
         tokio::time::sleep(Duration::from_secs(10)).await;
-        let runtime = RuntimeInfo { request_id: args.request_id, admission_seq: ticket.seq, epoch: 0, queue_wait_ms: 0, run_ms: 10_000, interruption: None, namespace: None };
-        let mut done = ExecutionOutput::not_run(ticket.execution_id.clone(), runtime, ErrorInfo::new("x", "y"));
+        let runtime = RuntimeInfo {
+            request_id: args.request_id,
+            admission_seq: ticket.seq,
+            epoch: 0,
+            queue_wait_ms: 0,
+            run_ms: 10_000,
+            interruption: None,
+            namespace: None,
+        };
+        let mut done = ExecutionOutput::not_run(
+            ticket.execution_id.clone(),
+            runtime,
+            ErrorInfo::new("x", "y"),
+        );
         done.error = None;
         done.ok = true;
         reply.send((done, None)).expect("caller waits");

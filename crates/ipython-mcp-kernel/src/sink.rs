@@ -26,7 +26,15 @@ pub struct TerminalSink {
 
 impl TerminalSink {
     pub fn new(limit: usize) -> Self {
-        TerminalSink { limit, head: String::new(), head_chars: 0, committed_total: 0, line: Vec::new(), line_len: 0, cursor: 0 }
+        TerminalSink {
+            limit,
+            head: String::new(),
+            head_chars: 0,
+            committed_total: 0,
+            line: Vec::new(),
+            line_len: 0,
+            cursor: 0,
+        }
     }
 
     pub fn write(&mut self, text: &str) {
@@ -92,7 +100,11 @@ impl TerminalSink {
                 written += 1;
             }
         }
-        let length = if written as usize == segment.len() { written } else { written + segment[byte_offset(segment, written)..].chars().count() as u64 };
+        let length = if written as usize == segment.len() {
+            written
+        } else {
+            written + segment[byte_offset(segment, written)..].chars().count() as u64
+        };
         self.cursor = cursor + length;
         self.line_len = self.line_len.max(self.cursor);
     }
@@ -112,7 +124,9 @@ impl TerminalSink {
 
 /// Byte offset of the `chars`-th character of `text`.
 fn byte_offset(text: &str, chars: u64) -> usize {
-    text.char_indices().nth(chars as usize).map_or(text.len(), |(index, _)| index)
+    text.char_indices()
+        .nth(chars as usize)
+        .map_or(text.len(), |(index, _)| index)
 }
 
 #[cfg(test)]
@@ -124,7 +138,11 @@ mod tests {
         for write in writes {
             sink.write(write);
         }
-        assert_eq!((sink.text().as_str(), sink.omitted()), (text, omitted), "writes {writes:?}");
+        assert_eq!(
+            (sink.text().as_str(), sink.omitted()),
+            (text, omitted),
+            "writes {writes:?}"
+        );
     }
 
     #[test]
@@ -138,7 +156,12 @@ mod tests {
     #[test]
     fn carriage_return_overwrites() {
         check(100, &["abcdef\rXY"], "XYcdef", 0);
-        check(100, &["10%\r", "20%\r", "30%\n", "done\n"], "30%\ndone\n", 0);
+        check(
+            100,
+            &["10%\r", "20%\r", "30%\n", "done\n"],
+            "30%\ndone\n",
+            0,
+        );
         check(4, &["abcdef\rXY"], "XYcd", 2);
     }
 
@@ -146,16 +169,25 @@ mod tests {
     #[test]
     fn matches_the_python_helper_on_the_shared_cases() {
         let fixture: serde_json::Value =
-            serde_json::from_str(include_str!("../python/tests/sink_cases.json")).expect("valid fixture");
+            serde_json::from_str(include_str!("../python/tests/sink_cases.json"))
+                .expect("valid fixture");
         let cases = fixture["cases"].as_array().expect("cases");
         assert!(cases.len() >= 25);
         for case in cases {
             let name = case["name"].as_str().expect("name");
             let mut sink = TerminalSink::new(case["limit"].as_u64().expect("limit") as usize);
-            let clear_after: Vec<u64> = case.get("clear_after").and_then(|v| v.as_array()).map_or(Vec::new(), |list| {
-                list.iter().filter_map(serde_json::Value::as_u64).collect()
-            });
-            for (index, write) in case["writes"].as_array().expect("writes").iter().enumerate() {
+            let clear_after: Vec<u64> = case
+                .get("clear_after")
+                .and_then(|v| v.as_array())
+                .map_or(Vec::new(), |list| {
+                    list.iter().filter_map(serde_json::Value::as_u64).collect()
+                });
+            for (index, write) in case["writes"]
+                .as_array()
+                .expect("writes")
+                .iter()
+                .enumerate()
+            {
                 match write {
                     serde_json::Value::String(text) => sink.write(text),
                     repeat => {
@@ -170,8 +202,16 @@ mod tests {
                     sink.clear();
                 }
             }
-            assert_eq!(sink.text(), case["text"].as_str().expect("text"), "case {name}");
-            assert_eq!(sink.omitted(), case["omitted"].as_u64().expect("omitted"), "case {name}");
+            assert_eq!(
+                sink.text(),
+                case["text"].as_str().expect("text"),
+                "case {name}"
+            );
+            assert_eq!(
+                sink.omitted(),
+                case["omitted"].as_u64().expect("omitted"),
+                "case {name}"
+            );
         }
     }
 

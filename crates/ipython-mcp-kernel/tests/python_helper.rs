@@ -19,7 +19,11 @@ async fn provisioned_python() -> PathBuf {
         cache_dir: target_tmp().join("ipython-mcp-cache"),
         install_timeout: Duration::from_secs(600),
     };
-    resolver.resolve(&|_| {}).await.expect("the product provisions a Python with ipykernel").executable
+    resolver
+        .resolve(&|_| {})
+        .await
+        .expect("the product provisions a Python with ipykernel")
+        .executable
 }
 
 fn ensure_pytest(python: &Path, deps: &Path) {
@@ -27,7 +31,15 @@ fn ensure_pytest(python: &Path, deps: &Path) {
         return;
     }
     let status = Command::new(python)
-        .args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-q", "--target"])
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--no-input",
+            "-q",
+            "--target",
+        ])
         .arg(deps)
         .arg("pytest>=7")
         .status()
@@ -51,8 +63,15 @@ async fn python_helper_pytest_suite_passes() {
         .expect("run pytest");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "pytest failed:\n{stdout}\n{stderr}");
-    let summary = stdout.lines().rev().find(|line| line.contains(" passed")).unwrap_or_default();
+    assert!(
+        output.status.success(),
+        "pytest failed:\n{stdout}\n{stderr}"
+    );
+    let summary = stdout
+        .lines()
+        .rev()
+        .find(|line| line.contains(" passed"))
+        .unwrap_or_default();
     assert!(!summary.contains("skipped"), "nothing may skip: {summary}");
     eprintln!("pytest: {summary}");
 }

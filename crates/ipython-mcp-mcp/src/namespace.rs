@@ -265,12 +265,20 @@ pub struct ResetResult {
 }
 
 fn too_long(what: &str, text: &str) -> Option<ErrorInfo> {
-    (text.chars().count() > MAX_NAME_CHARS).then(|| ErrorInfo::new("invalid_arguments", format!("{what} is longer than {MAX_NAME_CHARS} characters")))
+    (text.chars().count() > MAX_NAME_CHARS).then(|| {
+        ErrorInfo::new(
+            "invalid_arguments",
+            format!("{what} is longer than {MAX_NAME_CHARS} characters"),
+        )
+    })
 }
 
 fn too_many(what: &str, items: &[String]) -> Option<ErrorInfo> {
     if items.len() > MAX_NAMES {
-        return Some(ErrorInfo::new("invalid_arguments", format!("at most {MAX_NAMES} {what} per call, got {}", items.len())));
+        return Some(ErrorInfo::new(
+            "invalid_arguments",
+            format!("at most {MAX_NAMES} {what} per call, got {}", items.len()),
+        ));
     }
     items.iter().find_map(|item| too_long(what, item))
 }
@@ -285,9 +293,9 @@ impl IpythonMcp {
         context: &RequestContext<RoleServer>,
         extra: impl FnOnce(&mut Value),
     ) -> CallToolResult {
-        let session = match self.sessions().get(kernel) {
-            Ok(session) => session.clone(),
-            Err(error) => return render::request_error(&error),
+        let session = match self.session_for(kernel) {
+            Ok(session) => session,
+            Err(refused) => return refused,
         };
         let call = HelperCall {
             method: tool.to_owned(),
@@ -298,13 +306,23 @@ impl IpythonMcp {
         };
         let started = std::time::Instant::now();
         let output = session.helper(call).await;
-        tracing::info!(tool, kernel = session.kernel_id(), ok = output.ok, ms = started.elapsed().as_millis() as u64, "tool call");
+        tracing::info!(
+            tool,
+            kernel = session.kernel_id(),
+            ok = output.ok,
+            ms = started.elapsed().as_millis() as u64,
+            "tool call"
+        );
         typed::<T>(tool, output, extra)
     }
 }
 
 /// Checks the helper's reply against the advertised result type and renders it.
-fn typed<T: Serialize + DeserializeOwned + Default>(tool: &str, output: HelperOutput, extra: impl FnOnce(&mut Value)) -> CallToolResult {
+fn typed<T: Serialize + DeserializeOwned + Default>(
+    tool: &str,
+    output: HelperOutput,
+    extra: impl FnOnce(&mut Value),
+) -> CallToolResult {
     let (ok, mut value) = match (output.ok, output.result) {
         (true, Some(mut result)) => {
             if let Some(object) = result.as_object_mut() {
@@ -315,13 +333,20 @@ fn typed<T: Serialize + DeserializeOwned + Default>(tool: &str, output: HelperOu
                 Ok(typed) => (true, serde_json::to_value(typed).unwrap_or(Value::Null)),
                 Err(error) => {
                     tracing::error!(tool, %error, "helper reply does not match the result schema");
-                    let error = ErrorInfo::new("execution_error", format!("internal: the kernel helper answered {tool} in an unexpected shape"));
+                    let error = ErrorInfo::new(
+                        "execution_error",
+                        format!(
+                            "internal: the kernel helper answered {tool} in an unexpected shape"
+                        ),
+                    );
                     (false, json!({"ok": false, "error": error}))
                 }
             }
         }
         (_, _) => {
-            let error = output.error.unwrap_or_else(|| ErrorInfo::new("execution_error", "no result"));
+            let error = output
+                .error
+                .unwrap_or_else(|| ErrorInfo::new("execution_error", "no result"));
             (false, json!({"ok": false, "error": error}))
         }
     };
@@ -341,8 +366,20 @@ impl IpythonMcp {
         output_schema = schema_for_output::<ListResult>(),
         annotations(title = "List callables", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn list(&self, Parameters(params): Parameters<KernelParams>, context: RequestContext<RoleServer>) -> Result<CallToolResult, rmcp::ErrorData> {
-        Ok(self.namespace_call::<ListResult>("list", params.kernel.as_deref(), json!({}), &context, |_| {}).await)
+    async fn list(
+        &self,
+        Parameters(params): Parameters<KernelParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, rmcp::ErrorData> {
+        Ok(self
+            .namespace_call::<ListResult>(
+                "list",
+                params.kernel.as_deref(),
+                json!({}),
+                &context,
+                |_| {},
+            )
+            .await)
     }
 
     #[tool(
@@ -351,12 +388,24 @@ impl IpythonMcp {
         output_schema = schema_for_output::<SearchResult>(),
         annotations(title = "Search the namespace", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn search(&self, Parameters(params): Parameters<SearchParams>, context: RequestContext<RoleServer>) -> Result<CallToolResult, rmcp::ErrorData> {
+    async fn search(
+        &self,
+        Parameters(params): Parameters<SearchParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, rmcp::ErrorData> {
         if let Some(error) = too_long("query", &params.query) {
             return Ok(render::request_error(&error));
         }
         let body = json!({"query": params.query, "exact": params.exact, "limit": params.limit});
-        Ok(self.namespace_call::<SearchResult>("search", params.kernel.as_deref(), body, &context, |_| {}).await)
+        Ok(self
+            .namespace_call::<SearchResult>(
+                "search",
+                params.kernel.as_deref(),
+                body,
+                &context,
+                |_| {},
+            )
+            .await)
     }
 
     #[tool(
@@ -365,11 +414,23 @@ impl IpythonMcp {
         output_schema = schema_for_output::<InspectResult>(),
         annotations(title = "Inspect an object", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn inspect(&self, Parameters(params): Parameters<NameParams>, context: RequestContext<RoleServer>) -> Result<CallToolResult, rmcp::ErrorData> {
+    async fn inspect(
+        &self,
+        Parameters(params): Parameters<NameParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, rmcp::ErrorData> {
         if let Some(error) = too_long("name", &params.name) {
             return Ok(render::request_error(&error));
         }
-        Ok(self.namespace_call::<InspectResult>("inspect", params.kernel.as_deref(), json!({"name": params.name}), &context, |_| {}).await)
+        Ok(self
+            .namespace_call::<InspectResult>(
+                "inspect",
+                params.kernel.as_deref(),
+                json!({"name": params.name}),
+                &context,
+                |_| {},
+            )
+            .await)
     }
 
     #[tool(
@@ -378,18 +439,28 @@ impl IpythonMcp {
         output_schema = schema_for_output::<CallResult>(),
         annotations(title = "Call a function", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
     )]
-    async fn call_function(&self, Parameters(params): Parameters<CallParams>, context: RequestContext<RoleServer>) -> Result<CallToolResult, rmcp::ErrorData> {
+    async fn call_function(
+        &self,
+        Parameters(params): Parameters<CallParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, rmcp::ErrorData> {
         if let Some(error) = too_long("name", &params.name) {
             return Ok(render::request_error(&error));
         }
         let name = params.name.clone();
         let body = json!({"name": params.name, "arguments": params.arguments.unwrap_or_default()});
         Ok(self
-            .namespace_call::<CallResult>("call_function", params.kernel.as_deref(), body, &context, move |result| {
-                if let Some(object) = result.as_object_mut() {
-                    object.entry("name").or_insert(Value::String(name));
-                }
-            })
+            .namespace_call::<CallResult>(
+                "call_function",
+                params.kernel.as_deref(),
+                body,
+                &context,
+                move |result| {
+                    if let Some(object) = result.as_object_mut() {
+                        object.entry("name").or_insert(Value::String(name));
+                    }
+                },
+            )
             .await)
     }
 
@@ -399,19 +470,35 @@ impl IpythonMcp {
         output_schema = schema_for_output::<ReloadResult>(),
         annotations(title = "Reload modules", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = true)
     )]
-    async fn reload(&self, Parameters(params): Parameters<ModulesParams>, context: RequestContext<RoleServer>) -> Result<CallToolResult, rmcp::ErrorData> {
+    async fn reload(
+        &self,
+        Parameters(params): Parameters<ModulesParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, rmcp::ErrorData> {
         if let Some(error) = too_many("modules", &params.modules) {
             return Ok(render::request_error(&error));
         }
         Ok(self
-            .namespace_call::<ReloadResult>("reload", params.kernel.as_deref(), json!({"modules": params.modules}), &context, |result| {
-                let all_ok = result.get("results").and_then(Value::as_array).is_some_and(|items| {
-                    items.iter().all(|item| item.get("ok").and_then(Value::as_bool) == Some(true))
-                });
-                if let Some(object) = result.as_object_mut() {
-                    object.insert("ok".into(), Value::Bool(all_ok));
-                }
-            })
+            .namespace_call::<ReloadResult>(
+                "reload",
+                params.kernel.as_deref(),
+                json!({"modules": params.modules}),
+                &context,
+                |result| {
+                    let all_ok =
+                        result
+                            .get("results")
+                            .and_then(Value::as_array)
+                            .is_some_and(|items| {
+                                items.iter().all(|item| {
+                                    item.get("ok").and_then(Value::as_bool) == Some(true)
+                                })
+                            });
+                    if let Some(object) = result.as_object_mut() {
+                        object.insert("ok".into(), Value::Bool(all_ok));
+                    }
+                },
+            )
             .await)
     }
 
@@ -421,11 +508,23 @@ impl IpythonMcp {
         output_schema = schema_for_output::<RemoveResult>(),
         annotations(title = "Remove names", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn remove(&self, Parameters(params): Parameters<NamesParams>, context: RequestContext<RoleServer>) -> Result<CallToolResult, rmcp::ErrorData> {
+    async fn remove(
+        &self,
+        Parameters(params): Parameters<NamesParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, rmcp::ErrorData> {
         if let Some(error) = too_many("names", &params.names) {
             return Ok(render::request_error(&error));
         }
-        Ok(self.namespace_call::<RemoveResult>("remove", params.kernel.as_deref(), json!({"names": params.names}), &context, |_| {}).await)
+        Ok(self
+            .namespace_call::<RemoveResult>(
+                "remove",
+                params.kernel.as_deref(),
+                json!({"names": params.names}),
+                &context,
+                |_| {},
+            )
+            .await)
     }
 
     #[tool(
@@ -434,7 +533,19 @@ impl IpythonMcp {
         output_schema = schema_for_output::<ResetResult>(),
         annotations(title = "Reset the namespace", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn reset(&self, Parameters(params): Parameters<KernelParams>, context: RequestContext<RoleServer>) -> Result<CallToolResult, rmcp::ErrorData> {
-        Ok(self.namespace_call::<ResetResult>("reset", params.kernel.as_deref(), json!({}), &context, |_| {}).await)
+    async fn reset(
+        &self,
+        Parameters(params): Parameters<KernelParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, rmcp::ErrorData> {
+        Ok(self
+            .namespace_call::<ResetResult>(
+                "reset",
+                params.kernel.as_deref(),
+                json!({}),
+                &context,
+                |_| {},
+            )
+            .await)
     }
 }

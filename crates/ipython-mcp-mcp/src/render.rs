@@ -5,7 +5,9 @@
 //! is what text-only clients show the model: the outputs themselves, not a JSON dump.
 
 use base64::Engine as _;
-use ipython_mcp_kernel::{base64_decoded_len, ErrorInfo, ExecutionOutput, RuntimeInfo, BINARY_IMAGE_TYPES, SVG_TYPE};
+use ipython_mcp_kernel::{
+    base64_decoded_len, ErrorInfo, ExecutionOutput, RuntimeInfo, BINARY_IMAGE_TYPES, SVG_TYPE,
+};
 use rmcp::model::{CallToolResult, ContentBlock as Content, NumberOrString, RequestId};
 use serde_json::Value;
 
@@ -27,14 +29,25 @@ pub(crate) fn shorten(text: &str, max: usize) -> String {
 
 /// An `execute` that was refused before reaching a session.
 pub(crate) fn rejected_execute(request_id: String, error: ErrorInfo) -> CallToolResult {
-    let runtime = RuntimeInfo { request_id, admission_seq: 0, epoch: 0, queue_wait_ms: 0, run_ms: 0, interruption: None, namespace: None };
+    let runtime = RuntimeInfo {
+        request_id,
+        admission_seq: 0,
+        epoch: 0,
+        queue_wait_ms: 0,
+        run_ms: 0,
+        interruption: None,
+        namespace: None,
+    };
     execution(&ExecutionOutput::not_run(String::new(), runtime, error))
 }
 
 pub(crate) fn execution(output: &ExecutionOutput) -> CallToolResult {
     let mut structured = serde_json::to_value(output).unwrap_or(Value::Null);
     let mut images = Vec::new();
-    if let Some(items) = structured.get_mut("display_data").and_then(Value::as_array_mut) {
+    if let Some(items) = structured
+        .get_mut("display_data")
+        .and_then(Value::as_array_mut)
+    {
         for item in items {
             if let Some(data) = item.get_mut("data") {
                 extract_images(data, &mut images);
@@ -45,23 +58,40 @@ pub(crate) fn execution(output: &ExecutionOutput) -> CallToolResult {
         extract_images(result, &mut images);
     }
     let mut content = vec![Content::text(execution_text(output))];
-    content.extend(images.into_iter().map(|(data, mime)| Content::image(data, mime)));
+    content.extend(
+        images
+            .into_iter()
+            .map(|(data, mime)| Content::image(data, mime)),
+    );
     finish(structured, content, output.ok)
 }
 
 pub(crate) fn status(result: &StatusResult) -> CallToolResult {
     let structured = serde_json::to_value(result).unwrap_or(Value::Null);
     let status = &result.status;
-    let mut text = format!("kernel {:?}: {:?}, epoch {}", status.kernel_id, status.state, status.epoch).to_lowercase();
+    let mut text = format!(
+        "kernel {:?}: {:?}, epoch {}",
+        status.kernel_id, status.state, status.epoch
+    )
+    .to_lowercase();
     if let Some(kernel) = &status.kernel {
-        text.push_str(&format!("; pid {}, Python {}, ipykernel {}", kernel.pid, kernel.python_version, kernel.ipykernel_version));
+        text.push_str(&format!(
+            "; pid {}, Python {}, ipykernel {}",
+            kernel.pid, kernel.python_version, kernel.ipykernel_version
+        ));
     }
     if status.operation_active || status.queue_depth > 0 {
-        text.push_str(&format!("; running: {}, queued: {}", status.operation_active, status.queue_depth));
+        text.push_str(&format!(
+            "; running: {}, queued: {}",
+            status.operation_active, status.queue_depth
+        ));
     }
     if let Some(environment) = &status.environment {
         if environment.phase != "ready" {
-            text.push_str(&format!("; environment {} ({:.0}s)", environment.phase, environment.elapsed_seconds));
+            text.push_str(&format!(
+                "; environment {} ({:.0}s)",
+                environment.phase, environment.elapsed_seconds
+            ));
         }
     }
     if let Some(error) = &status.error {
@@ -73,7 +103,11 @@ pub(crate) fn status(result: &StatusResult) -> CallToolResult {
 /// A namespace tool's result: the typed JSON, with a compact text rendering for text-only
 /// clients.
 pub(crate) fn namespace(tool: &str, structured: Value, ok: bool) -> CallToolResult {
-    let mut text = if ok { format!("[{tool}] ok") } else { format!("[{tool}] failed") };
+    let mut text = if ok {
+        format!("[{tool}] ok")
+    } else {
+        format!("[{tool}] failed")
+    };
     if let Some(error) = structured.get("error").filter(|error| !error.is_null()) {
         let code = error.get("code").and_then(Value::as_str).unwrap_or("error");
         let message = error.get("message").and_then(Value::as_str).unwrap_or("");
@@ -97,7 +131,11 @@ pub(crate) fn interrupt(result: &crate::server::InterruptResult) -> CallToolResu
     let structured = serde_json::to_value(result).unwrap_or(Value::Null);
     let text = match (result.interrupted, &result.interruption, &result.namespace) {
         (false, _, _) => "nothing was running; the kernel is idle".to_owned(),
-        (true, Some(kind), Some(namespace)) => format!("interrupted ({kind:?}); namespace {namespace:?}; epoch {}", result.epoch).to_lowercase(),
+        (true, Some(kind), Some(namespace)) => format!(
+            "interrupted ({kind:?}); namespace {namespace:?}; epoch {}",
+            result.epoch
+        )
+        .to_lowercase(),
         (true, _, _) => "interrupted".to_owned(),
     };
     finish(structured, vec![Content::text(text)], result.ok)
@@ -114,7 +152,11 @@ pub(crate) fn request_error(error: &ErrorInfo) -> CallToolResult {
 }
 
 fn finish(structured: Value, content: Vec<Content>, ok: bool) -> CallToolResult {
-    let mut result = if ok { CallToolResult::structured(structured) } else { CallToolResult::structured_error(structured) };
+    let mut result = if ok {
+        CallToolResult::structured(structured)
+    } else {
+        CallToolResult::structured_error(structured)
+    };
     result.content = content;
     result.is_error = Some(!ok);
     result
@@ -122,18 +164,35 @@ fn finish(structured: Value, content: Vec<Content>, ok: bool) -> CallToolResult 
 
 /// Moves base64 images out of a mime bundle into `images`, leaving a short reference.
 fn extract_images(bundle: &mut Value, images: &mut Vec<(String, String)>) {
-    let Some(map) = bundle.as_object_mut() else { return };
+    let Some(map) = bundle.as_object_mut() else {
+        return;
+    };
     for mime in BINARY_IMAGE_TYPES {
         if let Some(Value::String(data)) = map.get_mut(*mime) {
             let bytes = base64_decoded_len(data);
-            let payload = std::mem::replace(data, format!("<{mime}, {bytes} bytes, returned as MCP image content #{}>", images.len() + 1));
+            let payload = std::mem::replace(
+                data,
+                format!(
+                    "<{mime}, {bytes} bytes, returned as MCP image content #{}>",
+                    images.len() + 1
+                ),
+            );
             images.push((payload.split_whitespace().collect(), (*mime).to_owned()));
         }
     }
     if let Some(Value::String(svg)) = map.get_mut(SVG_TYPE) {
         let bytes = svg.len();
-        let text = std::mem::replace(svg, format!("<{SVG_TYPE}, {bytes} bytes, returned as MCP image content #{}>", images.len() + 1));
-        images.push((base64::engine::general_purpose::STANDARD.encode(text), SVG_TYPE.to_owned()));
+        let text = std::mem::replace(
+            svg,
+            format!(
+                "<{SVG_TYPE}, {bytes} bytes, returned as MCP image content #{}>",
+                images.len() + 1
+            ),
+        );
+        images.push((
+            base64::engine::general_purpose::STANDARD.encode(text),
+            SVG_TYPE.to_owned(),
+        ));
     }
 }
 
@@ -150,7 +209,9 @@ fn execution_text(output: &ExecutionOutput) -> String {
         }
         text.push_str(&format!("\n--- {name} ---\n{body}"));
         if omitted > 0 {
-            text.push_str(&format!("\n[… {omitted} more characters of {name} omitted]"));
+            text.push_str(&format!(
+                "\n[… {omitted} more characters of {name} omitted]"
+            ));
         }
     };
     section("stdout", &output.stdout, output.stdout_omitted_chars);
@@ -174,7 +235,10 @@ fn execution_text(output: &ExecutionOutput) -> String {
         }
     }
     if let Some(error) = &output.error {
-        text.push_str(&format!("\n--- error [{}] ---\n{}", error.code, error.message));
+        text.push_str(&format!(
+            "\n--- error [{}] ---\n{}",
+            error.code, error.message
+        ));
         if let Some(traceback) = &error.traceback {
             text.push_str(&format!("\n{traceback}"));
         }
@@ -185,8 +249,11 @@ fn execution_text(output: &ExecutionOutput) -> String {
     if let Some(notice) = &output.notice {
         text.push_str(&format!("\n[notice: {notice}]"));
     }
-    if let (Some(kind), Some(namespace)) = (&output.runtime.interruption, &output.runtime.namespace) {
-        text.push_str(&format!("\n[interrupted: {kind:?}; namespace {namespace:?}]").to_lowercase());
+    if let (Some(kind), Some(namespace)) = (&output.runtime.interruption, &output.runtime.namespace)
+    {
+        text.push_str(
+            &format!("\n[interrupted: {kind:?}; namespace {namespace:?}]").to_lowercase(),
+        );
     }
     text
 }

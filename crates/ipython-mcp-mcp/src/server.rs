@@ -9,7 +9,9 @@ use ipython_mcp_kernel::{ErrorInfo, ExecuteArgs, RuntimeStatus, SessionHandle};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::schema_for_output;
 use rmcp::handler::server::wrapper::Parameters;
-use rmcp::model::{CallToolResult, Implementation, ProgressNotificationParam, ServerCapabilities, ServerConfig};
+use rmcp::model::{
+    CallToolResult, Implementation, ProgressNotificationParam, ServerCapabilities, ServerConfig,
+};
 use rmcp::service::RequestContext;
 use rmcp::{schemars, tool, tool_handler, tool_router, RoleServer, ServerHandler};
 use serde::{Deserialize, Serialize};
@@ -32,14 +34,24 @@ impl Sessions {
     pub fn new(default: SessionHandle) -> Self {
         let mut sessions = BTreeMap::new();
         sessions.insert(Self::DEFAULT.to_owned(), default);
-        Sessions { sessions: Arc::new(sessions) }
+        Sessions {
+            sessions: Arc::new(sessions),
+        }
     }
 
     pub fn get(&self, kernel: Option<&str>) -> Result<&SessionHandle, Box<ErrorInfo>> {
         let id = kernel.unwrap_or(Self::DEFAULT);
         self.sessions.get(id).ok_or_else(|| {
-            Box::new(ErrorInfo::new("invalid_arguments", format!("no kernel session named {:?}", render::shorten(id, 64)))
-                .with_hint(format!("known sessions: {}", self.sessions.keys().cloned().collect::<Vec<_>>().join(", "))))
+            Box::new(
+                ErrorInfo::new(
+                    "invalid_arguments",
+                    format!("no kernel session named {:?}", render::shorten(id, 64)),
+                )
+                .with_hint(format!(
+                    "known sessions: {}",
+                    self.sessions.keys().cloned().collect::<Vec<_>>().join(", ")
+                )),
+            )
         })
     }
 
@@ -117,11 +129,22 @@ pub struct IpythonMcp {
 
 impl IpythonMcp {
     pub fn new(sessions: Sessions, config: Arc<Config>) -> Self {
-        IpythonMcp { sessions, config, tool_router: Self::tool_router() + Self::namespace_router() }
+        IpythonMcp {
+            sessions,
+            config,
+            tool_router: Self::tool_router() + Self::namespace_router(),
+        }
     }
 
-    pub(crate) fn sessions(&self) -> &Sessions {
-        &self.sessions
+    /// The session a tool call names, or the result that refuses the call.
+    pub(crate) fn session_for(
+        &self,
+        kernel: Option<&str>,
+    ) -> Result<SessionHandle, CallToolResult> {
+        self.sessions
+            .get(kernel)
+            .cloned()
+            .map_err(|error| render::request_error(&error))
     }
 
     fn check_execute(&self, params: &ExecuteParams) -> Result<Option<Duration>, Box<ErrorInfo>> {
@@ -129,20 +152,30 @@ impl IpythonMcp {
             return Err(Box::new(
                 ErrorInfo::new(
                     "invalid_arguments",
-                    format!("code is {} bytes; the limit is {MAX_CODE_BYTES} bytes", params.code.len()),
+                    format!(
+                        "code is {} bytes; the limit is {MAX_CODE_BYTES} bytes",
+                        params.code.len()
+                    ),
                 )
-                .with_hint("write large data to a file and read it from Python instead of inlining it"),
+                .with_hint(
+                    "write large data to a file and read it from Python instead of inlining it",
+                ),
             ));
         }
         let max = self.config.timeouts.max_operation;
         match params.timeout_seconds {
             None => Ok(None),
-            Some(seconds) if seconds.is_finite() && seconds > 0.0 && seconds <= max.as_secs_f64() => {
+            Some(seconds)
+                if seconds.is_finite() && seconds > 0.0 && seconds <= max.as_secs_f64() =>
+            {
                 Ok(Some(Duration::from_secs_f64(seconds)))
             }
             Some(seconds) => Err(Box::new(ErrorInfo::new(
                 "invalid_arguments",
-                format!("timeout_seconds must be a positive number of seconds up to {}, got {seconds}", max.as_secs_f64()),
+                format!(
+                    "timeout_seconds must be a positive number of seconds up to {}, got {seconds}",
+                    max.as_secs_f64()
+                ),
             ))),
         }
     }
@@ -183,12 +216,14 @@ check on the kernel without running code, interrupt to stop it.",
         let started = std::time::Instant::now();
         // Progress, when the client sent a token: the latest output line, at most once a second.
         let progress = context.meta.get_progress_token().map(|token| {
-            let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel::<ipython_mcp_kernel::Progress>();
+            let (sender, mut receiver) =
+                tokio::sync::mpsc::unbounded_channel::<ipython_mcp_kernel::Progress>();
             let peer = context.peer.clone();
             tokio::spawn(async move {
                 while let Some(update) = receiver.recv().await {
-                    let notification = ProgressNotificationParam::new(token.clone(), update.elapsed_seconds)
-                        .with_message(update.message);
+                    let notification =
+                        ProgressNotificationParam::new(token.clone(), update.elapsed_seconds)
+                            .with_message(update.message);
                     if peer.notify_progress(notification).await.is_err() {
                         break;
                     }
@@ -197,7 +232,13 @@ check on the kernel without running code, interrupt to stop it.",
             sender
         });
         // rmcp cancels this token on notifications/cancelled and when the transport closes.
-        let args = ExecuteArgs { code: params.code, timeout, request_id, cancel: context.ct.clone(), progress };
+        let args = ExecuteArgs {
+            code: params.code,
+            timeout,
+            request_id,
+            cancel: context.ct.clone(),
+            progress,
+        };
         let output = session.execute(args).await;
         tracing::info!(
             tool = "execute",
@@ -215,18 +256,34 @@ check on the kernel without running code, interrupt to stop it.",
         output_schema = schema_for_output::<InterruptResult>(),
         annotations(title = "Interrupt the kernel", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn interrupt(&self, Parameters(params): Parameters<StatusParams>) -> Result<CallToolResult, rmcp::ErrorData> {
-        let session = match self.sessions.get(params.kernel.as_deref()) {
-            Ok(session) => session.clone(),
-            Err(error) => return Ok(render::request_error(&error)),
+    async fn interrupt(
+        &self,
+        Parameters(params): Parameters<StatusParams>,
+    ) -> Result<CallToolResult, rmcp::ErrorData> {
+        let session = match self.session_for(params.kernel.as_deref()) {
+            Ok(session) => session,
+            Err(refused) => return Ok(refused),
         };
         let (interrupted, status) = session.interrupt().await;
-        tracing::info!(tool = "interrupt", kernel = session.kernel_id(), interrupted, "tool call");
+        tracing::info!(
+            tool = "interrupt",
+            kernel = session.kernel_id(),
+            interrupted,
+            "tool call"
+        );
         let result = InterruptResult {
             ok: true,
             interrupted,
-            interruption: if interrupted { status.latest_interruption_kind } else { None },
-            namespace: if interrupted { status.latest_namespace_outcome } else { None },
+            interruption: if interrupted {
+                status.latest_interruption_kind
+            } else {
+                None
+            },
+            namespace: if interrupted {
+                status.latest_namespace_outcome
+            } else {
+                None
+            },
             state: status.state,
             epoch: status.epoch,
             queue_depth: status.queue_depth,
@@ -240,13 +297,21 @@ check on the kernel without running code, interrupt to stop it.",
         output_schema = schema_for_output::<StatusResult>(),
         annotations(title = "Restart the kernel", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
-    async fn kernel_restart(&self, Parameters(params): Parameters<StatusParams>) -> Result<CallToolResult, rmcp::ErrorData> {
-        let session = match self.sessions.get(params.kernel.as_deref()) {
-            Ok(session) => session.clone(),
-            Err(error) => return Ok(render::request_error(&error)),
+    async fn kernel_restart(
+        &self,
+        Parameters(params): Parameters<StatusParams>,
+    ) -> Result<CallToolResult, rmcp::ErrorData> {
+        let session = match self.session_for(params.kernel.as_deref()) {
+            Ok(session) => session,
+            Err(refused) => return Ok(refused),
         };
         let restarted = session.restart().await;
-        tracing::info!(tool = "kernel_restart", kernel = session.kernel_id(), ok = restarted.is_ok(), "tool call");
+        tracing::info!(
+            tool = "kernel_restart",
+            kernel = session.kernel_id(),
+            ok = restarted.is_ok(),
+            "tool call"
+        );
         Ok(match restarted {
             Ok(status) => {
                 let ok = status.state == ipython_mcp_kernel::SessionState::Ready;
@@ -267,9 +332,15 @@ answers runtime_unavailable or seems slow, or to learn which Python you are runn
         output_schema = schema_for_output::<StatusResult>(),
         annotations(title = "Runtime status", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn runtime_status(&self, Parameters(params): Parameters<StatusParams>) -> Result<CallToolResult, rmcp::ErrorData> {
+    async fn runtime_status(
+        &self,
+        Parameters(params): Parameters<StatusParams>,
+    ) -> Result<CallToolResult, rmcp::ErrorData> {
         Ok(match self.sessions.get(params.kernel.as_deref()) {
-            Ok(session) => render::status(&StatusResult { ok: true, status: session.status() }),
+            Ok(session) => render::status(&StatusResult {
+                ok: true,
+                status: session.status(),
+            }),
             Err(error) => render::request_error(&error),
         })
     }

@@ -6,68 +6,157 @@ use clap::{Parser, Subcommand};
 use ipython_mcp_config::{Config, RawConfig};
 
 #[derive(Debug, Parser)]
-#[command(name = "ipython-mcp", version, about = "An MCP server that gives AI agents live, persistent Python in a real IPython kernel.",
-    long_about = "An MCP server that gives AI agents live, persistent Python in a real IPython kernel.\n\nWithout a subcommand it serves MCP on stdio: point your MCP client at this binary.")]
+#[command(
+    name = "ipython-mcp",
+    version,
+    about = "An MCP server that gives AI agents live, persistent Python in a real IPython kernel.",
+    long_about = "An MCP server that gives AI agents live, persistent Python in a real IPython kernel.\n\nWithout a subcommand it serves MCP on stdio: point your MCP client at this binary."
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Option<Command>,
 
     /// Characters of stdout and of stderr kept per execution [default: 8192]
-    #[arg(long, env = "IPYTHON_MCP_MAX_TEXT_CHARS", global = true, value_name = "N")]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_MAX_TEXT_CHARS",
+        global = true,
+        value_name = "N"
+    )]
     max_text_chars: Option<String>,
     /// Characters of an error traceback returned [default: 4096]
-    #[arg(long, env = "IPYTHON_MCP_MAX_TRACEBACK_CHARS", global = true, value_name = "N")]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_MAX_TRACEBACK_CHARS",
+        global = true,
+        value_name = "N"
+    )]
     max_traceback_chars: Option<String>,
     /// Characters of a representation, signature or docstring in namespace results [default: 1024]
-    #[arg(long, env = "IPYTHON_MCP_MAX_REPR_CHARS", global = true, value_name = "N")]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_MAX_REPR_CHARS",
+        global = true,
+        value_name = "N"
+    )]
     max_repr_chars: Option<String>,
     /// Items kept per JSON array/object in displays and results [default: 100]
     #[arg(long, env = "IPYTHON_MCP_MAX_RESULTS", global = true, value_name = "N")]
     max_results: Option<String>,
     /// Rich display items kept per execution [default: 20]
-    #[arg(long, env = "IPYTHON_MCP_MAX_DISPLAY_ITEMS", global = true, value_name = "N")]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_MAX_DISPLAY_ITEMS",
+        global = true,
+        value_name = "N"
+    )]
     max_display_items: Option<String>,
     /// Nesting depth kept in JSON payloads [default: 6]
-    #[arg(long, env = "IPYTHON_MCP_MAX_JSON_DEPTH", global = true, value_name = "N")]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_MAX_JSON_DEPTH",
+        global = true,
+        value_name = "N"
+    )]
     max_json_depth: Option<String>,
     /// Largest image (decoded bytes) returned as image content [default: 1048576]
-    #[arg(long, env = "IPYTHON_MCP_MAX_IMAGE_BYTES", global = true, value_name = "N")]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_MAX_IMAGE_BYTES",
+        global = true,
+        value_name = "N"
+    )]
     max_image_bytes: Option<String>,
     /// Default deadline of one operation, from dispatch [default: 30]
-    #[arg(long, env = "IPYTHON_MCP_OPERATION_TIMEOUT_SECONDS", global = true, value_name = "SECONDS")]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_OPERATION_TIMEOUT_SECONDS",
+        global = true,
+        value_name = "SECONDS"
+    )]
     operation_timeout_seconds: Option<String>,
     /// Largest timeout_seconds an execute call may ask for [default: 3600]
-    #[arg(long, env = "IPYTHON_MCP_MAX_TIMEOUT_SECONDS", global = true, value_name = "SECONDS")]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_MAX_TIMEOUT_SECONDS",
+        global = true,
+        value_name = "SECONDS"
+    )]
     max_timeout_seconds: Option<String>,
     /// How long an interrupted operation may take to stop before the kernel is replaced [default: 2]
-    #[arg(long, env = "IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS", global = true, value_name = "SECONDS")]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS",
+        global = true,
+        value_name = "SECONDS"
+    )]
     interruption_grace_seconds: Option<String>,
     /// Bound on starting one kernel [default: 10]
-    #[arg(long, env = "IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", global = true, value_name = "SECONDS")]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS",
+        global = true,
+        value_name = "SECONDS"
+    )]
     worker_startup_timeout_seconds: Option<String>,
     /// Operations that may wait for a busy kernel; more are rejected with runtime_busy [default: 32]
-    #[arg(long, env = "IPYTHON_MCP_MAX_PENDING_OPERATIONS", global = true, value_name = "N")]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_MAX_PENDING_OPERATIONS",
+        global = true,
+        value_name = "N"
+    )]
     max_pending_operations: Option<String>,
     /// How long an operation may wait in the queue before queue_timeout [default: 30]
-    #[arg(long, env = "IPYTHON_MCP_QUEUE_WAIT_TIMEOUT_SECONDS", global = true, value_name = "SECONDS")]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_QUEUE_WAIT_TIMEOUT_SECONDS",
+        global = true,
+        value_name = "SECONDS"
+    )]
     queue_wait_timeout_seconds: Option<String>,
     /// Warm spare kernels kept ready so a replacement costs milliseconds; 0 disables [default: 1]
-    #[arg(long, env = "IPYTHON_MCP_SPARE_KERNELS", global = true, value_name = "N")]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_SPARE_KERNELS",
+        global = true,
+        value_name = "N"
+    )]
     spare_kernels: Option<String>,
     /// Bound on creating the managed default environment [default: 600]
-    #[arg(long, env = "IPYTHON_MCP_PROVISION_TIMEOUT_SECONDS", global = true, value_name = "SECONDS")]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_PROVISION_TIMEOUT_SECONDS",
+        global = true,
+        value_name = "SECONDS"
+    )]
     provision_timeout_seconds: Option<String>,
     /// Python interpreter for the default kernel (must have ipykernel) [default: found, see README]
     #[arg(long, env = "IPYTHON_MCP_PYTHON", global = true, value_name = "PATH")]
     python: Option<String>,
     /// Trusted library directories (absolute, ':'-separated) prepended to the kernel's sys.path
-    #[arg(long, env = "IPYTHON_MCP_LIBRARY_PATHS", global = true, value_name = "DIRS")]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_LIBRARY_PATHS",
+        global = true,
+        value_name = "DIRS"
+    )]
     library_paths: Option<String>,
     /// Comma-separated modules imported into every kernel at start
-    #[arg(long, env = "IPYTHON_MCP_PRELOAD_MODULES", global = true, value_name = "MODULES")]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_PRELOAD_MODULES",
+        global = true,
+        value_name = "MODULES"
+    )]
     preload_modules: Option<String>,
     /// JSON object of module -> binding, e.g. {"numpy": "np"}
-    #[arg(long, env = "IPYTHON_MCP_MODULE_ALIASES", global = true, value_name = "JSON")]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_MODULE_ALIASES",
+        global = true,
+        value_name = "JSON"
+    )]
     module_aliases: Option<String>,
     /// Where the managed default environment lives [default: $XDG_CACHE_HOME/ipython-mcp or ~/.cache/ipython-mcp]
     #[arg(long, env = "IPYTHON_MCP_CACHE_DIR", global = true, value_name = "DIR")]

@@ -12,7 +12,11 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "ipython-mcp {} doctor", env!("CARGO_PKG_VERSION"))?;
     let options = crate::serve::session_options(&config, "doctor")?;
-    writeln!(out, "cache dir:       {}", options.resolver.cache_dir.display())?;
+    writeln!(
+        out,
+        "cache dir:       {}",
+        options.resolver.cache_dir.display()
+    )?;
     let started = Instant::now();
     let session = SessionHandle::start(options);
     // Provisioning may take a while on first use: show progress until the session settles.
@@ -21,7 +25,12 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         let status = session.status();
         if let Some(environment) = &status.environment {
             if environment.phase != last_phase {
-                writeln!(out, "environment:     {} ({:.1}s)", environment.phase, started.elapsed().as_secs_f64())?;
+                writeln!(
+                    out,
+                    "environment:     {} ({:.1}s)",
+                    environment.phase,
+                    started.elapsed().as_secs_f64()
+                )?;
                 last_phase = environment.phase.clone();
             }
         }
@@ -37,33 +46,79 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     }
     let ready = started.elapsed();
     if let Some(environment) = &status.environment {
-        writeln!(out, "python source:   {}{}", environment.source.as_deref().unwrap_or("?"), if environment.created { " (created now)" } else { "" })?;
+        writeln!(
+            out,
+            "python source:   {}{}",
+            environment.source.as_deref().unwrap_or("?"),
+            if environment.created {
+                " (created now)"
+            } else {
+                ""
+            }
+        )?;
     }
     if let Some(kernel) = &status.kernel {
-        writeln!(out, "python:          {} ({})", kernel.python, kernel.python_version)?;
+        writeln!(
+            out,
+            "python:          {} ({})",
+            kernel.python, kernel.python_version
+        )?;
         writeln!(out, "ipykernel:       {}", kernel.ipykernel_version)?;
-        writeln!(out, "kernel:          pid {}, {}", kernel.pid, kernel.implementation)?;
+        writeln!(
+            out,
+            "kernel:          pid {}, {}",
+            kernel.pid, kernel.implementation
+        )?;
     }
     if let Some(seconds) = status.startup_seconds {
         writeln!(out, "kernel start:    {:.0} ms", seconds * 1000.0)?;
     }
-    writeln!(out, "ready after:     {:.0} ms", ready.as_secs_f64() * 1000.0)?;
+    writeln!(
+        out,
+        "ready after:     {:.0} ms",
+        ready.as_secs_f64() * 1000.0
+    )?;
     let mut samples = Vec::new();
     let mut last = None;
     for round in 0..20 {
-        let code = if round == 0 { "x = 0".to_owned() } else { "x = x + 1; x".to_owned() };
+        let code = if round == 0 {
+            "x = 0".to_owned()
+        } else {
+            "x = x + 1; x".to_owned()
+        };
         let begun = Instant::now();
-        let output = session.execute(ExecuteArgs { code, request_id: format!("doctor-{round}"), ..Default::default() }).await;
+        let output = session
+            .execute(ExecuteArgs {
+                code,
+                request_id: format!("doctor-{round}"),
+                ..Default::default()
+            })
+            .await;
         samples.push(begun.elapsed());
         if !output.ok {
-            writeln!(out, "FAILED:          round trip: {:?}", output.error.map(|error| error.message))?;
+            writeln!(
+                out,
+                "FAILED:          round trip: {:?}",
+                output.error.map(|error| error.message)
+            )?;
             session.shutdown().await;
             return Ok(ExitCode::FAILURE);
         }
-        last = output.result.and_then(|result| result.get("text/plain").and_then(|value| value.as_str()).map(str::to_owned));
+        last = output.result.and_then(|result| {
+            result
+                .get("text/plain")
+                .and_then(|value| value.as_str())
+                .map(str::to_owned)
+        });
     }
     samples.sort();
-    writeln!(out, "round trip:      ok (x = {}), p50 {:.2} ms over {} calls", last.unwrap_or_default(), samples[samples.len() / 2].as_secs_f64() * 1000.0, samples.len())?;
+    writeln!(
+        out,
+        "round trip:      ok (x = {}), p50 {:.2} ms over {} calls",
+        last.unwrap_or_default(),
+        samples[samples.len() / 2].as_secs_f64() * 1000.0,
+        samples.len()
+    )?;
     session.shutdown().await;
     writeln!(out, "all good")?;
     Ok(ExitCode::SUCCESS)

@@ -7,5 +7,10 @@ pub fn init(filter: &str) {
         eprintln!("ipython-mcp: ignoring invalid IPYTHON_MCP_LOG ({error}); using info");
         EnvFilter::new("info")
     });
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(false).with_target(false).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_target(false)
+        .init();
 }

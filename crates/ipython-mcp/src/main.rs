@@ -19,7 +19,11 @@ fn main() -> ExitCode {
         }
     };
     logging::init(&config.log);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("ipython-mcp: could not start the async runtime: {error}");

@@ -66,8 +66,9 @@ fn resolver(config: &Config) -> anyhow::Result<Resolver> {
     let xdg = std::env::var_os("XDG_CACHE_HOME").map(std::path::PathBuf::from);
     let cache_dir = match &config.cache_dir {
         Some(dir) => dir.clone(),
-        None => ipython_mcp_env::default_cache_dir(home.as_deref(), xdg.as_deref())
-            .ok_or_else(|| anyhow::anyhow!("no cache directory: set HOME or IPYTHON_MCP_CACHE_DIR"))?,
+        None => ipython_mcp_env::default_cache_dir(home.as_deref(), xdg.as_deref()).ok_or_else(
+            || anyhow::anyhow!("no cache directory: set HOME or IPYTHON_MCP_CACHE_DIR"),
+        )?,
     };
     Ok(Resolver {
         explicit_python: config.python.clone(),

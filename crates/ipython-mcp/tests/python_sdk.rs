@@ -24,11 +24,23 @@ async fn the_python_sdk_client_works_in_both_protocol_families() {
         cache_dir: cache.clone(),
         install_timeout: Duration::from_secs(600),
     };
-    let python = resolver.resolve(&|_| {}).await.expect("provisioned python").executable;
+    let python = resolver
+        .resolve(&|_| {})
+        .await
+        .expect("provisioned python")
+        .executable;
     let deps = target_tmp().join("mcp-sdk-deps");
     if !deps.join("mcp").is_dir() {
         let status = Command::new(&python)
-            .args(["-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-q", "--target"])
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-input",
+                "-q",
+                "--target",
+            ])
             .arg(&deps)
             .arg("mcp==2.3.0")
             .status()
@@ -44,14 +56,33 @@ async fn the_python_sdk_client_works_in_both_protocol_families() {
         .output()
         .expect("run the SDK client");
     let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "SDK client failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
-    let runs: Vec<Value> = stdout.lines().map(|line| serde_json::from_str(line).expect("json line")).collect();
+    assert!(
+        output.status.success(),
+        "SDK client failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let runs: Vec<Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("json line"))
+        .collect();
     assert_eq!(runs.len(), 2);
     for (run, protocol) in runs.iter().zip(["2025-11-25", "2026-07-28"]) {
         assert_eq!(run["protocol"], protocol, "{run}");
         assert_eq!(
             run["tools"],
-            serde_json::json!(["call_function", "execute", "inspect", "interrupt", "kernel_restart", "list", "reload", "remove", "reset", "runtime_status", "search"]),
+            serde_json::json!([
+                "call_function",
+                "execute",
+                "inspect",
+                "interrupt",
+                "kernel_restart",
+                "list",
+                "reload",
+                "remove",
+                "reset",
+                "runtime_status",
+                "search"
+            ]),
             "{run}"
         );
         assert_eq!(run["output_schemas"], true);
@@ -59,24 +90,62 @@ async fn the_python_sdk_client_works_in_both_protocol_families() {
         assert_eq!(run["result"], "42");
         assert_eq!(run["stdout"], "hello\n");
         assert_eq!(run["first_is_error"], false);
-        assert!(run["text"][0].as_str().expect("text").contains("hello"), "{run}");
+        assert!(
+            run["text"][0].as_str().expect("text").contains("hello"),
+            "{run}"
+        );
         assert_eq!(run["failed_is_error"], true);
         assert_eq!(run["failed_code"], "execution_error");
         assert_eq!(run["failed_ename"], "ValueError");
         let progress = run["progress"].as_array().expect("progress");
-        assert!((2..=4).contains(&progress.len()), "about one notification a second: {progress:?}");
-        assert!(progress.iter().all(|update| update["message"].as_str().is_some_and(|m| m.starts_with("step "))), "{progress:?}");
-        let values: Vec<f64> = progress.iter().filter_map(|update| update["progress"].as_f64()).collect();
-        assert!(values.windows(2).all(|pair| pair[0] < pair[1]), "progress increases: {values:?}");
+        assert!(
+            (2..=4).contains(&progress.len()),
+            "about one notification a second: {progress:?}"
+        );
+        assert!(
+            progress.iter().all(|update| update["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("step "))),
+            "{progress:?}"
+        );
+        let values: Vec<f64> = progress
+            .iter()
+            .filter_map(|update| update["progress"].as_f64())
+            .collect();
+        assert!(
+            values.windows(2).all(|pair| pair[0] < pair[1]),
+            "progress increases: {values:?}"
+        );
         let namespace = &run["namespace"];
-        assert_eq!(namespace["list"][0]["structured"]["functions"][0]["name"], "double", "{run}");
-        assert_eq!(namespace["search"][0]["structured"]["results"][0]["name"], "table");
-        assert_eq!(namespace["inspect"][0]["structured"]["signature"], "(v: int) -> int");
+        assert_eq!(
+            namespace["list"][0]["structured"]["functions"][0]["name"], "double",
+            "{run}"
+        );
+        assert_eq!(
+            namespace["search"][0]["structured"]["results"][0]["name"],
+            "table"
+        );
+        assert_eq!(
+            namespace["inspect"][0]["structured"]["signature"],
+            "(v: int) -> int"
+        );
         assert_eq!(namespace["call_function"][0]["structured"]["result"], 42);
         assert_eq!(namespace["call_function"][1]["is_error"], true);
-        assert_eq!(namespace["call_function"][1]["structured"]["error"]["code"], "invalid_arguments");
-        assert_eq!(namespace["reload"][0]["structured"]["results"][1]["error"]["code"], "module_not_found");
-        assert_eq!(namespace["remove"][0]["structured"]["refused"], serde_json::json!(["_x"]));
-        assert_eq!(namespace["reset"][0]["structured"]["removed"], serde_json::json!(["double", "i", "time", "x"]));
+        assert_eq!(
+            namespace["call_function"][1]["structured"]["error"]["code"],
+            "invalid_arguments"
+        );
+        assert_eq!(
+            namespace["reload"][0]["structured"]["results"][1]["error"]["code"],
+            "module_not_found"
+        );
+        assert_eq!(
+            namespace["remove"][0]["structured"]["refused"],
+            serde_json::json!(["_x"])
+        );
+        assert_eq!(
+            namespace["reset"][0]["structured"]["removed"],
+            serde_json::json!(["double", "i", "time", "x"])
+        );
     }
 }

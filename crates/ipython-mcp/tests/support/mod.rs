@@ -6,7 +6,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
-use rmcp::model::{CallToolRequestParams, ClientConfig, ProtocolVersion, ContentBlock};
+use rmcp::model::{CallToolRequestParams, ClientConfig, ContentBlock, ProtocolVersion};
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _, Peer, RunningService};
 use rmcp::RoleClient;
 use serde_json::{json, Value};
@@ -83,7 +83,9 @@ impl ToolResult {
             .filter_map(|content| match content {
                 ContentBlock::Image(image) => Some((
                     image.mime_type.clone(),
-                    base64::engine::general_purpose::STANDARD.decode(&image.data).expect("valid base64"),
+                    base64::engine::general_purpose::STANDARD
+                        .decode(&image.data)
+                        .expect("valid base64"),
                 )),
                 _ => None,
             })
@@ -108,18 +110,29 @@ impl Server {
         let stdin = child.stdin.take().expect("stdin");
         let lifecycle = match family {
             Family::Handshake => ClientLifecycleMode::Initialize,
-            Family::Modern => ClientLifecycleMode::Discover { preferred_versions: vec![ProtocolVersion::V_2026_07_28] },
+            Family::Modern => ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
         };
         let info = match family {
-            Family::Handshake => ClientConfig::default().with_protocol_version(ProtocolVersion::V_2025_11_25),
+            Family::Handshake => {
+                ClientConfig::default().with_protocol_version(ProtocolVersion::V_2025_11_25)
+            }
             Family::Modern => ClientConfig::default(),
         };
         let started = Instant::now();
-        let client = tokio::time::timeout(Duration::from_secs(10), info.serve_with_lifecycle((stdout, stdin), lifecycle))
-            .await
-            .expect("the MCP handshake never waits for the kernel")
-            .expect("connect");
-        assert!(started.elapsed() < Duration::from_secs(5), "handshake took {:?}", started.elapsed());
+        let client = tokio::time::timeout(
+            Duration::from_secs(10),
+            info.serve_with_lifecycle((stdout, stdin), lifecycle),
+        )
+        .await
+        .expect("the MCP handshake never waits for the kernel")
+        .expect("connect");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "handshake took {:?}",
+            started.elapsed()
+        );
         Server { client, pid, child }
     }
 
@@ -142,7 +155,11 @@ impl Server {
     pub async fn wait_until(&self, predicate: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let status = self.call("runtime_status", json!({})).await.structured.clone();
+            let status = self
+                .call("runtime_status", json!({}))
+                .await
+                .structured
+                .clone();
             if predicate(&status) {
                 return status;
             }
@@ -153,7 +170,10 @@ impl Server {
 
     pub async fn call(&self, tool: &str, arguments: Value) -> ToolResult {
         let result = call_peer(self.client.peer(), tool, arguments).await;
-        assert!(result.structured.is_object(), "{tool} returned structuredContent: {result:?}");
+        assert!(
+            result.structured.is_object(),
+            "{tool} returned structuredContent: {result:?}"
+        );
         result
     }
 
@@ -164,7 +184,8 @@ impl Server {
 
     /// Peak resident set size of the server process, in KiB.
     pub fn peak_rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid)).expect("proc status");
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.pid)).expect("proc status");
         status
             .lines()
             .find_map(|line| line.strip_prefix("VmHWM:"))
@@ -183,7 +204,9 @@ impl Server {
     pub async fn stop(mut self) {
         let _ = self.client.cancel().await;
         let status = tokio::time::timeout(Duration::from_secs(15), self.child.wait()).await;
-        let status = status.expect("server exits after stdin closes").expect("wait");
+        let status = status
+            .expect("server exits after stdin closes")
+            .expect("wait");
         assert!(status.success(), "server exit status {status}");
     }
 }
@@ -208,9 +231,15 @@ pub async fn raw_session(messages: &[Value]) -> Vec<String> {
     let mut stdin = child.stdin.take().expect("stdin");
     let mut stdout = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let mut lines = Vec::new();
-    let wanted = messages.iter().filter(|message| message.get("id").is_some()).count();
+    let wanted = messages
+        .iter()
+        .filter(|message| message.get("id").is_some())
+        .count();
     for message in messages {
-        stdin.write_all(format!("{message}\n").as_bytes()).await.expect("write");
+        stdin
+            .write_all(format!("{message}\n").as_bytes())
+            .await
+            .expect("write");
     }
     stdin.flush().await.expect("flush");
     let mut replies = 0;
@@ -220,16 +249,24 @@ pub async fn raw_session(messages: &[Value]) -> Vec<String> {
             .expect("reply in time")
             .expect("read")
             .expect("server closed stdout early");
-        if serde_json::from_str::<Value>(&line).map(|value| value.get("id").is_some()).unwrap_or(false) {
+        if serde_json::from_str::<Value>(&line)
+            .map(|value| value.get("id").is_some())
+            .unwrap_or(false)
+        {
             replies += 1;
         }
         lines.push(line);
     }
     drop(stdin);
-    while let Ok(Ok(Some(line))) = tokio::time::timeout(Duration::from_secs(10), stdout.next_line()).await {
+    while let Ok(Ok(Some(line))) =
+        tokio::time::timeout(Duration::from_secs(10), stdout.next_line()).await
+    {
         lines.push(line);
     }
-    let status = tokio::time::timeout(Duration::from_secs(15), child.wait()).await.expect("exit").expect("wait");
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .expect("exit")
+        .expect("wait");
     assert!(status.success());
     lines
 }
@@ -239,7 +276,12 @@ pub async fn wait_until_gone(pid: i32) {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|stat| !stat.split(") ").nth(1).is_some_and(|rest| rest.starts_with('Z')))
+            .map(|stat| {
+                !stat
+                    .split(") ")
+                    .nth(1)
+                    .is_some_and(|rest| rest.starts_with('Z'))
+            })
             .unwrap_or(false);
         if !alive {
             return;
@@ -252,7 +294,17 @@ pub async fn wait_until_gone(pid: i32) {
 /// The private run directory of a kernel, read from its command line (`-f <dir>/kernel.json`).
 pub fn kernel_run_dir(pid: i32) -> std::path::PathBuf {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("cmdline");
-    let args: Vec<String> = cmdline.split(|byte| *byte == 0).map(|arg| String::from_utf8_lossy(arg).into_owned()).collect();
-    let file = args.iter().skip_while(|arg| arg.as_str() != "-f").nth(1).expect("-f connection file");
-    std::path::Path::new(file).parent().expect("run dir").to_owned()
+    let args: Vec<String> = cmdline
+        .split(|byte| *byte == 0)
+        .map(|arg| String::from_utf8_lossy(arg).into_owned())
+        .collect();
+    let file = args
+        .iter()
+        .skip_while(|arg| arg.as_str() != "-f")
+        .nth(1)
+        .expect("-f connection file");
+    std::path::Path::new(file)
+        .parent()
+        .expect("run dir")
+        .to_owned()
 }
