@@ -8,7 +8,9 @@
 //! - Internal errors become a stable `code` and a useful message here, in one place.
 
 mod namespace;
+mod peers;
 mod render;
 mod server;
 
+pub use peers::Peers;
 pub use server::{IpythonMcp, Sessions, MAX_CODE_BYTES};

@@ -9,13 +9,15 @@ use ipython_mcp_kernel::{ErrorInfo, ExecuteArgs, RuntimeStatus, SessionHandle};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::schema_for_output;
 use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
     CallToolResult, Implementation, ProgressNotificationParam, ServerCapabilities, ServerConfig,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{schemars, tool, tool_handler, tool_router, RoleServer, ServerHandler};
 use serde::{Deserialize, Serialize};
 
+use crate::peers::Peers;
 use crate::render;
 
 /// Largest `code` accepted by `execute`, in bytes.
@@ -124,16 +126,24 @@ pub struct InterruptResult {
 pub struct IpythonMcp {
     sessions: Sessions,
     config: Arc<Config>,
+    peers: Peers,
     tool_router: ToolRouter<IpythonMcp>,
 }
 
 impl IpythonMcp {
-    pub fn new(sessions: Sessions, config: Arc<Config>) -> Self {
+    /// A handler for one connection. `sessions` and `peers` are shared by every connection.
+    pub fn new(sessions: Sessions, config: Arc<Config>, peers: Peers) -> Self {
         IpythonMcp {
             sessions,
             config,
+            peers,
             tool_router: Self::tool_router() + Self::namespace_router(),
         }
+    }
+
+    /// Every connected client, for `notifications/tools/list_changed`.
+    pub fn peers(&self) -> &Peers {
+        &self.peers
     }
 
     /// The session a tool call names, or the result that refuses the call.
@@ -349,12 +359,37 @@ answers runtime_unavailable or seems slow, or to learn which Python you are runn
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for IpythonMcp {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
             .with_server_info(Implementation::new("ipython-mcp", env!("CARGO_PKG_VERSION")))
             .with_instructions(
                 "Live, persistent Python in a real IPython kernel. Use `execute` to run code; state \
 persists across calls. Output is bounded; results say exactly what was omitted. Use `runtime_status` \
 to check the kernel without running code. This is not a sandbox: code runs with the user's permissions.",
             )
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.peers.add_legacy(context.peer);
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        // rmcp intersects this with what was requested and what get_info advertises.
+        Some(requested.clone())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), rmcp::ErrorData> {
+        let sink = context.sink().clone();
+        self.peers.add_sink(sink.clone());
+        context.cancelled().await;
+        self.peers.remove_sink(&sink);
+        Ok(())
     }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use ipython_mcp_config::Config;
 use ipython_mcp_env::Resolver;
 use ipython_mcp_kernel::{SessionHandle, SessionOptions};
-use ipython_mcp_mcp::{IpythonMcp, Sessions};
+use ipython_mcp_mcp::{IpythonMcp, Peers, Sessions};
 use rmcp::ServiceExt as _;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -18,7 +18,7 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     let config = Arc::new(config);
     let default = SessionHandle::start(session_options(&config, Sessions::DEFAULT)?);
     let sessions = Sessions::new(default);
-    let server = IpythonMcp::new(sessions.clone(), Arc::clone(&config));
+    let server = IpythonMcp::new(sessions.clone(), Arc::clone(&config), Peers::default());
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving MCP on stdio");
 
     let mut terminate = signal(SignalKind::terminate())?;
