@@ -407,6 +407,8 @@ async fn bench_raw_client(python: &Path) -> anyhow::Result<Vec<f64>> {
         env: Vec::new(),
         working_dir: None,
         interrupt_mode: Default::default(),
+        argv: None,
+        kernel_name: None,
     };
     let kernel = Kernel::launch(&spec, Duration::from_secs(30)).await?;
     let run = |code: &'static str| async {
@@ -471,6 +473,8 @@ async fn bench_session(python: &Path) -> anyhow::Result<Vec<f64>> {
             cache_dir: std::env::temp_dir(),
             install_timeout: Duration::from_secs(60),
         },
+        spool: Default::default(),
+        kernel_spec: None,
     };
     let session = ipython_mcp_kernel::SessionHandle::start(options);
     let run = |code: &str| {

@@ -69,6 +69,20 @@ settings! {
         "Warm spare kernels kept ready per session so a replacement costs milliseconds (0 disables)");
     PROVISION_TIMEOUT = ("provision_timeout_seconds", "IPYTHON_MCP_PROVISION_TIMEOUT_SECONDS", "provision-timeout-seconds", "600",
         "Bound on creating the managed default environment (venv + pip install ipykernel)");
+    MAX_KERNELS = ("max_kernels", "IPYTHON_MCP_MAX_KERNELS", "max-kernels", "8",
+        "Kernel sessions that may run at once, `default` included (kernel_start refuses more)");
+    KERNEL_IDLE_TIMEOUT = ("kernel_idle_timeout_seconds", "IPYTHON_MCP_KERNEL_IDLE_TIMEOUT_SECONDS", "kernel-idle-timeout-seconds", "900",
+        "Idle time after which a started (non-default) kernel session is stopped");
+    MAX_SPOOL_EXECUTION_BYTES = ("max_spool_execution_bytes", "IPYTHON_MCP_MAX_SPOOL_EXECUTION_BYTES", "max-spool-execution-bytes", "268435456",
+        "Bytes of each stream of each execution kept on disk for get_output paging (0 disables the spool)");
+    MAX_SPOOL_BYTES = ("max_spool_bytes", "IPYTHON_MCP_MAX_SPOOL_BYTES", "max-spool-bytes", "1073741824",
+        "Bytes of spooled output kept per kernel session; the oldest executions' files are deleted first");
+    MAX_TOOL_NAME_CHARS = ("max_tool_name_chars", "IPYTHON_MCP_MAX_TOOL_NAME_CHARS", "max-tool-name-chars", "64",
+        "Longest name of a dynamic tool");
+    MAX_TOOL_DESCRIPTION_CHARS = ("max_tool_description_chars", "IPYTHON_MCP_MAX_TOOL_DESCRIPTION_CHARS", "max-tool-description-chars", "1024",
+        "Longest description of a dynamic tool");
+    MAX_DYNAMIC_TOOLS = ("max_dynamic_tools", "IPYTHON_MCP_MAX_DYNAMIC_TOOLS", "max-dynamic-tools", "100",
+        "Dynamic tools registered at once, across all kernels");
     PYTHON = ("python", "IPYTHON_MCP_PYTHON", "python", "found (see README)",
         "Python interpreter for the default kernel; it must have ipykernel");
     LIBRARY_PATHS = ("library_paths", "IPYTHON_MCP_LIBRARY_PATHS", "library-paths", "none",
@@ -103,6 +117,13 @@ pub struct RawConfig {
     pub spare_kernels: Option<String>,
     pub queue_wait_timeout_seconds: Option<String>,
     pub provision_timeout_seconds: Option<String>,
+    pub max_kernels: Option<String>,
+    pub kernel_idle_timeout_seconds: Option<String>,
+    pub max_spool_execution_bytes: Option<String>,
+    pub max_spool_bytes: Option<String>,
+    pub max_tool_name_chars: Option<String>,
+    pub max_tool_description_chars: Option<String>,
+    pub max_dynamic_tools: Option<String>,
     pub python: Option<String>,
     pub library_paths: Option<String>,
     pub preload_modules: Option<String>,
@@ -185,6 +206,60 @@ impl Default for QueueLimits {
     }
 }
 
+/// Limits of the kernels toolset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelLimits {
+    /// Sessions at once, `default` included.
+    pub max_kernels: usize,
+    /// Idle time after which a started (non-default) session is stopped.
+    pub idle_timeout: Duration,
+}
+
+impl Default for KernelLimits {
+    fn default() -> Self {
+        KernelLimits {
+            max_kernels: 8,
+            idle_timeout: Duration::from_secs(900),
+        }
+    }
+}
+
+/// Bounds of the on-disk spool of full stream output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpoolBounds {
+    /// Bytes per stream per execution; 0 disables the spool.
+    pub max_execution_bytes: u64,
+    /// Bytes per session.
+    pub max_total_bytes: u64,
+}
+
+impl Default for SpoolBounds {
+    fn default() -> Self {
+        SpoolBounds {
+            max_execution_bytes: 256 * 1024 * 1024,
+            max_total_bytes: 1024 * 1024 * 1024,
+        }
+    }
+}
+
+/// Limits of dynamic tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolLimits {
+    pub max_name_chars: usize,
+    pub max_description_chars: usize,
+    pub max_tools: usize,
+}
+
+impl Default for ToolLimits {
+    fn default() -> Self {
+        ToolLimits {
+            max_name_chars: 64,
+            max_description_chars: 1024,
+            max_tools: 100,
+        }
+    }
+}
+
 /// What every kernel gets at start, after a reset and after a replacement.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Namespace {
@@ -203,6 +278,9 @@ pub struct Config {
     pub timeouts: Timeouts,
     pub queue: QueueLimits,
     pub spares: Spares,
+    pub kernels: KernelLimits,
+    pub spool: SpoolBounds,
+    pub tools: ToolLimits,
     pub namespace: Namespace,
     /// Explicit interpreter for the default kernel (`--python`).
     pub python: Option<PathBuf>,
@@ -219,6 +297,9 @@ impl Default for Config {
             timeouts: Timeouts::default(),
             queue: QueueLimits::default(),
             spares: Spares::default(),
+            kernels: KernelLimits::default(),
+            spool: SpoolBounds::default(),
+            tools: ToolLimits::default(),
             namespace: Namespace::default(),
             python: None,
             cache_dir: None,
@@ -366,6 +447,47 @@ impl Config {
                 &raw.spare_kernels,
                 defaults.spares.0,
             )?),
+            kernels: KernelLimits {
+                max_kernels: positive_int(
+                    MAX_KERNELS,
+                    &raw.max_kernels,
+                    defaults.kernels.max_kernels,
+                )?,
+                idle_timeout: seconds(
+                    KERNEL_IDLE_TIMEOUT,
+                    &raw.kernel_idle_timeout_seconds,
+                    defaults.kernels.idle_timeout,
+                )?,
+            },
+            spool: SpoolBounds {
+                max_execution_bytes: non_negative_int(
+                    MAX_SPOOL_EXECUTION_BYTES,
+                    &raw.max_spool_execution_bytes,
+                    defaults.spool.max_execution_bytes as usize,
+                )? as u64,
+                max_total_bytes: positive_int(
+                    MAX_SPOOL_BYTES,
+                    &raw.max_spool_bytes,
+                    defaults.spool.max_total_bytes as usize,
+                )? as u64,
+            },
+            tools: ToolLimits {
+                max_name_chars: positive_int(
+                    MAX_TOOL_NAME_CHARS,
+                    &raw.max_tool_name_chars,
+                    defaults.tools.max_name_chars,
+                )?,
+                max_description_chars: positive_int(
+                    MAX_TOOL_DESCRIPTION_CHARS,
+                    &raw.max_tool_description_chars,
+                    defaults.tools.max_description_chars,
+                )?,
+                max_tools: positive_int(
+                    MAX_DYNAMIC_TOOLS,
+                    &raw.max_dynamic_tools,
+                    defaults.tools.max_tools,
+                )?,
+            },
             namespace: namespace(raw)?,
             python: path(PYTHON, &raw.python)?,
             cache_dir: path(CACHE_DIR, &raw.cache_dir)?,

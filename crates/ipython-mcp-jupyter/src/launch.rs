@@ -34,6 +34,12 @@ pub struct LaunchSpec {
     pub working_dir: Option<PathBuf>,
     /// How to interrupt it (a kernelspec's `interrupt_mode`).
     pub interrupt_mode: InterruptMode,
+    /// A kernelspec's command line instead of `<python> -m ipykernel_launcher`;
+    /// `{connection_file}` is replaced by the connection file's path. Our ipykernel options
+    /// (history in memory, no colours) are not added to it.
+    pub argv: Option<Vec<String>>,
+    /// The connection file's `kernel_name`.
+    pub kernel_name: Option<String>,
 }
 
 /// How a kernel is interrupted, as its kernelspec's `interrupt_mode` says.
@@ -160,23 +166,44 @@ pub(crate) async fn launch(spec: &LaunchSpec, startup_timeout: Duration) -> Resu
         hb_port: 5,
         signature_scheme: "hmac-sha256".to_owned(),
         key: uuid::Uuid::new_v4().simple().to_string(),
-        kernel_name: Some("python3".to_owned()),
+        kernel_name: Some(
+            spec.kernel_name
+                .clone()
+                .unwrap_or_else(|| "python3".to_owned()),
+        ),
     };
     let connection_file = run_dir.path().join("kernel.json");
     write_private(&connection_file, &connection).map_err(|error| Error::RunDir {
         message: error.to_string(),
     })?;
 
-    let mut command = tokio::process::Command::new(&spec.python);
+    let (program, mut command) = match &spec.argv {
+        Some(argv) if !argv.is_empty() => {
+            let file = connection_file.display().to_string();
+            let mut command = tokio::process::Command::new(&argv[0]);
+            command.args(
+                argv[1..]
+                    .iter()
+                    .map(|arg| arg.replace("{connection_file}", &file)),
+            );
+            (argv[0].clone(), command)
+        }
+        _ => {
+            let mut command = tokio::process::Command::new(&spec.python);
+            command
+                .args(["-m", "ipykernel_launcher", "-f"])
+                .arg(&connection_file)
+                // History in memory only: on disk it costs ~17 ms on a third of cells, and
+                // `enabled=False` makes ipykernel 7.4 hang at shutdown (notes/rust-jupyter.md
+                // §4, §6).
+                .args([
+                    "--HistoryManager.hist_file=:memory:",
+                    "--InteractiveShell.colors=nocolor",
+                ]);
+            (spec.python.display().to_string(), command)
+        }
+    };
     command
-        .args(["-m", "ipykernel_launcher", "-f"])
-        .arg(&connection_file)
-        // History in memory only: on disk it costs ~17 ms on a third of cells, and
-        // `enabled=False` makes ipykernel 7.4 hang at shutdown (notes/rust-jupyter.md §4, §6).
-        .args([
-            "--HistoryManager.hist_file=:memory:",
-            "--InteractiveShell.colors=nocolor",
-        ])
         .env("PYDEVD_DISABLE_FILE_VALIDATION", "1")
         .envs(spec.env.iter().map(|(key, value)| (key, value)))
         .stdin(Stdio::null())
@@ -203,7 +230,7 @@ pub(crate) async fn launch(spec: &LaunchSpec, startup_timeout: Duration) -> Resu
         });
     }
     let mut child = command.spawn().map_err(|error| Error::Spawn {
-        program: spec.python.display().to_string(),
+        program,
         message: error.to_string(),
     })?;
     let pid = child.id().expect("a just-spawned child has a pid");

@@ -35,6 +35,8 @@ async fn launch_with(interrupt_mode: InterruptMode) -> Kernel {
             env: Vec::new(),
             working_dir: None,
             interrupt_mode,
+            argv: None,
+            kernel_name: None,
         },
         Duration::from_secs(30),
     )

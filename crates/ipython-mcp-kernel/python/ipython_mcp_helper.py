@@ -43,6 +43,7 @@ import platform
 import re
 import sys
 import threading
+import time
 import traceback
 import types
 
@@ -69,6 +70,11 @@ OPTIONAL_CONFIG_KEYS = (
     ("max_results", 100),
     ("max_json_depth", 6),
 )
+# The spool (optional): the full text of each execution's stdout and stderr, written to
+# ``<spool_dir>/<execute_request msg_id>.stdout`` / ``.stderr`` (UTF-8, at most spool_max_bytes
+# each; the rest is counted in the report), so the server can page output it never received.
+SPOOL_FLUSH_SECONDS = 0.25
+_SPOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 # config["namespace"] (optional): what install adds to the user namespace.
 NAMESPACE_KEYS = ("library_paths", "preload_modules", "module_aliases")
 IMAGE_MIMES = ("image/png", "image/jpeg", "image/gif", "image/webp")
@@ -1261,6 +1267,14 @@ def _validated(config):
         if type(value) is not int or value < 0:
             raise ValueError("config[%r] must be a non-negative int, got %r" % (key, value))
         checked[key] = value
+    spool_dir = config.get("spool_dir")
+    if spool_dir is not None and (not isinstance(spool_dir, str) or not os.path.isabs(spool_dir)):
+        raise ValueError("config['spool_dir'] must be an absolute path or None, got %r" % (spool_dir,))
+    checked["spool_dir"] = spool_dir
+    spool_max_bytes = config.get("spool_max_bytes", 0)
+    if type(spool_max_bytes) is not int or spool_max_bytes < 0:
+        raise ValueError("config['spool_max_bytes'] must be a non-negative int, got %r" % (spool_max_bytes,))
+    checked["spool_max_bytes"] = spool_max_bytes
     checked["namespace"] = validated_namespace(config.get("namespace"))
     return checked
 
@@ -1366,7 +1380,7 @@ class _Installation:
             self._depth = 1
             self._clear()
             for channel in self.channels:
-                channel.new_execution()
+                channel.new_execution(self._spool_path(msg_id, channel.name))
 
     def end_execution(self):
         """``post_execute``: reports the execution that ends here."""
@@ -1378,6 +1392,8 @@ class _Installation:
             if self._depth > 0:
                 return
             self._active = _NO_EXECUTION
+            for channel in self.channels:
+                channel.close_spool()
             written = any(channel.written for channel in self.channels)
             held_back = self.display_omitted > 0 or any(
                 channel.written > channel.forwarded for channel in self.channels
@@ -1388,6 +1404,15 @@ class _Installation:
         if written:
             self._flush_streams()
         self._send(report)
+
+    def _spool_path(self, msg_id, name):
+        """Where this execution's ``name`` stream is spooled, or None when spooling is off."""
+        directory = self.config["spool_dir"]
+        if directory is None or self.config["spool_max_bytes"] == 0:
+            return None
+        if not isinstance(msg_id, str) or not _SPOOL_NAME.match(msg_id):
+            return None
+        return os.path.join(directory, "%s.%s" % (msg_id, name))
 
     def _flush_streams(self):
         # Stream text waits up to 0.2 s in OutStream's buffer; flushing here puts every
@@ -1401,12 +1426,15 @@ class _Installation:
     def _report(self):
         streams = {name: {"text": "", "omitted_chars": 0} for name in ("stdout", "stderr")}
         raw_chars = {"stdout": 0, "stderr": 0}
+        spool = {}
         for channel in self.channels:
             streams[channel.name] = {
                 "text": sanitize_text(channel.sink.text()),
                 "omitted_chars": channel.sink.omitted(),
             }
             raw_chars[channel.name] = channel.written
+            if channel.spool_path is not None:
+                spool[channel.name] = {"bytes": channel.spooled, "dropped_bytes": channel.spool_dropped}
         return {
             "event": "execution_report",
             "stdout": streams["stdout"],
@@ -1414,6 +1442,7 @@ class _Installation:
             "display_count": self.display_count,
             "display_omitted": self.display_omitted,
             "raw_chars": raw_chars,
+            "spool": spool,
         }
 
     def _clear(self):
@@ -1569,6 +1598,12 @@ class _StreamChannel:
         self.budget = installation.config["raw_forward_chars"]
         self.written = 0
         self.forwarded = 0
+        self.spool_limit = installation.config["spool_max_bytes"]
+        self.spool_path = None
+        self.spool_file = None
+        self.spooled = 0
+        self.spool_dropped = 0
+        self.spool_flushed_at = 0.0
         stream_class = type(stream)
         if not stream_class.__dict__.get(_BOUNDED_MARKER):
             stream.__class__ = _bounded_stream_class(stream_class)
@@ -1586,9 +1621,49 @@ class _StreamChannel:
         if self.stream.__dict__.get(_CHANNEL) is self:
             self.stream.__dict__[_CHANNEL] = None
 
-    def new_execution(self):
+    def new_execution(self, spool_path=None):
         self.written = 0
         self.forwarded = 0
+        self.close_spool()
+        self.spool_path = spool_path
+        self.spooled = 0
+        self.spool_dropped = 0
+
+    def close_spool(self):
+        spool_file, self.spool_file = self.spool_file, None
+        if spool_file is not None:
+            try:
+                spool_file.close()
+            except Exception:
+                pass
+
+    def _spool(self, string):
+        """Appends ``string`` to this execution's spool file (opened on first write), up to
+        ``spool_limit`` bytes; counts the rest. Flushed at most every SPOOL_FLUSH_SECONDS, so
+        a reader sees a running execution's output without a system call per write."""
+        if self.spool_path is None:
+            return
+        data = string.encode("utf-8", "replace")
+        room = self.spool_limit - self.spooled
+        if len(data) > room:
+            self.spool_dropped += len(data) - max(room, 0)
+            data = data[: max(room, 0)]
+        if not data:
+            return
+        if self.spool_file is None:
+            try:
+                # O_EXCL: never follow or reuse a file someone else put there.
+                fd = os.open(self.spool_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                self.spool_file = os.fdopen(fd, "wb")
+            except OSError:
+                self.spool_path = None  # unwritable: stop trying for this execution
+                return
+        self.spool_file.write(data)
+        self.spooled += len(data)
+        now = time.monotonic()
+        if now - self.spool_flushed_at >= SPOOL_FLUSH_SECONDS:
+            self.spool_flushed_at = now
+            self.spool_file.flush()
 
     def write(self, string):
         if (
@@ -1617,6 +1692,10 @@ class _StreamChannel:
         self.installation.note_output()
         self.written += len(string)
         self.sink.write(string)
+        try:
+            self._spool(string)
+        except Exception:
+            self.spool_path = None  # a full disk must not break the user's print
         room = self.budget - self.forwarded
         if room <= 0:
             return ""

@@ -26,6 +26,15 @@ pub(crate) struct HelperReport {
     pub stderr: StreamReport,
     #[serde(default)]
     pub display_omitted: u64,
+    /// Per stream: bytes written to the spool and bytes beyond its bound.
+    #[serde(default)]
+    pub spool: std::collections::BTreeMap<String, SpoolCount>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct SpoolCount {
+    #[serde(default)]
+    pub dropped_bytes: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -41,6 +50,7 @@ pub(crate) struct Reply {
     pub execution_count: Option<u64>,
 }
 
+#[derive(Clone)]
 pub(crate) struct Collector {
     limits: OutputLimits,
     json: JsonLimits,
@@ -79,6 +89,8 @@ pub(crate) struct Collected {
     pub truncated: Truncated,
     pub reply: Option<Reply>,
     pub helper_reply: Option<Value>,
+    /// Bytes the kernel could not keep in the spool (its per-execution bound).
+    pub spool_dropped: u64,
 }
 
 impl Collector {
@@ -302,12 +314,20 @@ impl Collector {
         self.displays.push((display_id, item));
     }
 
+    /// What has been collected so far, leaving the collector as it is.
+    pub(crate) fn snapshot(&self) -> Collected {
+        self.clone().finish()
+    }
+
     pub(crate) fn finish(self) -> Collected {
         let mut truncated = Truncated {
             display_data: self.displays_truncated,
             result: self.result_truncated,
             ..Default::default()
         };
+        let spool_dropped = self.report.as_ref().map_or(0, |report| {
+            report.spool.values().map(|count| count.dropped_bytes).sum()
+        });
         let (stdout, stdout_omitted_chars, stderr, stderr_omitted_chars, kernel_display_omitted) =
             match self.report {
                 // The helper saw every character; its text is already bounded by the same limit.
@@ -364,6 +384,7 @@ impl Collector {
             truncated,
             reply: self.reply,
             helper_reply: self.helper_reply,
+            spool_dropped,
         }
     }
 }

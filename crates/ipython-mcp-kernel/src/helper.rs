@@ -36,7 +36,11 @@ mod.install(json.loads(base64.b64decode(CONFIG_B64).decode("utf-8")))
 "#;
 
 /// The code of the silent install execute.
-pub fn install_code(limits: &OutputLimits, namespace: &Namespace) -> String {
+pub fn install_code(
+    limits: &OutputLimits,
+    namespace: &Namespace,
+    spool: Option<(&std::path::Path, u64)>,
+) -> String {
     let engine = base64::engine::general_purpose::STANDARD;
     let config = json!({
         "max_text_chars": limits.max_text_chars,
@@ -52,6 +56,9 @@ pub fn install_code(limits: &OutputLimits, namespace: &Namespace) -> String {
         "max_repr_chars": limits.max_repr_chars,
         "max_results": limits.max_results,
         "max_json_depth": limits.max_json_depth,
+        // Full stream text goes to <spool_dir>/<msg_id>.stdout|stderr (see executions.rs).
+        "spool_dir": spool.map(|(dir, _)| dir.display().to_string()),
+        "spool_max_bytes": spool.map_or(0, |(_, max)| max),
         "namespace": {
             "library_paths": namespace.library_paths.iter().map(|path| path.display().to_string()).collect::<Vec<_>>(),
             "preload_modules": namespace.preload_modules,
@@ -88,6 +95,7 @@ pub async fn install(
     kernel: &Kernel,
     limits: &OutputLimits,
     namespace: &Namespace,
+    spool: Option<(&std::path::Path, u64)>,
     timeout: Duration,
 ) -> Result<String, InstallError> {
     let waiter = Waiter {
@@ -97,7 +105,7 @@ pub async fn install(
     };
     let request = JupyterMessage::new(
         ExecuteRequest {
-            code: install_code(limits, namespace),
+            code: install_code(limits, namespace, spool),
             silent: true,
             store_history: false,
             user_expressions: None,
@@ -240,7 +248,7 @@ mod tests {
 
     #[test]
     fn install_code_carries_no_raw_text() {
-        let code = install_code(&OutputLimits::default(), &Namespace::default());
+        let code = install_code(&OutputLimits::default(), &Namespace::default(), None);
         // Only the fixed frame and base64 payloads: no quotes or newlines from the source.
         assert!(!code.contains('\n'));
         assert!(code.starts_with("exec(compile(__import__('base64')"));

@@ -122,6 +122,10 @@ pub struct ExecutionOutput {
     /// while idle and was replaced before it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub notice: Option<String>,
+    /// Present when stdout or stderr was cut: how much of the full text is on disk, to page
+    /// or search with `get_output`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub spool: Option<crate::executions::SpoolInfo>,
 }
 
 impl ExecutionOutput {
@@ -143,6 +147,17 @@ impl ExecutionOutput {
             execution_id,
             runtime,
             notice: None,
+            spool: None,
+        }
+    }
+
+    /// An execution that has not finished yet (nothing collected).
+    pub fn pending(execution_id: String, runtime: RuntimeInfo) -> Self {
+        ExecutionOutput {
+            ok: true,
+            status: ExecutionStatus::Pending,
+            error: None,
+            ..ExecutionOutput::not_run(execution_id, runtime, ErrorInfo::new("", ""))
         }
     }
 }

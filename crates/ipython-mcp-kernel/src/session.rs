@@ -22,6 +22,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::collect::Collector;
+use crate::executions::{Executions, Page, PageRequest, Record, SpoolLimits, SpoolWriter};
 use crate::helper;
 use crate::output::{
     ErrorInfo, ExecutionOutput, ExecutionStatus, Interruption, NamespaceOutcome, RuntimeInfo,
@@ -43,6 +44,10 @@ pub struct SessionOptions {
     /// Library paths, preloads and aliases every kernel gets.
     pub namespace: ipython_mcp_config::Namespace,
     pub resolver: Resolver,
+    /// Bounds of the on-disk spool of full output.
+    pub spool: SpoolLimits,
+    /// A kernelspec to start instead of our ipykernel launch (`kernel_start` with a spec name).
+    pub kernel_spec: Option<crate::kernelspec::KernelSpec>,
 }
 
 /// A progress update for a running execution (at most one a second).
@@ -78,6 +83,7 @@ pub struct SessionHandle {
 
 struct Shared {
     options: SessionOptions,
+    executions: Executions,
     status: Mutex<RuntimeStatus>,
     queue_depth: AtomicUsize,
     capacity: Arc<Semaphore>,
@@ -98,6 +104,8 @@ enum Command {
         ticket: Arc<Ticket>,
         args: ExecuteArgs,
         helper: Option<HelperRequest>,
+        /// Executes are remembered for `get_output`; helper calls are not.
+        record: Option<Arc<Record>>,
         reply: oneshot::Sender<Outcome>,
     },
     /// Replace the kernel with a fresh one (a promoted spare), in queue order.
@@ -135,6 +143,14 @@ struct HelperRequest {
 
 /// An operation's output, plus the helper's reply for helper calls.
 type Outcome = (ExecutionOutput, Option<serde_json::Value>);
+
+/// A request handed to the actor, whose caller has not yet got its answer.
+struct Admitted {
+    ticket: Arc<Ticket>,
+    args: ExecuteArgs,
+    record: Option<Arc<Record>>,
+    result: oneshot::Receiver<Outcome>,
+}
 
 const QUEUED: u8 = 0;
 const DISPATCHED: u8 = 1;
@@ -208,6 +224,7 @@ impl SessionHandle {
             status: Mutex::new(RuntimeStatus::starting(&options.kernel_id)),
             capacity: Arc::new(Semaphore::new(options.max_pending.max(1))),
             admission: Mutex::new(()),
+            executions: Executions::new(options.spool),
             options,
             queue_depth: AtomicUsize::new(0),
             next_seq: AtomicU64::new(1),
@@ -252,40 +269,59 @@ impl SessionHandle {
     }
 
     async fn submit(&self, args: ExecuteArgs, helper: Option<HelperRequest>) -> Outcome {
+        match self.admit(args, helper) {
+            Ok(admitted) => self.wait(admitted).await,
+            Err(outcome) => outcome,
+        }
+    }
+
+    /// Starts an execute and returns at once with `status: pending` and its `execution_id`;
+    /// the execution is queued and run as usual, and `output` reads it. A request the queue
+    /// refuses (busy, closed, unavailable) is answered at once instead.
+    pub fn execute_background(&self, args: ExecuteArgs) -> ExecutionOutput {
+        match self.admit(args, None) {
+            Ok(admitted) => {
+                let record = admitted.record.clone();
+                let session = self.clone();
+                tokio::spawn(async move { session.wait(admitted).await });
+                let record = record.expect("every execute has a record");
+                record.view()
+            }
+            Err((output, _)) => output,
+        }
+    }
+
+    /// Numbers the request, takes a queue slot and hands it to the actor; or answers at once.
+    fn admit(&self, args: ExecuteArgs, helper: Option<HelperRequest>) -> Result<Admitted, Outcome> {
         // Numbering and enqueueing happen under one lock, so admission order is sequence order
         // even for concurrent callers. Nothing awaits while it is held.
         let admission = self.shared.admission.lock().expect("admission lock");
         let seq = self.shared.next_seq.fetch_add(1, Ordering::AcqRel);
         let execution_id = uuid::Uuid::new_v4().to_string();
+        // Executes are remembered (get_output); helper calls are not.
+        let record = helper.is_none().then(|| {
+            self.shared
+                .executions
+                .register(execution_id.clone(), seq, args.request_id.clone())
+        });
         let ticket = Arc::new(Ticket {
             seq,
-            execution_id: execution_id.clone(),
+            execution_id,
             enqueued_at: Instant::now(),
             state: AtomicU8::new(QUEUED),
             dispatched: Notify::new(),
             permit: Mutex::new(None),
             cancel: args.cancel.clone(),
         });
-        let not_run = |error: ErrorInfo, status: &RuntimeStatus| -> Outcome {
-            let output = ExecutionOutput::not_run(
-                execution_id.clone(),
-                RuntimeInfo {
-                    request_id: args.request_id.clone(),
-                    admission_seq: seq,
-                    epoch: status.epoch,
-                    queue_wait_ms: ticket.enqueued_at.elapsed().as_millis() as u64,
-                    run_ms: 0,
-                    interruption: None,
-                    namespace: None,
-                },
-                error,
-            );
-            (output, None)
-        };
         let status = self.status();
         match status.state {
-            SessionState::Closed => return not_run(closed_error(), &status),
-            SessionState::Unavailable => return not_run(unavailable_error(&status), &status),
+            SessionState::Closed => {
+                return Err(self.not_run(&ticket, &args, record.as_deref(), closed_error()))
+            }
+            SessionState::Unavailable => {
+                let error = unavailable_error(&status);
+                return Err(self.not_run(&ticket, &args, record.as_deref(), error));
+            }
             _ => {}
         }
         let Ok(permit) = Arc::clone(&self.shared.capacity).try_acquire_owned() else {
@@ -297,7 +333,7 @@ impl SessionHandle {
                 ),
             )
             .with_hint("wait for earlier calls to finish, or check runtime_status");
-            return not_run(error, &self.status());
+            return Err(self.not_run(&ticket, &args, record.as_deref(), error));
         };
         *ticket.permit.lock().expect("permit lock") = Some(permit);
         self.shared.queue_depth.fetch_add(1, Ordering::AcqRel);
@@ -306,21 +342,43 @@ impl SessionHandle {
             ticket: Arc::clone(&ticket),
             args: args.clone(),
             helper,
+            record: record.clone(),
             reply,
         };
         if self.inbox.send(command).is_err() {
             ticket.abandon(&self.shared);
-            return not_run(closed_error(), &self.status());
+            return Err(self.not_run(&ticket, &args, record.as_deref(), closed_error()));
         }
         drop(admission);
+        Ok(Admitted {
+            ticket,
+            args,
+            record,
+            result,
+        })
+    }
+
+    /// Waits for an admitted request's dispatch (bounded by the queue wait) and its outcome.
+    async fn wait(&self, admitted: Admitted) -> Outcome {
+        let Admitted {
+            ticket,
+            args,
+            record,
+            result,
+        } = admitted;
+        let record = record.as_deref();
         let queue_wait = self.shared.options.queue_wait_timeout;
         tokio::select! {
             biased;
             _ = ticket.dispatched.notified() => {}
             _ = args.cancel.cancelled() => {
                 if ticket.abandon(&self.shared) {
-                    let mut outcome = not_run(ErrorInfo::new("operation_cancelled", "cancelled by the client while queued; nothing ran"), &self.status());
+                    let error = ErrorInfo::new("operation_cancelled", "cancelled by the client while queued; nothing ran");
+                    let mut outcome = self.not_run(&ticket, &args, None, error);
                     outcome.0.status = ExecutionStatus::Cancelled;
+                    if let Some(record) = record {
+                        record.finish(&outcome.0);
+                    }
                     return outcome;
                 }
             }
@@ -343,14 +401,96 @@ impl SessionHandle {
                         )
                         .with_hint("the kernel is busy with earlier work; check runtime_status")
                     };
-                    return not_run(error, &status);
+                    return self.not_run(&ticket, &args, record, error);
                 }
             }
         }
         match result.await {
             Ok(output) => output,
-            Err(_) => not_run(closed_error(), &self.status()),
+            Err(_) => self.not_run(&ticket, &args, record, closed_error()),
         }
+    }
+
+    /// The outcome of a request that never ran; recorded for `get_output` too.
+    fn not_run(
+        &self,
+        ticket: &Ticket,
+        args: &ExecuteArgs,
+        record: Option<&Record>,
+        error: ErrorInfo,
+    ) -> Outcome {
+        let status = self.status();
+        let output = ExecutionOutput::not_run(
+            ticket.execution_id.clone(),
+            RuntimeInfo {
+                request_id: args.request_id.clone(),
+                admission_seq: ticket.seq,
+                epoch: status.epoch,
+                queue_wait_ms: ticket.enqueued_at.elapsed().as_millis() as u64,
+                run_ms: 0,
+                interruption: None,
+                namespace: None,
+            },
+            error,
+        );
+        if let Some(record) = record {
+            record.finish(&output);
+        }
+        (output, None)
+    }
+
+    /// An execution's output: final, or what has arrived so far (`status: pending`) after
+    /// waiting up to `wait` for it to finish. `None` picks the latest execution. Returns
+    /// `None` when this session does not remember it.
+    pub async fn output(
+        &self,
+        execution_id: Option<&str>,
+        wait: Duration,
+    ) -> Option<ExecutionOutput> {
+        let record = match execution_id {
+            Some(id) => self.shared.executions.find(id)?,
+            None => self.shared.executions.latest()?,
+        };
+        if !wait.is_zero() {
+            record.wait(wait).await;
+        }
+        let mut output = record.view();
+        if output.spool.is_none() && !record.is_finished() {
+            output.spool = self.shared.executions.spool_info(&record);
+        }
+        Some(output)
+    }
+
+    /// True when this session remembers the execution.
+    pub fn knows(&self, execution_id: &str) -> bool {
+        self.shared.executions.find(execution_id).is_some()
+    }
+
+    /// The ids of the executions this session remembers, newest first.
+    pub fn execution_ids(&self) -> Vec<String> {
+        self.shared.executions.ids()
+    }
+
+    /// One page of an execution's full stdout or stderr from the spool.
+    pub async fn page(
+        &self,
+        execution_id: Option<&str>,
+        request: PageRequest,
+    ) -> Option<Result<Page, ErrorInfo>> {
+        let record = match execution_id {
+            Some(id) => self.shared.executions.find(id)?,
+            None => self.shared.executions.latest()?,
+        };
+        let path = match self.shared.executions.stream_path(&record, request.stream) {
+            Ok(path) => path,
+            Err(error) => return Some(Err(error)),
+        };
+        let complete = record.is_finished();
+        let page = tokio::task::spawn_blocking(move || {
+            crate::executions::read_page(path.as_deref(), &request, complete)
+        })
+        .await;
+        Some(page.map_err(|error| ErrorInfo::new("internal_error", error.to_string())))
     }
 
     /// Replaces the kernel with a fresh one (promoting a warm spare when one is ready) after
@@ -602,13 +742,14 @@ impl Actor {
                 }
                 command = self.commands.recv() => command,
             };
-            let (ticket, args, helper, reply) = match command {
+            let (ticket, args, helper, record, reply) = match command {
                 Some(Command::Execute {
                     ticket,
                     args,
                     helper,
+                    record,
                     reply,
-                }) => (ticket, args, helper, reply),
+                }) => (ticket, args, helper, record, reply),
                 Some(Command::Restart { reply }) => {
                     if shutdown.is_cancelled() {
                         return;
@@ -631,13 +772,23 @@ impl Actor {
             if !ticket.dispatch(&self.shared) {
                 continue; // abandoned: its caller already answered queue_timeout or cancelled
             }
-            let (mut output, helper_reply) = self.execute(&ticket, &args, helper.as_ref()).await;
+            let (mut output, helper_reply) = self
+                .execute(&ticket, &args, helper.as_ref(), record.as_deref())
+                .await;
             if let Some(notice) = self.unreported_reset.take() {
                 output
                     .runtime
                     .namespace
                     .get_or_insert(NamespaceOutcome::Reset);
                 output.notice = Some(notice);
+            }
+            // Recorded before the caller hears, so a caller that stopped waiting loses nothing.
+            if let Some(record) = &record {
+                if output.stdout_omitted_chars > 0 || output.stderr_omitted_chars > 0 {
+                    output.spool = self.shared.executions.spool_info(record);
+                }
+                record.finish(&output);
+                self.shared.executions.enforce_total();
             }
             let _ = reply.send((output, helper_reply));
             self.shared.operations_done.send_modify(|done| *done += 1);
@@ -755,6 +906,7 @@ impl Actor {
         ticket: &Ticket,
         args: &ExecuteArgs,
         helper: Option<&HelperRequest>,
+        record: Option<&Record>,
     ) -> Outcome {
         let options = self.shared.options.clone();
         let queue_wait_ms = ticket.enqueued_at.elapsed().as_millis() as u64;
@@ -819,14 +971,15 @@ impl Actor {
         let started = Instant::now();
         let timeout = args.timeout.unwrap_or(options.timeouts.operation);
         let deadline = started + timeout;
-        let mut collector = Collector::new(
+        let collector = Arc::new(Mutex::new(Collector::new(
             options.limits,
             options.max_json_items,
             running.helper_comm.clone(),
-        );
+        )));
+        // A reader (get_output) may look at the collector while messages arrive.
         let request = match helper_message {
             Some((request_id, message)) => {
-                collector.expect_helper_reply(request_id);
+                locked(&collector).expect_helper_reply(request_id);
                 message
             }
             None => JupyterMessage::new(
@@ -856,6 +1009,17 @@ impl Actor {
             }
             Ok(Err(error)) => ended = End::Died(error.to_string()),
             Ok(Ok((msg_id, mut receiver))) => {
+                if let Some(record) = record {
+                    record.dispatched(&msg_id, self.epoch, Arc::clone(&collector));
+                }
+                // The helper spools its kernel's streams itself; other kernels' output is
+                // spooled here as it arrives.
+                let mut spool_writer = match (&running.helper_comm, self.shared.executions.spool()) {
+                    (None, Some((dir, limit))) if record.is_some() => {
+                        Some(SpoolWriter::new(dir, &msg_id, limit))
+                    }
+                    _ => None,
+                };
                 let mut grace_deadline: Option<Instant> = None;
                 // After the reply, `idle` normally follows at once; if it was lost, do not wait
                 // for the deadline (and never interrupt code that has finished).
@@ -866,22 +1030,25 @@ impl Actor {
                 let mut progress_tick =
                     tokio::time::interval_at(started + PROGRESS_INTERVAL, PROGRESS_INTERVAL);
                 loop {
-                    if collector.done() {
+                    if locked(&collector).done() {
                         break;
                     }
-                    if interrupt_pending && collector.started() {
+                    if interrupt_pending && locked(&collector).started() {
                         interrupt_pending = false;
                         running.kernel.interrupt().await;
                         grace_deadline = Some(Instant::now() + options.timeouts.interruption_grace);
                     }
-                    if idle_deadline.is_none() && collector.replied() {
+                    if idle_deadline.is_none() && locked(&collector).replied() {
                         idle_deadline = Some(Instant::now() + IDLE_AFTER_REPLY);
                     }
                     let wake = idle_deadline.or(grace_deadline).unwrap_or(deadline);
                     let interrupt_cause = tokio::select! {
                         routed = receiver.recv() => match routed {
                             Some(routed) => {
-                                collector.absorb(routed);
+                                if let Some(writer) = spool_writer.as_mut() {
+                                    writer.absorb(&routed);
+                                }
+                                locked(&collector).absorb(routed);
                                 None
                             }
                             None => {
@@ -902,7 +1069,7 @@ impl Actor {
                         },
                         _ = progress_tick.tick(), if args.progress.is_some() => {
                             if let Some(progress) = &args.progress {
-                                let message = collector.latest_line().map_or_else(|| "running, no output yet".to_owned(), str::to_owned);
+                                let message = locked(&collector).latest_line().map_or_else(|| "running, no output yet".to_owned(), str::to_owned);
                                 let _ = progress.send(Progress { elapsed_seconds: started.elapsed().as_secs_f64(), message });
                             }
                             None
@@ -913,7 +1080,7 @@ impl Actor {
                     };
                     if let (Some(new_cause), None) = (interrupt_cause, cause) {
                         cause = Some(new_cause);
-                        if collector.started() {
+                        if locked(&collector).started() {
                             running.kernel.interrupt().await;
                         } else {
                             interrupt_pending = true;
@@ -922,12 +1089,18 @@ impl Actor {
                         grace_deadline = Some(Instant::now() + options.timeouts.interruption_grace);
                     }
                 }
+                if let (Some(record), Some(writer)) = (record, &spool_writer) {
+                    record.add_spool_dropped(writer.dropped);
+                }
                 running.kernel.forget(&msg_id);
             }
         }
         let run_ms = started.elapsed().as_millis() as u64;
         let epoch = self.epoch;
-        let collected = collector.finish();
+        let collected = locked(&collector).clone().finish();
+        if let Some(record) = record {
+            record.add_spool_dropped(collected.spool_dropped);
+        }
         let helper_reply = collected.helper_reply.clone();
         let finished_ok = helper_reply.is_some()
             || matches!(
@@ -1075,6 +1248,7 @@ impl Actor {
                 ..runtime(epoch, run_ms)
             },
             notice: None,
+            spool: None,
         };
         (output, helper_reply)
     }
@@ -1198,13 +1372,39 @@ async fn prepare(
     environment: PythonEnvironment,
 ) -> Result<Running, ErrorInfo> {
     let options = &shared.options;
-    // Our kernels are ipykernel, which takes SIGINT (kernelspec-based kernels may ask for
-    // `interrupt_mode: message`; the client supports both).
-    let spec = LaunchSpec {
-        python: environment.executable.clone(),
-        env: Vec::new(),
-        working_dir: None,
-        interrupt_mode: Default::default(),
+    // Our own ipykernel launch by default. A kernelspec brings its env and interrupt mode; an
+    // ipykernel spec is launched our way with its interpreter (history in memory, the helper),
+    // any other kernel with its own command line and no helper.
+    let (spec, with_helper, spec_name) = match &options.kernel_spec {
+        None => (
+            LaunchSpec {
+                python: environment.executable.clone(),
+                env: Vec::new(),
+                working_dir: None,
+                interrupt_mode: Default::default(),
+                argv: None,
+                kernel_name: None,
+            },
+            true,
+            "python3".to_owned(),
+        ),
+        Some(kernel_spec) => {
+            let command = kernel_spec.command(&environment.executable);
+            let ipykernel = kernel_spec.is_ipykernel();
+            let spec = LaunchSpec {
+                python: std::path::PathBuf::from(&command[0]),
+                env: kernel_spec
+                    .env
+                    .iter()
+                    .map(|(key, value)| (key.into(), value.into()))
+                    .collect(),
+                working_dir: None,
+                interrupt_mode: kernel_spec.interrupt_mode,
+                argv: (!ipykernel).then_some(command),
+                kernel_name: Some(kernel_spec.name.clone()),
+            };
+            (spec, ipykernel, kernel_spec.name.clone())
+        }
     };
     let started = Instant::now();
     let kernel = Kernel::launch(&spec, options.timeouts.kernel_startup)
@@ -1215,8 +1415,18 @@ async fn prepare(
         .kernel_startup
         .saturating_sub(started.elapsed())
         .max(Duration::from_secs(1));
-    let helper_comm = match helper::install(&kernel, &options.limits, &options.namespace, remaining)
-        .await
+    let spool = shared.executions.spool();
+    let helper_comm = if !with_helper {
+        None
+    } else {
+        Some(match helper::install(
+        &kernel,
+        &options.limits,
+        &options.namespace,
+        spool,
+        remaining,
+    )
+    .await
     {
         Ok(comm) => comm,
         Err(error @ helper::InstallError::Namespace { .. }) => {
@@ -1230,16 +1440,22 @@ async fn prepare(
             kernel.shutdown(Duration::from_millis(200)).await;
             return Err(ErrorInfo::new("runtime_unavailable", message));
         }
+    })
     };
     let info = kernel.info();
     let description = KernelDescription {
         pid: kernel.pid(),
-        python: environment.executable.display().to_string(),
+        python: spec.python.display().to_string(),
+        language: info.language_info.name.clone(),
         python_version: info.language_info.version.clone(),
-        ipykernel_version: environment.ipykernel_version.clone(),
+        ipykernel_version: if options.kernel_spec.is_none() {
+            environment.ipykernel_version.clone()
+        } else {
+            String::new()
+        },
         implementation: format!("{} {}", info.implementation, info.implementation_version),
-        spec: "python3".to_owned(),
-        helper: true,
+        spec: spec_name,
+        helper: helper_comm.is_some(),
     };
     tracing::debug!(
         pid = description.pid,
@@ -1248,9 +1464,16 @@ async fn prepare(
     );
     Ok(Running {
         kernel,
-        helper_comm: Some(helper_comm),
+        helper_comm,
         description,
     })
+}
+
+/// The collector, locked (a panic elsewhere cannot leave it inconsistent).
+fn locked(collector: &Mutex<Collector>) -> std::sync::MutexGuard<'_, Collector> {
+    collector
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Resolves when the watched kernel has exited; never, when there is no kernel.
@@ -1330,6 +1553,11 @@ mod tests {
                 cache_dir: std::env::temp_dir(),
                 install_timeout: Duration::from_secs(1),
             },
+            spool: SpoolLimits {
+                max_execution_bytes: 0,
+                max_total_bytes: 1,
+            },
+            kernel_spec: None,
         }
     }
 

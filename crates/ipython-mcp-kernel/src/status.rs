@@ -22,7 +22,11 @@ pub enum SessionState {
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct KernelDescription {
     pub pid: u32,
+    /// The interpreter (or, for a non-Python kernelspec, the program) running the kernel.
     pub python: String,
+    /// The kernel's language (`python`, `bash`, …).
+    pub language: String,
+    /// The language version the kernel reports.
     pub python_version: String,
     pub ipykernel_version: String,
     pub implementation: String,

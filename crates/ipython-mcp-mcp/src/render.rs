@@ -6,7 +6,8 @@
 
 use base64::Engine as _;
 use ipython_mcp_kernel::{
-    base64_decoded_len, ErrorInfo, ExecutionOutput, RuntimeInfo, BINARY_IMAGE_TYPES, SVG_TYPE,
+    base64_decoded_len, ErrorInfo, ExecutionOutput, ExecutionStatus, RuntimeInfo,
+    BINARY_IMAGE_TYPES, SVG_TYPE,
 };
 use rmcp::model::{CallToolResult, ContentBlock as Content, NumberOrString, RequestId};
 use serde_json::Value;
@@ -42,7 +43,19 @@ pub(crate) fn rejected_execute(request_id: String, error: ErrorInfo) -> CallTool
 }
 
 pub(crate) fn execution(output: &ExecutionOutput) -> CallToolResult {
+    execution_with(output, serde_json::Map::new(), String::new())
+}
+
+/// An execution's result with extra top-level fields (and text after the output's own).
+pub(crate) fn execution_with(
+    output: &ExecutionOutput,
+    extra: serde_json::Map<String, Value>,
+    extra_text: String,
+) -> CallToolResult {
     let mut structured = serde_json::to_value(output).unwrap_or(Value::Null);
+    if let Some(object) = structured.as_object_mut() {
+        object.extend(extra);
+    }
     let mut images = Vec::new();
     if let Some(items) = structured
         .get_mut("display_data")
@@ -57,7 +70,7 @@ pub(crate) fn execution(output: &ExecutionOutput) -> CallToolResult {
     if let Some(result) = structured.get_mut("result") {
         extract_images(result, &mut images);
     }
-    let mut content = vec![Content::text(execution_text(output))];
+    let mut content = vec![Content::text(execution_text(output) + &extra_text)];
     content.extend(
         images
             .into_iter()
@@ -254,6 +267,43 @@ fn execution_text(output: &ExecutionOutput) -> String {
         text.push_str(
             &format!("\n[interrupted: {kind:?}; namespace {namespace:?}]").to_lowercase(),
         );
+    }
+    if output.status == ExecutionStatus::Pending {
+        text.push_str(&format!(
+            "\n[still running as execution_id {:?}: call get_output with it (wait_seconds to wait for the end); interrupt stops it]",
+            output.execution_id
+        ));
+    }
+    if let Some(spool) = &output.spool {
+        if spool.evicted {
+            text.push_str("\n[the full output was deleted from the spool to keep it within its bound]");
+        } else if spool.stdout_bytes + spool.stderr_bytes > 0 {
+            text.push_str(&format!(
+                "\n[full output kept: stdout {} bytes, stderr {} bytes; read it with get_output(execution_id={:?}, stream=\"stdout\", start_line=N) or search it with pattern=REGEX]",
+                spool.stdout_bytes, spool.stderr_bytes, output.execution_id
+            ));
+        }
+    }
+    text
+}
+
+/// A page of spooled output, for the text block.
+pub(crate) fn page_text(page: &ipython_mcp_kernel::Page) -> String {
+    let stream = format!("{:?}", page.stream).to_lowercase();
+    let mut text = match (&page.pattern, page.total_matches) {
+        (Some(pattern), Some(matches)) => format!(
+            "\n--- {stream} lines matching /{pattern}/: {matches} of {} lines ---",
+            page.total_lines
+        ),
+        _ => format!("\n--- {stream}: {} lines so far ---", page.total_lines),
+    };
+    for line in &page.lines {
+        text.push_str(&format!("\n{:>6}: {}", line.line, line.text));
+    }
+    if let Some(next) = page.next_line {
+        text.push_str(&format!("\n[more: start_line={next}]"));
+    } else if !page.complete {
+        text.push_str("\n[end of what has been written so far; the execution is still running]");
     }
     text
 }

@@ -58,6 +58,11 @@ pub fn session_options(config: &Config, kernel_id: &str) -> anyhow::Result<Sessi
         spare_kernels: config.spares.0,
         namespace: config.namespace.clone(),
         resolver: resolver(config)?,
+        spool: ipython_mcp_kernel::SpoolLimits {
+            max_execution_bytes: config.spool.max_execution_bytes,
+            max_total_bytes: config.spool.max_total_bytes,
+        },
+        kernel_spec: None,
     })
 }
 

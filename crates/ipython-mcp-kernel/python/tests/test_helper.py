@@ -494,7 +494,7 @@ class TestKernel:
 
     def test_rpc(self, kernel):
         assert kernel.request("ping", {"x": [1, "é"]}) == {"id": "r1", "ok": True, "result": {"x": [1, "é"]}}
-        assert kernel.request("config")["result"] == CONFIG
+        assert kernel.request("config")["result"] == dict(CONFIG, spool_dir=None, spool_max_bytes=0)
         unknown = kernel.request("nope")
         assert unknown["ok"] is False and unknown["error"]["code"] == "unknown_method"
         kernel.execute("import sys; sys.modules['ipython_mcp_helper'].METHODS['boom'] = lambda p: 1 / 0", silent=True)
@@ -531,6 +531,7 @@ class TestKernel:
             "display_count": 0,
             "display_omitted": 0,
             "raw_chars": {"stdout": 5_000_001, "stderr": 0},
+            "spool": {},
         }
         # Every stream message precedes the report, which precedes idle.
         report_at = run.index(lambda msg: msg["msg_type"] == "comm_msg")
@@ -668,6 +669,41 @@ class TestKernel:
         report = run.report()
         assert report["stdout"]["omitted_chars"] == 100_001 - 8192
         assert len(run.stream_text("stdout")) == 65536
+
+    def test_spool_keeps_the_full_streams_up_to_its_bound(self, kernel, tmp_path):
+        spool_dir = str(tmp_path)
+        install = "import sys; sys.modules['ipython_mcp_helper'].install(%r)"
+        config = dict(CONFIG, spool_dir=spool_dir, spool_max_bytes=100_000)
+        assert kernel.execute(install % config, silent=True).reply["content"]["status"] == "ok"
+        try:
+            code = (
+                "import sys\n"
+                "for i in range(20000): print('line %d' % i)\n"
+                "print('é' * 3, file=sys.stderr)"
+            )
+            run = kernel.execute(code)
+            assert run.reply["content"]["status"] == "ok"
+            full = "".join("line %d\n" % i for i in range(20000)).encode()
+            with open(os.path.join(spool_dir, run.msg_id + ".stdout"), "rb") as file:
+                assert file.read() == full[:100_000]
+            with open(os.path.join(spool_dir, run.msg_id + ".stderr"), "rb") as file:
+                assert file.read() == "ééé\n".encode()
+            assert os.stat(os.path.join(spool_dir, run.msg_id + ".stdout")).st_mode & 0o777 == 0o600
+            assert run.report()["spool"] == {
+                "stdout": {"bytes": 100_000, "dropped_bytes": len(full) - 100_000},
+                "stderr": {"bytes": 7, "dropped_bytes": 0},
+            }
+            # A quiet execution writes no file; an existing file is never reused or followed.
+            quiet = kernel.execute("x = 1")
+            assert not any(name.startswith(quiet.msg_id) for name in os.listdir(spool_dir))
+        finally:
+            assert kernel.execute(install % CONFIG, silent=True).reply["content"]["status"] == "ok"
+
+    def test_spool_config_is_checked(self, kernel):
+        install = "import sys; sys.modules['ipython_mcp_helper'].install(%r)"
+        for bad in ({"spool_dir": "relative/dir"}, {"spool_max_bytes": -1}, {"spool_dir": 3}):
+            reply = kernel.execute(install % dict(CONFIG, **bad), silent=True).reply["content"]
+            assert (reply["status"], reply["ename"]) == ("error", "ValueError"), bad
 
     def test_bad_config_is_rejected_and_leaves_the_helper_working(self, kernel):
         bad = dict(CONFIG, max_text_chars=-1)

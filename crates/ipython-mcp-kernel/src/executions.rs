@@ -1,0 +1,640 @@
+//! The executions a session remembers, so `get_output` can answer for work whose caller stopped
+//! waiting (or never waited: `background`), and the on-disk spool of their full output.
+//!
+//! Each `execute` gets a [`Record`] at admission. While it runs, the record shares the live
+//! [`Collector`], so a reader sees what has arrived so far; when it ends, the actor stores the
+//! final output there before answering the caller, so nothing is lost if the caller is gone.
+//!
+//! The spool: the full stdout and stderr of each execution, at most `max_execution_bytes` per
+//! stream, in a private (0700) temp directory per session that is removed when the session
+//! closes. The Python helper writes it inside the kernel (the server only ever receives the
+//! bounded part); for kernels without the helper the collector's [`SpoolWriter`] writes what
+//! arrives. Older executions are forgotten first: at most [`MAX_RECORDS`] records, and spool
+//! files are deleted oldest first while the total exceeds `max_total_bytes`.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ipython_mcp_jupyter::protocol::{JupyterMessageContent, Stdio};
+use ipython_mcp_jupyter::Routed;
+use schemars::JsonSchema;
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::collect::Collector;
+use crate::output::{ErrorInfo, ExecutionOutput, RuntimeInfo};
+
+/// Executions remembered per session (their final output and spool files).
+pub const MAX_RECORDS: usize = 32;
+
+/// Bounds of the output spool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpoolLimits {
+    /// Bytes kept per stream per execution (0 disables the spool).
+    pub max_execution_bytes: u64,
+    /// Bytes kept across all executions of a session; the oldest are deleted first.
+    pub max_total_bytes: u64,
+}
+
+impl Default for SpoolLimits {
+    fn default() -> Self {
+        SpoolLimits {
+            max_execution_bytes: 256 * 1024 * 1024,
+            max_total_bytes: 1024 * 1024 * 1024,
+        }
+    }
+}
+
+/// Which output stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamName {
+    Stdout,
+    Stderr,
+}
+
+impl StreamName {
+    fn index(self) -> usize {
+        match self {
+            StreamName::Stdout => 0,
+            StreamName::Stderr => 1,
+        }
+    }
+
+    fn suffix(self) -> &'static str {
+        match self {
+            StreamName::Stdout => "stdout",
+            StreamName::Stderr => "stderr",
+        }
+    }
+}
+
+/// How much of an execution's full output is on disk, for paging with `get_output`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, JsonSchema)]
+pub struct SpoolInfo {
+    /// Bytes of stdout kept on disk.
+    pub stdout_bytes: u64,
+    /// Bytes of stderr kept on disk.
+    pub stderr_bytes: u64,
+    /// Bytes beyond the per-execution spool bound that were not kept.
+    pub dropped_bytes: u64,
+    /// True once the files were deleted to keep the spool within its total bound.
+    pub evicted: bool,
+}
+
+/// One page of a spooled stream.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct Page {
+    pub stream: StreamName,
+    /// The regular expression lines were filtered by, if any.
+    pub pattern: Option<String>,
+    /// The returned lines, in order, with their 1-based line numbers.
+    pub lines: Vec<PageLine>,
+    /// Lines in the stream so far (a running execution may add more).
+    pub total_lines: u64,
+    /// With a pattern: how many lines matched in the whole stream.
+    pub total_matches: Option<u64>,
+    /// Where to continue (`start_line` of the next call), or null at the end.
+    pub next_line: Option<u64>,
+    /// True when a line was cut to fit the character bound.
+    pub truncated: bool,
+    /// False when the execution is still running: more lines may come.
+    pub complete: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct PageLine {
+    pub line: u64,
+    pub text: String,
+}
+
+/// What to read from a spooled stream.
+#[derive(Debug, Clone)]
+pub struct PageRequest {
+    pub stream: StreamName,
+    /// 1-based first line; negative counts from the end (-20: the last 20 lines).
+    pub start_line: i64,
+    pub max_lines: usize,
+    pub pattern: Option<regex::Regex>,
+    /// Characters of line text returned in total.
+    pub max_chars: usize,
+}
+
+/// The executions of one session.
+pub(crate) struct Executions {
+    dir: Option<tempfile::TempDir>,
+    limits: SpoolLimits,
+    records: Mutex<VecDeque<Arc<Record>>>,
+}
+
+impl Executions {
+    pub(crate) fn new(limits: SpoolLimits) -> Self {
+        let dir = if limits.max_execution_bytes == 0 {
+            None
+        } else {
+            // tempfile creates the directory 0700.
+            match tempfile::Builder::new()
+                .prefix("ipython-mcp-spool-")
+                .tempdir()
+            {
+                Ok(dir) => Some(dir),
+                Err(error) => {
+                    tracing::warn!(%error, "no output spool: full output will not be pageable");
+                    None
+                }
+            }
+        };
+        Executions {
+            dir,
+            limits,
+            records: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// The spool directory and the per-stream bound, when the spool is on.
+    pub(crate) fn spool(&self) -> Option<(&Path, u64)> {
+        self.dir
+            .as_ref()
+            .map(|dir| (dir.path(), self.limits.max_execution_bytes))
+    }
+
+    pub(crate) fn register(&self, execution_id: String, seq: u64, request_id: String) -> Arc<Record> {
+        let record = Arc::new(Record {
+            execution_id,
+            seq,
+            request_id,
+            enqueued_at: Instant::now(),
+            state: Mutex::new(RecordState::default()),
+            done: watch::channel(false).0,
+        });
+        let mut records = self.lock();
+        records.push_back(Arc::clone(&record));
+        // Forget the oldest finished executions beyond the bound (running ones stay).
+        while records.len() > MAX_RECORDS {
+            let Some(position) = records.iter().position(|record| record.is_finished()) else {
+                break;
+            };
+            if let Some(old) = records.remove(position) {
+                self.delete_spool(&old);
+            }
+        }
+        record
+    }
+
+    pub(crate) fn find(&self, execution_id: &str) -> Option<Arc<Record>> {
+        self.lock()
+            .iter()
+            .find(|record| record.execution_id == execution_id)
+            .cloned()
+    }
+
+    /// The most recently admitted execution.
+    pub(crate) fn latest(&self) -> Option<Arc<Record>> {
+        self.lock().back().cloned()
+    }
+
+    /// The ids of the remembered executions, newest first.
+    pub(crate) fn ids(&self) -> Vec<String> {
+        self.lock()
+            .iter()
+            .rev()
+            .map(|record| record.execution_id.clone())
+            .collect()
+    }
+
+    fn path(&self, msg_id: &str, stream: StreamName) -> Option<PathBuf> {
+        let dir = self.dir.as_ref()?;
+        Some(dir.path().join(format!("{msg_id}.{}", stream.suffix())))
+    }
+
+    /// Deletes the oldest spool files while the total exceeds its bound.
+    pub(crate) fn enforce_total(&self) {
+        let records: Vec<Arc<Record>> = self.lock().iter().cloned().collect();
+        let sizes: Vec<u64> = records.iter().map(|record| self.spooled(record).0).collect();
+        let mut total: u64 = sizes.iter().sum();
+        for (record, size) in records.iter().zip(sizes) {
+            if total <= self.limits.max_total_bytes {
+                break;
+            }
+            if size > 0 && record.is_finished() {
+                self.delete_spool(record);
+                total -= size;
+            }
+        }
+    }
+
+    fn delete_spool(&self, record: &Record) {
+        let msg_id = record.state().msg_id.clone();
+        if let Some(msg_id) = msg_id {
+            for stream in [StreamName::Stdout, StreamName::Stderr] {
+                if let Some(path) = self.path(&msg_id, stream) {
+                    let _ = std::fs::remove_file(path);
+                }
+            }
+        }
+        record.state().evicted = true;
+    }
+
+    /// (total bytes, per stream) on disk for a record.
+    fn spooled(&self, record: &Record) -> (u64, [u64; 2]) {
+        let msg_id = record.state().msg_id.clone();
+        let mut sizes = [0; 2];
+        if let Some(msg_id) = msg_id {
+            for stream in [StreamName::Stdout, StreamName::Stderr] {
+                if let Some(path) = self.path(&msg_id, stream) {
+                    sizes[stream.index()] = std::fs::metadata(path).map_or(0, |meta| meta.len());
+                }
+            }
+        }
+        (sizes[0] + sizes[1], sizes)
+    }
+
+    /// The spool summary for a record.
+    pub(crate) fn spool_info(&self, record: &Record) -> Option<SpoolInfo> {
+        self.dir.as_ref()?;
+        let (_, sizes) = self.spooled(record);
+        let state = record.state();
+        Some(SpoolInfo {
+            stdout_bytes: sizes[0],
+            stderr_bytes: sizes[1],
+            dropped_bytes: state.spool_dropped,
+            evicted: state.evicted,
+        })
+    }
+
+    /// The path of a record's spooled stream, or why there is none.
+    pub(crate) fn stream_path(
+        &self,
+        record: &Record,
+        stream: StreamName,
+    ) -> Result<Option<PathBuf>, ErrorInfo> {
+        if self.dir.is_none() {
+            return Err(ErrorInfo::new(
+                "invalid_arguments",
+                "the output spool is disabled on this server (IPYTHON_MCP_MAX_SPOOL_EXECUTION_BYTES=0), so only the bounded output is available",
+            ));
+        }
+        let state = record.state();
+        if state.evicted {
+            return Err(ErrorInfo::new(
+                "invalid_arguments",
+                "this execution's full output was deleted to keep the spool within its bound; only the bounded output is left",
+            ));
+        }
+        Ok(state
+            .msg_id
+            .as_deref()
+            .and_then(|msg_id| self.path(msg_id, stream)))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Arc<Record>>> {
+        self.records.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// One execution: admitted, running, or finished.
+pub(crate) struct Record {
+    pub(crate) execution_id: String,
+    pub(crate) seq: u64,
+    pub(crate) request_id: String,
+    pub(crate) enqueued_at: Instant,
+    state: Mutex<RecordState>,
+    done: watch::Sender<bool>,
+}
+
+#[derive(Default)]
+struct RecordState {
+    /// The execute_request's msg_id (names its spool files).
+    msg_id: Option<String>,
+    dispatched_at: Option<Instant>,
+    epoch: u64,
+    live: Option<Arc<Mutex<Collector>>>,
+    output: Option<ExecutionOutput>,
+    spool_dropped: u64,
+    evicted: bool,
+}
+
+impl Record {
+    fn state(&self) -> std::sync::MutexGuard<'_, RecordState> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn is_finished(&self) -> bool {
+        *self.done.borrow()
+    }
+
+    /// The actor started running it: `msg_id` names its spool files, `collector` is live.
+    pub(crate) fn dispatched(&self, msg_id: &str, epoch: u64, collector: Arc<Mutex<Collector>>) {
+        let mut state = self.state();
+        state.msg_id = Some(msg_id.to_owned());
+        state.dispatched_at = Some(Instant::now());
+        state.epoch = epoch;
+        state.live = Some(collector);
+    }
+
+    pub(crate) fn add_spool_dropped(&self, bytes: u64) {
+        self.state().spool_dropped += bytes;
+    }
+
+    /// Stores the final output (the first one wins) and wakes every waiter.
+    pub(crate) fn finish(&self, output: &ExecutionOutput) {
+        {
+            let mut state = self.state();
+            if state.output.is_none() {
+                state.output = Some(output.clone());
+            }
+            state.live = None;
+        }
+        self.done.send_replace(true);
+    }
+
+    /// Waits until it has finished, at most `wait`.
+    pub(crate) async fn wait(&self, wait: Duration) {
+        let mut done = self.done.subscribe();
+        let _ = tokio::time::timeout(wait, done.wait_for(|done| *done)).await;
+    }
+
+    /// The final output, or what has arrived so far (`status: pending`).
+    pub(crate) fn view(&self) -> ExecutionOutput {
+        let state = self.state();
+        if let Some(output) = &state.output {
+            return output.clone();
+        }
+        let queue_wait = state
+            .dispatched_at
+            .map_or_else(|| self.enqueued_at.elapsed(), |at| at - self.enqueued_at);
+        let run = state
+            .dispatched_at
+            .map_or(Duration::ZERO, |at| at.elapsed());
+        let runtime = RuntimeInfo {
+            request_id: self.request_id.clone(),
+            admission_seq: self.seq,
+            epoch: state.epoch,
+            queue_wait_ms: queue_wait.as_millis() as u64,
+            run_ms: run.as_millis() as u64,
+            interruption: None,
+            namespace: None,
+        };
+        let mut output = ExecutionOutput::pending(self.execution_id.clone(), runtime);
+        if let Some(live) = &state.live {
+            let collected = live
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .snapshot();
+            output.stdout = collected.stdout;
+            output.stderr = collected.stderr;
+            output.stdout_omitted_chars = collected.stdout_omitted_chars;
+            output.stderr_omitted_chars = collected.stderr_omitted_chars;
+            output.display_data = collected.display_data;
+            output.display_omitted = collected.display_omitted;
+            output.truncated = collected.truncated;
+        }
+        output
+    }
+}
+
+/// Reads one page of a spooled stream (blocking: run it off the async threads).
+pub(crate) fn read_page(path: Option<&Path>, request: &PageRequest, complete: bool) -> Page {
+    let mut page = Page {
+        stream: request.stream,
+        pattern: request.pattern.as_ref().map(|pattern| pattern.as_str().to_owned()),
+        lines: Vec::new(),
+        total_lines: 0,
+        total_matches: request.pattern.as_ref().map(|_| 0),
+        next_line: None,
+        truncated: false,
+        complete,
+    };
+    let Some(file) = path.and_then(|path| File::open(path).ok()) else {
+        return page;
+    };
+    // A negative start counts from the end, which needs the line count first.
+    let start = if request.start_line < 0 {
+        let total = count_lines(&file);
+        (total + 1).saturating_sub(request.start_line.unsigned_abs()).max(1)
+    } else {
+        (request.start_line as u64).max(1)
+    };
+    let Ok(file) = file.try_clone() else {
+        return page;
+    };
+    let mut reader = BufReader::with_capacity(256 * 1024, file);
+    if request.start_line < 0 {
+        use std::io::Seek as _;
+        if reader.seek(std::io::SeekFrom::Start(0)).is_err() {
+            return page;
+        }
+    }
+    let mut budget = request.max_chars;
+    let mut buffer = Vec::new();
+    let mut number = 0u64;
+    loop {
+        buffer.clear();
+        match reader.read_until(b'\n', &mut buffer) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        number += 1;
+        if number < start {
+            continue;
+        }
+        let full = page.lines.len() >= request.max_lines || budget == 0;
+        if full && page.next_line.is_some() && request.pattern.is_none() {
+            continue; // only counting lines now
+        }
+        let text = rendered_line(&buffer);
+        if let Some(pattern) = &request.pattern {
+            if !pattern.is_match(&text) {
+                continue;
+            }
+            if let Some(matches) = page.total_matches.as_mut() {
+                *matches += 1;
+            }
+        }
+        if full {
+            page.next_line.get_or_insert(number);
+            continue;
+        }
+        let mut text = text.into_owned();
+        let chars = text.chars().count();
+        if chars > budget {
+            text = text.chars().take(budget).collect();
+            page.truncated = true;
+        }
+        budget -= chars.min(budget);
+        page.lines.push(PageLine { line: number, text });
+    }
+    page.total_lines = number;
+    page
+}
+
+fn count_lines(file: &File) -> u64 {
+    let Ok(file) = file.try_clone() else {
+        return 0;
+    };
+    let mut reader = BufReader::with_capacity(256 * 1024, file);
+    let mut count = 0u64;
+    let mut ended_with_newline = true;
+    loop {
+        let buffer = match reader.fill_buf() {
+            Ok([]) | Err(_) => break,
+            Ok(buffer) => buffer,
+        };
+        count += buffer.iter().filter(|byte| **byte == b'\n').count() as u64;
+        ended_with_newline = buffer.last() == Some(&b'\n');
+        let length = buffer.len();
+        reader.consume(length);
+    }
+    if !ended_with_newline {
+        count += 1; // a last line without its newline yet
+    }
+    count
+}
+
+/// A spooled line as a terminal shows it: without its newline, carriage-return overwrites
+/// (progress bars) resolved to the last non-empty segment, invalid UTF-8 replaced.
+fn rendered_line(raw: &[u8]) -> std::borrow::Cow<'_, str> {
+    let raw = raw.strip_suffix(b"\n").unwrap_or(raw);
+    let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+    let shown = raw
+        .rsplit(|byte| *byte == b'\r')
+        .find(|segment| !segment.is_empty())
+        .unwrap_or(raw);
+    String::from_utf8_lossy(shown)
+}
+
+/// Writes stream output to the spool on the server side, for kernels without the helper.
+pub(crate) struct SpoolWriter {
+    paths: [PathBuf; 2],
+    files: [Option<File>; 2],
+    written: [u64; 2],
+    limit: u64,
+    pub(crate) dropped: u64,
+}
+
+impl SpoolWriter {
+    pub(crate) fn new(dir: &Path, msg_id: &str, limit: u64) -> Self {
+        SpoolWriter {
+            paths: [StreamName::Stdout, StreamName::Stderr]
+                .map(|stream| dir.join(format!("{msg_id}.{}", stream.suffix()))),
+            files: [None, None],
+            written: [0; 2],
+            limit,
+            dropped: 0,
+        }
+    }
+
+    pub(crate) fn absorb(&mut self, routed: &Routed) {
+        let JupyterMessageContent::StreamContent(stream) = &routed.message.content else {
+            return;
+        };
+        let index = match stream.name {
+            Stdio::Stdout => 0,
+            Stdio::Stderr => 1,
+        };
+        let data = stream.text.as_bytes();
+        let room = self.limit.saturating_sub(self.written[index]) as usize;
+        let kept = &data[..data.len().min(room)];
+        self.dropped += (data.len() - kept.len()) as u64;
+        if kept.is_empty() {
+            return;
+        }
+        if self.files[index].is_none() {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            self.files[index] = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&self.paths[index])
+                .ok();
+        }
+        if let Some(file) = &mut self.files[index] {
+            if file.write_all(kept).is_ok() {
+                self.written[index] += kept.len() as u64;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(start_line: i64, max_lines: usize, pattern: Option<&str>) -> PageRequest {
+        PageRequest {
+            stream: StreamName::Stdout,
+            start_line,
+            max_lines,
+            pattern: pattern.map(|pattern| regex::Regex::new(pattern).unwrap()),
+            max_chars: 1000,
+        }
+    }
+
+    fn spooled(text: &str) -> tempfile::NamedTempFile {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(text.as_bytes()).unwrap();
+        file
+    }
+
+    fn numbers(page: &Page) -> Vec<u64> {
+        page.lines.iter().map(|line| line.line).collect()
+    }
+
+    #[test]
+    fn pages_by_line_range_and_counts_every_line() {
+        let text: String = (1..=10).map(|n| format!("line {n}\n")).collect();
+        let file = spooled(&text);
+        let page = read_page(Some(file.path()), &request(3, 4, None), true);
+        assert_eq!(numbers(&page), vec![3, 4, 5, 6]);
+        assert_eq!(page.lines[0].text, "line 3");
+        assert_eq!((page.total_lines, page.next_line), (10, Some(7)));
+        let last = read_page(Some(file.path()), &request(-2, 10, None), true);
+        assert_eq!(numbers(&last), vec![9, 10]);
+        assert_eq!(last.next_line, None);
+    }
+
+    #[test]
+    fn filters_by_pattern_and_counts_matches() {
+        let text: String = (1..=100).map(|n| format!("step {n} loss {}\n", n % 7)).collect();
+        let file = spooled(&text);
+        let page = read_page(Some(file.path()), &request(1, 3, Some(r"loss 0$")), true);
+        assert_eq!(numbers(&page), vec![7, 14, 21]);
+        assert_eq!(page.total_matches, Some(14));
+        assert_eq!(page.next_line, Some(28));
+        assert_eq!(page.total_lines, 100);
+    }
+
+    #[test]
+    fn progress_bars_show_their_last_state_and_a_partial_line_counts() {
+        let file = spooled("10%\r50%\r100%\ndone\r\nhalf a line");
+        let page = read_page(Some(file.path()), &request(1, 10, None), false);
+        let texts: Vec<&str> = page.lines.iter().map(|line| line.text.as_str()).collect();
+        assert_eq!(texts, vec!["100%", "done", "half a line"]);
+        assert!(!page.complete);
+        let last = read_page(Some(file.path()), &request(-1, 10, None), false);
+        assert_eq!(numbers(&last), vec![3]);
+    }
+
+    #[test]
+    fn the_character_bound_cuts_and_flags() {
+        let file = spooled("aaaaaaaaaa\nbbbbbbbbbb\ncccc\n");
+        let mut small = request(1, 10, None);
+        small.max_chars = 15;
+        let page = read_page(Some(file.path()), &small, true);
+        assert_eq!(page.lines.len(), 2);
+        assert_eq!(page.lines[1].text, "bbbbb");
+        assert!(page.truncated);
+        assert_eq!(page.next_line, Some(3));
+    }
+
+    #[test]
+    fn a_missing_file_is_an_empty_stream() {
+        let page = read_page(None, &request(1, 10, None), true);
+        assert_eq!((page.lines.len(), page.total_lines), (0, 0));
+    }
+}
