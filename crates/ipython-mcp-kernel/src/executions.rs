@@ -163,7 +163,12 @@ impl Executions {
             .map(|dir| (dir.path(), self.limits.max_execution_bytes))
     }
 
-    pub(crate) fn register(&self, execution_id: String, seq: u64, request_id: String) -> Arc<Record> {
+    pub(crate) fn register(
+        &self,
+        execution_id: String,
+        seq: u64,
+        request_id: String,
+    ) -> Arc<Record> {
         let record = Arc::new(Record {
             execution_id,
             seq,
@@ -215,7 +220,10 @@ impl Executions {
     /// Deletes the oldest spool files while the total exceeds its bound.
     pub(crate) fn enforce_total(&self) {
         let records: Vec<Arc<Record>> = self.lock().iter().cloned().collect();
-        let sizes: Vec<u64> = records.iter().map(|record| self.spooled(record).0).collect();
+        let sizes: Vec<u64> = records
+            .iter()
+            .map(|record| self.spooled(record).0)
+            .collect();
         let mut total: u64 = sizes.iter().sum();
         for (record, size) in records.iter().zip(sizes) {
             if total <= self.limits.max_total_bytes {
@@ -293,7 +301,9 @@ impl Executions {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Arc<Record>>> {
-        self.records.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.records
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -321,7 +331,9 @@ struct RecordState {
 
 impl Record {
     fn state(&self) -> std::sync::MutexGuard<'_, RecordState> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub(crate) fn is_finished(&self) -> bool {
@@ -402,7 +414,10 @@ impl Record {
 pub(crate) fn read_page(path: Option<&Path>, request: &PageRequest, complete: bool) -> Page {
     let mut page = Page {
         stream: request.stream,
-        pattern: request.pattern.as_ref().map(|pattern| pattern.as_str().to_owned()),
+        pattern: request
+            .pattern
+            .as_ref()
+            .map(|pattern| pattern.as_str().to_owned()),
         lines: Vec::new(),
         total_lines: 0,
         total_matches: request.pattern.as_ref().map(|_| 0),
@@ -416,7 +431,9 @@ pub(crate) fn read_page(path: Option<&Path>, request: &PageRequest, complete: bo
     // A negative start counts from the end, which needs the line count first.
     let start = if request.start_line < 0 {
         let total = count_lines(&file);
-        (total + 1).saturating_sub(request.start_line.unsigned_abs()).max(1)
+        (total + 1)
+            .saturating_sub(request.start_line.unsigned_abs())
+            .max(1)
     } else {
         (request.start_line as u64).max(1)
     };
@@ -600,7 +617,9 @@ mod tests {
 
     #[test]
     fn filters_by_pattern_and_counts_matches() {
-        let text: String = (1..=100).map(|n| format!("step {n} loss {}\n", n % 7)).collect();
+        let text: String = (1..=100)
+            .map(|n| format!("step {n} loss {}\n", n % 7))
+            .collect();
         let file = spooled(&text);
         let page = read_page(Some(file.path()), &request(1, 3, Some(r"loss 0$")), true);
         assert_eq!(numbers(&page), vec![7, 14, 21]);

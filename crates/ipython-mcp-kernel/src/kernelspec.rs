@@ -201,8 +201,12 @@ fn ipykernel_site(venv: &Path) -> Option<String> {
         .filter(|name| name.starts_with("python"))
         .collect();
     libs.sort();
-    libs.into_iter()
-        .find(|lib| venv.join("lib").join(lib).join("site-packages/ipykernel").is_dir())
+    libs.into_iter().find(|lib| {
+        venv.join("lib")
+            .join(lib)
+            .join("site-packages/ipykernel")
+            .is_dir()
+    })
 }
 
 /// The interpreter a `venv:` spec names: the venv itself, or a project's `.venv` / `venv`.
@@ -210,7 +214,10 @@ pub fn venv_python(path: &Path) -> Result<PathBuf, ErrorInfo> {
     if !path.is_absolute() {
         return Err(ErrorInfo::new(
             "invalid_arguments",
-            format!("venv path {:?} must be absolute", path.display().to_string()),
+            format!(
+                "venv path {:?} must be absolute",
+                path.display().to_string()
+            ),
         ));
     }
     for venv in [path.to_owned(), path.join(".venv"), path.join("venv")] {
@@ -320,7 +327,10 @@ mod tests {
             root.path().join("beta/venv/bin/python")
         );
         let error = venv_python(&root.path().join("gamma")).unwrap_err();
-        assert!(error.message.contains("does not have ipykernel"), "{error:?}");
+        assert!(
+            error.message.contains("does not have ipykernel"),
+            "{error:?}"
+        );
         let error = venv_python(&root.path().join("nothing")).unwrap_err();
         assert!(error.message.contains("no virtualenv"), "{error:?}");
         assert!(venv_python(Path::new("relative")).is_err());

@@ -18,7 +18,9 @@ mod sink;
 mod status;
 
 pub use bound::{base64_decoded_len, BINARY_IMAGE_TYPES, SVG_TYPE};
-pub use executions::{Page, PageLine, PageRequest, SpoolInfo, SpoolLimits, StreamName, MAX_RECORDS};
+pub use executions::{
+    Page, PageLine, PageRequest, SpoolInfo, SpoolLimits, StreamName, MAX_RECORDS,
+};
 pub use output::{
     DisplayItem, ErrorInfo, ExecutionOutput, ExecutionStatus, Interruption, NamespaceOutcome,
     RuntimeInfo, Truncated,

@@ -97,6 +97,8 @@ struct Shared {
     operations_done: watch::Sender<u64>,
     /// Becomes true once the actor has stopped its kernel.
     finished: watch::Sender<bool>,
+    /// The epoch, for watchers of kernel replacement (dynamic tools die with their kernel).
+    epoch: watch::Sender<u64>,
 }
 
 enum Command {
@@ -232,6 +234,7 @@ impl SessionHandle {
             interrupts: watch::channel(0).0,
             operations_done: watch::channel(0).0,
             finished: watch::channel(false).0,
+            epoch: watch::channel(0).0,
         });
         (SessionHandle { shared, inbox }, commands)
     }
@@ -459,6 +462,11 @@ impl SessionHandle {
             output.spool = self.shared.executions.spool_info(&record);
         }
         Some(output)
+    }
+
+    /// Changes each time the kernel is replaced (the epoch advances); closes with the session.
+    pub fn subscribe_epoch(&self) -> watch::Receiver<u64> {
+        self.shared.epoch.subscribe()
     }
 
     /// True when this session remembers the execution.
@@ -1014,7 +1022,8 @@ impl Actor {
                 }
                 // The helper spools its kernel's streams itself; other kernels' output is
                 // spooled here as it arrives.
-                let mut spool_writer = match (&running.helper_comm, self.shared.executions.spool()) {
+                let mut spool_writer = match (&running.helper_comm, self.shared.executions.spool())
+                {
                     (None, Some((dir, limit))) if record.is_some() => {
                         Some(SpoolWriter::new(dir, &msg_id, limit))
                     }
@@ -1266,6 +1275,7 @@ impl Actor {
             status.epoch = epoch;
             status.kernel = None;
         });
+        self.shared.epoch.send_replace(epoch);
         let Some(environment) = self.environment.clone() else {
             return false;
         };
@@ -1419,28 +1429,30 @@ async fn prepare(
     let helper_comm = if !with_helper {
         None
     } else {
-        Some(match helper::install(
-        &kernel,
-        &options.limits,
-        &options.namespace,
-        spool,
-        remaining,
-    )
-    .await
-    {
-        Ok(comm) => comm,
-        Err(error @ helper::InstallError::Namespace { .. }) => {
-            kernel.shutdown(Duration::from_millis(200)).await;
-            let error = ErrorInfo::new("runtime_unavailable", error.to_string())
+        Some(
+            match helper::install(
+                &kernel,
+                &options.limits,
+                &options.namespace,
+                spool,
+                remaining,
+            )
+            .await
+            {
+                Ok(comm) => comm,
+                Err(error @ helper::InstallError::Namespace { .. }) => {
+                    kernel.shutdown(Duration::from_millis(200)).await;
+                    let error = ErrorInfo::new("runtime_unavailable", error.to_string())
                 .with_hint("check IPYTHON_MCP_LIBRARY_PATHS, IPYTHON_MCP_PRELOAD_MODULES and IPYTHON_MCP_MODULE_ALIASES, then restart the server");
-            return Err(error);
-        }
-        Err(error) => {
-            let message = format!("{error}; kernel stderr: {}", kernel.stderr_tail());
-            kernel.shutdown(Duration::from_millis(200)).await;
-            return Err(ErrorInfo::new("runtime_unavailable", message));
-        }
-    })
+                    return Err(error);
+                }
+                Err(error) => {
+                    let message = format!("{error}; kernel stderr: {}", kernel.stderr_tail());
+                    kernel.shutdown(Duration::from_millis(200)).await;
+                    return Err(ErrorInfo::new("runtime_unavailable", message));
+                }
+            },
+        )
     };
     let info = kernel.info();
     let description = KernelDescription {

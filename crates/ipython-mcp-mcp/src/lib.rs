@@ -7,10 +7,14 @@
 //!   block for clients that only read text, and `isError` exactly when `ok` is false.
 //! - Internal errors become a stable `code` and a useful message here, in one place.
 
+mod dynamic;
+mod kernels;
 mod namespace;
 mod peers;
 mod render;
 mod server;
+mod sessions;
 
 pub use peers::Peers;
-pub use server::{IpythonMcp, Sessions, MAX_CODE_BYTES};
+pub use server::{IpythonMcp, MAX_CODE_BYTES};
+pub use sessions::{Sessions, StartSpec};

@@ -260,6 +260,9 @@ pub struct ResetResult {
     /// Unchanged by reset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub execution_count: Option<u64>,
+    /// Dynamic tools of this kernel that reset unregistered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools_dropped: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorInfo>,
 }
@@ -529,7 +532,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "reset",
-        description = "Clear the kernel's namespace without restarting it: removes every name you created (sorted in `removed`), keeps protected names, re-imports configured preloaded and aliased modules, and keeps the execution count. Imported modules stay imported (sys.modules is untouched). A repeated reset removes nothing. Use remove for individual names.",
+        description = "Clear the kernel's namespace without restarting it: removes every name you created (sorted in `removed`), keeps protected names, re-imports configured preloaded and aliased modules, unregisters the kernel's dynamic tools, and keeps the execution count. Imported modules stay imported (sys.modules is untouched). A repeated reset removes nothing. Use remove for individual names.",
         output_schema = schema_for_output::<ResetResult>(),
         annotations(title = "Reset the namespace", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
@@ -538,7 +541,7 @@ impl IpythonMcp {
         Parameters(params): Parameters<KernelParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        Ok(self
+        let result = self
             .namespace_call::<ResetResult>(
                 "reset",
                 params.kernel.as_deref(),
@@ -546,6 +549,15 @@ impl IpythonMcp {
                 &context,
                 |_| {},
             )
-            .await)
+            .await;
+        if result.is_error != Some(true) {
+            // The helper dropped this kernel's catalog; so does the server's view of it.
+            let kernel = params.kernel.as_deref().unwrap_or(crate::Sessions::DEFAULT);
+            self.sessions()
+                .catalog()
+                .drop_session(kernel, self.peers())
+                .await;
+        }
+        Ok(result)
     }
 }

@@ -276,7 +276,9 @@ fn execution_text(output: &ExecutionOutput) -> String {
     }
     if let Some(spool) = &output.spool {
         if spool.evicted {
-            text.push_str("\n[the full output was deleted from the spool to keep it within its bound]");
+            text.push_str(
+                "\n[the full output was deleted from the spool to keep it within its bound]",
+            );
         } else if spool.stdout_bytes + spool.stderr_bytes > 0 {
             text.push_str(&format!(
                 "\n[full output kept: stdout {} bytes, stderr {} bytes; read it with get_output(execution_id={:?}, stream=\"stdout\", start_line=N) or search it with pattern=REGEX]",

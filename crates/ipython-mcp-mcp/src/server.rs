@@ -1,6 +1,5 @@
 //! The rmcp server handler and the tools it serves.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,51 +18,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::peers::Peers;
 use crate::render;
+pub use crate::sessions::Sessions;
 
 /// Largest `code` accepted by `execute`, in bytes.
 pub const MAX_CODE_BYTES: usize = 1024 * 1024;
-
-/// The kernel sessions the server holds, by id.
-#[derive(Clone)]
-pub struct Sessions {
-    sessions: Arc<BTreeMap<String, SessionHandle>>,
-}
-
-impl Sessions {
-    /// The id of the session started with the server.
-    pub const DEFAULT: &'static str = "default";
-
-    pub fn new(default: SessionHandle) -> Self {
-        let mut sessions = BTreeMap::new();
-        sessions.insert(Self::DEFAULT.to_owned(), default);
-        Sessions {
-            sessions: Arc::new(sessions),
-        }
-    }
-
-    pub fn get(&self, kernel: Option<&str>) -> Result<&SessionHandle, Box<ErrorInfo>> {
-        let id = kernel.unwrap_or(Self::DEFAULT);
-        self.sessions.get(id).ok_or_else(|| {
-            Box::new(
-                ErrorInfo::new(
-                    "invalid_arguments",
-                    format!("no kernel session named {:?}", render::shorten(id, 64)),
-                )
-                .with_hint(format!(
-                    "known sessions: {}",
-                    self.sessions.keys().cloned().collect::<Vec<_>>().join(", ")
-                )),
-            )
-        })
-    }
-
-    /// Shuts every session down.
-    pub async fn shutdown(&self) {
-        for session in self.sessions.values() {
-            session.shutdown().await;
-        }
-    }
-}
 
 /// Arguments of `execute`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -79,8 +37,15 @@ pub struct ExecuteParams {
     /// Defaults to the server's operation timeout (30 s unless configured); at most the
     /// server's max timeout. On expiry the kernel is interrupted; if it does not stop within
     /// the grace period it is replaced and the namespace is lost (see `runtime.namespace`).
+    /// With `background`, the default is the server's max timeout (1 hour unless configured).
     #[serde(default)]
     pub timeout_seconds: Option<f64>,
+    /// Return at once with `status: pending` and an `execution_id` instead of waiting: for
+    /// training loops, downloads and anything longer than a few seconds. The code runs and its
+    /// output is collected as usual; poll it with get_output (which can also wait), stop it
+    /// with interrupt. Later calls to this kernel queue behind it.
+    #[serde(default)]
+    pub background: bool,
 }
 
 /// Arguments of `runtime_status`.
@@ -137,8 +102,58 @@ impl IpythonMcp {
             sessions,
             config,
             peers,
-            tool_router: Self::tool_router() + Self::namespace_router(),
+            tool_router: Self::tool_router()
+                + Self::namespace_router()
+                + Self::kernels_router()
+                + Self::dynamic_router(),
         }
+    }
+
+    /// The names of the built-in tools (never available to dynamic tools).
+    pub(crate) fn stable_tool_names(&self) -> Vec<String> {
+        self.tool_router
+            .list_all()
+            .into_iter()
+            .map(|tool| tool.name.into_owned())
+            .collect()
+    }
+
+    /// Brings every session's dynamic tools up to date (on each session's queue), waiting at
+    /// most `RECONCILE_WAIT` for busy kernels; what does not answer in time keeps its last
+    /// snapshot and finishes in the background.
+    async fn reconcile_dynamic(&self) {
+        let catalog = self.sessions.catalog().clone();
+        let kernels = catalog.kernels();
+        if kernels.is_empty() {
+            return;
+        }
+        let mut tasks = tokio::task::JoinSet::new();
+        for kernel in kernels {
+            let catalog = catalog.clone();
+            let peers = self.peers.clone();
+            match self.sessions.get(Some(&kernel)) {
+                Ok(session) => {
+                    tasks.spawn(async move { catalog.reconcile(&kernel, &session, &peers).await });
+                }
+                // Stopped (or reaped): its tools are gone.
+                Err(_) => {
+                    catalog.drop_session(&kernel, &peers).await;
+                }
+            }
+        }
+        let _ = tokio::time::timeout(crate::dynamic::RECONCILE_WAIT, async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
+        tasks.detach_all();
+    }
+
+    pub(crate) fn sessions(&self) -> &Sessions {
+        &self.sessions
+    }
+
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
     }
 
     /// Every connected client, for `notifications/tools/list_changed`.
@@ -153,7 +168,6 @@ impl IpythonMcp {
     ) -> Result<SessionHandle, CallToolResult> {
         self.sessions
             .get(kernel)
-            .cloned()
             .map_err(|error| render::request_error(&error))
     }
 
@@ -216,7 +230,7 @@ check on the kernel without running code, interrupt to stop it.",
     ) -> Result<CallToolResult, rmcp::ErrorData> {
         let request_id = render::request_id(&context.id);
         let session = match self.sessions.get(params.kernel.as_deref()) {
-            Ok(session) => session.clone(),
+            Ok(session) => session,
             Err(error) => return Ok(render::rejected_execute(request_id, *error)),
         };
         let timeout = match self.check_execute(&params) {
@@ -249,7 +263,18 @@ check on the kernel without running code, interrupt to stop it.",
             cancel: context.ct.clone(),
             progress,
         };
-        let output = session.execute(args).await;
+        let output = if params.background {
+            let args = ExecuteArgs {
+                // The call returns now: neither its cancellation nor its progress token applies.
+                cancel: Default::default(),
+                progress: None,
+                timeout: args.timeout.or(Some(self.config.timeouts.max_operation)),
+                ..args
+            };
+            session.execute_background(args)
+        } else {
+            session.execute(args).await
+        };
         tracing::info!(
             tool = "execute",
             kernel = session.kernel_id(),
@@ -371,6 +396,49 @@ impl ServerHandler for IpythonMcp {
 persists across calls. Output is bounded; results say exactly what was omitted. Use `runtime_status` \
 to check the kernel without running code. This is not a sandbox: code runs with the user's permissions.",
             )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListToolsResult, rmcp::ErrorData> {
+        self.reconcile_dynamic().await;
+        let mut tools = self.tool_router.list_all();
+        tools.extend(self.sessions.catalog().listed());
+        let modern = context
+            .protocol_version()
+            .is_some_and(|version| version >= rmcp::model::ProtocolVersion::V_2026_07_28);
+        Ok(rmcp::model::ListToolsResult {
+            result_type: Some(rmcp::model::ResultType::COMPLETE),
+            tools,
+            meta: None,
+            next_cursor: None,
+            // Dynamic tools come and go: clients must not cache the list.
+            ttl_ms: modern.then_some(0),
+            cache_scope: modern.then_some(rmcp::model::CacheScope::Public),
+        })
+    }
+
+    async fn call_tool(
+        &self,
+        request: rmcp::model::CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+        if self.tool_router.has_route(&request.name) {
+            let call = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
+            return self.tool_router.call(call).await;
+        }
+        Ok(rmcp::model::CallToolResponse::Complete(
+            self.call_dynamic(request, context).await?,
+        ))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
+        self.tool_router
+            .get(name)
+            .cloned()
+            .or_else(|| self.sessions.catalog().get_tool(name))
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {

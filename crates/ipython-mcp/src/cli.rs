@@ -135,22 +135,52 @@ pub struct Cli {
     #[arg(long, env = "IPYTHON_MCP_MAX_KERNELS", global = true, value_name = "N")]
     max_kernels: Option<String>,
     /// Idle time after which a started (non-default) kernel session is stopped [default: 900]
-    #[arg(long, env = "IPYTHON_MCP_KERNEL_IDLE_TIMEOUT_SECONDS", global = true, value_name = "SECONDS")]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_KERNEL_IDLE_TIMEOUT_SECONDS",
+        global = true,
+        value_name = "SECONDS"
+    )]
     kernel_idle_timeout_seconds: Option<String>,
     /// Bytes of each stream of each execution kept on disk for get_output paging (0 disables the spool) [default: 268435456]
-    #[arg(long, env = "IPYTHON_MCP_MAX_SPOOL_EXECUTION_BYTES", global = true, value_name = "BYTES")]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_MAX_SPOOL_EXECUTION_BYTES",
+        global = true,
+        value_name = "BYTES"
+    )]
     max_spool_execution_bytes: Option<String>,
     /// Bytes of spooled output kept per kernel session; the oldest executions' files are deleted first [default: 1073741824]
-    #[arg(long, env = "IPYTHON_MCP_MAX_SPOOL_BYTES", global = true, value_name = "BYTES")]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_MAX_SPOOL_BYTES",
+        global = true,
+        value_name = "BYTES"
+    )]
     max_spool_bytes: Option<String>,
     /// Longest name of a dynamic tool [default: 64]
-    #[arg(long, env = "IPYTHON_MCP_MAX_TOOL_NAME_CHARS", global = true, value_name = "N")]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_MAX_TOOL_NAME_CHARS",
+        global = true,
+        value_name = "N"
+    )]
     max_tool_name_chars: Option<String>,
     /// Longest description of a dynamic tool [default: 1024]
-    #[arg(long, env = "IPYTHON_MCP_MAX_TOOL_DESCRIPTION_CHARS", global = true, value_name = "N")]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_MAX_TOOL_DESCRIPTION_CHARS",
+        global = true,
+        value_name = "N"
+    )]
     max_tool_description_chars: Option<String>,
     /// Dynamic tools registered at once, across all kernels [default: 100]
-    #[arg(long, env = "IPYTHON_MCP_MAX_DYNAMIC_TOOLS", global = true, value_name = "N")]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_MAX_DYNAMIC_TOOLS",
+        global = true,
+        value_name = "N"
+    )]
     max_dynamic_tools: Option<String>,
     /// Python interpreter for the default kernel (must have ipykernel) [default: found, see README]
     #[arg(long, env = "IPYTHON_MCP_PYTHON", global = true, value_name = "PATH")]

@@ -16,8 +16,10 @@ use tokio::signal::unix::{signal, SignalKind};
 
 pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     let config = Arc::new(config);
-    let default = SessionHandle::start(session_options(&config, Sessions::DEFAULT)?);
-    let sessions = Sessions::new(default);
+    let options = session_options(&config, Sessions::DEFAULT)?;
+    let default = SessionHandle::start(options.clone());
+    let sessions = Sessions::with_template(default, options, config.kernels);
+    sessions.spawn_reaper();
     let server = IpythonMcp::new(sessions.clone(), Arc::clone(&config), Peers::default());
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving MCP on stdio");
 

@@ -73,9 +73,14 @@ async fn the_python_sdk_client_works_in_both_protocol_families() {
             serde_json::json!([
                 "call_function",
                 "execute",
+                "get_output",
                 "inspect",
                 "interrupt",
+                "kernel_discover",
+                "kernel_list",
                 "kernel_restart",
+                "kernel_start",
+                "kernel_stop",
                 "list",
                 "reload",
                 "remove",
@@ -147,5 +152,24 @@ async fn the_python_sdk_client_works_in_both_protocol_families() {
             namespace["reset"][0]["structured"]["removed"],
             serde_json::json!(["double", "i", "time", "x"])
         );
+        let background = &namespace["execute"][0]["structured"];
+        assert_eq!(background["status"], "pending", "{run}");
+        let finished = &namespace["get_output"][0]["structured"];
+        assert_eq!(finished["finished"], true, "{run}");
+        assert_eq!(finished["stdout"], "row 0\nrow 1\nrow 2\n");
+        let page = &namespace["get_output"][1]["structured"]["page"];
+        assert_eq!(page["total_matches"], 2, "{run}");
+        assert_eq!(page["lines"][0]["line"], 2);
+        assert_eq!(
+            namespace["kernel_list"][0]["structured"]["kernels"][0]["kernel"],
+            "default"
+        );
+        assert_eq!(namespace["kernel_discover"][0]["is_error"], false);
+        assert_eq!(
+            namespace["kernel_start"][0]["structured"]["kernel"], "second",
+            "{run}"
+        );
+        assert_eq!(namespace["kernel_start"][0]["structured"]["ok"], true);
+        assert_eq!(namespace["kernel_stop"][0]["structured"]["state"], "closed");
     }
 }

@@ -45,6 +45,14 @@ async def session(binary, mode):
             ("reload", {"modules": ["json", "not_imported_here"]}),
             ("remove", {"names": ["table", "ghost", "_x"]}),
             ("reset", {}),
+            # The kernels toolset and background output, checked against their schemas too.
+            ("execute", {"code": "for i in range(3): print('row', i)", "background": True}),
+            ("get_output", {"wait_seconds": 30}),
+            ("get_output", {"wait_seconds": 30, "stream": "stdout", "pattern": "row [12]"}),
+            ("kernel_list", {}),
+            ("kernel_discover", {}),
+            ("kernel_start", {"spec": status.structured_content["kernel"]["python"], "kernel": "second"}),
+            ("kernel_stop", {"kernel": "second"}),
         ]:
             result = await client.call_tool(tool, arguments)
             namespace.setdefault(tool, []).append(

@@ -1,0 +1,500 @@
+//! The kernels toolset (SPEC §7) and `get_output`: discovering kernelspecs and project venvs,
+//! starting, listing and stopping sessions, and reading (or paging through) the output of
+//! executions that are still running or whose caller stopped waiting.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use ipython_mcp_kernel::kernelspec;
+use ipython_mcp_kernel::{
+    ErrorInfo, ExecutionOutput, Page, PageRequest, RuntimeStatus, SessionState, StreamName,
+};
+use rmcp::handler::server::tool::schema_for_output;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::CallToolResult;
+use rmcp::{schemars, tool, tool_router};
+use serde::{Deserialize, Serialize};
+
+use crate::render;
+use crate::server::IpythonMcp;
+use crate::sessions::StartSpec;
+
+/// Longest `wait_seconds` of one `get_output` call.
+const MAX_WAIT_SECONDS: f64 = 300.0;
+/// Default and largest page of `get_output`.
+const DEFAULT_LINES: usize = 200;
+const MAX_LINES: usize = 5000;
+/// Longest `pattern`.
+const MAX_PATTERN_CHARS: usize = 1000;
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GetOutputParams {
+    /// The `execution_id` from execute (background or not). Omit to get the latest execution
+    /// of `kernel` — e.g. after your call timed out before you saw its id.
+    #[serde(default)]
+    pub execution_id: Option<String>,
+    /// Kernel session id, used only when `execution_id` is omitted; default `default`.
+    #[serde(default)]
+    pub kernel: Option<String>,
+    /// Wait up to this many seconds (max 300) for the execution to finish before answering;
+    /// 0 (default) answers at once with what has arrived so far.
+    #[serde(default)]
+    pub wait_seconds: Option<f64>,
+    /// Read the full text of this stream from the on-disk spool (`stdout` or `stderr`) instead
+    /// of only the bounded head. Implied `stdout` when `start_line` or `pattern` is given.
+    #[serde(default)]
+    pub stream: Option<StreamName>,
+    /// First line of the page, 1-based; negative counts from the end (-50: the last 50 lines).
+    #[serde(default)]
+    pub start_line: Option<i64>,
+    /// Lines per page (default 200, max 5000); the page is also bounded in characters.
+    #[serde(default)]
+    pub max_lines: Option<usize>,
+    /// A regular expression (Rust regex syntax): return only the lines that match it, with
+    /// their line numbers, e.g. `(?i)error|warn` or `loss: 0\.0[0-4]`.
+    #[serde(default)]
+    pub pattern: Option<String>,
+}
+
+/// The result of `get_output`: the execution's output (same fields as execute), plus a page of
+/// its full output when one was asked for.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct GetOutputResult {
+    #[serde(flatten)]
+    pub output: ExecutionOutput,
+    /// False while it is still queued or running (`status: pending`).
+    pub finished: bool,
+    /// The kernel session it runs in.
+    pub kernel: String,
+    /// The requested page of the full stdout/stderr.
+    pub page: Option<Page>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DiscoverParams {
+    /// Also look for `.venv`/`venv` virtualenvs with ipykernel in this absolute directory and
+    /// its immediate subdirectories (e.g. your project or a folder of projects).
+    #[serde(default)]
+    pub directory: Option<String>,
+}
+
+/// One registered kernelspec.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct KernelSpecInfo {
+    /// What kernel_start accepts as `spec`.
+    pub name: String,
+    pub display_name: String,
+    pub language: String,
+    /// True for Python (ipykernel) kernels: every tool works. Other languages support
+    /// execute, get_output, interrupt and runtime_status only.
+    pub helper_tools: bool,
+    pub resource_dir: String,
+}
+
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct DiscoverResult {
+    pub ok: bool,
+    pub kernelspecs: Vec<KernelSpecInfo>,
+    /// Virtualenvs with ipykernel under `directory`.
+    pub venvs: Vec<kernelspec::VenvKernel>,
+    /// The directories searched for kernelspecs.
+    pub searched: Vec<String>,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StartParams {
+    /// Which kernel: a kernelspec name (`python3`, `bash`, … as kernel_discover lists),
+    /// `venv:/abs/path/to/project` (its `.venv` or `venv`, or the venv itself), or an absolute
+    /// path to a Python interpreter that has ipykernel.
+    pub spec: String,
+    /// Session id to use (letters, digits, `_`, `-`, `.`); default: a generated one (`k1`, …).
+    #[serde(default)]
+    pub kernel: Option<String>,
+}
+
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct StartResult {
+    pub ok: bool,
+    /// The new session id: pass it as `kernel` to the other tools.
+    pub kernel: String,
+    /// The session's status once its kernel is ready (or why it is not).
+    pub status: RuntimeStatus,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StopParams {
+    /// The session id to stop (not `default`).
+    pub kernel: String,
+}
+
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct StopResult {
+    pub ok: bool,
+    pub kernel: String,
+    /// `closed` once stopped.
+    pub state: SessionState,
+}
+
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {}
+
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct KernelEntry {
+    pub kernel: String,
+    /// What it was started from (`default` for the server's own).
+    pub spec: String,
+    pub state: SessionState,
+    pub epoch: u64,
+    pub pid: Option<u32>,
+    pub language: Option<String>,
+    pub operation_active: bool,
+    pub queue_depth: usize,
+    /// Seconds since a tool call last used it.
+    pub idle_seconds: f64,
+    /// Recent execution ids (newest first), for get_output.
+    pub executions: Vec<String>,
+}
+
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct KernelListResult {
+    pub ok: bool,
+    pub kernels: Vec<KernelEntry>,
+    pub max_kernels: usize,
+    /// Started sessions idle this long are stopped.
+    pub idle_timeout_seconds: f64,
+}
+
+fn structured<T: Serialize>(tool: &str, value: &T, ok: bool) -> CallToolResult {
+    render::namespace(tool, serde_json::to_value(value).unwrap_or_default(), ok)
+}
+
+impl IpythonMcp {
+    fn page_request(
+        &self,
+        params: &GetOutputParams,
+    ) -> Result<Option<PageRequest>, Box<ErrorInfo>> {
+        if params.stream.is_none() && params.start_line.is_none() && params.pattern.is_none() {
+            if params.max_lines.is_some() {
+                return Err(Box::new(ErrorInfo::new(
+                    "invalid_arguments",
+                    "max_lines needs stream, start_line or pattern",
+                )));
+            }
+            return Ok(None);
+        }
+        let pattern = match &params.pattern {
+            None => None,
+            Some(pattern) if pattern.chars().count() > MAX_PATTERN_CHARS => {
+                return Err(Box::new(ErrorInfo::new(
+                    "invalid_arguments",
+                    format!("pattern is longer than {MAX_PATTERN_CHARS} characters"),
+                )))
+            }
+            Some(pattern) => Some(
+                regex::RegexBuilder::new(pattern)
+                    .size_limit(1 << 20)
+                    .build()
+                    .map_err(|error| {
+                        Box::new(ErrorInfo::new(
+                            "invalid_arguments",
+                            format!(
+                                "pattern is not a valid regular expression: {}",
+                                render::shorten(&error.to_string(), 500)
+                            ),
+                        ))
+                    })?,
+            ),
+        };
+        let max_lines = params.max_lines.unwrap_or(DEFAULT_LINES);
+        if max_lines == 0 || max_lines > MAX_LINES {
+            return Err(Box::new(ErrorInfo::new(
+                "invalid_arguments",
+                format!("max_lines must be between 1 and {MAX_LINES}, got {max_lines}"),
+            )));
+        }
+        if params.start_line == Some(0) {
+            return Err(Box::new(ErrorInfo::new(
+                "invalid_arguments",
+                "start_line is 1-based (or negative to count from the end); 0 is not a line",
+            )));
+        }
+        Ok(Some(PageRequest {
+            stream: params.stream.unwrap_or(StreamName::Stdout),
+            start_line: params.start_line.unwrap_or(1),
+            max_lines,
+            pattern,
+            max_chars: self.config().limits.max_text_chars,
+        }))
+    }
+}
+
+#[tool_router(router = kernels_router, vis = "pub(crate)")]
+impl IpythonMcp {
+    #[tool(
+        name = "get_output",
+        description = "Read the output of an execution: one started with execute(background=true), one still running, or one whose call returned or timed out before you saw the result. Returns the same fields as execute plus `finished`; while it runs, `status` is `pending` and you get what has arrived so far. `wait_seconds` waits (up to 300 s) for it to finish first. Omit execution_id for the latest execution of the kernel. execute keeps only the first characters of long output; the full stdout/stderr is kept on disk for recent executions, and get_output pages it: `stream` + `start_line` (negative: from the end) + `max_lines`, or `pattern` (a regex) to get only matching lines with their numbers. Read-only: never runs code or waits in the kernel's queue.",
+        output_schema = schema_for_output::<GetOutputResult>(),
+        annotations(title = "Get execution output", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn get_output(
+        &self,
+        Parameters(params): Parameters<GetOutputParams>,
+    ) -> Result<CallToolResult, rmcp::ErrorData> {
+        let wait = match params.wait_seconds {
+            None => Duration::ZERO,
+            Some(seconds) if seconds.is_finite() && (0.0..=MAX_WAIT_SECONDS).contains(&seconds) => {
+                Duration::from_secs_f64(seconds)
+            }
+            Some(seconds) => {
+                return Ok(render::request_error(&ErrorInfo::new(
+                    "invalid_arguments",
+                    format!("wait_seconds must be between 0 and {MAX_WAIT_SECONDS}, got {seconds}"),
+                )))
+            }
+        };
+        let page_request = match self.page_request(&params) {
+            Ok(request) => request,
+            Err(error) => return Ok(render::request_error(&error)),
+        };
+        let session = match &params.execution_id {
+            Some(id) => match self.sessions().find_execution(id) {
+                Some(session) => session,
+                None => {
+                    return Ok(render::request_error(
+                        &ErrorInfo::new(
+                            "invalid_arguments",
+                            format!("no execution with id {:?}", render::shorten(id, 64)),
+                        )
+                        .with_hint(format!(
+                            "each kernel remembers its latest {} executions (kernel_list shows their ids); a stopped kernel forgets its executions",
+                            ipython_mcp_kernel::MAX_RECORDS
+                        )),
+                    ))
+                }
+            },
+            None => match self.session_for(params.kernel.as_deref()) {
+                Ok(session) => session,
+                Err(refused) => return Ok(refused),
+            },
+        };
+        let execution_id = params.execution_id.as_deref();
+        let Some(output) = session.output(execution_id, wait).await else {
+            return Ok(render::request_error(&ErrorInfo::new(
+                "invalid_arguments",
+                format!("kernel {:?} has run nothing yet", session.kernel_id()),
+            )));
+        };
+        let page = match page_request {
+            None => None,
+            Some(request) => match session.page(Some(&output.execution_id), request).await {
+                Some(Ok(page)) => Some(page),
+                Some(Err(error)) => return Ok(render::request_error(&error)),
+                None => None,
+            },
+        };
+        let finished = output.status != ipython_mcp_kernel::ExecutionStatus::Pending;
+        let extra_text = page.as_ref().map(render::page_text).unwrap_or_default();
+        let structured = GetOutputResult {
+            output,
+            finished,
+            kernel: session.kernel_id().to_owned(),
+            page,
+        };
+        let mut extra = serde_json::Map::new();
+        extra.insert("finished".into(), finished.into());
+        extra.insert("kernel".into(), structured.kernel.clone().into());
+        extra.insert(
+            "page".into(),
+            serde_json::to_value(&structured.page).unwrap_or_default(),
+        );
+        Ok(render::execution_with(
+            &structured.output,
+            extra,
+            extra_text,
+        ))
+    }
+
+    #[tool(
+        name = "kernel_discover",
+        description = "List the kernels kernel_start can start: registered Jupyter kernelspecs (name, language, display name) and, when you pass `directory`, the project virtualenvs (.venv/venv with ipykernel) in it and its subdirectories, named `venv:/path`. Use it before kernel_start to run code in a project's own environment or another language. Re-scans every call; changes nothing.",
+        output_schema = schema_for_output::<DiscoverResult>(),
+        annotations(title = "Discover kernels", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn kernel_discover(
+        &self,
+        Parameters(params): Parameters<DiscoverParams>,
+    ) -> Result<CallToolResult, rmcp::ErrorData> {
+        let directory = match params.directory.as_deref().map(PathBuf::from) {
+            Some(path) if !path.is_absolute() || !path.is_dir() => {
+                return Ok(render::request_error(&ErrorInfo::new(
+                    "invalid_arguments",
+                    format!(
+                        "directory {:?} is not an absolute path to a directory",
+                        path.display().to_string()
+                    ),
+                )))
+            }
+            other => other,
+        };
+        let python = self.sessions().default_python();
+        let found = tokio::task::spawn_blocking(move || {
+            let dirs = kernelspec::data_dirs(python.as_deref());
+            let specs = kernelspec::discover(&dirs);
+            let venvs = directory
+                .as_deref()
+                .map(kernelspec::discover_venvs)
+                .unwrap_or_default();
+            (dirs, specs, venvs)
+        })
+        .await;
+        let Ok((dirs, specs, venvs)) = found else {
+            return Ok(render::request_error(&ErrorInfo::new(
+                "internal_error",
+                "discovery failed",
+            )));
+        };
+        let result = DiscoverResult {
+            ok: true,
+            kernelspecs: specs
+                .into_iter()
+                .map(|spec| KernelSpecInfo {
+                    helper_tools: spec.is_ipykernel(),
+                    name: spec.name,
+                    display_name: spec.display_name,
+                    language: spec.language,
+                    resource_dir: spec.resource_dir.display().to_string(),
+                })
+                .collect(),
+            venvs,
+            searched: dirs
+                .iter()
+                .map(|dir| dir.join("kernels").display().to_string())
+                .collect(),
+        };
+        Ok(structured("kernel_discover", &result, true))
+    }
+
+    #[tool(
+        name = "kernel_start",
+        description = "Start another kernel session and return its id; pass that id as `kernel` to execute and every other tool. `spec` is a kernelspec name from kernel_discover, `venv:/path/to/project` to use a project's virtualenv, or an interpreter path. Sessions are independent: separate processes, namespaces and queues, so one can run a long job while you work in another. Waits until the kernel is ready (or reports why it is not). Limited to max_kernels sessions; started sessions idle for the idle timeout (15 min by default) are stopped.",
+        output_schema = schema_for_output::<StartResult>(),
+        annotations(title = "Start a kernel", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn kernel_start(
+        &self,
+        Parameters(params): Parameters<StartParams>,
+    ) -> Result<CallToolResult, rmcp::ErrorData> {
+        let sessions = self.sessions();
+        let spec = match sessions.parse_spec(&params.spec) {
+            Ok(spec) => spec,
+            Err(error) => return Ok(render::request_error(&error)),
+        };
+        let language_hint = match &spec {
+            StartSpec::KernelSpec(spec) => spec.language.clone(),
+            StartSpec::Python(_) => "python".to_owned(),
+        };
+        let (id, session) = match sessions.start(params.spec.trim(), spec, params.kernel.as_deref())
+        {
+            Ok(started) => started,
+            Err(error) => return Ok(render::request_error(&error)),
+        };
+        let bound = self.config().timeouts.kernel_startup + self.config().timeouts.provision;
+        let deadline = tokio::time::Instant::now() + bound;
+        while session.status().state == SessionState::Starting
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let status = session.status();
+        let ok = matches!(status.state, SessionState::Ready | SessionState::Busy);
+        tracing::info!(tool = "kernel_start", kernel = %id, language = %language_hint, ok, "tool call");
+        Ok(structured(
+            "kernel_start",
+            &StartResult {
+                ok,
+                kernel: id,
+                status,
+            },
+            ok,
+        ))
+    }
+
+    #[tool(
+        name = "kernel_list",
+        description = "List the running kernel sessions: id, what each was started from, state, pid, language, whether it is busy, how long it has been idle, and its recent execution ids (for get_output). Answers without waiting on any kernel; changes nothing.",
+        output_schema = schema_for_output::<KernelListResult>(),
+        annotations(title = "List kernels", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn kernel_list(
+        &self,
+        Parameters(_params): Parameters<ListParams>,
+    ) -> Result<CallToolResult, rmcp::ErrorData> {
+        let sessions = self.sessions();
+        let kernels = sessions
+            .all()
+            .into_iter()
+            .map(|(kernel, spec, handle, idle)| {
+                let status = handle.status();
+                KernelEntry {
+                    kernel,
+                    spec,
+                    state: status.state,
+                    epoch: status.epoch,
+                    pid: status.kernel.as_ref().map(|kernel| kernel.pid),
+                    language: status.kernel.as_ref().map(|kernel| kernel.language.clone()),
+                    operation_active: status.operation_active,
+                    queue_depth: status.queue_depth,
+                    idle_seconds: idle.as_secs_f64(),
+                    executions: handle.execution_ids(),
+                }
+            })
+            .collect();
+        let limits = sessions.limits();
+        Ok(structured(
+            "kernel_list",
+            &KernelListResult {
+                ok: true,
+                kernels,
+                max_kernels: limits.max_kernels,
+                idle_timeout_seconds: limits.idle_timeout.as_secs_f64(),
+            },
+            true,
+        ))
+    }
+
+    #[tool(
+        name = "kernel_stop",
+        description = "Stop a kernel session started with kernel_start: its running code is interrupted, its queued calls end with runtime_closed, its process is terminated, and its variables and recorded outputs are gone. The `default` session cannot be stopped (use kernel_restart or reset).",
+        output_schema = schema_for_output::<StopResult>(),
+        annotations(title = "Stop a kernel", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
+    )]
+    async fn kernel_stop(
+        &self,
+        Parameters(params): Parameters<StopParams>,
+    ) -> Result<CallToolResult, rmcp::ErrorData> {
+        Ok(match self.sessions().stop(&params.kernel).await {
+            Ok(handle) => {
+                tracing::info!(tool = "kernel_stop", kernel = %params.kernel, "tool call");
+                self.sessions()
+                    .catalog()
+                    .drop_session(&params.kernel, self.peers())
+                    .await;
+                structured(
+                    "kernel_stop",
+                    &StopResult {
+                        ok: true,
+                        kernel: params.kernel,
+                        state: handle.status().state,
+                    },
+                    true,
+                )
+            }
+            Err(error) => render::request_error(&error),
+        })
+    }
+}

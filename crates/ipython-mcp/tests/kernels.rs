@@ -1,0 +1,491 @@
+//! End to end: the kernels toolset and long-running work (issue 6) through the real binary —
+//! background executions, get_output and its spool paging, callers that stop waiting, several
+//! kernels, kernelspec and venv discovery, a non-Python kernel, max_kernels and idle reaping.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest};
+use rmcp::service::PeerRequestOptions;
+use serde_json::{json, Value};
+use support::{Family, Server};
+
+/// Polls get_output until the execution has finished.
+async fn finished_output(server: &Server, execution_id: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let output = server
+            .call(
+                "get_output",
+                json!({"execution_id": execution_id, "wait_seconds": 30}),
+            )
+            .await;
+        if output.structured["finished"] == true {
+            return output.structured;
+        }
+        assert!(Instant::now() < deadline, "never finished: {output:?}");
+    }
+}
+
+#[tokio::test]
+async fn background_output_is_polled_to_completion_and_paged_from_the_spool() {
+    let server = Server::start(Family::Handshake, &[]).await;
+    // About 53 MB of stdout: far more than execute returns, all of it kept on disk.
+    let code = "import sys\nfor i in range(1_000_000):\n    print(f'line {i:07d} ' + 'x' * 40)\nprint('done', file=sys.stderr)";
+    let started = Instant::now();
+    let pending = server
+        .call("execute", json!({"code": code, "background": true}))
+        .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "background returns at once"
+    );
+    assert!(pending.ok(), "{pending:?}");
+    assert_eq!(pending.structured["status"], "pending");
+    assert!(pending.text().contains("get_output"), "{}", pending.text());
+    let id = pending.structured["execution_id"]
+        .as_str()
+        .expect("execution_id")
+        .to_owned();
+
+    let done = finished_output(&server, &id).await;
+    assert_eq!(done["status"], "ok", "{done}");
+    assert_eq!(done["execution_id"], id.as_str());
+    let line_bytes = "line 0000000 ".len() as u64 + 40 + 1;
+    assert_eq!(done["stdout_omitted_chars"], 1_000_000 * line_bytes - 8192);
+    assert_eq!(
+        done["spool"]["stdout_bytes"],
+        1_000_000 * line_bytes,
+        "{done}"
+    );
+    assert_eq!(done["spool"]["stderr_bytes"], 5);
+    assert_eq!(done["spool"]["dropped_bytes"], 0);
+
+    // A page from the middle, by line number.
+    let page = server
+        .call(
+            "get_output",
+            json!({"execution_id": id, "stream": "stdout", "start_line": 500_000, "max_lines": 3}),
+        )
+        .await;
+    let page = &page.structured["page"];
+    assert_eq!(page["total_lines"], 1_000_000);
+    assert_eq!(page["lines"][0]["line"], 500_000);
+    assert_eq!(
+        page["lines"][0]["text"],
+        format!("line 0499999 {}", "x".repeat(40))
+    );
+    assert_eq!(page["lines"].as_array().expect("lines").len(), 3);
+    assert_eq!(page["next_line"], 500_003);
+    assert_eq!(page["complete"], true);
+
+    // The last lines, counted from the end.
+    let tail = server
+        .call("get_output", json!({"execution_id": id, "start_line": -2}))
+        .await;
+    let numbers: Vec<u64> = tail.structured["page"]["lines"]
+        .as_array()
+        .expect("lines")
+        .iter()
+        .map(|line| line["line"].as_u64().expect("number"))
+        .collect();
+    assert_eq!(numbers, vec![999_999, 1_000_000]);
+
+    // A regex over the whole stream.
+    let matches = server
+        .call(
+            "get_output",
+            json!({"execution_id": id, "pattern": "^line 0(012345|999999) "}),
+        )
+        .await;
+    let page = &matches.structured["page"];
+    assert_eq!(page["total_matches"], 2, "{page}");
+    assert_eq!(page["lines"][0]["line"], 12_346);
+    assert_eq!(page["lines"][1]["line"], 1_000_000);
+    assert!(matches.text().contains("1000000:"), "{}", matches.text());
+
+    let stderr = server
+        .call(
+            "get_output",
+            json!({"execution_id": id, "stream": "stderr"}),
+        )
+        .await;
+    assert_eq!(stderr.structured["page"]["lines"][0]["text"], "done");
+
+    // Bad requests change nothing and say why.
+    for (arguments, needle) in [
+        (
+            json!({"execution_id": id, "pattern": "("}),
+            "regular expression",
+        ),
+        (json!({"execution_id": id, "start_line": 0}), "1-based"),
+        (json!({"execution_id": id, "max_lines": 5}), "max_lines"),
+        (
+            json!({"execution_id": id, "wait_seconds": -1}),
+            "wait_seconds",
+        ),
+        (json!({"execution_id": "no-such-id"}), "no execution"),
+    ] {
+        let refused = server.call("get_output", arguments.clone()).await;
+        assert!(refused.is_error, "{arguments}");
+        let message = refused.structured["error"]["message"]
+            .as_str()
+            .unwrap_or("");
+        assert!(message.contains(needle), "{arguments}: {message}");
+    }
+
+    // A foreground execute with long output says where the rest is.
+    let long = server
+        .call("execute", json!({"code": "print('y' * 100_000)"}))
+        .await;
+    assert_eq!(long.structured["spool"]["stdout_bytes"], 100_001);
+    assert!(long.text().contains("full output kept"), "{}", long.text());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_caller_that_stops_waiting_can_come_back_for_the_output() {
+    let server = Server::start(Family::Handshake, &[]).await;
+    let code =
+        "import time\nfor i in range(8):\n    print('tick', i, flush=True)\n    time.sleep(0.4)";
+    // The caller stops waiting after a second without cancelling (a dropped connection, a
+    // client with its own timeout): the execution keeps running and is collected.
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(
+        CallToolRequestParams::new("execute")
+            .with_arguments(json!({"code": code}).as_object().expect("object").clone()),
+    ));
+    let handle = server
+        .client
+        .peer()
+        .send_request_with_option(request, PeerRequestOptions::no_options())
+        .await
+        .expect("request sent");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    drop(handle);
+
+    // Without its id: the latest execution of the kernel, still running.
+    let running = server.call("get_output", json!({})).await;
+    assert_eq!(running.structured["status"], "pending", "{running:?}");
+    assert_eq!(running.structured["finished"], false);
+    assert!(
+        running.structured["stdout"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("tick 0\n"),
+        "what has arrived so far: {running:?}"
+    );
+    let id = running.structured["execution_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let done = finished_output(&server, &id).await;
+    assert_eq!(done["status"], "ok");
+    let expected: String = (0..8).map(|i| format!("tick {i}\n")).collect();
+    assert_eq!(done["stdout"], expected);
+    // kernel_list knows it too.
+    let list = server.call("kernel_list", json!({})).await;
+    assert_eq!(list.structured["kernels"][0]["executions"][0], id.as_str());
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn kernels_are_isolated_limited_stopped_and_reaped_when_idle() {
+    let server = Server::start(
+        Family::Handshake,
+        &[
+            ("IPYTHON_MCP_MAX_KERNELS", "3"),
+            ("IPYTHON_MCP_KERNEL_IDLE_TIMEOUT_SECONDS", "4"),
+        ],
+    )
+    .await;
+    let status = server.call("runtime_status", json!({})).await;
+    let python = status.structured["kernel"]["python"]
+        .as_str()
+        .expect("python")
+        .to_owned();
+
+    let started = server
+        .call("kernel_start", json!({"spec": python, "kernel": "work"}))
+        .await;
+    assert!(started.ok(), "{started:?}");
+    assert_eq!(started.structured["kernel"], "work");
+    assert_eq!(started.structured["status"]["state"], "ready");
+    let second = server.call("kernel_start", json!({"spec": python})).await;
+    assert!(second.ok(), "{second:?}");
+    let generated = second.structured["kernel"].as_str().expect("id").to_owned();
+    assert!(generated.starts_with('k'), "{generated}");
+
+    // Isolated namespaces, separate processes.
+    server
+        .call("execute", json!({"code": "x = 'default'"}))
+        .await;
+    server
+        .call("execute", json!({"code": "x = 'work'", "kernel": "work"}))
+        .await;
+    let here = server.call("execute", json!({"code": "x"})).await;
+    assert_eq!(here.structured["result"]["text/plain"], "'default'");
+    let there = server
+        .call("execute", json!({"code": "x", "kernel": "work"}))
+        .await;
+    assert_eq!(there.structured["result"]["text/plain"], "'work'");
+    let fresh = server
+        .call("execute", json!({"code": "x", "kernel": generated}))
+        .await;
+    assert_eq!(fresh.structured["error"]["ename"], "NameError");
+    let list = server.call("kernel_list", json!({})).await;
+    let kernels = list.structured["kernels"]
+        .as_array()
+        .expect("kernels")
+        .clone();
+    let names: Vec<&str> = kernels
+        .iter()
+        .filter_map(|k| k["kernel"].as_str())
+        .collect();
+    assert_eq!(names, vec!["default", generated.as_str(), "work"]);
+    let pids: Vec<Value> = kernels.iter().map(|kernel| kernel["pid"].clone()).collect();
+    assert!(pids[0] != pids[1] && pids[1] != pids[2] && pids[0] != pids[2]);
+
+    // A background job keeps its session alive past the idle timeout (4 s); once it is done
+    // and nobody uses the session, the reaper stops it. The default session is never reaped.
+    let job = server
+        .call(
+            "execute",
+            json!({"code": "import time; time.sleep(9); 'slept'", "kernel": "work", "background": true}),
+        )
+        .await;
+    assert!(job.ok(), "{job:?}");
+    let job_id = job.structured["execution_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+
+    // max_kernels, and refusals that change nothing.
+    let refused = server.call("kernel_start", json!({"spec": python})).await;
+    assert_eq!(refused.structured["error"]["code"], "limit_exceeded");
+    for (arguments, needle) in [
+        (json!({"spec": python, "kernel": "work"}), "already running"),
+        (json!({"spec": python, "kernel": "bad id!"}), "kernel id"),
+        (json!({"spec": "no-such-kernelspec"}), "no kernelspec"),
+        (json!({"spec": "venv:/no/such/dir"}), "no virtualenv"),
+        (json!({"spec": "relative/python"}), "absolute path"),
+    ] {
+        let refused = server.call("kernel_start", arguments.clone()).await;
+        assert!(refused.is_error, "{arguments}");
+        let message = refused.structured["error"]["message"]
+            .as_str()
+            .unwrap_or("");
+        assert!(message.contains(needle), "{arguments}: {message}");
+    }
+    let default_stop = server
+        .call("kernel_stop", json!({"kernel": "default"}))
+        .await;
+    assert!(default_stop.is_error);
+
+    // Stop one: its process goes, and the name is free again.
+    let pid = pids[1].as_i64().expect("pid") as i32;
+    let stopped = server
+        .call("kernel_stop", json!({"kernel": generated}))
+        .await;
+    assert!(stopped.ok(), "{stopped:?}");
+    assert_eq!(stopped.structured["state"], "closed");
+    support::wait_until_gone(pid).await;
+    let gone = server
+        .call("execute", json!({"code": "1", "kernel": generated}))
+        .await;
+    assert_eq!(gone.structured["error"]["code"], "invalid_arguments");
+
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let list = server.call("kernel_list", json!({})).await;
+    let names: Vec<&str> = list.structured["kernels"]
+        .as_array()
+        .expect("kernels")
+        .iter()
+        .filter_map(|kernel| kernel["kernel"].as_str())
+        .collect();
+    assert_eq!(names, vec!["default", "work"], "a busy session is not idle");
+    let done = finished_output(&server, &job_id).await;
+    assert_eq!(done["result"]["text/plain"], "'slept'");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let list = server.call("kernel_list", json!({})).await;
+        let kernels = list.structured["kernels"]
+            .as_array()
+            .expect("kernels")
+            .clone();
+        if kernels.len() == 1 {
+            assert_eq!(kernels[0]["kernel"], "default");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "idle session never reaped: {list:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    server.stop().await;
+}
+
+/// A real venv with ipykernel and bash_kernel, made once per target dir with the product's own
+/// provisioned Python.
+fn project_with_venv() -> PathBuf {
+    let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernels-test-tree");
+    let project = root.join("project");
+    let venv = project.join(".venv");
+    let ready = venv.join(".ipython-mcp-test-ready");
+    if ready.exists() {
+        return root;
+    }
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&project).expect("project dir");
+    std::fs::create_dir_all(root.join("not-a-project")).expect("other dir");
+    let python = support_python();
+    let status = std::process::Command::new(&python)
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .expect("run venv");
+    assert!(status.success(), "python -m venv failed");
+    let status = std::process::Command::new(venv.join("bin/python"))
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--no-input",
+            "-q",
+            "ipykernel",
+            "bash_kernel",
+        ])
+        .status()
+        .expect("run pip");
+    assert!(status.success(), "pip install ipykernel bash_kernel failed");
+    std::fs::write(&ready, "").expect("marker");
+    root
+}
+
+/// The interpreter of the managed default environment the other tests provision.
+fn support_python() -> PathBuf {
+    let envs = Path::new(&support::cache_dir()).join("envs");
+    let entry = std::fs::read_dir(&envs)
+        .expect("the managed environment exists (a server has started)")
+        .flatten()
+        .find(|entry| entry.path().is_dir())
+        .expect("a managed environment");
+    entry.path().join("bin/python")
+}
+
+#[tokio::test]
+async fn discovery_finds_a_real_venv_and_a_bash_kernelspec() {
+    // A first server provisions the managed environment that builds the test venv.
+    let server = Server::start(Family::Handshake, &[]).await;
+    server.stop().await;
+    let root = tokio::task::spawn_blocking(project_with_venv)
+        .await
+        .expect("venv");
+    let project = root.join("project");
+    let venv_python = project.join(".venv/bin/python");
+    // A kernelspec for bash, in a private JUPYTER_PATH.
+    let jupyter = root.join("jupyter");
+    let spec_dir = jupyter.join("kernels/bash");
+    std::fs::create_dir_all(&spec_dir).expect("spec dir");
+    std::fs::write(
+        spec_dir.join("kernel.json"),
+        json!({
+            "argv": [venv_python, "-m", "bash_kernel", "-f", "{connection_file}"],
+            "display_name": "Bash",
+            "language": "bash",
+        })
+        .to_string(),
+    )
+    .expect("kernel.json");
+
+    let jupyter_path = jupyter.display().to_string();
+    let server = Server::start(
+        Family::Modern,
+        &[
+            ("JUPYTER_PATH", &jupyter_path),
+            ("JUPYTER_DATA_DIR", &jupyter_path),
+        ],
+    )
+    .await;
+    let found = server
+        .call(
+            "kernel_discover",
+            json!({"directory": root.display().to_string()}),
+        )
+        .await;
+    assert!(found.ok(), "{found:?}");
+    let venv_name = format!("venv:{}", project.display());
+    assert_eq!(
+        found.structured["venvs"].as_array().expect("venvs").len(),
+        1
+    );
+    assert_eq!(found.structured["venvs"][0]["name"], venv_name.as_str());
+    let bash = found.structured["kernelspecs"]
+        .as_array()
+        .expect("specs")
+        .iter()
+        .find(|spec| spec["name"] == "bash")
+        .cloned()
+        .expect("bash kernelspec listed");
+    assert_eq!(bash["language"], "bash");
+    assert_eq!(bash["helper_tools"], false);
+    let refused = server
+        .call("kernel_discover", json!({"directory": "relative"}))
+        .await;
+    assert!(refused.is_error);
+
+    // The venv kernel runs the project's own Python.
+    let started = server
+        .call(
+            "kernel_start",
+            json!({"spec": venv_name, "kernel": "project"}),
+        )
+        .await;
+    assert!(started.ok(), "{started:?}");
+    assert_eq!(
+        started.structured["status"]["kernel"]["python"],
+        venv_python.display().to_string()
+    );
+    let prefix = server
+        .call(
+            "execute",
+            json!({"code": "import sys; sys.prefix", "kernel": "project"}),
+        )
+        .await;
+    assert_eq!(
+        prefix.structured["result"]["text/plain"],
+        format!("'{}'", project.join(".venv").display())
+    );
+
+    // A bash kernel: execute, get_output and interrupt work; helper tools say why not.
+    let started = server
+        .call("kernel_start", json!({"spec": "bash", "kernel": "sh"}))
+        .await;
+    assert!(started.ok(), "{started:?}");
+    assert_eq!(started.structured["status"]["kernel"]["language"], "bash");
+    assert_eq!(started.structured["status"]["kernel"]["helper"], false);
+    let echoed = server
+        .call(
+            "execute",
+            json!({"code": "for i in 1 2 3; do echo \"n=$i\"; done", "kernel": "sh"}),
+        )
+        .await;
+    assert!(echoed.ok(), "{echoed:?}");
+    assert_eq!(echoed.structured["stdout"], "n=1\nn=2\nn=3\n");
+    let id = echoed.structured["execution_id"].as_str().expect("id");
+    let page = server
+        .call("get_output", json!({"execution_id": id, "pattern": "n=2"}))
+        .await;
+    assert_eq!(page.structured["page"]["lines"][0]["line"], 2, "{page:?}");
+    for tool in ["list", "reset"] {
+        let refused = server.call(tool, json!({"kernel": "sh"})).await;
+        assert_eq!(
+            refused.structured["error"]["code"], "unsupported_kernel",
+            "{tool}: {refused:?}"
+        );
+    }
+    server.stop().await;
+}
