@@ -1612,6 +1612,19 @@ def tool_signature(value):
     schema plus ``"default"``; ``"required"`` lists the parameters without a default in
     signature order and is left out when there are none.
     """
+    try:
+        return _tool_signature(value)
+    except UnsupportedSignature:
+        raise
+    except RecursionError:
+        raise UnsupportedSignature("its signature is nested too deeply") from None
+    except Exception as error:  # an object that breaks inspect: one stale tool, not a failed catalog
+        raise UnsupportedSignature(
+            "reading its signature raised %s: %s" % (type(error).__name__, safe_str(error))
+        ) from None
+
+
+def _tool_signature(value):
     _check_synchronous(value)
     signature = _resolved_signature(value)
     params = []
@@ -1688,6 +1701,12 @@ def _resolved_signature(value):
         raw = inspect.signature(value)
     except (ValueError, TypeError) as error:
         raise UnsupportedSignature("inspect cannot read its signature: %s" % safe_str(error)) from None
+    except NameError as error:
+        # Python >= 3.14 evaluates annotations lazily, when inspect reads them: read them as
+        # strings instead, so the evaluation below can name the parameter.
+        raw = _string_annotated_signature(value)
+        if raw is None:
+            raise UnsupportedSignature("cannot resolve its annotations: NameError: %s" % safe_str(error)) from None
     except Exception as error:  # user code (a __signature__ property, a lazy annotation) raised
         raise UnsupportedSignature("reading its signature raised %s: %s" % (type(error).__name__, safe_str(error))) from None
     if not any(isinstance(parameter.annotation, str) for parameter in raw.parameters.values()):
@@ -1712,6 +1731,17 @@ def _resolved_signature(value):
             "cannot resolve its annotations: %s: %s" % (type(failure).__name__, safe_str(failure))
         )
     return raw.replace(parameters=parameters)
+
+
+def _string_annotated_signature(value):
+    """``inspect.signature`` with every annotation as its source string (Python >= 3.14), or
+    None."""
+    try:
+        import annotationlib
+
+        return inspect.signature(value, annotation_format=annotationlib.Format.STRING)
+    except Exception:
+        return None
 
 
 def _evaluate_annotation(text, name, namespaces):
@@ -1994,9 +2024,9 @@ def _own_doc(value):
 def default_description(name, value, max_chars):
     """The docstring's first paragraph on one line, or a generated sentence; at most
     ``max_chars`` characters (a cut one ends with "…")."""
-    text = " ".join(first_paragraph(_own_doc(value)).split())
+    text = " ".join(first_paragraph(_guarded_value(lambda: _own_doc(value), "")).split())
     if not text:
-        if isinstance(value, type):
+        if _guarded_value(lambda: isinstance(value, type), False):
             text = "Calls the Python class `%s` in the kernel (constructs an instance) and returns the result as JSON." % name
         else:
             text = "Calls the Python function `%s` in the kernel and returns its result as JSON." % name

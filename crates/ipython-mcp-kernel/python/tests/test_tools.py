@@ -470,6 +470,84 @@ def test_unsupported_callables_are_rejected_with_the_reason(helper, value, reaso
     assert fixture.catalog()["tools"] == []
 
 
+class BadSignature:
+    __signature__ = 3  # not a Signature: inspect raises TypeError
+
+    def __call__(self, a: int):
+        return a
+
+
+class Breaks:
+    """An object that breaks the helper's own inspection: its class lookup raises."""
+
+    @property
+    def __class__(self):
+        raise RuntimeError("no class")
+
+    def __call__(self, a: int):
+        return a
+
+
+def test_a_broken_binding_is_one_stale_tool_not_a_failed_catalog(helper):
+    fixture = Fixture(helper, {"add": make_adder(), "other": make_adder()})
+    fixture.register("add")
+    fixture.register("other")
+    for broken, reason in (
+        (HostileSignature(), "no longer supported: reading its signature raised RuntimeError: no signature for you"),
+        (BadSignature(), "no longer supported: inspect cannot read its signature: "),
+    ):
+        fixture.user_ns["add"] = broken
+        tools, _ = fixture.liveness()
+        assert tools["other"] == "live" and tools["add"].startswith(reason), tools
+        assert fixture.call_tool_error("add", a=1)["code"] == "stale_registration"
+    fixture.user_ns["breaks"] = Breaks()
+    assert fixture.register_error("breaks") == {
+        "code": "unsupported_signature",
+        "message": "'breaks' cannot be a tool: reading its signature raised RuntimeError: no class",
+    }
+
+
+def test_bound_methods_and_callable_objects(helper):
+    class Counter:
+        """Counts."""
+
+        def __init__(self):
+            self.total = 0
+
+        def add(self, step: int = 1) -> int:
+            """Adds a step."""
+            self.total += step
+            return self.total
+
+        def __call__(self, *, reset: bool) -> int:
+            if reset:
+                self.total = 0
+            return self.total
+
+    counter = Counter()
+    fixture = Fixture(helper, {"add": counter.add, "counter": counter})
+    assert fixture.register("add")["input_schema"]["properties"] == {"step": {"type": "integer", "default": 1}}
+    assert fixture.register("counter")["description"] == "Counts."
+    assert fixture.call_tool("add", step=2)["result"] == 2
+    assert fixture.call_tool("add")["result"] == 3
+    assert fixture.call_tool("counter", reset=True)["result"] == 0
+    assert fixture.call_tool_error("counter")["message"] == "tool 'counter': missing required argument 'reset'"
+
+    def add(self, step: int = 1, twice: bool = False):
+        return 0
+
+    Counter.add = add  # the bound method already in the namespace keeps the old function
+    assert fixture.liveness() == ({"add": "live", "counter": "live"}, False)
+    fixture.user_ns["add"] = counter.add
+    assert fixture.liveness() == ({"add": "signature changed", "counter": "live"}, True)
+
+    def call(self, *, reset: bool, hard: bool = False):
+        return 0
+
+    Counter.__call__ = call  # same object, its class's __call__ changed: seen by the token
+    assert fixture.liveness()[0]["counter"] == "signature changed"
+
+
 # --------------------------------------------------------------------------------------------
 # String annotations
 # --------------------------------------------------------------------------------------------
