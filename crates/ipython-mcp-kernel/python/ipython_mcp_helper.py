@@ -1282,9 +1282,11 @@ def _argument_path(path):
 # One node per annotation. ``schema`` is its JSON Schema; ``convert(value, path, lenient)``
 # checks a JSON value (None, bool, int, float, str, list, dict as json.loads makes them) and
 # returns the Python value the function gets: sets, frozensets and tuples are built from JSON
-# arrays as annotated, recursively. ``lenient`` lets an integer stand for a float; a union
-# first looks for an exact match in every branch, then a lenient one, so ``float | int`` keeps
-# an integer an int. ``hashable``: whether the converted value can be a set item.
+# arrays as annotated, recursively. ``lenient`` lets an integer stand for a float (converted
+# to float) and an integral float for an integer (JSON Schema counts 2.0 as an integer;
+# converted to int); a union first looks for an exact match in every branch, then a lenient
+# one, so ``float | int`` keeps an integer an int. Literal values match with their JSON type
+# (true is not 1, 1.0 is not 1). ``hashable``: whether the converted value can be a set item.
 
 
 class _Scalar:
@@ -1306,7 +1308,9 @@ class _Scalar:
                 try:
                     return float(value)
                 except OverflowError:
-                    raise ArgumentError("argument %s: %d is too large for a float" % (_argument_path(path), value)) from None
+                    raise ArgumentError("argument %s: the integer is too large for a float" % _argument_path(path)) from None
+        elif self.json_type == "integer" and lenient and type(value) is float and value.is_integer():
+            return int(value)  # JSON Schema: 2.0 is an integer (a client may have written it so)
         elif type(value) is self._EXPECTED[self.json_type]:
             return value
         raise ArgumentError(
@@ -1486,6 +1490,9 @@ def annotation_node(annotation, depth=0):
     container = annotation if origin is None and _guarded_value(lambda: annotation in _BARE, False) else origin
     if container in _BARE and not args:
         raise _Unsupported("%s has no item type" % _BARE[container])
+    arity = {list: 1, set: 1, frozenset: 1, dict: 2}.get(origin)
+    if arity is not None and len(args) != arity:
+        raise _Unsupported("%s takes %d type argument%s" % (annotation_text(annotation), arity, "s" if arity > 1 else ""))
     if origin is list:
         return _Array(annotation_node(args[0], depth + 1), list)
     if origin in (set, frozenset):
@@ -1507,9 +1514,7 @@ def annotation_node(annotation, depth=0):
 
 
 def _literal_value(value):
-    if value is None or value is True or value is False or type(value) is str:
-        return _json_default(value, "Literal value")
-    if type(value) is int:
+    if value is None or type(value) in (bool, int, str):
         return _json_default(value, "Literal value")
     raise _Unsupported("Literal value %s is a %s (only str, int, bool and None)" % (safe_repr(value)[:60], qualified_type(value)))
 
@@ -1839,6 +1844,15 @@ def _is_immutable_data(value, depth=0):
     return False
 
 
+def _add_method_token(entry, parts, depth):
+    """Adds a class-dict entry (``__init__``, ``__call__``...): a Python function is followed;
+    a built-in slot cannot change; anything else has no cheap token."""
+    function = _unwrap_descriptor(entry)
+    if inspect.isfunction(function):
+        return _add_token(function, parts, depth + 1)
+    return entry is None or inspect.isbuiltin(function) or inspect.ismethoddescriptor(function)
+
+
 def _add_token(value, parts, depth):
     if depth > _MAX_NESTING:
         return False
@@ -1882,8 +1896,7 @@ def _add_token(value, parts, depth):
         for owner, attribute in ((type(value), "__call__"), (value, "__new__"), (value, "__init__")):
             entry = _mro_lookup(owner, attribute)
             parts.append(entry)
-            function = _unwrap_descriptor(entry)
-            if inspect.isfunction(function) and not _add_token(function, parts, depth + 1):
+            if not _add_method_token(entry, parts, depth):
                 return False
     elif inspect.isbuiltin(value) or inspect.ismethoddescriptor(value):
         signature = _MISSING  # built-in: its signature cannot change
@@ -1893,8 +1906,7 @@ def _add_token(value, parts, depth):
         parts.extend((type(value), entry))
         signature = getattr(value, "__signature__", _MISSING)
         wrapped = getattr(value, "__wrapped__", _MISSING)
-        function = _unwrap_descriptor(entry)
-        if inspect.isfunction(function) and not _add_token(function, parts, depth + 1):
+        if not _add_method_token(entry, parts, depth):
             return False
     parts.extend((signature, wrapped))
     if wrapped is not _MISSING:

@@ -241,6 +241,8 @@ UNSUPPORTED = [
     (bytes, "bytes is not supported"),
     (complex, "complex is not supported"),
     (dict[int, str], "the key type must be str"),
+    (dict[str], "dict[str] takes 2 type arguments"),
+    (list[int, str], "list[int, str] takes 1 type argument"),
     (Dict[Tuple[int, int], str], "the key type must be str"),
     (set[list[int]], "set items must be hashable"),
     (frozenset[dict[str, int]], "set items must be hashable"),
@@ -1334,6 +1336,9 @@ def test_call_tool_converts_arguments_as_annotated(recorded):
     assert recorded.call_tool("scalars", s="x", i=1, f=2, b=False)["result"] == ["str", "int", "float", "bool", None]
     assert recorded.calls[-1] == ("scalars", "x", 1, 2.0, False, None)
     assert recorded.call_tool("scalars", s="x", i=-5, f=0.5, b=True, n=None)["result"][2] == "float"
+    # JSON Schema counts 2.0 as an integer: the function still gets an int.
+    assert recorded.call_tool("scalars", s="x", i=2.0, f=0.5, b=True)["result"][1] == "int"
+    assert recorded.calls[-1][2] == 2 and type(recorded.calls[-1][2]) is int
     result = recorded.call_tool(
         "containers",
         items=[3, 1],
@@ -1365,10 +1370,11 @@ BAD_ARGUMENTS = [
      "unknown argument 'aa', 'zz' (it takes: s, i, f, b, n)"),
     ("scalars", {"s": 1, "i": 1, "f": 1.0, "b": True}, "argument s: expected string, got integer"),
     ("scalars", {"s": "", "i": True, "f": 1.0, "b": True}, "argument i: expected integer, got boolean"),
-    ("scalars", {"s": "", "i": 1.0, "f": 1.0, "b": True}, "argument i: expected integer, got number"),
+    ("scalars", {"s": "", "i": 1.5, "f": 1.0, "b": True}, "argument i: expected integer, got number"),
+    ("scalars", {"s": "", "i": float("inf"), "f": 1.0, "b": True}, "argument i: expected integer, got number"),
     ("scalars", {"s": "", "i": 1, "f": "1", "b": True}, "argument f: expected number, got string"),
     ("scalars", {"s": "", "i": 1, "f": True, "b": True}, "argument f: expected number, got boolean"),
-    ("scalars", {"s": "", "i": 1, "f": 10**400, "b": True}, "argument f: 1000"),
+    ("scalars", {"s": "", "i": 1, "f": 10**400, "b": True}, "argument f: the integer is too large for a float"),
     ("scalars", {"s": "", "i": 1, "f": 1.0, "b": 1}, "argument b: expected boolean, got integer"),
     ("scalars", {"s": "", "i": 1, "f": 1.0, "b": None}, "argument b: expected boolean, got null"),
     ("scalars", {"s": "", "i": 1, "f": 1.0, "b": True, "n": 0}, "argument n: expected null, got integer"),
