@@ -1222,6 +1222,21 @@ METHODS.update(
 # owns the truth about it: the input schema is generated here from the signature, and every
 # ``tool_catalog`` and ``call_tool`` revalidates the registration against the live namespace.
 # The server keeps a mirror for ``tools/list`` and bumps its revision when ``changed`` says so.
+#
+# The methods (malformed params, e.g. an unknown key or a wrong type, are ``invalid_request``):
+#
+# * ``register_tool`` {name, tool_name?, description?, max_tool_name_chars?,
+#   max_tool_description_chars?, max_dynamic_tools?, reserved_names?} -> {"registration":
+#   {tool_name, name, description, input_schema, fingerprint}}; errors in check order:
+#   invalid_name, protected_name, name_not_found, not_callable, invalid_name (tool name),
+#   registration_conflict, limit_exceeded, invalid_arguments (description), unsupported_signature.
+# * ``unregister_tool`` {names} -> {"unregistered": [...], "unknown": [...]}, both sorted.
+# * ``tool_catalog`` {} -> {"tools": [{tool_name, name, description, input_schema, fingerprint,
+#   live, reason}] sorted by tool_name, "changed": bool}.
+# * ``call_tool`` {tool_name, arguments} -> {"result", "truncated"}; errors: name_not_found (no
+#   such tool), stale_registration (with "reason"), invalid_arguments, execution_error,
+#   result_not_json.
+# * ``reset`` also drops the catalog and reports how many tools in "tools_dropped".
 
 # Limits the server sends with every register_tool (SPEC §11 defaults when absent).
 TOOL_LIMIT_KEYS = (
