@@ -1006,8 +1006,8 @@ class TestNamespace:
         run = kernel.execute("c = 3")  # counted: the next execution_count is one more
         count = run.reply["content"]["execution_count"]
         assert kernel.user_expression("get_ipython().execution_count") == str(count + 1)
-        assert self.ok(kernel, "reset") == {"removed": ["c", "os"], "execution_count": count}
+        assert self.ok(kernel, "reset") == {"removed": ["c", "os"], "execution_count": count, "tools_dropped": 0}
         assert kernel.user_expression("(js.__name__, mcp_testlib.__name__)") == repr(("json", "mcp_testlib"))
-        assert self.ok(kernel, "reset") == {"removed": [], "execution_count": count}
+        assert self.ok(kernel, "reset") == {"removed": [], "execution_count": count, "tools_dropped": 0}
         assert kernel.user_expression("get_ipython().execution_count") == str(count + 1)
         assert self.ok(kernel, "list") == {"functions": [], "total": 0, "truncated": False}

@@ -491,10 +491,10 @@ def test_reset_removes_user_names_restores_bindings_keeps_count(helper):
     user_ns, hidden = ipython_like_namespace()
     user_ns.update(x=1, f=documented, js="rebound by the user", np="rebound too", _keep=1)
     fixture = Fixture(helper, user_ns, hidden, namespace={"module_aliases": {"json": "js"}, "preload_modules": ["os.path"]})
-    assert fixture.ok("reset") == {"removed": ["f", "np", "x"], "execution_count": 6}
+    assert fixture.ok("reset") == {"removed": ["f", "np", "x"], "execution_count": 6, "tools_dropped": 0}
     assert user_ns["js"] is json and user_ns["os"] is os
     assert user_ns["_keep"] == 1 and user_ns["In"] is hidden["In"]
-    assert fixture.ok("reset") == {"removed": [], "execution_count": 6}
+    assert fixture.ok("reset") == {"removed": [], "execution_count": 6, "tools_dropped": 0}
     assert fixture.ok("install_info") == {"version": "1", "bindings": ["js", "os"], "namespace_errors": []}
 
 
