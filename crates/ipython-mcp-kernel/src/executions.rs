@@ -280,19 +280,19 @@ impl Executions {
         &self,
         record: &Record,
         stream: StreamName,
-    ) -> Result<Option<PathBuf>, ErrorInfo> {
+    ) -> Result<Option<PathBuf>, Box<ErrorInfo>> {
         if self.dir.is_none() {
-            return Err(ErrorInfo::new(
+            return Err(Box::new(ErrorInfo::new(
                 "invalid_arguments",
                 "the output spool is disabled on this server (IPYTHON_MCP_MAX_SPOOL_EXECUTION_BYTES=0), so only the bounded output is available",
-            ));
+            )));
         }
         let state = record.state();
         if state.evicted {
-            return Err(ErrorInfo::new(
+            return Err(Box::new(ErrorInfo::new(
                 "invalid_arguments",
                 "this execution's full output was deleted to keep the spool within its bound; only the bounded output is left",
-            ));
+            )));
         }
         Ok(state
             .msg_id

@@ -210,15 +210,15 @@ fn ipykernel_site(venv: &Path) -> Option<String> {
 }
 
 /// The interpreter a `venv:` spec names: the venv itself, or a project's `.venv` / `venv`.
-pub fn venv_python(path: &Path) -> Result<PathBuf, ErrorInfo> {
+pub fn venv_python(path: &Path) -> Result<PathBuf, Box<ErrorInfo>> {
     if !path.is_absolute() {
-        return Err(ErrorInfo::new(
+        return Err(Box::new(ErrorInfo::new(
             "invalid_arguments",
             format!(
                 "venv path {:?} must be absolute",
                 path.display().to_string()
             ),
-        ));
+        )));
     }
     for venv in [path.to_owned(), path.join(".venv"), path.join("venv")] {
         if ipykernel_site(&venv).is_some() {
@@ -228,7 +228,7 @@ pub fn venv_python(path: &Path) -> Result<PathBuf, ErrorInfo> {
     let has_venv = [path.to_owned(), path.join(".venv"), path.join("venv")]
         .iter()
         .any(|venv| venv.join("pyvenv.cfg").is_file());
-    Err(ErrorInfo::new(
+    Err(Box::new(ErrorInfo::new(
         "invalid_arguments",
         if has_venv {
             format!(
@@ -243,7 +243,7 @@ pub fn venv_python(path: &Path) -> Result<PathBuf, ErrorInfo> {
         "install it there (`<venv>/bin/python -m pip install ipykernel`, or `uv pip install ipykernel`) and call kernel_start again"
     } else {
         "pass the project directory that holds .venv, or the venv itself; kernel_discover lists what it finds"
-    }))
+    })))
 }
 
 #[cfg(test)]

@@ -274,7 +274,7 @@ impl SessionHandle {
     async fn submit(&self, args: ExecuteArgs, helper: Option<HelperRequest>) -> Outcome {
         match self.admit(args, helper) {
             Ok(admitted) => self.wait(admitted).await,
-            Err(outcome) => outcome,
+            Err(outcome) => *outcome,
         }
     }
 
@@ -290,12 +290,16 @@ impl SessionHandle {
                 let record = record.expect("every execute has a record");
                 record.view()
             }
-            Err((output, _)) => output,
+            Err(outcome) => outcome.0,
         }
     }
 
     /// Numbers the request, takes a queue slot and hands it to the actor; or answers at once.
-    fn admit(&self, args: ExecuteArgs, helper: Option<HelperRequest>) -> Result<Admitted, Outcome> {
+    fn admit(
+        &self,
+        args: ExecuteArgs,
+        helper: Option<HelperRequest>,
+    ) -> Result<Admitted, Box<Outcome>> {
         // Numbering and enqueueing happen under one lock, so admission order is sequence order
         // even for concurrent callers. Nothing awaits while it is held.
         let admission = self.shared.admission.lock().expect("admission lock");
@@ -319,11 +323,21 @@ impl SessionHandle {
         let status = self.status();
         match status.state {
             SessionState::Closed => {
-                return Err(self.not_run(&ticket, &args, record.as_deref(), closed_error()))
+                return Err(Box::new(self.not_run(
+                    &ticket,
+                    &args,
+                    record.as_deref(),
+                    closed_error(),
+                )))
             }
             SessionState::Unavailable => {
                 let error = unavailable_error(&status);
-                return Err(self.not_run(&ticket, &args, record.as_deref(), error));
+                return Err(Box::new(self.not_run(
+                    &ticket,
+                    &args,
+                    record.as_deref(),
+                    error,
+                )));
             }
             _ => {}
         }
@@ -336,7 +350,12 @@ impl SessionHandle {
                 ),
             )
             .with_hint("wait for earlier calls to finish, or check runtime_status");
-            return Err(self.not_run(&ticket, &args, record.as_deref(), error));
+            return Err(Box::new(self.not_run(
+                &ticket,
+                &args,
+                record.as_deref(),
+                error,
+            )));
         };
         *ticket.permit.lock().expect("permit lock") = Some(permit);
         self.shared.queue_depth.fetch_add(1, Ordering::AcqRel);
@@ -350,7 +369,12 @@ impl SessionHandle {
         };
         if self.inbox.send(command).is_err() {
             ticket.abandon(&self.shared);
-            return Err(self.not_run(&ticket, &args, record.as_deref(), closed_error()));
+            return Err(Box::new(self.not_run(
+                &ticket,
+                &args,
+                record.as_deref(),
+                closed_error(),
+            )));
         }
         drop(admission);
         Ok(Admitted {
@@ -491,7 +515,7 @@ impl SessionHandle {
         };
         let path = match self.shared.executions.stream_path(&record, request.stream) {
             Ok(path) => path,
-            Err(error) => return Some(Err(error)),
+            Err(error) => return Some(Err(*error)),
         };
         let complete = record.is_finished();
         let page = tokio::task::spawn_blocking(move || {

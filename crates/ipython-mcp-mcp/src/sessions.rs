@@ -166,9 +166,7 @@ impl Sessions {
     pub fn parse_spec(&self, spec: &str) -> Result<StartSpec, Box<ErrorInfo>> {
         let spec = spec.trim();
         if let Some(path) = spec.strip_prefix("venv:") {
-            return kernelspec::venv_python(Path::new(path))
-                .map(StartSpec::Python)
-                .map_err(Box::new);
+            return kernelspec::venv_python(Path::new(path)).map(StartSpec::Python);
         }
         if spec.contains('/') {
             let path = Path::new(spec);

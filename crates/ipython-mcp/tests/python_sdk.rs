@@ -82,11 +82,13 @@ async fn the_python_sdk_client_works_in_both_protocol_families() {
                 "kernel_start",
                 "kernel_stop",
                 "list",
+                "register_tool",
                 "reload",
                 "remove",
                 "reset",
                 "runtime_status",
-                "search"
+                "search",
+                "unregister_tool"
             ]),
             "{run}"
         );

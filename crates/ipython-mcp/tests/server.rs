@@ -30,11 +30,13 @@ async fn tools_are_listed_with_schemas_and_annotations() {
                 "kernel_start",
                 "kernel_stop",
                 "list",
+                "register_tool",
                 "reload",
                 "remove",
                 "reset",
                 "runtime_status",
-                "search"
+                "search",
+                "unregister_tool"
             ],
             "{family:?}"
         );
