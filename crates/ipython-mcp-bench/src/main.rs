@@ -69,6 +69,11 @@ async fn main() -> anyhow::Result<()> {
             &namespace.inspect,
         ),
         ("call_function `f(x=1)` through MCP", &namespace.call),
+        (
+            "dynamic tool call `tool_0(x=1)` (100 registered)",
+            &namespace.dynamic_call,
+        ),
+        ("tools/list with 100 dynamic tools", &namespace.list_100),
     ] {
         println!(
             "{name:<58} {:>9.3} {:>9.3}",
@@ -195,6 +200,8 @@ fn proc_status_kib(pid: u32, field: &str) -> u64 {
 struct NamespaceTimes {
     inspect: Vec<f64>,
     call: Vec<f64>,
+    dynamic_call: Vec<f64>,
+    list_100: Vec<f64>,
 }
 
 async fn bench_mcp(server_binary: &Path) -> anyhow::Result<(Vec<f64>, Rss, NamespaceTimes)> {
@@ -251,6 +258,8 @@ async fn bench_mcp(server_binary: &Path) -> anyhow::Result<(Vec<f64>, Rss, Names
     let mut namespace = NamespaceTimes {
         inspect: Vec::with_capacity(CALLS),
         call: Vec::with_capacity(CALLS),
+        dynamic_call: Vec::with_capacity(CALLS),
+        list_100: Vec::with_capacity(CALLS),
     };
     for (tool, arguments, samples) in [
         ("inspect", json!({"name": "f"}), &mut namespace.inspect),
@@ -275,6 +284,54 @@ async fn bench_mcp(server_binary: &Path) -> anyhow::Result<(Vec<f64>, Rss, Names
             }
         }
     }
+    // 100 dynamic tools: one call of the first, and tools/list with all of them.
+    call(
+        "for _i in range(100):\n    exec(f'def tool_{_i}(x: int = 0, label: str = \"\") -> int:\\n    return x + {_i}')",
+        30.0,
+    )
+    .await?;
+    for index in 0..100 {
+        let arguments = json!({"name": format!("tool_{index}")})
+            .as_object()
+            .cloned()
+            .expect("object");
+        let result = client
+            .peer()
+            .call_tool(CallToolRequestParams::new("register_tool").with_arguments(arguments))
+            .await?;
+        if result.is_error == Some(true) {
+            bail!("register_tool failed: {:?}", result.structured_content);
+        }
+    }
+    let arguments = json!({"x": 1}).as_object().cloned().expect("object");
+    for round in 0..WARMUP + CALLS {
+        let started = Instant::now();
+        let result = client
+            .peer()
+            .call_tool(CallToolRequestParams::new("tool_0").with_arguments(arguments.clone()))
+            .await?;
+        if result.is_error == Some(true) {
+            bail!("dynamic call failed: {:?}", result.structured_content);
+        }
+        if round >= WARMUP {
+            namespace
+                .dynamic_call
+                .push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    for round in 0..WARMUP + CALLS / 5 {
+        let started = Instant::now();
+        let tools = client.peer().list_all_tools().await?;
+        if tools.len() < 100 {
+            bail!("tools/list returned {} tools", tools.len());
+        }
+        if round >= WARMUP {
+            namespace
+                .list_100
+                .push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
+    call("%reset_selective -f tool_", 30.0).await?;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let idle_kib = proc_status_kib(pid, "VmRSS:");
     let started = Instant::now();
