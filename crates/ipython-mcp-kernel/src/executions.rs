@@ -236,14 +236,29 @@ impl Executions {
         }
     }
 
+    /// Every spool file of a record (its streams, and originals of downscaled images): all
+    /// are named `<msg_id>.<something>`.
+    fn files(&self, record: &Record) -> Vec<(PathBuf, u64)> {
+        let (Some(dir), Some(msg_id)) = (&self.dir, record.state().msg_id.clone()) else {
+            return Vec::new();
+        };
+        let prefix = format!("{msg_id}.");
+        let Ok(entries) = std::fs::read_dir(dir.path()) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter(|entry| entry.file_name().to_string_lossy().starts_with(&prefix))
+            .map(|entry| {
+                let size = entry.metadata().map_or(0, |meta| meta.len());
+                (entry.path(), size)
+            })
+            .collect()
+    }
+
     fn delete_spool(&self, record: &Record) {
-        let msg_id = record.state().msg_id.clone();
-        if let Some(msg_id) = msg_id {
-            for stream in [StreamName::Stdout, StreamName::Stderr] {
-                if let Some(path) = self.path(&msg_id, stream) {
-                    let _ = std::fs::remove_file(path);
-                }
-            }
+        for (path, _) in self.files(record) {
+            let _ = std::fs::remove_file(path);
         }
         record.state().evicted = true;
     }
@@ -252,14 +267,21 @@ impl Executions {
     fn spooled(&self, record: &Record) -> (u64, [u64; 2]) {
         let msg_id = record.state().msg_id.clone();
         let mut sizes = [0; 2];
-        if let Some(msg_id) = msg_id {
+        let mut total = 0;
+        for (path, size) in self.files(record) {
+            total += size;
             for stream in [StreamName::Stdout, StreamName::Stderr] {
-                if let Some(path) = self.path(&msg_id, stream) {
-                    sizes[stream.index()] = std::fs::metadata(path).map_or(0, |meta| meta.len());
+                if msg_id
+                    .as_deref()
+                    .and_then(|id| self.path(id, stream))
+                    .as_deref()
+                    == Some(path.as_path())
+                {
+                    sizes[stream.index()] = size;
                 }
             }
         }
-        (sizes[0] + sizes[1], sizes)
+        (total, sizes)
     }
 
     /// The spool summary for a record.

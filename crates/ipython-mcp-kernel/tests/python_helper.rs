@@ -27,7 +27,8 @@ async fn provisioned_python() -> PathBuf {
 }
 
 fn ensure_pytest(python: &Path, deps: &Path) {
-    if deps.join("pytest").is_dir() {
+    // Pillow: the image downscaling tests (the helper uses it when a kernel has it).
+    if deps.join("pytest").is_dir() && deps.join("PIL").is_dir() {
         return;
     }
     let status = Command::new(python)
@@ -41,7 +42,7 @@ fn ensure_pytest(python: &Path, deps: &Path) {
             "--target",
         ])
         .arg(deps)
-        .arg("pytest>=7")
+        .args(["pytest>=7", "pillow"])
         .status()
         .expect("run pip");
     assert!(status.success(), "installing pytest failed");

@@ -245,6 +245,7 @@ fn execution_text(output: &ExecutionOutput) -> String {
             if let Some(plain) = item.data.get("text/plain").and_then(Value::as_str) {
                 text.push_str(&format!("\n{}", shorten(plain, 500)));
             }
+            text.push_str(&image_notes(&item.metadata));
         }
     }
     if let Some(error) = &output.error {
@@ -284,6 +285,54 @@ fn execution_text(output: &ExecutionOutput) -> String {
                 "\n[full output kept: stdout {} bytes, stderr {} bytes; read it with get_output(execution_id={:?}, stream=\"stdout\", start_line=N) or search it with pattern=REGEX]",
                 spool.stdout_bytes, spool.stderr_bytes, output.execution_id
             ));
+        }
+    }
+    text
+}
+
+/// What the kernel did to a display's images: downscaled (where the original is) or omitted.
+fn image_notes(metadata: &serde_json::Map<String, Value>) -> String {
+    let mut text = String::new();
+    let Some(ours) = metadata.get("ipython_mcp") else {
+        return text;
+    };
+    if let Some(scaled) = ours.get("downscaled_images").and_then(Value::as_object) {
+        for (mime, note) in scaled {
+            let size = |key: &str| {
+                note.get(key)
+                    .and_then(Value::as_array)
+                    .map(|pair| {
+                        pair.iter()
+                            .map(|value| value.to_string())
+                            .collect::<Vec<_>>()
+                            .join("x")
+                    })
+                    .unwrap_or_default()
+            };
+            text.push_str(&format!(
+                "\n[{mime} downscaled from {} ({} bytes) to {} to fit the image bound",
+                size("original_size"),
+                note.get("original_bytes")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0),
+                size("size"),
+            ));
+            if let Some(path) = note.get("original_path").and_then(Value::as_str) {
+                text.push_str(&format!(
+                    "; the original is at {path} (e.g. PIL.Image.open it to crop)"
+                ));
+            }
+            text.push(']');
+        }
+    }
+    if let Some(omitted) = ours.get("omitted_images").and_then(Value::as_object) {
+        for (mime, bytes) in omitted {
+            text.push_str(&format!(
+                "\n[{mime} of {bytes} bytes omitted: larger than the image bound]"
+            ));
+        }
+        if let Some(hint) = ours.get("hint").and_then(Value::as_str) {
+            text.push_str(&format!("\n[hint: {hint}]"));
         }
     }
     text

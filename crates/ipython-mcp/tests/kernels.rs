@@ -489,3 +489,91 @@ async fn discovery_finds_a_real_venv_and_a_bash_kernelspec() {
     }
     server.stop().await;
 }
+
+/// Pillow installed beside the tests (not into the managed environment), for the kernel to
+/// find through IPYTHON_MCP_LIBRARY_PATHS.
+fn pillow_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pillow-deps");
+    if dir.join("PIL").is_dir() {
+        return dir;
+    }
+    let status = std::process::Command::new(support_python())
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--no-input",
+            "-q",
+            "--target",
+        ])
+        .arg(&dir)
+        .arg("pillow")
+        .status()
+        .expect("run pip");
+    assert!(status.success(), "pip install pillow failed");
+    dir
+}
+
+#[tokio::test]
+async fn an_oversized_image_is_downscaled_and_its_original_kept() {
+    let server = Server::start(Family::Handshake, &[]).await;
+    server.stop().await;
+    let pillow = tokio::task::spawn_blocking(pillow_dir)
+        .await
+        .expect("pillow");
+    let library = pillow.display().to_string();
+    let server = Server::start(
+        Family::Handshake,
+        &[
+            ("IPYTHON_MCP_LIBRARY_PATHS", &library),
+            ("IPYTHON_MCP_MAX_IMAGE_BYTES", "150000"),
+        ],
+    )
+    .await;
+    let code = "import io\nfrom PIL import Image\nfrom IPython.display import Image as Show, display\nbuffer = io.BytesIO()\nImage.effect_noise((1200, 800), 80).convert('RGB').save(buffer, format='PNG')\nraw = buffer.getvalue()\ndisplay(Show(data=raw))\nlen(raw)";
+    let shown = server.call("execute", json!({"code": code})).await;
+    assert!(shown.ok(), "{shown:?}");
+    let original_bytes: u64 = shown.structured["result"]["text/plain"]
+        .as_str()
+        .and_then(|text| text.parse().ok())
+        .expect("length");
+    assert!(original_bytes > 150_000);
+    let images = shown.images();
+    assert_eq!(
+        images.len(),
+        1,
+        "the image is returned, not dropped: {shown:?}"
+    );
+    let (mime, bytes) = &images[0];
+    assert_eq!(mime, "image/png");
+    assert!(bytes.len() <= 150_000, "{} bytes", bytes.len());
+    let note = &shown.structured["display_data"][0]["metadata"]["ipython_mcp"]["downscaled_images"]
+        ["image/png"];
+    assert_eq!(note["original_size"], json!([1200, 800]));
+    assert_eq!(note["original_bytes"], original_bytes);
+    let size = note["size"].as_array().expect("size");
+    let (width, height) = (size[0].as_f64().expect("w"), size[1].as_f64().expect("h"));
+    assert!(
+        (width / height - 1.5).abs() < 0.02,
+        "aspect ratio kept: {width}x{height}"
+    );
+    assert!(
+        shown.text().contains("downscaled from 1200x800"),
+        "{}",
+        shown.text()
+    );
+    // The original stays retrievable for that execution.
+    let path = note["original_path"].as_str().expect("original path");
+    let check = server
+        .call(
+            "execute",
+            json!({"code": format!("import os; (os.path.getsize({path:?}), Image.open({path:?}).size)")}),
+        )
+        .await;
+    assert_eq!(
+        check.structured["result"]["text/plain"],
+        format!("({original_bytes}, (1200, 800))")
+    );
+    server.stop().await;
+}

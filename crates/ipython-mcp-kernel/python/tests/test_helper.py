@@ -213,6 +213,69 @@ def test_bound_bundle_cuts_strings_and_drops_big_images():
     assert meta["ipython_mcp"] == {"omitted_images": {"image/jpeg": 3000}}
 
 
+def noise_png(width, height):
+    import io
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.effect_noise((width, height), 80).convert("RGB").save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_large_images_are_downscaled_to_fit_keeping_the_aspect_ratio():
+    import base64
+    import io
+    from PIL import Image
+
+    raw = noise_png(900, 600)
+    assert len(raw) > 200_000
+    saved = []
+
+    def save(mime, data):
+        saved.append((mime, data))
+        return "/spool/original.png"
+
+    data = {"image/png": base64.b64encode(raw).decode(), "text/plain": "<Figure>"}
+    new_data, metadata = helper.downscale_images(data, {"keep": 1}, 200_000, save)
+    shrunk = base64.b64decode(new_data["image/png"])
+    assert len(shrunk) <= 200_000
+    width, height = Image.open(io.BytesIO(shrunk)).size
+    assert abs(width / height - 1.5) < 0.02
+    note = metadata["ipython_mcp"]["downscaled_images"]["image/png"]
+    assert note["original_size"] == [900, 600] and note["size"] == [width, height]
+    assert note["original_bytes"] == len(raw) and note["bytes"] == len(shrunk)
+    assert note["original_path"] == "/spool/original.png"
+    assert metadata["image/png"] == {"width": width, "height": height}
+    assert metadata["keep"] == 1 and new_data["text/plain"] == "<Figure>"
+    assert saved == [("image/png", raw)]
+    assert data["image/png"] == base64.b64encode(raw).decode(), "the input is left alone"
+    # Then bound_bundle keeps it: it fits now.
+    kept, _ = helper.bound_bundle(new_data, metadata, 1000, 200_000)
+    assert kept["image/png"] == new_data["image/png"]
+
+
+def test_small_images_and_unknown_formats_are_left_alone():
+    import base64
+
+    raw = noise_png(20, 10)
+    data = {"image/png": base64.b64encode(raw).decode(), "image/gif": "R0lG" * 100_000}
+    assert helper.downscale_images(data, {}, 100_000) == (data, {})
+
+
+def test_without_pillow_images_are_omitted_with_a_hint(monkeypatch):
+    import base64
+
+    data = {"image/png": base64.b64encode(noise_png(300, 300)).decode()}
+    import sys as system
+
+    monkeypatch.setitem(system.modules, "PIL", None)  # import PIL fails
+    same, metadata = helper.downscale_images(data, {}, 1000)
+    assert same is data and metadata == {}
+    kept, metadata = helper.bound_display(data, {}, 1000, 1000)
+    assert "image/png" not in kept
+    assert "Pillow" in metadata["ipython_mcp"]["hint"]
+
+
 def test_bound_bundle_drops_an_svg_too_big_to_return():
     kept, meta = helper.bound_bundle({"image/svg+xml": "<svg>" + "é" * 10, "text/plain": "x"}, {}, 100, 20)
     assert kept == {"text/plain": "x"}
