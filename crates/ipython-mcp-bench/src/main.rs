@@ -162,6 +162,7 @@ async fn resolve_python() -> anyhow::Result<PathBuf> {
         path_var: std::env::var_os("PATH"),
         cache_dir,
         install_timeout: Duration::from_secs(600),
+        named: None,
     };
     Ok(resolver.resolve(&|_| {}).await?.executable)
 }
@@ -470,6 +471,7 @@ async fn bench_session(python: &Path) -> anyhow::Result<Vec<f64>> {
             path_var: std::env::var_os("PATH"),
             cache_dir: std::env::temp_dir(),
             install_timeout: Duration::from_secs(60),
+            named: None,
         },
     };
     let session = ipython_mcp_kernel::SessionHandle::start(options);

@@ -40,6 +40,7 @@ impl Scene {
             path_var: Some(OsString::from(self.path("bin"))),
             cache_dir: self.path("cache"),
             install_timeout: Duration::from_secs(60),
+            named: None,
         }
     }
 

@@ -706,9 +706,24 @@ impl Actor {
                 source: None,
                 tool,
                 created: false,
+                failed_phase: None,
             });
         };
-        match self.shared.options.resolver.resolve(&progress).await {
+        // Elapsed time keeps moving in runtime_status during a long install.
+        let resolving = self.shared.options.resolver.resolve(&progress);
+        tokio::pin!(resolving);
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let resolved = loop {
+            tokio::select! {
+                resolved = &mut resolving => break resolved,
+                _ = tick.tick() => self.update(|status| {
+                    if let Some(environment) = &mut status.environment {
+                        environment.elapsed_seconds = started.elapsed().as_secs_f64();
+                    }
+                }),
+            }
+        };
+        match resolved {
             Ok(environment) => {
                 self.update(|status| {
                     status.environment = Some(EnvironmentStatus {
@@ -719,26 +734,50 @@ impl Actor {
                             .and_then(|v| v.as_str().map(str::to_owned)),
                         tool: status.environment.as_ref().and_then(|e| e.tool.clone()),
                         created: environment.created,
+                        failed_phase: None,
                     });
                 });
                 tracing::info!(python = %environment.executable.display(), created = environment.created, "python environment ready");
                 Some(environment)
             }
             Err(error) => {
-                tracing::error!(%error, "python environment unavailable");
+                let phase = error.phase();
                 self.update(|status| {
                     if let Some(environment) = &mut status.environment {
                         environment.phase = "failed".to_owned();
+                        environment.failed_phase = Some(phase.to_owned());
                         environment.elapsed_seconds = started.elapsed().as_secs_f64();
                     }
                 });
-                self.set_unavailable(ErrorInfo::new("runtime_unavailable", error.to_string()));
+                let message = format!("environment {phase} phase failed: {error}");
+                self.set_unavailable(ErrorInfo::new("runtime_unavailable", message));
+                let logged = self
+                    .shared
+                    .status
+                    .lock()
+                    .expect("status lock")
+                    .error
+                    .as_ref()
+                    .map(|error| error.message.clone());
+                tracing::error!(
+                    phase,
+                    error = logged.unwrap_or_default(),
+                    "python environment unavailable"
+                );
                 None
             }
         }
     }
 
-    fn set_unavailable(&self, error: ErrorInfo) {
+    /// The one place an unavailable session's error is stored: configured variable values and
+    /// URL credentials are masked, and the message is bounded by `max_text_chars`.
+    fn set_unavailable(&self, mut error: ErrorInfo) {
+        let options = &self.shared.options;
+        let redactor = options.namespace.variables.redactor();
+        error.message = crate::bound::bound_message(
+            &redactor.redact(&error.message),
+            options.limits.max_text_chars,
+        );
         self.update(|status| {
             status.state = SessionState::Unavailable;
             status.kernel = None;
@@ -1202,7 +1241,10 @@ async fn prepare(
     // `interrupt_mode: message`; the client supports both).
     let spec = LaunchSpec {
         python: environment.executable.clone(),
-        env: Vec::new(),
+        // Set in the process environment, so they exist before the helper imports preloads.
+        env: (options.namespace.variables.iter())
+            .map(|(name, value)| (name.into(), value.into()))
+            .collect(),
         working_dir: None,
         interrupt_mode: Default::default(),
     };
@@ -1221,7 +1263,7 @@ async fn prepare(
         Ok(comm) => comm,
         Err(error @ helper::InstallError::Namespace { .. }) => {
             kernel.shutdown(Duration::from_millis(200)).await;
-            let error = ErrorInfo::new("runtime_unavailable", error.to_string())
+            let error = ErrorInfo::new("runtime_unavailable", format!("preload phase failed: {error}"))
                 .with_hint("check IPYTHON_MCP_LIBRARY_PATHS, IPYTHON_MCP_PRELOAD_MODULES and IPYTHON_MCP_MODULE_ALIASES, then restart the server");
             return Err(error);
         }
@@ -1297,6 +1339,7 @@ enum Cause {
 fn phase_name(phase: &Phase) -> (&'static str, Option<String>) {
     match phase {
         Phase::Probing => ("probing", None),
+        Phase::Validating => ("validating", None),
         Phase::Locking => ("locking", None),
         Phase::Creating { tool } => ("creating", Some(tool.clone())),
         Phase::Installing { tool } => ("installing", Some(tool.clone())),
@@ -1329,6 +1372,7 @@ mod tests {
                 path_var: None,
                 cache_dir: std::env::temp_dir(),
                 install_timeout: Duration::from_secs(1),
+                named: None,
             },
         }
     }
