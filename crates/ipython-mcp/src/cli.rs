@@ -179,7 +179,8 @@ pub struct Cli {
         long,
         env = "IPYTHON_MCP_ENVIRONMENT_REQUIREMENTS",
         global = true,
-        value_name = "JSON"
+        value_name = "JSON",
+        hide_env_values = true
     )]
     environment_requirements: Option<String>,
     /// JSON object of environment variables set in every kernel before preloads
