@@ -1132,6 +1132,9 @@ impl Actor {
             status.kernel = None;
         });
         let Some(environment) = self.environment.clone() else {
+            // No Python environment (provisioning failed): nothing can start, so the session
+            // stays unavailable with the provisioning error instead of `recovering` forever.
+            self.update(|status| status.state = SessionState::Unavailable);
             return false;
         };
         if self.shared.shutdown.is_cancelled() {

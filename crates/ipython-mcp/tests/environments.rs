@@ -141,9 +141,17 @@ async fn a_failing_install_leaves_the_session_unavailable_with_a_bounded_redacte
     for secret in ["tok3n-s3cret", "pw-in-url", "alice"] {
         assert!(!text.contains(secret), "{secret} in {text}");
     }
-    // The server keeps answering, and the failure left nothing in the workspace.
+    // The server keeps answering; a restart cannot fix the configuration, so the session stays
+    // unavailable with the same error; the failure left nothing in the workspace.
+    let restarted = server.call_raw("kernel_restart", json!({})).await;
+    assert!(
+        !restarted.text().contains("tok3n-s3cret"),
+        "{:?}",
+        restarted
+    );
     let again = server.call("runtime_status", json!({})).await;
-    assert_eq!(again.structured["state"], "unavailable");
+    assert_eq!(again.structured["state"], "unavailable", "{:?}", again);
+    assert_eq!(again.structured["error"], status["error"]);
     assert_eq!(workspace_entries(workspace.path()), Vec::<String>::new());
     server.stop().await;
 }
