@@ -74,7 +74,7 @@ settings! {
     SPARE_KERNELS = ("spare_kernels", "IPYTHON_MCP_SPARE_KERNELS", "spare-kernels", "1",
         "Warm spare kernels kept ready per session so a replacement costs milliseconds (0 disables)");
     PROVISION_TIMEOUT = ("provision_timeout_seconds", "IPYTHON_MCP_PROVISION_TIMEOUT_SECONDS", "provision-timeout-seconds", "600",
-        "Bound on creating the managed default or a named environment (venv + pip install)");
+        "Bound on creating the managed default environment (venv + pip install ipykernel)");
     PYTHON = ("python", "IPYTHON_MCP_PYTHON", "python", "found (see README)",
         "Python interpreter for the default kernel; it must have ipykernel");
     LIBRARY_PATHS = ("library_paths", "IPYTHON_MCP_LIBRARY_PATHS", "library-paths", "none",

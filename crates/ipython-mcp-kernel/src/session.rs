@@ -1244,14 +1244,12 @@ async fn prepare(
     // `interrupt_mode: message`; the client supports both).
     let spec = LaunchSpec {
         python: environment.executable.clone(),
-        // Set in the process environment, so they exist before the helper imports preloads.
-        env: (options.namespace.variables.iter())
-            .map(|(name, value)| (name.into(), value.into()))
-            .collect(),
+        env: Vec::new(),
         working_dir: None,
         interrupt_mode: Default::default(),
     };
     let started = Instant::now();
+    let spec = with_variables(spec, &options.namespace.variables);
     let kernel = Kernel::launch(&spec, options.timeouts.kernel_startup)
         .await
         .map_err(|error| ErrorInfo::new("runtime_unavailable", error.to_string()))?;
@@ -1337,6 +1335,17 @@ enum Cause {
     /// An `interrupt` call, from any client.
     Interrupted,
     Closing,
+}
+
+/// Configured variables go into the kernel process's environment (after a kernelspec's own),
+/// so they exist before the helper adds library paths and imports preloads.
+fn with_variables(mut spec: LaunchSpec, variables: &ipython_mcp_config::Variables) -> LaunchSpec {
+    spec.env.extend(
+        variables
+            .iter()
+            .map(|(name, value)| (name.into(), value.into())),
+    );
+    spec
 }
 
 fn phase_name(phase: &Phase) -> (&'static str, Option<String>) {

@@ -66,6 +66,13 @@ async fn a_kernel_runs_in_its_named_environment_with_variables_set_before_preloa
     let status = server.wait_settled().await;
     assert_eq!(status["state"], "ready", "{status}");
     assert_eq!(status["environment"]["source"], "named_environment");
+    eprintln!(
+        "named environment ready: created {}, {:.2} s",
+        status["environment"]["created"],
+        status["environment"]["elapsed_seconds"]
+            .as_f64()
+            .unwrap_or_default()
+    );
     let python = format!("{workspace}/e2e-six-1.16/bin/python");
     assert_eq!(status["kernel"]["python"], python.as_str());
     assert!(
