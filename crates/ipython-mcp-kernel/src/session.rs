@@ -1169,7 +1169,8 @@ impl Actor {
                 true
             }
             Err(error) => {
-                tracing::error!(message = %error.message, "kernel replacement failed");
+                let redactor = self.shared.options.namespace.variables.redactor();
+                tracing::error!(message = %redactor.redact(&error.message), "kernel replacement failed");
                 self.set_unavailable(error);
                 false
             }
