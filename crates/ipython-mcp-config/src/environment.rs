@@ -37,6 +37,8 @@ pub struct NamedEnvironment {
     pub name: String,
     /// Canonical PEP 508 strings, sorted, unique.
     pub requirements: Vec<String>,
+    /// The interpreter it is created from (`IPYTHON_MCP_PYTHON`); `None`: `python3` on PATH.
+    pub python: Option<PathBuf>,
 }
 
 impl NamedEnvironment {
@@ -146,6 +148,8 @@ pub(crate) fn named(raw: &RawConfig) -> Result<Option<NamedEnvironment>, Error> 
         workspace,
         name,
         requirements,
+        // Set by `Config::from_raw`, which moves `--python` here.
+        python: None,
     }))
 }
 
@@ -593,6 +597,16 @@ mod tests {
             format!("{:?}", config.namespace.variables),
             "{\"TASK_MODE\", \"_X1\"}",
             "Debug never shows values"
+        );
+        assert_eq!(named.python, None);
+        let mut with_python = raw(&[("workspace", "/srv/envs"), ("name", "a")]);
+        with_python.python = Some("/usr/bin/python3.12".to_owned());
+        let config = Config::from_raw(&with_python).expect("valid");
+        assert_eq!(config.python, None, "not the kernel's interpreter");
+        assert_eq!(
+            config.environment.and_then(|named| named.python),
+            Some(PathBuf::from("/usr/bin/python3.12")),
+            "the named environment's base"
         );
         let plain = Config::from_raw(&raw(&[])).expect("valid");
         assert_eq!(plain.environment, None);

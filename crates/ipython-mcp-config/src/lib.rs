@@ -227,8 +227,8 @@ pub struct Config {
     pub queue: QueueLimits,
     pub spares: Spares,
     pub namespace: Namespace,
-    /// Explicit interpreter for the default kernel (`--python`); with a named environment, the
-    /// interpreter that environment is created from.
+    /// Explicit interpreter for the default kernel (`--python`). `None` when a named
+    /// environment is configured: `--python` is then the interpreter it is made from.
     pub python: Option<PathBuf>,
     /// The named environment the kernels run in, if configured.
     pub environment: Option<NamedEnvironment>,
@@ -384,6 +384,13 @@ impl Config {
                 defaults.queue.queue_wait,
             )?,
         };
+        // With a named environment, --python chooses the interpreter that environment is made
+        // from; the kernel runs in the environment.
+        let mut python = path(PYTHON, &raw.python)?;
+        let mut environment = environment::named(raw)?;
+        if let Some(named) = &mut environment {
+            named.python = python.take();
+        }
         Ok(Config {
             limits,
             timeouts,
@@ -394,8 +401,8 @@ impl Config {
                 defaults.spares.0,
             )?),
             namespace: namespace(raw)?,
-            python: path(PYTHON, &raw.python)?,
-            environment: environment::named(raw)?,
+            python,
+            environment,
             cache_dir: path(CACHE_DIR, &raw.cache_dir)?,
             log: match &raw.log {
                 Some(value) if value.trim().is_empty() => {

@@ -12,9 +12,10 @@
 //!    and reused after with a single probe.
 //!
 //! A configured **named environment** (`<workspace>/<name>`, see `named.rs`) replaces rules
-//! 1–5: it is created from the explicit interpreter if one is given, else from `python3` on
-//! PATH, with the configured requirements plus ipykernel, and reused when its recorded Python
-//! version and requirements fingerprint match.
+//! 2–5 (an explicit interpreter still wins, as SPEC §9 orders, e.g. for `kernel_start` with an
+//! interpreter path): it is created from its own configured interpreter, else from `python3`
+//! on PATH, with the configured requirements plus ipykernel, and reused when its recorded
+//! Python version and requirements fingerprint match.
 //!
 //! "Has ipykernel" means a probe — `python -c <script>` printing one JSON line with the Python
 //! version, the ipykernel version and `sys.executable` — succeeded within 10 s.
@@ -70,7 +71,7 @@ pub struct Resolver {
     pub cache_dir: PathBuf,
     /// The bound on building the managed environment (creation, install and verification).
     pub install_timeout: Duration,
-    /// The named environment to use instead of the resolution order, if configured.
+    /// The named environment to use instead of rules 2–5, if configured.
     pub named: Option<NamedEnvironment>,
 }
 
@@ -128,9 +129,9 @@ impl Resolver {
         progress: &(dyn Fn(Phase) + Send + Sync),
     ) -> Result<PythonEnvironment, Error> {
         progress(Phase::Probing);
-        let environment = match &self.named {
-            Some(named) => self.named(named, progress).await,
-            None => self.find_or_provision(progress).await,
+        let environment = match (&self.explicit_python, &self.named) {
+            (None, Some(named)) => self.named(named, progress).await,
+            _ => self.find_or_provision(progress).await,
         }
         // Installer output can echo a private index URL with its token.
         .map_err(Error::without_url_credentials)?;
@@ -233,15 +234,15 @@ impl Resolver {
         })
     }
 
-    /// The named environment, built from the explicit interpreter or else `python3` on PATH.
+    /// The named environment, built from its configured interpreter or else `python3` on PATH.
     async fn named(
         &self,
         named: &NamedEnvironment,
         progress: &(dyn Fn(Phase) + Send + Sync),
     ) -> Result<PythonEnvironment, Error> {
         let path_var = self.path_var.as_deref();
-        let base = match &self.explicit_python {
-            Some(explicit) => self.lookup(explicit)?,
+        let base = match &named.python {
+            Some(python) => self.lookup(python)?,
             None => lookup::find_executable("python3", path_var).ok_or(Error::NoPython)?,
         };
         let report = self.probe(&base).await.map_err(|detail| Error::Probe {

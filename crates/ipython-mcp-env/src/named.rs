@@ -299,6 +299,7 @@ mod tests {
             workspace: link,
             name: "a".to_owned(),
             requirements: Vec::new(),
+            python: None,
         };
         let error = validate_workspace(&named, &project)
             .await

@@ -43,6 +43,7 @@ fn resolver(root: &Path, name: &str, requirements: &[&str]) -> Resolver {
             workspace: root.join("workspace"),
             name: name.to_owned(),
             requirements: requirements.iter().map(|r| (*r).to_owned()).collect(),
+            python: None,
         }),
     }
 }

@@ -483,11 +483,21 @@ async fn a_hung_installer_is_killed_at_the_install_timeout() {
 }
 
 fn named(scene: &Scene, name: &str, requirements: &[&str]) -> Resolver {
+    named_from(scene, name, requirements, None)
+}
+
+fn named_from(
+    scene: &Scene,
+    name: &str,
+    requirements: &[&str],
+    python: Option<PathBuf>,
+) -> Resolver {
     Resolver {
         named: Some(ipython_mcp_env::NamedEnvironment {
             workspace: scene.path("workspace"),
             name: name.to_owned(),
             requirements: requirements.iter().map(|r| (*r).to_owned()).collect(),
+            python,
         }),
         ..scene.resolver()
     }
@@ -510,15 +520,12 @@ fn workspace_entries(scene: &Scene) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn a_named_environment_is_built_from_the_explicit_python_with_its_requirements() {
+async fn a_named_environment_is_built_from_its_python_with_its_requirements() {
     let scene = Scene::new();
     scene.fake_uv("0");
     // The base needs no ipykernel: the environment gets its own.
     let chosen = fake_python(&scene.path("chosen/python"), false);
-    let resolver = Resolver {
-        explicit_python: Some(chosen.clone()),
-        ..named(&scene, "proj", &["six==1.16.0"])
-    };
+    let resolver = named_from(&scene, "proj", &["six==1.16.0"], Some(chosen.clone()));
     let (result, phases) = resolve(&resolver).await;
     let env = result.expect("created");
     assert!(env.created);
@@ -562,10 +569,12 @@ async fn a_named_environment_is_built_from_the_explicit_python_with_its_requirem
         &scene.path("py312/python"),
         &fake_python_script("3.12.1", "/"),
     );
-    let (result, _) = resolve(&Resolver {
-        explicit_python: Some(scene.path("py312/python")),
-        ..resolver.clone()
-    })
+    let (result, _) = resolve(&named_from(
+        &scene,
+        "proj",
+        &["six==1.16.0"],
+        Some(scene.path("py312/python")),
+    ))
     .await;
     let error = result.expect_err("python differs");
     assert_eq!(error.phase(), "verify");
@@ -635,4 +644,22 @@ async fn a_hung_install_of_a_named_environment_times_out_in_the_install_phase() 
         "provisioning the environment \"slow\" timed out after 1 s while installing the requirements and ipykernel with uv (Downloading six)"
     );
     assert_eq!(workspace_entries(&scene), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn an_explicit_interpreter_wins_over_a_named_environment() {
+    // As `kernel_start` with an interpreter path does on a server with a named environment.
+    let scene = Scene::new();
+    scene.fake_uv("0");
+    let explicit = fake_python(&scene.path("project/.venv/bin/python"), true);
+    let resolver = Resolver {
+        explicit_python: Some(explicit.clone()),
+        ..named(&scene, "proj", &["six==1.16.0"])
+    };
+    let (result, phases) = resolve(&resolver).await;
+    let env = result.expect("explicit");
+    assert_eq!(env.source, PythonSource::Explicit);
+    assert_eq!(env.executable, explicit);
+    assert_eq!(phases, [Phase::Probing, Phase::Ready]);
+    assert!(!scene.path("workspace").exists(), "nothing created");
 }
