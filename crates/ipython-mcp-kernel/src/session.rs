@@ -1265,7 +1265,7 @@ async fn prepare(
         Ok(comm) => comm,
         Err(error @ helper::InstallError::Namespace { .. }) => {
             kernel.shutdown(Duration::from_millis(200)).await;
-            let error = ErrorInfo::new("runtime_unavailable", format!("preload phase failed: {error}"))
+            let error = ErrorInfo::new("runtime_unavailable", error.to_string())
                 .with_hint("check IPYTHON_MCP_LIBRARY_PATHS, IPYTHON_MCP_PRELOAD_MODULES and IPYTHON_MCP_MODULE_ALIASES, then restart the server");
             return Err(error);
         }
