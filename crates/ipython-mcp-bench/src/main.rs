@@ -167,6 +167,7 @@ async fn resolve_python() -> anyhow::Result<PathBuf> {
         path_var: std::env::var_os("PATH"),
         cache_dir,
         install_timeout: Duration::from_secs(600),
+        named: None,
     };
     Ok(resolver.resolve(&|_| {}).await?.executable)
 }
@@ -529,6 +530,7 @@ async fn bench_session(python: &Path) -> anyhow::Result<Vec<f64>> {
             path_var: std::env::var_os("PATH"),
             cache_dir: std::env::temp_dir(),
             install_timeout: Duration::from_secs(60),
+            named: None,
         },
         spool: Default::default(),
         kernel_spec: None,

@@ -9,8 +9,14 @@
 //! The table of settings ([`SETTINGS`]) is the single source of names, variables and defaults:
 //! the CLI, the README table and the error messages all come from it.
 
+mod environment;
+mod redact;
+
 use std::path::PathBuf;
 use std::time::Duration;
+
+pub use environment::{NamedEnvironment, Variables, MAX_REQUIREMENTS, MAX_REQUIREMENT_CHARS};
+pub use redact::Redactor;
 
 /// One documented setting: its name, environment variable, flag and default.
 #[derive(Debug, Clone, Copy)]
@@ -91,6 +97,14 @@ settings! {
         "Comma-separated modules imported into every kernel at start (and after every reset or replacement)");
     MODULE_ALIASES = ("module_aliases", "IPYTHON_MCP_MODULE_ALIASES", "module-aliases", "none",
         "JSON object mapping modules to the names they are bound to, e.g. {\"numpy\": \"np\"}");
+    ENVIRONMENT_WORKSPACE = ("environment_workspace", "IPYTHON_MCP_ENVIRONMENT_WORKSPACE", "environment-workspace", "none",
+        "Absolute directory outside the project where named environments live (needs IPYTHON_MCP_ACTIVE_ENVIRONMENT)");
+    ACTIVE_ENVIRONMENT = ("active_environment", "IPYTHON_MCP_ACTIVE_ENVIRONMENT", "active-environment", "none",
+        "Named environment the kernels run in (letters, digits, '.', '_', '-'), created in the workspace on first use and reused after");
+    ENVIRONMENT_REQUIREMENTS = ("environment_requirements", "IPYTHON_MCP_ENVIRONMENT_REQUIREMENTS", "environment-requirements", "none",
+        "JSON array of PEP 508 requirements installed into the active environment, e.g. [\"six==1.16.0\"]");
+    ENVIRONMENT_VARIABLES = ("environment_variables", "IPYTHON_MCP_ENVIRONMENT_VARIABLES", "environment-variables", "none",
+        "JSON object of environment variables set in every kernel before preloads, e.g. {\"TASK_MODE\": \"offline\"}");
     CACHE_DIR = ("cache_dir", "IPYTHON_MCP_CACHE_DIR", "cache-dir", "$XDG_CACHE_HOME/ipython-mcp or ~/.cache/ipython-mcp",
         "Where the managed default environment lives");
     LOG = ("log", "IPYTHON_MCP_LOG", "log", "info",
@@ -128,8 +142,15 @@ pub struct RawConfig {
     pub library_paths: Option<String>,
     pub preload_modules: Option<String>,
     pub module_aliases: Option<String>,
+    pub environment_workspace: Option<String>,
+    pub active_environment: Option<String>,
+    pub environment_requirements: Option<String>,
+    pub environment_variables: Option<String>,
     pub cache_dir: Option<String>,
     pub log: Option<String>,
+    /// Not a setting: the server's working directory (the project). When given, the
+    /// environment workspace must lie outside it.
+    pub working_dir: Option<PathBuf>,
 }
 
 /// Bounds on everything that crosses from a kernel to an agent.
@@ -269,6 +290,8 @@ pub struct Namespace {
     pub preload_modules: Vec<String>,
     /// Module → the name it is bound to.
     pub module_aliases: std::collections::BTreeMap<String, String>,
+    /// Environment variables set in the kernel process, so they exist before preloads run.
+    pub variables: Variables,
 }
 
 /// The validated configuration of one server process.
@@ -282,8 +305,11 @@ pub struct Config {
     pub spool: SpoolBounds,
     pub tools: ToolLimits,
     pub namespace: Namespace,
-    /// Explicit interpreter for the default kernel (`--python`).
+    /// Explicit interpreter for the default kernel (`--python`). `None` when a named
+    /// environment is configured: `--python` is then the interpreter it is made from.
     pub python: Option<PathBuf>,
+    /// The named environment the kernels run in, if configured.
+    pub environment: Option<NamedEnvironment>,
     /// Cache directory override; `None` means the platform default, resolved by the caller.
     pub cache_dir: Option<PathBuf>,
     /// Log filter directive for stderr.
@@ -302,6 +328,7 @@ impl Default for Config {
             tools: ToolLimits::default(),
             namespace: Namespace::default(),
             python: None,
+            environment: None,
             cache_dir: None,
             log: "info".to_owned(),
         }
@@ -438,6 +465,13 @@ impl Config {
                 defaults.queue.queue_wait,
             )?,
         };
+        // With a named environment, --python chooses the interpreter that environment is made
+        // from; the kernel runs in the environment.
+        let mut python = path(PYTHON, &raw.python)?;
+        let mut environment = environment::named(raw)?;
+        if let Some(named) = &mut environment {
+            named.python = python.take();
+        }
         Ok(Config {
             limits,
             timeouts,
@@ -489,7 +523,8 @@ impl Config {
                 )?,
             },
             namespace: namespace(raw)?,
-            python: path(PYTHON, &raw.python)?,
+            python,
+            environment,
             cache_dir: path(CACHE_DIR, &raw.cache_dir)?,
             log: match &raw.log {
                 Some(value) if value.trim().is_empty() => {
@@ -589,6 +624,7 @@ fn namespace(raw: &RawConfig) -> Result<Namespace, Error> {
             result.module_aliases.insert(module, binding.to_owned());
         }
     }
+    result.variables = environment::variables(raw)?;
     Ok(result)
 }
 
@@ -648,7 +684,7 @@ fn path(setting: Setting, raw: &Option<String>) -> Result<Option<PathBuf>, Error
 }
 
 /// Keeps a bad value short in the one-line error.
-fn bounded(value: &str) -> String {
+pub(crate) fn bounded(value: &str) -> String {
     const MAX: usize = 64;
     match value.char_indices().nth(MAX) {
         Some((cut, _)) => format!("{}…", &value[..cut]),

@@ -46,24 +46,165 @@ pub enum Error {
     LockTimeout { path: PathBuf, seconds: u64 },
 
     /// Creating the virtual environment (with `uv venv` or `python -m venv`) failed.
-    #[error("creating the managed environment with {tool} failed: {detail}")]
-    Create { tool: String, detail: String },
+    /// `environment` reads "the managed environment" or "the environment \"name\"".
+    #[error("creating {environment} with {tool} failed: {detail}")]
+    Create {
+        environment: String,
+        tool: String,
+        detail: String,
+    },
 
-    /// Installing ipykernel into the new environment failed.
-    #[error("installing ipykernel into the managed environment with {tool} failed: {detail}")]
-    Install { tool: String, detail: String },
+    /// Installing ipykernel (and a named environment's requirements) failed.
+    #[error("installing {packages} into {environment} with {tool} failed: {detail}")]
+    Install {
+        environment: String,
+        packages: String,
+        tool: String,
+        detail: String,
+    },
 
     /// The new environment was built but its interpreter cannot import ipykernel.
-    #[error("verifying the new managed environment at {} failed: {detail}", .path.display())]
-    Verify { path: PathBuf, detail: String },
+    #[error("verifying {environment} at {} failed: {detail}", .path.display())]
+    Verify {
+        environment: String,
+        path: PathBuf,
+        detail: String,
+    },
 
     /// Provisioning took longer than the install timeout; `detail` is the output so far.
-    #[error(
-        "provisioning the managed environment timed out after {seconds} s while {phase} ({detail})"
-    )]
+    /// `phase` is the short phase name ([`Error::phase`]), `doing` what was running.
+    #[error("provisioning {environment} timed out after {seconds} s while {doing} ({detail})")]
     Timeout {
-        phase: String,
+        environment: String,
+        phase: &'static str,
+        doing: String,
         seconds: u64,
         detail: String,
     },
+
+    /// The named environment's workspace is unusable (found when preparing, not configuring:
+    /// it does not exist and cannot be created, or resolves into the project through a link).
+    #[error("the workspace {} of environment {name:?} is unusable: {detail}", .workspace.display())]
+    Workspace {
+        name: String,
+        workspace: PathBuf,
+        detail: String,
+    },
+
+    /// The named environment exists but was made for another Python or dependency set.
+    /// `recorded` and `wanted` read "Python 3.11 with requirements fingerprint 1a2b…".
+    #[error(
+        "environment {name:?} at {} was created for {recorded}, but this server wants {wanted}; a different dependency set needs a new name: choose another IPYTHON_MCP_ACTIVE_ENVIRONMENT (or delete the directory)",
+        .path.display()
+    )]
+    Mismatch {
+        name: String,
+        path: PathBuf,
+        recorded: String,
+        wanted: String,
+    },
+
+    /// The named environment's directory exists but is not a usable ipython-mcp environment
+    /// (no valid metadata, or its interpreter no longer runs). It is never deleted for you.
+    #[error(
+        "environment {name:?} at {} cannot be reused: {detail}; choose another IPYTHON_MCP_ACTIVE_ENVIRONMENT (or delete the directory)",
+        .path.display()
+    )]
+    Unusable {
+        name: String,
+        path: PathBuf,
+        detail: String,
+    },
+}
+
+impl Error {
+    /// The phase that failed: `validate`, `create`, `install` or `verify` (SPEC §9; the kernel
+    /// session adds `preload`).
+    pub fn phase(&self) -> &'static str {
+        match self {
+            Error::Probe { .. }
+            | Error::MissingIpykernel { .. }
+            | Error::NoPython
+            | Error::Workspace { .. } => "validate",
+            Error::Io { .. }
+            | Error::Lock { .. }
+            | Error::LockTimeout { .. }
+            | Error::Create { .. } => "create",
+            Error::Install { .. } => "install",
+            Error::Verify { .. } | Error::Mismatch { .. } | Error::Unusable { .. } => "verify",
+            Error::Timeout { phase, .. } => phase,
+        }
+    }
+
+    /// The same error with URL credentials masked in every text it carries.
+    pub(crate) fn without_url_credentials(self) -> Error {
+        let mask = |text: String| ipython_mcp_config::Redactor::default().redact(&text);
+        match self {
+            Error::Probe { python, detail } => Error::Probe {
+                python,
+                detail: mask(detail),
+            },
+            Error::MissingIpykernel { python, detail } => Error::MissingIpykernel {
+                python,
+                detail: mask(detail),
+            },
+            Error::Io {
+                action,
+                path,
+                detail,
+            } => Error::Io {
+                action,
+                path,
+                detail: mask(detail),
+            },
+            Error::Create {
+                environment,
+                tool,
+                detail,
+            } => Error::Create {
+                environment,
+                tool,
+                detail: mask(detail),
+            },
+            Error::Install {
+                environment,
+                packages,
+                tool,
+                detail,
+            } => Error::Install {
+                environment,
+                packages,
+                tool,
+                detail: mask(detail),
+            },
+            Error::Verify {
+                environment,
+                path,
+                detail,
+            } => Error::Verify {
+                environment,
+                path,
+                detail: mask(detail),
+            },
+            Error::Timeout {
+                environment,
+                phase,
+                doing,
+                seconds,
+                detail,
+            } => Error::Timeout {
+                environment,
+                phase,
+                doing,
+                seconds,
+                detail: mask(detail),
+            },
+            Error::Unusable { name, path, detail } => Error::Unusable {
+                name,
+                path,
+                detail: mask(detail),
+            },
+            other => other,
+        }
+    }
 }

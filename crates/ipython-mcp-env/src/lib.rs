@@ -11,6 +11,12 @@
 //!    that `python3` on first use (with `uv` when it is on PATH, else `python -m venv` and pip)
 //!    and reused after with a single probe.
 //!
+//! A configured **named environment** (`<workspace>/<name>`, see `named.rs`) replaces rules
+//! 2–5 (an explicit interpreter still wins, as SPEC §9 orders, e.g. for `kernel_start` with an
+//! interpreter path): it is created from its own configured interpreter, else from `python3`
+//! on PATH, with the configured requirements plus ipykernel, and reused when its recorded
+//! Python version and requirements fingerprint match.
+//!
 //! "Has ipykernel" means a probe — `python -c <script>` printing one JSON line with the Python
 //! version, the ipykernel version and `sys.executable` — succeeded within 10 s.
 //!
@@ -36,6 +42,7 @@ mod excerpt;
 mod lock;
 mod lookup;
 mod managed;
+mod named;
 mod probe;
 mod process;
 
@@ -46,6 +53,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 pub use error::Error;
+pub use ipython_mcp_config::NamedEnvironment;
+pub use named::fingerprint;
 
 /// Where to look for an interpreter, and where to build one if none is found.
 #[derive(Clone, Debug)]
@@ -62,6 +71,8 @@ pub struct Resolver {
     pub cache_dir: PathBuf,
     /// The bound on building the managed environment (creation, install and verification).
     pub install_timeout: Duration,
+    /// The named environment to use instead of rules 2–5, if configured.
+    pub named: Option<NamedEnvironment>,
 }
 
 /// Which rule of the resolution order produced the interpreter.
@@ -73,6 +84,7 @@ pub enum PythonSource {
     WorkingDirVenv,
     SystemPython,
     ManagedDefault,
+    NamedEnvironment,
 }
 
 /// An interpreter known to import ipykernel.
@@ -95,6 +107,8 @@ pub struct PythonEnvironment {
 pub enum Phase {
     /// Checking candidate interpreters.
     Probing,
+    /// Checking the named environment's workspace and metadata.
+    Validating,
     /// Waiting for the lock on the managed environment (another process may be building it).
     Locking,
     /// Creating the virtualenv (`tool` is `uv` or `venv`).
@@ -115,7 +129,12 @@ impl Resolver {
         progress: &(dyn Fn(Phase) + Send + Sync),
     ) -> Result<PythonEnvironment, Error> {
         progress(Phase::Probing);
-        let environment = self.find_or_provision(progress).await?;
+        let environment = match (&self.explicit_python, &self.named) {
+            (None, Some(named)) => self.named(named, progress).await,
+            _ => self.find_or_provision(progress).await,
+        }
+        // Installer output can echo a private index URL with its token.
+        .map_err(Error::without_url_credentials)?;
         tracing::info!(
             executable = %environment.executable.display(),
             source = ?environment.source,
@@ -215,19 +234,69 @@ impl Resolver {
         })
     }
 
-    /// The explicit interpreter must work as given: falling back would hide the user's mistake.
-    async fn explicit(&self, explicit: &Path) -> Result<PythonEnvironment, Error> {
-        let python = match explicit.to_str() {
+    /// The named environment, built from its configured interpreter or else `python3` on PATH.
+    async fn named(
+        &self,
+        named: &NamedEnvironment,
+        progress: &(dyn Fn(Phase) + Send + Sync),
+    ) -> Result<PythonEnvironment, Error> {
+        let path_var = self.path_var.as_deref();
+        let base = match &named.python {
+            Some(python) => self.lookup(python)?,
+            None => lookup::find_executable("python3", path_var).ok_or(Error::NoPython)?,
+        };
+        let report = self.probe(&base).await.map_err(|detail| Error::Probe {
+            python: base.clone(),
+            detail,
+        })?;
+        let real = Some(&report.executable)
+            .filter(|path| path.is_absolute() && lookup::is_executable_file(path))
+            .cloned()
+            .unwrap_or(base);
+        let major_minor = report.major_minor().ok_or_else(|| Error::Probe {
+            python: real.clone(),
+            detail: format!("unrecognised python version {:?}", report.python_version),
+        })?;
+        let provisioner = managed::Provisioner {
+            cache_dir: &self.cache_dir,
+            path_var,
+            install_timeout: self.install_timeout,
+            progress,
+        };
+        let base = managed::Base {
+            python: real,
+            major_minor,
+        };
+        let provisioned = named::ensure(&provisioner, named, &base, &self.working_dir).await?;
+        let report = provisioned.report;
+        Ok(PythonEnvironment {
+            executable: provisioned.executable,
+            source: PythonSource::NamedEnvironment,
+            python_version: report.python_version,
+            ipykernel_version: report.ipykernel.unwrap_or_default(),
+            created: provisioned.provision_seconds.is_some(),
+            provision_seconds: provisioned.provision_seconds,
+        })
+    }
+
+    /// A bare name (`python3.12`) is looked up on PATH; a path is used as given.
+    fn lookup(&self, explicit: &Path) -> Result<PathBuf, Error> {
+        match explicit.to_str() {
             Some(name) if !name.contains('/') => {
                 lookup::find_executable(name, self.path_var.as_deref()).ok_or_else(|| {
                     Error::Probe {
                         python: explicit.to_owned(),
                         detail: "not found on PATH".to_owned(),
                     }
-                })?
+                })
             }
-            _ => explicit.to_owned(),
-        };
+            _ => Ok(explicit.to_owned()),
+        }
+    }
+
+    /// The explicit interpreter must work as given: falling back would hide the user's mistake.
+    async fn explicit(&self, explicit: &Path) -> Result<PythonEnvironment, Error> {
+        let python = self.lookup(explicit)?;
         let report = self.probe(&python).await.map_err(|detail| Error::Probe {
             python: python.clone(),
             detail,

@@ -36,11 +36,11 @@ const TEMP_PREFIX: &str = ".tmp-";
 
 /// Temp directories older than this (or twice the install timeout, if longer) are leftovers of
 /// a crashed process; a live build is always younger because it is bounded by the timeout.
-const STALE_TEMP_AGE: Duration = Duration::from_secs(60 * 60);
+pub(crate) const STALE_TEMP_AGE: Duration = Duration::from_secs(60 * 60);
 
 /// How much longer than the install timeout a waiter gives the holder of the lock, which also
 /// probes before it builds.
-const LOCK_MARGIN: Duration = Duration::from_secs(30);
+pub(crate) const LOCK_MARGIN: Duration = Duration::from_secs(30);
 
 /// Files larger than this in `bin/` are not scripts and are left alone by relocation.
 const LARGEST_SCRIPT: u64 = 1024 * 1024;
@@ -62,6 +62,22 @@ pub(crate) struct Provisioned {
     pub(crate) report: Report,
     /// `Some(seconds)` when this call built it.
     pub(crate) provision_seconds: Option<f64>,
+}
+
+/// What to build: shared by the managed default environment and named environments.
+pub(crate) struct Recipe<'a> {
+    /// For messages: "the managed environment" or "the environment \"name\"".
+    pub(crate) label: String,
+    /// For messages: what is installed ("ipykernel", "the requirements and ipykernel").
+    pub(crate) packages: &'a str,
+    /// Everything passed to the installer, ipykernel included.
+    pub(crate) requirements: Vec<String>,
+    /// The prompt `bin/activate` shows.
+    pub(crate) prompt: &'a str,
+    /// Prefix of the build directory, inside the target's parent.
+    pub(crate) temp_prefix: &'a str,
+    /// The metadata file's content, from the verified probe and the installer used.
+    pub(crate) metadata: &'a (dyn Fn(&Report, &str, &str) -> serde_json::Value + Send + Sync),
 }
 
 pub(crate) struct Provisioner<'a> {
@@ -145,10 +161,33 @@ impl Provisioner<'_> {
             }
             Check::Absent => {}
         }
-        clean_stale_temps(&envs, STALE_TEMP_AGE.max(self.install_timeout * 2)).await;
+        clean_stale_temps(
+            &envs,
+            TEMP_PREFIX,
+            STALE_TEMP_AGE.max(self.install_timeout * 2),
+        )
+        .await;
 
         let started = Instant::now();
-        let report = self.build(base, &envs, &target).await?;
+        let metadata = |report: &Report, ipykernel_version: &str, tool: &str| {
+            serde_json::to_value(Metadata {
+                format: METADATA_FORMAT,
+                python_version: report.python_version.clone(),
+                ipykernel_version: ipykernel_version.to_owned(),
+                tool: tool.to_owned(),
+                created_unix: unix_now(),
+            })
+            .expect("metadata serialises")
+        };
+        let recipe = Recipe {
+            label: "the managed environment".to_owned(),
+            packages: "ipykernel",
+            requirements: vec![IPYKERNEL_REQUIREMENT.to_owned()],
+            prompt: PROMPT,
+            temp_prefix: TEMP_PREFIX,
+            metadata: &metadata,
+        };
+        let report = self.build(base, &envs, &target, &recipe).await?;
         let seconds = started.elapsed().as_secs_f64();
         tracing::info!(path = %target.display(), seconds, "created managed environment");
         Ok(Provisioned {
@@ -158,14 +197,20 @@ impl Provisioner<'_> {
         })
     }
 
-    /// Builds into a fresh temp directory and renames the result to `target`.
-    async fn build(&self, base: &Base, envs: &Path, target: &Path) -> Result<Report, Error> {
+    /// Builds into a fresh temp directory in `envs` and renames the result to `target`.
+    pub(crate) async fn build(
+        &self,
+        base: &Base,
+        envs: &Path,
+        target: &Path,
+        recipe: &Recipe<'_>,
+    ) -> Result<Report, Error> {
         let temp = tempfile::Builder::new()
-            .prefix(TEMP_PREFIX)
+            .prefix(recipe.temp_prefix)
             .tempdir_in(envs)
             .map_err(io_error("creating a temporary directory in", envs))?;
         let result = self
-            .build_in(base, envs, &temp.path().join("venv"), target)
+            .build_in(base, envs, &temp.path().join("venv"), target, recipe)
             .await;
         // Empty after a successful rename; a partial environment otherwise.
         discard(temp).await;
@@ -178,6 +223,7 @@ impl Provisioner<'_> {
         envs: &Path,
         venv: &Path,
         target: &Path,
+        recipe: &Recipe<'_>,
     ) -> Result<Report, Error> {
         let deadline = Instant::now() + self.install_timeout;
         let tool = match lookup::find_executable("uv", self.path_var) {
@@ -191,18 +237,29 @@ impl Provisioner<'_> {
         });
         let mut create = match &tool {
             // --seed puts pip in the environment, so `%pip install` works in the kernel.
-            Tool::Uv(uv) => command(uv, ["venv", "--seed", "--prompt", PROMPT, "--python"]),
-            Tool::Pip => command(&base.python, ["-m", "venv", "--prompt", PROMPT]),
+            Tool::Uv(uv) => command(
+                uv,
+                ["venv", "--seed", "--prompt", recipe.prompt, "--python"],
+            ),
+            Tool::Pip => command(&base.python, ["-m", "venv", "--prompt", recipe.prompt]),
         };
         match &tool {
             Tool::Uv(_) => create.arg(&base.python).arg(venv),
             Tool::Pip => create.arg(venv),
         };
         let creating = format!("creating the environment with {}", tool.creator());
-        self.step(create, envs, deadline, &creating, |detail| Error::Create {
-            tool: tool.creator().to_owned(),
-            detail,
-        })
+        self.step(
+            create,
+            envs,
+            deadline,
+            recipe,
+            ("create", &creating),
+            |detail| Error::Create {
+                environment: recipe.label.clone(),
+                tool: tool.creator().to_owned(),
+                detail,
+            },
+        )
         .await?;
 
         (self.progress)(Phase::Installing {
@@ -225,18 +282,26 @@ impl Provisioner<'_> {
         if let Tool::Uv(_) = tool {
             install.arg(&venv_python);
         }
-        install.arg(IPYKERNEL_REQUIREMENT);
-        let installing = format!("installing ipykernel with {}", tool.installer());
-        self.step(install, envs, deadline, &installing, |detail| {
-            Error::Install {
+        install.args(&recipe.requirements);
+        let installing = format!("installing {} with {}", recipe.packages, tool.installer());
+        self.step(
+            install,
+            envs,
+            deadline,
+            recipe,
+            ("install", &installing),
+            |detail| Error::Install {
+                environment: recipe.label.clone(),
+                packages: recipe.packages.to_owned(),
                 tool: tool.installer().to_owned(),
                 detail,
-            }
-        })
+            },
+        )
         .await?;
 
         (self.progress)(Phase::Verifying);
         let verify_error = |detail| Error::Verify {
+            environment: recipe.label.clone(),
             path: venv.to_owned(),
             detail,
         };
@@ -251,15 +316,7 @@ impl Provisioner<'_> {
                 )))
             }
         };
-        let metadata = Metadata {
-            format: METADATA_FORMAT,
-            python_version: report.python_version.clone(),
-            ipykernel_version,
-            tool: tool.installer().to_owned(),
-            created_unix: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |since| since.as_secs()),
-        };
+        let metadata = (recipe.metadata)(&report, &ipykernel_version, tool.installer());
         let metadata_path = venv.join(METADATA_FILE);
         let bytes = serde_json::to_vec_pretty(&metadata).expect("metadata serialises");
         tokio::fs::write(&metadata_path, bytes)
@@ -284,13 +341,16 @@ impl Provisioner<'_> {
         mut command: Command,
         envs: &Path,
         deadline: Instant,
-        phase: &str,
+        recipe: &Recipe<'_>,
+        (phase, doing): (&'static str, &str),
         failed: impl FnOnce(String) -> Error,
     ) -> Result<(), Error> {
         // A stable directory we own: a project's uv.toml must not shape a shared environment.
         command.current_dir(envs);
         let timed_out = |output: String| Error::Timeout {
-            phase: phase.to_owned(),
+            environment: recipe.label.clone(),
+            phase,
+            doing: doing.to_owned(),
             seconds: self.install_timeout.as_secs(),
             detail: if output.is_empty() {
                 "no output".to_owned()
@@ -321,7 +381,10 @@ fn command<const N: usize>(program: &Path, args: [&str; N]) -> Command {
     command
 }
 
-fn io_error<'a>(action: &'a str, path: &'a Path) -> impl FnOnce(io::Error) -> Error + 'a {
+pub(crate) fn io_error<'a>(
+    action: &'a str,
+    path: &'a Path,
+) -> impl FnOnce(io::Error) -> Error + 'a {
     move |err| Error::Io {
         action: action.to_owned(),
         path: path.to_owned(),
@@ -369,7 +432,7 @@ async fn remove_broken(envs: &Path, target: &Path) -> Result<(), Error> {
 }
 
 /// Deletes a temp directory off the runtime threads (a venv holds thousands of files).
-async fn discard(temp: TempDir) {
+pub(crate) async fn discard(temp: TempDir) {
     let path = temp.path().to_owned();
     let removed = tokio::task::spawn_blocking(move || temp.close()).await;
     if !matches!(removed, Ok(Ok(()))) {
@@ -377,8 +440,14 @@ async fn discard(temp: TempDir) {
     }
 }
 
-/// Removes `.tmp-*` leftovers of crashed processes. Best effort: failures are only logged.
-async fn clean_stale_temps(envs: &Path, max_age: Duration) {
+pub(crate) fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs())
+}
+
+/// Removes `<prefix>*` leftovers of crashed processes. Best effort: failures are only logged.
+pub(crate) async fn clean_stale_temps(envs: &Path, prefix: &'static str, max_age: Duration) {
     let envs = envs.to_owned();
     let cleaned = tokio::task::spawn_blocking(move || -> io::Result<()> {
         let now = SystemTime::now();
@@ -387,7 +456,7 @@ async fn clean_stale_temps(envs: &Path, max_age: Duration) {
             let Ok(modified) = entry.metadata().and_then(|metadata| metadata.modified()) else {
                 continue;
             };
-            if is_stale_temp(&entry.file_name(), modified, now, max_age) {
+            if is_stale_temp(&entry.file_name(), prefix, modified, now, max_age) {
                 tracing::info!(path = %entry.path().display(), "removing stale temporary directory");
                 if let Err(err) = std::fs::remove_dir_all(entry.path()) {
                     tracing::warn!(path = %entry.path().display(), %err, "could not remove stale directory");
@@ -402,8 +471,14 @@ async fn clean_stale_temps(envs: &Path, max_age: Duration) {
     }
 }
 
-fn is_stale_temp(name: &OsStr, modified: SystemTime, now: SystemTime, max_age: Duration) -> bool {
-    name.as_bytes().starts_with(TEMP_PREFIX.as_bytes())
+fn is_stale_temp(
+    name: &OsStr,
+    prefix: &str,
+    modified: SystemTime,
+    now: SystemTime,
+    max_age: Duration,
+) -> bool {
+    name.as_bytes().starts_with(prefix.as_bytes())
         && now.duration_since(modified).is_ok_and(|age| age > max_age)
 }
 
@@ -464,11 +539,30 @@ mod tests {
         let now = SystemTime::now();
         let old = now - 2 * HOUR;
         let young = now - Duration::from_secs(60);
-        assert!(is_stale_temp(OsStr::new(".tmp-abc123"), old, now, HOUR));
-        assert!(!is_stale_temp(OsStr::new(".tmp-abc123"), young, now, HOUR));
-        assert!(!is_stale_temp(OsStr::new("default-py3.11"), old, now, HOUR));
+        assert!(is_stale_temp(
+            OsStr::new(".tmp-abc123"),
+            TEMP_PREFIX,
+            old,
+            now,
+            HOUR
+        ));
+        assert!(!is_stale_temp(
+            OsStr::new(".tmp-abc123"),
+            TEMP_PREFIX,
+            young,
+            now,
+            HOUR
+        ));
+        assert!(!is_stale_temp(
+            OsStr::new("default-py3.11"),
+            TEMP_PREFIX,
+            old,
+            now,
+            HOUR
+        ));
         assert!(!is_stale_temp(
             OsStr::new("default-py3.11.lock"),
+            TEMP_PREFIX,
             old,
             now,
             HOUR
@@ -476,6 +570,7 @@ mod tests {
         // A clock that went backwards makes nothing stale.
         assert!(!is_stale_temp(
             OsStr::new(".tmp-abc123"),
+            TEMP_PREFIX,
             now + HOUR,
             now,
             HOUR
@@ -497,7 +592,7 @@ mod tests {
                 .and_then(|file| file.set_modified(two_hours_ago))
                 .expect("set mtime");
         }
-        clean_stale_temps(envs.path(), HOUR).await;
+        clean_stale_temps(envs.path(), TEMP_PREFIX, HOUR).await;
         assert!(!stale.exists());
         assert!(fresh.exists());
         assert!(env.exists());

@@ -93,6 +93,7 @@ async fn managed_environment_is_built_once_reused_and_a_project_venv_preferred()
         path_var: Some(path_with(&bare.join("bin"))),
         cache_dir: cache.clone(),
         install_timeout: Duration::from_secs(600),
+        named: None,
     };
 
     // (a) + (b): two servers start at once on an empty cache; one builds, the other waits.
@@ -207,6 +208,7 @@ async fn explicit_interpreter_without_ipykernel_says_how_to_install_it() {
         path_var: std::env::var_os("PATH"),
         cache_dir: root.path().join("cache"),
         install_timeout: Duration::from_secs(600),
+        named: None,
     };
     let error = resolve(&resolver)
         .await

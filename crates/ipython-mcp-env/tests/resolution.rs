@@ -40,6 +40,7 @@ impl Scene {
             path_var: Some(OsString::from(self.path("bin"))),
             cache_dir: self.path("cache"),
             install_timeout: Duration::from_secs(60),
+            named: None,
         }
     }
 
@@ -479,4 +480,186 @@ async fn a_hung_installer_is_killed_at_the_install_timeout() {
         "provisioning the managed environment timed out after 1 s while installing ipykernel with uv (Downloading ipykernel)"
     );
     assert!(scene.env_entries().is_empty(), "{:?}", scene.env_entries());
+}
+
+fn named(scene: &Scene, name: &str, requirements: &[&str]) -> Resolver {
+    named_from(scene, name, requirements, None)
+}
+
+fn named_from(
+    scene: &Scene,
+    name: &str,
+    requirements: &[&str],
+    python: Option<PathBuf>,
+) -> Resolver {
+    Resolver {
+        named: Some(ipython_mcp_env::NamedEnvironment {
+            workspace: scene.path("workspace"),
+            name: name.to_owned(),
+            requirements: requirements.iter().map(|r| (*r).to_owned()).collect(),
+            python,
+        }),
+        ..scene.resolver()
+    }
+}
+
+fn workspace_entries(scene: &Scene) -> Vec<String> {
+    let mut names: Vec<String> = fs::read_dir(scene.path("workspace"))
+        .expect("workspace exists")
+        .map(|entry| {
+            entry
+                .expect("dir entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|name| !name.ends_with(".lock"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn a_named_environment_is_built_from_its_python_with_its_requirements() {
+    let scene = Scene::new();
+    scene.fake_uv("0");
+    // The base needs no ipykernel: the environment gets its own.
+    let chosen = fake_python(&scene.path("chosen/python"), false);
+    let resolver = named_from(&scene, "proj", &["six==1.16.0"], Some(chosen.clone()));
+    let (result, phases) = resolve(&resolver).await;
+    let env = result.expect("created");
+    assert!(env.created);
+    assert_eq!(env.source, PythonSource::NamedEnvironment);
+    assert_eq!(env.executable, scene.path("workspace/proj/bin/python"));
+    let mut expected = creating_phases("uv", "uv");
+    expected.insert(1, Phase::Validating);
+    assert_eq!(phases, expected);
+    let log = fs::read_to_string(scene.path("uv.log")).expect("uv log");
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert!(
+        lines[0].starts_with(&format!(
+            "venv --seed --prompt proj --python {} {}/.ipython-mcp-tmp-",
+            chosen.display(),
+            scene.path("workspace").display()
+        )),
+        "{log}"
+    );
+    assert!(
+        lines[1].ends_with(" six==1.16.0 ipykernel>=6.29,<8"),
+        "{log}"
+    );
+    assert_eq!(workspace_entries(&scene), ["proj"]);
+    assert!(
+        !scene.envs().exists(),
+        "the default environment is not built"
+    );
+
+    // Reused without the installer.
+    let (again, phases) = resolve(&resolver).await;
+    assert!(!again.expect("reused").created);
+    assert_eq!(phases, [Phase::Probing, Phase::Validating, Phase::Ready]);
+    assert_eq!(
+        fs::read_to_string(scene.path("uv.log")).expect("uv log"),
+        log
+    );
+
+    // Another Python minor version is a mismatch, whatever the requirements.
+    write_executable(
+        &scene.path("py312/python"),
+        &fake_python_script("3.12.1", "/"),
+    );
+    let (result, _) = resolve(&named_from(
+        &scene,
+        "proj",
+        &["six==1.16.0"],
+        Some(scene.path("py312/python")),
+    ))
+    .await;
+    let error = result.expect_err("python differs");
+    assert_eq!(error.phase(), "verify");
+    let message = error.to_string();
+    assert!(
+        message.contains("was created for Python 3.11 with requirements fingerprint ")
+            && message.contains("this server wants Python 3.12 with requirements fingerprint "),
+        "{message}"
+    );
+    assert_eq!(workspace_entries(&scene), ["proj"]);
+}
+
+#[tokio::test]
+async fn a_foreign_directory_is_refused_and_only_our_stale_temps_are_cleaned() {
+    let scene = Scene::new();
+    scene.fake_uv("0");
+    fake_python(&scene.path("bin/python3"), false);
+    let workspace = scene.path("workspace");
+    fs::create_dir_all(workspace.join("theirs")).expect("mkdir");
+    fs::write(workspace.join("theirs/notes.txt"), "mine").expect("write");
+    let (result, _) = resolve(&named(&scene, "theirs", &[])).await;
+    let error = result.expect_err("not ours");
+    assert!(matches!(error, Error::Unusable { .. }), "{error:?}");
+    assert_eq!(error.phase(), "verify");
+    assert!(
+        error
+            .to_string()
+            .contains("it was not created by ipython-mcp"),
+        "{error}"
+    );
+    assert_eq!(
+        fs::read_to_string(workspace.join("theirs/notes.txt")).expect("untouched"),
+        "mine"
+    );
+
+    let two_hours_ago = std::time::SystemTime::now() - Duration::from_secs(2 * 3600);
+    for stale in [".ipython-mcp-tmp-crashed", ".tmp-theirs"] {
+        fs::create_dir(workspace.join(stale)).expect("mkdir");
+        fs::File::open(workspace.join(stale))
+            .and_then(|dir| dir.set_modified(two_hours_ago))
+            .expect("set mtime");
+    }
+    let (result, _) = resolve(&named(&scene, "fresh", &[])).await;
+    assert!(result.expect("created").created);
+    assert_eq!(
+        workspace_entries(&scene),
+        [".tmp-theirs", "fresh", "theirs"]
+    );
+}
+
+#[tokio::test]
+async fn a_hung_install_of_a_named_environment_times_out_in_the_install_phase() {
+    let scene = Scene::new();
+    fake_python(&scene.path("bin/python3"), false);
+    write_executable(
+        &scene.path("bin/uv"),
+        "#!/bin/sh\ncase \"$1\" in venv) for dir; do :; done; mkdir -p \"$dir/bin\";; pip) echo Downloading six; sleep 60;; esac\n",
+    );
+    let resolver = Resolver {
+        install_timeout: Duration::from_secs(1),
+        ..named(&scene, "slow", &["six==1.16.0"])
+    };
+    let error = resolve(&resolver).await.0.expect_err("times out");
+    assert_eq!(error.phase(), "install");
+    assert_eq!(
+        error.to_string(),
+        "provisioning the environment \"slow\" timed out after 1 s while installing the requirements and ipykernel with uv (Downloading six)"
+    );
+    assert_eq!(workspace_entries(&scene), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn an_explicit_interpreter_wins_over_a_named_environment() {
+    // As `kernel_start` with an interpreter path does on a server with a named environment.
+    let scene = Scene::new();
+    scene.fake_uv("0");
+    let explicit = fake_python(&scene.path("project/.venv/bin/python"), true);
+    let resolver = Resolver {
+        explicit_python: Some(explicit.clone()),
+        ..named(&scene, "proj", &["six==1.16.0"])
+    };
+    let (result, phases) = resolve(&resolver).await;
+    let env = result.expect("explicit");
+    assert_eq!(env.source, PythonSource::Explicit);
+    assert_eq!(env.executable, explicit);
+    assert_eq!(phases, [Phase::Probing, Phase::Ready]);
+    assert!(!scene.path("workspace").exists(), "nothing created");
 }

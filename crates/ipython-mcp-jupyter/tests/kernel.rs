@@ -23,6 +23,7 @@ async fn launch_with(interrupt_mode: InterruptMode) -> Kernel {
         path_var: std::env::var_os("PATH"),
         cache_dir: tmp.join("ipython-mcp-cache"),
         install_timeout: Duration::from_secs(600),
+        named: None,
     };
     let python = resolver
         .resolve(&|_| {})

@@ -29,6 +29,21 @@ pub fn truncate_chars(text: &mut String, max: usize) -> bool {
     }
 }
 
+/// At most `max` characters of a message, keeping its start (what failed) and its end (an
+/// installer's reason comes last), joined by `…`.
+pub fn bound_message(text: &str, max: usize) -> String {
+    let n_chars = text.chars().count();
+    if n_chars <= max {
+        return text.to_owned();
+    }
+    let keep = max.saturating_sub(1);
+    let head = keep / 3;
+    let tail = keep - head;
+    let head_text: String = text.chars().take(head).collect();
+    let tail_text: String = text.chars().skip(n_chars - tail).collect();
+    format!("{head_text}…{tail_text}")
+}
+
 /// Removes ANSI escape sequences (colours, cursor moves) from kernel text.
 pub fn strip_ansi(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
@@ -304,5 +319,16 @@ mod tests {
         assert_eq!(base64_decoded_len("aGVsbG8="), 5);
         assert_eq!(base64_decoded_len("aGVsbG8h"), 6);
         assert_eq!(base64_decoded_len("aGVs\nbG8h\n"), 6);
+    }
+
+    #[test]
+    fn bound_message_keeps_start_and_end() {
+        assert_eq!(bound_message("short", 10), "short");
+        let long = format!("install failed: {}the reason", "x".repeat(100));
+        let bounded = bound_message(&long, 31);
+        assert_eq!(bounded.chars().count(), 31);
+        assert!(bounded.starts_with("install fa"), "{bounded}");
+        assert!(bounded.ends_with("xxxthe reason"), "{bounded}");
+        assert!(bounded.contains('…'));
     }
 }

@@ -84,7 +84,7 @@ pub enum InstallError {
     Timeout { seconds: f64 },
     #[error("kernel exited while the helper was being installed")]
     KernelExited,
-    #[error("configured modules failed to load: {details}")]
+    #[error("preload phase failed: configured modules failed to load: {details}")]
     Namespace { details: String },
     #[error(transparent)]
     Kernel(#[from] ipython_mcp_jupyter::Error),

@@ -889,9 +889,24 @@ impl Actor {
                 source: None,
                 tool,
                 created: false,
+                failed_phase: None,
             });
         };
-        match self.shared.options.resolver.resolve(&progress).await {
+        // Elapsed time keeps moving in runtime_status during a long install.
+        let resolving = self.shared.options.resolver.resolve(&progress);
+        tokio::pin!(resolving);
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let resolved = loop {
+            tokio::select! {
+                resolved = &mut resolving => break resolved,
+                _ = tick.tick() => self.update(|status| {
+                    if let Some(environment) = &mut status.environment {
+                        environment.elapsed_seconds = started.elapsed().as_secs_f64();
+                    }
+                }),
+            }
+        };
+        match resolved {
             Ok(environment) => {
                 self.update(|status| {
                     status.environment = Some(EnvironmentStatus {
@@ -902,26 +917,50 @@ impl Actor {
                             .and_then(|v| v.as_str().map(str::to_owned)),
                         tool: status.environment.as_ref().and_then(|e| e.tool.clone()),
                         created: environment.created,
+                        failed_phase: None,
                     });
                 });
                 tracing::info!(python = %environment.executable.display(), created = environment.created, "python environment ready");
                 Some(environment)
             }
             Err(error) => {
-                tracing::error!(%error, "python environment unavailable");
+                let phase = error.phase();
                 self.update(|status| {
                     if let Some(environment) = &mut status.environment {
                         environment.phase = "failed".to_owned();
+                        environment.failed_phase = Some(phase.to_owned());
                         environment.elapsed_seconds = started.elapsed().as_secs_f64();
                     }
                 });
-                self.set_unavailable(ErrorInfo::new("runtime_unavailable", error.to_string()));
+                let message = format!("environment {phase} phase failed: {error}");
+                self.set_unavailable(ErrorInfo::new("runtime_unavailable", message));
+                let logged = self
+                    .shared
+                    .status
+                    .lock()
+                    .expect("status lock")
+                    .error
+                    .as_ref()
+                    .map(|error| error.message.clone());
+                tracing::error!(
+                    phase,
+                    error = logged.unwrap_or_default(),
+                    "python environment unavailable"
+                );
                 None
             }
         }
     }
 
-    fn set_unavailable(&self, error: ErrorInfo) {
+    /// The one place an unavailable session's error is stored: configured variable values and
+    /// URL credentials are masked, and the message is bounded by `max_text_chars`.
+    fn set_unavailable(&self, mut error: ErrorInfo) {
+        let options = &self.shared.options;
+        let redactor = options.namespace.variables.redactor();
+        error.message = crate::bound::bound_message(
+            &redactor.redact(&error.message),
+            options.limits.max_text_chars,
+        );
         self.update(|status| {
             status.state = SessionState::Unavailable;
             status.kernel = None;
@@ -1301,6 +1340,9 @@ impl Actor {
         });
         self.shared.epoch.send_replace(epoch);
         let Some(environment) = self.environment.clone() else {
+            // No Python environment (provisioning failed): nothing can start, so the session
+            // stays unavailable with the provisioning error instead of `recovering` forever.
+            self.update(|status| status.state = SessionState::Unavailable);
             return false;
         };
         if self.shared.shutdown.is_cancelled() {
@@ -1335,7 +1377,8 @@ impl Actor {
                 true
             }
             Err(error) => {
-                tracing::error!(message = %error.message, "kernel replacement failed");
+                let redactor = self.shared.options.namespace.variables.redactor();
+                tracing::error!(message = %redactor.redact(&error.message), "kernel replacement failed");
                 self.set_unavailable(error);
                 false
             }
@@ -1441,6 +1484,7 @@ async fn prepare(
         }
     };
     let started = Instant::now();
+    let spec = with_variables(spec, &options.namespace.variables);
     let kernel = Kernel::launch(&spec, options.timeouts.kernel_startup)
         .await
         .map_err(|error| ErrorInfo::new("runtime_unavailable", error.to_string()))?;
@@ -1553,9 +1597,21 @@ enum Cause {
     Closing,
 }
 
+/// Configured variables go into the kernel process's environment (after a kernelspec's own),
+/// so they exist before the helper adds library paths and imports preloads.
+fn with_variables(mut spec: LaunchSpec, variables: &ipython_mcp_config::Variables) -> LaunchSpec {
+    spec.env.extend(
+        variables
+            .iter()
+            .map(|(name, value)| (name.into(), value.into())),
+    );
+    spec
+}
+
 fn phase_name(phase: &Phase) -> (&'static str, Option<String>) {
     match phase {
         Phase::Probing => ("probing", None),
+        Phase::Validating => ("validating", None),
         Phase::Locking => ("locking", None),
         Phase::Creating { tool } => ("creating", Some(tool.clone())),
         Phase::Installing { tool } => ("installing", Some(tool.clone())),
@@ -1588,6 +1644,7 @@ mod tests {
                 path_var: None,
                 cache_dir: std::env::temp_dir(),
                 install_timeout: Duration::from_secs(1),
+                named: None,
             },
             spool: SpoolLimits {
                 max_execution_bytes: 0,

@@ -37,15 +37,19 @@ pub struct KernelDescription {
 /// Where the kernel's Python comes from, and provisioning progress.
 #[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
 pub struct EnvironmentStatus {
-    /// `probing`, `locking`, `creating`, `installing`, `verifying`, `ready`, or `failed`.
+    /// `probing`, `validating`, `locking`, `creating`, `installing`, `verifying`, `ready`, or
+    /// `failed`.
     pub phase: String,
     pub elapsed_seconds: f64,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
-    /// True when this start created the managed environment.
+    /// True when this start created the environment.
     pub created: bool,
+    /// When `phase` is `failed`: which one (`validate`, `create`, `install`, `verify`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_phase: Option<String>,
 }
 
 /// What `runtime_status` returns for one session.

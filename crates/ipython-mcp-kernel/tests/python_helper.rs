@@ -18,6 +18,7 @@ async fn provisioned_python() -> PathBuf {
         path_var: std::env::var_os("PATH"),
         cache_dir: target_tmp().join("ipython-mcp-cache"),
         install_timeout: Duration::from_secs(600),
+        named: None,
     };
     resolver
         .resolve(&|_| {})

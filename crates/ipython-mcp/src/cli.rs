@@ -209,6 +209,40 @@ pub struct Cli {
         value_name = "JSON"
     )]
     module_aliases: Option<String>,
+    /// Absolute directory outside the project where named environments live
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_ENVIRONMENT_WORKSPACE",
+        global = true,
+        value_name = "DIR"
+    )]
+    environment_workspace: Option<String>,
+    /// Named environment every kernel runs in, created in the workspace on first use
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_ACTIVE_ENVIRONMENT",
+        global = true,
+        value_name = "NAME"
+    )]
+    active_environment: Option<String>,
+    /// JSON array of PEP 508 requirements for the active environment, e.g. ["six==1.16.0"]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_ENVIRONMENT_REQUIREMENTS",
+        global = true,
+        value_name = "JSON",
+        hide_env_values = true
+    )]
+    environment_requirements: Option<String>,
+    /// JSON object of environment variables set in every kernel before preloads
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_ENVIRONMENT_VARIABLES",
+        global = true,
+        value_name = "JSON",
+        hide_env_values = true
+    )]
+    environment_variables: Option<String>,
     /// Where the managed default environment lives [default: $XDG_CACHE_HOME/ipython-mcp or ~/.cache/ipython-mcp]
     #[arg(long, env = "IPYTHON_MCP_CACHE_DIR", global = true, value_name = "DIR")]
     cache_dir: Option<String>,
@@ -253,8 +287,13 @@ impl Cli {
             library_paths: self.library_paths.clone(),
             preload_modules: self.preload_modules.clone(),
             module_aliases: self.module_aliases.clone(),
+            environment_workspace: self.environment_workspace.clone(),
+            active_environment: self.active_environment.clone(),
+            environment_requirements: self.environment_requirements.clone(),
+            environment_variables: self.environment_variables.clone(),
             cache_dir: self.cache_dir.clone(),
             log: self.log.clone(),
+            working_dir: std::env::current_dir().ok(),
         })
     }
 }

@@ -17,6 +17,9 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         "cache dir:       {}",
         options.resolver.cache_dir.display()
     )?;
+    if let Some(named) = &options.resolver.named {
+        writeln!(out, "named env:       {}", named.path().display())?;
+    }
     let started = Instant::now();
     let session = SessionHandle::start(options);
     // Provisioning may take a while on first use: show progress until the session settles.

@@ -84,5 +84,6 @@ fn resolver(config: &Config) -> anyhow::Result<Resolver> {
         path_var: std::env::var_os("PATH"),
         cache_dir,
         install_timeout: config.timeouts.provision,
+        named: config.environment.clone(),
     })
 }

@@ -23,6 +23,7 @@ async fn the_python_sdk_client_works_in_both_protocol_families() {
         path_var: std::env::var_os("PATH"),
         cache_dir: cache.clone(),
         install_timeout: Duration::from_secs(600),
+        named: None,
     };
     let python = resolver
         .resolve(&|_| {})
