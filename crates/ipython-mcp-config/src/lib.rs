@@ -74,7 +74,7 @@ settings! {
     SPARE_KERNELS = ("spare_kernels", "IPYTHON_MCP_SPARE_KERNELS", "spare-kernels", "1",
         "Warm spare kernels kept ready per session so a replacement costs milliseconds (0 disables)");
     PROVISION_TIMEOUT = ("provision_timeout_seconds", "IPYTHON_MCP_PROVISION_TIMEOUT_SECONDS", "provision-timeout-seconds", "600",
-        "Bound on creating the managed default environment (venv + pip install ipykernel)");
+        "Bound on creating a managed environment (the default one, or a named one with its requirements)");
     MAX_KERNELS = ("max_kernels", "IPYTHON_MCP_MAX_KERNELS", "max-kernels", "8",
         "Kernel sessions that may run at once, `default` included (kernel_start refuses more)");
     KERNEL_IDLE_TIMEOUT = ("kernel_idle_timeout_seconds", "IPYTHON_MCP_KERNEL_IDLE_TIMEOUT_SECONDS", "kernel-idle-timeout-seconds", "900",

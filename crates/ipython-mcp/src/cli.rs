@@ -123,7 +123,7 @@ pub struct Cli {
         value_name = "N"
     )]
     spare_kernels: Option<String>,
-    /// Bound on creating the managed default environment [default: 600]
+    /// Bound on creating a managed environment (default or named) [default: 600]
     #[arg(
         long,
         env = "IPYTHON_MCP_PROVISION_TIMEOUT_SECONDS",
