@@ -219,7 +219,9 @@ code raised or did not finish; `runtime.namespace` then tells whether your varia
 (`preserved`) or the kernel was replaced (`reset`: re-run your setup). Prefer printing summaries \
 (df.head(), len(x)) over whole objects. If your client sends a progress token, you get a progress \
 notification with the latest output line about once a second while the code runs. Use runtime_status to \
-check on the kernel without running code, interrupt to stop it.",
+check on the kernel without running code, interrupt to stop it. For anything longer than a few seconds \
+(training, downloads, big loops) pass background=true: it returns at once with an execution_id, and get_output \
+reads the output so far or waits for the end. Long output is kept in full on disk; get_output pages or greps it.",
         output_schema = schema_for_output::<ipython_mcp_kernel::ExecutionOutput>(),
         annotations(title = "Execute Python", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
     )]
