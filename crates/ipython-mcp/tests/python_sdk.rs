@@ -174,5 +174,25 @@ async fn the_python_sdk_client_works_in_both_protocol_families() {
         );
         assert_eq!(namespace["kernel_start"][0]["structured"]["ok"], true);
         assert_eq!(namespace["kernel_stop"][0]["structured"]["state"], "closed");
+        let registration = &namespace["register_tool"][0]["structured"]["registration"];
+        assert_eq!(registration["tool_name"], "triple", "{run}");
+        assert_eq!(namespace["triple"][0]["structured"]["result"], 42, "{run}");
+        assert_eq!(namespace["triple"][1]["is_error"], true);
+        assert_eq!(
+            namespace["triple"][1]["structured"]["error"]["code"],
+            "invalid_arguments"
+        );
+        assert_eq!(
+            namespace["unregister_tool"][0]["structured"]["refused"],
+            serde_json::json!(["execute"])
+        );
+        assert!(
+            !run["listed_after"]
+                .as_array()
+                .expect("tools")
+                .iter()
+                .any(|tool| tool == "triple"),
+            "{run}"
+        );
     }
 }

@@ -53,12 +53,20 @@ async def session(binary, mode):
             ("kernel_discover", {}),
             ("kernel_start", {"spec": status.structured_content["kernel"]["python"], "kernel": "second"}),
             ("kernel_stop", {"kernel": "second"}),
+            # A dynamic tool: published, listed, called with validated arguments, removed.
+            ("execute", {"code": "def triple(v: int, note: str = '') -> int:\n    return 3 * v"}),
+            ("register_tool", {"name": "triple"}),
+            ("triple", {"v": 14}),
+            ("triple", {"v": "not an int"}),
+            ("unregister_tool", {"names": ["triple", "execute"]}),
         ]:
             result = await client.call_tool(tool, arguments)
             namespace.setdefault(tool, []).append(
                 {"is_error": result.is_error, "structured": result.structured_content}
             )
+        listed_after = sorted(tool.name for tool in (await client.list_tools()).tools)
         return {
+            "listed_after": listed_after,
             "progress": progress,
             "namespace": namespace,
             "mode": mode,
