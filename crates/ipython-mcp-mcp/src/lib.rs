@@ -7,10 +7,12 @@
 //!   block for clients that only read text, and `isError` exactly when `ok` is false.
 //! - Internal errors become a stable `code` and a useful message here, in one place.
 
+pub mod fixtures;
 mod namespace;
 mod peers;
 mod render;
 mod server;
 
+pub use fixtures::Fixtures;
 pub use peers::Peers;
 pub use server::{IpythonMcp, Sessions, MAX_CODE_BYTES};
