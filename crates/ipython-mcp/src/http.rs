@@ -131,6 +131,12 @@ pub async fn run(
     // Printed (not logged) so that it shows whatever the log filter, and so that the token,
     // which logs must never carry, appears exactly once.
     eprintln!("ipython-mcp: serving MCP over HTTP at {url}");
+    if http.host.is_unspecified() {
+        eprintln!(
+            "ipython-mcp: listening on every interface: clients use this machine's name or address instead of {}, and it must be in IPYTHON_MCP_HTTP_ALLOWED_HOSTS",
+            http.host
+        );
+    }
     match &credentials {
         Some(credentials) if credentials.generated => eprintln!(
             "ipython-mcp: clients must send the header 'Authorization: Bearer {}' (generated for this run; set IPYTHON_MCP_HTTP_TOKEN or IPYTHON_MCP_HTTP_TOKEN_FILE to choose one)",

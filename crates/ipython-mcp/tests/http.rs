@@ -789,3 +789,64 @@ async fn sigterm_closes_the_streams_and_the_kernels() {
         .expect("the stream ends with the server")
         .ok();
 }
+
+#[tokio::test]
+async fn a_non_loopback_listener_needs_allow_remote_and_still_needs_the_token() {
+    // Refused without the flag (see configuration_mistakes_…); with it, the server starts, and
+    // the token and the Host check still apply. Only loopback traffic is sent.
+    let mut child = command(
+        &[("IPYTHON_MCP_HTTP_TOKEN", TOKEN)],
+        &["--host", "0.0.0.0", "--allow-remote"],
+    )
+    .spawn()
+    .expect("spawn");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let url = loop {
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("URL printed at once")
+            .expect("read")
+            .expect("server running");
+        if let Some(url) = line.strip_prefix("ipython-mcp: serving MCP over HTTP at ") {
+            break url.trim().to_owned();
+        }
+    };
+    let every_interface: SocketAddr = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .parse()
+        .expect("address");
+    assert!(every_interface.ip().is_unspecified(), "{url}");
+    let address = SocketAddr::from(([127, 0, 0, 1], every_interface.port()));
+    let bearer = format!("Bearer {TOKEN}");
+    assert_eq!(
+        raw_post(address, "/mcp", &[]).await.0,
+        401,
+        "still no entry without the token"
+    );
+    assert_eq!(
+        raw_post(address, "/mcp", &[("Authorization", &bearer)])
+            .await
+            .0,
+        200
+    );
+    let unknown_name = format!("0.0.0.0:{}", address.port());
+    assert_eq!(
+        raw_post(
+            address,
+            "/mcp",
+            &[("Authorization", &bearer), ("Host", &unknown_name)]
+        )
+        .await
+        .0,
+        403,
+        "a Host that is not allowed"
+    );
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(child.id().expect("pid") as i32, libc::SIGTERM) };
+    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
+        .await
+        .expect("exit")
+        .expect("wait");
+    assert!(status.success());
+}
