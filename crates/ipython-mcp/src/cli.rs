@@ -10,7 +10,7 @@ use ipython_mcp_config::{Config, RawConfig};
     name = "ipython-mcp",
     version,
     about = "An MCP server that gives AI agents live, persistent Python in a real IPython kernel.",
-    long_about = "An MCP server that gives AI agents live, persistent Python in a real IPython kernel.\n\nWithout a subcommand it serves MCP on stdio: point your MCP client at this binary."
+    long_about = "An MCP server that gives AI agents live, persistent Python in a real IPython kernel.\n\nWithout a subcommand it serves MCP on stdio (point your MCP client at this binary), or with --transport http on http://127.0.0.1:8765/mcp behind a bearer token."
 )]
 pub struct Cli {
     #[command(subcommand)]

@@ -20,6 +20,7 @@ use axum::extract::{Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse as _, Response};
+use axum::serve::ListenerExt as _;
 use axum::Router;
 use ipython_mcp_config::{Config, Token, TokenSource};
 use ipython_mcp_mcp::{Fixtures, IpythonMcp, Peers, Sessions};
@@ -154,6 +155,13 @@ pub async fn run(
 
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
+    // Small JSON-RPC messages: without TCP_NODELAY, Nagle plus delayed ACKs add milliseconds
+    // to every round trip.
+    let listener = listener.tap_io(|stream| {
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%error, "could not set TCP_NODELAY");
+        }
+    });
     let server =
         axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let mut server = tokio::spawn(std::future::IntoFuture::into_future(server));

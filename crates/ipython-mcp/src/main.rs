@@ -20,6 +20,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // Kernels inherit this process's environment, and user code could print it: the token
+    // has been read, so it goes. (Still single-threaded here, before the runtime starts.)
+    std::env::remove_var(ipython_mcp_config::HTTP_TOKEN.env);
     let test_mode = match test_mode::TestMode::from_env(&config) {
         Ok(mode) => mode,
         Err(error) => {

@@ -316,6 +316,16 @@ async fn both_protocol_families_share_the_default_kernel_over_http() {
     let started = Instant::now();
     let defined = execute(&handshake, "shared = 41").await;
     assert!(defined.ok(), "{:?}", defined.structured);
+    let environment = execute(
+        &handshake,
+        "import os\nstr(os.environ.get('IPYTHON_MCP_HTTP_TOKEN'))",
+    )
+    .await;
+    assert_eq!(
+        result_text(&environment),
+        "'None'",
+        "kernels do not inherit the token"
+    );
     let seen = execute(&modern, "shared + 1").await;
     assert_eq!(
         result_text(&seen),
