@@ -727,6 +727,52 @@ async fn a_client_that_disconnects_mid_call_does_not_disturb_the_others() {
             "the abandoned cell was stopped, not waited for ({waited:?})"
         );
     }
+
+    // A handshake client that dies without closing its session (no DELETE, no cancel): its
+    // TCP connections just drop (raw requests, so nothing is sent on its behalf). The MCP spec
+    // says a dropped stream is not a cancellation (the client may resume), so its call runs on
+    // within its deadline; the others queue behind it and are answered right after, correctly.
+    let bearer = format!("Bearer {TOKEN}");
+    let (status, head) = raw_post(server.address, "/mcp", &[("Authorization", &bearer)]).await;
+    assert_eq!(status, 200, "{head}");
+    let session = head
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| value.trim().to_owned())
+        })
+        .expect("a session id");
+    let headers = [
+        ("Authorization", bearer.as_str()),
+        ("Mcp-Session-Id", session.as_str()),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
+    raw_request(server.address, "POST", "/mcp", &headers, &initialized).await;
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "execute", "arguments": {"code": "import time\ntime.sleep(3)"}}})
+    .to_string();
+    let (status, head, stream) = raw_request(server.address, "POST", "/mcp", &headers, &call).await;
+    assert_eq!(status, 200, "{head}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while call_peer(stayer.peer(), "runtime_status", json!({}))
+        .await
+        .structured["operation_active"]
+        != true
+    {
+        assert!(Instant::now() < deadline, "the long cell never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let left = Instant::now();
+    drop(stream);
+    let answer = execute(&stayer, "kept * 7").await;
+    assert_eq!(result_text(&answer), "42", "{:?}", answer.structured);
+    let waited = left.elapsed();
+    eprintln!(
+        "a crashed handshake client's call ran out; the others were answered after {waited:?}"
+    );
+    assert!(waited < Duration::from_secs(10), "{waited:?}");
     assert!(server.terminate().await.success());
 }
 
