@@ -60,6 +60,17 @@ pub fn credentials(source: &TokenSource) -> Result<Credentials, String> {
                     path.display()
                 )
             })?;
+            let readable_by_others = std::fs::metadata(path)
+                .map(|metadata| {
+                    std::os::unix::fs::PermissionsExt::mode(&metadata.permissions()) & 0o077 != 0
+                })
+                .unwrap_or(false);
+            if readable_by_others {
+                eprintln!(
+                    "ipython-mcp: warning: {} can be read by other users; chmod 600 it",
+                    path.display()
+                );
+            }
             let first_line = text.lines().next().unwrap_or_default();
             let token = Token::parse(first_line).map_err(|problem| {
                 format!(

@@ -547,6 +547,8 @@ async fn configuration_mistakes_stop_the_server_with_one_line() {
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("token");
     std::fs::write(&file, format!("{TOKEN}\n")).expect("write token");
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+        .expect("chmod");
     let server =
         HttpServer::start(&[("IPYTHON_MCP_HTTP_TOKEN_FILE", file.to_str().expect("utf-8"))]).await;
     let (status, _) = raw_post(
@@ -557,6 +559,13 @@ async fn configuration_mistakes_stop_the_server_with_one_line() {
     .await;
     assert_eq!(status, 200);
     assert!(!server.stderr().contains(TOKEN));
+    assert!(
+        server
+            .stderr()
+            .contains("can be read by other users; chmod 600 it"),
+        "{}",
+        server.stderr()
+    );
     assert!(server.terminate().await.success());
 }
 
