@@ -104,14 +104,15 @@ pub async fn run(
     test_mode: TestMode,
 ) -> anyhow::Result<ExitCode> {
     let http = &config.http;
-    let listener = tokio::net::TcpListener::bind((http.host, http.port))
-        .await
-        .map_err(|error| {
-            anyhow::anyhow!(
-                "cannot listen on {}: {error}",
-                SocketAddr::new(http.host, http.port)
-            )
-        })?;
+    let listener = match tokio::net::TcpListener::bind((http.host, http.port)).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            // The default kernel is already starting: close it before giving up.
+            sessions.shutdown().await;
+            let address = SocketAddr::new(http.host, http.port);
+            return Err(anyhow::anyhow!("cannot listen on {address}: {error}"));
+        }
+    };
     let address = listener.local_addr()?;
     let url = format!("http://{address}/mcp");
 

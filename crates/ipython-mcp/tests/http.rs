@@ -543,6 +543,27 @@ async fn configuration_mistakes_stop_the_server_with_one_line() {
         assert!(stderr.contains(expect), "{stderr}");
     }
 
+    // A port already taken: one line, exit 1 (not a bad setting); the server closes the kernel
+    // it had begun to start before it gives up.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = taken.local_addr().expect("address").port().to_string();
+    let output = tokio::time::timeout(
+        Duration::from_secs(30),
+        Command::new(env!("CARGO_BIN_EXE_ipython-mcp"))
+            .args(["--transport", "http", "--port", &port])
+            .env("IPYTHON_MCP_HTTP_TOKEN", TOKEN)
+            .env("IPYTHON_MCP_CACHE_DIR", support::cache_dir())
+            .env("IPYTHON_MCP_SPARE_KERNELS", "0")
+            .env("IPYTHON_MCP_LOG", "warn")
+            .output(),
+    )
+    .await
+    .expect("exits at once")
+    .expect("run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cannot listen on 127.0.0.1:"), "{stderr}");
+
     // A token file works, and its token is never printed.
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("token");
