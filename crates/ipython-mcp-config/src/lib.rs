@@ -109,6 +109,22 @@ settings! {
         "Where the managed default environment lives");
     LOG = ("log", "IPYTHON_MCP_LOG", "log", "info",
         "Log filter for stderr (tracing EnvFilter syntax, e.g. info or ipython_mcp_kernel=debug)");
+    TRANSPORT = ("transport", "IPYTHON_MCP_TRANSPORT", "transport", "stdio",
+        "How clients connect: stdio (the client starts the server) or http (Streamable HTTP at /mcp)");
+    HOST = ("host", "IPYTHON_MCP_HOST", "host", "127.0.0.1",
+        "Address the HTTP transport listens on; a non-loopback address also needs --allow-remote");
+    PORT = ("port", "IPYTHON_MCP_PORT", "port", "8765",
+        "TCP port of the HTTP transport (0 picks a free port; the URL is printed at start)");
+    HTTP_TOKEN = ("http_token", "IPYTHON_MCP_HTTP_TOKEN", "http-token", "generated",
+        "Bearer token every HTTP request must carry (at least 16 characters, no spaces); without it or a token file, one is generated and printed to stderr");
+    HTTP_TOKEN_FILE = ("http_token_file", "IPYTHON_MCP_HTTP_TOKEN_FILE", "http-token-file", "none",
+        "File whose first line is the bearer token (keeps it out of the environment and the process list)");
+    HTTP_ALLOWED_ORIGINS = ("http_allowed_origins", "IPYTHON_MCP_HTTP_ALLOWED_ORIGINS", "http-allowed-origins", "loopback",
+        "Comma-separated browser origins allowed to call the HTTP transport (scheme://host:port, :* for any port); requests from other origins get 403; the default allows http(s)://localhost, 127.0.0.1 and [::1] on any port");
+    HTTP_ALLOWED_HOSTS = ("http_allowed_hosts", "IPYTHON_MCP_HTTP_ALLOWED_HOSTS", "http-allowed-hosts", "loopback",
+        "Comma-separated extra Host header values accepted (host or host:port), for a server reached by name; localhost, 127.0.0.1, ::1 and the --host address are always accepted");
+    ALLOW_REMOTE = ("allow_remote", "IPYTHON_MCP_ALLOW_REMOTE", "allow-remote", "false",
+        "Allow --host to be a non-loopback address, so other machines can connect (the token is still required)");
 }
 
 /// Raw, unvalidated values as the user gave them (flag or environment variable).
@@ -151,6 +167,14 @@ pub struct RawConfig {
     /// Not a setting: the server's working directory (the project). When given, the
     /// environment workspace must lie outside it.
     pub working_dir: Option<PathBuf>,
+    pub transport: Option<String>,
+    pub host: Option<String>,
+    pub port: Option<String>,
+    pub http_token: Option<String>,
+    pub http_token_file: Option<String>,
+    pub http_allowed_origins: Option<String>,
+    pub http_allowed_hosts: Option<String>,
+    pub allow_remote: Option<String>,
 }
 
 /// Bounds on everything that crosses from a kernel to an agent.
@@ -294,6 +318,107 @@ pub struct Namespace {
     pub variables: Variables,
 }
 
+/// How MCP clients reach the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// One client, over the server's stdin and stdout (the client starts the server).
+    Stdio,
+    /// Streamable HTTP at `/mcp`, any number of clients, bearer token required.
+    Http,
+}
+
+/// A bearer token. Its `Debug` never shows the value, so it cannot reach a log by accident.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(String);
+
+impl Token {
+    /// The least a configured token may have: short tokens are guessable.
+    pub const MIN_CHARS: usize = 16;
+
+    /// Checks a token given by the user (flag, variable or file).
+    pub fn parse(text: &str) -> Result<Token, String> {
+        let text = text.trim();
+        if text.chars().count() < Self::MIN_CHARS {
+            return Err(format!(
+                "must be at least {} characters (it has {})",
+                Self::MIN_CHARS,
+                text.chars().count()
+            ));
+        }
+        if !text.chars().all(|c| c.is_ascii_graphic()) {
+            return Err("must be printable ASCII without spaces".to_owned());
+        }
+        Ok(Token(text.to_owned()))
+    }
+
+    /// A token the server made itself from random bytes.
+    pub fn generated(random: &[u8; 32]) -> Token {
+        Token(random.iter().map(|byte| format!("{byte:02x}")).collect())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("Token(<redacted>)")
+    }
+}
+
+/// Where the bearer token comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSource {
+    /// `IPYTHON_MCP_HTTP_TOKEN` / `--http-token`.
+    Given(Token),
+    /// `IPYTHON_MCP_HTTP_TOKEN_FILE`: read (and checked with [`Token::parse`]) by the binary.
+    File(PathBuf),
+    /// Neither: the server generates one and prints it once.
+    Generate,
+}
+
+/// Settings of the HTTP transport (unused over stdio).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Http {
+    pub host: std::net::IpAddr,
+    pub port: u16,
+    pub token: TokenSource,
+    /// Browser origins allowed (an `Origin` header must match one; requests without `Origin`,
+    /// i.e. not from a browser, are not affected).
+    pub allowed_origins: Vec<String>,
+    /// Accepted `Host` header values (DNS-rebinding protection).
+    pub allowed_hosts: Vec<String>,
+    pub allow_remote: bool,
+}
+
+impl Http {
+    /// Origins allowed when none are configured: pages served from this machine.
+    pub const LOOPBACK_ORIGINS: [&'static str; 6] = [
+        "http://localhost:*",
+        "http://127.0.0.1:*",
+        "http://[::1]:*",
+        "https://localhost:*",
+        "https://127.0.0.1:*",
+        "https://[::1]:*",
+    ];
+    /// Host names always accepted in the `Host` header.
+    pub const LOOPBACK_HOSTS: [&'static str; 3] = ["localhost", "127.0.0.1", "::1"];
+}
+
+impl Default for Http {
+    fn default() -> Self {
+        Http {
+            host: std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+            port: 8765,
+            token: TokenSource::Generate,
+            allowed_origins: Http::LOOPBACK_ORIGINS.map(str::to_owned).to_vec(),
+            allowed_hosts: Http::LOOPBACK_HOSTS.map(str::to_owned).to_vec(),
+            allow_remote: false,
+        }
+    }
+}
+
 /// The validated configuration of one server process.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -314,6 +439,8 @@ pub struct Config {
     pub cache_dir: Option<PathBuf>,
     /// Log filter directive for stderr.
     pub log: String,
+    pub transport: Transport,
+    pub http: Http,
 }
 
 impl Default for Config {
@@ -331,6 +458,8 @@ impl Default for Config {
             environment: None,
             cache_dir: None,
             log: "info".to_owned(),
+            transport: Transport::Stdio,
+            http: Http::default(),
         }
     }
 }
@@ -536,8 +665,133 @@ impl Config {
                 Some(value) => value.trim().to_owned(),
                 None => defaults.log,
             },
+            transport: transport(&raw.transport)?,
+            http: http(raw)?,
         })
     }
+}
+
+fn transport(raw: &Option<String>) -> Result<Transport, Error> {
+    match raw.as_deref().map(str::trim) {
+        None | Some("stdio") => Ok(Transport::Stdio),
+        Some("http") => Ok(Transport::Http),
+        Some(other) => Err(Error::Invalid {
+            env: TRANSPORT.env,
+            flag: TRANSPORT.flag,
+            problem: format!("must be stdio or http, got {:?}", bounded(other)),
+        }),
+    }
+}
+
+fn http(raw: &RawConfig) -> Result<Http, Error> {
+    let invalid = |setting: Setting, problem: String| Error::Invalid {
+        env: setting.env,
+        flag: setting.flag,
+        problem,
+    };
+    let defaults = Http::default();
+    let allow_remote = match raw.allow_remote.as_deref().map(str::trim) {
+        None => false,
+        Some("true" | "1" | "yes") => true,
+        Some("false" | "0" | "no") => false,
+        Some(other) => {
+            return Err(invalid(
+                ALLOW_REMOTE,
+                format!("must be true or false, got {:?}", bounded(other)),
+            ))
+        }
+    };
+    let host = match raw.host.as_deref().map(str::trim) {
+        None => defaults.host,
+        Some("localhost") => defaults.host,
+        Some(text) => text
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .map_err(|_| {
+                invalid(
+                    HOST,
+                    format!(
+                        "must be an IP address such as 127.0.0.1 or ::1, got {:?}",
+                        bounded(text)
+                    ),
+                )
+            })?,
+    };
+    if !host.is_loopback() && !allow_remote {
+        return Err(invalid(
+            HOST,
+            format!(
+                "{host} is not a loopback address; other machines could connect, so this needs --allow-remote ({}=true)",
+                ALLOW_REMOTE.env
+            ),
+        ));
+    }
+    let port = match raw.port.as_deref().map(str::trim) {
+        None => defaults.port,
+        Some(text) => text.parse::<u16>().map_err(|_| {
+            invalid(
+                PORT,
+                format!("must be a TCP port (0 to 65535), got {:?}", bounded(text)),
+            )
+        })?,
+    };
+    let token = match (&raw.http_token, &raw.http_token_file) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                HTTP_TOKEN,
+                format!("set either it or {}, not both", HTTP_TOKEN_FILE.env),
+            ))
+        }
+        (Some(text), None) => {
+            TokenSource::Given(Token::parse(text).map_err(|problem| invalid(HTTP_TOKEN, problem))?)
+        }
+        (None, Some(file)) => match path(HTTP_TOKEN_FILE, &Some(file.clone()))? {
+            Some(file) => TokenSource::File(file),
+            None => TokenSource::Generate,
+        },
+        (None, None) => TokenSource::Generate,
+    };
+    let list = |text: &Option<String>| -> Vec<String> {
+        text.iter()
+            .flat_map(|text| text.split(','))
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    let allowed_origins = match &raw.http_allowed_origins {
+        None => defaults.allowed_origins,
+        Some(_) => {
+            let origins = list(&raw.http_allowed_origins);
+            if let Some(bad) = origins
+                .iter()
+                .find(|origin| !(origin.contains("://") || origin.as_str() == "null"))
+            {
+                return Err(invalid(
+                    HTTP_ALLOWED_ORIGINS,
+                    format!(
+                        "{:?} is not an origin like http://localhost:3000",
+                        bounded(bad)
+                    ),
+                ));
+            }
+            origins
+        }
+    };
+    let mut allowed_hosts = defaults.allowed_hosts;
+    if !host.is_loopback() && !host.is_unspecified() {
+        allowed_hosts.push(host.to_string());
+    }
+    allowed_hosts.extend(list(&raw.http_allowed_hosts));
+    Ok(Http {
+        host,
+        port,
+        token,
+        allowed_origins,
+        allowed_hosts,
+        allow_remote,
+    })
 }
 
 fn positive_int(setting: Setting, raw: &Option<String>, default: usize) -> Result<usize, Error> {
@@ -859,6 +1113,70 @@ mod tests {
         assert_eq!(check(raw("0"), Ok(())).map(|c| c.spares), Some(Spares(0)));
         assert_eq!(check(raw("2"), Ok(())).map(|c| c.spares), Some(Spares(2)));
         check(raw("-1"), Err("invalid configuration: IPYTHON_MCP_SPARE_KERNELS (--spare-kernels) must be a whole number (0 or more), got \"-1\""));
+    }
+
+    #[test]
+    fn http_settings_are_checked() {
+        let config = check(
+            RawConfig {
+                transport: Some("http".into()),
+                port: Some("0".into()),
+                http_token: Some("0123456789abcdef".into()),
+                ..Default::default()
+            },
+            Ok(()),
+        )
+        .expect("valid");
+        assert_eq!(config.transport, Transport::Http);
+        assert_eq!(config.http.port, 0);
+        assert!(config.http.host.is_loopback());
+        assert!(matches!(config.http.token, TokenSource::Given(_)));
+        assert!(
+            !format!("{config:?}").contains("0123456789abcdef"),
+            "the token never reaches Debug"
+        );
+        let bad = |raw: RawConfig, message: &str| check(raw, Err(message));
+        bad(
+            RawConfig { transport: Some("sse".into()), ..Default::default() },
+            "invalid configuration: IPYTHON_MCP_TRANSPORT (--transport): must be stdio or http, got \"sse\"",
+        );
+        bad(
+            RawConfig { host: Some("0.0.0.0".into()), ..Default::default() },
+            "invalid configuration: IPYTHON_MCP_HOST (--host): 0.0.0.0 is not a loopback address; other machines could connect, so this needs --allow-remote (IPYTHON_MCP_ALLOW_REMOTE=true)",
+        );
+        bad(
+            RawConfig { port: Some("70000".into()), ..Default::default() },
+            "invalid configuration: IPYTHON_MCP_PORT (--port): must be a TCP port (0 to 65535), got \"70000\"",
+        );
+        bad(
+            RawConfig { http_token: Some("short".into()), ..Default::default() },
+            "invalid configuration: IPYTHON_MCP_HTTP_TOKEN (--http-token): must be at least 16 characters (it has 5)",
+        );
+        bad(
+            RawConfig { http_allowed_origins: Some("localhost:3000".into()), ..Default::default() },
+            "invalid configuration: IPYTHON_MCP_HTTP_ALLOWED_ORIGINS (--http-allowed-origins): \"localhost:3000\" is not an origin like http://localhost:3000",
+        );
+        let remote = check(
+            RawConfig {
+                host: Some("192.0.2.7".into()),
+                allow_remote: Some("true".into()),
+                http_allowed_hosts: Some("box.example, box.example:8765".into()),
+                ..Default::default()
+            },
+            Ok(()),
+        )
+        .expect("valid");
+        assert_eq!(
+            remote.http.allowed_hosts,
+            [
+                "localhost",
+                "127.0.0.1",
+                "::1",
+                "192.0.2.7",
+                "box.example",
+                "box.example:8765"
+            ]
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! - Internal errors become a stable `code` and a useful message here, in one place.
 
 mod dynamic;
+pub mod fixtures;
 mod kernels;
 mod namespace;
 mod peers;
@@ -15,6 +16,7 @@ mod render;
 mod server;
 mod sessions;
 
+pub use fixtures::Fixtures;
 pub use peers::Peers;
 pub use server::{IpythonMcp, MAX_CODE_BYTES};
 pub use sessions::{Sessions, StartSpec};

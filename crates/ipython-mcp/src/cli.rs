@@ -10,7 +10,7 @@ use ipython_mcp_config::{Config, RawConfig};
     name = "ipython-mcp",
     version,
     about = "An MCP server that gives AI agents live, persistent Python in a real IPython kernel.",
-    long_about = "An MCP server that gives AI agents live, persistent Python in a real IPython kernel.\n\nWithout a subcommand it serves MCP on stdio: point your MCP client at this binary."
+    long_about = "An MCP server that gives AI agents live, persistent Python in a real IPython kernel.\n\nWithout a subcommand it serves MCP on stdio (point your MCP client at this binary), or with --transport http on http://127.0.0.1:8765/mcp behind a bearer token."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -249,6 +249,41 @@ pub struct Cli {
     /// Log filter for stderr, e.g. info or debug [default: info]
     #[arg(long, env = "IPYTHON_MCP_LOG", global = true, value_name = "FILTER")]
     log: Option<String>,
+    /// How clients connect: stdio, or http (Streamable HTTP at /mcp, bearer token required) [default: stdio]
+    #[arg(long, env = "IPYTHON_MCP_TRANSPORT", value_name = "stdio|http")]
+    transport: Option<String>,
+    /// Address the HTTP transport listens on; a non-loopback one also needs --allow-remote [default: 127.0.0.1]
+    #[arg(long, env = "IPYTHON_MCP_HOST", value_name = "ADDRESS")]
+    host: Option<String>,
+    /// TCP port of the HTTP transport; 0 picks a free one (the URL is printed at start) [default: 8765]
+    #[arg(long, env = "IPYTHON_MCP_PORT", value_name = "PORT")]
+    port: Option<String>,
+    /// Bearer token HTTP clients must send (at least 16 characters) [default: generated and printed to stderr]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_HTTP_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    http_token: Option<String>,
+    /// File whose first line is the bearer token
+    #[arg(long, env = "IPYTHON_MCP_HTTP_TOKEN_FILE", value_name = "PATH")]
+    http_token_file: Option<String>,
+    /// Comma-separated browser origins allowed (scheme://host:port, :* for any port) [default: localhost, 127.0.0.1 and [::1], any port]
+    #[arg(long, env = "IPYTHON_MCP_HTTP_ALLOWED_ORIGINS", value_name = "ORIGINS")]
+    http_allowed_origins: Option<String>,
+    /// Comma-separated extra Host header values accepted (loopback names and --host always are)
+    #[arg(long, env = "IPYTHON_MCP_HTTP_ALLOWED_HOSTS", value_name = "HOSTS")]
+    http_allowed_hosts: Option<String>,
+    /// Allow a non-loopback --host, so other machines can connect (the token is still required)
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_ALLOW_REMOTE",
+        value_name = "true|false",
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    allow_remote: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -294,6 +329,14 @@ impl Cli {
             cache_dir: self.cache_dir.clone(),
             log: self.log.clone(),
             working_dir: std::env::current_dir().ok(),
+            transport: self.transport.clone(),
+            host: self.host.clone(),
+            port: self.port.clone(),
+            http_token: self.http_token.clone(),
+            http_token_file: self.http_token_file.clone(),
+            http_allowed_origins: self.http_allowed_origins.clone(),
+            http_allowed_hosts: self.http_allowed_hosts.clone(),
+            allow_remote: self.allow_remote.clone(),
         })
     }
 }

@@ -2,8 +2,10 @@
 
 mod cli;
 mod doctor;
+mod http;
 mod logging;
 mod serve;
+mod test_mode;
 
 use std::process::ExitCode;
 
@@ -17,6 +19,29 @@ fn main() -> ExitCode {
             eprintln!("ipython-mcp: {error}");
             return ExitCode::from(2);
         }
+    };
+    // Kernels inherit this process's environment, and user code could print it: the token
+    // has been read, so it goes. (Still single-threaded here, before the runtime starts.)
+    std::env::remove_var(ipython_mcp_config::HTTP_TOKEN.env);
+    let test_mode = match test_mode::TestMode::from_env(&config) {
+        Ok(mode) => mode,
+        Err(error) => {
+            eprintln!("ipython-mcp: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    // Resolved before anything starts: a bad token file is a configuration error.
+    let credentials = match (config.transport, &cli.command) {
+        (ipython_mcp_config::Transport::Http, None) if test_mode.requires_token() => {
+            match http::credentials(&config.http.token) {
+                Ok(credentials) => Some(credentials),
+                Err(error) => {
+                    eprintln!("ipython-mcp: {error}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        _ => None,
     };
     logging::init(&config.log);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -33,7 +58,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Some(cli::Command::Doctor) => doctor::run(config).await,
-            None => serve::run(config).await,
+            None => serve::run(config, credentials, test_mode).await,
         }
     });
     // Kernels and their tasks are already closed; don't wait on a blocked stdin read.

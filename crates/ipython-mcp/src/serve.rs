@@ -1,4 +1,4 @@
-//! `ipython-mcp` (no subcommand): serve MCP on stdio.
+//! `ipython-mcp` (no subcommand): serve MCP on stdio, or over HTTP (`http.rs`).
 //!
 //! The default session starts in the background before the transport is served, so the MCP
 //! `initialize` handshake never waits for Python. Shutdown (stdin closed, SIGTERM, SIGINT)
@@ -7,22 +7,49 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use ipython_mcp_config::Config;
+use ipython_mcp_config::{Config, Transport};
 use ipython_mcp_env::Resolver;
 use ipython_mcp_kernel::{SessionHandle, SessionOptions};
-use ipython_mcp_mcp::{IpythonMcp, Peers, Sessions};
+use ipython_mcp_mcp::{Fixtures, IpythonMcp, Peers, Sessions};
 use rmcp::ServiceExt as _;
 use tokio::signal::unix::{signal, SignalKind};
 
-pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
+use crate::test_mode::TestMode;
+
+pub async fn run(
+    config: Config,
+    credentials: Option<crate::http::Credentials>,
+    test_mode: TestMode,
+) -> anyhow::Result<ExitCode> {
     let config = Arc::new(config);
+    if test_mode != TestMode::Off {
+        tracing::warn!(
+            mode = ?test_mode,
+            token_required = test_mode.requires_token(),
+            "TEST MODE ({}): serving conformance fixtures; for the project's tests only, loopback only",
+            crate::test_mode::VARIABLE
+        );
+    }
     let options = session_options(&config, Sessions::DEFAULT)?;
     let default = SessionHandle::start(options.clone());
     let sessions = Sessions::with_template(default, options, config.kernels);
     sessions.spawn_reaper();
-    let server = IpythonMcp::new(sessions.clone(), Arc::clone(&config), Peers::default());
+    if config.transport == Transport::Http {
+        return crate::http::run(config, sessions, credentials, test_mode).await;
+    }
+    let product = IpythonMcp::new(sessions.clone(), Arc::clone(&config), Peers::default());
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving MCP on stdio");
+    if test_mode.fixtures() {
+        serve_stdio(Fixtures::new(product), sessions).await
+    } else {
+        serve_stdio(product, sessions).await
+    }
+}
 
+async fn serve_stdio<S: rmcp::ServerHandler>(
+    server: S,
+    sessions: Sessions,
+) -> anyhow::Result<ExitCode> {
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     // Signals are honoured at every stage, including before a client has finished the

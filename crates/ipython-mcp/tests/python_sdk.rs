@@ -1,5 +1,6 @@
-//! Interop: the official Python MCP SDK (`mcp` from PyPI) drives the real binary over stdio,
-//! once per protocol family (`legacy` = initialize handshake, `auto` = 2026-07-28 discover).
+//! Interop: the official Python MCP SDK (`mcp` from PyPI) drives the real binary over stdio and
+//! over HTTP, once per protocol family (`legacy` = initialize handshake, `auto` = 2026-07-28
+//! discover).
 //! The SDK validates `structuredContent` against each tool's `outputSchema`, so this also
 //! checks that our results match the schemas we advertise.
 
@@ -8,13 +9,15 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
+use tokio::io::AsyncBufReadExt as _;
 
 fn target_tmp() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
 }
 
-#[tokio::test]
-async fn the_python_sdk_client_works_in_both_protocol_families() {
+/// The managed Python (provisioned through the product's own path) with the SDK installed
+/// beside it.
+async fn python_with_sdk() -> (PathBuf, PathBuf) {
     let cache = target_tmp().join("ipython-mcp-cache");
     let resolver = ipython_mcp_env::Resolver {
         explicit_python: None,
@@ -31,6 +34,11 @@ async fn the_python_sdk_client_works_in_both_protocol_families() {
         .expect("provisioned python")
         .executable;
     let deps = target_tmp().join("mcp-sdk-deps");
+    // Both tests of this binary need the SDK: one installs it, the other waits.
+    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _installing = INSTALL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     if !deps.join("mcp").is_dir() {
         let status = Command::new(&python)
             .args([
@@ -48,14 +56,90 @@ async fn the_python_sdk_client_works_in_both_protocol_families() {
             .expect("pip");
         assert!(status.success(), "installing the Python MCP SDK failed");
     }
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python_sdk_client.py");
+    (python, deps)
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python_sdk_client.py")
+}
+
+#[tokio::test]
+async fn the_python_sdk_client_works_in_both_protocol_families() {
+    let (python, deps) = python_with_sdk().await;
     let output = Command::new(&python)
-        .arg(script)
+        .arg(script())
         .arg(env!("CARGO_BIN_EXE_ipython-mcp"))
         .env("PYTHONPATH", &deps)
-        .env("IPYTHON_MCP_CACHE_DIR", &cache)
+        .env(
+            "IPYTHON_MCP_CACHE_DIR",
+            target_tmp().join("ipython-mcp-cache"),
+        )
         .output()
         .expect("run the SDK client");
+    for run in check_output(&output) {
+        check_run(&run);
+    }
+}
+
+#[tokio::test]
+async fn the_python_sdk_client_works_over_http_in_both_protocol_families() {
+    const TOKEN: &str = "python-sdk-token-0123456789";
+    let (python, deps) = python_with_sdk().await;
+    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_ipython-mcp"))
+        .args(["--transport", "http", "--port", "0"])
+        .env(
+            "IPYTHON_MCP_CACHE_DIR",
+            target_tmp().join("ipython-mcp-cache"),
+        )
+        .env("IPYTHON_MCP_LOG", "warn")
+        .env("IPYTHON_MCP_HTTP_TOKEN", TOKEN)
+        // The fixtures add the hook that broadcasts tools/list_changed.
+        .env("IPYTHON_MCP_TEST_MODE", "fixtures")
+        .env_remove("VIRTUAL_ENV")
+        .env_remove("IPYTHON_MCP_PYTHON")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn");
+    let mut lines = tokio::io::BufReader::new(server.stderr.take().expect("stderr")).lines();
+    let url = loop {
+        let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("URL printed at once")
+            .expect("read")
+            .expect("server running");
+        if let Some(url) = line.strip_prefix("ipython-mcp: serving MCP over HTTP at ") {
+            break url.trim().to_owned();
+        }
+    };
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let client = tokio::process::Command::new(&python)
+        .arg(script())
+        .args(["--http", &url, TOKEN])
+        .env("PYTHONPATH", &deps)
+        .output();
+    let output = tokio::time::timeout(Duration::from_secs(900), client)
+        .await
+        .expect("the SDK client finishes")
+        .expect("run the SDK client");
+    for run in check_output(&output) {
+        check_run(&run);
+        assert_eq!(run["fixtures_listed"], true, "{run}");
+        assert_eq!(run["list_changed"], true, "tools/list_changed heard: {run}");
+        assert_eq!(run["refused_without_token"], true, "{run}");
+    }
+    let pid = server.id().expect("pid") as i32;
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let status = tokio::time::timeout(Duration::from_secs(15), server.wait())
+        .await
+        .expect("exit after SIGTERM")
+        .expect("wait");
+    assert!(status.success());
+}
+
+fn check_output(output: &std::process::Output) -> Vec<Value> {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
@@ -69,130 +153,134 @@ async fn the_python_sdk_client_works_in_both_protocol_families() {
     assert_eq!(runs.len(), 2);
     for (run, protocol) in runs.iter().zip(["2025-11-25", "2026-07-28"]) {
         assert_eq!(run["protocol"], protocol, "{run}");
-        assert_eq!(
-            run["tools"],
-            serde_json::json!([
-                "call_function",
-                "execute",
-                "get_output",
-                "inspect",
-                "interrupt",
-                "kernel_discover",
-                "kernel_list",
-                "kernel_restart",
-                "kernel_start",
-                "kernel_stop",
-                "list",
-                "register_tool",
-                "reload",
-                "remove",
-                "reset",
-                "runtime_status",
-                "search",
-                "unregister_tool"
-            ]),
-            "{run}"
-        );
-        assert_eq!(run["output_schemas"], true);
-        assert_eq!(run["state"], "ready");
-        assert_eq!(run["result"], "42");
-        assert_eq!(run["stdout"], "hello\n");
-        assert_eq!(run["first_is_error"], false);
-        assert!(
-            run["text"][0].as_str().expect("text").contains("hello"),
-            "{run}"
-        );
-        assert_eq!(run["failed_is_error"], true);
-        assert_eq!(run["failed_code"], "execution_error");
-        assert_eq!(run["failed_ename"], "ValueError");
-        let progress = run["progress"].as_array().expect("progress");
-        assert!(
-            (2..=4).contains(&progress.len()),
-            "about one notification a second: {progress:?}"
-        );
-        assert!(
-            progress.iter().all(|update| update["message"]
-                .as_str()
-                .is_some_and(|m| m.starts_with("step "))),
-            "{progress:?}"
-        );
-        let values: Vec<f64> = progress
-            .iter()
-            .filter_map(|update| update["progress"].as_f64())
-            .collect();
-        assert!(
-            values.windows(2).all(|pair| pair[0] < pair[1]),
-            "progress increases: {values:?}"
-        );
-        let namespace = &run["namespace"];
-        assert_eq!(
-            namespace["list"][0]["structured"]["functions"][0]["name"], "double",
-            "{run}"
-        );
-        assert_eq!(
-            namespace["search"][0]["structured"]["results"][0]["name"],
-            "table"
-        );
-        assert_eq!(
-            namespace["inspect"][0]["structured"]["signature"],
-            "(v: int) -> int"
-        );
-        assert_eq!(namespace["call_function"][0]["structured"]["result"], 42);
-        assert_eq!(namespace["call_function"][1]["is_error"], true);
-        assert_eq!(
-            namespace["call_function"][1]["structured"]["error"]["code"],
-            "invalid_arguments"
-        );
-        assert_eq!(
-            namespace["reload"][0]["structured"]["results"][1]["error"]["code"],
-            "module_not_found"
-        );
-        assert_eq!(
-            namespace["remove"][0]["structured"]["refused"],
-            serde_json::json!(["_x"])
-        );
-        assert_eq!(
-            namespace["reset"][0]["structured"]["removed"],
-            serde_json::json!(["double", "i", "time", "x"])
-        );
-        let background = &namespace["execute"][0]["structured"];
-        assert_eq!(background["status"], "pending", "{run}");
-        let finished = &namespace["get_output"][0]["structured"];
-        assert_eq!(finished["finished"], true, "{run}");
-        assert_eq!(finished["stdout"], "row 0\nrow 1\nrow 2\n");
-        let page = &namespace["get_output"][1]["structured"]["page"];
-        assert_eq!(page["total_matches"], 2, "{run}");
-        assert_eq!(page["lines"][0]["line"], 2);
-        assert_eq!(
-            namespace["kernel_list"][0]["structured"]["kernels"][0]["kernel"],
-            "default"
-        );
-        assert_eq!(namespace["kernel_discover"][0]["is_error"], false);
-        assert_eq!(
-            namespace["kernel_start"][0]["structured"]["kernel"], "second",
-            "{run}"
-        );
-        assert_eq!(namespace["kernel_start"][0]["structured"]["ok"], true);
-        assert_eq!(namespace["kernel_stop"][0]["structured"]["state"], "closed");
-        let registration = &namespace["register_tool"][0]["structured"]["registration"];
-        assert_eq!(registration["tool_name"], "triple", "{run}");
-        assert_eq!(namespace["triple"][0]["structured"]["result"], 42, "{run}");
-        assert_eq!(namespace["triple"][1]["is_error"], true);
-        assert_eq!(
-            namespace["triple"][1]["structured"]["error"]["code"],
-            "invalid_arguments"
-        );
-        assert_eq!(
-            namespace["unregister_tool"][0]["structured"]["refused"],
-            serde_json::json!(["execute"])
-        );
-        assert!(
-            !run["listed_after"]
-                .as_array()
-                .expect("tools")
-                .iter()
-                .any(|tool| tool == "triple"),
-            "{run}"
-        );
     }
+    runs
+}
+
+fn check_run(run: &Value) {
+    assert_eq!(
+        run["tools"],
+        serde_json::json!([
+            "call_function",
+            "execute",
+            "get_output",
+            "inspect",
+            "interrupt",
+            "kernel_discover",
+            "kernel_list",
+            "kernel_restart",
+            "kernel_start",
+            "kernel_stop",
+            "list",
+            "register_tool",
+            "reload",
+            "remove",
+            "reset",
+            "runtime_status",
+            "search",
+            "unregister_tool"
+        ]),
+        "{run}"
+    );
+    assert_eq!(run["output_schemas"], true);
+    assert_eq!(run["state"], "ready");
+    assert_eq!(run["result"], "42");
+    assert_eq!(run["stdout"], "hello\n");
+    assert_eq!(run["first_is_error"], false);
+    assert!(
+        run["text"][0].as_str().expect("text").contains("hello"),
+        "{run}"
+    );
+    assert_eq!(run["failed_is_error"], true);
+    assert_eq!(run["failed_code"], "execution_error");
+    assert_eq!(run["failed_ename"], "ValueError");
+    let progress = run["progress"].as_array().expect("progress");
+    assert!(
+        (2..=4).contains(&progress.len()),
+        "about one notification a second: {progress:?}"
+    );
+    assert!(
+        progress.iter().all(|update| update["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("step "))),
+        "{progress:?}"
+    );
+    let values: Vec<f64> = progress
+        .iter()
+        .filter_map(|update| update["progress"].as_f64())
+        .collect();
+    assert!(
+        values.windows(2).all(|pair| pair[0] < pair[1]),
+        "progress increases: {values:?}"
+    );
+    let namespace = &run["namespace"];
+    assert_eq!(
+        namespace["list"][0]["structured"]["functions"][0]["name"], "double",
+        "{run}"
+    );
+    assert_eq!(
+        namespace["search"][0]["structured"]["results"][0]["name"],
+        "table"
+    );
+    assert_eq!(
+        namespace["inspect"][0]["structured"]["signature"],
+        "(v: int) -> int"
+    );
+    assert_eq!(namespace["call_function"][0]["structured"]["result"], 42);
+    assert_eq!(namespace["call_function"][1]["is_error"], true);
+    assert_eq!(
+        namespace["call_function"][1]["structured"]["error"]["code"],
+        "invalid_arguments"
+    );
+    assert_eq!(
+        namespace["reload"][0]["structured"]["results"][1]["error"]["code"],
+        "module_not_found"
+    );
+    assert_eq!(
+        namespace["remove"][0]["structured"]["refused"],
+        serde_json::json!(["_x"])
+    );
+    assert_eq!(
+        namespace["reset"][0]["structured"]["removed"],
+        serde_json::json!(["double", "i", "time", "x"])
+    );
+    let background = &namespace["execute"][0]["structured"];
+    assert_eq!(background["status"], "pending", "{run}");
+    let finished = &namespace["get_output"][0]["structured"];
+    assert_eq!(finished["finished"], true, "{run}");
+    assert_eq!(finished["stdout"], "row 0\nrow 1\nrow 2\n");
+    let page = &namespace["get_output"][1]["structured"]["page"];
+    assert_eq!(page["total_matches"], 2, "{run}");
+    assert_eq!(page["lines"][0]["line"], 2);
+    assert_eq!(
+        namespace["kernel_list"][0]["structured"]["kernels"][0]["kernel"],
+        "default"
+    );
+    assert_eq!(namespace["kernel_discover"][0]["is_error"], false);
+    assert_eq!(
+        namespace["kernel_start"][0]["structured"]["kernel"], "second",
+        "{run}"
+    );
+    assert_eq!(namespace["kernel_start"][0]["structured"]["ok"], true);
+    assert_eq!(namespace["kernel_stop"][0]["structured"]["state"], "closed");
+    let registration = &namespace["register_tool"][0]["structured"]["registration"];
+    assert_eq!(registration["tool_name"], "triple", "{run}");
+    assert_eq!(namespace["triple"][0]["structured"]["result"], 42, "{run}");
+    assert_eq!(namespace["triple"][1]["is_error"], true);
+    assert_eq!(
+        namespace["triple"][1]["structured"]["error"]["code"],
+        "invalid_arguments"
+    );
+    assert_eq!(
+        namespace["unregister_tool"][0]["structured"]["refused"],
+        serde_json::json!(["execute"])
+    );
+    assert!(
+        !run["listed_after"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .any(|tool| tool == "triple"),
+        "{run}"
+    );
 }

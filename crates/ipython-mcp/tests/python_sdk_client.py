@@ -1,22 +1,63 @@
 """Drives the ipython-mcp binary with the official Python MCP SDK client, in both protocol
 families, and prints one JSON line per mode with what it saw.
 
-Usage: python python_sdk_client.py /path/to/ipython-mcp
+Usage: python python_sdk_client.py /path/to/ipython-mcp        (stdio: the client starts it)
+       python python_sdk_client.py --http URL TOKEN            (a running server in the
+                                                                fixtures test mode)
 """
 import asyncio
 import json
 import os
 import sys
 
+import httpx2
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+FIXTURES = ("test_", "json_schema_")
 
 
-async def session(binary, mode):
-    env = {key: os.environ[key] for key in ("IPYTHON_MCP_CACHE_DIR", "PATH", "HOME") if key in os.environ}
-    env["IPYTHON_MCP_LOG"] = "warn"
-    params = StdioServerParameters(command=binary, env=env)
-    async with Client(params, mode=mode) as client:
+def http_transport(url, token):
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0))
+    return streamable_http_client(url, http_client=http)
+
+
+async def list_changed_heard(client, mode, changed):
+    """Fires the fixtures' hook and says whether this client was told the tool list changed."""
+    if mode == "legacy":
+        await client.call_tool("test_trigger_tool_change", {})
+        try:
+            await asyncio.wait_for(changed.wait(), 10)
+            return True
+        except asyncio.TimeoutError:
+            return False
+    async with client.listen(tools_list_changed=True) as subscription:
+        await client.call_tool("test_trigger_tool_change", {})
+        try:
+            await asyncio.wait_for(subscription.__anext__(), 10)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+
+async def session(target, mode):
+    changed = asyncio.Event()
+
+    async def on_message(message):
+        method = getattr(message, "method", None) or getattr(getattr(message, "root", None), "method", None)
+        if method == "notifications/tools/list_changed":
+            changed.set()
+
+    if isinstance(target, tuple):
+        params = http_transport(*target)
+    else:
+        env = {key: os.environ[key] for key in ("IPYTHON_MCP_CACHE_DIR", "PATH", "HOME") if key in os.environ}
+        env["IPYTHON_MCP_LOG"] = "warn"
+        params = StdioServerParameters(command=target, env=env)
+    extra = {}
+    async with Client(params, mode=mode, message_handler=on_message) as client:
         tools = await client.list_tools()
         for _ in range(6000):
             status = await client.call_tool("runtime_status", {})
@@ -53,26 +94,30 @@ async def session(binary, mode):
             ("kernel_discover", {}),
             ("kernel_start", {"spec": status.structured_content["kernel"]["python"], "kernel": "second"}),
             ("kernel_stop", {"kernel": "second"}),
-            # A dynamic tool: published, listed, called with validated arguments, removed.
+            # A dynamic tool: published, listed, called (schema-checked), removed.
             ("execute", {"code": "def triple(v: int, note: str = '') -> int:\n    return 3 * v"}),
             ("register_tool", {"name": "triple"}),
             ("triple", {"v": 14}),
             ("triple", {"v": "not an int"}),
             ("unregister_tool", {"names": ["triple", "execute"]}),
+            # Leave the namespace as found: over HTTP the next mode shares this kernel.
+            ("reset", {}),
         ]:
             result = await client.call_tool(tool, arguments)
             namespace.setdefault(tool, []).append(
                 {"is_error": result.is_error, "structured": result.structured_content}
             )
-        listed_after = sorted(tool.name for tool in (await client.list_tools()).tools)
-        return {
-            "listed_after": listed_after,
+        if isinstance(target, tuple):
+            extra["fixtures_listed"] = any(tool.name.startswith(FIXTURES) for tool in tools.tools)
+            extra["list_changed"] = await list_changed_heard(client, mode, changed)
+        extra["listed_after"] = sorted(tool.name for tool in (await client.list_tools()).tools)
+        return extra | {
             "progress": progress,
             "namespace": namespace,
             "mode": mode,
             "protocol": client.protocol_version,
-            "tools": sorted(tool.name for tool in tools.tools),
-            "output_schemas": all(tool.output_schema for tool in tools.tools),
+            "tools": sorted(tool.name for tool in tools.tools if not tool.name.startswith(FIXTURES)),
+            "output_schemas": all(tool.output_schema for tool in tools.tools if not tool.name.startswith(FIXTURES)),
             "state": status.structured_content["state"],
             "result": first.structured_content["result"]["text/plain"],
             "stdout": first.structured_content["stdout"],
@@ -84,9 +129,26 @@ async def session(binary, mode):
         }
 
 
+async def refused_without_token(url, mode):
+    """A client without the token must not get in."""
+    try:
+        async with Client(http_transport(url, None), mode=mode) as client:
+            await client.list_tools()
+    except BaseException:  # the SDK raises an ExceptionGroup or an MCPError
+        return True
+    return False
+
+
 async def main():
+    if sys.argv[1] == "--http":
+        target = (sys.argv[2], sys.argv[3])
+    else:
+        target = sys.argv[1]
     for mode in ("legacy", "auto"):
-        print(json.dumps(await session(sys.argv[1], mode)), flush=True)
+        run = await session(target, mode)
+        if isinstance(target, tuple):
+            run["refused_without_token"] = await refused_without_token(target[0], mode)
+        print(json.dumps(run), flush=True)
 
 
 asyncio.run(main())

@@ -1,0 +1,244 @@
+//! `--transport http`: Streamable HTTP at `/mcp` (rmcp's `StreamableHttpService` in axum).
+//!
+//! Security model, outermost first:
+//! 1. The listener binds loopback unless the user passed `--allow-remote` (checked in config).
+//! 2. Every request needs `Authorization: Bearer <token>` ([`bearer`], constant-time compare);
+//!    anything else is 401, whatever the path.
+//! 3. rmcp checks `Host` against the allowed hosts (DNS rebinding) and `Origin` against the
+//!    allowed origins (a browser page elsewhere); both answer 403.
+//!
+//! Every HTTP session gets its own handler from the factory, but all of them share the one
+//! [`Sessions`] (so every client sees the `default` kernel) and the one [`Peers`] list (so
+//! `tools/list_changed` reaches every client of both protocol families).
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse as _, Response};
+use axum::serve::ListenerExt as _;
+use axum::Router;
+use ipython_mcp_config::{Config, Token, TokenSource};
+use ipython_mcp_mcp::{Fixtures, IpythonMcp, Peers, Sessions};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use subtle::ConstantTimeEq as _;
+use tokio::signal::unix::{signal, SignalKind};
+use tokio_util::sync::CancellationToken;
+
+use crate::test_mode::TestMode;
+
+/// How long open HTTP connections get to finish after SIGTERM before the process goes on to
+/// close its kernels and exit anyway.
+const DRAIN: Duration = Duration::from_secs(3);
+
+/// The token to require, and whether the server made it up (then it is printed once).
+pub struct Credentials {
+    pub token: Token,
+    pub generated: bool,
+}
+
+/// Resolves the bearer token before anything starts, so a bad token file is a one-line
+/// configuration error (exit 2), like every other bad setting.
+pub fn credentials(source: &TokenSource) -> Result<Credentials, String> {
+    match source {
+        TokenSource::Given(token) => Ok(Credentials {
+            token: token.clone(),
+            generated: false,
+        }),
+        TokenSource::File(path) => {
+            let setting = ipython_mcp_config::HTTP_TOKEN_FILE;
+            let text = std::fs::read_to_string(path).map_err(|error| {
+                format!(
+                    "invalid configuration: {} (--{}): cannot read {}: {error}",
+                    setting.env,
+                    setting.flag,
+                    path.display()
+                )
+            })?;
+            let readable_by_others = std::fs::metadata(path)
+                .map(|metadata| {
+                    std::os::unix::fs::PermissionsExt::mode(&metadata.permissions()) & 0o077 != 0
+                })
+                .unwrap_or(false);
+            if readable_by_others {
+                eprintln!(
+                    "ipython-mcp: warning: {} can be read by other users; chmod 600 it",
+                    path.display()
+                );
+            }
+            let first_line = text.lines().next().unwrap_or_default();
+            let token = Token::parse(first_line).map_err(|problem| {
+                format!(
+                    "invalid configuration: {} (--{}): the token in {} {problem}",
+                    setting.env,
+                    setting.flag,
+                    path.display()
+                )
+            })?;
+            Ok(Credentials {
+                token,
+                generated: false,
+            })
+        }
+        TokenSource::Generate => {
+            let mut random = [0u8; 32];
+            getrandom::fill(&mut random)
+                .map_err(|error| format!("cannot generate a bearer token: {error}"))?;
+            Ok(Credentials {
+                token: Token::generated(&random),
+                generated: true,
+            })
+        }
+    }
+}
+
+pub async fn run(
+    config: Arc<Config>,
+    sessions: Sessions,
+    credentials: Option<Credentials>,
+    test_mode: TestMode,
+) -> anyhow::Result<ExitCode> {
+    let http = &config.http;
+    let listener = match tokio::net::TcpListener::bind((http.host, http.port)).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            // The default kernel is already starting: close it before giving up.
+            sessions.shutdown().await;
+            let address = SocketAddr::new(http.host, http.port);
+            return Err(anyhow::anyhow!("cannot listen on {address}: {error}"));
+        }
+    };
+    let address = listener.local_addr()?;
+    let url = format!("http://{address}/mcp");
+
+    let shutdown = CancellationToken::new();
+    let service_config = StreamableHttpServerConfig::default()
+        .with_cancellation_token(shutdown.child_token())
+        .with_allowed_hosts(http.allowed_hosts.clone())
+        .with_allowed_origins(http.allowed_origins.clone())
+        // An empty origin list rejects every browser origin instead of allowing all.
+        .enforce_origin_validation();
+    let peers = Peers::default();
+    let product = {
+        let (sessions, config, peers) = (sessions.clone(), Arc::clone(&config), peers.clone());
+        move || IpythonMcp::new(sessions.clone(), Arc::clone(&config), peers.clone())
+    };
+    let mcp = if test_mode.fixtures() {
+        mcp_router(move || Fixtures::new(product()), service_config)
+    } else {
+        mcp_router(product, service_config)
+    };
+    let app = match &credentials {
+        Some(credentials) => mcp.layer(axum::middleware::from_fn_with_state(
+            Arc::new(credentials.token.clone()),
+            bearer,
+        )),
+        None => mcp,
+    };
+
+    // Printed (not logged) so that it shows whatever the log filter, and so that the token,
+    // which logs must never carry, appears exactly once.
+    eprintln!("ipython-mcp: serving MCP over HTTP at {url}");
+    if http.host.is_unspecified() {
+        eprintln!(
+            "ipython-mcp: listening on every interface: clients use this machine's name or address instead of {}, and it must be in IPYTHON_MCP_HTTP_ALLOWED_HOSTS",
+            http.host
+        );
+    }
+    match &credentials {
+        Some(credentials) if credentials.generated => eprintln!(
+            "ipython-mcp: clients must send the header 'Authorization: Bearer {}' (generated for this run; set IPYTHON_MCP_HTTP_TOKEN or IPYTHON_MCP_HTTP_TOKEN_FILE to choose one)",
+            credentials.token.expose()
+        ),
+        Some(_) => eprintln!("ipython-mcp: clients must send 'Authorization: Bearer <your configured token>'"),
+        None => {}
+    }
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        %address,
+        remote = http.allow_remote,
+        "serving MCP over Streamable HTTP"
+    );
+
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    // Small JSON-RPC messages: without TCP_NODELAY, Nagle plus delayed ACKs add milliseconds
+    // to every round trip.
+    let listener = listener.tap_io(|stream| {
+        if let Err(error) = stream.set_nodelay(true) {
+            tracing::debug!(%error, "could not set TCP_NODELAY");
+        }
+    });
+    let server =
+        axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let mut server = tokio::spawn(std::future::IntoFuture::into_future(server));
+    let failed = tokio::select! {
+        _ = terminate.recv() => { tracing::info!("SIGTERM: shutting down"); None }
+        _ = interrupt.recv() => { tracing::info!("SIGINT: shutting down"); None }
+        ended = &mut server => Some(ended),
+    };
+    // Stop accepting, end every MCP session and stream (rmcp's token), then close the kernels:
+    // queued calls end runtime_closed, the running one is interrupted, kernels are terminated.
+    shutdown.cancel();
+    sessions.shutdown().await;
+    match failed {
+        Some(Ok(Ok(()))) => Ok(ExitCode::SUCCESS),
+        Some(Ok(Err(error))) => Err(anyhow::anyhow!("HTTP server failed: {error}")),
+        Some(Err(error)) => Err(anyhow::anyhow!("HTTP server task failed: {error}")),
+        None => {
+            if tokio::time::timeout(DRAIN, server).await.is_err() {
+                tracing::warn!("HTTP connections still open after {DRAIN:?}; exiting anyway");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn mcp_router<S>(
+    factory: impl Fn() -> S + Send + Sync + 'static,
+    config: StreamableHttpServerConfig,
+) -> Router
+where
+    S: rmcp::ServerHandler + Send + 'static,
+{
+    let service = StreamableHttpService::new(
+        move || Ok(factory()),
+        LocalSessionManager::default().into(),
+        config,
+    );
+    Router::new().nest_service("/mcp", service)
+}
+
+/// Lets a request through only with the right bearer token (RFC 6750; the scheme name is
+/// case-insensitive). The comparison takes the same time wherever the first difference is.
+async fn bearer(State(token): State<Arc<Token>>, request: Request, next: Next) -> Response {
+    let given = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, credentials)| credentials.trim());
+    let authorized =
+        given.is_some_and(|given| bool::from(given.as_bytes().ct_eq(token.expose().as_bytes())));
+    if authorized {
+        return next.run(request).await;
+    }
+    tracing::info!(
+        method = %request.method(),
+        path = request.uri().path(),
+        credentials = if given.is_some() { "wrong" } else { "missing" },
+        "HTTP request refused: 401"
+    );
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Bearer")],
+        "401 Unauthorized: send 'Authorization: Bearer <token>' (the token ipython-mcp printed at start, or IPYTHON_MCP_HTTP_TOKEN)\n",
+    )
+        .into_response()
+}

@@ -1,0 +1,63 @@
+//! The hidden test mode, for the project's own tests only (ARCHITECTURE.md, "Test mode").
+//!
+//! `IPYTHON_MCP_TEST_MODE` is deliberately not a flag, not in `--help` and not in the README's
+//! settings table: a user cannot turn it on by accident. Its values:
+//! - `fixtures`: also serve the conformance fixtures (test tools, resources, prompts and the
+//!   `test_trigger_tool_change` hook); the bearer token is still required.
+//! - `conformance`: fixtures, and HTTP without a bearer token, because the official conformance
+//!   suite cannot send one.
+//!
+//! Either refuses to run unless the server listens on loopback only, and says loudly at start
+//! that it is on.
+
+use ipython_mcp_config::{Config, Transport};
+
+/// The variable that turns the test mode on.
+pub const VARIABLE: &str = "IPYTHON_MCP_TEST_MODE";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestMode {
+    Off,
+    Fixtures,
+    Conformance,
+}
+
+impl TestMode {
+    /// Reads the variable; a value it does not know, or a mode that would expose the test
+    /// surface beyond loopback, is a one-line error.
+    pub fn from_env(config: &Config) -> Result<TestMode, String> {
+        let Some(value) = std::env::var_os(VARIABLE) else {
+            return Ok(TestMode::Off);
+        };
+        let mode = match value.to_str() {
+            Some("fixtures") => TestMode::Fixtures,
+            Some("conformance") => TestMode::Conformance,
+            _ => {
+                return Err(format!(
+                    "{VARIABLE} is for the project's tests and must be fixtures or conformance; unset it"
+                ))
+            }
+        };
+        if config.http.allow_remote || !config.http.host.is_loopback() {
+            return Err(format!(
+                "{VARIABLE} serves test fixtures and may disable authentication, so it refuses non-loopback addresses and --allow-remote"
+            ));
+        }
+        if mode == TestMode::Conformance && config.transport != Transport::Http {
+            return Err(format!(
+                "{VARIABLE}=conformance only makes sense with --transport http"
+            ));
+        }
+        Ok(mode)
+    }
+
+    /// Whether the conformance fixtures are served.
+    pub fn fixtures(self) -> bool {
+        self != TestMode::Off
+    }
+
+    /// Whether HTTP requests need the bearer token.
+    pub fn requires_token(self) -> bool {
+        self != TestMode::Conformance
+    }
+}
