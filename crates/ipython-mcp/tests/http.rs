@@ -25,19 +25,7 @@ use tokio::process::{Child, Command};
 const TOKEN: &str = "test-token-0123456789abcdef";
 
 /// The stable tools, as over stdio: HTTP serves the same surface.
-const TOOLS: [&str; 11] = [
-    "call_function",
-    "execute",
-    "inspect",
-    "interrupt",
-    "kernel_restart",
-    "list",
-    "reload",
-    "remove",
-    "reset",
-    "runtime_status",
-    "search",
-];
+use support::TOOLS;
 
 fn command(env: &[(&str, &str)], args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_ipython-mcp"));

@@ -4,6 +4,8 @@
 //! The SDK validates `structuredContent` against each tool's `outputSchema`, so this also
 //! checks that our results match the schemas we advertise.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -158,30 +160,7 @@ fn check_output(output: &std::process::Output) -> Vec<Value> {
 }
 
 fn check_run(run: &Value) {
-    assert_eq!(
-        run["tools"],
-        serde_json::json!([
-            "call_function",
-            "execute",
-            "get_output",
-            "inspect",
-            "interrupt",
-            "kernel_discover",
-            "kernel_list",
-            "kernel_restart",
-            "kernel_start",
-            "kernel_stop",
-            "list",
-            "register_tool",
-            "reload",
-            "remove",
-            "reset",
-            "runtime_status",
-            "search",
-            "unregister_tool"
-        ]),
-        "{run}"
-    );
+    assert_eq!(run["tools"], serde_json::json!(support::TOOLS), "{run}");
     assert_eq!(run["output_schemas"], true);
     assert_eq!(run["state"], "ready");
     assert_eq!(run["result"], "42");

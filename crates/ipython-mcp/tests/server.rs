@@ -16,30 +16,7 @@ async fn tools_are_listed_with_schemas_and_annotations() {
         let tools = server.client.list_all_tools().await.expect("tools/list");
         let mut names: Vec<&str> = tools.iter().map(|tool| tool.name.as_ref()).collect();
         names.sort_unstable();
-        assert_eq!(
-            names,
-            [
-                "call_function",
-                "execute",
-                "get_output",
-                "inspect",
-                "interrupt",
-                "kernel_discover",
-                "kernel_list",
-                "kernel_restart",
-                "kernel_start",
-                "kernel_stop",
-                "list",
-                "register_tool",
-                "reload",
-                "remove",
-                "reset",
-                "runtime_status",
-                "search",
-                "unregister_tool"
-            ],
-            "{family:?}"
-        );
+        assert_eq!(names, support::TOOLS, "{family:?}");
         for tool in &tools {
             assert!(
                 tool.output_schema.is_some(),

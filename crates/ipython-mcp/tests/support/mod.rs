@@ -13,6 +13,29 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::process::{Child, Command};
 
+/// Every built-in tool, sorted: what `tools/list` shows with no dynamic tools registered (over
+/// stdio and HTTP alike, fixtures excluded).
+pub const TOOLS: [&str; 18] = [
+    "call_function",
+    "execute",
+    "get_output",
+    "inspect",
+    "interrupt",
+    "kernel_discover",
+    "kernel_list",
+    "kernel_restart",
+    "kernel_start",
+    "kernel_stop",
+    "list",
+    "register_tool",
+    "reload",
+    "remove",
+    "reset",
+    "runtime_status",
+    "search",
+    "unregister_tool",
+];
+
 /// Which MCP protocol family the client speaks.
 #[derive(Debug, Clone, Copy)]
 pub enum Family {
