@@ -61,6 +61,8 @@ struct State {
     tools: BTreeMap<String, Entry>,
     /// Sessions whose epoch is watched (their tools go when their kernel is replaced).
     watched: std::collections::HashSet<String>,
+    /// The clients to notify, for changes that happen outside a tool call (the idle reaper).
+    peers: Option<Peers>,
 }
 
 /// What the helper's `tool_catalog` answers per tool.
@@ -145,6 +147,7 @@ impl Catalog {
         let epoch = session.status().epoch;
         let watch = {
             let mut state = self.lock();
+            state.peers.get_or_insert_with(|| peers.clone());
             state.revision += 1;
             registration.revision = state.revision;
             state.tools.insert(
@@ -208,6 +211,15 @@ impl Catalog {
             peers.notify_tool_list_changed().await;
         }
         dropped
+    }
+
+    /// Drops a session's tools when the session itself goes (stopped, or reaped when idle),
+    /// notifying the clients the catalog knows.
+    pub async fn forget_session(&self, kernel: &str) {
+        let peers = self.lock().peers.clone();
+        if let Some(peers) = peers {
+            self.drop_session(kernel, &peers).await;
+        }
     }
 
     /// Drops a session's tools as soon as its kernel is replaced.

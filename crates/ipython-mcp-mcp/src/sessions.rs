@@ -289,6 +289,7 @@ impl Sessions {
         let removed = self.lock().remove(id);
         match removed {
             Some(entry) => {
+                self.inner.catalog.forget_session(id).await;
                 entry.handle.shutdown().await;
                 Ok(entry.handle)
             }

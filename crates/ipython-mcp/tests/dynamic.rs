@@ -410,3 +410,62 @@ async fn the_catalog_is_bounded_and_modern_clients_hear_changes_by_subscription(
     assert_eq!(called.structured["result"], 7);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_reaped_kernel_takes_its_tools_with_it_and_clients_hear_it() {
+    let server = Server::start(
+        Family::Modern,
+        &[("IPYTHON_MCP_KERNEL_IDLE_TIMEOUT_SECONDS", "2")],
+    )
+    .await;
+    let status = server.call("runtime_status", json!({})).await;
+    let python = status.structured["kernel"]["python"]
+        .as_str()
+        .expect("python")
+        .to_owned();
+    let started = server
+        .call("kernel_start", json!({"spec": python, "kernel": "side"}))
+        .await;
+    assert!(started.ok(), "{started:?}");
+    server
+        .call(
+            "execute",
+            json!({"code": "def side_tool(a: int) -> int: return a", "kernel": "side"}),
+        )
+        .await;
+    let mut subscription = server
+        .client
+        .peer()
+        .listen(SubscriptionFilter::builder().tools_list_changed().build())
+        .await
+        .expect("subscriptions/listen");
+    let registered = server
+        .call(
+            "register_tool",
+            json!({"name": "side_tool", "kernel": "side"}),
+        )
+        .await;
+    assert!(registered.ok(), "{registered:?}");
+    next_notification(&mut subscription).await;
+    // Nobody touches `side`: the reaper stops it, and clients are told without asking.
+    next_notification(&mut subscription).await;
+    let list = server.call("kernel_list", json!({})).await;
+    assert_eq!(
+        list.structured["kernels"]
+            .as_array()
+            .expect("kernels")
+            .len(),
+        1
+    );
+    let listed = server.client.list_all_tools().await.expect("tools/list");
+    assert!(!listed.iter().any(|tool| tool.name == "side_tool"));
+    server.stop().await;
+}
+
+async fn next_notification(subscription: &mut rmcp::service::Subscription) {
+    tokio::time::timeout(Duration::from_secs(15), subscription.next())
+        .await
+        .expect("a notification in time")
+        .expect("subscription open")
+        .expect("a notification");
+}
