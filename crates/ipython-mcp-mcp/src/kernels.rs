@@ -410,6 +410,8 @@ impl IpythonMcp {
         {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        // Idle time counts from now, not from the start request (a slow start is not idleness).
+        let _ = sessions.get(Some(&id));
         let status = session.status();
         let ok = matches!(status.state, SessionState::Ready | SessionState::Busy);
         tracing::info!(tool = "kernel_start", kernel = %id, language = %language_hint, ok, "tool call");

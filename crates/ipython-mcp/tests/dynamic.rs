@@ -415,7 +415,7 @@ async fn the_catalog_is_bounded_and_modern_clients_hear_changes_by_subscription(
 async fn a_reaped_kernel_takes_its_tools_with_it_and_clients_hear_it() {
     let server = Server::start(
         Family::Modern,
-        &[("IPYTHON_MCP_KERNEL_IDLE_TIMEOUT_SECONDS", "2")],
+        &[("IPYTHON_MCP_KERNEL_IDLE_TIMEOUT_SECONDS", "3")],
     )
     .await;
     let status = server.call("runtime_status", json!({})).await;

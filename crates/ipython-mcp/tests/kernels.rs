@@ -191,15 +191,8 @@ async fn a_caller_that_stops_waiting_can_come_back_for_the_output() {
 }
 
 #[tokio::test]
-async fn kernels_are_isolated_limited_stopped_and_reaped_when_idle() {
-    let server = Server::start(
-        Family::Handshake,
-        &[
-            ("IPYTHON_MCP_MAX_KERNELS", "3"),
-            ("IPYTHON_MCP_KERNEL_IDLE_TIMEOUT_SECONDS", "4"),
-        ],
-    )
-    .await;
+async fn kernels_are_isolated_limited_and_stopped() {
+    let server = Server::start(Family::Handshake, &[("IPYTHON_MCP_MAX_KERNELS", "3")]).await;
     let status = server.call("runtime_status", json!({})).await;
     let python = status.structured["kernel"]["python"]
         .as_str()
@@ -247,20 +240,6 @@ async fn kernels_are_isolated_limited_stopped_and_reaped_when_idle() {
     let pids: Vec<Value> = kernels.iter().map(|kernel| kernel["pid"].clone()).collect();
     assert!(pids[0] != pids[1] && pids[1] != pids[2] && pids[0] != pids[2]);
 
-    // A background job keeps its session alive past the idle timeout (4 s); once it is done
-    // and nobody uses the session, the reaper stops it. The default session is never reaped.
-    let job = server
-        .call(
-            "execute",
-            json!({"code": "import time; time.sleep(9); 'slept'", "kernel": "work", "background": true}),
-        )
-        .await;
-    assert!(job.ok(), "{job:?}");
-    let job_id = job.structured["execution_id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
-
     // max_kernels, and refusals that change nothing.
     let refused = server.call("kernel_start", json!({"spec": python})).await;
     assert_eq!(refused.structured["error"]["code"], "limit_exceeded");
@@ -296,7 +275,39 @@ async fn kernels_are_isolated_limited_stopped_and_reaped_when_idle() {
         .await;
     assert_eq!(gone.structured["error"]["code"], "invalid_arguments");
 
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn idle_started_kernels_are_reaped_but_not_while_working() {
+    let server = Server::start(
+        Family::Handshake,
+        &[("IPYTHON_MCP_KERNEL_IDLE_TIMEOUT_SECONDS", "3")],
+    )
+    .await;
+    let status = server.call("runtime_status", json!({})).await;
+    let python = status.structured["kernel"]["python"]
+        .as_str()
+        .expect("python")
+        .to_owned();
+    let started = server
+        .call("kernel_start", json!({"spec": python, "kernel": "work"}))
+        .await;
+    assert!(started.ok(), "{started:?}");
+    // A background job keeps its session alive past the idle timeout; once it is done and
+    // nobody uses the session, the reaper stops it. The default session is never reaped.
+    let job = server
+        .call(
+            "execute",
+            json!({"code": "import time; time.sleep(6); 'slept'", "kernel": "work", "background": true}),
+        )
+        .await;
+    assert!(job.ok(), "{job:?}");
+    let job_id = job.structured["execution_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    tokio::time::sleep(Duration::from_millis(4500)).await;
     let list = server.call("kernel_list", json!({})).await;
     let names: Vec<&str> = list.structured["kernels"]
         .as_array()
@@ -307,7 +318,7 @@ async fn kernels_are_isolated_limited_stopped_and_reaped_when_idle() {
     assert_eq!(names, vec!["default", "work"], "a busy session is not idle");
     let done = finished_output(&server, &job_id).await;
     assert_eq!(done["result"]["text/plain"], "'slept'");
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let list = server.call("kernel_list", json!({})).await;
         let kernels = list.structured["kernels"]
