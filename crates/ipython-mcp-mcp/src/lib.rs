@@ -10,6 +10,7 @@
 mod dynamic;
 mod kernels;
 mod namespace;
+mod notebooks;
 mod peers;
 mod render;
 mod server;

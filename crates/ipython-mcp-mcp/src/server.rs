@@ -92,20 +92,26 @@ pub struct IpythonMcp {
     sessions: Sessions,
     config: Arc<Config>,
     peers: Peers,
+    notebooks: Arc<crate::notebooks::NotebookState>,
     tool_router: ToolRouter<IpythonMcp>,
 }
 
 impl IpythonMcp {
     /// A handler for one connection. `sessions` and `peers` are shared by every connection.
     pub fn new(sessions: Sessions, config: Arc<Config>, peers: Peers) -> Self {
+        let notebooks = Arc::new(crate::notebooks::NotebookState::new(
+            config.workspace_root.clone(),
+        ));
         IpythonMcp {
             sessions,
             config,
             peers,
+            notebooks,
             tool_router: Self::tool_router()
                 + Self::namespace_router()
                 + Self::kernels_router()
-                + Self::dynamic_router(),
+                + Self::dynamic_router()
+                + Self::notebooks_router(),
         }
     }
 
@@ -150,6 +156,10 @@ impl IpythonMcp {
 
     pub(crate) fn sessions(&self) -> &Sessions {
         &self.sessions
+    }
+
+    pub(crate) fn notebook_state(&self) -> &crate::notebooks::NotebookState {
+        &self.notebooks
     }
 
     pub(crate) fn config(&self) -> &Config {

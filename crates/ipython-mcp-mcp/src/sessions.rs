@@ -32,6 +32,8 @@ struct Inner {
     next_id: std::sync::atomic::AtomicU64,
     /// Every session's dynamic tools.
     catalog: Catalog,
+    /// Notebook file (canonical path) → the session that runs its cells.
+    notebooks: Mutex<BTreeMap<PathBuf, String>>,
 }
 
 #[derive(Clone)]
@@ -90,6 +92,7 @@ impl Sessions {
                 limits,
                 next_id: std::sync::atomic::AtomicU64::new(1),
                 catalog: Catalog::default(),
+                notebooks: Mutex::default(),
             }),
         }
     }
@@ -274,6 +277,52 @@ impl Sessions {
             },
         );
         Ok((id, handle))
+    }
+
+    fn notebook_lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<PathBuf, String>> {
+        self.inner
+            .notebooks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The session bound to a notebook file, if it is still running.
+    pub fn notebook_session(&self, notebook: &Path) -> Option<(String, SessionHandle)> {
+        let id = self.notebook_lock().get(notebook).cloned()?;
+        match self.get(Some(&id)) {
+            Ok(handle) => Some((id, handle)),
+            Err(_) => {
+                // Stopped (kernel_stop or the idle reaper): forget the binding.
+                self.notebook_lock().remove(notebook);
+                None
+            }
+        }
+    }
+
+    /// Binds a notebook file to a session (replacing an earlier binding).
+    pub fn bind_notebook(&self, notebook: PathBuf, id: String) {
+        self.notebook_lock().insert(notebook, id);
+    }
+
+    /// Forgets a notebook's binding; returns the session id and the notebooks still bound to it.
+    pub fn unbind_notebook(&self, notebook: &Path) -> Option<(String, Vec<PathBuf>)> {
+        let mut bindings = self.notebook_lock();
+        let id = bindings.remove(notebook)?;
+        let others = bindings
+            .iter()
+            .filter(|(_, bound)| **bound == id)
+            .map(|(path, _)| path.clone())
+            .collect();
+        Some((id, others))
+    }
+
+    /// The notebooks bound to a session.
+    pub fn notebooks_of(&self, id: &str) -> Vec<PathBuf> {
+        self.notebook_lock()
+            .iter()
+            .filter(|(_, bound)| bound.as_str() == id)
+            .map(|(path, _)| path.clone())
+            .collect()
     }
 
     /// Stops and forgets a started session.
