@@ -1229,7 +1229,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "notebook_delete_cell",
-        description = "Delete one cell (by cell_id or index) from a notebook; later cells move up. Returns the new revision and the deleted cell's id and type. Cannot be undone except by re-inserting the cell.",
+        description = "Delete one cell (by cell_id or index) from a notebook; later cells move up. Returns the new revision and the deleted cell's id and type. Cannot be undone except by re-inserting the cell (which gets a new id). To empty a cell's outputs but keep it, use notebook_clear_outputs instead.",
         output_schema = schema_for_output::<WriteResult>(),
         annotations(title = "Delete a cell", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
