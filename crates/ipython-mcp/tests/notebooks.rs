@@ -818,3 +818,98 @@ async fn a_killed_write_leaves_the_old_file_intact() {
         );
     }
 }
+
+#[tokio::test]
+async fn resources_serve_notebooks_by_percent_encoded_uri_and_the_capabilities() {
+    let workspace = Workspace::new();
+    std::fs::create_dir(workspace.root().join("nested folder")).expect("mkdir");
+    for family in [Family::Handshake, Family::Modern] {
+        let server =
+            Server::start_unready(family, &[("IPYTHON_MCP_WORKSPACE_ROOT", &workspace.env())])
+                .await;
+        let path = "nested folder/分析.ipynb";
+        let uri = "notebook:///nested%20folder/%E5%88%86%E6%9E%90.ipynb";
+        if !workspace.root().join(path).exists() {
+            let created = server
+                .call(
+                    "notebook_create",
+                    json!({"path": path, "cells": [{"source": "1 + 1"}]}),
+                )
+                .await;
+            assert!(created.ok(), "{created:?}");
+            assert_eq!(created.structured["uri"], uri);
+        }
+        let peer = server.client.peer();
+        let resources = peer.list_all_resources().await.expect("resources/list");
+        let uris: Vec<&str> = resources
+            .iter()
+            .map(|resource| resource.uri.as_str())
+            .collect();
+        for expected in [
+            "ipython-mcp://capabilities",
+            "ipython-mcp://kernelspecs",
+            "ipython-mcp://kernels",
+            uri,
+        ] {
+            assert!(uris.contains(&expected), "{expected} in {uris:?}");
+        }
+        let templates = peer.list_all_resource_templates().await.expect("templates");
+        assert_eq!(templates[0].uri_template, "notebook:///{+path}");
+
+        let text = |result: rmcp::model::ReadResourceResult| match &result.contents[0] {
+            rmcp::model::ResourceContents::TextResourceContents { text, .. } => text.clone(),
+            other => panic!("text contents: {other:?}"),
+        };
+        let read = peer
+            .read_resource(rmcp::model::ReadResourceRequestParams::new(uri))
+            .await
+            .expect("read the notebook");
+        let notebook: Value = serde_json::from_str(&text(read)).expect("notebook JSON");
+        assert_eq!(notebook["cells"][0]["source"], json!(["1 + 1"]));
+        assert!(
+            text_bytes_eq(&workspace.read(path), &notebook),
+            "the file as it is"
+        );
+
+        let capabilities = peer
+            .read_resource(rmcp::model::ReadResourceRequestParams::new(
+                "ipython-mcp://capabilities",
+            ))
+            .await
+            .expect("capabilities");
+        let capabilities: Value =
+            serde_json::from_str(&text(capabilities)).expect("capabilities JSON");
+        assert_eq!(capabilities["schema_version"], "1.0");
+        assert_eq!(capabilities["limits"]["max_text_chars"], 8192);
+        assert_eq!(
+            capabilities["notebooks"]["workspace_root"],
+            workspace
+                .root()
+                .canonicalize()
+                .expect("canonical")
+                .display()
+                .to_string()
+        );
+        assert!(capabilities["kernelspecs"].is_array());
+
+        for bad in [
+            "notebook:///../outside.ipynb",
+            "notebook:///nested%20folder%2F..%2Fx.ipynb",
+            "notebook:///x%zz.ipynb",
+            "notebook://host/x.ipynb",
+            "notebook:///missing.ipynb",
+            "ipython-mcp://nothing",
+        ] {
+            let refused = peer
+                .read_resource(rmcp::model::ReadResourceRequestParams::new(bad))
+                .await;
+            assert!(refused.is_err(), "{bad} is refused");
+        }
+        server.stop().await;
+    }
+}
+
+/// The served text is the file's notebook (same JSON).
+fn text_bytes_eq(file: &[u8], served: &Value) -> bool {
+    serde_json::from_slice::<Value>(file).expect("file JSON") == *served
+}
