@@ -12,8 +12,8 @@ use ipython_mcp_kernel::{
     ErrorInfo, ExecuteArgs, ExecutionOutput, ExecutionStatus, RuntimeStatus, SessionHandle,
 };
 use ipython_mcp_notebook::{
-    cell_id, joined_text, uri_for_path, CellRef, CellType, NewCell, Notebook, NotebookPath, Output,
-    Workspace,
+    cell_id, joined_text, uri_for_path, CellRef, CellType, Format, NewCell, Notebook, NotebookPath,
+    Output, Workspace,
 };
 use rmcp::handler::server::tool::schema_for_output;
 use rmcp::handler::server::wrapper::Parameters;
@@ -89,8 +89,9 @@ pub struct CellInput {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateParams {
-    /// Notebook path relative to the workspace root, ending in `.ipynb`, e.g. `analysis/eda.ipynb`
-    /// (its directory must exist). Absolute paths and `..` are refused.
+    /// Notebook path relative to the workspace root, ending in `.ipynb` (e.g.
+    /// `analysis/eda.ipynb`), or in `.py` for a jupytext percent script (sources and metadata
+    /// only, no outputs). Its directory must exist; absolute paths and `..` are refused.
     pub path: String,
     /// Kernelspec name recorded in `metadata.kernelspec` (default `python3`); it decides which
     /// kernel runs the notebook's cells (see notebook_session).
@@ -456,7 +457,7 @@ pub(crate) fn notebook_error(error: &ipython_mcp_notebook::Error) -> ErrorInfo {
             "the file changed since you read it (another tool call, an editor, another process); nothing was changed: read it again, redo your change on the new content and pass the new revision",
         ),
         ipython_mcp_notebook::Error::InvalidPath { .. } => info.with_hint(
-            "give a path relative to the workspace root, with '/' separators, ending in .ipynb, without '..'",
+            "give a path relative to the workspace root, with '/' separators, ending in .ipynb (or .py for a percent script), without '..'",
         ),
         ipython_mcp_notebook::Error::NotFound { .. } => {
             info.with_hint("notebook_create makes a new notebook")
@@ -495,6 +496,16 @@ fn optional_cell_ref(
         (None, None) => Ok(None),
         _ => cell_ref(cell_id, index).map(Some),
     }
+}
+
+/// `summary` for a file of `format`: a percent script stores no ids, so its cells are known by
+/// their positional id (`cell-<index>`), the one the next read gives them.
+fn summary_in(format: Format, notebook: &Notebook, index: usize) -> CellSummary {
+    let mut cell = summary(notebook, index);
+    if format == Format::Percent {
+        cell.id = Some(format!("cell-{index}"));
+    }
+    cell
 }
 
 fn summary(notebook: &Notebook, index: usize) -> CellSummary {
@@ -704,11 +715,12 @@ impl IpythonMcp {
             Err(refused) => return refused,
         };
         let relative = path.relative.clone();
+        let format = path.format;
         let edited = Self::blocking(move || {
             workspace.update(&path, expected_revision.as_deref(), |notebook| {
                 let index = change(notebook)?;
                 Ok((
-                    index.map(|index| summary(notebook, index)),
+                    index.map(|index| summary_in(format, notebook, index)),
                     notebook.cells().len(),
                 ))
             })
@@ -871,10 +883,11 @@ impl IpythonMcp {
         };
         if let (Some(save), true) = (save, output.status != ExecutionStatus::Rejected) {
             let saved_output = output.clone();
+            let format = path.format;
             let saved = Self::blocking(move || {
                 workspace.update(&path, Some(&revision), |notebook| {
                     let index = save(notebook, &saved_output)?;
-                    Ok(summary(notebook, index))
+                    Ok(summary_in(format, notebook, index))
                 })
             })
             .await;
@@ -943,7 +956,7 @@ impl IpythonMcp {
 impl IpythonMcp {
     #[tool(
         name = "notebook_create",
-        description = "Create a Jupyter notebook (.ipynb, nbformat 4.5) at a path relative to the workspace root, optionally with initial cells, and return its revision. The kernel it records (`kernel_name`, default python3) is the kernel its cells run in. Fails with notebook_exists if the file exists, unless `overwrite` (then `expected_revision` guards the replaced file). Use notebook_insert_cell to add cells to an existing notebook.",
+        description = "Create a Jupyter notebook (.ipynb, nbformat 4.5; or a jupytext py:percent script when the path ends in .py: sources and metadata, no outputs) at a path relative to the workspace root, optionally with initial cells, and return its revision. The kernel it records (`kernel_name`, default python3) is the kernel its cells run in. Fails with notebook_exists if the file exists, unless `overwrite` (then `expected_revision` guards the replaced file). Use notebook_insert_cell to add cells to an existing notebook.",
         output_schema = schema_for_output::<WriteResult>(),
         annotations(title = "Create a notebook", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
@@ -1246,11 +1259,12 @@ impl IpythonMcp {
             Err(refused) => return Ok(refused),
         };
         let relative = path.relative.clone();
+        let format = path.format;
         let expected = params.expected_revision;
         let deleted = Self::blocking(move || {
             workspace.update(&path, expected.as_deref(), |notebook| {
                 let index = notebook.locate(&reference)?;
-                let cell = summary(notebook, index);
+                let cell = summary_in(format, notebook, index);
                 notebook.delete(index);
                 Ok((cell, notebook.cells().len()))
             })

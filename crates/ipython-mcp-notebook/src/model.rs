@@ -291,6 +291,15 @@ impl Notebook {
         changed
     }
 
+    /// Gives every cell the id `cell-<index>`: for formats that store no ids (percent
+    /// scripts), so that a cell read twice has the same id.
+    pub fn positional_ids(&mut self) {
+        for index in 0..self.cells().len() {
+            self.cell_mut(index)
+                .insert("id".into(), format!("cell-{index}").into());
+        }
+    }
+
     fn fresh_id(&self, also_taken: &HashSet<String>) -> String {
         loop {
             // nbformat's own generator: 8 hex digits of a random UUID.

@@ -21,6 +21,15 @@ pub struct Workspace {
     locks: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
 }
 
+/// How a notebook is stored, from its extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `.ipynb`: nbformat 4 JSON, outputs included.
+    Ipynb,
+    /// `.py`: a jupytext `py:percent` script (sources and metadata, no outputs or ids).
+    Percent,
+}
+
 /// A checked notebook path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotebookPath {
@@ -28,6 +37,7 @@ pub struct NotebookPath {
     pub relative: String,
     /// The file to read and write: inside the root, symlinks resolved.
     pub absolute: PathBuf,
+    pub format: Format,
 }
 
 impl Workspace {
@@ -98,9 +108,15 @@ impl Workspace {
             }
             _ => {}
         }
+        let format = if file_name.ends_with(".py") {
+            Format::Percent
+        } else {
+            Format::Ipynb
+        };
         Ok(NotebookPath {
             relative: components.join("/"),
             absolute,
+            format,
         })
     }
 
@@ -143,9 +159,15 @@ fn check_syntax(relative: &str) -> Result<Vec<&str>, String> {
         }
     }
     let file_name = components.last().expect("split yields one item");
-    match file_name.strip_suffix(".ipynb") {
+    match file_name
+        .strip_suffix(".ipynb")
+        .or_else(|| file_name.strip_suffix(".py"))
+    {
         Some(stem) if !stem.is_empty() => Ok(components),
-        _ => Err("a notebook path must end in '.ipynb'".to_owned()),
+        _ => Err(
+            "a notebook path must end in '.ipynb' (or '.py' for a jupytext percent script)"
+                .to_owned(),
+        ),
     }
 }
 

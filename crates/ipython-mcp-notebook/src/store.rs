@@ -7,7 +7,7 @@ use std::path::Path;
 use sha2::{Digest, Sha256};
 
 use crate::model::Notebook;
-use crate::path::{NotebookPath, Workspace};
+use crate::path::{Format, NotebookPath, Workspace};
 use crate::Error;
 
 /// A notebook as read, with the revision of the bytes it came from.
@@ -45,10 +45,24 @@ fn read_bytes(path: &NotebookPath) -> Result<Vec<u8>, Error> {
 }
 
 fn parse(path: &NotebookPath, bytes: &[u8]) -> Result<Notebook, Error> {
-    Notebook::parse(bytes).map_err(|problem| Error::InvalidNotebook {
+    let parsed = match path.format {
+        Format::Ipynb => Notebook::parse(bytes),
+        Format::Percent => std::str::from_utf8(bytes)
+            .map_err(|_| "the script is not UTF-8".to_owned())
+            .and_then(crate::percent::parse_percent),
+    };
+    parsed.map_err(|problem| Error::InvalidNotebook {
         path: path.relative.clone(),
         problem,
     })
+}
+
+/// The file bytes of a notebook in the path's format.
+pub fn encode(path: &NotebookPath, notebook: &Notebook) -> Vec<u8> {
+    match path.format {
+        Format::Ipynb => notebook.to_bytes(),
+        Format::Percent => crate::percent::to_percent(notebook).into_bytes(),
+    }
 }
 
 fn check_revision(path: &NotebookPath, expected: Option<&str>, actual: &str) -> Result<(), Error> {
@@ -89,7 +103,7 @@ impl Workspace {
     ) -> Result<String, Error> {
         let lock = self.lock_for(&path.absolute);
         let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let bytes = notebook.to_bytes();
+        let bytes = encode(path, notebook);
         if overwrite {
             let current = match std::fs::read(&path.absolute) {
                 Ok(current) => Some(revision_of(&current)),
@@ -124,7 +138,7 @@ impl Workspace {
         let mut notebook = parse(path, &bytes)?;
         notebook.ensure_ids();
         let result = change(&mut notebook)?;
-        let new_bytes = notebook.to_bytes();
+        let new_bytes = encode(path, &notebook);
         write_atomic(path, &new_bytes, Some(&revision))?;
         Ok((result, revision_of(&new_bytes)))
     }

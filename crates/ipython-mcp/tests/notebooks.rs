@@ -80,6 +80,12 @@ fn sha256(bytes: &[u8]) -> String {
 
 /// The product-provisioned Python with `nbformat` from PyPI importable via PYTHONPATH.
 async fn python_with_nbformat() -> (PathBuf, PathBuf) {
+    python_with("nbformat==5.10.4", "nbformat", "nbformat-deps").await
+}
+
+/// The product-provisioned Python with `requirement` installed (pip --target) into
+/// `target/tmp/<directory>`, importable as `module` via PYTHONPATH.
+async fn python_with(requirement: &str, module: &str, directory: &str) -> (PathBuf, PathBuf) {
     let resolver = ipython_mcp_env::Resolver {
         explicit_python: None,
         virtual_env: None,
@@ -94,8 +100,8 @@ async fn python_with_nbformat() -> (PathBuf, PathBuf) {
         .await
         .expect("provisioned python")
         .executable;
-    let deps = target_tmp().join("nbformat-deps");
-    if !deps.join("nbformat").is_dir() {
+    let deps = target_tmp().join(directory);
+    if !deps.join(module).is_dir() {
         let status = Command::new(&python)
             .args([
                 "-m",
@@ -107,10 +113,10 @@ async fn python_with_nbformat() -> (PathBuf, PathBuf) {
                 "--target",
             ])
             .arg(&deps)
-            .arg("nbformat==5.10.4")
+            .arg(requirement)
             .status()
             .expect("pip");
-        assert!(status.success(), "installing nbformat failed");
+        assert!(status.success(), "installing {requirement} failed");
     }
     (python, deps)
 }
@@ -912,4 +918,133 @@ async fn resources_serve_notebooks_by_percent_encoded_uri_and_the_capabilities()
 /// The served text is the file's notebook (same JSON).
 fn text_bytes_eq(file: &[u8], served: &Value) -> bool {
     serde_json::from_slice::<Value>(file).expect("file JSON") == *served
+}
+
+/// What jupytext makes of a percent script: metadata and cells (type, source, metadata).
+async fn jupytext_view(file: &Path) -> Value {
+    let (python, deps) = python_with("jupytext==1.16.4", "jupytext", "jupytext-deps").await;
+    let script = r#"
+import json, sys
+import jupytext
+nb = jupytext.read(sys.argv[1])
+print(json.dumps({
+    "metadata": nb.metadata,
+    "cells": [{"cell_type": c.cell_type, "source": c.source, "metadata": c.metadata} for c in nb.cells],
+}))
+"#;
+    let output = Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .arg(file)
+        .env("PYTHONPATH", deps)
+        .output()
+        .expect("python");
+    assert!(
+        output.status.success(),
+        "jupytext failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("json")
+}
+
+/// Our view of the same cells, through notebook_read.
+async fn our_view(server: &Server, path: &str) -> Value {
+    let read = server.call("notebook_read", json!({"path": path})).await;
+    assert!(read.ok(), "{read:?}");
+    let cells: Vec<Value> = read.structured["cells"]
+        .as_array()
+        .expect("cells")
+        .iter()
+        .map(|cell| {
+            json!({"cell_type": cell["cell_type"], "source": cell["source"], "metadata": cell["metadata"]})
+        })
+        .collect();
+    json!({"metadata": read.structured["metadata"], "cells": cells})
+}
+
+#[tokio::test]
+async fn percent_scripts_round_trip_with_jupytext() {
+    let workspace = Workspace::new();
+    let server = Server::start(
+        Family::Handshake,
+        &[("IPYTHON_MCP_WORKSPACE_ROOT", &workspace.env())],
+    )
+    .await;
+    // Written by us, read by jupytext.
+    let created = server
+        .call(
+            "notebook_create",
+            json!({"path": "script.py", "cells": [
+                {"source": "import os\n%time x = 1\n!echo hi"},
+                {"cell_type": "markdown", "source": "# Title\n\nSome *text*\n  indented"},
+                {"source": "def f():\n    return 3", "metadata": {"tags": ["keep"], "k": {"n": 1}}},
+                {"cell_type": "raw", "source": "raw text"},
+            ]}),
+        )
+        .await;
+    assert!(created.ok(), "{created:?}");
+    let ran = server
+        .call(
+            "notebook_execute",
+            json!({"path": "script.py", "code": "y = 2\ny"}),
+        )
+        .await;
+    assert!(ran.ok(), "{ran:?}");
+    assert_eq!(ran.structured["result"]["text/plain"], "2");
+    assert_eq!(ran.structured["saved"], true);
+    assert_eq!(ran.structured["cell"]["id"], "cell-4");
+    let text = String::from_utf8(workspace.read("script.py")).expect("utf-8");
+    assert!(text.contains("# %%\ny = 2\ny\n"), "{text}");
+    assert!(!text.contains("execute_result"), "no outputs in a script");
+    let theirs = jupytext_view(&workspace.root().join("script.py")).await;
+    let ours = our_view(&server, "script.py").await;
+    assert_eq!(
+        theirs["cells"], ours["cells"],
+        "jupytext reads our script as we do"
+    );
+    assert_eq!(theirs["metadata"]["kernelspec"]["name"], "python3");
+
+    // Written by jupytext, read by us; our edit, read by jupytext again.
+    let (python, deps) = python_with("jupytext==1.16.4", "jupytext", "jupytext-deps").await;
+    let make = r##"
+import sys
+import jupytext, nbformat
+nb = nbformat.v4.new_notebook()
+nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+nb.cells = [
+    nbformat.v4.new_code_cell("%matplotlib inline\nimport sys\n!ls\n\n\nz = 3"),
+    nbformat.v4.new_markdown_cell("# Heading\n\n- item\n#not heading"),
+    nbformat.v4.new_code_cell('s = """\n%not a magic\n"""', metadata={"tags": ["a", "b"]}),
+    nbformat.v4.new_raw_cell("raw"),
+]
+jupytext.write(nb, sys.argv[1], fmt="py:percent")
+"##;
+    let status = Command::new(&python)
+        .arg("-c")
+        .arg(make)
+        .arg(workspace.root().join("theirs.py"))
+        .env("PYTHONPATH", &deps)
+        .status()
+        .expect("python");
+    assert!(status.success());
+    let theirs = jupytext_view(&workspace.root().join("theirs.py")).await;
+    let ours = our_view(&server, "theirs.py").await;
+    assert_eq!(
+        theirs["cells"], ours["cells"],
+        "we read jupytext's script as it does"
+    );
+    assert_eq!(theirs["metadata"], ours["metadata"]);
+    let updated = server
+        .call(
+            "notebook_update_cell",
+            json!({"path": "theirs.py", "index": 1, "source": "# Changed\n\ntext"}),
+        )
+        .await;
+    assert!(updated.ok(), "{updated:?}");
+    let theirs = jupytext_view(&workspace.root().join("theirs.py")).await;
+    let ours = our_view(&server, "theirs.py").await;
+    assert_eq!(theirs["cells"], ours["cells"]);
+    assert_eq!(theirs["cells"][1]["source"], "# Changed\n\ntext");
+    assert_eq!(theirs["cells"][2]["metadata"]["tags"], json!(["a", "b"]));
+    server.stop().await;
 }
