@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ipython_mcp_kernel::{
-    ErrorInfo, ExecuteArgs, ExecutionOutput, ExecutionStatus, RuntimeStatus, SessionHandle,
+    ErrorInfo, ExecuteArgs, ExecutionOutput, ExecutionStatus, PageRequest, RuntimeStatus,
+    SessionHandle, StreamName,
 };
 use ipython_mcp_notebook::{
     cell_id, joined_text, uri_for_path, CellRef, CellType, Format, NewCell, Notebook, NotebookPath,
@@ -27,6 +28,9 @@ use crate::render;
 use crate::server::{IpythonMcp, MAX_CODE_BYTES};
 use crate::sessions::StartSpec;
 
+/// Characters of each stream an execution saves in the notebook (read back from the spool);
+/// the agent still gets only `max_text_chars`.
+const MAX_SAVED_STREAM_CHARS: usize = 1 << 20;
 /// Largest `max_cells` of one `notebook_read`.
 const MAX_READ_CELLS: usize = 1000;
 const DEFAULT_READ_CELLS: usize = 100;
@@ -615,8 +619,8 @@ fn output_view(output: &Value, max_chars: usize, max_traceback: usize) -> Value 
 }
 
 /// What an execution saves in the notebook, as Jupyter would: streams, displays, the result
-/// and the error. Streams are the bounded text the agent also got, plus a line saying how much
-/// was cut (the full text stays in the spool for get_output).
+/// and the error. Streams longer than what the agent got have been filled in from the spool
+/// (`with_full_streams`); what is still missing is named in a last line.
 fn saved_outputs(output: &ExecutionOutput) -> Vec<Output> {
     let mut outputs = Vec::new();
     for (name, text, omitted) in [
@@ -632,7 +636,7 @@ fn saved_outputs(output: &ExecutionOutput) -> Vec<Output> {
                 text.push('\n');
             }
             text.push_str(&format!(
-                "[ipython-mcp: {omitted} more characters of {name} not saved; get_output with execution_id {} pages the full text while the kernel keeps it]\n",
+                "[ipython-mcp: about {omitted} more characters of {name} not saved; get_output with execution_id {} pages the full text while the kernel keeps it]\n",
                 output.execution_id
             ));
         }
@@ -669,6 +673,53 @@ fn saved_outputs(output: &ExecutionOutput) -> Vec<Output> {
         });
     }
     outputs
+}
+
+/// The execution's output with its streams as complete as the spool has them (up to
+/// `MAX_SAVED_STREAM_CHARS` each), for saving; unchanged when nothing was cut or the spool is
+/// unavailable.
+async fn with_full_streams(session: &SessionHandle, output: &ExecutionOutput) -> ExecutionOutput {
+    let mut full = output.clone();
+    let dropped = output
+        .spool
+        .as_ref()
+        .is_some_and(|spool| spool.dropped_bytes > 0);
+    for stream in [StreamName::Stdout, StreamName::Stderr] {
+        let (text, omitted) = match stream {
+            StreamName::Stdout => (&mut full.stdout, &mut full.stdout_omitted_chars),
+            StreamName::Stderr => (&mut full.stderr, &mut full.stderr_omitted_chars),
+        };
+        if *omitted == 0 {
+            continue;
+        }
+        let request = PageRequest {
+            stream,
+            start_line: 1,
+            max_lines: usize::MAX,
+            pattern: None,
+            max_chars: MAX_SAVED_STREAM_CHARS,
+        };
+        let Some(Ok(page)) = session.page(Some(&output.execution_id), request).await else {
+            continue;
+        };
+        if page.lines.is_empty() {
+            continue;
+        }
+        let total = text.chars().count() as u64 + *omitted;
+        let mut saved = String::new();
+        for line in &page.lines {
+            saved.push_str(&line.text);
+            saved.push('\n');
+        }
+        let complete = page.next_line.is_none() && !page.truncated && !dropped;
+        *omitted = if complete {
+            0
+        } else {
+            total.saturating_sub(saved.chars().count() as u64).max(1)
+        };
+        *text = saved;
+    }
+    full
 }
 
 impl IpythonMcp {
@@ -882,7 +933,7 @@ impl IpythonMcp {
             save_error: None,
         };
         if let (Some(save), true) = (save, output.status != ExecutionStatus::Rejected) {
-            let saved_output = output.clone();
+            let saved_output = with_full_streams(&session, &output).await;
             let format = path.format;
             let saved = Self::blocking(move || {
                 workspace.update(&path, Some(&revision), |notebook| {

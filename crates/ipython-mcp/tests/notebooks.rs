@@ -294,6 +294,29 @@ async fn notebooks_are_edited_executed_and_saved_as_jupyter_would() {
     assert_eq!(peek.structured["saved"], false);
     assert_eq!(workspace.read(nb), before);
 
+    // Long output: the agent gets the bounded head, the file gets all of it (from the spool).
+    let long = server
+        .call(
+            "notebook_execute",
+            json!({"path": nb, "code": "for i in range(3000):\n    print(f'line {i:05d}', 'x' * 40)"}),
+        )
+        .await;
+    assert!(long.ok(), "{long:?}");
+    assert!(long.structured["stdout_omitted_chars"].as_u64() > Some(100_000));
+    assert!(long.structured["stdout"].as_str().expect("stdout").len() <= 8192);
+    let file = workspace.json(nb);
+    let text = file["cells"][4]["outputs"][0]["text"]
+        .as_array()
+        .expect("lines");
+    assert_eq!(text.len(), 3000, "every line saved");
+    assert_eq!(text[2999], format!("line 02999 {}\n", "x".repeat(40)));
+    workspace.keep(nb);
+    let removed = server
+        .call("notebook_delete_cell", json!({"path": nb, "index": 4}))
+        .await;
+    assert!(removed.ok(), "{removed:?}");
+    workspace.keep(nb);
+
     // Ids survive source edits, moves and re-execution.
     let updated = server
         .call(
