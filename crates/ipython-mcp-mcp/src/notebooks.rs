@@ -883,7 +883,14 @@ impl IpythonMcp {
                     tracing::info!(kernel = %id, "notebook session started");
                     return Ok((id, handle, true));
                 }
-                Err(error) if error.code == "invalid_arguments" => last_error = Some(error),
+                Err(error) if error.code == "invalid_arguments" => {
+                    // A concurrent first run of the same notebook may have just started and
+                    // bound its session under this id: use that one.
+                    if let Some((id, handle)) = sessions.notebook_session(&path.absolute) {
+                        return Ok((id, handle, false));
+                    }
+                    last_error = Some(error);
+                }
                 Err(error) => return Err(render::request_error(&error)),
             }
         }

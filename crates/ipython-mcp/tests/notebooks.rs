@@ -800,52 +800,84 @@ async fn a_killed_write_leaves_the_old_file_intact() {
     let workspace = Workspace::new();
     let path = workspace.root().join("big.ipynb");
     std::fs::write(&path, serde_json::to_vec(&big_notebook()).expect("json")).expect("write");
-    let mut revisions = vec![sha256(&std::fs::read(&path).expect("read"))];
-    for attempt in 0..8u64 {
-        let server = Server::start_unready(
-            Family::Handshake,
-            &[("IPYTHON_MCP_WORKSPACE_ROOT", &workspace.env())],
+    let env = [("IPYTHON_MCP_WORKSPACE_ROOT", workspace.env())];
+    let env: Vec<(&str, &str)> = env
+        .iter()
+        .map(|(key, value)| (*key, value.as_str()))
+        .collect();
+    // How long one insert into this 8 MB notebook takes, end to end.
+    let server = Server::start_unready(Family::Handshake, &env).await;
+    let started = Instant::now();
+    let timed = server
+        .call(
+            "notebook_insert_cell",
+            json!({"path": "big.ipynb", "source": "timed", "index": 0}),
         )
         .await;
+    assert!(timed.ok(), "{timed:?}");
+    let write_time = started.elapsed();
+    server.stop().await;
+
+    let mut versions = vec![sha256(&std::fs::read(&path).expect("read"))];
+    let mut unchanged = 0;
+    let mut temp_files_seen = 0;
+    // Kills spread from the very start of the call to well past its usual end: before the
+    // read, during the edit, during the temp file's write and fsync, around the rename.
+    for (step, tenths) in [0u32, 2, 4, 6, 8, 10, 20, 30].into_iter().enumerate() {
+        let server = Server::start_unready(Family::Handshake, &env).await;
         let peer = server.client.peer().clone();
         let writing = tokio::spawn(async move {
-            support::call_peer(
-                &peer,
-                "notebook_insert_cell",
-                json!({"path": "big.ipynb", "source": format!("attempt {attempt}"), "index": 0}),
-            )
-            .await
+            let arguments =
+                json!({"path": "big.ipynb", "source": format!("attempt {step}"), "index": 0});
+            let request = rmcp::model::CallToolRequestParams::new("notebook_insert_cell")
+                .with_arguments(arguments.as_object().cloned().expect("object"));
+            // The server dies under it: an error is expected.
+            let _ = peer.call_tool(request).await;
         });
-        // Kill it at a different moment each time, some before and some during the write.
-        tokio::time::sleep(Duration::from_millis(5 + attempt * 15)).await;
-        // SAFETY: kill(2) on our own child's pid.
+        tokio::time::sleep(write_time * tenths / 10).await;
+        // SAFETY: kill(2) on the pid of our own child process.
         unsafe {
             libc::kill(server.pid as i32, libc::SIGKILL);
         }
         let _ = writing.await;
         support::wait_until_gone(server.pid as i32).await;
+        drop(server);
         let bytes = std::fs::read(&path).expect("read");
         let parsed: Value = serde_json::from_slice(&bytes).expect("always a whole JSON file");
         let cells = parsed["cells"].as_array().expect("cells").len();
-        assert!(cells >= 200, "{cells}");
         let current = sha256(&bytes);
-        if revisions.last() != Some(&current) {
-            revisions.push(current);
+        if versions.last() == Some(&current) {
+            unchanged += 1;
+        } else {
+            // A completed write: exactly one more cell, on top.
+            assert_eq!(cells, 201 + versions.len(), "one cell per completed write");
+            assert_eq!(
+                parsed["cells"][0]["source"],
+                json!([format!("attempt {step}")])
+            );
+            versions.push(current);
         }
-        drop(server);
+        for entry in std::fs::read_dir(workspace.root()).expect("ls") {
+            let name = entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned();
+            if name.starts_with(".ipython-mcp-") {
+                // A write killed after creating its temp file: remove it for the next round.
+                temp_files_seen += 1;
+                std::fs::remove_file(workspace.root().join(&name)).expect("remove");
+            } else {
+                assert_eq!(name, "big.ipynb");
+            }
+        }
     }
-    // Temp files of killed writes may remain (hidden, named .ipython-mcp-*); nothing else.
-    for entry in std::fs::read_dir(workspace.root()).expect("ls") {
-        let name = entry
-            .expect("entry")
-            .file_name()
-            .to_string_lossy()
-            .into_owned();
-        assert!(
-            name == "big.ipynb" || name.starts_with(".ipython-mcp-"),
-            "{name}"
-        );
-    }
+    eprintln!(
+        "crash test: one write takes {write_time:?}; {} completed, {unchanged} killed before the rename, {temp_files_seen} of them after the temp file existed",
+        versions.len() - 1
+    );
+    assert!(unchanged > 0, "some kills came before the rename");
+    assert!(versions.len() > 1, "some writes completed");
 }
 
 #[tokio::test]
