@@ -723,6 +723,34 @@ async fn with_full_streams(session: &SessionHandle, output: &ExecutionOutput) ->
 }
 
 impl IpythonMcp {
+    /// The session a tool names by `kernel` id or by `notebook` path (at most one of them;
+    /// neither: `default`).
+    pub(crate) fn session_for_notebook(
+        &self,
+        kernel: Option<&str>,
+        notebook: Option<&str>,
+    ) -> Result<SessionHandle, CallToolResult> {
+        let Some(notebook) = notebook else {
+            return self.session_for(kernel);
+        };
+        if kernel.is_some() {
+            return Err(invalid("give either kernel or notebook, not both"));
+        }
+        let (_workspace, path) = self.notebook_path(notebook)?;
+        match self.sessions().notebook_session(&path.absolute) {
+            Some((_, handle)) => Ok(handle),
+            None => Err(render::request_error(
+                &ErrorInfo::new(
+                    "invalid_arguments",
+                    format!("notebook {:?} has no kernel session", path.relative),
+                )
+                .with_hint(
+                    "notebook_execute, notebook_execute_cell or notebook_session starts one",
+                ),
+            )),
+        }
+    }
+
     fn workspace(&self) -> Result<Arc<Workspace>, CallToolResult> {
         self.notebook_state()
             .workspace()
@@ -1016,7 +1044,7 @@ impl IpythonMcp {
         name = "notebook_create",
         description = "Create a Jupyter notebook (.ipynb, nbformat 4.5; or a jupytext py:percent script when the path ends in .py: sources and metadata, no outputs) at a path relative to the workspace root, optionally with initial cells, and return its revision. The kernel it records (`kernel_name`, default python3) is the kernel its cells run in. Fails with notebook_exists if the file exists, unless `overwrite` (then `expected_revision` guards the replaced file). Use notebook_insert_cell to add cells to an existing notebook.",
         output_schema = schema_for_output::<WriteResult>(),
-        annotations(title = "Create a notebook", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
+        annotations(title = "Create a notebook", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
     async fn notebook_create(
         &self,
@@ -1150,6 +1178,9 @@ impl IpythonMcp {
                     .unwrap_or_default()
             });
             used += source.len()
+                + metadata.as_ref().map_or(0, |metadata| {
+                    Value::Object(metadata.clone()).to_string().len()
+                })
                 + outputs
                     .as_ref()
                     .map(|outputs| outputs.iter().map(|output| output.to_string().len()).sum())

@@ -55,6 +55,10 @@ pub struct StatusParams {
     /// Kernel session id; omit for the `default` session.
     #[serde(default)]
     pub kernel: Option<String>,
+    /// Or a notebook path (relative to the workspace root): the session that runs that
+    /// notebook's cells. Exclusive with `kernel`.
+    #[serde(default)]
+    pub notebook: Option<String>,
 }
 
 /// The result of `runtime_status`: the session's status fields at the top level, plus `ok`.
@@ -307,10 +311,11 @@ reads the output so far or waits for the end. Long output is kept in full on dis
         &self,
         Parameters(params): Parameters<StatusParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let session = match self.session_for(params.kernel.as_deref()) {
-            Ok(session) => session,
-            Err(refused) => return Ok(refused),
-        };
+        let session =
+            match self.session_for_notebook(params.kernel.as_deref(), params.notebook.as_deref()) {
+                Ok(session) => session,
+                Err(refused) => return Ok(refused),
+            };
         let (interrupted, status) = session.interrupt().await;
         tracing::info!(
             tool = "interrupt",
@@ -348,10 +353,11 @@ reads the output so far or waits for the end. Long output is kept in full on dis
         &self,
         Parameters(params): Parameters<StatusParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let session = match self.session_for(params.kernel.as_deref()) {
-            Ok(session) => session,
-            Err(refused) => return Ok(refused),
-        };
+        let session =
+            match self.session_for_notebook(params.kernel.as_deref(), params.notebook.as_deref()) {
+                Ok(session) => session,
+                Err(refused) => return Ok(refused),
+            };
         let restarted = session.restart().await;
         tracing::info!(
             tool = "kernel_restart",
@@ -383,13 +389,15 @@ answers runtime_unavailable or seems slow, or to learn which Python you are runn
         &self,
         Parameters(params): Parameters<StatusParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        Ok(match self.sessions.get(params.kernel.as_deref()) {
-            Ok(session) => render::status(&StatusResult {
-                ok: true,
-                status: session.status(),
-            }),
-            Err(error) => render::request_error(&error),
-        })
+        Ok(
+            match self.session_for_notebook(params.kernel.as_deref(), params.notebook.as_deref()) {
+                Ok(session) => render::status(&StatusResult {
+                    ok: true,
+                    status: session.status(),
+                }),
+                Err(refused) => refused,
+            },
+        )
     }
 }
 

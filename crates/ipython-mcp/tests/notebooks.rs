@@ -524,6 +524,36 @@ async fn notebooks_are_edited_executed_and_saved_as_jupyter_would() {
         "{in_other:?}"
     );
     workspace.keep(other);
+    // interrupt, kernel_restart and runtime_status accept the notebook instead of its kernel.
+    let status = server
+        .call("runtime_status", json!({"notebook": other}))
+        .await;
+    assert_eq!(
+        status.structured["kernel_id"],
+        kernel.as_str(),
+        "{status:?}"
+    );
+    let idle = server.call("interrupt", json!({"notebook": nb})).await;
+    assert!(idle.ok(), "{idle:?}");
+    assert_eq!(idle.structured["interrupted"], false);
+    let none = server
+        .call("runtime_status", json!({"notebook": "missing.ipynb"}))
+        .await;
+    assert!(none.is_error, "{none:?}");
+    let restarted = server
+        .call("kernel_restart", json!({"notebook": other}))
+        .await;
+    assert!(restarted.ok(), "{restarted:?}");
+    let fresh = server
+        .call(
+            "notebook_execute",
+            json!({"path": nb, "code": "'x' in dir()", "persist": false}),
+        )
+        .await;
+    assert_eq!(
+        fresh.structured["result"]["text/plain"], "False",
+        "restarted"
+    );
     let released = server
         .call("notebook_session_close", json!({"path": other}))
         .await;
