@@ -769,13 +769,22 @@ impl IpythonMcp {
     async fn blocking<T: Send + 'static>(
         work: impl FnOnce() -> Result<T, ipython_mcp_notebook::Error> + Send + 'static,
     ) -> Result<T, CallToolResult> {
+        Self::blocking_info(work)
+            .await
+            .map_err(|error| render::request_error(&error))
+    }
+
+    /// Like `blocking`, with the error as the agent would see it.
+    async fn blocking_info<T: Send + 'static>(
+        work: impl FnOnce() -> Result<T, ipython_mcp_notebook::Error> + Send + 'static,
+    ) -> Result<T, ErrorInfo> {
         match tokio::task::spawn_blocking(work).await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => Err(failed(&error)),
-            Err(_) => Err(render::request_error(&ErrorInfo::new(
+            Ok(Err(error)) => Err(notebook_error(&error)),
+            Err(_) => Err(ErrorInfo::new(
                 "internal_error",
                 "the file operation failed",
-            ))),
+            )),
         }
     }
 
@@ -970,7 +979,7 @@ impl IpythonMcp {
         if let (Some(save), true) = (save, output.status != ExecutionStatus::Rejected) {
             let saved_output = with_full_streams(&session, &output).await;
             let format = path.format;
-            let saved = Self::blocking(move || {
+            let saved = Self::blocking_info(move || {
                 workspace.update(&path, Some(&revision), |notebook| {
                     let index = save(notebook, &saved_output)?;
                     Ok(summary_in(format, notebook, index))
@@ -983,13 +992,7 @@ impl IpythonMcp {
                     result.revision = Some(new_revision);
                     result.cell = Some(cell);
                 }
-                Err(refused) => {
-                    let error = refused
-                        .structured_content
-                        .as_ref()
-                        .and_then(|value| value.get("error"))
-                        .and_then(|error| serde_json::from_value::<ErrorInfo>(error.clone()).ok())
-                        .unwrap_or_else(|| ErrorInfo::new("io_error", "saving failed"));
+                Err(error) => {
                     result.save_error = Some(error);
                     output.ok = false;
                 }
@@ -1998,5 +2001,123 @@ impl IpythonMcp {
             }
             Err(error) => Err(invalid(error.code(), error.to_string())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipython_mcp_kernel::{DisplayItem, RuntimeInfo};
+    use serde_json::json;
+
+    fn output() -> ExecutionOutput {
+        let runtime = RuntimeInfo {
+            request_id: "1".into(),
+            admission_seq: 1,
+            epoch: 0,
+            queue_wait_ms: 0,
+            run_ms: 1,
+            interruption: None,
+            namespace: None,
+        };
+        let mut output = ExecutionOutput::pending("e1".into(), runtime);
+        output.status = ExecutionStatus::Ok;
+        output
+    }
+
+    #[test]
+    fn outputs_are_saved_in_jupyter_order_with_a_note_for_what_is_missing() {
+        let mut run = output();
+        run.execution_count = Some(7);
+        run.stdout = "a\nb".into();
+        run.stdout_omitted_chars = 10;
+        run.stderr = "warn\n".into();
+        run.display_data = vec![DisplayItem {
+            data: json!({"text/plain": "<Figure>"})
+                .as_object()
+                .cloned()
+                .expect("object"),
+            metadata: Map::new(),
+        }];
+        run.result = json!({"text/plain": "42"}).as_object().cloned();
+        run.error = Some(ErrorInfo {
+            ename: Some("ValueError".into()),
+            evalue: Some("boom".into()),
+            traceback: Some("line 1\nline 2".into()),
+            ..ErrorInfo::new("execution_error", "ValueError: boom")
+        });
+        let saved = saved_outputs(&run);
+        assert_eq!(saved.len(), 5);
+        match &saved[0] {
+            Output::Stream { name, text } => {
+                assert_eq!(name, "stdout");
+                assert!(text.starts_with("a\nb\n[ipython-mcp: about 10 more characters of stdout not saved; get_output with execution_id e1"), "{text}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            saved[1],
+            Output::Stream {
+                name: "stderr".into(),
+                text: "warn\n".into()
+            }
+        );
+        assert!(matches!(saved[2], Output::DisplayData { .. }));
+        assert!(matches!(
+            saved[3],
+            Output::ExecuteResult {
+                execution_count: Some(7),
+                ..
+            }
+        ));
+        assert_eq!(
+            saved[4],
+            Output::Error {
+                ename: "ValueError".into(),
+                evalue: "boom".into(),
+                traceback: vec!["line 1".into(), "line 2".into()]
+            }
+        );
+    }
+
+    #[test]
+    fn saved_outputs_are_bounded_for_the_agent() {
+        let stream =
+            json!({"output_type": "stream", "name": "stdout", "text": ["x".repeat(50), "\n"]});
+        let view = output_view(&stream, 10, 10);
+        assert_eq!(view["text"], "xxxxxxxxxx");
+        assert_eq!(view["text_omitted_chars"], 41);
+        let display = json!({"output_type": "display_data", "metadata": {}, "data": {
+            "image/png": "iVBORw0KGgo=",
+            "text/html": ["<b>", "long html here</b>"],
+            "application/json": {"big": "y".repeat(100)},
+        }});
+        let view = output_view(&display, 10, 10);
+        assert_eq!(
+            view["data"]["image/png"],
+            "<image/png image, 12 base64 characters, saved in the file>"
+        );
+        assert_eq!(
+            view["data"]["text/html"],
+            "<b>long ht… [11 more characters]"
+        );
+        assert!(view["data"]["application/json"]
+            .as_str()
+            .expect("described")
+            .starts_with("<application/json"));
+        let error = json!({"output_type": "error", "ename": "E", "evalue": "v", "traceback": ["a".repeat(30)]});
+        assert_eq!(output_view(&error, 10, 5)["traceback_omitted_chars"], 25);
+    }
+
+    #[test]
+    fn exactly_one_cell_reference() {
+        assert_eq!(
+            cell_ref(Some("a".into()), None).ok(),
+            Some(CellRef::Id("a".into()))
+        );
+        assert_eq!(cell_ref(None, Some(3)).ok(), Some(CellRef::Index(3)));
+        assert!(cell_ref(Some("a".into()), Some(3)).is_err());
+        assert!(cell_ref(None, None).is_err());
+        assert_eq!(optional_cell_ref(None, None).ok(), Some(None));
     }
 }
