@@ -1917,7 +1917,7 @@ impl IpythonMcp {
             },
             "notebooks": {
                 "workspace_root": workspace_root,
-                "formats": ["ipynb"],
+                "formats": ["ipynb", "py:percent"],
                 "nbformat": "4.5",
                 "revision": "sha256 of the file bytes",
             },

@@ -75,10 +75,13 @@ impl Workspace {
         let (file_name, directories) = components.split_last().expect("at least one component");
         let mut directory = self.root.clone();
         directory.extend(directories);
-        let directory = match directory.canonicalize() {
-            Ok(directory) => directory,
-            Err(_) => return Err(invalid("its directory does not exist in the workspace")),
-        };
+        let directory =
+            match directory.canonicalize() {
+                Ok(directory) => directory,
+                Err(_) => return Err(invalid(
+                    "its directory does not exist in the workspace (create the directory first)",
+                )),
+            };
         if !directory.starts_with(&self.root) {
             return Err(invalid(
                 "it leads outside the workspace root (through a symlink)",

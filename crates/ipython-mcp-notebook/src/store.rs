@@ -207,7 +207,7 @@ fn temp_file(
     let directory = path.absolute.parent().unwrap_or(Path::new("."));
     let mut temp = tempfile::Builder::new()
         .prefix(".ipython-mcp-")
-        .suffix(".ipynb.tmp")
+        .suffix(".tmp")
         .tempfile_in(directory)
         .map_err(|error| io_error(path, error))?;
     let permissions = permissions.unwrap_or_else(|| {

@@ -626,6 +626,20 @@ async fn bad_paths_are_refused_before_any_file_access() {
             ),
             ("notebook_execute", json!({"path": path, "code": "1"})),
             ("notebook_session", json!({"path": path})),
+            ("notebook_session_close", json!({"path": path})),
+            (
+                "notebook_update_cell",
+                json!({"path": path, "index": 0, "source": "1"}),
+            ),
+            ("notebook_delete_cell", json!({"path": path, "index": 0})),
+            (
+                "notebook_move_cell",
+                json!({"path": path, "index": 0, "to_index": 0}),
+            ),
+            ("notebook_execute_cell", json!({"path": path, "index": 0})),
+            ("runtime_status", json!({"notebook": path})),
+            ("interrupt", json!({"notebook": path})),
+            ("kernel_restart", json!({"notebook": path})),
         ] {
             let refused = server.call(tool, arguments).await;
             assert!(refused.is_error, "{tool} {path:?}: {refused:?}");
