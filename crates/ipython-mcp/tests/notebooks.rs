@@ -693,6 +693,9 @@ async fn bad_paths_are_refused_before_any_file_access() {
         .await;
     assert_eq!(none.structured["error"]["code"], "cell_not_found");
     server.stop().await;
+    let mut workspace = workspace;
+    workspace.keep("n.ipynb");
+    validate_with_jupyter(&workspace.versions()).await;
 }
 
 #[tokio::test]
@@ -922,6 +925,9 @@ async fn a_killed_write_leaves_the_old_file_intact() {
     );
     assert!(unchanged > 0, "some kills came before the rename");
     assert!(versions.len() > 1, "some writes completed");
+    let mut workspace = workspace;
+    workspace.keep("big.ipynb");
+    validate_with_jupyter(&workspace.versions()).await;
 }
 
 #[tokio::test]
@@ -1012,6 +1018,9 @@ async fn resources_serve_notebooks_by_percent_encoded_uri_and_the_capabilities()
         }
         server.stop().await;
     }
+    let mut workspace = workspace;
+    workspace.keep("nested folder/分析.ipynb");
+    validate_with_jupyter(&workspace.versions()).await;
 }
 
 /// The served text is the file's notebook (same JSON).
