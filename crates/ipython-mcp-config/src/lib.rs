@@ -532,7 +532,7 @@ impl Config {
             namespace: namespace(raw)?,
             python,
             environment,
-            workspace_root: path(WORKSPACE_ROOT, &raw.workspace_root)?,
+            workspace_root: existing_directory(WORKSPACE_ROOT, &raw.workspace_root)?,
             cache_dir: path(CACHE_DIR, &raw.cache_dir)?,
             log: match &raw.log {
                 Some(value) if value.trim().is_empty() => {
@@ -691,6 +691,22 @@ fn path(setting: Setting, raw: &Option<String>) -> Result<Option<PathBuf>, Error
     }
 }
 
+/// A path that must name an existing directory (checked once, at start-up).
+fn existing_directory(setting: Setting, raw: &Option<String>) -> Result<Option<PathBuf>, Error> {
+    let found = path(setting, raw)?;
+    match &found {
+        Some(directory) if !directory.is_dir() => Err(Error::Invalid {
+            env: setting.env,
+            flag: setting.flag,
+            problem: format!(
+                "{:?} is not an existing directory",
+                bounded(&directory.display().to_string())
+            ),
+        }),
+        _ => Ok(found),
+    }
+}
+
 /// Keeps a bad value short in the one-line error.
 pub(crate) fn bounded(value: &str) -> String {
     const MAX: usize = 64;
@@ -759,6 +775,24 @@ mod tests {
                 setting.default
             );
         }
+    }
+
+    #[test]
+    fn the_workspace_root_must_be_an_existing_directory() {
+        let raw = |value: &str| RawConfig {
+            workspace_root: Some(value.into()),
+            ..Default::default()
+        };
+        let config = check(raw("/"), Ok(())).expect("valid");
+        assert_eq!(config.workspace_root, Some(PathBuf::from("/")));
+        check(
+            raw("/no/such/dir"),
+            Err("invalid configuration: IPYTHON_MCP_WORKSPACE_ROOT (--workspace-root): \"/no/such/dir\" is not an existing directory"),
+        );
+        check(
+            raw(" "),
+            Err("invalid configuration: IPYTHON_MCP_WORKSPACE_ROOT (--workspace-root) must not be empty"),
+        );
     }
 
     #[test]

@@ -864,9 +864,13 @@ impl IpythonMcp {
         let name = kernel_name.unwrap_or_else(|| "python3".to_owned());
         let sessions_for_spec = sessions.clone();
         let spec_name = name.clone();
-        let spec = tokio::task::spawn_blocking(move || match sessions_for_spec.default_python() {
-            Some(python) if spec_name == "python3" => Ok(StartSpec::Python(python)),
-            _ => sessions_for_spec.parse_spec(&spec_name),
+        let spec = tokio::task::spawn_blocking(move || {
+            if spec_name == "python3" {
+                // The generic name: the server's own Python, found exactly as for `default`.
+                Ok(StartSpec::Default)
+            } else {
+                sessions_for_spec.parse_spec(&spec_name)
+            }
         })
         .await
         .unwrap_or_else(|_| {

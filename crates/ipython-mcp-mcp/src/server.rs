@@ -103,9 +103,9 @@ pub struct IpythonMcp {
 impl IpythonMcp {
     /// A handler for one connection. `sessions` and `peers` are shared by every connection.
     pub fn new(sessions: Sessions, config: Arc<Config>, peers: Peers) -> Self {
-        let notebooks = Arc::new(crate::notebooks::NotebookState::new(
-            config.workspace_root.clone(),
-        ));
+        // One workspace for every connection, so its per-file write locks are shared too.
+        let notebooks = sessions
+            .notebook_state(|| crate::notebooks::NotebookState::new(config.workspace_root.clone()));
         IpythonMcp {
             sessions,
             config,

@@ -34,6 +34,8 @@ struct Inner {
     catalog: Catalog,
     /// Notebook file (canonical path) → the session that runs its cells.
     notebooks: Mutex<BTreeMap<PathBuf, String>>,
+    /// The notebook workspace (root and per-file write locks), shared by every connection.
+    notebook_state: std::sync::OnceLock<Arc<crate::notebooks::NotebookState>>,
 }
 
 #[derive(Clone)]
@@ -47,6 +49,9 @@ struct Entry {
 /// How `kernel_start` starts a session, from its `spec` argument.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StartSpec {
+    /// Like the `default` session: the configured interpreter or environment, found the same
+    /// way (used for notebooks whose kernelspec is the generic `python3`).
+    Default,
     /// `venv:/path` or an interpreter path: ipykernel with that Python.
     Python(PathBuf),
     /// A registered kernelspec.
@@ -93,6 +98,7 @@ impl Sessions {
                 next_id: std::sync::atomic::AtomicU64::new(1),
                 catalog: Catalog::default(),
                 notebooks: Mutex::default(),
+                notebook_state: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -261,6 +267,7 @@ impl Sessions {
         let mut options = template.clone();
         options.kernel_id = id.clone();
         match spec {
+            StartSpec::Default => {}
             StartSpec::Python(python) => {
                 options.resolver.explicit_python = Some(python);
                 options.kernel_spec = None;
@@ -277,6 +284,14 @@ impl Sessions {
             },
         );
         Ok((id, handle))
+    }
+
+    /// The notebook workspace, made by `make` on first use and shared after.
+    pub(crate) fn notebook_state(
+        &self,
+        make: impl FnOnce() -> crate::notebooks::NotebookState,
+    ) -> Arc<crate::notebooks::NotebookState> {
+        Arc::clone(self.inner.notebook_state.get_or_init(|| Arc::new(make())))
     }
 
     fn notebook_lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<PathBuf, String>> {

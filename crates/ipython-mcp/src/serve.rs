@@ -15,16 +15,6 @@ use rmcp::ServiceExt as _;
 use tokio::signal::unix::{signal, SignalKind};
 
 pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
-    if let Some(root) = &config.workspace_root {
-        if !root.is_dir() {
-            // Configuration problems are one line and exit status 2, like the rest of them.
-            eprintln!(
-                "ipython-mcp: invalid configuration: IPYTHON_MCP_WORKSPACE_ROOT (--workspace-root) {:?} is not an existing directory",
-                root.display().to_string()
-            );
-            return Ok(ExitCode::from(2));
-        }
-    }
     let config = Arc::new(config);
     let options = session_options(&config, Sessions::DEFAULT)?;
     let default = SessionHandle::start(options.clone());

@@ -1156,3 +1156,50 @@ jupytext.write(nb, sys.argv[1], fmt="py:percent")
     assert_eq!(theirs["cells"][2]["metadata"]["tags"], json!(["a", "b"]));
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_missing_workspace_root_stops_the_server_at_start_up() {
+    let missing = tempfile::tempdir().expect("tempdir").path().join("gone");
+    let output = support::command(&[(
+        "IPYTHON_MCP_WORKSPACE_ROOT",
+        missing.to_str().expect("utf-8"),
+    )])
+    .stderr(std::process::Stdio::piped())
+    .output()
+    .await
+    .expect("run");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("IPYTHON_MCP_WORKSPACE_ROOT (--workspace-root)"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty(), "nothing on stdout");
+}
+
+/// Regression: a python3 notebook run before the default kernel was ready looked for a
+/// registered `python3` kernelspec instead of using the server's Python, and failed.
+#[tokio::test]
+async fn a_notebook_runs_before_the_default_kernel_is_ready() {
+    let workspace = Workspace::new();
+    let server = Server::start_unready(
+        Family::Modern,
+        &[("IPYTHON_MCP_WORKSPACE_ROOT", &workspace.env())],
+    )
+    .await;
+    let created = server
+        .call("notebook_create", json!({"path": "early.ipynb"}))
+        .await;
+    assert!(created.ok(), "{created:?}");
+    let ran = server
+        .call(
+            "notebook_execute",
+            json!({"path": "early.ipynb", "code": "import sys; sys.version_info[0]"}),
+        )
+        .await;
+    assert!(ran.ok(), "{ran:?}");
+    assert_eq!(ran.structured["result"]["text/plain"], "3");
+    assert_eq!(ran.structured["kernel"], "nb-early");
+    server.stop().await;
+}

@@ -49,13 +49,11 @@ async fn the_python_sdk_client_works_in_both_protocol_families() {
         assert!(status.success(), "installing the Python MCP SDK failed");
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python_sdk_client.py");
-    let workspace = tempfile::tempdir().expect("workspace root");
     let output = Command::new(&python)
         .arg(script)
         .arg(env!("CARGO_BIN_EXE_ipython-mcp"))
         .env("PYTHONPATH", &deps)
         .env("IPYTHON_MCP_CACHE_DIR", &cache)
-        .env("IPYTHON_MCP_WORKSPACE_ROOT", workspace.path())
         .output()
         .expect("run the SDK client");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -170,42 +168,6 @@ async fn the_python_sdk_client_works_in_both_protocol_families() {
             namespace["reset"][0]["structured"]["removed"],
             serde_json::json!(["double", "i", "time", "x"])
         );
-        // The notebooks toolset, every result checked by the SDK against its outputSchema.
-        let executed = &namespace["notebook_execute_cell"][0];
-        assert_eq!(executed["is_error"], false, "{run}");
-        assert_eq!(executed["structured"]["result"]["text/plain"], "2");
-        assert_eq!(executed["structured"]["saved"], true);
-        assert_eq!(
-            namespace["notebook_execute"][0]["structured"]["stdout"],
-            "nb\n"
-        );
-        let read = &namespace["notebook_read"][0]["structured"];
-        assert_eq!(read["cell_count"], 3, "{run}");
-        assert_eq!(
-            read["cells"][1]["metadata"]["tags"],
-            serde_json::json!(["t"])
-        );
-        assert_eq!(
-            namespace["notebook_read"][1]["structured"]["error"]["code"],
-            "invalid_path"
-        );
-        assert_eq!(
-            namespace["notebook_session_close"][0]["structured"]["stopped"],
-            true
-        );
-        for tool in [
-            "notebook_create",
-            "notebook_insert_cell",
-            "notebook_update_cell",
-            "notebook_revision",
-            "notebook_move_cell",
-            "notebook_clear_outputs",
-            "notebook_set_metadata",
-            "notebook_delete_cell",
-            "notebook_session",
-        ] {
-            assert_eq!(namespace[tool][0]["is_error"], false, "{tool}: {run}");
-        }
         let background = &namespace["execute"][0]["structured"];
         assert_eq!(background["status"], "pending", "{run}");
         let finished = &namespace["get_output"][0]["structured"];

@@ -13,11 +13,7 @@ from mcp.client.stdio import StdioServerParameters
 
 
 async def session(binary, mode):
-    env = {
-        key: os.environ[key]
-        for key in ("IPYTHON_MCP_CACHE_DIR", "IPYTHON_MCP_WORKSPACE_ROOT", "PATH", "HOME")
-        if key in os.environ
-    }
+    env = {key: os.environ[key] for key in ("IPYTHON_MCP_CACHE_DIR", "PATH", "HOME") if key in os.environ}
     env["IPYTHON_MCP_LOG"] = "warn"
     params = StdioServerParameters(command=binary, env=env)
     async with Client(params, mode=mode) as client:
@@ -40,7 +36,6 @@ async def session(binary, mode):
         # Every namespace tool, so the SDK checks each result against its advertised schema.
         await client.call_tool("execute", {"code": "def double(v: int) -> int:\n    return 2 * v\ntable = {'k': [1, 2]}"})
         namespace = {}
-        notebook = f"sdk-{mode}.ipynb"
         for tool, arguments in [
             ("list", {}),
             ("search", {"query": "tab"}),
@@ -58,21 +53,6 @@ async def session(binary, mode):
             ("kernel_discover", {}),
             ("kernel_start", {"spec": status.structured_content["kernel"]["python"], "kernel": "second"}),
             ("kernel_stop", {"kernel": "second"}),
-            # The notebooks toolset (one notebook per mode, in the test's workspace root).
-            ("notebook_create", {"path": notebook, "cells": [{"source": "1 + 1"}]}),
-            ("notebook_insert_cell", {"path": notebook, "cell_type": "markdown", "source": "# hi"}),
-            ("notebook_update_cell", {"path": notebook, "index": 1, "metadata": {"tags": ["t"]}}),
-            ("notebook_execute_cell", {"path": notebook, "index": 0}),
-            ("notebook_execute", {"path": notebook, "code": "print('nb')"}),
-            ("notebook_read", {"path": notebook, "include_outputs": True}),
-            ("notebook_revision", {"path": notebook}),
-            ("notebook_move_cell", {"path": notebook, "index": 0, "to_index": 1}),
-            ("notebook_clear_outputs", {"path": notebook}),
-            ("notebook_set_metadata", {"path": notebook, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3"}}}),
-            ("notebook_delete_cell", {"path": notebook, "index": 2}),
-            ("notebook_session", {"path": notebook}),
-            ("notebook_session_close", {"path": notebook}),
-            ("notebook_read", {"path": "../outside.ipynb"}),
         ]:
             result = await client.call_tool(tool, arguments)
             namespace.setdefault(tool, []).append(
