@@ -105,6 +105,8 @@ settings! {
         "JSON array of PEP 508 requirements installed into the active environment, e.g. [\"six==1.16.0\"]");
     ENVIRONMENT_VARIABLES = ("environment_variables", "IPYTHON_MCP_ENVIRONMENT_VARIABLES", "environment-variables", "none",
         "JSON object of environment variables set in every kernel before preloads, e.g. {\"TASK_MODE\": \"offline\"}");
+    WORKSPACE_ROOT = ("workspace_root", "IPYTHON_MCP_WORKSPACE_ROOT", "workspace-root", "the working directory",
+        "Directory every notebook path is relative to; notebook tools never read or write outside it");
     CACHE_DIR = ("cache_dir", "IPYTHON_MCP_CACHE_DIR", "cache-dir", "$XDG_CACHE_HOME/ipython-mcp or ~/.cache/ipython-mcp",
         "Where the managed default environment lives");
     LOG = ("log", "IPYTHON_MCP_LOG", "log", "info",
@@ -162,6 +164,7 @@ pub struct RawConfig {
     pub active_environment: Option<String>,
     pub environment_requirements: Option<String>,
     pub environment_variables: Option<String>,
+    pub workspace_root: Option<String>,
     pub cache_dir: Option<String>,
     pub log: Option<String>,
     /// Not a setting: the server's working directory (the project). When given, the
@@ -435,6 +438,9 @@ pub struct Config {
     pub python: Option<PathBuf>,
     /// The named environment the kernels run in, if configured.
     pub environment: Option<NamedEnvironment>,
+    /// Root of the notebook workspace; `None` means the working directory, resolved by the
+    /// caller (it must exist: checked when the server starts).
+    pub workspace_root: Option<PathBuf>,
     /// Cache directory override; `None` means the platform default, resolved by the caller.
     pub cache_dir: Option<PathBuf>,
     /// Log filter directive for stderr.
@@ -456,6 +462,7 @@ impl Default for Config {
             namespace: Namespace::default(),
             python: None,
             environment: None,
+            workspace_root: None,
             cache_dir: None,
             log: "info".to_owned(),
             transport: Transport::Stdio,
@@ -654,6 +661,7 @@ impl Config {
             namespace: namespace(raw)?,
             python,
             environment,
+            workspace_root: existing_directory(WORKSPACE_ROOT, &raw.workspace_root)?,
             cache_dir: path(CACHE_DIR, &raw.cache_dir)?,
             log: match &raw.log {
                 Some(value) if value.trim().is_empty() => {
@@ -937,6 +945,22 @@ fn path(setting: Setting, raw: &Option<String>) -> Result<Option<PathBuf>, Error
     }
 }
 
+/// A path that must name an existing directory (checked once, at start-up).
+fn existing_directory(setting: Setting, raw: &Option<String>) -> Result<Option<PathBuf>, Error> {
+    let found = path(setting, raw)?;
+    match &found {
+        Some(directory) if !directory.is_dir() => Err(Error::Invalid {
+            env: setting.env,
+            flag: setting.flag,
+            problem: format!(
+                "{:?} is not an existing directory",
+                bounded(&directory.display().to_string())
+            ),
+        }),
+        _ => Ok(found),
+    }
+}
+
 /// Keeps a bad value short in the one-line error.
 pub(crate) fn bounded(value: &str) -> String {
     const MAX: usize = 64;
@@ -1005,6 +1029,24 @@ mod tests {
                 setting.default
             );
         }
+    }
+
+    #[test]
+    fn the_workspace_root_must_be_an_existing_directory() {
+        let raw = |value: &str| RawConfig {
+            workspace_root: Some(value.into()),
+            ..Default::default()
+        };
+        let config = check(raw("/"), Ok(())).expect("valid");
+        assert_eq!(config.workspace_root, Some(PathBuf::from("/")));
+        check(
+            raw("/no/such/dir"),
+            Err("invalid configuration: IPYTHON_MCP_WORKSPACE_ROOT (--workspace-root): \"/no/such/dir\" is not an existing directory"),
+        );
+        check(
+            raw(" "),
+            Err("invalid configuration: IPYTHON_MCP_WORKSPACE_ROOT (--workspace-root) must not be empty"),
+        );
     }
 
     #[test]

@@ -396,7 +396,7 @@ impl IpythonMcp {
         };
         let language_hint = match &spec {
             StartSpec::KernelSpec(spec) => spec.language.clone(),
-            StartSpec::Python(_) => "python".to_owned(),
+            StartSpec::Python(_) | StartSpec::Default => "python".to_owned(),
         };
         let (id, session) = match sessions.start(params.spec.trim(), spec, params.kernel.as_deref())
         {

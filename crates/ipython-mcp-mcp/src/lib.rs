@@ -11,6 +11,7 @@ mod dynamic;
 pub mod fixtures;
 mod kernels;
 mod namespace;
+mod notebooks;
 mod peers;
 mod render;
 mod server;

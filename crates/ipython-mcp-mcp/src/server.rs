@@ -55,6 +55,10 @@ pub struct StatusParams {
     /// Kernel session id; omit for the `default` session.
     #[serde(default)]
     pub kernel: Option<String>,
+    /// Or a notebook path (relative to the workspace root): the session that runs that
+    /// notebook's cells. Exclusive with `kernel`.
+    #[serde(default)]
+    pub notebook: Option<String>,
 }
 
 /// The result of `runtime_status`: the session's status fields at the top level, plus `ok`.
@@ -92,20 +96,26 @@ pub struct IpythonMcp {
     sessions: Sessions,
     config: Arc<Config>,
     peers: Peers,
+    notebooks: Arc<crate::notebooks::NotebookState>,
     tool_router: ToolRouter<IpythonMcp>,
 }
 
 impl IpythonMcp {
     /// A handler for one connection. `sessions` and `peers` are shared by every connection.
     pub fn new(sessions: Sessions, config: Arc<Config>, peers: Peers) -> Self {
+        // One workspace for every connection, so its per-file write locks are shared too.
+        let notebooks = sessions
+            .notebook_state(|| crate::notebooks::NotebookState::new(config.workspace_root.clone()));
         IpythonMcp {
             sessions,
             config,
             peers,
+            notebooks,
             tool_router: Self::tool_router()
                 + Self::namespace_router()
                 + Self::kernels_router()
-                + Self::dynamic_router(),
+                + Self::dynamic_router()
+                + Self::notebooks_router(),
         }
     }
 
@@ -150,6 +160,10 @@ impl IpythonMcp {
 
     pub(crate) fn sessions(&self) -> &Sessions {
         &self.sessions
+    }
+
+    pub(crate) fn notebook_state(&self) -> &crate::notebooks::NotebookState {
+        &self.notebooks
     }
 
     pub(crate) fn config(&self) -> &Config {
@@ -297,10 +311,11 @@ reads the output so far or waits for the end. Long output is kept in full on dis
         &self,
         Parameters(params): Parameters<StatusParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let session = match self.session_for(params.kernel.as_deref()) {
-            Ok(session) => session,
-            Err(refused) => return Ok(refused),
-        };
+        let session =
+            match self.session_for_notebook(params.kernel.as_deref(), params.notebook.as_deref()) {
+                Ok(session) => session,
+                Err(refused) => return Ok(refused),
+            };
         let (interrupted, status) = session.interrupt().await;
         tracing::info!(
             tool = "interrupt",
@@ -338,10 +353,11 @@ reads the output so far or waits for the end. Long output is kept in full on dis
         &self,
         Parameters(params): Parameters<StatusParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let session = match self.session_for(params.kernel.as_deref()) {
-            Ok(session) => session,
-            Err(refused) => return Ok(refused),
-        };
+        let session =
+            match self.session_for_notebook(params.kernel.as_deref(), params.notebook.as_deref()) {
+                Ok(session) => session,
+                Err(refused) => return Ok(refused),
+            };
         let restarted = session.restart().await;
         tracing::info!(
             tool = "kernel_restart",
@@ -373,13 +389,15 @@ answers runtime_unavailable or seems slow, or to learn which Python you are runn
         &self,
         Parameters(params): Parameters<StatusParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        Ok(match self.sessions.get(params.kernel.as_deref()) {
-            Ok(session) => render::status(&StatusResult {
-                ok: true,
-                status: session.status(),
-            }),
-            Err(error) => render::request_error(&error),
-        })
+        Ok(
+            match self.session_for_notebook(params.kernel.as_deref(), params.notebook.as_deref()) {
+                Ok(session) => render::status(&StatusResult {
+                    ok: true,
+                    status: session.status(),
+                }),
+                Err(refused) => refused,
+            },
+        )
     }
 }
 
@@ -388,6 +406,7 @@ impl ServerHandler for IpythonMcp {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
+                .enable_resources()
                 .enable_tools()
                 .enable_tool_list_changed()
                 .build(),
@@ -441,6 +460,35 @@ to check the kernel without running code. This is not a sandbox: code runs with 
             .get(name)
             .cloned()
             .or_else(|| self.sessions.catalog().get_tool(name))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, rmcp::ErrorData> {
+        Ok(rmcp::model::ListResourcesResult::with_all_items(
+            self.notebook_resources().await,
+        ))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourceTemplatesResult, rmcp::ErrorData> {
+        Ok(rmcp::model::ListResourceTemplatesResult::with_all_items(
+            self.notebook_resource_templates(),
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, rmcp::ErrorData> {
+        let contents = self.read_notebook_resource(&request.uri).await?;
+        Ok(rmcp::model::ReadResourceResult::new(vec![contents]).into())
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {

@@ -32,6 +32,10 @@ struct Inner {
     next_id: std::sync::atomic::AtomicU64,
     /// Every session's dynamic tools.
     catalog: Catalog,
+    /// Notebook file (canonical path) → the session that runs its cells.
+    notebooks: Mutex<BTreeMap<PathBuf, String>>,
+    /// The notebook workspace (root and per-file write locks), shared by every connection.
+    notebook_state: std::sync::OnceLock<Arc<crate::notebooks::NotebookState>>,
 }
 
 #[derive(Clone)]
@@ -45,6 +49,9 @@ struct Entry {
 /// How `kernel_start` starts a session, from its `spec` argument.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StartSpec {
+    /// Like the `default` session: the configured interpreter or environment, found the same
+    /// way (used for notebooks whose kernelspec is the generic `python3`).
+    Default,
     /// `venv:/path` or an interpreter path: ipykernel with that Python.
     Python(PathBuf),
     /// A registered kernelspec.
@@ -90,6 +97,8 @@ impl Sessions {
                 limits,
                 next_id: std::sync::atomic::AtomicU64::new(1),
                 catalog: Catalog::default(),
+                notebooks: Mutex::default(),
+                notebook_state: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -258,6 +267,7 @@ impl Sessions {
         let mut options = template.clone();
         options.kernel_id = id.clone();
         match spec {
+            StartSpec::Default => {}
             StartSpec::Python(python) => {
                 options.resolver.explicit_python = Some(python);
                 options.kernel_spec = None;
@@ -274,6 +284,60 @@ impl Sessions {
             },
         );
         Ok((id, handle))
+    }
+
+    /// The notebook workspace, made by `make` on first use and shared after.
+    pub(crate) fn notebook_state(
+        &self,
+        make: impl FnOnce() -> crate::notebooks::NotebookState,
+    ) -> Arc<crate::notebooks::NotebookState> {
+        Arc::clone(self.inner.notebook_state.get_or_init(|| Arc::new(make())))
+    }
+
+    fn notebook_lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<PathBuf, String>> {
+        self.inner
+            .notebooks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The session bound to a notebook file, if it is still running.
+    pub fn notebook_session(&self, notebook: &Path) -> Option<(String, SessionHandle)> {
+        let id = self.notebook_lock().get(notebook).cloned()?;
+        match self.get(Some(&id)) {
+            Ok(handle) => Some((id, handle)),
+            Err(_) => {
+                // Stopped (kernel_stop or the idle reaper): forget the binding.
+                self.notebook_lock().remove(notebook);
+                None
+            }
+        }
+    }
+
+    /// Binds a notebook file to a session (replacing an earlier binding).
+    pub fn bind_notebook(&self, notebook: PathBuf, id: String) {
+        self.notebook_lock().insert(notebook, id);
+    }
+
+    /// Forgets a notebook's binding; returns the session id and the notebooks still bound to it.
+    pub fn unbind_notebook(&self, notebook: &Path) -> Option<(String, Vec<PathBuf>)> {
+        let mut bindings = self.notebook_lock();
+        let id = bindings.remove(notebook)?;
+        let others = bindings
+            .iter()
+            .filter(|(_, bound)| **bound == id)
+            .map(|(path, _)| path.clone())
+            .collect();
+        Some((id, others))
+    }
+
+    /// The notebooks bound to a session.
+    pub fn notebooks_of(&self, id: &str) -> Vec<PathBuf> {
+        self.notebook_lock()
+            .iter()
+            .filter(|(_, bound)| bound.as_str() == id)
+            .map(|(path, _)| path.clone())
+            .collect()
     }
 
     /// Stops and forgets a started session.

@@ -243,6 +243,14 @@ pub struct Cli {
         hide_env_values = true
     )]
     environment_variables: Option<String>,
+    /// Directory every notebook path is relative to [default: the working directory]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_WORKSPACE_ROOT",
+        global = true,
+        value_name = "DIR"
+    )]
+    workspace_root: Option<String>,
     /// Where the managed default environment lives [default: $XDG_CACHE_HOME/ipython-mcp or ~/.cache/ipython-mcp]
     #[arg(long, env = "IPYTHON_MCP_CACHE_DIR", global = true, value_name = "DIR")]
     cache_dir: Option<String>,
@@ -326,6 +334,7 @@ impl Cli {
             active_environment: self.active_environment.clone(),
             environment_requirements: self.environment_requirements.clone(),
             environment_variables: self.environment_variables.clone(),
+            workspace_root: self.workspace_root.clone(),
             cache_dir: self.cache_dir.clone(),
             log: self.log.clone(),
             working_dir: std::env::current_dir().ok(),

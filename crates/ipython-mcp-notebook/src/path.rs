@@ -1,0 +1,248 @@
+//! Workspace confinement: turning an agent's relative notebook path into a file inside the
+//! workspace root, or refusing it before anything is opened.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::{shorten, Error};
+
+/// Longest accepted notebook path, in bytes.
+pub const MAX_PATH_BYTES: usize = 1024;
+
+/// The directory every notebook path is relative to.
+#[derive(Debug)]
+pub struct Workspace {
+    /// Canonical (symlinks resolved, absolute).
+    root: PathBuf,
+    /// One lock per notebook file: writers in this process take turns, so two tool calls never
+    /// interleave a read-modify-write of the same file. Other processes are caught by the
+    /// revision check instead.
+    locks: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
+}
+
+/// How a notebook is stored, from its extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `.ipynb`: nbformat 4 JSON, outputs included.
+    Ipynb,
+    /// `.py`: a jupytext `py:percent` script (sources and metadata, no outputs or ids).
+    Percent,
+}
+
+/// A checked notebook path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotebookPath {
+    /// As the agent gave it (already normalized: plain components joined by `/`).
+    pub relative: String,
+    /// The file to read and write: inside the root, symlinks resolved.
+    pub absolute: PathBuf,
+    pub format: Format,
+}
+
+impl Workspace {
+    /// A workspace rooted at `root`, which must be an existing directory.
+    pub fn new(root: &Path) -> Result<Workspace, Error> {
+        let canonical = root.canonicalize().map_err(|error| Error::Io {
+            path: root.display().to_string(),
+            message: error.to_string(),
+        })?;
+        if !canonical.is_dir() {
+            return Err(Error::InvalidPath {
+                path: root.display().to_string(),
+                reason: "the workspace root is not a directory".to_owned(),
+            });
+        }
+        Ok(Workspace {
+            root: canonical,
+            locks: Mutex::default(),
+        })
+    }
+
+    /// The canonical root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Checks `relative` and finds the file it names. The file need not exist, but its
+    /// directory must.
+    pub fn resolve(&self, relative: &str) -> Result<NotebookPath, Error> {
+        let invalid = |reason: &str| Error::InvalidPath {
+            path: shorten(relative, 200),
+            reason: reason.to_owned(),
+        };
+        let components = check_syntax(relative).map_err(|reason| invalid(&reason))?;
+        let (file_name, directories) = components.split_last().expect("at least one component");
+        let mut directory = self.root.clone();
+        directory.extend(directories);
+        let directory =
+            match directory.canonicalize() {
+                Ok(directory) => directory,
+                Err(_) => return Err(invalid(
+                    "its directory does not exist in the workspace (create the directory first)",
+                )),
+            };
+        if !directory.starts_with(&self.root) {
+            return Err(invalid(
+                "it leads outside the workspace root (through a symlink)",
+            ));
+        }
+        if !directory.is_dir() {
+            return Err(invalid("its directory is not a directory"));
+        }
+        let mut absolute = directory.join(file_name);
+        match std::fs::symlink_metadata(&absolute) {
+            Ok(metadata) if metadata.file_type().is_symlink() => {
+                let target = absolute
+                    .canonicalize()
+                    .map_err(|_| invalid("it is a symlink to nothing"))?;
+                if !target.starts_with(&self.root) {
+                    return Err(invalid(
+                        "it is a symlink that leads outside the workspace root",
+                    ));
+                }
+                if !target.is_file() {
+                    return Err(invalid("it is not a regular file"));
+                }
+                absolute = target;
+            }
+            Ok(metadata) if !metadata.is_file() => {
+                return Err(invalid("it is not a regular file"));
+            }
+            _ => {}
+        }
+        let format = if file_name.ends_with(".py") {
+            Format::Percent
+        } else {
+            Format::Ipynb
+        };
+        Ok(NotebookPath {
+            relative: components.join("/"),
+            absolute,
+            format,
+        })
+    }
+
+    /// The lock of one notebook file (see `locks`).
+    pub(crate) fn lock_for(&self, path: &Path) -> Arc<Mutex<()>> {
+        let mut locks = self
+            .locks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        Arc::clone(locks.entry(path.to_owned()).or_default())
+    }
+}
+
+/// The plain components of a relative notebook path, or why it is refused.
+fn check_syntax(relative: &str) -> Result<Vec<&str>, String> {
+    if relative.is_empty() {
+        return Err("the path is empty".to_owned());
+    }
+    if relative.len() > MAX_PATH_BYTES {
+        return Err(format!("the path is longer than {MAX_PATH_BYTES} bytes"));
+    }
+    if relative.chars().any(char::is_control) {
+        return Err("the path contains control characters".to_owned());
+    }
+    if relative.starts_with('/') || relative.starts_with('~') {
+        return Err(
+            "absolute paths are not accepted; give a path relative to the workspace root"
+                .to_owned(),
+        );
+    }
+    if relative.contains('\\') {
+        return Err("use '/' to separate directories, not '\\'".to_owned());
+    }
+    let components: Vec<&str> = relative.split('/').collect();
+    for component in &components {
+        match *component {
+            "" => return Err("the path has an empty component ('//' or a trailing '/')".to_owned()),
+            "." | ".." => return Err("'.' and '..' components are not accepted".to_owned()),
+            _ => {}
+        }
+    }
+    let file_name = components.last().expect("split yields one item");
+    match file_name
+        .strip_suffix(".ipynb")
+        .or_else(|| file_name.strip_suffix(".py"))
+    {
+        Some(stem) if !stem.is_empty() => Ok(components),
+        _ => Err(
+            "a notebook path must end in '.ipynb' (or '.py' for a jupytext percent script)"
+                .to_owned(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn workspace() -> (tempfile::TempDir, Workspace) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let workspace = Workspace::new(dir.path()).expect("workspace");
+        (dir, workspace)
+    }
+
+    #[test]
+    fn plain_relative_paths_resolve_inside_the_root() {
+        let (dir, workspace) = workspace();
+        std::fs::create_dir(dir.path().join("sub dir")).expect("mkdir");
+        let path = workspace.resolve("sub dir/分析.ipynb").expect("valid");
+        assert_eq!(path.relative, "sub dir/分析.ipynb");
+        assert_eq!(
+            path.absolute,
+            workspace.root().join("sub dir").join("分析.ipynb")
+        );
+    }
+
+    #[test]
+    fn malformed_and_escaping_paths_are_refused() {
+        let (_dir, workspace) = workspace();
+        for bad in [
+            "",
+            "/etc/passwd.ipynb",
+            "~/x.ipynb",
+            "../x.ipynb",
+            "a/../x.ipynb",
+            "./x.ipynb",
+            "a//x.ipynb",
+            "x.ipynb/",
+            "x.txt",
+            ".ipynb",
+            "a\\x.ipynb",
+            "x\0.ipynb",
+            "line\nbreak.ipynb",
+            "missing/x.ipynb",
+        ] {
+            let error = workspace.resolve(bad).expect_err(bad);
+            assert_eq!(error.code(), "invalid_path", "{bad:?}: {error}");
+        }
+        let long = format!("{}.ipynb", "a".repeat(MAX_PATH_BYTES));
+        assert!(workspace.resolve(&long).is_err());
+    }
+
+    #[test]
+    fn symlinks_may_not_lead_outside() {
+        let (dir, workspace) = workspace();
+        let outside = tempfile::tempdir().expect("outside");
+        std::fs::write(outside.path().join("x.ipynb"), "{}").expect("write");
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("link")).expect("symlink");
+        std::os::unix::fs::symlink(
+            outside.path().join("x.ipynb"),
+            dir.path().join("file.ipynb"),
+        )
+        .expect("symlink");
+        assert!(workspace.resolve("link/x.ipynb").is_err());
+        assert!(workspace.resolve("file.ipynb").is_err());
+        // A symlink that stays inside is followed.
+        std::fs::write(dir.path().join("real.ipynb"), "{}").expect("write");
+        std::os::unix::fs::symlink(
+            dir.path().join("real.ipynb"),
+            dir.path().join("alias.ipynb"),
+        )
+        .expect("symlink");
+        let alias = workspace.resolve("alias.ipynb").expect("inside");
+        assert_eq!(alias.absolute, workspace.root().join("real.ipynb"));
+    }
+}

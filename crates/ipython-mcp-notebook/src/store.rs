@@ -1,0 +1,352 @@
+//! Reading and writing notebook files: revisions (SHA-256 of the bytes), optimistic
+//! concurrency, atomic replacement that keeps the file's permissions.
+
+use std::io::Write as _;
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+use crate::model::Notebook;
+use crate::path::{Format, NotebookPath, Workspace};
+use crate::Error;
+
+/// A notebook as read, with the revision of the bytes it came from.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub notebook: Notebook,
+    pub revision: String,
+    /// Size of the file.
+    pub bytes: usize,
+}
+
+/// The revision of some file bytes: lowercase hex SHA-256.
+pub fn revision_of(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+fn io_error(path: &NotebookPath, error: std::io::Error) -> Error {
+    if error.kind() == std::io::ErrorKind::NotFound {
+        Error::NotFound {
+            path: path.relative.clone(),
+        }
+    } else {
+        Error::Io {
+            path: path.relative.clone(),
+            message: error.to_string(),
+        }
+    }
+}
+
+fn read_bytes(path: &NotebookPath) -> Result<Vec<u8>, Error> {
+    std::fs::read(&path.absolute).map_err(|error| io_error(path, error))
+}
+
+fn parse(path: &NotebookPath, bytes: &[u8]) -> Result<Notebook, Error> {
+    let parsed = match path.format {
+        Format::Ipynb => Notebook::parse(bytes),
+        Format::Percent => std::str::from_utf8(bytes)
+            .map_err(|_| "the script is not UTF-8".to_owned())
+            .and_then(crate::percent::parse_percent),
+    };
+    parsed.map_err(|problem| Error::InvalidNotebook {
+        path: path.relative.clone(),
+        problem,
+    })
+}
+
+/// The file bytes of a notebook in the path's format.
+pub fn encode(path: &NotebookPath, notebook: &Notebook) -> Vec<u8> {
+    match path.format {
+        Format::Ipynb => notebook.to_bytes(),
+        Format::Percent => crate::percent::to_percent(notebook).into_bytes(),
+    }
+}
+
+fn check_revision(path: &NotebookPath, expected: Option<&str>, actual: &str) -> Result<(), Error> {
+    match expected {
+        Some(expected) if !expected.eq_ignore_ascii_case(actual) => Err(Error::RevisionConflict {
+            path: path.relative.clone(),
+            expected: expected.to_owned(),
+            actual: actual.to_owned(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+impl Workspace {
+    /// Reads and parses a notebook.
+    pub fn read(&self, path: &NotebookPath) -> Result<Loaded, Error> {
+        let bytes = read_bytes(path)?;
+        Ok(Loaded {
+            notebook: parse(path, &bytes)?,
+            revision: revision_of(&bytes),
+            bytes: bytes.len(),
+        })
+    }
+
+    /// The current revision of a notebook file (without parsing it).
+    pub fn revision(&self, path: &NotebookPath) -> Result<String, Error> {
+        Ok(revision_of(&read_bytes(path)?))
+    }
+
+    /// Writes a new notebook. Without `overwrite`, an existing file is an error; with it, the
+    /// file is replaced (when `expected_revision` is given, only if it still has it).
+    pub fn create(
+        &self,
+        path: &NotebookPath,
+        notebook: &Notebook,
+        overwrite: bool,
+        expected_revision: Option<&str>,
+    ) -> Result<String, Error> {
+        let lock = self.lock_for(&path.absolute);
+        let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let bytes = encode(path, notebook);
+        if overwrite {
+            let current = match std::fs::read(&path.absolute) {
+                Ok(current) => Some(revision_of(&current)),
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
+                Err(error) => return Err(io_error(path, error)),
+            };
+            if let (Some(expected), Some(current)) = (expected_revision, &current) {
+                check_revision(path, Some(expected), current)?;
+            }
+            write_atomic(path, &bytes, current.as_deref())?;
+        } else {
+            write_new(path, &bytes)?;
+        }
+        Ok(revision_of(&bytes))
+    }
+
+    /// Read, change, write: `change` gets the notebook (with ids ensured) and its result is
+    /// returned with the new revision. Fails with `RevisionConflict`, writing nothing, when
+    /// the file is not at `expected_revision` (if given) when read, or changed by anyone
+    /// before the replacement. A `change` that fails writes nothing either.
+    pub fn update<T>(
+        &self,
+        path: &NotebookPath,
+        expected_revision: Option<&str>,
+        change: impl FnOnce(&mut Notebook) -> Result<T, Error>,
+    ) -> Result<(T, String), Error> {
+        let lock = self.lock_for(&path.absolute);
+        let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let bytes = read_bytes(path)?;
+        let revision = revision_of(&bytes);
+        check_revision(path, expected_revision, &revision)?;
+        let mut notebook = parse(path, &bytes)?;
+        notebook.ensure_ids();
+        let result = change(&mut notebook)?;
+        let new_bytes = encode(path, &notebook);
+        write_atomic(path, &new_bytes, Some(&revision))?;
+        Ok((result, revision_of(&new_bytes)))
+    }
+}
+
+/// Creates a file that must not exist yet: temp file, fsync, then a rename that fails if the
+/// name was taken meanwhile (`link`-based no-clobber).
+fn write_new(path: &NotebookPath, bytes: &[u8]) -> Result<(), Error> {
+    let temp = temp_file(path, bytes, None)?;
+    match temp.persist_noclobber(&path.absolute) {
+        Ok(_) => {}
+        Err(error) if error.error.kind() == std::io::ErrorKind::AlreadyExists => {
+            return Err(Error::AlreadyExists {
+                path: path.relative.clone(),
+            })
+        }
+        Err(error) => return Err(io_error(path, error.error)),
+    }
+    sync_directory(path);
+    Ok(())
+}
+
+/// Replaces the file atomically. `expected` is the revision the file must still have right
+/// before the rename (`None`: it must not exist).
+fn write_atomic(path: &NotebookPath, bytes: &[u8], expected: Option<&str>) -> Result<(), Error> {
+    let permissions = std::fs::metadata(&path.absolute)
+        .ok()
+        .map(|metadata| metadata.permissions());
+    let temp = temp_file(path, bytes, permissions)?;
+    // The last check before the rename: another process may have written meanwhile. (What
+    // remains is the window between this read and the rename, microseconds.)
+    match (std::fs::read(&path.absolute), expected) {
+        (Ok(current), Some(expected)) => {
+            check_revision(path, Some(expected), &revision_of(&current))?
+        }
+        (Ok(current), None) => {
+            return Err(Error::RevisionConflict {
+                path: path.relative.clone(),
+                expected: "(no file)".to_owned(),
+                actual: revision_of(&current),
+            })
+        }
+        (Err(error), Some(expected)) if error.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::RevisionConflict {
+                path: path.relative.clone(),
+                expected: expected.to_owned(),
+                actual: "(deleted)".to_owned(),
+            })
+        }
+        (Err(error), Some(_)) => return Err(io_error(path, error)),
+        (Err(_), None) => {}
+    }
+    temp.persist(&path.absolute)
+        .map_err(|error| io_error(path, error.error))?;
+    sync_directory(path);
+    Ok(())
+}
+
+/// A fully written, fsynced temp file beside the target (same filesystem, so the rename is
+/// atomic), with the target's permissions (or 0644 for a new file).
+fn temp_file(
+    path: &NotebookPath,
+    bytes: &[u8],
+    permissions: Option<std::fs::Permissions>,
+) -> Result<tempfile::NamedTempFile, Error> {
+    let directory = path.absolute.parent().unwrap_or(Path::new("."));
+    let mut temp = tempfile::Builder::new()
+        .prefix(".ipython-mcp-")
+        .suffix(".tmp")
+        .tempfile_in(directory)
+        .map_err(|error| io_error(path, error))?;
+    let permissions = permissions.unwrap_or_else(|| {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::Permissions::from_mode(0o644)
+    });
+    temp.write_all(bytes)
+        .and_then(|()| temp.as_file().set_permissions(permissions))
+        .and_then(|()| temp.as_file().sync_all())
+        .map_err(|error| io_error(path, error))?;
+    Ok(temp)
+}
+
+/// Makes the rename durable. Best effort: some filesystems refuse to fsync a directory.
+fn sync_directory(path: &NotebookPath) {
+    if let Some(directory) = path.absolute.parent() {
+        if let Ok(handle) = std::fs::File::open(directory) {
+            let _ = handle.sync_all();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt as _;
+
+    use super::*;
+    use crate::model::{CellType, NewCell};
+
+    fn setup() -> (tempfile::TempDir, Workspace, NotebookPath) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let workspace = Workspace::new(dir.path()).expect("workspace");
+        let path = workspace.resolve("n.ipynb").expect("path");
+        (dir, workspace, path)
+    }
+
+    fn markdown(text: &str) -> NewCell {
+        NewCell {
+            cell_type: CellType::Markdown,
+            source: text.to_owned(),
+            metadata: Default::default(),
+        }
+    }
+
+    #[test]
+    fn create_refuses_to_clobber_and_update_changes_revision() {
+        let (_dir, workspace, path) = setup();
+        let notebook = Notebook::new("python3", "Python 3", "python");
+        let first = workspace
+            .create(&path, &notebook, false, None)
+            .expect("create");
+        let error = workspace
+            .create(&path, &notebook, false, None)
+            .expect_err("exists");
+        assert_eq!(error.code(), "notebook_exists");
+        assert_eq!(workspace.revision(&path).expect("revision"), first);
+        let ((), second) = workspace
+            .update(&path, Some(&first), |notebook| {
+                notebook.insert(None, markdown("# hi")).map(|_| ())
+            })
+            .expect("update");
+        assert_ne!(first, second);
+        assert_eq!(workspace.revision(&path).expect("revision"), second);
+    }
+
+    #[test]
+    fn a_stale_revision_changes_nothing() {
+        let (_dir, workspace, path) = setup();
+        let notebook = Notebook::new("python3", "Python 3", "python");
+        let first = workspace
+            .create(&path, &notebook, false, None)
+            .expect("create");
+        let ((), _second) = workspace
+            .update(&path, None, |notebook| {
+                notebook.insert(None, markdown("a")).map(|_| ())
+            })
+            .expect("update");
+        let before = std::fs::read(&path.absolute).expect("read");
+        let error = workspace
+            .update(&path, Some(&first), |notebook| {
+                notebook.insert(None, markdown("b")).map(|_| ())
+            })
+            .expect_err("stale");
+        assert_eq!(error.code(), "revision_conflict");
+        assert_eq!(std::fs::read(&path.absolute).expect("read"), before);
+        // A failing change writes nothing either.
+        let error = workspace
+            .update(&path, None, |notebook| {
+                notebook.locate(&crate::CellRef::Index(9))
+            })
+            .expect_err("no cell");
+        assert_eq!(error.code(), "cell_not_found");
+        assert_eq!(std::fs::read(&path.absolute).expect("read"), before);
+    }
+
+    #[test]
+    fn a_write_by_someone_else_during_the_change_is_a_conflict() {
+        let (_dir, workspace, path) = setup();
+        let notebook = Notebook::new("python3", "Python 3", "python");
+        workspace
+            .create(&path, &notebook, false, None)
+            .expect("create");
+        let error = workspace
+            .update(&path, None, |notebook| {
+                // Another process rewrites the file while we are editing.
+                let mut other = notebook.clone();
+                other.insert(None, markdown("theirs")).expect("insert");
+                std::fs::write(&path.absolute, other.to_bytes()).expect("write");
+                notebook.insert(None, markdown("ours")).map(|_| ())
+            })
+            .expect_err("conflict");
+        assert_eq!(error.code(), "revision_conflict");
+        let text = std::fs::read_to_string(&path.absolute).expect("read");
+        assert!(text.contains("theirs") && !text.contains("ours"));
+    }
+
+    #[test]
+    fn writes_keep_permissions_and_leave_no_temp_files() {
+        let (dir, workspace, path) = setup();
+        let notebook = Notebook::new("python3", "Python 3", "python");
+        workspace
+            .create(&path, &notebook, false, None)
+            .expect("create");
+        std::fs::set_permissions(&path.absolute, std::fs::Permissions::from_mode(0o640))
+            .expect("chmod");
+        workspace
+            .update(&path, None, |notebook| {
+                notebook.insert(None, markdown("x")).map(|_| ())
+            })
+            .expect("update");
+        let mode = std::fs::metadata(&path.absolute)
+            .expect("stat")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o640);
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("ls")
+            .map(|entry| entry.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("n.ipynb")]);
+    }
+}

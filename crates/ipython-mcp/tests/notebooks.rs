@@ -1,0 +1,1205 @@
+//! End to end: the notebooks toolset (issue 9) through the real binary with real kernels —
+//! every tool, path confinement, revisions and conflicts (stale revision, another process
+//! writing during an execution), id stability, crash safety of writes, bounded reads of a big
+//! notebook, and Jupyter's own `nbformat` validating and round-tripping every file written.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::{Family, Server};
+
+fn target_tmp() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+}
+
+/// A fresh workspace root (with a `versions/` dir outside it for validation copies).
+struct Workspace {
+    dir: tempfile::TempDir,
+    saved: usize,
+}
+
+impl Workspace {
+    fn new() -> Workspace {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(dir.path().join("root")).expect("root");
+        std::fs::create_dir(dir.path().join("versions")).expect("versions");
+        Workspace { dir, saved: 0 }
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+
+    fn env(&self) -> String {
+        self.root().display().to_string()
+    }
+
+    fn read(&self, relative: &str) -> Vec<u8> {
+        std::fs::read(self.root().join(relative)).expect("read notebook")
+    }
+
+    fn json(&self, relative: &str) -> Value {
+        serde_json::from_slice(&self.read(relative)).expect("notebook JSON")
+    }
+
+    /// Keeps a copy of the file as it is now, for nbformat validation at the end.
+    fn keep(&mut self, relative: &str) {
+        self.saved += 1;
+        let copy = self
+            .dir
+            .path()
+            .join("versions")
+            .join(format!("{:03}.ipynb", self.saved));
+        std::fs::copy(self.root().join(relative), copy).expect("copy");
+    }
+
+    fn versions(&self) -> PathBuf {
+        self.dir.path().join("versions")
+    }
+}
+
+fn revision(result: &support::ToolResult) -> String {
+    result.structured["revision"]
+        .as_str()
+        .unwrap_or_else(|| panic!("revision in {result:?}"))
+        .to_owned()
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, bytes);
+    digest
+        .as_ref()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+/// The product-provisioned Python with `nbformat` from PyPI importable via PYTHONPATH.
+async fn python_with_nbformat() -> (PathBuf, PathBuf) {
+    python_with("nbformat==5.10.4", "nbformat", "nbformat-deps").await
+}
+
+/// The product-provisioned Python with `requirement` installed (pip --target) into
+/// `target/tmp/<directory>`, importable as `module` via PYTHONPATH.
+async fn python_with(requirement: &str, module: &str, directory: &str) -> (PathBuf, PathBuf) {
+    let resolver = ipython_mcp_env::Resolver {
+        explicit_python: None,
+        virtual_env: None,
+        working_dir: target_tmp(),
+        path_var: std::env::var_os("PATH"),
+        cache_dir: target_tmp().join("ipython-mcp-cache"),
+        install_timeout: Duration::from_secs(600),
+        named: None,
+    };
+    let python = resolver
+        .resolve(&|_| {})
+        .await
+        .expect("provisioned python")
+        .executable;
+    let deps = target_tmp().join(directory);
+    if !deps.join(module).is_dir() {
+        let status = Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-input",
+                "-q",
+                "--target",
+            ])
+            .arg(&deps)
+            .arg(requirement)
+            .status()
+            .expect("pip");
+        assert!(status.success(), "installing {requirement} failed");
+    }
+    (python, deps)
+}
+
+/// Runs `nbformat.validate` on every kept version and checks that Jupyter writes each one back
+/// byte for byte as we wrote it.
+async fn validate_with_jupyter(versions: &Path) {
+    let (python, deps) = python_with_nbformat().await;
+    let script = r#"
+import glob, json, sys
+import nbformat
+files = sorted(glob.glob(sys.argv[1] + "/*.ipynb"))
+for name in files:
+    with open(name, encoding="utf-8") as handle:
+        text = handle.read()
+    notebook = nbformat.reads(text, as_version=4)
+    nbformat.validate(notebook)
+    again = nbformat.writes(notebook)
+    if not again.endswith("\n"):
+        again += "\n"
+    print(json.dumps({"file": name, "same": again == text}))
+"#;
+    let output = Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .arg(versions)
+        .env("PYTHONPATH", deps)
+        .output()
+        .expect("python");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "nbformat rejected a file:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("json"))
+        .collect();
+    let expected = std::fs::read_dir(versions).expect("ls").count();
+    assert_eq!(lines.len(), expected, "{stdout}");
+    for line in lines {
+        assert_eq!(line["same"], true, "Jupyter writes it differently: {line}");
+    }
+}
+
+#[tokio::test]
+async fn notebooks_are_edited_executed_and_saved_as_jupyter_would() {
+    let mut workspace = Workspace::new();
+    let root = workspace.env();
+    let server = Server::start(Family::Handshake, &[("IPYTHON_MCP_WORKSPACE_ROOT", &root)]).await;
+    let nb = "analysis.ipynb";
+
+    // Create, with a first cell; a second create is refused.
+    let created = server
+        .call(
+            "notebook_create",
+            json!({"path": nb, "cells": [{"cell_type": "markdown", "source": "# Analysis"}]}),
+        )
+        .await;
+    assert!(created.ok(), "{created:?}");
+    assert_eq!(created.structured["uri"], "notebook:///analysis.ipynb");
+    let first_revision = revision(&created);
+    assert_eq!(first_revision, sha256(&workspace.read(nb)));
+    workspace.keep(nb);
+    let again = server.call("notebook_create", json!({"path": nb})).await;
+    assert!(again.is_error);
+    assert_eq!(again.structured["error"]["code"], "notebook_exists");
+
+    // Insert a code cell and run it: outputs saved, count set, id kept.
+    let inserted = server
+        .call(
+            "notebook_insert_cell",
+            json!({"path": nb, "source": "x = 21\nprint('hi')\nx * 2", "expected_revision": first_revision}),
+        )
+        .await;
+    assert!(inserted.ok(), "{inserted:?}");
+    let code_id = inserted.structured["cell"]["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    assert_eq!(inserted.structured["cell"]["index"], 1);
+    workspace.keep(nb);
+
+    let ran = server
+        .call(
+            "notebook_execute_cell",
+            json!({"path": nb, "cell_id": code_id}),
+        )
+        .await;
+    assert!(ran.ok(), "{ran:?}");
+    assert_eq!(ran.structured["stdout"], "hi\n");
+    assert_eq!(ran.structured["result"]["text/plain"], "42");
+    assert_eq!(ran.structured["saved"], true);
+    assert_eq!(ran.structured["session_started"], true);
+    assert_eq!(ran.structured["cell"]["id"], code_id.as_str());
+    let kernel = ran.structured["kernel"]
+        .as_str()
+        .expect("kernel")
+        .to_owned();
+    assert_eq!(kernel, "nb-analysis");
+    assert_eq!(revision(&ran), sha256(&workspace.read(nb)));
+    workspace.keep(nb);
+    let file = workspace.json(nb);
+    let cell = &file["cells"][1];
+    assert_eq!(cell["id"], code_id.as_str());
+    assert_eq!(cell["execution_count"], 1);
+    assert_eq!(cell["outputs"][0]["output_type"], "stream");
+    assert_eq!(cell["outputs"][0]["text"], json!(["hi\n"]));
+    assert_eq!(cell["outputs"][1]["output_type"], "execute_result");
+    assert_eq!(cell["outputs"][1]["data"]["text/plain"], json!(["42"]));
+    assert_eq!(cell["outputs"][1]["execution_count"], 1);
+
+    // Code persisted as new cells: an error, a display with an image.
+    let failed = server
+        .call(
+            "notebook_execute",
+            json!({"path": nb, "code": "import sys\nprint(x, file=sys.stderr)\nraise ValueError('boom')"}),
+        )
+        .await;
+    assert!(failed.is_error, "{failed:?}");
+    assert_eq!(failed.structured["session_started"], false, "reused");
+    assert_eq!(failed.structured["error"]["code"], "execution_error");
+    assert_eq!(failed.structured["saved"], true);
+    assert_eq!(failed.structured["cell"]["index"], 2);
+    workspace.keep(nb);
+    let file = workspace.json(nb);
+    let outputs = &file["cells"][2]["outputs"];
+    assert_eq!(outputs[0]["name"], "stderr");
+    assert_eq!(outputs[0]["text"], json!(["21\n"]));
+    assert_eq!(outputs[1]["output_type"], "error");
+    assert_eq!(outputs[1]["ename"], "ValueError");
+    assert_eq!(outputs[1]["evalue"], "boom");
+
+    // A 1x1 PNG displayed: saved in full in the file, described (not returned) by a read.
+    let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+    let shown = server
+        .call(
+            "notebook_execute",
+            json!({"path": nb, "code": format!("import base64\nfrom IPython.display import Image, display\ndisplay(Image(data=base64.b64decode('{png}')))")}),
+        )
+        .await;
+    assert!(shown.ok(), "{shown:?}");
+    assert_eq!(shown.images().len(), 1, "the agent sees the image");
+    workspace.keep(nb);
+    let file = workspace.json(nb);
+    assert_eq!(
+        file["cells"][3]["outputs"][0]["data"]["image/png"]
+            .as_str()
+            .map(str::trim_end),
+        Some(png),
+        "saved whole"
+    );
+    let read = server
+        .call(
+            "notebook_read",
+            json!({"path": nb, "index": 3, "include_outputs": true}),
+        )
+        .await;
+    assert!(read.ok(), "{read:?}");
+    let described = read.structured["cells"][0]["outputs"][0]["data"]["image/png"]
+        .as_str()
+        .expect("described");
+    assert!(described.starts_with("<image/png image"), "{described}");
+
+    // persist=false runs in the notebook's kernel without touching the file.
+    let before = workspace.read(nb);
+    let peek = server
+        .call(
+            "notebook_execute",
+            json!({"path": nb, "code": "x + 1", "persist": false}),
+        )
+        .await;
+    assert_eq!(peek.structured["result"]["text/plain"], "22");
+    assert_eq!(peek.structured["saved"], false);
+    assert_eq!(workspace.read(nb), before);
+
+    // Long output: the agent gets the bounded head, the file gets all of it (from the spool).
+    let long = server
+        .call(
+            "notebook_execute",
+            json!({"path": nb, "code": "for i in range(3000):\n    print(f'line {i:05d}', 'x' * 40)"}),
+        )
+        .await;
+    assert!(long.ok(), "{long:?}");
+    assert!(long.structured["stdout_omitted_chars"].as_u64() > Some(100_000));
+    assert!(long.structured["stdout"].as_str().expect("stdout").len() <= 8192);
+    let file = workspace.json(nb);
+    let text = file["cells"][4]["outputs"][0]["text"]
+        .as_array()
+        .expect("lines");
+    assert_eq!(text.len(), 3000, "every line saved");
+    assert_eq!(text[2999], format!("line 02999 {}\n", "x".repeat(40)));
+    workspace.keep(nb);
+    let removed = server
+        .call("notebook_delete_cell", json!({"path": nb, "index": 4}))
+        .await;
+    assert!(removed.ok(), "{removed:?}");
+    workspace.keep(nb);
+
+    // Ids survive source edits, moves and re-execution.
+    let updated = server
+        .call(
+            "notebook_update_cell",
+            json!({"path": nb, "cell_id": code_id, "source": "x = 50\nx"}),
+        )
+        .await;
+    assert!(updated.ok(), "{updated:?}");
+    assert_eq!(updated.structured["cell"]["id"], code_id.as_str());
+    workspace.keep(nb);
+    let moved = server
+        .call(
+            "notebook_move_cell",
+            json!({"path": nb, "index": 1, "to_index": 3}),
+        )
+        .await;
+    assert!(moved.ok(), "{moved:?}");
+    assert_eq!(moved.structured["cell"]["id"], code_id.as_str());
+    assert_eq!(moved.structured["cell"]["index"], 3);
+    workspace.keep(nb);
+    let rerun = server
+        .call("notebook_execute_cell", json!({"path": nb, "index": 3}))
+        .await;
+    assert_eq!(rerun.structured["result"]["text/plain"], "50");
+    assert_eq!(rerun.structured["cell"]["id"], code_id.as_str());
+    workspace.keep(nb);
+    let one = server
+        .call("notebook_read", json!({"path": nb, "cell_id": code_id}))
+        .await;
+    assert_eq!(one.structured["cells"][0]["index"], 3);
+    assert_eq!(one.structured["cells"][0]["source"], "x = 50\nx");
+    assert_eq!(one.structured["cells"][0]["outputs"], Value::Null);
+    assert_eq!(one.structured["cells"][0]["output_count"], 1);
+
+    // Metadata of a cell and of the notebook.
+    let tagged = server
+        .call(
+            "notebook_set_metadata",
+            json!({"path": nb, "cell_id": code_id, "metadata": {"tags": ["answer"]}}),
+        )
+        .await;
+    assert!(tagged.ok(), "{tagged:?}");
+    workspace.keep(nb);
+    let mut metadata = workspace.json(nb)["metadata"].clone();
+    metadata["x-project"] = json!({"owner": "agent"});
+    let set = server
+        .call(
+            "notebook_set_metadata",
+            json!({"path": nb, "metadata": metadata}),
+        )
+        .await;
+    assert!(set.ok(), "{set:?}");
+    workspace.keep(nb);
+    let whole = server.call("notebook_read", json!({"path": nb})).await;
+    assert_eq!(whole.structured["metadata"]["x-project"]["owner"], "agent");
+    assert_eq!(
+        whole.structured["cells"][3]["metadata"]["tags"],
+        json!(["answer"])
+    );
+    assert_eq!(whole.structured["cell_count"], 4);
+    assert_eq!(whole.structured["next_index"], Value::Null);
+
+    // Clear outputs, delete a cell.
+    let cleared = server
+        .call("notebook_clear_outputs", json!({"path": nb}))
+        .await;
+    assert!(cleared.ok(), "{cleared:?}");
+    workspace.keep(nb);
+    let file = workspace.json(nb);
+    for cell in file["cells"].as_array().expect("cells") {
+        if cell["cell_type"] == "code" {
+            assert_eq!(cell["outputs"], json!([]));
+            assert_eq!(cell["execution_count"], Value::Null);
+        }
+    }
+    let deleted = server
+        .call("notebook_delete_cell", json!({"path": nb, "index": 1}))
+        .await;
+    assert!(deleted.ok(), "{deleted:?}");
+    assert_eq!(deleted.structured["cell_count"], 3);
+    workspace.keep(nb);
+
+    // A stale revision: refused, nothing changed.
+    let before = workspace.read(nb);
+    for (tool, arguments) in [
+        (
+            "notebook_insert_cell",
+            json!({"path": nb, "source": "1", "expected_revision": first_revision}),
+        ),
+        (
+            "notebook_update_cell",
+            json!({"path": nb, "index": 0, "source": "1", "expected_revision": first_revision}),
+        ),
+        (
+            "notebook_delete_cell",
+            json!({"path": nb, "index": 0, "expected_revision": first_revision}),
+        ),
+        (
+            "notebook_move_cell",
+            json!({"path": nb, "index": 0, "to_index": 1, "expected_revision": first_revision}),
+        ),
+        (
+            "notebook_clear_outputs",
+            json!({"path": nb, "expected_revision": first_revision}),
+        ),
+        (
+            "notebook_set_metadata",
+            json!({"path": nb, "metadata": {}, "expected_revision": first_revision}),
+        ),
+        (
+            "notebook_execute_cell",
+            json!({"path": nb, "cell_id": code_id, "expected_revision": first_revision}),
+        ),
+        (
+            "notebook_execute",
+            json!({"path": nb, "code": "y = 1", "expected_revision": first_revision}),
+        ),
+        (
+            "notebook_create",
+            json!({"path": nb, "overwrite": true, "expected_revision": first_revision}),
+        ),
+    ] {
+        let refused = server.call(tool, arguments).await;
+        assert!(refused.is_error, "{tool}: {refused:?}");
+        assert_eq!(
+            refused.structured["error"]["code"], "revision_conflict",
+            "{tool}: {refused:?}"
+        );
+        assert_eq!(workspace.read(nb), before, "{tool} changed nothing");
+    }
+    let check = server
+        .call("execute", json!({"code": "'y' in dir()", "kernel": kernel}))
+        .await;
+    assert_eq!(
+        check.structured["result"]["text/plain"], "False",
+        "nothing ran"
+    );
+
+    // Another process writes the file while a cell runs: the outputs are returned, not saved.
+    let slow = server
+        .call(
+            "notebook_insert_cell",
+            json!({"path": nb, "source": "import time\ntime.sleep(3)\nprint('late')"}),
+        )
+        .await;
+    let slow_id = slow.structured["cell"]["id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    workspace.keep(nb);
+    let peer = server.client.peer().clone();
+    let running = tokio::spawn({
+        let nb = nb.to_owned();
+        async move {
+            support::call_peer(
+                &peer,
+                "notebook_execute_cell",
+                json!({"path": nb, "cell_id": slow_id}),
+            )
+            .await
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = server
+            .call("runtime_status", json!({"kernel": kernel}))
+            .await;
+        if status.structured["operation_active"] == true {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the cell never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut theirs = workspace.json(nb);
+    theirs["metadata"]["edited_by"] = json!("someone else");
+    let theirs = serde_json::to_vec_pretty(&theirs).expect("json");
+    std::fs::write(workspace.root().join(nb), &theirs).expect("write");
+    let late = running.await.expect("join");
+    assert!(late.is_error, "{late:?}");
+    assert_eq!(
+        late.structured["stdout"], "late\n",
+        "the output is returned"
+    );
+    assert_eq!(late.structured["saved"], false);
+    assert_eq!(late.structured["save_error"]["code"], "revision_conflict");
+    assert_eq!(workspace.read(nb), theirs, "their write stands");
+
+    // Sessions: one per notebook; sharing by id; closing.
+    let other = "other.ipynb";
+    server.call("notebook_create", json!({"path": other})).await;
+    let session = server.call("notebook_session", json!({"path": nb})).await;
+    assert!(session.ok(), "{session:?}");
+    assert_eq!(session.structured["kernel"], kernel.as_str());
+    assert_eq!(session.structured["started"], false);
+    let shared = server
+        .call("notebook_session", json!({"path": other, "kernel": kernel}))
+        .await;
+    assert!(shared.ok(), "{shared:?}");
+    assert_eq!(shared.structured["shared_with"], json!([nb]));
+    let in_other = server
+        .call("notebook_execute", json!({"path": other, "code": "x"}))
+        .await;
+    assert_eq!(
+        in_other.structured["result"]["text/plain"], "50",
+        "{in_other:?}"
+    );
+    workspace.keep(other);
+    // interrupt, kernel_restart and runtime_status accept the notebook instead of its kernel.
+    let status = server
+        .call("runtime_status", json!({"notebook": other}))
+        .await;
+    assert_eq!(
+        status.structured["kernel_id"],
+        kernel.as_str(),
+        "{status:?}"
+    );
+    let idle = server.call("interrupt", json!({"notebook": nb})).await;
+    assert!(idle.ok(), "{idle:?}");
+    assert_eq!(idle.structured["interrupted"], false);
+    let none = server
+        .call("runtime_status", json!({"notebook": "missing.ipynb"}))
+        .await;
+    assert!(none.is_error, "{none:?}");
+    let restarted = server
+        .call("kernel_restart", json!({"notebook": other}))
+        .await;
+    assert!(restarted.ok(), "{restarted:?}");
+    let fresh = server
+        .call(
+            "notebook_execute",
+            json!({"path": nb, "code": "'x' in dir()", "persist": false}),
+        )
+        .await;
+    assert_eq!(
+        fresh.structured["result"]["text/plain"], "False",
+        "restarted"
+    );
+    let released = server
+        .call("notebook_session_close", json!({"path": other}))
+        .await;
+    assert_eq!(released.structured["stopped"], false, "still used by {nb}");
+    let closed = server
+        .call("notebook_session_close", json!({"path": nb}))
+        .await;
+    assert_eq!(closed.structured["kernel"], kernel.as_str());
+    assert_eq!(closed.structured["stopped"], true);
+    let gone = server
+        .call("runtime_status", json!({"kernel": kernel}))
+        .await;
+    assert!(gone.is_error);
+    // A separate notebook gets its own kernel: no shared variables.
+    let own = server
+        .call(
+            "notebook_execute",
+            json!({"path": other, "code": "'x' in dir()"}),
+        )
+        .await;
+    assert_eq!(own.structured["session_started"], true);
+    assert_eq!(own.structured["kernel"], "nb-other");
+    assert_eq!(own.structured["result"]["text/plain"], "False");
+    workspace.keep(other);
+
+    server.stop().await;
+    validate_with_jupyter(&workspace.versions()).await;
+}
+
+#[tokio::test]
+async fn bad_paths_are_refused_before_any_file_access() {
+    let workspace = Workspace::new();
+    let root = workspace.root();
+    let outside = workspace.dir.path().join("outside");
+    std::fs::create_dir(&outside).expect("outside");
+    let secret = outside.join("secret.ipynb");
+    std::fs::write(&secret, "{\"untouched\": true}").expect("write");
+    std::os::unix::fs::symlink(&outside, root.join("escape")).expect("symlink");
+    std::os::unix::fs::symlink(&secret, root.join("link.ipynb")).expect("symlink");
+    let server = Server::start_unready(
+        Family::Modern,
+        &[("IPYTHON_MCP_WORKSPACE_ROOT", &workspace.env())],
+    )
+    .await;
+    let bad = [
+        secret.display().to_string(),
+        "../outside/secret.ipynb".to_owned(),
+        "a/../../outside/secret.ipynb".to_owned(),
+        "escape/secret.ipynb".to_owned(),
+        "escape/new.ipynb".to_owned(),
+        "link.ipynb".to_owned(),
+        "./x.ipynb".to_owned(),
+        "x.txt".to_owned(),
+        "".to_owned(),
+        "dir//x.ipynb".to_owned(),
+        "no-such-dir/x.ipynb".to_owned(),
+        "x\u{0}.ipynb".to_owned(),
+        "~/x.ipynb".to_owned(),
+    ];
+    for path in &bad {
+        for (tool, arguments) in [
+            ("notebook_create", json!({"path": path})),
+            ("notebook_read", json!({"path": path})),
+            ("notebook_revision", json!({"path": path})),
+            ("notebook_insert_cell", json!({"path": path, "source": "1"})),
+            ("notebook_clear_outputs", json!({"path": path})),
+            (
+                "notebook_set_metadata",
+                json!({"path": path, "metadata": {}}),
+            ),
+            ("notebook_execute", json!({"path": path, "code": "1"})),
+            ("notebook_session", json!({"path": path})),
+            ("notebook_session_close", json!({"path": path})),
+            (
+                "notebook_update_cell",
+                json!({"path": path, "index": 0, "source": "1"}),
+            ),
+            ("notebook_delete_cell", json!({"path": path, "index": 0})),
+            (
+                "notebook_move_cell",
+                json!({"path": path, "index": 0, "to_index": 0}),
+            ),
+            ("notebook_execute_cell", json!({"path": path, "index": 0})),
+            ("runtime_status", json!({"notebook": path})),
+            ("interrupt", json!({"notebook": path})),
+            ("kernel_restart", json!({"notebook": path})),
+        ] {
+            let refused = server.call(tool, arguments).await;
+            assert!(refused.is_error, "{tool} {path:?}: {refused:?}");
+            assert_eq!(
+                refused.structured["error"]["code"], "invalid_path",
+                "{tool} {path:?}: {refused:?}"
+            );
+        }
+    }
+    assert_eq!(
+        std::fs::read_to_string(&secret).expect("read"),
+        "{\"untouched\": true}"
+    );
+    let mut left: Vec<String> = std::fs::read_dir(&root)
+        .expect("ls")
+        .map(|entry| {
+            entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    left.sort();
+    assert_eq!(left, ["escape", "link.ipynb"], "nothing was created");
+    assert_eq!(
+        std::fs::read_dir(&outside).expect("ls").count(),
+        1,
+        "nothing was created outside"
+    );
+    // A missing notebook and a wrong cell reference are distinct errors.
+    let missing = server
+        .call("notebook_read", json!({"path": "missing.ipynb"}))
+        .await;
+    assert_eq!(missing.structured["error"]["code"], "notebook_not_found");
+    server
+        .call("notebook_create", json!({"path": "n.ipynb"}))
+        .await;
+    let both = server
+        .call(
+            "notebook_delete_cell",
+            json!({"path": "n.ipynb", "index": 0, "cell_id": "x"}),
+        )
+        .await;
+    assert_eq!(both.structured["error"]["code"], "invalid_arguments");
+    let none = server
+        .call(
+            "notebook_delete_cell",
+            json!({"path": "n.ipynb", "cell_id": "nope"}),
+        )
+        .await;
+    assert_eq!(none.structured["error"]["code"], "cell_not_found");
+    server.stop().await;
+    let mut workspace = workspace;
+    workspace.keep("n.ipynb");
+    validate_with_jupyter(&workspace.versions()).await;
+}
+
+#[tokio::test]
+async fn older_notebooks_get_ids_on_first_write_and_keep_unknown_fields() {
+    let mut workspace = Workspace::new();
+    let old = json!({
+        "cells": [
+            {"cell_type": "markdown", "metadata": {}, "source": ["# Old\n", "notebook"]},
+            {"cell_type": "code", "execution_count": 3, "metadata": {"custom": {"keep": true}},
+             "outputs": [{"output_type": "stream", "name": "stdout", "text": ["kept\n"]}],
+             "source": "print('kept')"}
+        ],
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+                     "widgets": {"application/vnd.jupyter.widget-state+json": {"state": {}, "version_major": 2, "version_minor": 0}}},
+        "nbformat": 4,
+        "nbformat_minor": 2
+    });
+    std::fs::write(
+        workspace.root().join("old.ipynb"),
+        serde_json::to_vec(&old).expect("json"),
+    )
+    .expect("write");
+    let server = Server::start_unready(
+        Family::Handshake,
+        &[("IPYTHON_MCP_WORKSPACE_ROOT", &workspace.env())],
+    )
+    .await;
+    let read = server
+        .call(
+            "notebook_read",
+            json!({"path": "old.ipynb", "include_outputs": true}),
+        )
+        .await;
+    assert!(read.ok(), "{read:?}");
+    assert_eq!(read.structured["nbformat_minor"], 2);
+    assert_eq!(read.structured["cells"][0]["id"], Value::Null);
+    assert_eq!(read.structured["cells"][0]["source"], "# Old\nnotebook");
+    assert_eq!(read.structured["cells"][1]["outputs"][0]["text"], "kept\n");
+
+    let updated = server
+        .call(
+            "notebook_update_cell",
+            json!({"path": "old.ipynb", "index": 0, "source": "# Upgraded"}),
+        )
+        .await;
+    assert!(updated.ok(), "{updated:?}");
+    workspace.keep("old.ipynb");
+    let file = workspace.json("old.ipynb");
+    assert_eq!(file["nbformat_minor"], 5);
+    let ids: Vec<String> = file["cells"]
+        .as_array()
+        .expect("cells")
+        .iter()
+        .map(|cell| cell["id"].as_str().expect("id").to_owned())
+        .collect();
+    assert_eq!(ids.len(), 2);
+    assert_ne!(ids[0], ids[1]);
+    assert_eq!(updated.structured["cell"]["id"], ids[0].as_str());
+    assert_eq!(file["metadata"]["widgets"], old["metadata"]["widgets"]);
+    assert_eq!(file["cells"][1]["metadata"]["custom"]["keep"], true);
+    assert_eq!(file["cells"][1]["outputs"], old["cells"][1]["outputs"]);
+    assert_eq!(file["cells"][1]["execution_count"], 3);
+
+    // The ids stay put from now on.
+    let moved = server
+        .call(
+            "notebook_move_cell",
+            json!({"path": "old.ipynb", "cell_id": ids[1], "to_index": 0}),
+        )
+        .await;
+    assert!(moved.ok(), "{moved:?}");
+    workspace.keep("old.ipynb");
+    let file = workspace.json("old.ipynb");
+    assert_eq!(file["cells"][0]["id"], ids[1].as_str());
+    assert_eq!(file["cells"][1]["id"], ids[0].as_str());
+    server.stop().await;
+    validate_with_jupyter(&workspace.versions()).await;
+}
+
+/// 200 code cells with 40 KB of output each (about 8 MB).
+fn big_notebook() -> Value {
+    let cells: Vec<Value> = (0..200)
+        .map(|index| {
+            json!({
+                "cell_type": "code",
+                "execution_count": index + 1,
+                "id": format!("cell-{index}"),
+                "metadata": {},
+                "outputs": [{"output_type": "stream", "name": "stdout", "text": format!("{index} {}\n", "y".repeat(40_000))}],
+                "source": format!("print({index})\n{}", "# filler\n".repeat(50)),
+            })
+        })
+        .collect();
+    json!({
+        "cells": cells,
+        "metadata": {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"}},
+        "nbformat": 4,
+        "nbformat_minor": 5
+    })
+}
+
+#[tokio::test]
+async fn a_big_notebook_is_read_within_bounds_page_by_page() {
+    let workspace = Workspace::new();
+    std::fs::write(
+        workspace.root().join("big.ipynb"),
+        serde_json::to_vec(&big_notebook()).expect("json"),
+    )
+    .expect("write");
+    let server = Server::start_unready(
+        Family::Handshake,
+        &[("IPYTHON_MCP_WORKSPACE_ROOT", &workspace.env())],
+    )
+    .await;
+    let mut start = 0;
+    let mut seen = Vec::new();
+    let mut pages = 0;
+    loop {
+        let page = server
+            .call(
+                "notebook_read",
+                json!({"path": "big.ipynb", "include_outputs": true, "start_index": start, "max_cells": 1000}),
+            )
+            .await;
+        assert!(page.ok(), "{page:?}");
+        let size = page.structured.to_string().len();
+        assert!(size < 80_000, "page of {size} bytes");
+        pages += 1;
+        for cell in page.structured["cells"].as_array().expect("cells") {
+            seen.push(cell["id"].as_str().expect("id").to_owned());
+            let text = &cell["outputs"][0]["text"];
+            assert_eq!(text.as_str().expect("text").chars().count(), 1024);
+            assert!(cell["outputs"][0]["text_omitted_chars"].as_u64() > Some(38_000));
+        }
+        match page.structured["next_index"].as_u64() {
+            Some(next) => start = next as usize,
+            None => break,
+        }
+    }
+    assert!(pages > 1, "bounded pages");
+    let expected: Vec<String> = (0..200).map(|index| format!("cell-{index}")).collect();
+    assert_eq!(seen, expected, "every cell exactly once");
+    server.stop().await;
+}
+
+/// A server killed at any moment while writing leaves the old or the new file, never a torn one.
+#[tokio::test]
+async fn a_killed_write_leaves_the_old_file_intact() {
+    let workspace = Workspace::new();
+    let path = workspace.root().join("big.ipynb");
+    std::fs::write(&path, serde_json::to_vec(&big_notebook()).expect("json")).expect("write");
+    let env = [("IPYTHON_MCP_WORKSPACE_ROOT", workspace.env())];
+    let env: Vec<(&str, &str)> = env
+        .iter()
+        .map(|(key, value)| (*key, value.as_str()))
+        .collect();
+    // How long one insert into this 8 MB notebook takes, end to end.
+    let server = Server::start_unready(Family::Handshake, &env).await;
+    let started = Instant::now();
+    let timed = server
+        .call(
+            "notebook_insert_cell",
+            json!({"path": "big.ipynb", "source": "timed", "index": 0}),
+        )
+        .await;
+    assert!(timed.ok(), "{timed:?}");
+    let write_time = started.elapsed();
+    server.stop().await;
+
+    let mut versions = vec![sha256(&std::fs::read(&path).expect("read"))];
+    let mut unchanged = 0;
+    let mut temp_files_seen = 0;
+    // Kills spread from the very start of the call to well past its usual end: before the
+    // read, during the edit, during the temp file's write and fsync, around the rename.
+    for (step, tenths) in [0u32, 2, 4, 6, 8, 10, 20, 30].into_iter().enumerate() {
+        let server = Server::start_unready(Family::Handshake, &env).await;
+        let peer = server.client.peer().clone();
+        let writing = tokio::spawn(async move {
+            let arguments =
+                json!({"path": "big.ipynb", "source": format!("attempt {step}"), "index": 0});
+            let request = rmcp::model::CallToolRequestParams::new("notebook_insert_cell")
+                .with_arguments(arguments.as_object().cloned().expect("object"));
+            // The server dies under it: an error is expected.
+            let _ = peer.call_tool(request).await;
+        });
+        tokio::time::sleep(write_time * tenths / 10).await;
+        // SAFETY: kill(2) on the pid of our own child process.
+        unsafe {
+            libc::kill(server.pid as i32, libc::SIGKILL);
+        }
+        let _ = writing.await;
+        support::wait_until_gone(server.pid as i32).await;
+        drop(server);
+        let bytes = std::fs::read(&path).expect("read");
+        let parsed: Value = serde_json::from_slice(&bytes).expect("always a whole JSON file");
+        let cells = parsed["cells"].as_array().expect("cells").len();
+        let current = sha256(&bytes);
+        if versions.last() == Some(&current) {
+            unchanged += 1;
+        } else {
+            // A completed write: exactly one more cell, on top.
+            assert_eq!(cells, 201 + versions.len(), "one cell per completed write");
+            assert_eq!(
+                parsed["cells"][0]["source"],
+                json!([format!("attempt {step}")])
+            );
+            versions.push(current);
+        }
+        for entry in std::fs::read_dir(workspace.root()).expect("ls") {
+            let name = entry
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned();
+            if name.starts_with(".ipython-mcp-") {
+                // A write killed after creating its temp file: remove it for the next round.
+                temp_files_seen += 1;
+                std::fs::remove_file(workspace.root().join(&name)).expect("remove");
+            } else {
+                assert_eq!(name, "big.ipynb");
+            }
+        }
+    }
+    eprintln!(
+        "crash test: one write takes {write_time:?}; {} completed, {unchanged} killed before the rename, {temp_files_seen} of them after the temp file existed",
+        versions.len() - 1
+    );
+    assert!(unchanged > 0, "some kills came before the rename");
+    assert!(versions.len() > 1, "some writes completed");
+    let mut workspace = workspace;
+    workspace.keep("big.ipynb");
+    validate_with_jupyter(&workspace.versions()).await;
+}
+
+#[tokio::test]
+async fn resources_serve_notebooks_by_percent_encoded_uri_and_the_capabilities() {
+    let workspace = Workspace::new();
+    std::fs::create_dir(workspace.root().join("nested folder")).expect("mkdir");
+    for family in [Family::Handshake, Family::Modern] {
+        let server =
+            Server::start_unready(family, &[("IPYTHON_MCP_WORKSPACE_ROOT", &workspace.env())])
+                .await;
+        let path = "nested folder/分析.ipynb";
+        let uri = "notebook:///nested%20folder/%E5%88%86%E6%9E%90.ipynb";
+        if !workspace.root().join(path).exists() {
+            let created = server
+                .call(
+                    "notebook_create",
+                    json!({"path": path, "cells": [{"source": "1 + 1"}]}),
+                )
+                .await;
+            assert!(created.ok(), "{created:?}");
+            assert_eq!(created.structured["uri"], uri);
+        }
+        let peer = server.client.peer();
+        let resources = peer.list_all_resources().await.expect("resources/list");
+        let uris: Vec<&str> = resources
+            .iter()
+            .map(|resource| resource.uri.as_str())
+            .collect();
+        for expected in [
+            "ipython-mcp://capabilities",
+            "ipython-mcp://kernelspecs",
+            "ipython-mcp://kernels",
+            uri,
+        ] {
+            assert!(uris.contains(&expected), "{expected} in {uris:?}");
+        }
+        let templates = peer.list_all_resource_templates().await.expect("templates");
+        assert_eq!(templates[0].uri_template, "notebook:///{+path}");
+
+        let text = |result: rmcp::model::ReadResourceResult| match &result.contents[0] {
+            rmcp::model::ResourceContents::TextResourceContents { text, .. } => text.clone(),
+            other => panic!("text contents: {other:?}"),
+        };
+        let read = peer
+            .read_resource(rmcp::model::ReadResourceRequestParams::new(uri))
+            .await
+            .expect("read the notebook");
+        let notebook: Value = serde_json::from_str(&text(read)).expect("notebook JSON");
+        assert_eq!(notebook["cells"][0]["source"], json!(["1 + 1"]));
+        assert!(
+            text_bytes_eq(&workspace.read(path), &notebook),
+            "the file as it is"
+        );
+
+        let capabilities = peer
+            .read_resource(rmcp::model::ReadResourceRequestParams::new(
+                "ipython-mcp://capabilities",
+            ))
+            .await
+            .expect("capabilities");
+        let capabilities: Value =
+            serde_json::from_str(&text(capabilities)).expect("capabilities JSON");
+        assert_eq!(capabilities["schema_version"], "1.0");
+        assert_eq!(capabilities["limits"]["max_text_chars"], 8192);
+        assert_eq!(
+            capabilities["notebooks"]["workspace_root"],
+            workspace
+                .root()
+                .canonicalize()
+                .expect("canonical")
+                .display()
+                .to_string()
+        );
+        assert!(capabilities["kernelspecs"].is_array());
+
+        for bad in [
+            "notebook:///../outside.ipynb",
+            "notebook:///nested%20folder%2F..%2Fx.ipynb",
+            "notebook:///x%zz.ipynb",
+            "notebook://host/x.ipynb",
+            "notebook:///missing.ipynb",
+            "ipython-mcp://nothing",
+        ] {
+            let refused = peer
+                .read_resource(rmcp::model::ReadResourceRequestParams::new(bad))
+                .await;
+            assert!(refused.is_err(), "{bad} is refused");
+        }
+        server.stop().await;
+    }
+    let mut workspace = workspace;
+    workspace.keep("nested folder/分析.ipynb");
+    validate_with_jupyter(&workspace.versions()).await;
+}
+
+/// The served text is the file's notebook (same JSON).
+fn text_bytes_eq(file: &[u8], served: &Value) -> bool {
+    serde_json::from_slice::<Value>(file).expect("file JSON") == *served
+}
+
+/// What jupytext makes of a percent script: metadata and cells (type, source, metadata).
+async fn jupytext_view(file: &Path) -> Value {
+    let (python, deps) = python_with("jupytext==1.16.4", "jupytext", "jupytext-deps").await;
+    let script = r#"
+import json, sys
+import jupytext
+nb = jupytext.read(sys.argv[1])
+print(json.dumps({
+    "metadata": nb.metadata,
+    "cells": [{"cell_type": c.cell_type, "source": c.source, "metadata": c.metadata} for c in nb.cells],
+}))
+"#;
+    let output = Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .arg(file)
+        .env("PYTHONPATH", deps)
+        .output()
+        .expect("python");
+    assert!(
+        output.status.success(),
+        "jupytext failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("json")
+}
+
+/// Our view of the same cells, through notebook_read.
+async fn our_view(server: &Server, path: &str) -> Value {
+    let read = server.call("notebook_read", json!({"path": path})).await;
+    assert!(read.ok(), "{read:?}");
+    let cells: Vec<Value> = read.structured["cells"]
+        .as_array()
+        .expect("cells")
+        .iter()
+        .map(|cell| {
+            json!({"cell_type": cell["cell_type"], "source": cell["source"], "metadata": cell["metadata"]})
+        })
+        .collect();
+    json!({"metadata": read.structured["metadata"], "cells": cells})
+}
+
+#[tokio::test]
+async fn percent_scripts_round_trip_with_jupytext() {
+    let workspace = Workspace::new();
+    let server = Server::start(
+        Family::Handshake,
+        &[("IPYTHON_MCP_WORKSPACE_ROOT", &workspace.env())],
+    )
+    .await;
+    // Written by us, read by jupytext.
+    let created = server
+        .call(
+            "notebook_create",
+            json!({"path": "script.py", "cells": [
+                {"source": "import os\n%time x = 1\n!echo hi"},
+                {"cell_type": "markdown", "source": "# Title\n\nSome *text*\n  indented"},
+                {"source": "def f():\n    return 3", "metadata": {"tags": ["keep"], "k": {"n": 1}}},
+                {"cell_type": "raw", "source": "raw text"},
+            ]}),
+        )
+        .await;
+    assert!(created.ok(), "{created:?}");
+    let ran = server
+        .call(
+            "notebook_execute",
+            json!({"path": "script.py", "code": "y = 2\ny"}),
+        )
+        .await;
+    assert!(ran.ok(), "{ran:?}");
+    assert_eq!(ran.structured["result"]["text/plain"], "2");
+    assert_eq!(ran.structured["saved"], true);
+    assert_eq!(ran.structured["cell"]["id"], "cell-4");
+    let text = String::from_utf8(workspace.read("script.py")).expect("utf-8");
+    assert!(text.contains("# %%\ny = 2\ny\n"), "{text}");
+    assert!(!text.contains("execute_result"), "no outputs in a script");
+    let theirs = jupytext_view(&workspace.root().join("script.py")).await;
+    let ours = our_view(&server, "script.py").await;
+    assert_eq!(
+        theirs["cells"], ours["cells"],
+        "jupytext reads our script as we do"
+    );
+    assert_eq!(theirs["metadata"]["kernelspec"]["name"], "python3");
+
+    // Written by jupytext, read by us; our edit, read by jupytext again.
+    let (python, deps) = python_with("jupytext==1.16.4", "jupytext", "jupytext-deps").await;
+    let make = r##"
+import sys
+import jupytext, nbformat
+nb = nbformat.v4.new_notebook()
+nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+nb.cells = [
+    nbformat.v4.new_code_cell("%matplotlib inline\nimport sys\n!ls\n\n\nz = 3"),
+    nbformat.v4.new_markdown_cell("# Heading\n\n- item\n#not heading"),
+    nbformat.v4.new_code_cell('s = """\n%not a magic\n"""', metadata={"tags": ["a", "b"]}),
+    nbformat.v4.new_raw_cell("raw"),
+]
+jupytext.write(nb, sys.argv[1], fmt="py:percent")
+"##;
+    let status = Command::new(&python)
+        .arg("-c")
+        .arg(make)
+        .arg(workspace.root().join("theirs.py"))
+        .env("PYTHONPATH", &deps)
+        .status()
+        .expect("python");
+    assert!(status.success());
+    let theirs = jupytext_view(&workspace.root().join("theirs.py")).await;
+    let ours = our_view(&server, "theirs.py").await;
+    assert_eq!(
+        theirs["cells"], ours["cells"],
+        "we read jupytext's script as it does"
+    );
+    assert_eq!(theirs["metadata"], ours["metadata"]);
+    let updated = server
+        .call(
+            "notebook_update_cell",
+            json!({"path": "theirs.py", "index": 1, "source": "# Changed\n\ntext"}),
+        )
+        .await;
+    assert!(updated.ok(), "{updated:?}");
+    let theirs = jupytext_view(&workspace.root().join("theirs.py")).await;
+    let ours = our_view(&server, "theirs.py").await;
+    assert_eq!(theirs["cells"], ours["cells"]);
+    assert_eq!(theirs["cells"][1]["source"], "# Changed\n\ntext");
+    assert_eq!(theirs["cells"][2]["metadata"]["tags"], json!(["a", "b"]));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_missing_workspace_root_stops_the_server_at_start_up() {
+    let missing = tempfile::tempdir().expect("tempdir").path().join("gone");
+    let output = support::command(&[(
+        "IPYTHON_MCP_WORKSPACE_ROOT",
+        missing.to_str().expect("utf-8"),
+    )])
+    .stderr(std::process::Stdio::piped())
+    .output()
+    .await
+    .expect("run");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("IPYTHON_MCP_WORKSPACE_ROOT (--workspace-root)"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty(), "nothing on stdout");
+}
+
+/// Regression: a python3 notebook run before the default kernel was ready looked for a
+/// registered `python3` kernelspec instead of using the server's Python, and failed.
+#[tokio::test]
+async fn a_notebook_runs_before_the_default_kernel_is_ready() {
+    let workspace = Workspace::new();
+    let server = Server::start_unready(
+        Family::Modern,
+        &[("IPYTHON_MCP_WORKSPACE_ROOT", &workspace.env())],
+    )
+    .await;
+    let created = server
+        .call("notebook_create", json!({"path": "early.ipynb"}))
+        .await;
+    assert!(created.ok(), "{created:?}");
+    let ran = server
+        .call(
+            "notebook_execute",
+            json!({"path": "early.ipynb", "code": "import sys; sys.version_info[0]"}),
+        )
+        .await;
+    assert!(ran.ok(), "{ran:?}");
+    assert_eq!(ran.structured["result"]["text/plain"], "3");
+    assert_eq!(ran.structured["kernel"], "nb-early");
+    server.stop().await;
+}

@@ -1,0 +1,111 @@
+//! Interop: the official Python MCP SDK (`mcp` from PyPI) calls every notebook tool of the real
+//! binary, once per protocol family; the SDK validates each `structuredContent` against the
+//! tool's `outputSchema`, so the schemas we advertise are the shapes we send.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+fn target_tmp() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+}
+
+#[tokio::test]
+async fn the_python_sdk_validates_every_notebook_tool_result() {
+    let cache = target_tmp().join("ipython-mcp-cache");
+    let resolver = ipython_mcp_env::Resolver {
+        explicit_python: None,
+        virtual_env: None,
+        working_dir: target_tmp(),
+        path_var: std::env::var_os("PATH"),
+        cache_dir: cache.clone(),
+        install_timeout: Duration::from_secs(600),
+        named: None,
+    };
+    let python = resolver
+        .resolve(&|_| {})
+        .await
+        .expect("provisioned python")
+        .executable;
+    // Its own directory: the SDK test of the other suites may pin another version.
+    let deps = target_tmp().join("notebooks-sdk-deps");
+    if !deps.join("mcp").is_dir() {
+        let status = Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-input",
+                "-q",
+                "--target",
+            ])
+            .arg(&deps)
+            .arg("mcp==2.3.0")
+            .status()
+            .expect("pip");
+        assert!(status.success(), "installing the Python MCP SDK failed");
+    }
+    let workspace = tempfile::tempdir().expect("workspace root");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/notebooks_sdk_client.py");
+    let output = Command::new(&python)
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_ipython-mcp"))
+        .env("PYTHONPATH", &deps)
+        .env("IPYTHON_MCP_CACHE_DIR", &cache)
+        .env("IPYTHON_MCP_WORKSPACE_ROOT", workspace.path())
+        .output()
+        .expect("run the SDK client");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "SDK client failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let runs: Vec<Value> = stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("json line"))
+        .collect();
+    assert_eq!(runs.len(), 2);
+    for run in &runs {
+        let calls = &run["calls"];
+        let executed = &calls["notebook_execute_cell"][0];
+        assert_eq!(executed["is_error"], false, "{run}");
+        assert_eq!(executed["structured"]["result"]["text/plain"], "2");
+        assert_eq!(executed["structured"]["saved"], true);
+        assert_eq!(calls["notebook_execute"][0]["structured"]["stdout"], "nb\n");
+        let read = &calls["notebook_read"][0]["structured"];
+        assert_eq!(read["cell_count"], 3, "{run}");
+        assert_eq!(
+            read["cells"][1]["metadata"]["tags"],
+            serde_json::json!(["t"])
+        );
+        assert_eq!(
+            calls["notebook_read"][1]["structured"]["error"]["code"],
+            "invalid_path"
+        );
+        assert_eq!(
+            calls["runtime_status"][0]["structured"]["kernel_id"],
+            calls["notebook_session"][0]["structured"]["kernel"]
+        );
+        assert_eq!(
+            calls["notebook_session_close"][0]["structured"]["stopped"],
+            true
+        );
+        for tool in [
+            "notebook_create",
+            "notebook_insert_cell",
+            "notebook_update_cell",
+            "notebook_revision",
+            "notebook_move_cell",
+            "notebook_clear_outputs",
+            "notebook_set_metadata",
+            "notebook_delete_cell",
+            "notebook_session",
+        ] {
+            assert_eq!(calls[tool][0]["is_error"], false, "{tool}: {run}");
+        }
+    }
+}
