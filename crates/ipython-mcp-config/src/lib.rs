@@ -105,6 +105,8 @@ settings! {
         "JSON array of PEP 508 requirements installed into the active environment, e.g. [\"six==1.16.0\"]");
     ENVIRONMENT_VARIABLES = ("environment_variables", "IPYTHON_MCP_ENVIRONMENT_VARIABLES", "environment-variables", "none",
         "JSON object of environment variables set in every kernel before preloads, e.g. {\"TASK_MODE\": \"offline\"}");
+    TOOLSETS = ("toolsets", "IPYTHON_MCP_TOOLSETS", "toolsets", "all",
+        "Comma-separated groups of tools to offer besides the core ones: namespace, kernels, dynamic, notebooks (or all)");
     WORKSPACE_ROOT = ("workspace_root", "IPYTHON_MCP_WORKSPACE_ROOT", "workspace-root", "the working directory",
         "Directory every notebook path is relative to; notebook tools never read or write outside it");
     CACHE_DIR = ("cache_dir", "IPYTHON_MCP_CACHE_DIR", "cache-dir", "$XDG_CACHE_HOME/ipython-mcp or ~/.cache/ipython-mcp",
@@ -165,6 +167,7 @@ pub struct RawConfig {
     pub environment_requirements: Option<String>,
     pub environment_variables: Option<String>,
     pub workspace_root: Option<String>,
+    pub toolsets: Option<String>,
     pub cache_dir: Option<String>,
     pub log: Option<String>,
     /// Not a setting: the server's working directory (the project). When given, the
@@ -287,6 +290,71 @@ impl Default for SpoolBounds {
             max_execution_bytes: 256 * 1024 * 1024,
             max_total_bytes: 1024 * 1024 * 1024,
         }
+    }
+}
+
+/// Which groups of tools are offered besides the core ones (`execute`, `get_output`,
+/// `interrupt`, `runtime_status`, `kernel_restart`): fewer tools cost an agent less context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Toolsets {
+    /// list, search, inspect, call_function, reload, remove, reset.
+    pub namespace: bool,
+    /// kernel_discover, kernel_start, kernel_list, kernel_stop.
+    pub kernels: bool,
+    /// register_tool, unregister_tool.
+    pub dynamic: bool,
+    /// notebook_*.
+    pub notebooks: bool,
+}
+
+impl Default for Toolsets {
+    fn default() -> Self {
+        Toolsets {
+            namespace: true,
+            kernels: true,
+            dynamic: true,
+            notebooks: true,
+        }
+    }
+}
+
+impl Toolsets {
+    /// The toolset names, as the setting spells them.
+    pub const NAMES: [&'static str; 4] = ["namespace", "kernels", "dynamic", "notebooks"];
+
+    fn parse(raw: &str) -> Result<Toolsets, String> {
+        let mut sets = Toolsets {
+            namespace: false,
+            kernels: false,
+            dynamic: false,
+            notebooks: false,
+        };
+        let mut any = false;
+        for name in raw
+            .split(',')
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+        {
+            any = true;
+            match name {
+                "all" => sets = Toolsets::default(),
+                "namespace" => sets.namespace = true,
+                "kernels" => sets.kernels = true,
+                "dynamic" => sets.dynamic = true,
+                "notebooks" => sets.notebooks = true,
+                other => {
+                    return Err(format!(
+                        "unknown toolset {:?}; choose from all, {}",
+                        bounded(other),
+                        Self::NAMES.join(", ")
+                    ))
+                }
+            }
+        }
+        if !any {
+            return Err("must name at least one toolset (or all)".to_owned());
+        }
+        Ok(sets)
     }
 }
 
@@ -441,6 +509,8 @@ pub struct Config {
     /// Root of the notebook workspace; `None` means the working directory, resolved by the
     /// caller (it must exist: checked when the server starts).
     pub workspace_root: Option<PathBuf>,
+    /// The groups of tools offered.
+    pub toolsets: Toolsets,
     /// Cache directory override; `None` means the platform default, resolved by the caller.
     pub cache_dir: Option<PathBuf>,
     /// Log filter directive for stderr.
@@ -463,6 +533,7 @@ impl Default for Config {
             python: None,
             environment: None,
             workspace_root: None,
+            toolsets: Toolsets::default(),
             cache_dir: None,
             log: "info".to_owned(),
             transport: Transport::Stdio,
@@ -662,6 +733,14 @@ impl Config {
             python,
             environment,
             workspace_root: existing_directory(WORKSPACE_ROOT, &raw.workspace_root)?,
+            toolsets: match &raw.toolsets {
+                None => Toolsets::default(),
+                Some(value) => Toolsets::parse(value).map_err(|problem| Error::Invalid {
+                    env: TOOLSETS.env,
+                    flag: TOOLSETS.flag,
+                    problem,
+                })?,
+            },
             cache_dir: path(CACHE_DIR, &raw.cache_dir)?,
             log: match &raw.log {
                 Some(value) if value.trim().is_empty() => {
@@ -1028,6 +1107,23 @@ mod tests {
                 "{row} shows the default {}",
                 setting.default
             );
+        }
+    }
+
+    #[test]
+    fn toolsets_are_named_groups_and_unknown_ones_are_refused() {
+        let parse = |value: &str| {
+            Config::from_raw(&RawConfig {
+                toolsets: Some(value.into()),
+                ..Default::default()
+            })
+        };
+        let only = parse(" namespace, dynamic ").expect("valid").toolsets;
+        assert!(only.namespace && only.dynamic && !only.kernels && !only.notebooks);
+        assert_eq!(parse("all").expect("valid").toolsets, Toolsets::default());
+        for bad in ["", " , ", "namespace,bogus"] {
+            let error = parse(bad).expect_err(bad).to_string();
+            assert!(error.contains("IPYTHON_MCP_TOOLSETS"), "{error}");
         }
     }
 

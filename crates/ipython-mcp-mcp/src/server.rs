@@ -20,6 +20,19 @@ use crate::peers::Peers;
 use crate::render;
 pub use crate::sessions::Sessions;
 
+/// The toolset a built-in tool belongs to (`None`: a core tool, always offered).
+fn toolset_of(tool: &str) -> Option<&'static str> {
+    match tool {
+        "list" | "search" | "inspect" | "call_function" | "reload" | "remove" | "reset" => {
+            Some("namespace")
+        }
+        "kernel_discover" | "kernel_start" | "kernel_list" | "kernel_stop" => Some("kernels"),
+        "register_tool" | "unregister_tool" => Some("dynamic"),
+        name if name.starts_with("notebook_") => Some("notebooks"),
+        _ => None,
+    }
+}
+
 /// Largest `code` accepted by `execute`, in bytes.
 pub const MAX_CODE_BYTES: usize = 1024 * 1024;
 
@@ -108,24 +121,52 @@ impl IpythonMcp {
             .notebook_state(|| crate::notebooks::NotebookState::new(config.workspace_root.clone()));
         IpythonMcp {
             sessions,
+            tool_router: Self::offered_tools(&config.toolsets),
             config,
             peers,
             notebooks,
-            tool_router: Self::tool_router()
-                + Self::namespace_router()
-                + Self::kernels_router()
-                + Self::dynamic_router()
-                + Self::notebooks_router(),
         }
     }
 
-    /// The names of the built-in tools (never available to dynamic tools).
-    pub(crate) fn stable_tool_names(&self) -> Vec<String> {
-        self.tool_router
+    /// The built-in tools, less the toolsets the configuration leaves out.
+    fn offered_tools(toolsets: &ipython_mcp_config::Toolsets) -> ToolRouter<IpythonMcp> {
+        let mut router = Self::tool_router()
+            + Self::namespace_router()
+            + Self::kernels_router()
+            + Self::dynamic_router()
+            + Self::notebooks_router();
+        let names: Vec<String> = router
             .list_all()
             .into_iter()
             .map(|tool| tool.name.into_owned())
-            .collect()
+            .collect();
+        for name in names {
+            let offered = match toolset_of(&name) {
+                Some("namespace") => toolsets.namespace,
+                Some("kernels") => toolsets.kernels,
+                Some("dynamic") => toolsets.dynamic,
+                Some("notebooks") => toolsets.notebooks,
+                _ => true,
+            };
+            if !offered {
+                router.remove_route(&name);
+            }
+        }
+        router
+    }
+
+    /// The names of every built-in tool, offered or not (never available to dynamic tools).
+    pub(crate) fn stable_tool_names(&self) -> Vec<String> {
+        static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+        NAMES
+            .get_or_init(|| {
+                Self::offered_tools(&ipython_mcp_config::Toolsets::default())
+                    .list_all()
+                    .into_iter()
+                    .map(|tool| tool.name.into_owned())
+                    .collect()
+            })
+            .clone()
     }
 
     /// Brings every session's dynamic tools up to date (on each session's queue), waiting at

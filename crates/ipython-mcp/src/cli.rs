@@ -251,6 +251,9 @@ pub struct Cli {
         value_name = "DIR"
     )]
     workspace_root: Option<String>,
+    /// Groups of tools to offer besides the core ones: namespace, kernels, dynamic, notebooks (comma-separated) [default: all]
+    #[arg(long, env = "IPYTHON_MCP_TOOLSETS", global = true, value_name = "SETS")]
+    toolsets: Option<String>,
     /// Where the managed default environment lives [default: $XDG_CACHE_HOME/ipython-mcp or ~/.cache/ipython-mcp]
     #[arg(long, env = "IPYTHON_MCP_CACHE_DIR", global = true, value_name = "DIR")]
     cache_dir: Option<String>,
@@ -335,6 +338,7 @@ impl Cli {
             environment_requirements: self.environment_requirements.clone(),
             environment_variables: self.environment_variables.clone(),
             workspace_root: self.workspace_root.clone(),
+            toolsets: self.toolsets.clone(),
             cache_dir: self.cache_dir.clone(),
             log: self.log.clone(),
             working_dir: std::env::current_dir().ok(),

@@ -1563,3 +1563,47 @@ async fn kernel_restart_gives_a_fresh_kernel_with_the_configured_modules() {
     assert_eq!(unknown.structured["error"]["code"], "invalid_arguments");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn toolsets_choose_which_tools_are_offered() {
+    let server = Server::start(Family::Handshake, &[("IPYTHON_MCP_TOOLSETS", "namespace")]).await;
+    let mut names: Vec<String> = server
+        .client
+        .list_all_tools()
+        .await
+        .expect("tools/list")
+        .into_iter()
+        .map(|tool| tool.name.into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "call_function",
+            "execute",
+            "get_output",
+            "inspect",
+            "interrupt",
+            "kernel_restart",
+            "list",
+            "reload",
+            "remove",
+            "reset",
+            "runtime_status",
+            "search"
+        ]
+    );
+    // A tool of a toolset left out is not there at all.
+    let missing = server
+        .client
+        .peer()
+        .call_tool(
+            rmcp::model::CallToolRequestParams::new("kernel_list")
+                .with_arguments(serde_json::Map::new()),
+        )
+        .await;
+    assert!(missing.is_err(), "{missing:?}");
+    let ran = server.call("execute", json!({"code": "6 * 7"})).await;
+    assert_eq!(ran.structured["result"]["text/plain"], "42");
+    server.stop().await;
+}
