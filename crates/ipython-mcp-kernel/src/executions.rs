@@ -453,22 +453,16 @@ pub(crate) fn read_page(path: Option<&Path>, request: &PageRequest, complete: bo
     // A negative start counts from the end, which needs the line count first.
     let start = if request.start_line < 0 {
         let total = count_lines(&file);
+        if std::io::Seek::rewind(&mut &file).is_err() {
+            return page;
+        }
         (total + 1)
             .saturating_sub(request.start_line.unsigned_abs())
             .max(1)
     } else {
         (request.start_line as u64).max(1)
     };
-    let Ok(file) = file.try_clone() else {
-        return page;
-    };
     let mut reader = BufReader::with_capacity(256 * 1024, file);
-    if request.start_line < 0 {
-        use std::io::Seek as _;
-        if reader.seek(std::io::SeekFrom::Start(0)).is_err() {
-            return page;
-        }
-    }
     let mut budget = request.max_chars;
     let mut buffer = Vec::new();
     let mut number = 0u64;
@@ -512,10 +506,8 @@ pub(crate) fn read_page(path: Option<&Path>, request: &PageRequest, complete: bo
     page
 }
 
+/// Lines in the file from its current position (a last line without its newline counts).
 fn count_lines(file: &File) -> u64 {
-    let Ok(file) = file.try_clone() else {
-        return 0;
-    };
     let mut reader = BufReader::with_capacity(256 * 1024, file);
     let mut count = 0u64;
     let mut ended_with_newline = true;

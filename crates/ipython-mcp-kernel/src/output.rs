@@ -134,20 +134,8 @@ impl ExecutionOutput {
         ExecutionOutput {
             ok: false,
             status: ExecutionStatus::Rejected,
-            execution_count: None,
-            stdout: String::new(),
-            stderr: String::new(),
-            stdout_omitted_chars: 0,
-            stderr_omitted_chars: 0,
-            display_data: Vec::new(),
-            display_omitted: 0,
-            result: None,
             error: Some(error),
-            truncated: Truncated::default(),
-            execution_id,
-            runtime,
-            notice: None,
-            spool: None,
+            ..ExecutionOutput::pending(execution_id, runtime)
         }
     }
 
@@ -156,8 +144,20 @@ impl ExecutionOutput {
         ExecutionOutput {
             ok: true,
             status: ExecutionStatus::Pending,
+            execution_count: None,
+            stdout: String::new(),
+            stderr: String::new(),
+            stdout_omitted_chars: 0,
+            stderr_omitted_chars: 0,
+            display_data: Vec::new(),
+            display_omitted: 0,
+            result: None,
             error: None,
-            ..ExecutionOutput::not_run(execution_id, runtime, ErrorInfo::new("", ""))
+            truncated: Truncated::default(),
+            execution_id,
+            runtime,
+            notice: None,
+            spool: None,
         }
     }
 }

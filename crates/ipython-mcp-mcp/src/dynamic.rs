@@ -113,7 +113,6 @@ impl Catalog {
             .values()
             .map(|entry| entry.registration.kernel.clone())
             .collect();
-        kernels.dedup();
         kernels.sort();
         kernels.dedup();
         kernels
@@ -666,7 +665,7 @@ impl crate::server::IpythonMcp {
         let replaced = session.status().epoch != epoch;
         if let Some(error) = &mut result.error {
             // A replaced kernel has no registrations: say why, and unlist them.
-            if replaced || (error.code == "name_not_found" && session.status().epoch != epoch) {
+            if replaced {
                 *error = ErrorInfo::new(
                     "stale_registration",
                     format!("the kernel behind {tool_name:?} was replaced, and its dynamic tools with it"),

@@ -299,24 +299,15 @@ impl IpythonMcp {
         };
         let finished = output.status != ipython_mcp_kernel::ExecutionStatus::Pending;
         let extra_text = page.as_ref().map(render::page_text).unwrap_or_default();
-        let structured = GetOutputResult {
-            output,
-            finished,
-            kernel: session.kernel_id().to_owned(),
-            page,
-        };
+        // The fields GetOutputResult adds to the execution's own (its schema describes both).
         let mut extra = serde_json::Map::new();
         extra.insert("finished".into(), finished.into());
-        extra.insert("kernel".into(), structured.kernel.clone().into());
+        extra.insert("kernel".into(), session.kernel_id().into());
         extra.insert(
             "page".into(),
-            serde_json::to_value(&structured.page).unwrap_or_default(),
+            serde_json::to_value(&page).unwrap_or_default(),
         );
-        Ok(render::execution_with(
-            &structured.output,
-            extra,
-            extra_text,
-        ))
+        Ok(render::execution_with(&output, extra, extra_text))
     }
 
     #[tool(

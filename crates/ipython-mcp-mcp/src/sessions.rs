@@ -119,16 +119,7 @@ impl Sessions {
                 entry.last_used = Instant::now();
                 Ok(entry.handle.clone())
             }
-            None => Err(Box::new(
-                ErrorInfo::new(
-                    "invalid_arguments",
-                    format!("no kernel session named {:?}", render::shorten(id, 64)),
-                )
-                .with_hint(format!(
-                    "running sessions: {} (kernel_list shows them; kernel_start starts one)",
-                    entries.keys().cloned().collect::<Vec<_>>().join(", ")
-                )),
-            )),
+            None => Err(unknown_session(id, &entries)),
         }
     }
 
@@ -350,20 +341,15 @@ impl Sessions {
                     ),
             ));
         }
-        let removed = self.lock().remove(id);
-        match removed {
-            Some(entry) => {
-                self.inner.catalog.forget_session(id).await;
-                entry.handle.shutdown().await;
-                Ok(entry.handle)
-            }
-            None => Err(self.get(Some(id)).err().unwrap_or_else(|| {
-                Box::new(ErrorInfo::new(
-                    "invalid_arguments",
-                    "no such kernel session",
-                ))
-            })),
-        }
+        let removed = {
+            let mut entries = self.lock();
+            entries
+                .remove(id)
+                .ok_or_else(|| unknown_session(id, &entries))?
+        };
+        self.inner.catalog.forget_session(id).await;
+        removed.handle.shutdown().await;
+        Ok(removed.handle)
     }
 
     /// Shuts every session down.
@@ -415,6 +401,20 @@ impl Sessions {
             }
         });
     }
+}
+
+/// The error for a session id that is not running, listing the ones that are.
+fn unknown_session(id: &str, entries: &BTreeMap<String, Entry>) -> Box<ErrorInfo> {
+    Box::new(
+        ErrorInfo::new(
+            "invalid_arguments",
+            format!("no kernel session named {:?}", render::shorten(id, 64)),
+        )
+        .with_hint(format!(
+            "running sessions: {} (kernel_list shows them; kernel_start starts one)",
+            entries.keys().cloned().collect::<Vec<_>>().join(", ")
+        )),
+    )
 }
 
 fn check_id(id: &str) -> Result<(), Box<ErrorInfo>> {

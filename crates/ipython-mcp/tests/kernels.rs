@@ -340,7 +340,7 @@ async fn idle_started_kernels_are_reaped_but_not_while_working() {
 
 /// A real venv with ipykernel and bash_kernel, made once per target dir with the product's own
 /// provisioned Python.
-fn project_with_venv() -> PathBuf {
+fn project_with_venv(python: &Path) -> PathBuf {
     let root = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kernels-test-tree");
     let project = root.join("project");
     let venv = project.join(".venv");
@@ -351,8 +351,7 @@ fn project_with_venv() -> PathBuf {
     let _ = std::fs::remove_dir_all(&root);
     std::fs::create_dir_all(&project).expect("project dir");
     std::fs::create_dir_all(root.join("not-a-project")).expect("other dir");
-    let python = support_python();
-    let status = std::process::Command::new(&python)
+    let status = std::process::Command::new(python)
         .args(["-m", "venv"])
         .arg(&venv)
         .status()
@@ -376,23 +375,10 @@ fn project_with_venv() -> PathBuf {
     root
 }
 
-/// The interpreter of the managed default environment the other tests provision.
-fn support_python() -> PathBuf {
-    let envs = Path::new(&support::cache_dir()).join("envs");
-    let entry = std::fs::read_dir(&envs)
-        .expect("the managed environment exists (a server has started)")
-        .flatten()
-        .find(|entry| entry.path().is_dir())
-        .expect("a managed environment");
-    entry.path().join("bin/python")
-}
-
 #[tokio::test]
 async fn discovery_finds_a_real_venv_and_a_bash_kernelspec() {
-    // A first server provisions the managed environment that builds the test venv.
-    let server = Server::start(Family::Handshake, &[]).await;
-    server.stop().await;
-    let root = tokio::task::spawn_blocking(project_with_venv)
+    let python = support::provisioned_python().await;
+    let root = tokio::task::spawn_blocking(move || project_with_venv(&python))
         .await
         .expect("venv");
     let project = root.join("project");
@@ -501,38 +487,10 @@ async fn discovery_finds_a_real_venv_and_a_bash_kernelspec() {
     server.stop().await;
 }
 
-/// Pillow installed beside the tests (not into the managed environment), for the kernel to
-/// find through IPYTHON_MCP_LIBRARY_PATHS.
-fn pillow_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pillow-deps");
-    if dir.join("PIL").is_dir() {
-        return dir;
-    }
-    let status = std::process::Command::new(support_python())
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--disable-pip-version-check",
-            "--no-input",
-            "-q",
-            "--target",
-        ])
-        .arg(&dir)
-        .arg("pillow")
-        .status()
-        .expect("run pip");
-    assert!(status.success(), "pip install pillow failed");
-    dir
-}
-
 #[tokio::test]
 async fn an_oversized_image_is_downscaled_and_its_original_kept() {
-    let server = Server::start(Family::Handshake, &[]).await;
-    server.stop().await;
-    let pillow = tokio::task::spawn_blocking(pillow_dir)
-        .await
-        .expect("pillow");
+    // Pillow beside the tests, reached through the library paths setting.
+    let (_, pillow) = support::python_with("pillow", "PIL", "pillow-deps").await;
     let library = pillow.display().to_string();
     let server = Server::start(
         Family::Handshake,

@@ -12,10 +12,6 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use support::{Family, Server};
 
-fn target_tmp() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-}
-
 /// A fresh workspace root (with a `versions/` dir outside it for validation copies).
 struct Workspace {
     dir: tempfile::TempDir,
@@ -80,45 +76,7 @@ fn sha256(bytes: &[u8]) -> String {
 
 /// The product-provisioned Python with `nbformat` from PyPI importable via PYTHONPATH.
 async fn python_with_nbformat() -> (PathBuf, PathBuf) {
-    python_with("nbformat==5.10.4", "nbformat", "nbformat-deps").await
-}
-
-/// The product-provisioned Python with `requirement` installed (pip --target) into
-/// `target/tmp/<directory>`, importable as `module` via PYTHONPATH.
-async fn python_with(requirement: &str, module: &str, directory: &str) -> (PathBuf, PathBuf) {
-    let resolver = ipython_mcp_env::Resolver {
-        explicit_python: None,
-        virtual_env: None,
-        working_dir: target_tmp(),
-        path_var: std::env::var_os("PATH"),
-        cache_dir: target_tmp().join("ipython-mcp-cache"),
-        install_timeout: Duration::from_secs(600),
-        named: None,
-    };
-    let python = resolver
-        .resolve(&|_| {})
-        .await
-        .expect("provisioned python")
-        .executable;
-    let deps = target_tmp().join(directory);
-    if !deps.join(module).is_dir() {
-        let status = Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--disable-pip-version-check",
-                "--no-input",
-                "-q",
-                "--target",
-            ])
-            .arg(&deps)
-            .arg(requirement)
-            .status()
-            .expect("pip");
-        assert!(status.success(), "installing {requirement} failed");
-    }
-    (python, deps)
+    support::python_with("nbformat==5.10.4", "nbformat", "nbformat-deps").await
 }
 
 /// Runs `nbformat.validate` on every kept version and checks that Jupyter writes each one back
@@ -1030,7 +988,8 @@ fn text_bytes_eq(file: &[u8], served: &Value) -> bool {
 
 /// What jupytext makes of a percent script: metadata and cells (type, source, metadata).
 async fn jupytext_view(file: &Path) -> Value {
-    let (python, deps) = python_with("jupytext==1.16.4", "jupytext", "jupytext-deps").await;
+    let (python, deps) =
+        support::python_with("jupytext==1.16.4", "jupytext", "jupytext-deps").await;
     let script = r#"
 import json, sys
 import jupytext
@@ -1113,7 +1072,8 @@ async fn percent_scripts_round_trip_with_jupytext() {
     assert_eq!(theirs["metadata"]["kernelspec"]["name"], "python3");
 
     // Written by jupytext, read by us; our edit, read by jupytext again.
-    let (python, deps) = python_with("jupytext==1.16.4", "jupytext", "jupytext-deps").await;
+    let (python, deps) =
+        support::python_with("jupytext==1.16.4", "jupytext", "jupytext-deps").await;
     let make = r##"
 import sys
 import jupytext, nbformat

@@ -2,9 +2,10 @@
 //! binary, once per protocol family; the SDK validates each `structuredContent` against the
 //! tool's `outputSchema`, so the schemas we advertise are the shapes we send.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
 use serde_json::Value;
 
@@ -15,39 +16,8 @@ fn target_tmp() -> PathBuf {
 #[tokio::test]
 async fn the_python_sdk_validates_every_notebook_tool_result() {
     let cache = target_tmp().join("ipython-mcp-cache");
-    let resolver = ipython_mcp_env::Resolver {
-        explicit_python: None,
-        virtual_env: None,
-        working_dir: target_tmp(),
-        path_var: std::env::var_os("PATH"),
-        cache_dir: cache.clone(),
-        install_timeout: Duration::from_secs(600),
-        named: None,
-    };
-    let python = resolver
-        .resolve(&|_| {})
-        .await
-        .expect("provisioned python")
-        .executable;
     // Its own directory: the SDK test of the other suites may pin another version.
-    let deps = target_tmp().join("notebooks-sdk-deps");
-    if !deps.join("mcp").is_dir() {
-        let status = Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--disable-pip-version-check",
-                "--no-input",
-                "-q",
-                "--target",
-            ])
-            .arg(&deps)
-            .arg("mcp==2.3.0")
-            .status()
-            .expect("pip");
-        assert!(status.success(), "installing the Python MCP SDK failed");
-    }
+    let (python, deps) = support::python_with("mcp==2.3.0", "mcp", "notebooks-sdk-deps").await;
     let workspace = tempfile::tempdir().expect("workspace root");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/notebooks_sdk_client.py");
     let output = Command::new(&python)

@@ -20,45 +20,7 @@ fn target_tmp() -> PathBuf {
 /// The managed Python (provisioned through the product's own path) with the SDK installed
 /// beside it.
 async fn python_with_sdk() -> (PathBuf, PathBuf) {
-    let cache = target_tmp().join("ipython-mcp-cache");
-    let resolver = ipython_mcp_env::Resolver {
-        explicit_python: None,
-        virtual_env: None,
-        working_dir: target_tmp(),
-        path_var: std::env::var_os("PATH"),
-        cache_dir: cache.clone(),
-        install_timeout: Duration::from_secs(600),
-        named: None,
-    };
-    let python = resolver
-        .resolve(&|_| {})
-        .await
-        .expect("provisioned python")
-        .executable;
-    let deps = target_tmp().join("mcp-sdk-deps");
-    // Both tests of this binary need the SDK: one installs it, the other waits.
-    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let _installing = INSTALL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if !deps.join("mcp").is_dir() {
-        let status = Command::new(&python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--disable-pip-version-check",
-                "--no-input",
-                "-q",
-                "--target",
-            ])
-            .arg(&deps)
-            .arg("mcp==2.3.0")
-            .status()
-            .expect("pip");
-        assert!(status.success(), "installing the Python MCP SDK failed");
-    }
-    (python, deps)
+    support::python_with("mcp==2.3.0", "mcp", "mcp-sdk-deps").await
 }
 
 fn script() -> PathBuf {

@@ -344,3 +344,58 @@ pub fn kernel_run_dir(pid: i32) -> std::path::PathBuf {
         .expect("run dir")
         .to_owned()
 }
+
+/// The Python the product provisions (its managed default environment, shared by every test of
+/// this run in `target/tmp/ipython-mcp-cache`).
+pub async fn provisioned_python() -> std::path::PathBuf {
+    let target_tmp = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let resolver = ipython_mcp_env::Resolver {
+        explicit_python: None,
+        virtual_env: None,
+        working_dir: target_tmp.clone(),
+        path_var: std::env::var_os("PATH"),
+        cache_dir: target_tmp.join("ipython-mcp-cache"),
+        install_timeout: Duration::from_secs(600),
+        named: None,
+    };
+    resolver
+        .resolve(&|_| {})
+        .await
+        .expect("provisioned python")
+        .executable
+}
+
+/// The provisioned Python, with `requirement` installed (`pip install --target`, once) into
+/// `target/tmp/<directory>`, importable as `module` through PYTHONPATH. Returns both paths.
+/// Never installs into the environment itself.
+pub async fn python_with(
+    requirement: &str,
+    module: &str,
+    directory: &str,
+) -> (std::path::PathBuf, std::path::PathBuf) {
+    let python = provisioned_python().await;
+    let deps = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(directory);
+    // Tests of one binary run in parallel: one installs, the others wait for it.
+    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _installing = INSTALL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !deps.join(module).is_dir() {
+        let status = std::process::Command::new(&python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-input",
+                "-q",
+                "--target",
+            ])
+            .arg(&deps)
+            .arg(requirement)
+            .status()
+            .expect("pip");
+        assert!(status.success(), "installing {requirement} failed");
+    }
+    (python, deps)
+}
