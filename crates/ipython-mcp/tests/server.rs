@@ -1414,11 +1414,9 @@ async fn a_missing_library_dir_makes_the_runtime_unavailable_with_the_reason() {
 
 #[tokio::test]
 async fn interrupt_stops_running_code_and_reports_the_namespace() {
-    let server = Server::start(
-        Family::Handshake,
-        &[("IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS", "0.5")],
-    )
-    .await;
+    // The default 2 s grace: on a loaded machine (the whole suite runs kernels in parallel on 2
+    // cores) half a second was sometimes too little for a cooperative stop to be seen as one.
+    let server = Server::start(Family::Handshake, &[]).await;
     let idle = server.call("interrupt", json!({})).await;
     assert!(idle.ok(), "{idle:?}");
     assert_eq!(idle.structured["interrupted"], false);
