@@ -567,7 +567,8 @@ impl SessionHandle {
         self.shared
             .interrupts
             .send_modify(|generation| *generation += 1);
-        let bound = self.shared.options.timeouts.interruption_grace
+        let bound = INTERRUPT_START_WAIT
+            + self.shared.options.timeouts.interruption_grace
             + self.shared.options.timeouts.kernel_startup
             + Duration::from_secs(2);
         let _ = tokio::time::timeout(bound, done.changed()).await;
@@ -579,7 +580,9 @@ impl SessionHandle {
     pub async fn shutdown(&self) {
         self.shared.shutdown.cancel();
         let mut finished = self.shared.finished.subscribe();
-        let bound = self.shared.options.timeouts.interruption_grace * 2 + Duration::from_secs(5);
+        let bound = INTERRUPT_START_WAIT
+            + self.shared.options.timeouts.interruption_grace * 2
+            + Duration::from_secs(5);
         let _ = tokio::time::timeout(bound, finished.wait_for(|finished| *finished)).await;
     }
 }
@@ -1092,28 +1095,39 @@ impl Actor {
                     }
                     _ => None,
                 };
-                let mut grace_deadline: Option<Instant> = None;
+                // The interrupt, once a cause is decided: its delivery waits for the kernel to
+                // begin the request (bounded separately), and the grace period counts from
+                // delivery, so a kernel slow to start on a busy machine is never taken for one
+                // that ignored SIGINT. See ARCHITECTURE.md, "Interrupts".
+                let mut interrupt = InterruptState::Idle;
+                let mut start_wait_over = false;
                 // After the reply, `idle` normally follows at once; if it was lost, do not wait
                 // for the deadline (and never interrupt code that has finished).
                 let mut idle_deadline: Option<Instant> = None;
-                // The kernel ignores SIGINT until it has begun running the request, so an
-                // interrupt decided earlier waits for that moment (and the grace period with it).
-                let mut interrupt_pending = false;
                 let mut progress_tick =
                     tokio::time::interval_at(started + PROGRESS_INTERVAL, PROGRESS_INTERVAL);
                 loop {
                     if locked(&collector).done() {
                         break;
                     }
-                    if interrupt_pending && locked(&collector).started() {
-                        interrupt_pending = false;
+                    if matches!(interrupt, InterruptState::Pending { .. })
+                        && (start_wait_over || locked(&collector).started())
+                    {
                         running.kernel.interrupt().await;
-                        grace_deadline = Some(Instant::now() + options.timeouts.interruption_grace);
+                        interrupt = InterruptState::delivered(options.timeouts.interruption_grace);
                     }
-                    if idle_deadline.is_none() && locked(&collector).replied() {
-                        idle_deadline = Some(Instant::now() + IDLE_AFTER_REPLY);
+                    if idle_deadline.is_none() {
+                        let collected = locked(&collector);
+                        // An interrupted kernel can also end a request with `idle` and no reply
+                        // (ipykernel drops the reply when the interrupt lands between its
+                        // handler's start and the user's code): it has stopped all the same.
+                        let stopped =
+                            matches!(interrupt, InterruptState::Delivered { .. }) && collected.idle;
+                        if collected.replied() || stopped {
+                            idle_deadline = Some(Instant::now() + IDLE_AFTER_REPLY);
+                        }
                     }
-                    let wake = idle_deadline.or(grace_deadline).unwrap_or(deadline);
+                    let wake = idle_deadline.or(interrupt.wake()).unwrap_or(deadline);
                     let interrupt_cause = tokio::select! {
                         routed = receiver.recv() => match routed {
                             Some(routed) => {
@@ -1131,13 +1145,21 @@ impl Actor {
                         },
                         _ = tokio::time::sleep_until(wake) => {
                             if idle_deadline.is_some() {
-                                break; // reply arrived, idle did not: the cell is finished
+                                break; // the kernel is idle again: the request is finished
                             }
-                            if grace_deadline.is_some() {
-                                ended = End::Killed;
-                                break;
+                            match interrupt {
+                                InterruptState::Idle => Some(Cause::Deadline),
+                                InterruptState::Pending { .. } => {
+                                    // The kernel never said it began: interrupt it anyway (some
+                                    // kernels announce nothing), with the full grace from now.
+                                    start_wait_over = true;
+                                    None
+                                }
+                                InterruptState::Delivered { .. } => {
+                                    ended = End::Killed;
+                                    break;
+                                }
                             }
-                            Some(Cause::Deadline)
                         },
                         _ = progress_tick.tick(), if args.progress.is_some() => {
                             if let Some(progress) = &args.progress {
@@ -1152,13 +1174,14 @@ impl Actor {
                     };
                     if let (Some(new_cause), None) = (interrupt_cause, cause) {
                         cause = Some(new_cause);
-                        if locked(&collector).started() {
+                        interrupt = if locked(&collector).started() {
                             running.kernel.interrupt().await;
+                            InterruptState::delivered(options.timeouts.interruption_grace)
                         } else {
-                            interrupt_pending = true;
-                        }
-                        // Also bounds a request the kernel never starts.
-                        grace_deadline = Some(Instant::now() + options.timeouts.interruption_grace);
+                            InterruptState::Pending {
+                                until: Instant::now() + INTERRUPT_START_WAIT,
+                            }
+                        };
                     }
                 }
                 if let (Some(record), Some(writer)) = (record, &spool_writer) {
@@ -1576,6 +1599,39 @@ const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How long to wait for `idle` once the reply is in.
 const IDLE_AFTER_REPLY: Duration = Duration::from_secs(1);
+
+/// How long an interrupt waits for a kernel to begin the request before it is sent anyway.
+/// ipykernel ignores SIGINT until then, and a loaded machine can take seconds to get there;
+/// the grace period only starts once the interrupt is delivered.
+const INTERRUPT_START_WAIT: Duration = Duration::from_secs(10);
+
+/// Where an operation's interrupt is.
+#[derive(Debug, Clone, Copy)]
+enum InterruptState {
+    /// None decided.
+    Idle,
+    /// Decided, held until the kernel begins the request (at most `until`).
+    Pending { until: Instant },
+    /// Sent; the kernel has until `grace_until` to stop, then it is killed.
+    Delivered { grace_until: Instant },
+}
+
+impl InterruptState {
+    fn delivered(grace: Duration) -> Self {
+        Self::Delivered {
+            grace_until: Instant::now() + grace,
+        }
+    }
+
+    /// The next moment the interrupt itself needs the loop to act, if any.
+    fn wake(self) -> Option<Instant> {
+        match self {
+            Self::Idle => None,
+            Self::Pending { until } => Some(until),
+            Self::Delivered { grace_until } => Some(grace_until),
+        }
+    }
+}
 
 /// How the wait for an operation ended.
 enum End {

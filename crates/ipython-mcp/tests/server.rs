@@ -1454,14 +1454,12 @@ async fn interrupt_stops_running_code_and_reports_the_namespace() {
         "1"
     );
 
-    let stubborn =
-        spawn("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass");
-    server
-        .wait_until(|status| status["operation_active"] == true)
-        .await;
-    // Give the cell time to install its SIG_IGN handler: a SIGINT before that would (rightly)
-    // stop it cooperatively.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stubborn = spawn(
+        "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('armed', flush=True)\nwhile True:\n    pass",
+    );
+    // Interrupt only once the cell has installed its SIG_IGN handler: a SIGINT before that
+    // would (rightly) stop it cooperatively.
+    wait_for_live_output(&server, "armed").await;
     let killed = server.call("interrupt", json!({})).await;
     assert_eq!(
         killed.structured["interruption"], "terminated",
@@ -1482,6 +1480,99 @@ async fn interrupt_stops_running_code_and_reports_the_namespace() {
         )
         .await;
     assert_eq!(after.structured["result"]["text/plain"], "'fine'");
+    server.stop().await;
+}
+
+/// Polls `get_output` for the latest execution of `default` until its stdout so far contains
+/// `needle` (the execution is still running).
+async fn wait_for_live_output(server: &Server, needle: &str) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let output = server.call("get_output", json!({})).await;
+        if output.structured["stdout"]
+            .as_str()
+            .is_some_and(|stdout| stdout.contains(needle))
+        {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{needle:?} never appeared: {:?}",
+            output.structured
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A kernel that is slow to begin a request (here: stopped with SIGSTOP for several times the
+/// grace period, as a loaded machine might starve it) is interrupted once it begins, and the
+/// grace period counts from then: the stop is cooperative and the namespace survives.
+#[tokio::test]
+async fn an_interrupt_before_the_kernel_begins_waits_for_it_and_stops_it_cooperatively() {
+    let server = Server::start(
+        Family::Handshake,
+        &[("IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS", "3")],
+    )
+    .await;
+    let pid = server
+        .call(
+            "execute",
+            json!({"code": "kept = 1\nimport os\nos.getpid()"}),
+        )
+        .await
+        .structured["result"]["text/plain"]
+        .as_str()
+        .expect("pid")
+        .to_owned();
+    let signal = |name: &str| {
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{name}"), &pid])
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -{name} {pid}");
+    };
+    signal("STOP");
+    let peer = server.client.peer().clone();
+    let running = tokio::spawn(async move {
+        support::call_peer(
+            &peer,
+            "execute",
+            json!({"code": "import time\ntime.sleep(60)"}),
+        )
+        .await
+    });
+    server
+        .wait_until(|status| status["operation_active"] == true)
+        .await;
+    let peer = server.client.peer().clone();
+    let interrupt =
+        tokio::spawn(async move { support::call_peer(&peer, "interrupt", json!({})).await });
+    // The stimulus, not a wait for an event: the kernel stays stopped well past the grace
+    // period counted from the interrupt call (and well inside the wait for a kernel to begin).
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    signal("CONT");
+    let stopped = interrupt.await.expect("join");
+    assert_eq!(
+        stopped.structured["interruption"], "cooperative",
+        "{:?}",
+        stopped.structured
+    );
+    assert_eq!(stopped.structured["namespace"], "preserved");
+    assert_eq!(stopped.structured["epoch"], 0);
+    let call = running.await.expect("join");
+    assert_eq!(
+        call.structured["status"], "cancelled",
+        "{:?}",
+        call.structured
+    );
+    assert_eq!(call.structured["runtime"]["interruption"], "cooperative");
+    assert_eq!(
+        server
+            .call("execute", json!({"code": "kept"}))
+            .await
+            .structured["result"]["text/plain"],
+        "1"
+    );
     server.stop().await;
 }
 
