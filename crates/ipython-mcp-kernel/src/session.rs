@@ -90,9 +90,13 @@ struct Shared {
     admission: Mutex<()>,
     next_seq: AtomicU64,
     shutdown: CancellationToken,
-    /// Bumped by `interrupt()`; an operation that sees it rise above the value it started
-    /// with takes the interrupt path (a late bump never reaches the next operation).
-    interrupts: watch::Sender<u64>,
+    /// The admission sequence of the operation running now, if any; `interrupt()` reads it
+    /// and names its target under this lock, so an interrupt meant for an operation that just
+    /// ended can never hit the next one.
+    active: Mutex<Option<u64>>,
+    /// The sequence `interrupt()` last aimed at; the operation with that sequence takes the
+    /// interrupt path.
+    interrupts: watch::Sender<Option<u64>>,
     /// Bumped each time an operation ends, so `interrupt()` can wait for the one it stopped.
     operations_done: watch::Sender<u64>,
     /// Becomes true once the actor has stopped its kernel.
@@ -231,7 +235,8 @@ impl SessionHandle {
             queue_depth: AtomicUsize::new(0),
             next_seq: AtomicU64::new(1),
             shutdown: CancellationToken::new(),
-            interrupts: watch::channel(0).0,
+            active: Mutex::new(None),
+            interrupts: watch::channel(None).0,
             operations_done: watch::channel(0).0,
             finished: watch::channel(false).0,
             epoch: watch::channel(0).0,
@@ -273,20 +278,25 @@ impl SessionHandle {
 
     async fn submit(&self, args: ExecuteArgs, helper: Option<HelperRequest>) -> Outcome {
         match self.admit(args, helper) {
-            Ok(admitted) => self.wait(admitted).await,
+            Ok(admitted) => {
+                self.wait(admitted, Some(self.shared.options.queue_wait_timeout))
+                    .await
+            }
             Err(outcome) => *outcome,
         }
     }
 
     /// Starts an execute and returns at once with `status: pending` and its `execution_id`;
     /// the execution is queued and run as usual, and `output` reads it. A request the queue
-    /// refuses (busy, closed, unavailable) is answered at once instead.
+    /// refuses (busy, closed, unavailable) is answered at once instead. Nobody waits for it, so
+    /// the queue-wait limit does not apply: it runs when its turn comes (it still holds one of
+    /// the `max_pending` slots until then).
     pub fn execute_background(&self, args: ExecuteArgs) -> ExecutionOutput {
         match self.admit(args, None) {
             Ok(admitted) => {
                 let record = admitted.record.clone();
                 let session = self.clone();
-                tokio::spawn(async move { session.wait(admitted).await });
+                tokio::spawn(async move { session.wait(admitted, None).await });
                 let record = record.expect("every execute has a record");
                 record.view()
             }
@@ -385,8 +395,9 @@ impl SessionHandle {
         })
     }
 
-    /// Waits for an admitted request's dispatch (bounded by the queue wait) and its outcome.
-    async fn wait(&self, admitted: Admitted) -> Outcome {
+    /// Waits for an admitted request's dispatch (bounded by `queue_wait` when a caller waits)
+    /// and its outcome.
+    async fn wait(&self, admitted: Admitted, queue_wait: Option<Duration>) -> Outcome {
         let Admitted {
             ticket,
             args,
@@ -394,12 +405,17 @@ impl SessionHandle {
             result,
         } = admitted;
         let record = record.as_deref();
-        let queue_wait = self.shared.options.queue_wait_timeout;
+        let queue_wait_limit = queue_wait.unwrap_or(Duration::MAX);
         tokio::select! {
             biased;
             _ = ticket.dispatched.notified() => {}
             _ = args.cancel.cancelled() => {
                 if ticket.abandon(&self.shared) {
+                    // A server that is shutting down cancels every request it holds (the
+                    // transport closed, or a signal): nobody cancelled this one.
+                    if self.shared.shutdown.is_cancelled() {
+                        return self.not_run(&ticket, &args, record, closed_error());
+                    }
                     let error = ErrorInfo::new("operation_cancelled", "cancelled by the client while queued; nothing ran");
                     let mut outcome = self.not_run(&ticket, &args, None, error);
                     outcome.0.status = ExecutionStatus::Cancelled;
@@ -409,7 +425,8 @@ impl SessionHandle {
                     return outcome;
                 }
             }
-            _ = tokio::time::sleep(queue_wait) => {
+            _ = tokio::time::sleep(queue_wait_limit), if queue_wait.is_some() => {
+                let queue_wait = queue_wait_limit;
                 if ticket.abandon(&self.shared) {
                     let status = self.status();
                     let error = if status.state == SessionState::Starting {
@@ -561,18 +578,26 @@ impl SessionHandle {
     pub async fn interrupt(&self) -> (bool, RuntimeStatus) {
         let mut done = self.shared.operations_done.subscribe();
         done.mark_unchanged();
-        if !self.status().operation_active {
-            return (false, self.status());
+        {
+            let active = self.shared.active.lock().expect("active lock");
+            let Some(seq) = *active else {
+                return (false, self.status());
+            };
+            self.shared.interrupts.send_replace(Some(seq));
         }
-        self.shared
-            .interrupts
-            .send_modify(|generation| *generation += 1);
-        let bound = INTERRUPT_START_WAIT
+        // Waiting for the kernel to begin (bounded like a kernel start), the grace, a
+        // replacement's start.
+        let bound = self.shared.options.timeouts.kernel_startup * 2
             + self.shared.options.timeouts.interruption_grace
-            + self.shared.options.timeouts.kernel_startup
             + Duration::from_secs(2);
         let _ = tokio::time::timeout(bound, done.changed()).await;
         (true, self.status())
+    }
+
+    /// Starts `shutdown` without waiting for it: from here on, requests the server itself
+    /// cancels (its transport closing) end `runtime_closed`, not as cancelled by the client.
+    pub fn begin_shutdown(&self) {
+        self.shared.shutdown.cancel();
     }
 
     /// Stops admission, ends queued requests with `runtime_closed`, interrupts active work and
@@ -580,9 +605,7 @@ impl SessionHandle {
     pub async fn shutdown(&self) {
         self.shared.shutdown.cancel();
         let mut finished = self.shared.finished.subscribe();
-        let bound = INTERRUPT_START_WAIT
-            + self.shared.options.timeouts.interruption_grace * 2
-            + Duration::from_secs(5);
+        let bound = self.shared.options.timeouts.interruption_grace * 2 + Duration::from_secs(5);
         let _ = tokio::time::timeout(bound, finished.wait_for(|finished| *finished)).await;
     }
 }
@@ -1034,10 +1057,11 @@ impl Actor {
                 );
             }
         };
-        // Taken before the operation is visible as active, so an interrupt() that sees it active
-        // always bumps past this value.
+        // Subscribed before the operation is visible as active, so an interrupt() aimed at it
+        // is always seen.
         let mut interrupts = self.shared.interrupts.subscribe();
-        let interrupts_at_start = *interrupts.borrow_and_update();
+        let seq = ticket.seq;
+        *self.shared.active.lock().expect("active lock") = Some(seq);
         self.update(|status| {
             status.state = SessionState::Busy;
             status.operation_active = true;
@@ -1096,9 +1120,9 @@ impl Actor {
                     _ => None,
                 };
                 // The interrupt, once a cause is decided: its delivery waits for the kernel to
-                // begin the request (bounded separately), and the grace period counts from
-                // delivery, so a kernel slow to start on a busy machine is never taken for one
-                // that ignored SIGINT. See ARCHITECTURE.md, "Interrupts".
+                // begin the request (ipykernel ignores SIGINT until then; bounded like a kernel
+                // start), and the grace period counts from delivery, so a kernel slow to begin
+                // on a busy machine is never taken for one that ignored SIGINT.
                 let mut interrupt = InterruptState::Idle;
                 let mut start_wait_over = false;
                 // After the reply, `idle` normally follows at once; if it was lost, do not wait
@@ -1168,18 +1192,21 @@ impl Actor {
                             }
                             None
                         }
-                        _ = ticket.cancel.cancelled(), if cause.is_none() => Some(Cause::Cancelled),
-                        _ = interrupts.wait_for(|generation| *generation > interrupts_at_start), if cause.is_none() => Some(Cause::Interrupted),
+                        // Shutdown also cancels every request: that is not the client's doing.
+                        _ = ticket.cancel.cancelled(), if cause.is_none() => Some(if shutdown.is_cancelled() { Cause::Closing } else { Cause::Cancelled }),
+                        _ = interrupts.wait_for(|target| *target == Some(seq)), if cause.is_none() => Some(Cause::Interrupted),
                         _ = shutdown.cancelled(), if cause.is_none() => Some(Cause::Closing),
                     };
                     if let (Some(new_cause), None) = (interrupt_cause, cause) {
                         cause = Some(new_cause);
-                        interrupt = if locked(&collector).started() {
+                        // Shutting down, the kernel goes away whatever it does: no waiting for
+                        // it to begin, only the grace to stop.
+                        interrupt = if new_cause == Cause::Closing || locked(&collector).started() {
                             running.kernel.interrupt().await;
                             InterruptState::delivered(options.timeouts.interruption_grace)
                         } else {
                             InterruptState::Pending {
-                                until: Instant::now() + INTERRUPT_START_WAIT,
+                                until: Instant::now() + options.timeouts.kernel_startup,
                             }
                         };
                     }
@@ -1191,7 +1218,6 @@ impl Actor {
             }
         }
         let run_ms = started.elapsed().as_millis() as u64;
-        let epoch = self.epoch;
         let collected = locked(&collector).clone().finish();
         if let Some(record) = record {
             record.add_spool_dropped(collected.spool_dropped);
@@ -1218,7 +1244,7 @@ impl Actor {
             }
             (End::Completed, Some(cause)) => {
                 // Cooperative stop: confirm the kernel still answers before promising anything.
-                let healthy = running.kernel.heartbeat(Duration::from_secs(1)).await;
+                let healthy = running.kernel.heartbeat(COOPERATIVE_HEARTBEAT).await;
                 namespace = Some(if healthy {
                     NamespaceOutcome::Preserved
                 } else {
@@ -1309,6 +1335,7 @@ impl Actor {
                 error = Some(ErrorInfo::new(code, message).with_hint(hint));
             }
         }
+        *self.shared.active.lock().expect("active lock") = None;
         self.update(|status_record| {
             if status_record.state == SessionState::Busy {
                 status_record.state = SessionState::Ready;
@@ -1340,7 +1367,9 @@ impl Actor {
             runtime: RuntimeInfo {
                 interruption,
                 namespace,
-                ..runtime(epoch, run_ms)
+                // The epoch the session is in now: after a replacement, the new one, so the
+                // reply itself shows the change (`namespace: reset`).
+                ..runtime(self.epoch, run_ms)
             },
             notice: None,
             spool: None,
@@ -1594,16 +1623,19 @@ const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
 const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(2);
 const HEARTBEAT_MISSES: u32 = 3;
 
+/// The heartbeat that confirms a cooperatively stopped kernel still answers before its
+/// namespace is called preserved; ipykernel answers it from a thread of its own, so only a
+/// stalled machine makes it slow.
+const COOPERATIVE_HEARTBEAT: Duration = Duration::from_secs(5);
+
 /// Progress notifications are sent at most this often.
 const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 
-/// How long to wait for `idle` once the reply is in.
-const IDLE_AFTER_REPLY: Duration = Duration::from_secs(1);
-
-/// How long an interrupt waits for a kernel to begin the request before it is sent anyway.
-/// ipykernel ignores SIGINT until then, and a loaded machine can take seconds to get there;
-/// the grace period only starts once the interrupt is delivered.
-const INTERRUPT_START_WAIT: Duration = Duration::from_secs(10);
+/// How long to wait for `idle` once the reply is in (or for the reply once an interrupted
+/// kernel is idle). Both normally arrive together; this only bounds a lost message, so it is
+/// generous: iopub can lag the shell reply by seconds on a loaded machine, and ending early
+/// would cut the output's tail.
+const IDLE_AFTER_REPLY: Duration = Duration::from_secs(5);
 
 /// Where an operation's interrupt is.
 #[derive(Debug, Clone, Copy)]
@@ -1747,6 +1779,60 @@ mod tests {
             .execute(args("x = 2", &CancellationToken::new()))
             .await;
         assert_eq!(code(&output), Some("queue_timeout"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_background_request_waits_for_its_turn_past_the_queue_wait() {
+        let (handle, _inbox) = SessionHandle::detached(options(1, Duration::from_secs(30)));
+        let output = handle.execute_background(args("x = 1", &CancellationToken::new()));
+        assert_eq!(output.status, ExecutionStatus::Pending);
+        tokio::time::sleep(Duration::from_secs(300)).await;
+        assert_eq!(
+            handle.status().queue_depth,
+            1,
+            "still queued, not timed out"
+        );
+        let latest = handle.output(None, Duration::ZERO).await.expect("recorded");
+        assert_eq!(latest.status, ExecutionStatus::Pending);
+        // Its slot is still held: the pending bound applies to background work too.
+        let refused = handle.execute_background(args("x = 2", &CancellationToken::new()));
+        assert_eq!(code(&refused), Some("runtime_busy"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_interrupt_never_reaches_the_next_operation() {
+        let (handle, _inbox) = SessionHandle::detached(options(1, Duration::from_secs(30)));
+        let mut targets = handle.shared.interrupts.subscribe();
+        *handle.shared.active.lock().expect("active") = Some(1);
+        let interrupting = tokio::spawn({
+            let handle = handle.clone();
+            async move { handle.interrupt().await }
+        });
+        targets
+            .wait_for(|target| *target == Some(1))
+            .await
+            .expect("aimed");
+        // Operation 1 ends and operation 2 begins before the interrupt lands anywhere.
+        *handle.shared.active.lock().expect("active") = None;
+        handle.shared.operations_done.send_modify(|done| *done += 1);
+        *handle.shared.active.lock().expect("active") = Some(2);
+        let (interrupted, _) = interrupting.await.expect("join");
+        assert!(interrupted);
+        assert_eq!(*targets.borrow(), Some(1), "operation 2 is not the target");
+        // An interrupt issued now is for operation 2.
+        let interrupting = tokio::spawn({
+            let handle = handle.clone();
+            async move { handle.interrupt().await }
+        });
+        targets
+            .wait_for(|target| *target == Some(2))
+            .await
+            .expect("aimed at 2");
+        *handle.shared.active.lock().expect("active") = None;
+        handle.shared.operations_done.send_modify(|done| *done += 1);
+        assert!(interrupting.await.expect("join").0);
+        // Nothing active: nothing to interrupt.
+        assert!(!handle.interrupt().await.0);
     }
 
     #[tokio::test(start_paused = true)]

@@ -352,16 +352,23 @@ impl Sessions {
         Ok(removed.handle)
     }
 
-    /// Shuts every session down.
-    pub async fn shutdown(&self) {
-        let handles: Vec<SessionHandle> = self
-            .lock()
-            .values()
-            .map(|entry| entry.handle.clone())
-            .collect();
-        for handle in handles {
-            handle.shutdown().await;
+    /// Marks every session as shutting down at once (no waiting), before the transport cancels
+    /// the requests it holds; `shutdown` finishes the job.
+    pub fn begin_shutdown(&self) {
+        for entry in self.lock().values() {
+            entry.handle.begin_shutdown();
         }
+    }
+
+    /// Shuts every session down, all at once: each is bounded on its own, so the whole takes
+    /// as long as the slowest one rather than their sum.
+    pub async fn shutdown(&self) {
+        let mut stopping = tokio::task::JoinSet::new();
+        for entry in self.lock().values() {
+            let handle = entry.handle.clone();
+            stopping.spawn(async move { handle.shutdown().await });
+        }
+        while stopping.join_next().await.is_some() {}
     }
 
     /// Stops started sessions idle for longer than the idle timeout, until the sessions are

@@ -182,10 +182,11 @@ pub async fn run(
         _ = interrupt.recv() => { tracing::info!("SIGINT: shutting down"); None }
         ended = &mut server => Some(ended),
     };
-    // Stop accepting, end every MCP session and stream (rmcp's token), then close the kernels:
-    // queued calls end runtime_closed, the running one is interrupted, kernels are terminated.
-    shutdown.cancel();
+    // Close the kernels while clients are still connected, so they hear why: queued calls end
+    // runtime_closed, the running one is interrupted, kernels are terminated. Then stop
+    // accepting and end every MCP session and stream (rmcp's token).
     sessions.shutdown().await;
+    shutdown.cancel();
     match failed {
         Some(Ok(Ok(()))) => Ok(ExitCode::SUCCESS),
         Some(Ok(Err(error))) => Err(anyhow::anyhow!("HTTP server failed: {error}")),

@@ -54,18 +54,37 @@ async fn serve_stdio<S: rmcp::ServerHandler>(
     let mut interrupt = signal(SignalKind::interrupt())?;
     // Signals are honoured at every stage, including before a client has finished the
     // handshake (or while nobody writes to stdin at all).
+    let (stdin, stdout) = rmcp::transport::stdio_pipes();
+    // At end of input the sessions start shutting down before rmcp cancels the requests it
+    // holds, so those end `runtime_closed` rather than "cancelled by the client".
+    let stdin = {
+        let sessions = sessions.clone();
+        EofSignal::new(stdin, move || sessions.begin_shutdown())
+    };
     let running = tokio::select! {
-        running = server.serve(rmcp::transport::stdio_pipes()) => running,
+        running = server.serve((stdin, stdout)) => running,
         _ = terminate.recv() => { tracing::info!("SIGTERM: shutting down"); sessions.shutdown().await; return Ok(ExitCode::SUCCESS) }
         _ = interrupt.recv() => { tracing::info!("SIGINT: shutting down"); sessions.shutdown().await; return Ok(ExitCode::SUCCESS) }
     };
     match running {
         Ok(service) => {
             let token = service.cancellation_token();
-            tokio::select! {
-                quit = service.waiting() => tracing::info!(reason = ?quit.ok(), "transport closed"),
-                _ = terminate.recv() => { tracing::info!("SIGTERM: shutting down"); token.cancel(); }
-                _ = interrupt.recv() => { tracing::info!("SIGINT: shutting down"); token.cancel(); }
+            // The service stays alive (dropping it would cancel every request at once) while,
+            // on a signal, the sessions shut down first with the client still connected: queued
+            // calls are answered `runtime_closed` and a running one says it was interrupted;
+            // then the transport closes and rmcp drains the last responses.
+            let waiting = service.waiting();
+            tokio::pin!(waiting);
+            let signal = tokio::select! {
+                quit = &mut waiting => { tracing::info!(reason = ?quit.ok(), "transport closed"); None }
+                _ = terminate.recv() => Some("SIGTERM"),
+                _ = interrupt.recv() => Some("SIGINT"),
+            };
+            if let Some(signal) = signal {
+                tracing::info!(signal, "shutting down");
+                sessions.shutdown().await;
+                token.cancel();
+                let _ = waiting.await;
             }
         }
         // A client that closes before initializing is not a server failure.
@@ -73,6 +92,41 @@ async fn serve_stdio<S: rmcp::ServerHandler>(
     }
     sessions.shutdown().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A reader that calls `on_eof` once, the first time its input ends.
+struct EofSignal<R> {
+    inner: R,
+    on_eof: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl<R> EofSignal<R> {
+    fn new(inner: R, on_eof: impl FnOnce() + Send + 'static) -> Self {
+        Self {
+            inner,
+            on_eof: Some(Box::new(on_eof)),
+        }
+    }
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for EofSignal<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        let at_end = matches!(polled, std::task::Poll::Ready(Ok(())))
+            && buf.filled().len() == before
+            && buf.remaining() > 0;
+        if at_end {
+            if let Some(on_eof) = self.on_eof.take() {
+                on_eof();
+            }
+        }
+        polled
+    }
 }
 
 /// The session options every kernel session uses, from the validated configuration.

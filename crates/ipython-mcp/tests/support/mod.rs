@@ -71,6 +71,9 @@ pub fn command(extra_env: &[(&str, &str)]) -> Command {
         .env("IPYTHON_MCP_LOG", "warn")
         // Most tests need no spare kernel; the ones about replacement turn it on.
         .env("IPYTHON_MCP_SPARE_KERNELS", "0")
+        // A kernel start on a loaded 2-core machine can exceed the 10 s default; tests about the
+        // startup bound set their own.
+        .env("IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "120")
         .env_remove("VIRTUAL_ENV")
         .env_remove("IPYTHON_MCP_PYTHON")
         .stdin(Stdio::piped())
@@ -156,19 +159,15 @@ impl Server {
             }
             Family::Modern => ClientConfig::default(),
         };
-        let started = Instant::now();
+        // A generous bound: that the handshake never waits for the kernel is shown by
+        // `a_first_start_provisions_python_in_the_background` (state `starting` after it).
         let client = tokio::time::timeout(
-            Duration::from_secs(10),
+            Duration::from_secs(60),
             info.serve_with_lifecycle((stdout, stdin), lifecycle),
         )
         .await
         .expect("the MCP handshake never waits for the kernel")
         .expect("connect");
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "handshake took {:?}",
-            started.elapsed()
-        );
         Server { client, pid, child }
     }
 
@@ -188,8 +187,9 @@ impl Server {
     }
 
     /// Polls runtime_status until `predicate` holds for the default session's status.
+    /// The bound is above any kernel start the product allows (the tests' startup timeout).
     pub async fn wait_until(&self, predicate: impl Fn(&Value) -> bool) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(180);
         loop {
             let status = self
                 .call("runtime_status", json!({}))
@@ -200,7 +200,7 @@ impl Server {
                 return status;
             }
             assert!(Instant::now() < deadline, "condition never held: {status}");
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
@@ -239,7 +239,9 @@ impl Server {
     /// Closes stdin (as a client does) and waits for the server to exit on its own.
     pub async fn stop(mut self) {
         let _ = self.client.cancel().await;
-        let status = tokio::time::timeout(Duration::from_secs(15), self.child.wait()).await;
+        // Above the product's shutdown bound (sessions stop together, each within twice the grace
+        // and 5 s), with a margin for a loaded machine.
+        let status = tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await;
         let status = status
             .expect("server exits after stdin closes")
             .expect("wait");
@@ -309,7 +311,7 @@ pub async fn raw_session(messages: &[Value]) -> Vec<String> {
 
 /// Waits until no process with `pid` exists (reaped or never ours).
 pub async fn wait_until_gone(pid: i32) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let alive = std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .map(|stat| {
@@ -398,4 +400,34 @@ pub async fn python_with(
         assert!(status.success(), "installing {requirement} failed");
     }
     (python, deps)
+}
+
+/// A file a cell waits for, so the test decides when the cell ends (instead of a sleep that a
+/// loaded machine can outlast). `set` creates it; the directory goes with the value.
+pub struct Flag {
+    dir: tempfile::TempDir,
+}
+
+impl Flag {
+    pub fn new() -> Flag {
+        Flag {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    fn path(&self) -> std::path::PathBuf {
+        self.dir.path().join("flag")
+    }
+
+    /// Python that blocks until the flag is set (at most 10 minutes).
+    pub fn wait_code(&self) -> String {
+        format!(
+            "import os as _os, time as _time\n_deadline = _time.monotonic() + 600\nwhile not _os.path.exists({:?}) and _time.monotonic() < _deadline:\n    _time.sleep(0.02)",
+            self.path().display().to_string()
+        )
+    }
+
+    pub fn set(&self) {
+        std::fs::write(self.path(), b"").expect("set flag");
+    }
 }
