@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::{shorten, Error};
 
@@ -17,8 +17,10 @@ pub struct Workspace {
     root: PathBuf,
     /// One lock per notebook file: writers in this process take turns, so two tool calls never
     /// interleave a read-modify-write of the same file. Other processes are caught by the
-    /// revision check instead.
-    locks: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
+    /// revision check instead. Held weakly: an entry lives only while some call holds or
+    /// waits for its lock, so the map is bounded by the calls in flight, not by every file
+    /// ever touched.
+    locks: Mutex<HashMap<PathBuf, Weak<Mutex<()>>>>,
 }
 
 /// How a notebook is stored, from its extension.
@@ -129,7 +131,22 @@ impl Workspace {
             .locks
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        Arc::clone(locks.entry(path.to_owned()).or_default())
+        if let Some(lock) = locks.get(path).and_then(Weak::upgrade) {
+            return lock;
+        }
+        locks.retain(|_, lock| lock.strong_count() > 0);
+        let lock = Arc::new(Mutex::new(()));
+        locks.insert(path.to_owned(), Arc::downgrade(&lock));
+        lock
+    }
+
+    /// How many file locks the workspace keeps (for tests).
+    #[cfg(test)]
+    fn lock_entries(&self) -> usize {
+        self.locks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .len()
     }
 }
 
@@ -244,5 +261,23 @@ mod tests {
         .expect("symlink");
         let alias = workspace.resolve("alias.ipynb").expect("inside");
         assert_eq!(alias.absolute, workspace.root().join("real.ipynb"));
+    }
+
+    #[test]
+    fn file_locks_are_kept_only_while_held() {
+        let (dir, workspace) = workspace();
+        let first = workspace.lock_for(&dir.path().join("a.ipynb"));
+        let again = workspace.lock_for(&dir.path().join("a.ipynb"));
+        assert!(Arc::ptr_eq(&first, &again), "one lock per file while held");
+        drop((first, again));
+        for index in 0..1000 {
+            let lock = workspace.lock_for(&dir.path().join(format!("n{index}.ipynb")));
+            let _guard = lock.lock().expect("lock");
+        }
+        assert!(
+            workspace.lock_entries() <= 1,
+            "{} entries after 1000 files",
+            workspace.lock_entries()
+        );
     }
 }
