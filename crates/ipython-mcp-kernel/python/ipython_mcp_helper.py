@@ -492,8 +492,11 @@ class RequestError(Exception):
     """Raised by a method to answer ``{"ok": false, "error": {"code", "message", **fields}}``.
 
     ``fields`` are extra JSON members of the error object (e.g. ``ename``, ``evalue``,
-    ``traceback``); the caller bounds them.
+    ``traceback``); the caller bounds them. ``partial`` (set by the raiser, default None) is
+    what was worked out before the failure, sent as the reply's ``result`` beside the error.
     """
+
+    partial = None
 
     def __init__(self, code, message, **fields):
         super().__init__(message)
@@ -534,16 +537,19 @@ def handle_request(data):
             raise RequestError("unknown_method", "unknown method %r" % data["method"][:100])
         return {"id": request_id, "ok": True, "result": method(params)}
     except RequestError as error:
-        return _error_reply(request_id, error.code, error.message, error.fields)
+        return _error_reply(request_id, error.code, error.message, error.fields, error.partial)
     except BaseException as error:  # the handler is a boundary: a raise would mean no reply
         return _error_reply(request_id, "internal_error", "%s: %s" % (type(error).__name__, error))
 
 
-def _error_reply(request_id, code, message, fields=None):
+def _error_reply(request_id, code, message, fields=None, partial=None):
     message = bound_strings(str(message), _MAX_ERROR_MESSAGE_CHARS)
     error = dict(fields or {})
     error.update(code=code, message=message)
-    return {"id": request_id, "ok": False, "error": error}
+    reply = {"id": request_id, "ok": False, "error": error}
+    if partial is not None:
+        reply["result"] = partial
+    return reply
 
 
 # --------------------------------------------------------------------------------------------
@@ -611,17 +617,28 @@ def callable_kind(value):
     return "callable"
 
 
-def qualified_type(value):
-    """``module.QualName`` of ``type(value)``; builtins are just their name (``int``)."""
+def _type_names(value):
+    """``(module, qualname)`` of ``type(value)``; module None when the type has no str one."""
     kind = type(value)
     name = _guarded_value(lambda: kind.__qualname__, None)
     if not isinstance(name, str):
         name = _guarded_value(lambda: kind.__name__, None)
     name = name if isinstance(name, str) else "?"
     module = _guarded_value(lambda: kind.__module__, None)
-    if isinstance(module, str) and module != "builtins":
-        name = module + "." + name
-    return sanitize_text(name)
+    return (module if isinstance(module, str) else None), name
+
+
+def qualified_type(value):
+    """``module.QualName`` of ``type(value)``, builtins included (``builtins.int``), so a
+    type is never mistaken for a user's class of the same name."""
+    module, name = _type_names(value)
+    return sanitize_text(name if module is None else module + "." + name)
+
+
+def type_label(value):
+    """The type's name for messages: ``int`` for builtins, ``module.QualName`` otherwise."""
+    module, name = _type_names(value)
+    return sanitize_text(name if module in (None, "builtins") else module + "." + name)
 
 
 def module_name(value):
@@ -679,55 +696,112 @@ def safe_str(value):
         return "<str failed: %s>" % type(error).__name__
 
 
+def bounded_fields(fields, truncated):
+    """Bounds ``(key, text or None, max_chars)`` triples into a dict, recording one flag per
+    field in ``truncated`` (a None text stays None, not cut)."""
+    result = {}
+    for key, text, max_chars in fields:
+        if text is None:
+            result[key], truncated[key] = None, False
+        else:
+            result[key], truncated[key] = bounded_text(text, max_chars)
+    return result
+
+
 def describe_callable(name, value, kind, config):
     """One entry of ``list``."""
     limit = config["max_repr_chars"]
-    signature, signature_cut = bounded_text(signature_text(value), limit)
-    doc, doc_cut = bounded_text(first_paragraph(documentation_text(value)), limit)
-    return {
-        "name": sanitize_text(name),
-        "kind": kind,
-        "signature": signature,
-        "module": module_name(value),
-        "doc": doc,
-        "truncated": {"signature": signature_cut, "doc": doc_cut},
-    }
+    truncated = {}
+    texts = bounded_fields(
+        (
+            ("signature", signature_text(value), limit),
+            ("module", module_name(value), limit),
+            ("doc", first_paragraph(documentation_text(value)), limit),
+        ),
+        truncated,
+    )
+    return {"name": sanitize_text(name), "kind": kind, **texts, "truncated": truncated}
 
 
 def describe_value(name, value, config):
     """One entry of ``search``."""
-    representation, cut = bounded_text(safe_repr(value), config["max_repr_chars"])
-    return {
-        "name": sanitize_text(name),
-        "kind": value_kind(value),
-        "qualified_type": qualified_type(value),
-        "module": module_name(value),
-        "representation": representation,
-        "truncated": {"representation": cut},
-    }
+    limit = config["max_repr_chars"]
+    truncated = {}
+    texts = bounded_fields(
+        (
+            ("qualified_type", qualified_type(value), limit),
+            ("module", module_name(value), limit),
+            ("representation", safe_repr(value), limit),
+        ),
+        truncated,
+    )
+    return {"name": sanitize_text(name), "kind": value_kind(value), **texts, "truncated": truncated}
+
+
+def _signature_or_empty(value):
+    """``str(inspect.signature(value))``, "" for an object that has none (ValueError or
+    TypeError from inspect); anything else the object's own code raised propagates."""
+    try:
+        return str(inspect.signature(value))
+    except (ValueError, TypeError):
+        return ""
+
+
+def _documentation_or_empty(value):
+    doc = inspect.getdoc(value)
+    return doc if isinstance(doc, str) else ""
+
+
+def _own_module(value):
+    """Like ``module_name``, but an access that raises (other than AttributeError)
+    propagates."""
+    if _guarded_value(lambda: isinstance(value, types.ModuleType), False):
+        name = value.__name__
+    else:
+        name = getattr(value, "__module__", None)
+    return sanitize_text(name) if isinstance(name, str) else None
 
 
 def describe_in_detail(name, value, config):
-    """``inspect``'s result."""
+    """``inspect``'s result. A field whose computation ran the object's code and raised
+    (``__repr__``, a ``__doc__``, ``__signature__`` or ``__module__`` property) is null, and a
+    ``RequestError("execution_error")`` carrying the rest as its ``partial`` says which
+    fields and why: a placeholder would pass for the object's own text."""
+    failures = []
+
+    def attempt(field, action):
+        try:
+            return action()
+        except Exception as error:
+            failures.append((field, error))
+            return None
+
     is_callable = callable(value)
-    signature, signature_cut = bounded_text(signature_text(value) if is_callable else "", config["max_repr_chars"])
-    documentation, documentation_cut = bounded_text(documentation_text(value), config["max_text_chars"])
-    representation, representation_cut = bounded_text(safe_repr(value), config["max_repr_chars"])
-    return {
+    repr_limit = config["max_repr_chars"]
+    truncated = {}
+    texts = bounded_fields(
+        (
+            ("qualified_type", qualified_type(value), repr_limit),
+            ("signature", attempt("signature", lambda: _signature_or_empty(value)) if is_callable else "", repr_limit),
+            ("module", attempt("module", lambda: _own_module(value)), repr_limit),
+            ("documentation", attempt("documentation", lambda: _documentation_or_empty(value)), config["max_text_chars"]),
+            ("representation", attempt("representation", lambda: repr(value)), repr_limit),
+        ),
+        truncated,
+    )
+    result = {
         "name": sanitize_text(name),
         "kind": value_kind(value),
-        "qualified_type": qualified_type(value),
         "callable": is_callable,
-        "signature": signature,
-        "module": module_name(value),
-        "documentation": documentation,
-        "representation": representation,
-        "truncated": {
-            "signature": signature_cut,
-            "documentation": documentation_cut,
-            "representation": representation_cut,
-        },
+        **texts,
+        "truncated": truncated,
     }
+    if failures:
+        fields = ", ".join(field for field, _ in failures)
+        error = execution_error(failures[0][1], "computing the %s of %r raised" % (fields, name), config)
+        error.partial = result
+        raise error
+    return result
 
 
 def execution_error(error, message, config, tb=_MISSING):
@@ -771,14 +845,17 @@ def resolve(user_ns, dotted, config):
     if value is _MISSING:
         raise RequestError("name_not_found", "name %r is not defined in the namespace" % root)
     for index in range(1, len(segments)):
+        resolved = ".".join(segments[:index])
         try:
             value = getattr(value, segments[index])
         except AttributeError:
-            raise RequestError(
-                "name_not_found", "%r has no attribute %r" % (".".join(segments[:index]), segments[index])
-            ) from None
+            failure = RequestError("name_not_found", "%r has no attribute %r" % (resolved, segments[index]))
         except Exception as error:
-            raise execution_error(error, "getting %r raised" % ".".join(segments[: index + 1]), config) from None
+            failure = execution_error(error, "getting %r raised" % ".".join(segments[: index + 1]), config)
+        else:
+            continue
+        failure.resolved = resolved
+        raise failure
     return value
 
 
@@ -855,13 +932,13 @@ class _JsonConverter:
         if isinstance(value, dict):
             for key in dict.keys(value):
                 if not isinstance(key, str):
-                    self.fail("a dict with a key of type %s (JSON object keys are strings)" % qualified_type(key))
+                    self.fail("a dict with a key of type %s (JSON object keys are strings)" % type_label(key))
             if depth >= self.max_depth:
                 self.truncated = self.truncated or dict.__len__(value) > 0
                 return {}
             pairs = itertools.islice(dict.items(value), self.max_items)
             return self.items(pairs, dict.__len__(value), depth, {})
-        self.fail("a %s" % qualified_type(value))
+        self.fail("a %s" % type_label(value))
 
     def text(self, text):
         limit = min(self.max_chars, max(self.chars_left, 0))
@@ -1191,7 +1268,14 @@ def _method_inspect(params):
     _checked_params(params, ("name",))
     installation = _current()
     name = params.get("name")
-    value = resolve(installation.shell.user_ns, name, installation.config)
+    try:
+        value = resolve(installation.shell.user_ns, name, installation.config)
+    except RequestError as error:
+        # Keep what was resolved: the agent learns where the path broke.
+        resolved = getattr(error, "resolved", None)
+        if resolved is not None:
+            error.partial = {"name": sanitize_text(name), "resolved": sanitize_text(resolved)}
+        raise
     return describe_in_detail(name, value, installation.config)
 
 
@@ -1203,7 +1287,7 @@ def _method_call_function(params):
     arguments = params.get("arguments", {})
     function = resolve(installation.shell.user_ns, name, config)
     if not callable(function):
-        raise RequestError("not_callable", "%r is not callable (it is a %s)" % (name, qualified_type(function)))
+        raise RequestError("not_callable", "%r is not callable (it is a %s)" % (name, type_label(function)))
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict) or not all(isinstance(key, str) for key in arguments):
@@ -1243,7 +1327,7 @@ def _call_for_json(function, name, arguments, config):
         raise RequestError("result_not_json", safe_str(error)) from None
     except Exception as error:  # a subclass whose storage cannot be read
         raise RequestError(
-            "result_not_json", "the result (a %s) could not be converted: %s" % (qualified_type(result), type(error).__name__)
+            "result_not_json", "the result (a %s) could not be converted: %s" % (type_label(result), type(error).__name__)
         ) from None
     return {"result": data, "truncated": truncated}
 
@@ -1401,7 +1485,7 @@ def _json_type_name(value):
         return "array"
     if type(value) is dict:
         return "object"
-    return qualified_type(value)
+    return type_label(value)
 
 
 def _argument_path(path):
@@ -1648,7 +1732,7 @@ def annotation_node(annotation, depth=0):
 def _literal_value(value):
     if value is None or type(value) in (bool, int, str):
         return _json_default(value, "Literal value")
-    raise _Unsupported("Literal value %s is a %s (only str, int, bool and None)" % (safe_repr(value)[:60], qualified_type(value)))
+    raise _Unsupported("Literal value %s is a %s (only str, int, bool and None)" % (safe_repr(value)[:60], type_label(value)))
 
 
 def _json_default(value, what="default", depth=0):
@@ -1683,10 +1767,10 @@ def _json_default(value, what="default", depth=0):
         out = {}
         for key, item in value.items():
             if type(key) is not str:
-                raise _Unsupported("the %s is a dict with a %s key (JSON object keys are strings)" % (what, qualified_type(key)))
+                raise _Unsupported("the %s is a dict with a %s key (JSON object keys are strings)" % (what, type_label(key)))
             out[_json_default(key, what, depth + 1)] = _json_default(item, what, depth + 1)
         return out
-    raise _Unsupported("the %s is a %s, which is not JSON" % (what, qualified_type(value)))
+    raise _Unsupported("the %s is a %s, which is not JSON" % (what, type_label(value)))
 
 
 # ---- signatures ---------------------------------------------------------------------------
@@ -2219,7 +2303,7 @@ def _method_register_tool(params):
     if value is _MISSING:
         raise RequestError("name_not_found", "name %r is not defined in the namespace" % name)
     if not _guarded_value(lambda: callable(value), False):
-        raise RequestError("not_callable", "%r is not callable (it is a %s)" % (name, qualified_type(value)))
+        raise RequestError("not_callable", "%r is not callable (it is a %s)" % (name, type_label(value)))
     if tool_name is None:
         tool_name = name
     max_name = limits["max_tool_name_chars"]

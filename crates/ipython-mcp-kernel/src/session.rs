@@ -650,7 +650,9 @@ fn helper_output(output: ExecutionOutput, reply: Option<serde_json::Value>) -> H
             };
             HelperOutput {
                 ok: false,
-                result: None,
+                // What the helper worked out before it failed (e.g. the fields of an
+                // `inspect` whose repr raised), kept beside the error.
+                result: reply.get("result").cloned(),
                 error: Some(info),
                 runtime,
             }

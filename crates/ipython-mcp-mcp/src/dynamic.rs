@@ -432,7 +432,7 @@ impl crate::server::IpythonMcp {
     )]
     async fn register_tool(
         &self,
-        rmcp::handler::server::wrapper::Parameters(params): rmcp::handler::server::wrapper::Parameters<RegisterParams>,
+        crate::argument::Parameters(params): crate::argument::Parameters<RegisterParams>,
         context: rmcp::service::RequestContext<rmcp::RoleServer>,
     ) -> Result<rmcp::model::CallToolResult, rmcp::ErrorData> {
         let refuse = |error: ErrorInfo| {
@@ -558,7 +558,7 @@ impl crate::server::IpythonMcp {
     )]
     async fn unregister_tool(
         &self,
-        rmcp::handler::server::wrapper::Parameters(params): rmcp::handler::server::wrapper::Parameters<UnregisterParams>,
+        crate::argument::Parameters(params): crate::argument::Parameters<UnregisterParams>,
         context: rmcp::service::RequestContext<rmcp::RoleServer>,
     ) -> Result<rmcp::model::CallToolResult, rmcp::ErrorData> {
         if params.names.len() > 1000 || params.names.iter().any(|name| name.chars().count() > 512) {

@@ -5,12 +5,12 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::argument::Parameters;
 use ipython_mcp_kernel::kernelspec;
 use ipython_mcp_kernel::{
     ErrorInfo, ExecutionOutput, Page, PageRequest, RuntimeStatus, SessionState, StreamName,
 };
 use rmcp::handler::server::tool::schema_for_output;
-use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
 use rmcp::{schemars, tool, tool_router};
 use serde::{Deserialize, Serialize};

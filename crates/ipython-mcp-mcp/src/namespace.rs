@@ -5,9 +5,9 @@
 //! typed results below, which also generate the advertised output schemas, so what an agent
 //! gets always matches what `tools/list` promised.
 
+use crate::argument::Parameters;
 use ipython_mcp_kernel::{ErrorInfo, HelperCall, HelperOutput};
 use rmcp::handler::server::tool::schema_for_output;
-use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
 use rmcp::{schemars, tool, tool_router, RoleServer};
@@ -95,6 +95,7 @@ pub struct NamesParams {
 #[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FunctionTruncated {
     pub signature: bool,
+    pub module: bool,
     pub doc: bool,
 }
 
@@ -128,7 +129,9 @@ pub struct ListResult {
 }
 
 #[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct RepresentationTruncated {
+pub struct SearchTruncated {
+    pub qualified_type: bool,
+    pub module: bool,
     pub representation: bool,
 }
 
@@ -137,11 +140,12 @@ pub struct SearchHit {
     pub name: String,
     /// `function`, `class`, `module` or `variable`.
     pub kind: String,
+    /// Module-qualified (`builtins.int`).
     pub qualified_type: String,
     pub module: Option<String>,
     /// Bounded `repr()`.
     pub representation: String,
-    pub truncated: RepresentationTruncated,
+    pub truncated: SearchTruncated,
 }
 
 /// Result of `search`.
@@ -162,7 +166,9 @@ pub struct SearchResult {
 
 #[derive(Debug, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct InspectTruncated {
+    pub qualified_type: bool,
     pub signature: bool,
+    pub module: bool,
     pub documentation: bool,
     pub representation: bool,
 }
@@ -174,8 +180,12 @@ pub struct InspectResult {
     pub ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// On a path that broke (`a.b.c` where `b` raised or is missing): the part that resolved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    /// Module-qualified (`builtins.int`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qualified_type: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -320,44 +330,40 @@ impl IpythonMcp {
     }
 }
 
-/// Checks the helper's reply against the advertised result type and renders it.
+/// Checks the helper's reply against the advertised result type and renders it. A failed
+/// call keeps what the helper worked out before failing (its partial result) beside the
+/// error; `ok` (and so `isError`) is what the result says after `extra` had its say.
 fn typed<T: Serialize + DeserializeOwned + Default>(
     tool: &str,
     output: HelperOutput,
     extra: impl FnOnce(&mut Value),
 ) -> CallToolResult {
-    let (ok, mut value) = match (output.ok, output.result) {
-        (true, Some(mut result)) => {
-            if let Some(object) = result.as_object_mut() {
-                object.insert("ok".into(), Value::Bool(true));
-            }
-            extra(&mut result);
-            match serde_json::from_value::<T>(result) {
-                Ok(typed) => (true, serde_json::to_value(typed).unwrap_or(Value::Null)),
-                Err(error) => {
-                    tracing::error!(tool, %error, "helper reply does not match the result schema");
-                    let error = ErrorInfo::new(
-                        "execution_error",
-                        format!(
-                            "internal: the kernel helper answered {tool} in an unexpected shape"
-                        ),
-                    );
-                    (false, json!({"ok": false, "error": error}))
-                }
-            }
-        }
-        (_, _) => {
-            let error = output
-                .error
-                .unwrap_or_else(|| ErrorInfo::new("execution_error", "no result"));
-            (false, json!({"ok": false, "error": error}))
+    let mut result = match (output.ok, output.result, output.error) {
+        (true, Some(result), _) if result.is_object() => result,
+        (_, partial, error) => {
+            let error = error.unwrap_or_else(|| ErrorInfo::new("execution_error", "no result"));
+            let mut result = partial
+                .filter(Value::is_object)
+                .unwrap_or_else(|| json!({}));
+            result["error"] = json!(error);
+            result
         }
     };
-    if !ok {
-        if let Some(object) = value.as_object_mut() {
-            object.insert("ok".into(), Value::Bool(false));
+    let failed = result.get("error").is_some_and(|error| !error.is_null());
+    result["ok"] = Value::Bool(!failed);
+    extra(&mut result);
+    let value = match serde_json::from_value::<T>(result) {
+        Ok(typed) => serde_json::to_value(typed).unwrap_or(Value::Null),
+        Err(error) => {
+            tracing::error!(tool, %error, "helper reply does not match the result schema");
+            let error = ErrorInfo::new(
+                "execution_error",
+                format!("internal: the kernel helper answered {tool} in an unexpected shape"),
+            );
+            json!({"ok": false, "error": error})
         }
-    }
+    };
+    let ok = value.get("ok") == Some(&Value::Bool(true));
     render::namespace(tool, value, ok)
 }
 
@@ -413,7 +419,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "inspect",
-        description = "Describe one object by name or dotted attribute path (e.g. `df`, `model.fit`, `np.linalg`): kind, qualified type, whether it is callable, signature, module, documentation and a bounded repr, with per-field `truncated` flags. The path is resolved attribute by attribute, never evaluated; a missing name is `name_not_found`, an attribute whose access raises is `execution_error`. Changes nothing. Use it before call_function to learn a signature.",
+        description = "Describe one object by name or dotted attribute path (e.g. `df`, `model.fit`, `np.linalg`): kind, qualified type, whether it is callable, signature, module, documentation and a bounded repr, with per-field `truncated` flags. The path is resolved attribute by attribute, never evaluated; a missing name is `name_not_found`; an attribute access, repr, docstring or signature that raises is `execution_error`, with `resolved` (how far the path got) or the fields that did work. Changes nothing. Use it before call_function to learn a signature.",
         output_schema = schema_for_output::<InspectResult>(),
         annotations(title = "Inspect an object", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]

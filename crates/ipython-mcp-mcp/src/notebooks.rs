@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::argument::Parameters;
 use ipython_mcp_kernel::{
     ErrorInfo, ExecuteArgs, ExecutionOutput, ExecutionStatus, PageRequest, RuntimeStatus,
     SessionHandle, StreamName,
@@ -17,7 +18,6 @@ use ipython_mcp_notebook::{
     Output, Workspace,
 };
 use rmcp::handler::server::tool::schema_for_output;
-use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
 use rmcp::{schemars, tool, tool_router, RoleServer};
@@ -1925,7 +1925,13 @@ impl IpythonMcp {
                 "nbformat": "4.5",
                 "revision": "sha256 of the file bytes",
             },
-            "transport": {"active": "stdio", "supported": ["stdio"]},
+            "transport": {
+                "active": match config.transport {
+                    ipython_mcp_config::Transport::Stdio => "stdio",
+                    ipython_mcp_config::Transport::Http => "http",
+                },
+                "supported": ["stdio", "http"],
+            },
             "kernelspecs": self.kernelspecs_json().await,
             "sessions": self.sessions().all().into_iter().map(|(kernel, ..)| kernel).collect::<Vec<_>>(),
         })

@@ -154,6 +154,55 @@ pub(crate) fn interrupt(result: &crate::server::InterruptResult) -> CallToolResu
     finish(structured, vec![Content::text(text)], result.ok)
 }
 
+/// A result schema that also admits the failure every tool can answer, `{"ok": false,
+/// "error": {...}}` (bad arguments, an unknown kernel, a missing notebook…), so that every
+/// error result validates against the advertised `outputSchema` too. The success shape keeps
+/// its required fields: they move from the root into the first branch of an `anyOf`, and the
+/// root keeps `type` and `properties`, which clients read.
+pub(crate) fn admitting_failure(schema: &rmcp::model::JsonObject) -> rmcp::model::JsonObject {
+    let mut schema = schema.clone();
+    let required: Vec<Value> = match schema.get("required").and_then(Value::as_array) {
+        Some(required) => required.clone(),
+        None => return schema,
+    };
+    if required
+        .iter()
+        .all(|field| field == "ok" || field == "error")
+    {
+        return schema;
+    }
+    if let Some(Value::Object(properties)) = schema.get_mut("properties") {
+        properties.entry("error").or_insert_with(|| {
+            serde_json::json!({
+                "type": ["object", "null"],
+                "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+                "required": ["code", "message"],
+            })
+        });
+    }
+    schema.insert("required".into(), serde_json::json!(["ok"]));
+    schema.insert(
+        "anyOf".into(),
+        serde_json::json!([
+            {"required": required},
+            {"properties": {"ok": {"const": false}}, "required": ["ok", "error"]},
+        ]),
+    );
+    schema
+}
+
+/// A call whose arguments did not deserialize, in the shape of that tool's results.
+pub(crate) fn invalid_arguments(
+    tool: &str,
+    request_id: String,
+    error: ErrorInfo,
+) -> CallToolResult {
+    match tool {
+        "execute" => rejected_execute(request_id, error),
+        _ => request_error(&error),
+    }
+}
+
 /// A request refused before reaching a session (for tools without a richer error shape).
 pub(crate) fn request_error(error: &ErrorInfo) -> CallToolResult {
     let structured = serde_json::json!({"ok": false, "error": error});

@@ -3,11 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::argument::Parameters;
 use ipython_mcp_config::Config;
 use ipython_mcp_kernel::{ErrorInfo, ExecuteArgs, RuntimeStatus, SessionHandle};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::schema_for_output;
-use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
     CallToolResult, Implementation, ProgressNotificationParam, ServerCapabilities, ServerConfig,
@@ -150,6 +150,11 @@ impl IpythonMcp {
             };
             if !offered {
                 router.remove_route(&name);
+            }
+        }
+        for route in router.map.values_mut() {
+            if let Some(schema) = &route.attr.output_schema {
+                route.attr.output_schema = Some(Arc::new(render::admitting_failure(schema)));
             }
         }
         router
@@ -488,8 +493,19 @@ to check the kernel without running code. This is not a sandbox: code runs with 
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
         if self.tool_router.has_route(&request.name) {
+            let tool = request.name.to_string();
+            let request_id = render::request_id(&context.id);
             let call = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
-            return self.tool_router.call(call).await;
+            return match self.tool_router.call(call).await {
+                Err(error) => match crate::argument::rejected(&error) {
+                    Some(problem) => {
+                        tracing::info!(tool, ok = false, "tool call refused: invalid arguments");
+                        Ok(render::invalid_arguments(&tool, request_id, problem).into())
+                    }
+                    None => Err(error),
+                },
+                answered => answered,
+            };
         }
         Ok(rmcp::model::CallToolResponse::Complete(
             self.call_dynamic(request, context).await?,

@@ -348,6 +348,33 @@ async fn both_protocol_families_share_the_default_kernel_over_http() {
 }
 
 #[tokio::test]
+async fn the_capabilities_resource_says_the_transport_is_http_over_http() {
+    let server = HttpServer::start(&[("IPYTHON_MCP_HTTP_TOKEN", TOKEN)]).await;
+    for family in [Family::Handshake, Family::Modern] {
+        let client = server.connect(family, Some(TOKEN)).await;
+        let read = client
+            .peer()
+            .read_resource(rmcp::model::ReadResourceRequestParams::new(
+                "ipython-mcp://capabilities",
+            ))
+            .await
+            .expect("read the capabilities");
+        let text = match &read.contents[0] {
+            rmcp::model::ResourceContents::TextResourceContents { text, .. } => text.clone(),
+            other => panic!("text contents: {other:?}"),
+        };
+        let capabilities: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(capabilities["transport"]["active"], "http", "{family:?}");
+        assert_eq!(
+            capabilities["transport"]["supported"],
+            json!(["stdio", "http"])
+        );
+    }
+    let status = server.terminate().await;
+    assert!(status.success(), "exit status {status}");
+}
+
+#[tokio::test]
 async fn requests_without_the_right_token_or_from_a_foreign_host_or_origin_are_refused() {
     let server = HttpServer::start(&[]).await;
     let token = server

@@ -960,6 +960,7 @@ async fn resources_serve_notebooks_by_percent_encoded_uri_and_the_capabilities()
                 .to_string()
         );
         assert!(capabilities["kernelspecs"].is_array());
+        assert_eq!(capabilities["transport"]["active"], "stdio");
 
         for bad in [
             "notebook:///../outside.ipynb",

@@ -123,6 +123,13 @@ fn check_output(output: &std::process::Output) -> Vec<Value> {
 
 fn check_run(run: &Value) {
     assert_eq!(run["tools"], serde_json::json!(support::TOOLS), "{run}");
+    assert_eq!(run["schema_errors"], serde_json::json!([]), "{run}");
+    // Wrong types (booleans and numbers as strings too), unknown and missing fields.
+    assert_eq!(run["bad_arguments"], serde_json::json!([]), "{run}");
+    assert!(
+        run["bad_argument_calls"].as_u64().expect("count") > 100,
+        "{run}"
+    );
     assert_eq!(run["output_schemas"], true);
     assert_eq!(run["state"], "ready");
     assert_eq!(run["result"], "42");

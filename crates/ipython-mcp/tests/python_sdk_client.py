@@ -11,11 +11,93 @@ import os
 import sys
 
 import httpx2
+import jsonschema
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 FIXTURES = ("test_", "json_schema_")
+
+
+def schema_problems(schema, instance):
+    """Where ``instance`` breaks ``schema`` (JSON Schema 2020-12 unless it says otherwise)."""
+    validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    return [error.message[:300] for error in validator(schema).iter_errors(instance)]
+
+
+def admitted_types(schema, defs):
+    """JSON types a property schema admits; None when it admits anything."""
+    if "$ref" in schema:
+        return admitted_types(defs[schema["$ref"].rsplit("/", 1)[-1]], defs)
+    if "type" in schema:
+        return [schema["type"]] if isinstance(schema["type"], str) else list(schema["type"])
+    if "enum" in schema or "const" in schema:
+        return ["string"]
+    branches = schema.get("anyOf") or schema.get("oneOf")
+    if not branches:
+        return None
+    types = []
+    for branch in branches:
+        more = admitted_types(branch, defs)
+        if more is None:
+            return None
+        types += more
+    return types
+
+
+def wrong_values(types):
+    """Wrong-typed values: first as Claude Code sends booleans and numbers (strings)."""
+    numeric = "number" in types or "integer" in types
+    values = []
+    if "string" not in types:
+        if "boolean" in types:
+            values += ["true", "false"]
+        if numeric:
+            values.append("5")
+        values.append("text")
+    else:
+        values.append(12345 if not numeric else [1])
+    if "object" not in types:
+        values.append({"x": 1})
+    if "boolean" not in types and "string" not in types:
+        values.append(True)
+    return values
+
+
+async def bad_arguments_sweep(client, tools):
+    """Every listed tool, every parameter, wrong types (plus an unknown field and a missing
+    required one): each reply must be a structured invalid_arguments error that names the
+    field and validates against the tool's outputSchema. Returns what went wrong, and how many
+    calls were made."""
+    problems, calls = [], 0
+    for tool in tools:
+        if tool.name.startswith(FIXTURES):
+            continue
+        schema = tool.input_schema
+        defs = schema.get("$defs", {})
+        attempts = []
+        for name, prop in schema.get("properties", {}).items():
+            types = admitted_types(prop, defs)
+            if types is not None:
+                attempts += [({name: value}, name) for value in wrong_values(types)]
+        attempts.append(({"no_such_argument": 1}, "no_such_argument"))
+        if schema.get("required"):
+            attempts.append(({}, schema["required"][0]))
+        for arguments, field in attempts:
+            calls += 1
+            result = await client.call_tool(tool.name, arguments)
+            structured = result.structured_content or {}
+            error = structured.get("error") or {}
+            where = "%s %s" % (tool.name, json.dumps(arguments))
+            if not result.is_error or structured.get("ok") is not False:
+                problems.append("%s: not an error: %s" % (where, json.dumps(structured)[:300]))
+            elif error.get("code") != "invalid_arguments":
+                problems.append("%s: code %r" % (where, error.get("code")))
+            elif "`%s`" % field not in error.get("message", ""):
+                problems.append("%s: message does not name %s: %s" % (where, field, error.get("message")))
+            for problem in schema_problems(tool.output_schema, structured):
+                problems.append("%s: outputSchema: %s" % (where, problem))
+    return problems, calls
 
 
 def http_transport(url, token):
@@ -107,6 +189,17 @@ async def session(target, mode):
             namespace.setdefault(tool, []).append(
                 {"is_error": result.is_error, "structured": result.structured_content}
             )
+        # Every result seen above, errors included, fits its tool's outputSchema.
+        schemas = {tool.name: tool.output_schema for tool in tools.tools}
+        schema_errors = []
+        for tool, results in namespace.items():
+            if tool not in schemas:  # the dynamic tool, listed only while registered
+                continue
+            for seen in results:
+                for problem in schema_problems(schemas[tool], seen["structured"]):
+                    schema_errors.append("%s: %s" % (tool, problem))
+        extra["schema_errors"] = schema_errors
+        extra["bad_arguments"], extra["bad_argument_calls"] = await bad_arguments_sweep(client, tools.tools)
         if isinstance(target, tuple):
             extra["fixtures_listed"] = any(tool.name.startswith(FIXTURES) for tool in tools.tools)
             extra["list_changed"] = await list_changed_heard(client, mode, changed)

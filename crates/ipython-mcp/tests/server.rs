@@ -264,8 +264,13 @@ async fn bad_input_gets_a_clear_error_and_changes_nothing() {
         "{}",
         unknown_field.text()
     );
-    let wrong_type = server.call_raw("execute", json!({"code": 5})).await;
+    assert_eq!(
+        unknown_field.structured["error"]["code"],
+        "invalid_arguments"
+    );
+    let wrong_type = server.call("execute", json!({"code": 5})).await;
     assert!(wrong_type.is_error);
+    assert_eq!(wrong_type.structured["status"], "rejected");
     let huge = server
         .call(
             "execute",
@@ -1421,8 +1426,10 @@ async fn hostile_and_huge_objects_give_bounded_structured_answers() {
         .as_str()
         .expect("repr")
         .contains("repr failed"));
-    let inspected = server.call("inspect", json!({"name": "hostile"})).await;
-    assert!(inspected.ok(), "{:?}", inspected.structured);
+    assert_eq!(
+        found.structured["results"][0]["qualified_type"],
+        "__main__.Hostile"
+    );
     let attribute = server
         .call("inspect", json!({"name": "hostile.anything"}))
         .await;
@@ -1432,6 +1439,12 @@ async fn hostile_and_huge_objects_give_bounded_structured_answers() {
         attribute.structured
     );
     assert_eq!(attribute.structured["error"]["ename"], "RuntimeError");
+    assert_eq!(
+        attribute.structured["resolved"], "hostile",
+        "what resolved is kept"
+    );
+    let huge_type = server.call("inspect", json!({"name": "huge"})).await;
+    assert_eq!(huge_type.structured["qualified_type"], "builtins.str");
     let huge = server.call("inspect", json!({"name": "huge"})).await;
     assert_eq!(huge.structured["truncated"]["representation"], true);
     assert!(
@@ -1984,4 +1997,260 @@ async fn sigterm_with_eight_busy_kernels_stops_them_together() {
     for pid in pids {
         support::wait_until_gone(pid).await;
     }
+}
+
+#[tokio::test]
+async fn trace_logs_carry_no_code_arguments_results_outputs_or_secrets() {
+    let (server, stderr) = Server::start_logged(
+        Family::Handshake,
+        &[
+            ("IPYTHON_MCP_LOG", "trace"),
+            (
+                "IPYTHON_MCP_ENVIRONMENT_VARIABLES",
+                r#"{"LOG_TEST_SECRET": "secret-value-7d1f"}"#,
+            ),
+        ],
+    )
+    .await;
+    let code = "marker_a1 = 'in-code-b2'\nprint('printed-c3')\nimport os\ndef shout(text: str) -> str:\n    return text.upper() + '-returned-f6'\nos.environ['LOG_TEST_SECRET']";
+    let ran = server.call("execute", json!({ "code": code })).await;
+    assert_eq!(
+        ran.structured["result"]["text/plain"], "'secret-value-7d1f'",
+        "{:?}",
+        ran.structured
+    );
+    let raised = server
+        .call("execute", json!({"code": "raise ValueError('raised-d4')"}))
+        .await;
+    assert_eq!(raised.structured["error"]["ename"], "ValueError");
+    let called = server
+        .call(
+            "call_function",
+            json!({"name": "shout", "arguments": {"text": "argument-e5"}}),
+        )
+        .await;
+    assert_eq!(called.structured["result"], "ARGUMENT-E5-returned-f6");
+    let inspected = server.call("inspect", json!({"name": "marker_a1"})).await;
+    assert_eq!(inspected.structured["representation"], "'in-code-b2'");
+    let refused = server
+        .call_raw(
+            "execute",
+            json!({"code": "never-run-g7", "timeout_seconds": "soon-h8"}),
+        )
+        .await;
+    assert!(refused.is_error);
+    let missing = server
+        .call_raw("notebook_read", json!({"path": "missing-i9.ipynb"}))
+        .await;
+    assert!(missing.is_error);
+    server.stop().await;
+    let logged = stderr.lock().expect("stderr lock").clone();
+    assert!(
+        logged.contains("DEBUG") && logged.contains("tool call"),
+        "trace logging was on: {logged}"
+    );
+    for value in [
+        "marker_a1",
+        "in-code-b2",
+        "printed-c3",
+        "raised-d4",
+        "argument-e5",
+        "ARGUMENT-E5",
+        "returned-f6",
+        "never-run-g7",
+        "soon-h8",
+        "missing-i9",
+        "secret-value-7d1f",
+        "Traceback",
+    ] {
+        assert!(
+            !logged.contains(value),
+            "{value:?} reached stderr:\n{logged}"
+        );
+    }
+}
+
+/// JSON types a property schema admits (`$ref`s into `defs` and `anyOf`/`oneOf` followed);
+/// None when it admits anything.
+fn admitted_types(schema: &Value, defs: &Value) -> Option<Vec<String>> {
+    if let Some(reference) = schema.get("$ref").and_then(Value::as_str) {
+        let name = reference.trim_start_matches("#/$defs/");
+        return admitted_types(&defs[name], defs);
+    }
+    if let Some(types) = schema.get("type") {
+        return Some(match types {
+            Value::String(one) => vec![one.clone()],
+            Value::Array(many) => many
+                .iter()
+                .filter_map(|one| one.as_str().map(str::to_owned))
+                .collect(),
+            _ => return None,
+        });
+    }
+    if schema.get("enum").is_some() || schema.get("const").is_some() {
+        return Some(vec!["string".to_owned()]);
+    }
+    let branches = schema
+        .get("anyOf")
+        .or_else(|| schema.get("oneOf"))?
+        .as_array()?;
+    let mut all = Vec::new();
+    for branch in branches {
+        all.extend(admitted_types(branch, defs)?);
+    }
+    Some(all)
+}
+
+/// Values of the wrong JSON type for a property that admits `types`: the way Claude Code
+/// sends booleans and numbers (as strings) first, then one of each other type.
+fn wrong_values(types: &[String]) -> Vec<Value> {
+    let admits = |name: &str| {
+        types.iter().any(|one| {
+            one == name
+                || (name == "integer" && one == "number")
+                || (name == "number" && one == "integer")
+        })
+    };
+    let mut values = Vec::new();
+    if admits("boolean") && !admits("string") {
+        values.push(json!("true"));
+    }
+    if (admits("number") || admits("integer")) && !admits("string") {
+        values.push(json!("5"));
+    }
+    for (name, value) in [
+        ("string", json!(12345)),
+        ("boolean", json!({"x": 1})),
+        ("array", json!("a")),
+        ("object", json!([1])),
+        ("number", json!(true)),
+        ("integer", json!(1.5)),
+    ] {
+        if admits(name) && values.len() < 3 {
+            let value_type = match &value {
+                Value::String(_) => "string",
+                Value::Number(n) if n.is_f64() => "number",
+                Value::Number(_) => "integer",
+                Value::Bool(_) => "boolean",
+                Value::Array(_) => "array",
+                _ => "object",
+            };
+            if !admits(value_type) {
+                values.push(value);
+            }
+        }
+    }
+    values
+}
+
+#[tokio::test]
+async fn wrong_missing_or_unknown_arguments_get_a_structured_invalid_arguments_from_every_tool() {
+    let server = Server::start(Family::Handshake, &[]).await;
+    let tools = server.client.list_all_tools().await.expect("tools/list");
+    let mut checked = 0;
+    let check = |tool: &str, arguments: &Value, reply: &support::ToolResult, field: &str| {
+        assert!(reply.is_error, "{tool} {arguments}: {reply:?}");
+        assert_eq!(reply.structured["ok"], false, "{tool} {arguments}");
+        assert_eq!(
+            reply.structured["error"]["code"], "invalid_arguments",
+            "{tool} {arguments}: {:?}",
+            reply.structured
+        );
+        let message = reply.structured["error"]["message"]
+            .as_str()
+            .expect("message");
+        assert!(
+            message.contains(&format!("`{field}`")),
+            "{tool} {arguments}: the message names {field}: {message}"
+        );
+        assert!(
+            reply.text().contains(message),
+            "{tool}: the text says it too"
+        );
+    };
+    for tool in &tools {
+        let name = tool.name.as_ref();
+        let schema = Value::Object((*tool.input_schema).clone());
+        let defs = schema.get("$defs").cloned().unwrap_or(Value::Null);
+        let properties = schema["properties"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        for (property, property_schema) in &properties {
+            let Some(types) = admitted_types(property_schema, &defs) else {
+                continue;
+            };
+            for wrong in wrong_values(&types) {
+                let arguments = json!({ property.clone(): wrong });
+                let reply = server.call(name, arguments.clone()).await;
+                check(name, &arguments, &reply, property);
+                checked += 1;
+            }
+        }
+        let unknown = json!({"no_such_argument": 1});
+        let reply = server.call(name, unknown.clone()).await;
+        check(name, &unknown, &reply, "no_such_argument");
+        if let Some(required) = schema["required"].as_array().and_then(|r| r.first()) {
+            let required = required.as_str().expect("name");
+            let reply = server.call(name, json!({})).await;
+            check(name, &json!({}), &reply, required);
+        }
+    }
+    assert!(checked > 60, "every parameter was tried: {checked}");
+    // Nothing ran: a refused execute leaves no trace and no execution count.
+    let refused = server
+        .call(
+            "execute",
+            json!({"code": "ran = 1", "timeout_seconds": "5"}),
+        )
+        .await;
+    assert_eq!(refused.structured["status"], "rejected");
+    let refused = server
+        .call("execute", json!({"code": "ran = 1", "background": "true"}))
+        .await;
+    assert_eq!(refused.structured["error"]["code"], "invalid_arguments");
+    let check_ran = server
+        .call("execute", json!({"code": "'ran' in globals()"}))
+        .await;
+    assert_eq!(check_ran.structured["result"]["text/plain"], "False");
+    assert_eq!(check_ran.structured["execution_count"], 1);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn inspect_of_an_object_whose_repr_or_docstring_raises_is_an_error_not_a_placeholder() {
+    let server = Server::start(Family::Handshake, &[]).await;
+    let code = "class Hostile:\n    def __repr__(self):\n        raise RuntimeError('no repr')\n    @property\n    def __doc__(self):\n        raise RuntimeError('no doc')\nhostile = Hostile()";
+    assert!(server.call("execute", json!({"code": code})).await.ok());
+    let inspected = server.call("inspect", json!({"name": "hostile"})).await;
+    assert!(inspected.is_error, "{:?}", inspected.structured);
+    let structured = &inspected.structured;
+    assert_eq!(structured["ok"], false);
+    assert_eq!(
+        structured["error"]["code"], "execution_error",
+        "{structured}"
+    );
+    assert_eq!(structured["error"]["ename"], "RuntimeError");
+    let message = structured["error"]["message"].as_str().expect("message");
+    assert!(
+        message.contains("documentation, representation of 'hostile'"),
+        "{message}"
+    );
+    // What could be worked out is kept; what raised is absent, not a placeholder.
+    assert_eq!(structured["qualified_type"], "__main__.Hostile");
+    assert_eq!(structured["module"], "__main__");
+    assert_eq!(structured["kind"], "variable");
+    assert_eq!(structured["callable"], false);
+    assert!(structured.get("representation").is_none(), "{structured}");
+    assert!(structured.get("documentation").is_none(), "{structured}");
+    assert_eq!(
+        structured["truncated"],
+        json!({"qualified_type": false, "signature": false, "module": false, "documentation": false, "representation": false})
+    );
+    let plain = server
+        .call("inspect", json!({"name": "hostile.__class__"}))
+        .await;
+    assert!(plain.ok(), "{:?}", plain.structured);
+    assert_eq!(plain.structured["qualified_type"], "builtins.type");
+    server.stop().await;
 }

@@ -934,7 +934,7 @@ class TestNamespace:
             "signature": "(a, b=1)",
             "module": "__main__",
             "doc": "Adds two numbers.",
-            "truncated": {"signature": False, "doc": False},
+            "truncated": {"signature": False, "module": False, "doc": False},
         }
         # More callables than max_results (10): sorted, cut, flagged.
         kernel.execute("for _i in range(12):\n    globals()['f%02d' % _i] = lambda: _i")
@@ -951,10 +951,10 @@ class TestNamespace:
         assert data == {
             "name": "data",
             "kind": "variable",
-            "qualified_type": "list",
+            "qualified_type": "builtins.list",
             "module": None,
             "representation": repr(list(range(1000)))[:64],
-            "truncated": {"representation": True},
+            "truncated": {"qualified_type": False, "module": False, "representation": True},
         }
         assert [r["name"] for r in self.ok(kernel, "search", {"query": "Data", "exact": True})["results"]] == ["Data"]
         (hostile,) = self.ok(kernel, "search", {"query": "hostile", "exact": True})["results"]
@@ -975,13 +975,19 @@ class TestNamespace:
         assert result == {
             "name": "box.value",
             "kind": "variable",
-            "qualified_type": "int",
+            "qualified_type": "builtins.int",
             "callable": False,
             "signature": "",
             "module": None,
             "documentation": result["documentation"],
             "representation": "3",
-            "truncated": {"signature": False, "documentation": False, "representation": False},
+            "truncated": {
+                "qualified_type": False,
+                "signature": False,
+                "module": False,
+                "documentation": False,
+                "representation": False,
+            },
         }
         greet = self.ok(kernel, "inspect", {"name": "mcp_testlib.greet"})
         assert (greet["kind"], greet["callable"], greet["signature"], greet["module"]) == (
@@ -996,6 +1002,11 @@ class TestNamespace:
         raised = self.error(kernel, "inspect", {"name": "hostile.boom"})
         assert (raised["code"], raised["ename"], raised["evalue"]) == ("execution_error", "ZeroDivisionError", "no boom")
         assert raised["traceback"][-1] == "ZeroDivisionError: no boom\n"
+        assert kernel.request("inspect", {"name": "hostile.boom"})["result"] == {"name": "hostile.boom", "resolved": "hostile"}
+        unrepresentable = kernel.request("inspect", {"name": "hostile"})
+        assert (unrepresentable["ok"], unrepresentable["error"]["ename"]) == (False, "RuntimeError")
+        assert unrepresentable["result"]["representation"] is None
+        assert unrepresentable["result"]["qualified_type"] == "__main__.Hostile"
 
     def test_call_function(self, kernel):
         self.setup_fresh(kernel)

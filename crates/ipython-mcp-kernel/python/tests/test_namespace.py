@@ -196,7 +196,7 @@ def test_list_shows_visible_callables_sorted_and_bounded(helper):
         "signature": "(alpha, beta=2, *, gamma=None)",
         "module": __name__,
         "doc": "Adds things.",
-        "truncated": {"signature": False, "doc": False},
+        "truncated": {"signature": False, "module": False, "doc": False},
     }
     assert by_name["Widget"]["signature"] == "(size=1)"
     assert by_name["Widget"]["doc"] == "A widget."
@@ -216,7 +216,7 @@ def test_list_truncation_flags(helper):
     assert [f["name"] for f in result["functions"]] == ["f0", "f1", "f2", "f3", "f4"]
     assert (result["total"], result["truncated"]) == (7, True)
     first = result["functions"][0]
-    assert first["truncated"] == {"signature": True, "doc": True}
+    assert first["truncated"] == {"signature": True, "module": False, "doc": True}
     assert first["doc"] == "d" * 40 and len(first["signature"]) == 40
 
 
@@ -239,13 +239,13 @@ def test_search_orders_exact_match_first_and_bounds(helper):
     assert data == {
         "name": "data",
         "kind": "variable",
-        "qualified_type": "list",
+        "qualified_type": "builtins.list",
         "module": None,
         "representation": repr(list(range(100)))[:40],
-        "truncated": {"representation": True},
+        "truncated": {"qualified_type": False, "module": False, "representation": True},
     }
     assert result["results"][1]["kind"] == "class"
-    assert result["results"][1]["qualified_type"] == "type"
+    assert result["results"][1]["qualified_type"] == "builtins.type"
     assert result["results"][1]["module"] == __name__
 
     assert [r["name"] for r in fixture.ok("search", query="Data", exact=True)["results"]] == ["Data"]
@@ -258,7 +258,7 @@ def test_search_orders_exact_match_first_and_bounds(helper):
     assert broken["representation"] == "<repr failed: ValueError>"
     assert broken["qualified_type"] == __name__ + ".Hostile" and broken["kind"] == "variable"
     (module,) = fixture.ok("search", query="json", exact=True)["results"]
-    assert (module["kind"], module["module"], module["qualified_type"]) == ("module", "json", "module")
+    assert (module["kind"], module["module"], module["qualified_type"]) == ("module", "json", "builtins.module")
 
 
 def test_search_rejects_bad_params(helper):
@@ -274,7 +274,7 @@ def test_inspect_resolves_dotted_paths(helper):
     result = fixture.ok("inspect", name="json.dumps")
     assert result["name"] == "json.dumps"
     assert (result["kind"], result["callable"], result["module"]) == ("function", True, "json")
-    assert result["qualified_type"] == "function"
+    assert result["qualified_type"] == "builtins.function"
     assert result["signature"].startswith("(obj, *, skipkeys=False") and result["truncated"]["signature"] is True
     assert result["documentation"].startswith("Serialize ``obj`` to a JSON formatted ``str``.")
     assert result["truncated"]["documentation"] is True  # longer than max_text_chars (200)
@@ -307,12 +307,55 @@ def test_inspect_errors(helper):
     assert (raised["ename"], raised["evalue"]) == ("ZeroDivisionError", "no")
     assert raised["traceback"][-1] == "ZeroDivisionError: no\n"
     assert "'r.boom'" in raised["message"]
-    # __getattr__ raising KeyError is an execution error; the object itself is still described.
+    # What was resolved is kept beside the error.
+    assert fixture.call("inspect", name="r.boom")["result"] == {"name": "r.boom", "resolved": "r"}
+    assert fixture.call("inspect", name="json.dumps.nope")["result"] == {"name": "json.dumps.nope", "resolved": "json.dumps"}
+    assert "result" not in fixture.call("inspect", name="nothing.here")
+    # __getattr__ raising KeyError is an execution error.
     assert fixture.error("inspect", name="hostile.anything")["ename"] == "KeyError"
-    described = fixture.ok("inspect", name="hostile")
-    assert described["representation"] == "<repr failed: ValueError>"
-    assert described["documentation"] == "" and described["signature"] == ""
+
+
+def test_inspect_of_an_object_whose_repr_doc_or_signature_raises_is_an_error_keeping_the_rest(helper):
+    fixture = Fixture(helper, {"hostile": Hostile()})
+    reply = fixture.call("inspect", name="hostile")
+    assert reply["ok"] is False
+    error = reply["error"]
+    assert error["code"] == "execution_error"
+    # The first failure's exception, and every failed field named.
+    assert error["ename"] == "RuntimeError"
+    assert "signature, documentation, representation of 'hostile'" in error["message"]
+    described = reply["result"]
+    assert (described["signature"], described["documentation"], described["representation"]) == (None, None, None)
     assert described["kind"] == "variable" and described["callable"] is True
+    assert described["qualified_type"] == __name__ + ".Hostile" and described["module"] == __name__
+    assert set(described["truncated"]) == {"qualified_type", "signature", "module", "documentation", "representation"}
+
+    class OnlyRepr:
+        def __repr__(self):
+            raise ValueError("no repr")
+
+    only = Fixture(helper, {"o": OnlyRepr()}).call("inspect", name="o")
+    assert only["ok"] is False and only["error"]["ename"] == "ValueError"
+    assert "computing the representation of 'o' raised" in only["error"]["message"]
+    assert only["result"]["representation"] is None and only["result"]["documentation"] == ""
+    # Objects without a signature are not failures.
+    assert Fixture(helper, {"n": 5}).ok("inspect", name="n")["signature"] == ""
+    assert Fixture(helper, {"m": max}).ok("inspect", name="m")["qualified_type"] == "builtins.builtin_function_or_method"
+
+
+def test_inspect_flags_every_text_field_and_qualifies_builtins(helper):
+    config = dict(CONFIG, max_repr_chars=12)
+    Long = type("L" * 30, (), {"__module__": "m" * 30})
+    result = Fixture(helper, {"x": Long(), "n": 1}, config=config).ok("inspect", name="x")
+    assert result["truncated"] == {
+        "qualified_type": True,
+        "signature": False,
+        "module": True,
+        "documentation": False,
+        "representation": True,
+    }
+    assert result["qualified_type"] == ("m" * 30 + "." + "L" * 30)[:12] and result["module"] == "m" * 12
+    assert Fixture(helper, {"n": 1}).ok("inspect", name="n")["qualified_type"] == "builtins.int"
 
 
 # --------------------------------------------------------------------------------------------

@@ -143,7 +143,36 @@ impl Server {
 
     /// Starts a server without waiting for its kernel.
     pub async fn start_unready(family: Family, extra_env: &[(&str, &str)]) -> Server {
-        let mut child = command(extra_env).spawn().expect("spawn ipython-mcp");
+        Server::spawn(command(extra_env), family).await
+    }
+
+    /// Starts a server (waiting for its kernel) whose stderr is collected into the returned
+    /// buffer instead of being inherited.
+    pub async fn start_logged(
+        family: Family,
+        extra_env: &[(&str, &str)],
+    ) -> (Server, std::sync::Arc<std::sync::Mutex<String>>) {
+        let mut command = command(extra_env);
+        command.stderr(Stdio::piped());
+        let mut server = Server::spawn(command, family).await;
+        let stderr = server.child.stderr.take().expect("stderr");
+        let collected = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = std::sync::Arc::clone(&collected);
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut text = sink.lock().expect("stderr lock");
+                text.push_str(&line);
+                text.push('\n');
+            }
+        });
+        let status = server.wait_settled().await;
+        assert_eq!(status["state"], "ready", "kernel did not start: {status}");
+        (server, collected)
+    }
+
+    async fn spawn(mut command: Command, family: Family) -> Server {
+        let mut child = command.spawn().expect("spawn ipython-mcp");
         let pid = child.id().expect("pid");
         let stdout = child.stdout.take().expect("stdout");
         let stdin = child.stdin.take().expect("stdin");
