@@ -327,6 +327,48 @@ pub async fn wait_until_gone(pid: i32) {
     }
 }
 
+/// The live (not zombie) processes of process group `group`, from /proc.
+pub fn group_members(group: i32) -> Vec<i32> {
+    let mut members = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // After the command's closing parenthesis: state, ppid, pgrp, …
+        let fields: Vec<&str> = stat
+            .rsplit_once(") ")
+            .map(|(_, rest)| rest.split(' ').collect())
+            .unwrap_or_default();
+        if fields.len() > 2 && fields[0] != "Z" && fields[2] == group.to_string() {
+            members.push(pid);
+        }
+    }
+    members
+}
+
+/// Waits until process group `group` has no live member.
+pub async fn wait_until_group_gone(group: i32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let members = group_members(group);
+        if members.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "process group {group} still has {members:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// The private run directory of a kernel, read from its command line (`-f <dir>/kernel.json`).
 pub fn kernel_run_dir(pid: i32) -> std::path::PathBuf {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("cmdline");
