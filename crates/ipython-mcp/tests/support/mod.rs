@@ -65,8 +65,22 @@ pub fn cache_dir() -> String {
 }
 
 pub fn command(extra_env: &[(&str, &str)]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ipython-mcp"));
+    command_for(
+        std::path::Path::new(env!("CARGO_BIN_EXE_ipython-mcp")),
+        &[],
+        extra_env,
+    )
+}
+
+/// Like `command`, for another way of starting the server (an installed entry point, `uvx`).
+pub fn command_for(
+    program: &std::path::Path,
+    args: &[&str],
+    extra_env: &[(&str, &str)],
+) -> Command {
+    let mut command = Command::new(program);
     command
+        .args(args)
         .env("IPYTHON_MCP_CACHE_DIR", cache_dir())
         .env("IPYTHON_MCP_LOG", "warn")
         // Most tests need no spare kernel; the ones about replacement turn it on.
@@ -140,7 +154,13 @@ impl Server {
 
     /// Starts a server without waiting for its kernel.
     pub async fn start_unready(family: Family, extra_env: &[(&str, &str)]) -> Server {
-        let mut child = command(extra_env).spawn().expect("spawn ipython-mcp");
+        Server::start_command(family, command(extra_env)).await
+    }
+
+    /// Connects to the server that `command` starts (see `command_for`), without waiting for
+    /// its kernel.
+    pub async fn start_command(family: Family, mut command: Command) -> Server {
+        let mut child = command.spawn().expect("spawn ipython-mcp");
         let pid = child.id().expect("pid");
         let stdout = child.stdout.take().expect("stdout");
         let stdin = child.stdin.take().expect("stdin");
