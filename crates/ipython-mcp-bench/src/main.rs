@@ -9,6 +9,9 @@
 //! (d) the server's RSS when idle and its peak while the kernel prints 200 MB;
 //! (e) how long replacing a dead kernel takes, with a warm spare and without one, and the time
 //!     from the deadline to a usable kernel after a hang that ignores interrupts;
+//! (f) the time from process start to the `initialize` answer, for the release binary and, when
+//!     `IPYTHON_MCP_BENCH_INSTALLED` holds a command line (`uvx --from dist/….whl ipython-mcp`,
+//!     or a wheel's installed entry point), for that too;
 //!
 //! and prints p50/p99 and the ratios a/b and a/c. Figures are medians of one run on a noisy
 //! machine; compare ratios, not absolute numbers.
@@ -47,6 +50,14 @@ async fn main() -> anyhow::Result<()> {
     let python_floor = bench_jupyter_client(&python).await?;
     let with_spare = bench_replacement(&server_binary, 1).await?;
     let without_spare = bench_replacement(&server_binary, 0).await?;
+    let mut startup = vec![(
+        "release binary".to_owned(),
+        bench_startup(&[server_binary.display().to_string()]).await?,
+    )];
+    if let Ok(installed) = std::env::var("IPYTHON_MCP_BENCH_INSTALLED") {
+        let argv: Vec<String> = installed.split_whitespace().map(str::to_owned).collect();
+        startup.push((installed.clone(), bench_startup(&argv).await?));
+    }
 
     println!();
     println!(
@@ -126,6 +137,14 @@ async fn main() -> anyhow::Result<()> {
         percentile(&without_spare.died, 0.5),
         percentile(&without_spare.died, 1.0)
     );
+    println!("process start -> `initialize` answered ({STARTS} starts each):");
+    for (name, samples) in &startup {
+        println!(
+            "  {name:<40} p50 {:>9.3} ms, max {:>9.3} ms",
+            percentile(samples, 0.5),
+            percentile(samples, 1.0)
+        );
+    }
     println!("after a hang that ignores SIGINT, deadline -> usable kernel, beyond the {HANG_GRACE_SECONDS} s grace (target < 100 ms with a spare):");
     println!(
         "  with a warm spare:  p50 {:>9.3} ms, max {:>9.3} ms",
@@ -185,6 +204,47 @@ struct Rss {
     flood_omitted: u64,
 }
 
+const STARTS: usize = 10;
+
+/// Milliseconds from spawning `argv` to the answer to `initialize`, over `STARTS` starts (after
+/// one unmeasured start, which fills caches such as uv's).
+async fn bench_startup(argv: &[String]) -> anyhow::Result<Vec<f64>> {
+    let (program, args) = argv.split_first().context("empty command")?;
+    let mut samples = Vec::with_capacity(STARTS);
+    for round in 0..=STARTS {
+        let started = Instant::now();
+        let mut child = tokio::process::Command::new(program)
+            .args(args)
+            .env("IPYTHON_MCP_LOG", "warn")
+            .env("IPYTHON_MCP_SPARE_KERNELS", "0")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()?;
+        let transport = (
+            child.stdout.take().context("stdout")?,
+            child.stdin.take().context("stdin")?,
+        );
+        let client = ClientConfig::default()
+            .serve_with_lifecycle(transport, ClientLifecycleMode::Initialize)
+            .await?;
+        if round > 0 {
+            samples.push(started.elapsed().as_secs_f64() * 1000.0);
+        }
+        let _ = client.cancel().await;
+        let _ = tokio::time::timeout(Duration::from_secs(15), child.wait()).await;
+    }
+    Ok(samples)
+}
+
+/// A field of /proc/<pid>/status in KiB (Linux only; 0 elsewhere, where RSS is not measured).
+#[cfg(not(target_os = "linux"))]
+fn proc_status_kib(_pid: u32, _field: &str) -> u64 {
+    0
+}
+
+#[cfg(target_os = "linux")]
 fn proc_status_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()

@@ -10,6 +10,7 @@ use std::io::Write as _;
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -82,9 +83,31 @@ impl From<ExitStatus> for KernelExit {
     }
 }
 
+/// Whether kernels die with the server through the pipe watch rather than Linux's
+/// parent-death signal: always off Linux, where there is no such signal.
+static PIPE_DEATH_WATCH: AtomicBool = AtomicBool::new(!cfg!(target_os = "linux"));
+
+/// Makes every kernel launched from now on die with the server through the portable pipe
+/// watch, which other Unix systems always use, instead of Linux's parent-death signal. For the
+/// project's tests on Linux, so that the fallback runs where CI runs.
+pub fn use_pipe_death_watch() {
+    PIPE_DEATH_WATCH.store(true, Ordering::SeqCst);
+}
+
+/// The watcher of the pipe watch: a shell whose stdin is a pipe only the server can write to.
+/// `read` returns at end of file, which comes when the server's end closes — when the server
+/// exits, however it dies (SIGKILL included) — and then it kills its process group, which
+/// holds the kernel and whatever the kernel forked.
+const WATCHER_SCRIPT: &str = "read -r line; kill -s KILL 0";
+
 /// The kernel process and its private directory.
 pub(crate) struct Process {
     pub(crate) pid: u32,
+    /// The process group to kill: the kernel's own, or the watcher's under the pipe watch.
+    group: u32,
+    // Dropping it closes the pipe, and the watcher kills the group (a backstop behind
+    // `kill_group`).
+    _death_watch: Option<tokio::process::ChildStdin>,
     pub(crate) exit: watch::Receiver<Option<KernelExit>>,
     stderr_tail: Arc<Mutex<Tail>>,
     // Removed on drop: connection file and IPC socket files live here.
@@ -102,9 +125,9 @@ impl Process {
 
     pub(crate) fn kill_group(&self) {
         if self.exit.borrow().is_none() {
-            // SAFETY: as above; the kernel leads its own process group (process_group(0)), so
-            // this reaches anything it forked too.
-            unsafe { libc::killpg(self.pid as libc::pid_t, libc::SIGKILL) };
+            // SAFETY: as above; the group holds the kernel (and the watcher under the pipe
+            // watch), so it still exists and this reaches anything the kernel forked too.
+            unsafe { libc::killpg(self.group as libc::pid_t, libc::SIGKILL) };
         }
     }
 
@@ -203,37 +226,55 @@ pub(crate) async fn launch(spec: &LaunchSpec, startup_timeout: Duration) -> Resu
             (spec.python.display().to_string(), command)
         }
     };
+    // Started first and leading the group the kernel joins, so no moment exists when the
+    // kernel runs and nothing would kill it if the server died.
+    let death_watch = if PIPE_DEATH_WATCH.load(Ordering::SeqCst) {
+        Some(spawn_watcher()?)
+    } else {
+        None
+    };
     command
         .env("PYDEVD_DISABLE_FILE_VALIDATION", "1")
         .envs(spec.env.iter().map(|(key, value)| (key, value)))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .process_group(0)
+        .process_group(
+            death_watch
+                .as_ref()
+                .map_or(0, |(pid, _)| *pid as libc::pid_t),
+        )
         .kill_on_drop(true);
     if let Some(dir) = &spec.working_dir {
         command.current_dir(dir);
     }
-    let parent_pid = std::process::id() as libc::pid_t;
-    // SAFETY: the closure runs in the forked child before exec and only calls async-signal-safe
-    // functions (prctl, getppid, _exit).
-    unsafe {
-        command.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The parent may have died between fork and prctl: then nobody would signal us.
-            if libc::getppid() != parent_pid {
-                libc::_exit(1);
-            }
-            Ok(())
-        });
+    #[cfg(target_os = "linux")]
+    if death_watch.is_none() {
+        let parent_pid = std::process::id() as libc::pid_t;
+        // SAFETY: the closure runs in the forked child before exec and only calls
+        // async-signal-safe functions (prctl, getppid, _exit).
+        unsafe {
+            command.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The parent may have died between fork and prctl: then nobody would signal us.
+                if libc::getppid() != parent_pid {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
     }
     let mut child = command.spawn().map_err(|error| Error::Spawn {
         program,
         message: error.to_string(),
     })?;
     let pid = child.id().expect("a just-spawned child has a pid");
+    let (group, death_watch) = match death_watch {
+        Some((watcher, pipe)) => (watcher, Some(pipe)),
+        None => (pid, None),
+    };
 
     let stderr_tail = Arc::new(Mutex::new(Tail::default()));
     if let Some(mut stderr) = child.stderr.take() {
@@ -260,9 +301,9 @@ pub(crate) async fn launch(spec: &LaunchSpec, startup_timeout: Duration) -> Resu
             };
             // The kernel may have left children behind (subprocesses of user code) in its
             // process group. The group id cannot be reused while members remain, so this
-            // reaches exactly them.
+            // reaches exactly them (and the watcher, under the pipe watch).
             // SAFETY: killpg(2) has no memory-safety preconditions.
-            unsafe { libc::killpg(pid as libc::pid_t, libc::SIGKILL) };
+            unsafe { libc::killpg(group as libc::pid_t, libc::SIGKILL) };
             tracing::debug!(pid, %status, "kernel process exited");
             // Order matters: mark the exit first so new requests fail, then close receivers.
             exit_sender.send_replace(Some(status));
@@ -271,6 +312,8 @@ pub(crate) async fn launch(spec: &LaunchSpec, startup_timeout: Duration) -> Resu
     }
     let process = Arc::new(Process {
         pid,
+        group,
+        _death_watch: death_watch,
         exit,
         stderr_tail,
         run_dir,
@@ -299,6 +342,34 @@ pub(crate) async fn launch(spec: &LaunchSpec, startup_timeout: Duration) -> Resu
             Err(error)
         }
     }
+}
+
+/// Starts the pipe watch's watcher as the leader of a new process group; returns its pid and
+/// the pipe's write end, which must stay open as long as the kernel may live.
+fn spawn_watcher() -> Result<(u32, tokio::process::ChildStdin), Error> {
+    let spawn_error = |message: String| Error::Spawn {
+        program: "/bin/sh (kernel watcher)".to_owned(),
+        message,
+    };
+    let mut watcher = tokio::process::Command::new("/bin/sh")
+        .args(["-c", WATCHER_SCRIPT])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .map_err(|error| spawn_error(error.to_string()))?;
+    let pid = watcher.id().expect("a just-spawned child has a pid");
+    let pipe = watcher
+        .stdin
+        .take()
+        .ok_or_else(|| spawn_error("no stdin pipe".to_owned()))?;
+    // Reaps it once its group is killed; not kill_on_drop, since outliving a dropped runtime
+    // to kill the group is its whole point.
+    tokio::spawn(async move {
+        let _ = watcher.wait().await;
+    });
+    Ok((pid, pipe))
 }
 
 fn write_private(path: &std::path::Path, connection: &ConnectionInfo) -> std::io::Result<()> {

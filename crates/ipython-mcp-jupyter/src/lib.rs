@@ -10,8 +10,10 @@
 //! Invariants:
 //! - The connection file is private (0600) inside a private (0700) directory that also holds
 //!   the IPC socket files; the directory is removed when the [`Kernel`] is dropped.
-//! - The kernel runs in its own process group, dies with the server (parent-death signal), and
-//!   never inherits our stdio (stdout is the MCP stream).
+//! - The kernel runs in its own process group, dies with the server even when the server is
+//!   SIGKILLed (Linux's parent-death signal; elsewhere, or after [`use_pipe_death_watch`], a
+//!   watcher that kills the group when a pipe from the server closes), and never inherits our
+//!   stdio (stdout is the MCP stream).
 //! - Every shutdown is a `shutdown_request`, a bounded wait, then a kill of the process group.
 //! - A request's receiver yields messages until the kernel exits; after that it is closed, so
 //!   no caller waits on a dead kernel.
@@ -20,7 +22,7 @@ mod launch;
 mod route;
 
 pub use jupyter_protocol as protocol;
-pub use launch::{InterruptMode, KernelExit, LaunchSpec};
+pub use launch::{use_pipe_death_watch, InterruptMode, KernelExit, LaunchSpec};
 pub use route::{Channel, Routed};
 
 use std::sync::Arc;

@@ -17,6 +17,9 @@ mod session;
 mod sink;
 mod status;
 
+/// How kernels die with a server that is killed (see `ipython_mcp_jupyter`).
+pub use ipython_mcp_jupyter::use_pipe_death_watch;
+
 pub use bound::{base64_decoded_len, BINARY_IMAGE_TYPES, SVG_TYPE};
 pub use executions::{
     Page, PageLine, PageRequest, SpoolInfo, SpoolLimits, StreamName, MAX_RECORDS,

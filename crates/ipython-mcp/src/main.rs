@@ -30,6 +30,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    match test_mode::pipe_death_watch_from_env() {
+        Ok(true) => ipython_mcp_kernel::use_pipe_death_watch(),
+        Ok(false) => {}
+        Err(error) => {
+            eprintln!("ipython-mcp: {error}");
+            return ExitCode::from(2);
+        }
+    }
     // Resolved before anything starts: a bad token file is a configuration error.
     let credentials = match (config.transport, &cli.command) {
         (ipython_mcp_config::Transport::Http, None) if test_mode.requires_token() => {

@@ -9,11 +9,29 @@
 //!
 //! Either refuses to run unless the server listens on loopback only, and says loudly at start
 //! that it is on.
+//!
+//! `IPYTHON_MCP_TEST_DEATH_WATCH=pipe`, just as hidden, makes kernels die with the server
+//! through the portable pipe watch that systems without Linux's parent-death signal use, so
+//! that Linux CI exercises it too. It changes nothing else.
 
 use ipython_mcp_config::{Config, Transport};
 
 /// The variable that turns the test mode on.
 pub const VARIABLE: &str = "IPYTHON_MCP_TEST_MODE";
+
+/// The variable that selects the portable death watch on Linux.
+pub const DEATH_WATCH_VARIABLE: &str = "IPYTHON_MCP_TEST_DEATH_WATCH";
+
+/// Whether the tests asked for the pipe death watch; a value it does not know is an error.
+pub fn pipe_death_watch_from_env() -> Result<bool, String> {
+    match std::env::var_os(DEATH_WATCH_VARIABLE) {
+        None => Ok(false),
+        Some(value) if value == "pipe" => Ok(true),
+        Some(_) => Err(format!(
+            "{DEATH_WATCH_VARIABLE} is for the project's tests and must be pipe; unset it"
+        )),
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TestMode {

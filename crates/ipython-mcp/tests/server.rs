@@ -1106,6 +1106,84 @@ async fn a_killed_server_takes_its_kernels_with_it() {
     support::wait_until_gone(spare).await;
 }
 
+/// The portable pipe watch (what systems without Linux's parent-death signal use), selected by
+/// the hidden test variable: a SIGKILLed server takes its kernels, their process groups and
+/// what user code started in them.
+#[tokio::test]
+async fn a_killed_server_takes_its_kernel_groups_with_it_under_the_pipe_watch() {
+    let server = Server::start(
+        Family::Handshake,
+        &[
+            ("IPYTHON_MCP_SPARE_KERNELS", "1"),
+            ("IPYTHON_MCP_TEST_DEATH_WATCH", "pipe"),
+        ],
+    )
+    .await;
+    let result = server
+        .call(
+            "execute",
+            json!({"code": "import subprocess\nchild = subprocess.Popen(['sleep', '300'])\nchild.pid"}),
+        )
+        .await;
+    assert!(result.ok(), "{result:?}");
+    let grandchild: i32 = result.structured["result"]["text/plain"]
+        .as_str()
+        .and_then(|text| text.parse().ok())
+        .expect("the sleep's pid");
+    let status = server
+        .wait_until(|status| {
+            status["spare_kernel_pids"]
+                .as_array()
+                .is_some_and(|pids| pids.len() == 1)
+        })
+        .await;
+    let kernel = status["kernel"]["pid"].as_u64().expect("pid") as i32;
+    let spare = status["spare_kernel_pids"][0].as_u64().expect("pid") as i32;
+    let groups: Vec<i32> = [kernel, spare]
+        .iter()
+        // SAFETY: getpgid(2) has no memory-safety preconditions.
+        .map(|pid| unsafe { libc::getpgid(*pid) })
+        .collect();
+    for (pid, group) in [kernel, spare].iter().zip(&groups) {
+        assert!(*group > 0, "getpgid({pid})");
+        // The watcher leads the group, so the kernel does not: the pipe watch is in use.
+        assert_ne!(group, pid, "kernel {pid} leads its own group");
+        assert!(
+            support::group_members(*group).contains(group),
+            "the watcher {group} is alive in its group"
+        );
+    }
+    assert!(support::group_members(groups[0]).contains(&grandchild));
+    // SAFETY: killing our own child process.
+    assert_eq!(unsafe { libc::kill(server.pid as i32, libc::SIGKILL) }, 0);
+    for group in groups {
+        support::wait_until_group_gone(group).await;
+    }
+    support::wait_until_gone(kernel).await;
+    support::wait_until_gone(spare).await;
+    support::wait_until_gone(grandchild).await;
+}
+
+/// Under the pipe watch, a server that exits normally leaves no watcher behind.
+#[tokio::test]
+async fn a_server_that_exits_leaves_no_watcher_under_the_pipe_watch() {
+    let server = Server::start(
+        Family::Handshake,
+        &[("IPYTHON_MCP_TEST_DEATH_WATCH", "pipe")],
+    )
+    .await;
+    let status = server.call("runtime_status", json!({})).await.structured;
+    let kernel = status["kernel"]["pid"].as_u64().expect("pid") as i32;
+    // SAFETY: getpgid(2) has no memory-safety preconditions.
+    let group = unsafe { libc::getpgid(kernel) };
+    assert!(
+        group > 0 && group != kernel,
+        "group {group} of kernel {kernel}"
+    );
+    server.stop().await;
+    support::wait_until_group_gone(group).await;
+}
+
 #[tokio::test]
 async fn an_idle_kernel_that_stops_answering_heartbeats_is_replaced() {
     let server = Server::start(Family::Handshake, &[]).await;

@@ -65,8 +65,22 @@ pub fn cache_dir() -> String {
 }
 
 pub fn command(extra_env: &[(&str, &str)]) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ipython-mcp"));
+    command_for(
+        std::path::Path::new(env!("CARGO_BIN_EXE_ipython-mcp")),
+        &[],
+        extra_env,
+    )
+}
+
+/// Like `command`, for another way of starting the server (an installed entry point, `uvx`).
+pub fn command_for(
+    program: &std::path::Path,
+    args: &[&str],
+    extra_env: &[(&str, &str)],
+) -> Command {
+    let mut command = Command::new(program);
     command
+        .args(args)
         .env("IPYTHON_MCP_CACHE_DIR", cache_dir())
         .env("IPYTHON_MCP_LOG", "warn")
         // Most tests need no spare kernel; the ones about replacement turn it on.
@@ -169,6 +183,12 @@ impl Server {
         let status = server.wait_settled().await;
         assert_eq!(status["state"], "ready", "kernel did not start: {status}");
         (server, collected)
+    }
+
+    /// Connects to the server that `command` starts (see `command_for`), without waiting for
+    /// its kernel.
+    pub async fn start_command(family: Family, command: Command) -> Server {
+        Server::spawn(command, family).await
     }
 
     async fn spawn(mut command: Command, family: Family) -> Server {
@@ -354,6 +374,48 @@ pub async fn wait_until_gone(pid: i32) {
             return;
         }
         assert!(Instant::now() < deadline, "process {pid} is still alive");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The live (not zombie) processes of process group `group`, from /proc.
+pub fn group_members(group: i32) -> Vec<i32> {
+    let mut members = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|name| name.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // After the command's closing parenthesis: state, ppid, pgrp, …
+        let fields: Vec<&str> = stat
+            .rsplit_once(") ")
+            .map(|(_, rest)| rest.split(' ').collect())
+            .unwrap_or_default();
+        if fields.len() > 2 && fields[0] != "Z" && fields[2] == group.to_string() {
+            members.push(pid);
+        }
+    }
+    members
+}
+
+/// Waits until process group `group` has no live member.
+pub async fn wait_until_group_gone(group: i32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let members = group_members(group);
+        if members.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "process group {group} still has {members:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
