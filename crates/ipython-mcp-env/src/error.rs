@@ -118,8 +118,8 @@ pub enum Error {
 }
 
 impl Error {
-    /// The phase that failed: `validate`, `create`, `install` or `verify` (SPEC §9; the kernel
-    /// session adds `preload`).
+    /// The phase that failed: `validate`, `create`, `install` or `verify` (the kernel session
+    /// adds `preload`).
     pub fn phase(&self) -> &'static str {
         match self {
             Error::Probe { .. }

@@ -186,9 +186,9 @@ impl Resolver {
 
         let path_var = self.path_var.as_deref();
         let system = lookup::find_executable("python3", path_var).ok_or(Error::NoPython)?;
-        let report = self.probe(&system).await.map_err(|detail| Error::Probe {
+        let report = self.probe(&system).await.map_err(|failure| Error::Probe {
             python: system.clone(),
-            detail,
+            detail: failure.detail,
         })?;
         // sys.executable rather than the PATH entry: it skips shims (pyenv, asdf) that might
         // pick another interpreter in another directory.
@@ -214,6 +214,7 @@ impl Resolver {
             cache_dir: &self.cache_dir,
             path_var,
             install_timeout: self.install_timeout,
+            probe_timeout: probe::PROBE_TIMEOUT,
             progress,
         };
         let provisioned = provisioner
@@ -245,9 +246,9 @@ impl Resolver {
             Some(python) => self.lookup(python)?,
             None => lookup::find_executable("python3", path_var).ok_or(Error::NoPython)?,
         };
-        let report = self.probe(&base).await.map_err(|detail| Error::Probe {
+        let report = self.probe(&base).await.map_err(|failure| Error::Probe {
             python: base.clone(),
-            detail,
+            detail: failure.detail,
         })?;
         let real = Some(&report.executable)
             .filter(|path| path.is_absolute() && lookup::is_executable_file(path))
@@ -261,6 +262,7 @@ impl Resolver {
             cache_dir: &self.cache_dir,
             path_var,
             install_timeout: self.install_timeout,
+            probe_timeout: probe::PROBE_TIMEOUT,
             progress,
         };
         let base = managed::Base {
@@ -297,9 +299,9 @@ impl Resolver {
     /// The explicit interpreter must work as given: falling back would hide the user's mistake.
     async fn explicit(&self, explicit: &Path) -> Result<PythonEnvironment, Error> {
         let python = self.lookup(explicit)?;
-        let report = self.probe(&python).await.map_err(|detail| Error::Probe {
+        let report = self.probe(&python).await.map_err(|failure| Error::Probe {
             python: python.clone(),
-            detail,
+            detail: failure.detail,
         })?;
         match report.ipykernel {
             Ok(ipykernel) => Ok(found(
@@ -312,8 +314,8 @@ impl Resolver {
         }
     }
 
-    async fn probe(&self, python: &Path) -> Result<probe::Report, String> {
-        probe::probe(python, Some(&self.working_dir)).await
+    async fn probe(&self, python: &Path) -> Result<probe::Report, probe::ProbeFailure> {
+        probe::probe(python, Some(&self.working_dir), probe::PROBE_TIMEOUT).await
     }
 }
 

@@ -10,6 +10,8 @@
 //!   failure path (an explicit removal, and `TempDir`'s drop if the future is cancelled).
 //! - Broken environments are moved into a temp directory before being deleted, so a crash half
 //!   way through leaves only a `.tmp-*` directory that a later holder of the lock cleans up.
+//! - Only proof removes an environment: bad metadata, or a probe that ran to its end and failed.
+//!   A probe that timed out (a busy machine) fails this resolve and leaves the directory alone.
 
 use std::ffi::OsStr;
 use std::io;
@@ -84,6 +86,8 @@ pub(crate) struct Provisioner<'a> {
     pub(crate) cache_dir: &'a Path,
     pub(crate) path_var: Option<&'a OsStr>,
     pub(crate) install_timeout: Duration,
+    /// How long an interpreter may take to answer the probe (`probe::PROBE_TIMEOUT`).
+    pub(crate) probe_timeout: Duration,
     pub(crate) progress: &'a (dyn Fn(Phase) + Send + Sync),
 }
 
@@ -100,6 +104,8 @@ struct Metadata {
 enum Check {
     Absent,
     Broken(String),
+    /// Its interpreter did not answer the probe in time: neither ready nor proven broken.
+    Unanswered(String),
     Ready(Report),
 }
 
@@ -139,7 +145,7 @@ impl Provisioner<'_> {
         };
 
         // Fast path without the lock: the directory only appears complete (see invariants).
-        if let Check::Ready(report) = check(&target).await {
+        if let Check::Ready(report) = check(&target, self.probe_timeout).await {
             return Ok(reuse(report));
         }
 
@@ -150,7 +156,7 @@ impl Provisioner<'_> {
         let lock_path = envs.join(format!("{name}.lock"));
         let _held = lock::acquire(&lock_path, self.install_timeout + LOCK_MARGIN).await?;
 
-        match check(&target).await {
+        match check(&target, self.probe_timeout).await {
             Check::Ready(report) => {
                 tracing::debug!(path = %target.display(), "managed environment built by another process");
                 return Ok(reuse(report));
@@ -158,6 +164,15 @@ impl Provisioner<'_> {
             Check::Broken(reason) => {
                 tracing::warn!(path = %target.display(), %reason, "rebuilding broken managed environment");
                 remove_broken(&envs, &target).await?;
+            }
+            Check::Unanswered(reason) => {
+                tracing::warn!(path = %target.display(), %reason, "managed environment did not answer its probe; left as it is");
+                return Err(Error::Probe {
+                    python: executable,
+                    detail: format!(
+                        "{reason}; the managed environment was left as it is (a busy machine can be this slow: try again)"
+                    ),
+                });
             }
             Check::Absent => {}
         }
@@ -305,9 +320,9 @@ impl Provisioner<'_> {
             path: venv.to_owned(),
             detail,
         };
-        let report = probe::probe(&venv_python, None)
+        let report = probe::probe(&venv_python, None, self.probe_timeout)
             .await
-            .map_err(verify_error)?;
+            .map_err(|failure| verify_error(failure.detail))?;
         let ipykernel_version = match &report.ipykernel {
             Ok(version) => version.clone(),
             Err(reason) => {
@@ -393,7 +408,7 @@ pub(crate) fn io_error<'a>(
 }
 
 /// Valid metadata and an interpreter that imports ipykernel (one probe, no installer).
-async fn check(target: &Path) -> Check {
+async fn check(target: &Path, probe_timeout: Duration) -> Check {
     let metadata = match tokio::fs::read(target.join(METADATA_FILE)).await {
         Ok(bytes) => bytes,
         Err(_) if tokio::fs::symlink_metadata(target).await.is_err() => return Check::Absent,
@@ -402,12 +417,13 @@ async fn check(target: &Path) -> Check {
     if !metadata_is_valid(&metadata) {
         return Check::Broken("invalid metadata file".to_owned());
     }
-    match probe::probe(&target.join("bin").join("python"), None).await {
+    match probe::probe(&target.join("bin").join("python"), None, probe_timeout).await {
         Ok(report) => match &report.ipykernel {
             Ok(_) => Check::Ready(report),
             Err(reason) => Check::Broken(format!("ipykernel cannot be imported: {reason}")),
         },
-        Err(reason) => Check::Broken(format!("its python does not run: {reason}")),
+        Err(failure) if failure.timed_out => Check::Unanswered(failure.detail),
+        Err(failure) => Check::Broken(format!("its python does not run: {failure}")),
     }
 }
 
@@ -616,11 +632,98 @@ mod tests {
     async fn a_missing_directory_is_absent_and_one_without_metadata_is_broken() {
         let envs = tempfile::tempdir().expect("tempdir");
         let target = envs.path().join("default-py3.11");
-        assert!(matches!(check(&target).await, Check::Absent));
+        assert!(matches!(
+            check(&target, probe::PROBE_TIMEOUT).await,
+            Check::Absent
+        ));
         fs::create_dir(&target).expect("mkdir");
-        assert!(matches!(check(&target).await, Check::Broken(_)));
+        assert!(matches!(
+            check(&target, probe::PROBE_TIMEOUT).await,
+            Check::Broken(_)
+        ));
         fs::write(target.join(METADATA_FILE), "{").expect("write");
-        assert!(matches!(check(&target).await, Check::Broken(_)));
+        assert!(matches!(
+            check(&target, probe::PROBE_TIMEOUT).await,
+            Check::Broken(_)
+        ));
+    }
+
+    /// The managed environment of a fake base Python, whose own `bin/python` is `script`.
+    fn fake_environment(cache: &Path, script: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt as _;
+        let target = cache.join("envs/default-py3.11");
+        fs::create_dir_all(target.join("bin")).expect("mkdir");
+        let python = target.join("bin/python");
+        fs::write(&python, script).expect("write");
+        fs::set_permissions(&python, fs::Permissions::from_mode(0o755)).expect("chmod");
+        let metadata = br#"{"format":1,"python_version":"3.11.7","ipykernel_version":"7.1.0","tool":"pip","created_unix":1}"#;
+        fs::write(target.join(METADATA_FILE), metadata).expect("write");
+        target
+    }
+
+    async fn ensure_probing_for(
+        cache: &Path,
+        probe_timeout: Duration,
+    ) -> Result<Provisioned, Error> {
+        let provisioner = Provisioner {
+            cache_dir: cache,
+            path_var: None,
+            install_timeout: Duration::from_secs(600),
+            probe_timeout,
+            progress: &|_| {},
+        };
+        // Nothing can be built from this base: a rebuild fails at once, after any removal.
+        let base = Base {
+            python: PathBuf::from("/nonexistent/ipython-mcp/python3"),
+            major_minor: "3.11".to_owned(),
+        };
+        provisioner.ensure(&base).await
+    }
+
+    #[tokio::test]
+    async fn an_environment_whose_python_is_too_slow_to_answer_is_left_alone() {
+        let cache = tempfile::tempdir().expect("tempdir");
+        let target = fake_environment(cache.path(), "#!/bin/sh\nexec sleep 600\n");
+        // Short probes: this python never answers, however long it is given.
+        let error = match ensure_probing_for(cache.path(), Duration::from_millis(300)).await {
+            Err(error) => error,
+            Ok(_) => panic!("a python that never answers is not ready"),
+        };
+        assert!(matches!(error, Error::Probe { .. }), "{error:?}");
+        let message = error.to_string();
+        assert!(message.contains("timed out"), "{message}");
+        assert!(message.contains("left as it is"), "{message}");
+        assert!(target.join("bin/python").is_file(), "not deleted");
+        assert!(target.join(METADATA_FILE).is_file(), "not deleted");
+        let mut entries: Vec<String> = fs::read_dir(cache.path().join("envs"))
+            .expect("read_dir")
+            .map(|entry| {
+                entry
+                    .expect("entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        entries.sort();
+        assert_eq!(
+            entries,
+            ["default-py3.11", "default-py3.11.lock"],
+            "no rebuild began"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_environment_whose_python_ran_and_failed_is_removed_for_a_rebuild() {
+        let cache = tempfile::tempdir().expect("tempdir");
+        let target = fake_environment(cache.path(), "#!/bin/sh\nexit 1\n");
+        let error = match ensure_probing_for(cache.path(), probe::PROBE_TIMEOUT).await {
+            Err(error) => error,
+            Ok(_) => panic!("a python that fails is not ready"),
+        };
+        // Removed, then the rebuild from the missing base failed.
+        assert!(matches!(error, Error::Create { .. }), "{error:?}");
+        assert!(!target.exists(), "a proven-broken environment is removed");
     }
 
     #[tokio::test]

@@ -15,7 +15,7 @@
 //!   taken over the unmasked list, so a changed token is a changed dependency set).
 
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ipython_mcp_config::{NamedEnvironment, Redactor};
 use serde::{Deserialize, Serialize};
@@ -70,6 +70,8 @@ enum Check {
         recorded_fingerprint: String,
     },
     Unusable(String),
+    /// Its interpreter did not answer the probe in time: nothing is proven either way.
+    Unanswered(String),
 }
 
 /// Returns the ready named environment, creating it if it does not exist yet.
@@ -106,17 +108,39 @@ pub(crate) async fn ensure(
                 path: target.clone(),
                 detail,
             }),
+            Check::Unanswered(detail) => Err(Error::Probe {
+                python: executable.clone(),
+                detail: format!(
+                    "{detail}; the environment was left as it is (a busy machine can be this slow: try again)"
+                ),
+            }),
         }
     };
 
     // Fast path without the lock: the directory only appears complete.
-    if let Some(ready) = decide(check(&target, &base.major_minor, &wanted_fingerprint).await)? {
+    if let Some(ready) = decide(
+        check(
+            &target,
+            &base.major_minor,
+            &wanted_fingerprint,
+            provisioner.probe_timeout,
+        )
+        .await,
+    )? {
         return Ok(ready);
     }
     (provisioner.progress)(Phase::Locking);
     let lock_path = named.workspace.join(format!(".{}.lock", named.name));
     let _held = lock::acquire(&lock_path, provisioner.install_timeout + LOCK_MARGIN).await?;
-    if let Some(ready) = decide(check(&target, &base.major_minor, &wanted_fingerprint).await)? {
+    if let Some(ready) = decide(
+        check(
+            &target,
+            &base.major_minor,
+            &wanted_fingerprint,
+            provisioner.probe_timeout,
+        )
+        .await,
+    )? {
         tracing::debug!(name = %named.name, "named environment built by another process");
         return Ok(ready);
     }
@@ -203,7 +227,12 @@ async fn validate_workspace(named: &NamedEnvironment, project: &Path) -> Result<
 }
 
 /// What is at `target`: nothing, a matching environment, or something we must not touch.
-async fn check(target: &Path, wanted_python: &str, wanted_fingerprint: &str) -> Check {
+async fn check(
+    target: &Path,
+    wanted_python: &str,
+    wanted_fingerprint: &str,
+    probe_timeout: Duration,
+) -> Check {
     let bytes = match tokio::fs::read(target.join(METADATA_FILE)).await {
         Ok(bytes) => bytes,
         Err(_) if tokio::fs::symlink_metadata(target).await.is_err() => return Check::Absent,
@@ -230,12 +259,13 @@ async fn check(target: &Path, wanted_python: &str, wanted_fingerprint: &str) -> 
             recorded_fingerprint: metadata.requirements_fingerprint,
         };
     }
-    match probe::probe(&target.join("bin").join("python"), None).await {
+    match probe::probe(&target.join("bin").join("python"), None, probe_timeout).await {
         Ok(report) => match &report.ipykernel {
             Ok(_) => Check::Ready(report),
             Err(reason) => Check::Unusable(format!("ipykernel cannot be imported: {reason}")),
         },
-        Err(reason) => Check::Unusable(format!("its python does not run: {reason}")),
+        Err(failure) if failure.timed_out => Check::Unanswered(failure.detail),
+        Err(failure) => Check::Unusable(format!("its python does not run: {failure}")),
     }
 }
 
@@ -271,10 +301,13 @@ mod tests {
     async fn a_foreign_directory_is_unusable_not_replaced() {
         let workspace = tempfile::tempdir().expect("tempdir");
         let target = workspace.path().join("mine");
-        assert!(matches!(check(&target, "3.11", "x").await, Check::Absent));
+        assert!(matches!(
+            check(&target, "3.11", "x", probe::PROBE_TIMEOUT).await,
+            Check::Absent
+        ));
         std::fs::create_dir(&target).expect("mkdir");
         assert!(matches!(
-            check(&target, "3.11", "x").await,
+            check(&target, "3.11", "x", probe::PROBE_TIMEOUT).await,
             Check::Unusable(_)
         ));
         std::fs::write(
@@ -283,7 +316,10 @@ mod tests {
         )
         .expect("write");
         assert!(
-            matches!(check(&target, "3.11", "x").await, Check::Unusable(_)),
+            matches!(
+                check(&target, "3.11", "x", probe::PROBE_TIMEOUT).await,
+                Check::Unusable(_)
+            ),
             "default-environment metadata is not a named environment's"
         );
     }

@@ -10,8 +10,9 @@ use crate::excerpt::{excerpt, EXCERPT_CHARS};
 use crate::process::{self, Failure};
 
 /// How long a probe may take. Importing ipykernel pulls in IPython, zmq and tornado, which can
-/// take a few seconds on a cold disk; anything slower is a broken interpreter.
-pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// take a few seconds on a cold disk and many more on a machine busy starting other kernels.
+/// A probe that runs out of time proves nothing about the interpreter (see `ProbeFailure`).
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Marks the line we parse, so a noisy `sitecustomize` cannot confuse the probe.
 const MARKER: &str = "IPYTHON_MCP_PROBE ";
@@ -61,32 +62,66 @@ struct Wire {
     ipykernel_error: Option<String>,
 }
 
+/// Why a probe gave no report.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct ProbeFailure {
+    /// A short reason, for messages.
+    pub(crate) detail: String,
+    /// The interpreter did not answer within `PROBE_TIMEOUT`. On a loaded machine that says
+    /// nothing about it, so nothing may be deleted for it: only a probe that ran to its end
+    /// (and failed, or reported no ipykernel) proves an environment broken.
+    pub(crate) timed_out: bool,
+}
+
+impl ProbeFailure {
+    fn failed(detail: String) -> ProbeFailure {
+        ProbeFailure {
+            detail,
+            timed_out: false,
+        }
+    }
+}
+
+impl std::fmt::Display for ProbeFailure {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(&self.detail)
+    }
+}
+
 /// Runs the probe with `python`, in `working_dir` when given (where the kernel will run, so a
-/// pyenv `.python-version` there picks the same interpreter). `Err` holds a short reason.
-pub(crate) async fn probe(python: &Path, working_dir: Option<&Path>) -> Result<Report, String> {
+/// pyenv `.python-version` there picks the same interpreter), for at most `timeout`
+/// (`PROBE_TIMEOUT` outside tests).
+pub(crate) async fn probe(
+    python: &Path,
+    working_dir: Option<&Path>,
+    timeout: Duration,
+) -> Result<Report, ProbeFailure> {
     let mut command = Command::new(python);
     command.arg("-c").arg(SCRIPT);
     if let Some(dir) = working_dir.filter(|dir| dir.is_dir()) {
         command.current_dir(dir);
     }
-    let finished = match process::run(command, PROBE_TIMEOUT).await {
+    let finished = match process::run(command, timeout).await {
         Ok(finished) => finished,
-        Err(Failure::Spawn(reason)) => return Err(reason),
+        Err(Failure::Spawn(reason)) => return Err(ProbeFailure::failed(reason)),
         Err(Failure::TimedOut(output)) => {
-            let seconds = PROBE_TIMEOUT.as_secs();
-            return Err(if output.is_empty() {
-                format!("timed out after {seconds} s")
-            } else {
-                format!("timed out after {seconds} s: {output}")
+            let seconds = timeout.as_secs_f64();
+            return Err(ProbeFailure {
+                detail: if output.is_empty() {
+                    format!("timed out after {seconds} s")
+                } else {
+                    format!("timed out after {seconds} s: {output}")
+                },
+                timed_out: true,
             });
         }
     };
     if !finished.status.success() {
-        return Err(finished.failure_detail());
+        return Err(ProbeFailure::failed(finished.failure_detail()));
     }
     parse(&finished.stdout).ok_or_else(|| {
         let output = excerpt(&finished.stdout, &finished.stderr, EXCERPT_CHARS);
-        format!("unexpected probe output: {output}")
+        ProbeFailure::failed(format!("unexpected probe output: {output}"))
     })
 }
 

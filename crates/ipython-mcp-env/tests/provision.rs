@@ -2,10 +2,12 @@
 //!
 //! Slow (one ipykernel install, ~20–60 s), so one test builds the managed environment once and
 //! checks creation, concurrency, reuse and `.venv` preference against it in turn. Without
-//! `python3` these tests skip with a printed reason, except under `CI=true`, where they fail.
+//! `python3` these tests skip with a printed reason, except in CI (`ci::on_ci`), where they fail.
 //!
 //! The interpreters under test are "bare" venvs made from the real `python3` (no pip, no
 //! ipykernel), so the tests behave the same on a machine whose system Python has ipykernel.
+
+mod ci;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -21,12 +23,7 @@ fn real_python3() -> Option<PathBuf> {
         .map(|dir| dir.join("python3"))
         .find(|candidate| candidate.is_file());
     if found.is_none() {
-        let reason = "python3 is not on PATH; these tests need a real Python 3";
-        assert!(
-            std::env::var_os("CI").is_none_or(|ci| ci != "true"),
-            "{reason} (CI=true)"
-        );
-        eprintln!("skipped: {reason}");
+        ci::skip_outside_ci("python3 is not on PATH; these tests need a real Python 3");
     }
     found
 }
@@ -170,7 +167,6 @@ async fn managed_environment_is_built_once_reused_and_a_project_venv_preferred()
     assert_eq!(reused.executable, executable);
     assert!(!reused.created);
     assert_eq!(phases, [Phase::Probing, Phase::Ready]);
-    assert!(reuse < Duration::from_secs(10), "reuse took {reuse:?}");
 
     // (d): a project `.venv` with ipykernel wins over the managed environment.
     let project = root.path().join("project");

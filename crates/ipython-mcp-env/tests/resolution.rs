@@ -6,7 +6,8 @@ use std::ffi::OsString;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ipython_mcp_env::{Error, Phase, PythonEnvironment, PythonSource, Resolver};
@@ -67,9 +68,23 @@ impl Scene {
         names
     }
 
-    /// A fake uv that logs its arguments, builds a fake venv whose python gains ipykernel once
-    /// `pip install` ran, and sleeps `delay` while creating (to make concurrent calls overlap).
-    fn fake_uv(&self, delay: &str) {
+    /// A fake uv that logs its arguments and builds a fake venv whose python gains ipykernel
+    /// once `pip install` ran.
+    fn fake_uv(&self) {
+        self.fake_uv_creating(":");
+    }
+
+    /// `fake_uv` whose `venv` waits for `release` to exist before it creates anything (and
+    /// fails if it never does, within a minute), so that concurrent calls overlap for sure.
+    fn fake_uv_waiting_for(&self, release: &Path) {
+        self.fake_uv_creating(&format!(
+            "waited=0; while [ ! -e '{}' ]; do [ $waited -lt 1200 ] || exit 1; sleep 0.05; waited=$((waited + 1)); done",
+            release.display()
+        ));
+    }
+
+    /// `fake_uv`, running the shell command `first` before `venv` creates the environment.
+    fn fake_uv_creating(&self, first: &str) {
         let log = self.path("uv.log");
         let python = fake_python_script("3.11.7", "\"$(dirname \"$0\")/../installed\"");
         let script = format!(
@@ -77,7 +92,7 @@ impl Scene {
 echo "$@" >> '{log}'
 case "$1" in
   venv)
-    sleep {delay}
+    {first}
     for dir; do :; done
     mkdir -p "$dir/bin"
     cat > "$dir/bin/python" <<'PYTHON'
@@ -301,7 +316,7 @@ async fn no_python3_on_path_says_how_to_fix_it() {
 async fn managed_environment_is_created_with_uv_then_reused() {
     let scene = Scene::new();
     fake_python(&scene.path("bin/python3"), false);
-    scene.fake_uv("0");
+    scene.fake_uv();
     let resolver = scene.resolver();
 
     let (result, phases) = resolve(&resolver).await;
@@ -363,12 +378,28 @@ async fn managed_environment_is_created_with_uv_then_reused() {
 async fn concurrent_first_resolves_build_once() {
     let scene = Scene::new();
     fake_python(&scene.path("bin/python3"), false);
-    scene.fake_uv("0.5");
+    // The build waits until all three resolves are at the lock: they certainly overlap, and
+    // the two that did not build must have waited for the one that did.
+    let release = scene.path("release");
+    scene.fake_uv_waiting_for(&release);
     let resolver = scene.resolver();
+    let locking = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..3)
         .map(|_| {
             let resolver = resolver.clone();
-            tokio::spawn(async move { resolve(&resolver).await })
+            let locking = Arc::clone(&locking);
+            let release = release.clone();
+            tokio::spawn(async move {
+                let phases = Mutex::new(Vec::new());
+                let record = |phase: Phase| {
+                    if phase == Phase::Locking && locking.fetch_add(1, Ordering::SeqCst) == 2 {
+                        fs::write(&release, "").expect("release the build");
+                    }
+                    phases.lock().expect("not poisoned").push(phase);
+                };
+                let result = resolver.resolve(&record).await;
+                (result, phases.into_inner().expect("not poisoned"))
+            })
         })
         .collect();
     let mut created = 0;
@@ -396,7 +427,7 @@ async fn concurrent_first_resolves_build_once() {
 async fn broken_environment_and_stale_temps_are_replaced() {
     let scene = Scene::new();
     fake_python(&scene.path("bin/python3"), false);
-    scene.fake_uv("0");
+    scene.fake_uv();
     let target = scene.path("cache/envs/default-py3.11");
     // A half-deleted environment: no metadata, and its python is gone.
     fs::create_dir_all(target.join("lib")).expect("mkdir");
@@ -464,20 +495,22 @@ async fn a_hung_installer_is_killed_at_the_install_timeout() {
         &scene.path("bin/uv"),
         "#!/bin/sh\ncase \"$1\" in venv) for dir; do :; done; mkdir -p \"$dir/bin\";; pip) echo Downloading ipykernel; sleep 60;; esac\n",
     );
+    // Long enough that the quick steps before the install fit in it on a loaded machine.
     let resolver = Resolver {
-        install_timeout: Duration::from_secs(1),
+        install_timeout: Duration::from_secs(3),
         ..scene.resolver()
     };
     let started = Instant::now();
     let error = resolve(&resolver).await.0.expect_err("times out");
+    // Killed near the timeout, not after the installer's own 60 s.
     assert!(
-        started.elapsed() < Duration::from_secs(10),
+        started.elapsed() < Duration::from_secs(30),
         "{:?}",
         started.elapsed()
     );
     assert_eq!(
         error.to_string(),
-        "provisioning the managed environment timed out after 1 s while installing ipykernel with uv (Downloading ipykernel)"
+        "provisioning the managed environment timed out after 3 s while installing ipykernel with uv (Downloading ipykernel)"
     );
     assert!(scene.env_entries().is_empty(), "{:?}", scene.env_entries());
 }
@@ -522,7 +555,7 @@ fn workspace_entries(scene: &Scene) -> Vec<String> {
 #[tokio::test]
 async fn a_named_environment_is_built_from_its_python_with_its_requirements() {
     let scene = Scene::new();
-    scene.fake_uv("0");
+    scene.fake_uv();
     // The base needs no ipykernel: the environment gets its own.
     let chosen = fake_python(&scene.path("chosen/python"), false);
     let resolver = named_from(&scene, "proj", &["six==1.16.0"], Some(chosen.clone()));
@@ -590,7 +623,7 @@ async fn a_named_environment_is_built_from_its_python_with_its_requirements() {
 #[tokio::test]
 async fn a_foreign_directory_is_refused_and_only_our_stale_temps_are_cleaned() {
     let scene = Scene::new();
-    scene.fake_uv("0");
+    scene.fake_uv();
     fake_python(&scene.path("bin/python3"), false);
     let workspace = scene.path("workspace");
     fs::create_dir_all(workspace.join("theirs")).expect("mkdir");
@@ -633,15 +666,16 @@ async fn a_hung_install_of_a_named_environment_times_out_in_the_install_phase() 
         &scene.path("bin/uv"),
         "#!/bin/sh\ncase \"$1\" in venv) for dir; do :; done; mkdir -p \"$dir/bin\";; pip) echo Downloading six; sleep 60;; esac\n",
     );
+    // Long enough that the quick steps before the install fit in it on a loaded machine.
     let resolver = Resolver {
-        install_timeout: Duration::from_secs(1),
+        install_timeout: Duration::from_secs(3),
         ..named(&scene, "slow", &["six==1.16.0"])
     };
     let error = resolve(&resolver).await.0.expect_err("times out");
     assert_eq!(error.phase(), "install");
     assert_eq!(
         error.to_string(),
-        "provisioning the environment \"slow\" timed out after 1 s while installing the requirements and ipykernel with uv (Downloading six)"
+        "provisioning the environment \"slow\" timed out after 3 s while installing the requirements and ipykernel with uv (Downloading six)"
     );
     assert_eq!(workspace_entries(&scene), Vec::<String>::new());
 }
@@ -650,7 +684,7 @@ async fn a_hung_install_of_a_named_environment_times_out_in_the_install_phase() 
 async fn an_explicit_interpreter_wins_over_a_named_environment() {
     // As `kernel_start` with an interpreter path does on a server with a named environment.
     let scene = Scene::new();
-    scene.fake_uv("0");
+    scene.fake_uv();
     let explicit = fake_python(&scene.path("project/.venv/bin/python"), true);
     let resolver = Resolver {
         explicit_python: Some(explicit.clone()),

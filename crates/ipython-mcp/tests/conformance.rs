@@ -8,6 +8,10 @@
 //! beside the suite, in `target/tmp/conformance`. The summary is written to
 //! `target/tmp/conformance-summary.txt`, which `.ci/run` prints.
 
+// The one definition of "running in CI" for every test binary of the workspace.
+#[path = "../../ipython-mcp-env/tests/ci/mod.rs"]
+mod ci;
+
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -43,11 +47,9 @@ fn install() -> Option<PathBuf> {
         .status()
         .is_ok_and(|status| status.success());
     if !npm_found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "the conformance suite needs npm (it installs Node.js 22 and the suite); CI must have it"
+        ci::skip_outside_ci(
+            "npm not found; the conformance suite (it installs Node.js 22 and the suite) did not run",
         );
-        eprintln!("SKIPPED: npm not found; the conformance suite did not run");
         return None;
     }
     std::fs::create_dir_all(&dir).expect("create target/tmp/conformance");
@@ -92,7 +94,7 @@ async fn the_official_conformance_suite_passes_over_http() {
         .expect("spawn");
     let mut lines = tokio::io::BufReader::new(server.stderr.take().expect("stderr")).lines();
     let url = loop {
-        let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
             .await
             .expect("URL printed at once")
             .expect("read")
@@ -158,7 +160,7 @@ async fn the_official_conformance_suite_passes_over_http() {
     let pid = server.id().expect("pid") as i32;
     // SAFETY: plain kill(2) on our own child.
     unsafe { libc::kill(pid, libc::SIGTERM) };
-    let status = tokio::time::timeout(Duration::from_secs(15), server.wait())
+    let status = tokio::time::timeout(Duration::from_secs(60), server.wait())
         .await
         .expect("exit after SIGTERM")
         .expect("wait");

@@ -57,12 +57,18 @@ impl Legacy {
             counter,
             _child: child,
         };
-        // Wait for the kernel.
-        for _ in 0..9000 {
-            let status = legacy.call("runtime_status", json!({})).await;
-            if status.structured["state"] != "starting" {
+        // Wait for the kernel (provisioning on a fresh machine takes a while).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(900);
+        loop {
+            let status = legacy.call("runtime_status", json!({})).await.structured;
+            if status["state"] != "starting" {
+                assert_eq!(status["state"], "ready", "kernel did not start: {status}");
                 break;
             }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "kernel still starting: {status}"
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         legacy
@@ -78,7 +84,7 @@ impl Legacy {
 
     /// Waits until more than `seen` notifications have arrived.
     async fn changed_after(&self, seen: usize) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         while self.changes() <= seen {
             let notified = self.counter.signal.notified();
             if self.changes() > seen {
@@ -102,6 +108,23 @@ impl Legacy {
             .collect();
         names.sort();
         names
+    }
+
+    /// Polls tools/list until `tool` is listed (or not, as `listed` says): a list answers from
+    /// the last snapshot when a kernel's reconcile takes longer than the server waits for it.
+    async fn wait_listed(&self, tool: &str, listed: bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let names = self.tool_names().await;
+            if names.iter().any(|name| name == tool) == listed {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{tool} listed is never {listed}: {names:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 }
 
@@ -219,7 +242,7 @@ async fn a_registered_function_is_listed_called_and_goes_stale() {
             json!({"code": "def summarize(values: list[float], extra: int = 0) -> float:\n    return sum(values)"}),
         )
         .await;
-    assert!(!server.tool_names().await.contains(&"summarize".to_owned()));
+    server.wait_listed("summarize", false).await;
     server.changed_after(seen).await;
     let stale = server.call("summarize", json!({"values": [1]})).await;
     assert_eq!(
@@ -250,7 +273,7 @@ async fn a_registered_function_is_listed_called_and_goes_stale() {
     // Deleting the backing name invalidates it.
     let seen = server.changes();
     server.call("remove", json!({"names": ["summarize"]})).await;
-    assert!(!server.tool_names().await.contains(&"summarize".to_owned()));
+    server.wait_listed("summarize", false).await;
     server.changed_after(seen).await;
 
     // Rejections change nothing.
@@ -377,7 +400,7 @@ async fn the_catalog_is_bounded_and_modern_clients_hear_changes_by_subscription(
                 .as_u64()
                 .expect("revision"),
         );
-        let notification = tokio::time::timeout(Duration::from_secs(10), subscription.next())
+        let notification = tokio::time::timeout(Duration::from_secs(60), subscription.next())
             .await
             .expect("a notification in time")
             .expect("subscription open")
@@ -463,7 +486,7 @@ async fn a_reaped_kernel_takes_its_tools_with_it_and_clients_hear_it() {
 }
 
 async fn next_notification(subscription: &mut rmcp::service::Subscription) {
-    tokio::time::timeout(Duration::from_secs(15), subscription.next())
+    tokio::time::timeout(Duration::from_secs(60), subscription.next())
         .await
         .expect("a notification in time")
         .expect("subscription open")

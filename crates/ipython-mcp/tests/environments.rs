@@ -221,8 +221,8 @@ fn invalid_environment_settings_stop_the_server_with_one_line_before_creating_an
     assert!(!Path::new(&inside_project).exists());
 }
 
-/// A fake `uv` on PATH whose install takes 3 s and then fails: the phase and a moving elapsed
-/// time are visible in runtime_status while it runs.
+/// A fake `uv` on PATH whose install runs until the test releases it and then fails: the phase
+/// and a moving elapsed time are visible in runtime_status while it runs.
 #[tokio::test]
 async fn a_long_install_shows_its_phase_and_elapsed_time_in_runtime_status() {
     use std::os::unix::fs::PermissionsExt as _;
@@ -231,9 +231,15 @@ async fn a_long_install_shows_its_phase_and_elapsed_time_in_runtime_status() {
     let bin = root.path().join("bin");
     std::fs::create_dir(&bin).expect("mkdir");
     let uv = bin.join("uv");
+    let release = root.path().join("release");
+    // The install waits for the release file (at most two minutes, so a failed test leaves
+    // nothing behind for long), then fails.
     std::fs::write(
         &uv,
-        "#!/bin/sh\ncase \"$1\" in\n  venv) for dir; do :; done; exec python3 -m venv --without-pip \"$dir\";;\n  pip) echo 'Resolving dependencies'; sleep 3; echo 'error: the index is down' >&2; exit 1;;\nesac\n",
+        format!(
+            "#!/bin/sh\ncase \"$1\" in\n  venv) for dir; do :; done; exec python3 -m venv --without-pip \"$dir\";;\n  pip) echo 'Resolving dependencies'; waited=0; while [ ! -e '{}' ] && [ $waited -lt 2400 ]; do sleep 0.05; waited=$((waited + 1)); done; echo 'error: the index is down' >&2; exit 1;;\nesac\n",
+            release.display()
+        ),
     )
     .expect("write uv");
     std::fs::set_permissions(&uv, std::fs::Permissions::from_mode(0o755)).expect("chmod");
@@ -268,6 +274,7 @@ async fn a_long_install_shows_its_phase_and_elapsed_time_in_runtime_status() {
         })
         .await;
     assert_eq!(later["state"], "starting");
+    std::fs::write(&release, "").expect("release the install");
     let status = server.wait_settled().await;
     assert_eq!(status["state"], "unavailable");
     assert_eq!(status["environment"]["failed_phase"], "install");

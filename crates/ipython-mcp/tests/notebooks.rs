@@ -414,10 +414,16 @@ async fn notebooks_are_edited_executed_and_saved_as_jupyter_would() {
     );
 
     // Another process writes the file while a cell runs: the outputs are returned, not saved.
+    // The cell runs until the test has written the file (at most five minutes).
+    let flags = tempfile::tempdir().expect("tempdir");
+    let release = flags.path().join("release");
+    let source = format!(
+        "import os, time\ndeadline = time.monotonic() + 300\nwhile not os.path.exists({release:?}) and time.monotonic() < deadline:\n    time.sleep(0.05)\nprint('late')"
+    );
     let slow = server
         .call(
             "notebook_insert_cell",
-            json!({"path": nb, "source": "import time\ntime.sleep(3)\nprint('late')"}),
+            json!({"path": nb, "source": source}),
         )
         .await;
     let slow_id = slow.structured["cell"]["id"]
@@ -437,7 +443,7 @@ async fn notebooks_are_edited_executed_and_saved_as_jupyter_would() {
             .await
         }
     });
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let status = server
             .call("runtime_status", json!({"kernel": kernel}))
@@ -452,6 +458,7 @@ async fn notebooks_are_edited_executed_and_saved_as_jupyter_would() {
     theirs["metadata"]["edited_by"] = json!("someone else");
     let theirs = serde_json::to_vec_pretty(&theirs).expect("json");
     std::fs::write(workspace.root().join(nb), &theirs).expect("write");
+    std::fs::write(&release, "").expect("release the cell");
     let late = running.await.expect("join");
     assert!(late.is_error, "{late:?}");
     assert_eq!(
@@ -827,31 +834,51 @@ async fn a_killed_write_leaves_the_old_file_intact() {
     let mut unchanged = 0;
     let mut temp_files_seen = 0;
     // Kills spread from the very start of the call to well past its usual end: before the
-    // read, during the edit, during the temp file's write and fsync, around the rename.
-    for (step, tenths) in [0u32, 2, 4, 6, 8, 10, 20, 30].into_iter().enumerate() {
+    // read, during the edit, during the temp file's write and fsync, around the rename. The last
+    // kill comes only after the call returned, so at least one write has completed whatever the
+    // machine's speed, and an acknowledged write must have reached the file.
+    let kill_after = [0u32, 2, 4, 6, 8, 10, 20, 30]
+        .map(Some)
+        .into_iter()
+        .chain([None]);
+    for (step, tenths) in kill_after.enumerate() {
         let server = Server::start_unready(Family::Handshake, &env).await;
         let peer = server.client.peer().clone();
-        let writing = tokio::spawn(async move {
+        let mut writing = tokio::spawn(async move {
             let arguments =
                 json!({"path": "big.ipynb", "source": format!("attempt {step}"), "index": 0});
             let request = rmcp::model::CallToolRequestParams::new("notebook_insert_cell")
                 .with_arguments(arguments.as_object().cloned().expect("object"));
-            // The server dies under it: an error is expected.
-            let _ = peer.call_tool(request).await;
+            // The server may die under it: then an error is expected.
+            peer.call_tool(request)
+                .await
+                .is_ok_and(|result| result.is_error != Some(true))
         });
-        tokio::time::sleep(write_time * tenths / 10).await;
+        let acknowledged = match tenths {
+            Some(tenths) => {
+                tokio::time::sleep(write_time * tenths / 10).await;
+                None
+            }
+            None => Some((&mut writing).await.expect("join")),
+        };
         // SAFETY: kill(2) on the pid of our own child process.
         unsafe {
             libc::kill(server.pid as i32, libc::SIGKILL);
         }
-        let _ = writing.await;
+        if acknowledged.is_none() {
+            let _ = writing.await;
+        }
         support::wait_until_gone(server.pid as i32).await;
         drop(server);
+        if let Some(acknowledged) = acknowledged {
+            assert!(acknowledged, "the last insert succeeded before the kill");
+        }
         let bytes = std::fs::read(&path).expect("read");
         let parsed: Value = serde_json::from_slice(&bytes).expect("always a whole JSON file");
         let cells = parsed["cells"].as_array().expect("cells").len();
         let current = sha256(&bytes);
         if versions.last() == Some(&current) {
+            assert!(acknowledged != Some(true), "an acknowledged write was lost");
             unchanged += 1;
         } else {
             // A completed write: exactly one more cell, on top.

@@ -111,14 +111,14 @@ async def list_changed_heard(client, mode, changed):
     if mode == "legacy":
         await client.call_tool("test_trigger_tool_change", {})
         try:
-            await asyncio.wait_for(changed.wait(), 10)
+            await asyncio.wait_for(changed.wait(), 60)
             return True
         except asyncio.TimeoutError:
             return False
     async with client.listen(tools_list_changed=True) as subscription:
         await client.call_tool("test_trigger_tool_change", {})
         try:
-            await asyncio.wait_for(subscription.__anext__(), 10)
+            await asyncio.wait_for(subscription.__anext__(), 60)
             return True
         except asyncio.TimeoutError:
             return False
@@ -137,6 +137,7 @@ async def session(target, mode):
     else:
         env = {key: os.environ[key] for key in ("IPYTHON_MCP_CACHE_DIR", "PATH", "HOME") if key in os.environ}
         env["IPYTHON_MCP_LOG"] = "warn"
+        env["IPYTHON_MCP_SPARE_KERNELS"] = "0"
         params = StdioServerParameters(command=target, env=env)
     extra = {}
     async with Client(params, mode=mode, message_handler=on_message) as client:
@@ -155,7 +156,7 @@ async def session(target, mode):
             progress.append({"progress": value, "message": message})
 
         slow = "import time\nfor i in range(5):\n    print(f'step {i}', flush=True)\n    time.sleep(0.6)"
-        await client.call_tool("execute", {"code": slow}, progress_callback=on_progress)
+        slow_result = await client.call_tool("execute", {"code": slow}, progress_callback=on_progress)
         # Every namespace tool, so the SDK checks each result against its advertised schema.
         await client.call_tool("execute", {"code": "def double(v: int) -> int:\n    return 2 * v\ntable = {'k': [1, 2]}"})
         namespace = {}
@@ -206,6 +207,7 @@ async def session(target, mode):
         extra["listed_after"] = sorted(tool.name for tool in (await client.list_tools()).tools)
         return extra | {
             "progress": progress,
+            "progress_run_ms": slow_result.structured_content["runtime"]["run_ms"],
             "namespace": namespace,
             "mode": mode,
             "protocol": client.protocol_version,

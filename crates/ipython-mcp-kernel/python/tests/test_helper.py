@@ -172,8 +172,9 @@ def test_sink_is_fast_on_huge_writes():
     sink.write(bars)
     progress = time.perf_counter() - started
     assert sink.text() == " 42%|####      | 420/1000"
-    # Generous for a loaded 2-core machine; typical times are many times smaller.
-    assert max(one_line, many_lines, progress) < 1.0, (one_line, many_lines, progress)
+    # Catches quadratic behaviour only (that would take minutes); typical times are far below
+    # a second, and a loaded 2-core machine must not fail this.
+    assert max(one_line, many_lines, progress) < 30.0, (one_line, many_lines, progress)
 
 
 # --------------------------------------------------------------------------------------------
@@ -465,7 +466,8 @@ class KernelClient:
     def collect(self, msg_id, wait_reply):
         messages = []
         while True:
-            msg = self.kc.get_iopub_msg(timeout=30)
+            # Per-message bounds, above any in-cell deadline of these tests.
+            msg = self.kc.get_iopub_msg(timeout=120)
             if msg["parent_header"].get("msg_id") != msg_id:
                 continue  # e.g. late fd output of an earlier request
             messages.append(msg)
@@ -473,7 +475,7 @@ class KernelClient:
                 break
         reply = None
         while wait_reply and reply is None:
-            shell_msg = self.kc.get_shell_msg(timeout=30)
+            shell_msg = self.kc.get_shell_msg(timeout=120)
             if shell_msg["parent_header"].get("msg_id") == msg_id:
                 reply = shell_msg
         return Run(msg_id, messages, reply)
@@ -697,7 +699,7 @@ class TestKernel:
         code = (
             "import os, sys, time\n"
             "os.write(1, b'y' * 200_000)\n"
-            "deadline = time.monotonic() + 10\n"
+            "deadline = time.monotonic() + 60\n"
             "while sys.stdout._ipython_mcp_channel.written < 200_000 and time.monotonic() < deadline:\n"
             "    time.sleep(0.01)\n"
         )
