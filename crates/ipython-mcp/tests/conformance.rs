@@ -85,6 +85,7 @@ async fn the_official_conformance_suite_passes_over_http() {
         )
         .env("IPYTHON_MCP_LOG", "warn")
         .env("IPYTHON_MCP_SPARE_KERNELS", "0")
+        .env("IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "120")
         .env_remove("VIRTUAL_ENV")
         .env_remove("IPYTHON_MCP_PYTHON")
         .stdin(Stdio::null())

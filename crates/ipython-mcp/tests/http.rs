@@ -35,6 +35,8 @@ fn command(env: &[(&str, &str)], args: &[&str]) -> Command {
         .env("IPYTHON_MCP_CACHE_DIR", support::cache_dir())
         .env("IPYTHON_MCP_LOG", "warn")
         .env("IPYTHON_MCP_SPARE_KERNELS", "0")
+        // A kernel start on a loaded 2-core machine can exceed the 10 s default.
+        .env("IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "120")
         .env_remove("VIRTUAL_ENV")
         .env_remove("IPYTHON_MCP_PYTHON")
         .env_remove("IPYTHON_MCP_HTTP_TOKEN")
@@ -569,6 +571,8 @@ async fn configuration_mistakes_stop_the_server_with_one_line() {
             .env("IPYTHON_MCP_HTTP_TOKEN", TOKEN)
             .env("IPYTHON_MCP_CACHE_DIR", support::cache_dir())
             .env("IPYTHON_MCP_SPARE_KERNELS", "0")
+            // A kernel start on a loaded 2-core machine can exceed the 10 s default.
+            .env("IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "120")
             .env("IPYTHON_MCP_LOG", "warn")
             .output(),
     )

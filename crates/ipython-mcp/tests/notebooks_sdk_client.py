@@ -21,6 +21,7 @@ async def session(binary, mode):
     }
     env["IPYTHON_MCP_LOG"] = "warn"
     env["IPYTHON_MCP_SPARE_KERNELS"] = "0"
+    env["IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS"] = "120"
     params = StdioServerParameters(command=binary, env=env)
     notebook = f"sdk-{mode}.ipynb"
     calls = {}

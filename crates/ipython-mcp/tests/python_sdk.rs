@@ -57,6 +57,7 @@ async fn the_python_sdk_client_works_over_http_in_both_protocol_families() {
         )
         .env("IPYTHON_MCP_LOG", "warn")
         .env("IPYTHON_MCP_SPARE_KERNELS", "0")
+        .env("IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "120")
         .env("IPYTHON_MCP_HTTP_TOKEN", TOKEN)
         // The fixtures add the hook that broadcasts tools/list_changed.
         .env("IPYTHON_MCP_TEST_MODE", "fixtures")

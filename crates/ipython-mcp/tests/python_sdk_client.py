@@ -138,6 +138,7 @@ async def session(target, mode):
         env = {key: os.environ[key] for key in ("IPYTHON_MCP_CACHE_DIR", "PATH", "HOME") if key in os.environ}
         env["IPYTHON_MCP_LOG"] = "warn"
         env["IPYTHON_MCP_SPARE_KERNELS"] = "0"
+        env["IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS"] = "120"
         params = StdioServerParameters(command=target, env=env)
     extra = {}
     async with Client(params, mode=mode, message_handler=on_message) as client:
