@@ -614,6 +614,12 @@ impl SessionHandle {
 /// the session's error otherwise (busy, timeout, kernel died…).
 fn helper_output(output: ExecutionOutput, reply: Option<serde_json::Value>) -> HelperOutput {
     let runtime = output.runtime.clone();
+    // Stopped by its deadline, a cancellation or shutdown: the session's error says so (the
+    // helper would only report the KeyboardInterrupt it was stopped with).
+    let reply = match output.status {
+        ExecutionStatus::Timeout | ExecutionStatus::Cancelled if output.error.is_some() => None,
+        _ => reply,
+    };
     match reply {
         Some(reply) if reply.get("ok").and_then(serde_json::Value::as_bool) == Some(true) => {
             HelperOutput {
@@ -1225,7 +1231,14 @@ impl Actor {
             record.add_spool_dropped(collected.spool_dropped);
         }
         let helper_reply = collected.helper_reply.clone();
-        let finished_ok = helper_reply.is_some()
+        // A helper call finished by itself only if the helper says it succeeded: its error reply
+        // to an interrupt (KeyboardInterrupt) is the interrupt's doing, not the function's.
+        let helper_succeeded = helper_reply
+            .as_ref()
+            .and_then(|reply| reply.get("ok"))
+            .and_then(serde_json::Value::as_bool)
+            == Some(true);
+        let finished_ok = helper_succeeded
             || matches!(
                 collected.reply.as_ref().map(|reply| &reply.status),
                 Some(ReplyStatus::Ok)

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ipython_mcp_kernel::{ErrorInfo, HelperCall, HelperOutput, SessionHandle};
+use ipython_mcp_kernel::{ErrorInfo, HelperCall, HelperOutput, RuntimeInfo, SessionHandle};
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -322,6 +322,10 @@ pub struct DynamicCallResult {
     pub truncated: bool,
     /// `stale_registration`, `invalid_arguments`, `result_not_json`, `execution_error`, …
     pub error: Option<ErrorInfo>,
+    /// How the call ran, as in execute (epoch, interruption, namespace, queue_wait_ms, run_ms);
+    /// absent when it never reached a kernel.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<RuntimeInfo>,
 }
 
 impl DynamicCallResult {
@@ -338,6 +342,7 @@ impl DynamicCallResult {
                 .ok
                 .then(|| result.get("result").cloned().unwrap_or(Value::Null)),
             error: output.error,
+            runtime: Some(output.runtime),
         }
     }
 }

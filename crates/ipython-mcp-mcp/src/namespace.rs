@@ -330,6 +330,20 @@ impl IpythonMcp {
     }
 }
 
+/// A namespace tool's result schema plus the `runtime` every namespace result carries.
+fn with_runtime(
+    schema: std::sync::Arc<rmcp::model::JsonObject>,
+) -> std::sync::Arc<rmcp::model::JsonObject> {
+    let mut schema = (*schema).clone();
+    if let Some(Value::Object(properties)) = schema.get_mut("properties") {
+        properties.insert(
+            "runtime".into(),
+            json!({"type": "object", "description": "How the call ran, as in execute: epoch, interruption, namespace (preserved/reset/unknown), queue_wait_ms, run_ms."}),
+        );
+    }
+    std::sync::Arc::new(schema)
+}
+
 /// Checks the helper's reply against the advertised result type and renders it. A failed
 /// call keeps what the helper worked out before failing (its partial result) beside the
 /// error; `ok` (and so `isError`) is what the result says after `extra` had its say.
@@ -352,7 +366,7 @@ fn typed<T: Serialize + DeserializeOwned + Default>(
     let failed = result.get("error").is_some_and(|error| !error.is_null());
     result["ok"] = Value::Bool(!failed);
     extra(&mut result);
-    let value = match serde_json::from_value::<T>(result) {
+    let mut value = match serde_json::from_value::<T>(result) {
         Ok(typed) => serde_json::to_value(typed).unwrap_or(Value::Null),
         Err(error) => {
             tracing::error!(tool, %error, "helper reply does not match the result schema");
@@ -364,6 +378,12 @@ fn typed<T: Serialize + DeserializeOwned + Default>(
         }
     };
     let ok = value.get("ok") == Some(&Value::Bool(true));
+    // Whether the kernel's state survived the call, exactly as execute reports it.
+    if let (Some(object), Ok(runtime)) =
+        (value.as_object_mut(), serde_json::to_value(&output.runtime))
+    {
+        object.insert("runtime".into(), runtime);
+    }
     render::namespace(tool, value, ok)
 }
 
@@ -372,7 +392,7 @@ impl IpythonMcp {
     #[tool(
         name = "list",
         description = "List the callables (functions, classes, other callables) defined at the top level of the kernel's namespace, sorted by name, each with its signature, module and the first paragraph of its docstring (bounded; `truncated` flags say what was cut). Use it to see what you can call with call_function or publish as a tool, without running code. Changes nothing. Use search to find variables and modules too, inspect for one object in depth.",
-        output_schema = schema_for_output::<ListResult>(),
+        output_schema = with_runtime(schema_for_output::<ListResult>()),
         annotations(title = "List callables", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn list(
@@ -394,7 +414,7 @@ impl IpythonMcp {
     #[tool(
         name = "search",
         description = "Find top-level names in the kernel's namespace (variables, functions, classes, modules) whose name contains `query` (case-insensitive; `exact: true` for whole-name matches). Returns each match's kind, type, module and a bounded repr, exact matches first, then by name; `truncated` says when there were more than `limit`. Changes nothing and runs no user code except the objects' __repr__. Prefer it to printing dir() or globals().",
-        output_schema = schema_for_output::<SearchResult>(),
+        output_schema = with_runtime(schema_for_output::<SearchResult>()),
         annotations(title = "Search the namespace", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn search(
@@ -420,7 +440,7 @@ impl IpythonMcp {
     #[tool(
         name = "inspect",
         description = "Describe one object by name or dotted attribute path (e.g. `df`, `model.fit`, `np.linalg`): kind, qualified type, whether it is callable, signature, module, documentation and a bounded repr, with per-field `truncated` flags. The path is resolved attribute by attribute, never evaluated; a missing name is `name_not_found`; an attribute access, repr, docstring or signature that raises is `execution_error`, with `resolved` (how far the path got) or the fields that did work. Changes nothing. Use it before call_function to learn a signature.",
-        output_schema = schema_for_output::<InspectResult>(),
+        output_schema = with_runtime(schema_for_output::<InspectResult>()),
         annotations(title = "Inspect an object", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn inspect(
@@ -445,7 +465,7 @@ impl IpythonMcp {
     #[tool(
         name = "call_function",
         description = "Call a live function (or class, or method via a dotted path) in the kernel with JSON keyword arguments, exactly once, and get its return value back as JSON (bounded in depth, items and characters; `truncated` says if it was cut). Errors: `name_not_found`, `not_callable`, `invalid_arguments` (the arguments do not bind to the signature; nothing ran), `execution_error` (it raised: ename, evalue, traceback), `result_not_json` (it returned something JSON cannot carry: return plain data instead). Use it instead of execute when you only need a function's result: no code string, no quoting. It runs user code, so it may change state.",
-        output_schema = schema_for_output::<CallResult>(),
+        output_schema = with_runtime(schema_for_output::<CallResult>()),
         annotations(title = "Call a function", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
     )]
     async fn call_function(
@@ -476,7 +496,7 @@ impl IpythonMcp {
     #[tool(
         name = "reload",
         description = "Reload already-imported modules after you edited their files (the build-import-edit-reload loop), and rebind every namespace name that pointed at them or at their attributes (`from mod import f` gets the new `f`). Reports per module: `ok`, `rebound` names, or an error (`module_not_found` if it was never imported; `execution_error` for a syntax error in the edited file, in which case the old module stays usable). Only the named modules are reloaded; dependencies are never guessed.",
-        output_schema = schema_for_output::<ReloadResult>(),
+        output_schema = with_runtime(schema_for_output::<ReloadResult>()),
         annotations(title = "Reload modules", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = true)
     )]
     async fn reload(
@@ -514,7 +534,7 @@ impl IpythonMcp {
     #[tool(
         name = "remove",
         description = "Delete top-level names from the kernel's namespace (to free memory or clean up). Answers with the unique requested names sorted into `removed`, `refused` (protected: names starting with `_`, IPython's In/Out/get_ipython/exit/quit/open, and configured preloaded or aliased modules) and `unknown` (not defined). Repeating it removes nothing more. Use reset to clear everything instead.",
-        output_schema = schema_for_output::<RemoveResult>(),
+        output_schema = with_runtime(schema_for_output::<RemoveResult>()),
         annotations(title = "Remove names", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
     async fn remove(
@@ -539,7 +559,7 @@ impl IpythonMcp {
     #[tool(
         name = "reset",
         description = "Clear the kernel's namespace without restarting it: removes every name you created (sorted in `removed`), keeps protected names, re-imports configured preloaded and aliased modules, unregisters the kernel's dynamic tools, and keeps the execution count. Imported modules stay imported (sys.modules is untouched). A repeated reset removes nothing. Use remove for individual names.",
-        output_schema = schema_for_output::<ResetResult>(),
+        output_schema = with_runtime(schema_for_output::<ResetResult>()),
         annotations(title = "Reset the namespace", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
     async fn reset(

@@ -2332,3 +2332,44 @@ async fn inspect_of_an_object_whose_repr_or_docstring_raises_is_an_error_not_a_p
     assert_eq!(plain.structured["qualified_type"], "builtins.type");
     server.stop().await;
 }
+
+/// A namespace call stopped by its deadline is a timeout, not the function raising
+/// KeyboardInterrupt; namespace and dynamic-tool results carry execute's `runtime`, so the
+/// agent knows its state survived.
+#[tokio::test]
+async fn a_namespace_call_that_hits_its_deadline_is_a_timeout_and_says_the_state_survived() {
+    let server = Server::start(
+        Family::Handshake,
+        &[
+            ("IPYTHON_MCP_OPERATION_TIMEOUT_SECONDS", "3"),
+            // A long grace costs nothing when the function stops, and keeps the stop cooperative.
+            ("IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS", "60"),
+        ],
+    )
+    .await;
+    let code = "import time\nkept = 1\ndef slow():\n    time.sleep(600)\ndef quick() -> int:\n    \"\"\"Answer one.\"\"\"\n    return 1";
+    assert!(server.call("execute", json!({"code": code})).await.ok());
+    let quick = server.call("call_function", json!({"name": "quick"})).await;
+    assert!(quick.ok(), "{quick:?}");
+    assert_eq!(quick.structured["runtime"]["epoch"], 0, "{quick:?}");
+    assert!(quick.structured["runtime"]["run_ms"].is_u64(), "{quick:?}");
+    let slow = server.call("call_function", json!({"name": "slow"})).await;
+    assert_eq!(slow.structured["ok"], false, "{slow:?}");
+    assert_eq!(
+        slow.structured["error"]["code"], "operation_timeout",
+        "{slow:?}"
+    );
+    assert_eq!(slow.structured["runtime"]["interruption"], "cooperative");
+    assert_eq!(slow.structured["runtime"]["namespace"], "preserved");
+    let listed = server.call("list", json!({})).await;
+    assert_eq!(listed.structured["runtime"]["epoch"], 0, "{listed:?}");
+    let registered = server.call("register_tool", json!({"name": "quick"})).await;
+    assert!(registered.ok(), "{registered:?}");
+    let called = server.call("quick", json!({})).await;
+    assert!(called.ok(), "{called:?}");
+    assert_eq!(called.structured["result"], 1);
+    assert_eq!(called.structured["runtime"]["epoch"], 0, "{called:?}");
+    let kept = server.call("execute", json!({"code": "kept"})).await;
+    assert_eq!(kept.structured["result"]["text/plain"], "1");
+    server.stop().await;
+}
