@@ -28,6 +28,7 @@ use tokio::time::Instant;
 
 use crate::collect::Collector;
 use crate::output::{ErrorInfo, ExecutionOutput, RuntimeInfo};
+use crate::transcript::LogWriter;
 
 /// Executions remembered per session (their final output and spool files).
 pub const MAX_RECORDS: usize = 32;
@@ -322,6 +323,17 @@ impl Executions {
             .and_then(|msg_id| self.path(msg_id, stream)))
     }
 
+    /// Where a record's output log is (the spool dir and its msg_id), or None when it has none
+    /// to read: the spool is off, the execution never ran, or its files were evicted.
+    pub(crate) fn transcript_source(&self, record: &Record) -> Option<(PathBuf, String)> {
+        let dir = self.dir.as_ref()?;
+        let state = record.state();
+        if state.evicted {
+            return None;
+        }
+        Some((dir.path().to_owned(), state.msg_id.clone()?))
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Arc<Record>>> {
         self.records
             .lock()
@@ -539,8 +551,10 @@ fn rendered_line(raw: &[u8]) -> std::borrow::Cow<'_, str> {
     String::from_utf8_lossy(shown)
 }
 
-/// Writes stream output to the spool on the server side, for kernels without the helper.
+/// Writes stream output and the output log (see `transcript`) to the spool on the server
+/// side, for kernels without the helper.
 pub(crate) struct SpoolWriter {
+    log: LogWriter,
     paths: [PathBuf; 2],
     files: [Option<File>; 2],
     written: [u64; 2],
@@ -551,6 +565,7 @@ pub(crate) struct SpoolWriter {
 impl SpoolWriter {
     pub(crate) fn new(dir: &Path, msg_id: &str, limit: u64) -> Self {
         SpoolWriter {
+            log: LogWriter::new(dir, msg_id, limit),
             paths: [StreamName::Stdout, StreamName::Stderr]
                 .map(|stream| dir.join(format!("{msg_id}.{}", stream.suffix()))),
             files: [None, None],
@@ -561,6 +576,7 @@ impl SpoolWriter {
     }
 
     pub(crate) fn absorb(&mut self, routed: &Routed) {
+        self.log.absorb(routed, self.written);
         let JupyterMessageContent::StreamContent(stream) = &routed.message.content else {
             return;
         };

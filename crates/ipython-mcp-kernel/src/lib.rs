@@ -16,6 +16,7 @@ mod output;
 mod session;
 mod sink;
 mod status;
+mod transcript;
 
 pub use bound::{base64_decoded_len, BINARY_IMAGE_TYPES, SVG_TYPE};
 pub use executions::{
@@ -29,3 +30,4 @@ pub use session::{ExecuteArgs, HelperCall, HelperOutput, Progress, SessionHandle
 pub use sink::TerminalSink;
 pub use status::{EnvironmentStatus, KernelDescription, RuntimeStatus, SessionState};
 pub use tokio_util::sync::CancellationToken;
+pub use transcript::SavedOutputs;
