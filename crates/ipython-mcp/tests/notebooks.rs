@@ -1383,3 +1383,84 @@ async fn an_interrupted_cell_is_saved_with_the_kernels_keyboard_interrupt() {
     assert_eq!(outputs[0]["text"], json!(["started\n"]));
     server.stop().await;
 }
+
+/// What jupytext writes for the notebook it reads from `file` (the header included).
+async fn jupytext_rewrite(file: &Path) -> String {
+    let (python, deps) =
+        support::python_with("jupytext==1.16.4", "jupytext", "jupytext-deps").await;
+    let script = "import sys, jupytext\nsys.stdout.write(jupytext.writes(jupytext.read(sys.argv[1]), fmt='py:percent'))";
+    let output = Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .arg(file)
+        .env("PYTHONPATH", deps)
+        .output()
+        .expect("python");
+    assert!(
+        output.status.success(),
+        "jupytext failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("utf-8")
+}
+
+#[tokio::test]
+async fn percent_scripts_are_written_byte_for_byte_as_jupytext_writes_them() {
+    let workspace = Workspace::new();
+    let server = Server::start(
+        Family::Handshake,
+        &[("IPYTHON_MCP_WORKSPACE_ROOT", &workspace.env())],
+    )
+    .await;
+    let created = server
+        .call(
+            "notebook_create",
+            json!({"path": "plain.py", "cells": [
+                {"source": "import os\n%time x = 1"},
+                {"cell_type": "markdown", "source": "# Title\n\ntext"},
+                {"source": "def f():\n    return 3", "metadata": {"tags": ["keep"]}},
+            ]}),
+        )
+        .await;
+    assert!(created.ok(), "{created:?}");
+    let ours = String::from_utf8(workspace.read("plain.py")).expect("utf-8");
+    assert_eq!(
+        ours,
+        jupytext_rewrite(&workspace.root().join("plain.py")).await
+    );
+
+    // Values YAML must quote, and the ones it must not.
+    let created = server
+        .call(
+            "notebook_create",
+            json!({"path": "quoted.py", "cells": [{"source": "x = 1"}]}),
+        )
+        .await;
+    assert!(created.ok(), "{created:?}");
+    for (index, kernelspec) in [
+        json!({"display_name": "weird: name #1", "language": "python", "name": "py-3.11"}),
+        json!({"display_name": "3.10", "language": "yes", "name": "-x", "env": {}, "note": "", "x": null}),
+        json!({"display_name": "Python 3 (ipykernel) é ✓", "language": "it's", "name": "[a]", "key with space": "0x1F", "when": "2024-01-02"}),
+        json!({"display_name": "trailing ", "language": "a,b", "name": "@home", "n": "~", "o": "on", "p": "1e3", "q": "1.5e+3"}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let set = server
+            .call(
+                "notebook_set_metadata",
+                json!({"path": "quoted.py", "metadata": {"kernelspec": kernelspec}}),
+            )
+            .await;
+        assert!(set.ok(), "{set:?}");
+        let ours = String::from_utf8(workspace.read("quoted.py")).expect("utf-8");
+        let quoted = ["display_name: 'weird: name #1'", "display_name: '3.10'", "display_name: \"Python 3 (ipykernel) \\xE9 \\u2713\"", "display_name: 'trailing '"];
+        assert!(ours.contains(quoted[index]), "case {index}: {ours}");
+        assert_eq!(
+            ours,
+            jupytext_rewrite(&workspace.root().join("quoted.py")).await,
+            "case {index}"
+        );
+    }
+    server.stop().await;
+}
