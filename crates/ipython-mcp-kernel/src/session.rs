@@ -481,7 +481,10 @@ impl SessionHandle {
         if !wait.is_zero() {
             record.wait(wait).await;
         }
-        let mut output = record.view();
+        let viewed = Arc::clone(&record);
+        let mut output = tokio::task::spawn_blocking(move || viewed.view())
+            .await
+            .ok()?;
         if output.spool.is_none() && !record.is_finished() {
             output.spool = self.shared.executions.spool_info(&record);
         }
@@ -1667,6 +1670,7 @@ mod tests {
             spool: SpoolLimits {
                 max_execution_bytes: 0,
                 max_total_bytes: 1,
+                ..SpoolLimits::default()
             },
             kernel_spec: None,
         }
