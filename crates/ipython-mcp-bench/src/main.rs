@@ -12,6 +12,8 @@
 //! (f) the time from process start to the `initialize` answer, for the release binary and, when
 //!     `IPYTHON_MCP_BENCH_INSTALLED` holds a command line (`uvx --from dist/….whl ipython-mcp`,
 //!     or a wheel's installed entry point), for that too;
+//! (g) the server's RSS after 32 executions that each display 20 one-MiB images (retained
+//!     output lives in the spool, not in memory); `ipython-mcp-bench retained` runs only this;
 //!
 //! and prints p50/p99 and the ratios a/b and a/c. Figures are medians of one run on a noisy
 //! machine; compare ratios, not absolute numbers.
@@ -38,6 +40,10 @@ const FLOOD: &str = "import sys\nsys.stdout.write('x' * 100_000_000)\nfor _ in r
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let server_binary = sibling_binary("ipython-mcp")?;
+    if std::env::args().nth(1).as_deref() == Some("retained") {
+        print_retained(&bench_retained(&server_binary).await?);
+        return Ok(());
+    }
     let python = resolve_python().await?;
     println!(
         "ipython-mcp benchmark: {CALLS} calls after {WARMUP} warm-up calls each; python {}",
@@ -58,6 +64,7 @@ async fn main() -> anyhow::Result<()> {
         let argv: Vec<String> = installed.split_whitespace().map(str::to_owned).collect();
         startup.push((installed.clone(), bench_startup(&argv).await?));
     }
+    let retained = bench_retained(&server_binary).await?;
 
     println!();
     println!(
@@ -156,7 +163,131 @@ async fn main() -> anyhow::Result<()> {
         percentile(&without_spare.hung, 0.5),
         percentile(&without_spare.hung, 1.0)
     );
+    print_retained(&retained);
     Ok(())
+}
+
+fn print_retained(retained: &Retained) {
+    println!();
+    println!(
+        "server RSS after {RETAINED_EXECUTIONS} executions x {RETAINED_IMAGES} one-MiB images: {:>6.1} MiB (idle before {:.1} MiB, peak {:.1} MiB, target <= 128); {:.2} s per execution",
+        retained.after_kib as f64 / 1024.0,
+        retained.idle_kib as f64 / 1024.0,
+        retained.peak_kib as f64 / 1024.0,
+        retained.seconds_per_execution,
+    );
+}
+
+const RETAINED_EXECUTIONS: usize = 32;
+const RETAINED_IMAGES: usize = 20;
+
+/// Server memory around executions whose displays are big images.
+struct Retained {
+    idle_kib: u64,
+    after_kib: u64,
+    peak_kib: u64,
+    seconds_per_execution: f64,
+}
+
+/// Runs 32 executions that each display 20 one-MiB images (just within `MAX_IMAGE_BYTES`, so
+/// every one is kept), then reads the server's RSS: all 32 stay retained for get_output.
+async fn bench_retained(server_binary: &Path) -> anyhow::Result<Retained> {
+    let mut child = tokio::process::Command::new(server_binary)
+        .env("IPYTHON_MCP_LOG", "warn")
+        .env("IPYTHON_MCP_SPARE_KERNELS", "0")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = child.id().context("pid")?;
+    let transport = (
+        child.stdout.take().context("stdout")?,
+        child.stdin.take().context("stdin")?,
+    );
+    let client = ClientConfig::default()
+        .serve_with_lifecycle(transport, ClientLifecycleMode::Initialize)
+        .await?;
+    let call = |code: String| {
+        let arguments = json!({"code": code, "timeout_seconds": 300})
+            .as_object()
+            .cloned()
+            .expect("object");
+        client
+            .peer()
+            .call_tool(CallToolRequestParams::new("execute").with_arguments(arguments))
+    };
+    let deadline = Instant::now() + Duration::from_secs(900);
+    loop {
+        let result =
+            call("import base64, os\nfrom IPython.display import display".to_owned()).await?;
+        if result.is_error != Some(true) {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("kernel never became ready: {:?}", result.structured_content);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let idle_kib = proc_status_kib(pid, "VmRSS:");
+    let code = format!(
+        "for _ in range({RETAINED_IMAGES}):\n    display({{'image/png': base64.b64encode(os.urandom((1 << 20) - 2)).decode(), 'text/plain': '<image>'}}, raw=True)"
+    );
+    // In the background: one such result (28 MB of base64) is more than rmcp's stdio
+    // transport reads in one line (16 MiB), and retention is what is measured here.
+    let started = Instant::now();
+    for _ in 0..RETAINED_EXECUTIONS {
+        let arguments = json!({"code": code, "background": true, "timeout_seconds": 300})
+            .as_object()
+            .cloned()
+            .expect("object");
+        let result = client
+            .peer()
+            .call_tool(CallToolRequestParams::new("execute").with_arguments(arguments))
+            .await?;
+        if result.is_error == Some(true) {
+            bail!("execute was refused: {:?}", result.structured_content);
+        }
+    }
+    loop {
+        let status = client
+            .peer()
+            .call_tool(CallToolRequestParams::new("runtime_status"))
+            .await?
+            .structured_content
+            .unwrap_or_default();
+        if status["queue_depth"] == 0 && status["operation_active"] == false {
+            break;
+        }
+        if started.elapsed() > Duration::from_secs(1800) {
+            bail!("the executions never finished: {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let seconds_per_execution = started.elapsed().as_secs_f64() / RETAINED_EXECUTIONS as f64;
+    let after_kib = proc_status_kib(pid, "VmRSS:");
+    let peak_kib = proc_status_kib(pid, "VmHWM:");
+    // Every execution is still remembered (for get_output).
+    let kernels = client
+        .peer()
+        .call_tool(CallToolRequestParams::new("kernel_list"))
+        .await?
+        .structured_content
+        .unwrap_or_default();
+    let remembered = kernels["kernels"][0]["executions"]
+        .as_array()
+        .map_or(0, Vec::len);
+    if remembered < RETAINED_EXECUTIONS {
+        bail!("only {remembered} executions are remembered: {kernels}");
+    }
+    client.cancel().await?;
+    let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+    Ok(Retained {
+        idle_kib,
+        after_kib,
+        peak_kib,
+        seconds_per_execution,
+    })
 }
 
 fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {

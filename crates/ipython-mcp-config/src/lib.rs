@@ -83,6 +83,10 @@ settings! {
         "Bytes of each stream of each execution kept on disk for get_output paging (0 disables the spool)");
     MAX_SPOOL_BYTES = ("max_spool_bytes", "IPYTHON_MCP_MAX_SPOOL_BYTES", "max-spool-bytes", "1073741824",
         "Bytes of spooled output kept per kernel session; the oldest executions' files are deleted first");
+    MAX_RETAINED_OUTPUT_BYTES = ("max_retained_output_bytes", "IPYTHON_MCP_MAX_RETAINED_OUTPUT_BYTES", "max-retained-output-bytes", "67108864",
+        "Bytes of finished executions' output a kernel session keeps in memory for get_output (large displays live in the spool); the oldest are forgotten first");
+    MAX_SERVER_RETAINED_OUTPUT_BYTES = ("max_server_retained_output_bytes", "IPYTHON_MCP_MAX_SERVER_RETAINED_OUTPUT_BYTES", "max-server-retained-output-bytes", "268435456",
+        "Bytes of finished executions' output all kernel sessions together keep in memory; the oldest are forgotten first");
     MAX_TOOL_NAME_CHARS = ("max_tool_name_chars", "IPYTHON_MCP_MAX_TOOL_NAME_CHARS", "max-tool-name-chars", "64",
         "Longest name of a dynamic tool");
     MAX_TOOL_DESCRIPTION_CHARS = ("max_tool_description_chars", "IPYTHON_MCP_MAX_TOOL_DESCRIPTION_CHARS", "max-tool-description-chars", "1024",
@@ -155,6 +159,8 @@ pub struct RawConfig {
     pub kernel_idle_timeout_seconds: Option<String>,
     pub max_spool_execution_bytes: Option<String>,
     pub max_spool_bytes: Option<String>,
+    pub max_retained_output_bytes: Option<String>,
+    pub max_server_retained_output_bytes: Option<String>,
     pub max_tool_name_chars: Option<String>,
     pub max_tool_description_chars: Option<String>,
     pub max_dynamic_tools: Option<String>,
@@ -282,6 +288,10 @@ pub struct SpoolBounds {
     pub max_execution_bytes: u64,
     /// Bytes per session.
     pub max_total_bytes: u64,
+    /// Bytes of finished output a session keeps in memory.
+    pub max_retained_bytes: u64,
+    /// Bytes of finished output all sessions keep in memory.
+    pub max_server_retained_bytes: u64,
 }
 
 impl Default for SpoolBounds {
@@ -289,6 +299,8 @@ impl Default for SpoolBounds {
         SpoolBounds {
             max_execution_bytes: 256 * 1024 * 1024,
             max_total_bytes: 1024 * 1024 * 1024,
+            max_retained_bytes: 64 * 1024 * 1024,
+            max_server_retained_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -710,6 +722,16 @@ impl Config {
                     MAX_SPOOL_BYTES,
                     &raw.max_spool_bytes,
                     defaults.spool.max_total_bytes as usize,
+                )? as u64,
+                max_retained_bytes: positive_int(
+                    MAX_RETAINED_OUTPUT_BYTES,
+                    &raw.max_retained_output_bytes,
+                    defaults.spool.max_retained_bytes as usize,
+                )? as u64,
+                max_server_retained_bytes: positive_int(
+                    MAX_SERVER_RETAINED_OUTPUT_BYTES,
+                    &raw.max_server_retained_output_bytes,
+                    defaults.spool.max_server_retained_bytes as usize,
                 )? as u64,
             },
             tools: ToolLimits {

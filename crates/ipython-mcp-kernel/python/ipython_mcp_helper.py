@@ -80,6 +80,9 @@ OPTIONAL_CONFIG_KEYS = (
 # The spool (optional): the full text of each execution's stdout and stderr, written to
 # ``<spool_dir>/<execute_request msg_id>.stdout`` / ``.stderr`` (UTF-8, at most spool_max_bytes
 # each; the rest is counted in the report), so the server can page output it never received.
+# Beside them, ``<msg_id>.outputs`` logs every output as the kernel produced it, before any
+# bound, one JSON object a line in arrival order (see ``OutputLog``), so a notebook can be
+# saved with what Jupyter would have saved while the server only received the bounded view.
 SPOOL_FLUSH_SECONDS = 0.25
 _SPOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 # config["namespace"] (optional): what install adds to the user namespace.
@@ -2532,6 +2535,7 @@ class _Installation:
         self.display_count = 0
         self.display_omitted = 0
         self.image_count = 0  # originals of downscaled images saved (names stay unique)
+        self.outputs = OutputLog(None, 0)  # the running execution's unbounded outputs
         self.channels = []
         try:
             self._hook(shell)
@@ -2606,6 +2610,8 @@ class _Installation:
             self._active = msg_id
             self._depth = 1
             self._clear()
+            self.outputs.close()
+            self.outputs = OutputLog(self._spool_path(msg_id, "outputs"), self.config["spool_max_bytes"])
             for channel in self.channels:
                 channel.new_execution(self._spool_path(msg_id, channel.name))
 
@@ -2619,6 +2625,7 @@ class _Installation:
             if self._depth > 0:
                 return
             self._active = _NO_EXECUTION
+            self.outputs.close()
             for channel in self.channels:
                 channel.close_spool()
             written = any(channel.written for channel in self.channels)
@@ -2708,6 +2715,15 @@ class _Installation:
             try:
                 with self.lock:
                     self.note_output()
+                    transient = kwargs.get("transient")
+                    self.outputs.add(
+                        {
+                            "output_type": "update_display_data" if kwargs.get("update", False) else "display_data",
+                            "data": data,
+                            "metadata": metadata if metadata is not None else {},
+                            "transient": transient if isinstance(transient, dict) else {},
+                        }
+                    )
                     if not kwargs.get("update", False):
                         self.display_count += 1
                         if self.display_count > self.config["max_display_items"]:
@@ -2723,6 +2739,7 @@ class _Installation:
     def _wrap_clear_output(self, clear_output):
         def wrapped(wait=False):
             with self.lock:
+                self._guarded(lambda: self.outputs.add({"output_type": "clear_output", "wait": bool(wait)}))
                 if wait:
                     self._pending_clear = True
                 else:
@@ -2736,6 +2753,13 @@ class _Installation:
             try:
                 with self.lock:
                     self.note_output()
+                    self.outputs.add(
+                        {
+                            "output_type": "execute_result",
+                            "data": format_dict,
+                            "metadata": md_dict if md_dict is not None else {},
+                        }
+                    )
                 format_dict, md_dict = self._bounded(format_dict, md_dict)
             except Exception:
                 pass
@@ -2748,6 +2772,15 @@ class _Installation:
             try:
                 with self.lock:
                     self.note_output()
+                    # As ipykernel's own error message has it (the traceback unbounded).
+                    self.outputs.add(
+                        {
+                            "output_type": "error",
+                            "ename": str(getattr(etype, "__name__", etype)),
+                            "evalue": str(evalue),
+                            "traceback": list(stb) if stb is not None else [],
+                        }
+                    )
                 stb = bound_traceback(stb, self.config["max_traceback_chars"])
                 # ipykernel puts str(evalue) in the error message; a str is its own str().
                 evalue = bound_strings(str(evalue), self.config["max_string_chars"])
@@ -2818,6 +2851,76 @@ class _Installation:
         comm = self.comm
         if comm is not None:
             comm.send(data)
+
+
+def _log_json_default(value):
+    """What ipykernel's JSON cleaning does to the few non-JSON values a bundle may hold."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        import base64
+
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return repr(value)
+
+
+class OutputLog:
+    """One execution's outputs, unbounded, as nbformat outputs in arrival order, appended to
+    ``path`` (one compact JSON object a line, created 0600 with O_EXCL on first use).
+
+    Lines: ``{"output_type": "display_data" | "update_display_data", "data", "metadata",
+    "transient"}``, ``{"output_type": "execute_result", "data", "metadata"}``, ``{"output_type":
+    "error", "ename", "evalue", "traceback"}``, ``{"output_type": "clear_output", "wait"}``, and
+    ``{"output_type": "stream", "name", "offset"}``: stream output continues here, from that byte
+    offset of the stream's spool file (logged only when the stream changes, not per write).
+    At most ``limit`` bytes; the first line that does not fit is replaced by ``{"output_type":
+    "omitted"}`` and nothing more is logged for the execution.
+    """
+
+    def __init__(self, path, limit):
+        self.path = path
+        self.limit = limit
+        self.file = None
+        self.written = 0
+        self.full = path is None
+        self.last_stream = None
+
+    def add(self, entry):
+        if self.full:
+            return
+        if entry.get("output_type") != "stream":
+            self.last_stream = None
+        try:
+            line = json.dumps(entry, default=_log_json_default, separators=(",", ":")) + "\n"
+            line = line.encode("utf-8", "replace")
+        except Exception:
+            line = None  # e.g. a circular structure: say something is missing, log no more
+        if line is None or self.written + len(line) > self.limit:
+            self.full = True
+            line = b'{"output_type":"omitted"}\n'
+        try:
+            if self.file is None:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                self.file = os.fdopen(fd, "wb")
+            self.file.write(line)
+            self.written += len(line)
+        except (OSError, ValueError):
+            self.full = True  # unwritable: stop for this execution
+
+    def stream(self, name, offset):
+        """Stream ``name`` is written at ``offset`` of its spool file now."""
+        if self.last_stream != name:
+            self.add({"output_type": "stream", "name": name, "offset": offset})
+            self.last_stream = name
+
+    def close(self):
+        file, self.file = self.file, None
+        self.full = True
+        if file is not None:
+            try:
+                file.close()
+            except Exception:
+                pass
 
 
 # Attributes the helper keeps on a bounded OutStream (its class and its instance dict).
@@ -2898,6 +3001,7 @@ class _StreamChannel:
             data = data[: max(room, 0)]
         if not data:
             return
+        self.installation.outputs.stream(self.name, self.spooled)
         if self.spool_file is None:
             try:
                 # O_EXCL: never follow or reuse a file someone else put there.

@@ -399,7 +399,7 @@ fn cut_count(text: &mut String, max: usize) -> u64 {
     (before - max) as u64
 }
 
-fn media_map(media: &ipython_mcp_jupyter::protocol::Media) -> Map<String, Value> {
+pub(crate) fn media_map(media: &ipython_mcp_jupyter::protocol::Media) -> Map<String, Value> {
     match serde_json::to_value(media) {
         Ok(Value::Object(map)) => map,
         _ => Map::new(),

@@ -11,11 +11,19 @@
 //! bounded part); for kernels without the helper the collector's [`SpoolWriter`] writes what
 //! arrives. Older executions are forgotten first: at most [`MAX_RECORDS`] records, and spool
 //! files are deleted oldest first while the total exceeds `max_total_bytes`.
+//!
+//! Retained output is bounded in bytes, not only in count: a finished execution's displays and
+//! result (images, large payloads) larger than [`SPILL_BYTES`] move to `<msg_id>.view.json` in
+//! the spool and are read back when asked for, so memory holds little more than the bounded
+//! text; what is still held counts against a per-session and a server-wide budget, and the
+//! oldest finished executions are forgotten while either is exceeded (the newest of a session
+//! is always kept).
 
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,17 +36,29 @@ use tokio::time::Instant;
 
 use crate::collect::Collector;
 use crate::output::{ErrorInfo, ExecutionOutput, RuntimeInfo};
+use crate::transcript::LogWriter;
 
 /// Executions remembered per session (their final output and spool files).
 pub const MAX_RECORDS: usize = 32;
 
-/// Bounds of the output spool.
+/// Displays and result of a finished execution larger than this (serialized) are kept in the
+/// spool rather than in memory.
+pub const SPILL_BYTES: usize = 16 * 1024;
+
+/// Bytes of finished executions' output held in memory by every session of this process.
+static SERVER_RETAINED: AtomicU64 = AtomicU64::new(0);
+
+/// Bounds of the output spool and of retained output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SpoolLimits {
     /// Bytes kept per stream per execution (0 disables the spool).
     pub max_execution_bytes: u64,
     /// Bytes kept across all executions of a session; the oldest are deleted first.
     pub max_total_bytes: u64,
+    /// Bytes of finished executions' output a session holds in memory.
+    pub max_retained_bytes: u64,
+    /// Bytes of finished executions' output all sessions together hold in memory.
+    pub max_server_retained_bytes: u64,
 }
 
 impl Default for SpoolLimits {
@@ -46,6 +66,8 @@ impl Default for SpoolLimits {
         SpoolLimits {
             max_execution_bytes: 256 * 1024 * 1024,
             max_total_bytes: 1024 * 1024 * 1024,
+            max_retained_bytes: 64 * 1024 * 1024,
+            max_server_retained_bytes: 256 * 1024 * 1024,
         }
     }
 }
@@ -185,10 +207,52 @@ impl Executions {
                 break;
             };
             if let Some(old) = records.remove(position) {
-                self.delete_spool(&old);
+                self.forget(&old);
             }
         }
         record
+    }
+
+    /// Deletes a record's spool files and releases its share of the retained bytes.
+    fn forget(&self, record: &Record) {
+        self.delete_spool(record);
+        let bytes = std::mem::take(&mut record.state().retained_bytes);
+        SERVER_RETAINED.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    /// Moves large displays and results of finished executions to the spool, then forgets the
+    /// oldest finished executions while this session or the server holds more than its budget
+    /// (the newest record always stays).
+    fn enforce_retained(&self) {
+        let records: Vec<Arc<Record>> = self.lock().iter().cloned().collect();
+        for record in records.iter().filter(|record| record.is_finished()) {
+            record.settle(self.dir.as_ref().map(|dir| dir.path()));
+        }
+        loop {
+            let session_bytes: u64 = records
+                .iter()
+                .map(|record| record.state().retained_bytes)
+                .sum();
+            if session_bytes <= self.limits.max_retained_bytes
+                && SERVER_RETAINED.load(Ordering::Relaxed) <= self.limits.max_server_retained_bytes
+            {
+                break;
+            }
+            let mut held = self.lock();
+            let newest = held.len().saturating_sub(1);
+            let Some(position) = held
+                .iter()
+                .position(|record| record.is_finished() && record.state().retained_bytes > 0)
+                .filter(|position| *position < newest)
+            else {
+                break;
+            };
+            let Some(old) = held.remove(position) else {
+                break;
+            };
+            drop(held);
+            self.forget(&old);
+        }
     }
 
     pub(crate) fn find(&self, execution_id: &str) -> Option<Arc<Record>> {
@@ -217,8 +281,10 @@ impl Executions {
         Some(dir.path().join(format!("{msg_id}.{}", stream.suffix())))
     }
 
-    /// Deletes the oldest spool files while the total exceeds its bound.
+    /// Keeps retained output within its budgets (see the module docs), then deletes the
+    /// oldest spool files while the total exceeds its bound.
     pub(crate) fn enforce_total(&self) {
+        self.enforce_retained();
         let records: Vec<Arc<Record>> = self.lock().iter().cloned().collect();
         let sizes: Vec<u64> = records
             .iter()
@@ -322,10 +388,32 @@ impl Executions {
             .and_then(|msg_id| self.path(msg_id, stream)))
     }
 
+    /// Where a record's output log is (the spool dir and its msg_id), or None when it has none
+    /// to read: the spool is off, the execution never ran, or its files were evicted.
+    pub(crate) fn transcript_source(&self, record: &Record) -> Option<(PathBuf, String)> {
+        let dir = self.dir.as_ref()?;
+        let state = record.state();
+        if state.evicted {
+            return None;
+        }
+        Some((dir.path().to_owned(), state.msg_id.clone()?))
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Arc<Record>>> {
         self.records
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Drop for Executions {
+    fn drop(&mut self) {
+        let bytes: u64 = self
+            .lock()
+            .iter()
+            .map(|record| std::mem::take(&mut record.state().retained_bytes))
+            .sum();
+        SERVER_RETAINED.fetch_sub(bytes, Ordering::Relaxed);
     }
 }
 
@@ -349,6 +437,19 @@ struct RecordState {
     output: Option<ExecutionOutput>,
     spool_dropped: u64,
     evicted: bool,
+    /// Set once the finished output was accounted (and its large parts spilled).
+    settled: bool,
+    /// Where the displays and result of the finished output were moved, and how many displays.
+    spilled: Option<(PathBuf, usize)>,
+    /// Bytes of the finished output held in memory (counted in `SERVER_RETAINED`).
+    retained_bytes: u64,
+}
+
+/// The parts of a finished output that may move to the spool.
+#[derive(Serialize, serde::Deserialize)]
+struct Spilled {
+    display_data: Vec<crate::output::DisplayItem>,
+    result: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 impl Record {
@@ -387,17 +488,79 @@ impl Record {
         self.done.send_replace(true);
     }
 
+    /// Accounts the finished output once: moves its displays and result to `<msg_id>.view.json`
+    /// in `dir` when they are large (and the spool is on), and records the bytes left in memory.
+    fn settle(&self, dir: Option<&Path>) {
+        let mut state = self.state();
+        if state.settled {
+            return;
+        }
+        state.settled = true;
+        let msg_id = state.msg_id.clone();
+        let Some(output) = state.output.as_mut() else {
+            return;
+        };
+        let payload = Spilled {
+            display_data: std::mem::take(&mut output.display_data),
+            result: output.result.take(),
+        };
+        let bytes = serde_json::to_vec(&payload).unwrap_or_default();
+        let mut spilled = None;
+        if let (Some(dir), Some(msg_id), true) = (dir, msg_id, bytes.len() > SPILL_BYTES) {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            let path = dir.join(format!("{msg_id}.view.json"));
+            let written = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+                .and_then(|mut file| file.write_all(&bytes));
+            match written {
+                Ok(()) => spilled = Some((path, payload.display_data.len())),
+                Err(error) => tracing::warn!(%error, "retained output stays in memory"),
+            }
+        }
+        if spilled.is_none() {
+            output.display_data = payload.display_data;
+            output.result = payload.result;
+        }
+        let retained = serde_json::to_vec(&*output).map_or(0, |json| json.len() as u64);
+        state.spilled = spilled;
+        state.retained_bytes = retained;
+        SERVER_RETAINED.fetch_add(retained, Ordering::Relaxed);
+    }
+
     /// Waits until it has finished, at most `wait`.
     pub(crate) async fn wait(&self, wait: Duration) {
         let mut done = self.done.subscribe();
         let _ = tokio::time::timeout(wait, done.wait_for(|done| *done)).await;
     }
 
-    /// The final output, or what has arrived so far (`status: pending`).
+    /// The final output (its spilled parts read back from the spool: blocking), or what has
+    /// arrived so far (`status: pending`).
     pub(crate) fn view(&self) -> ExecutionOutput {
         let state = self.state();
         if let Some(output) = &state.output {
-            return output.clone();
+            let mut output = output.clone();
+            if let Some((path, displays)) = state.spilled.clone() {
+                drop(state);
+                let read = std::fs::read(&path)
+                    .ok()
+                    .and_then(|bytes| serde_json::from_slice::<Spilled>(&bytes).ok());
+                match read {
+                    Some(spilled) => {
+                        output.display_data = spilled.display_data;
+                        output.result = spilled.result;
+                    }
+                    // Deleted to keep the spool within its bound: say what is gone.
+                    None => {
+                        output.display_omitted += displays as u64;
+                        output.truncated.display_data = true;
+                        output.truncated.result = true;
+                    }
+                }
+            }
+            return output;
         }
         let queue_wait = state
             .dispatched_at
@@ -539,8 +702,10 @@ fn rendered_line(raw: &[u8]) -> std::borrow::Cow<'_, str> {
     String::from_utf8_lossy(shown)
 }
 
-/// Writes stream output to the spool on the server side, for kernels without the helper.
+/// Writes stream output and the output log (see `transcript`) to the spool on the server
+/// side, for kernels without the helper.
 pub(crate) struct SpoolWriter {
+    log: LogWriter,
     paths: [PathBuf; 2],
     files: [Option<File>; 2],
     written: [u64; 2],
@@ -551,6 +716,7 @@ pub(crate) struct SpoolWriter {
 impl SpoolWriter {
     pub(crate) fn new(dir: &Path, msg_id: &str, limit: u64) -> Self {
         SpoolWriter {
+            log: LogWriter::new(dir, msg_id, limit),
             paths: [StreamName::Stdout, StreamName::Stderr]
                 .map(|stream| dir.join(format!("{msg_id}.{}", stream.suffix()))),
             files: [None, None],
@@ -561,6 +727,7 @@ impl SpoolWriter {
     }
 
     pub(crate) fn absorb(&mut self, routed: &Routed) {
+        self.log.absorb(routed, self.written);
         let JupyterMessageContent::StreamContent(stream) = &routed.message.content else {
             return;
         };

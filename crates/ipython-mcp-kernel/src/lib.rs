@@ -16,6 +16,7 @@ mod output;
 mod session;
 mod sink;
 mod status;
+mod transcript;
 
 /// How kernels die with a server that is killed (see `ipython_mcp_jupyter`).
 pub use ipython_mcp_jupyter::use_pipe_death_watch;
@@ -32,3 +33,4 @@ pub use session::{ExecuteArgs, HelperCall, HelperOutput, Progress, SessionHandle
 pub use sink::TerminalSink;
 pub use status::{EnvironmentStatus, KernelDescription, RuntimeStatus, SessionState};
 pub use tokio_util::sync::CancellationToken;
+pub use transcript::SavedOutputs;

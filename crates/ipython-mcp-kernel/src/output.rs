@@ -73,7 +73,7 @@ impl ErrorInfo {
 }
 
 /// One rich display: a mime bundle and its metadata.
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct DisplayItem {
     pub data: Map<String, Value>,
     pub metadata: Map<String, Value>,

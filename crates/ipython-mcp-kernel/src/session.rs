@@ -498,7 +498,10 @@ impl SessionHandle {
         if !wait.is_zero() {
             record.wait(wait).await;
         }
-        let mut output = record.view();
+        let viewed = Arc::clone(&record);
+        let mut output = tokio::task::spawn_blocking(move || viewed.view())
+            .await
+            .ok()?;
         if output.spool.is_none() && !record.is_finished() {
             output.spool = self.shared.executions.spool_info(&record);
         }
@@ -540,6 +543,24 @@ impl SessionHandle {
         })
         .await;
         Some(page.map_err(|error| ErrorInfo::new("internal_error", error.to_string())))
+    }
+
+    /// A finished execution's outputs as a notebook saves them: everything the kernel
+    /// produced, unbounded but for `max_bytes` (see `transcript`). `None` when the session has
+    /// no full record of it (unknown, spool off or evicted): only the bounded view is left.
+    pub async fn saved_outputs(
+        &self,
+        execution_id: &str,
+        execution_count: Option<u64>,
+        max_bytes: u64,
+    ) -> Option<crate::SavedOutputs> {
+        let record = self.shared.executions.find(execution_id)?;
+        let (dir, msg_id) = self.shared.executions.transcript_source(&record)?;
+        tokio::task::spawn_blocking(move || {
+            crate::transcript::replay(&dir, &msg_id, execution_count, max_bytes)
+        })
+        .await
+        .ok()
     }
 
     /// Replaces the kernel with a fresh one (promoting a warm spare when one is ready) after
@@ -1752,6 +1773,7 @@ mod tests {
             spool: SpoolLimits {
                 max_execution_bytes: 0,
                 max_total_bytes: 1,
+                ..SpoolLimits::default()
             },
             kernel_spec: None,
         }

@@ -35,9 +35,14 @@ const MAX_SAVED_STREAM_CHARS: usize = 1 << 20;
 const MAX_READ_CELLS: usize = 1000;
 const DEFAULT_READ_CELLS: usize = 100;
 
-/// Writes an execution's outcome into the notebook; returns the cell's index.
+/// Bytes of outputs one cell saves in the notebook (everything the kernel produced, up to
+/// this); what does not fit is named in a note. The agent still gets the bounded view.
+const MAX_SAVED_CELL_BYTES: u64 = 64 << 20;
+
+/// Writes an execution's saved outputs (and its execution count) into the notebook; returns
+/// the cell's index.
 type SaveCell = Box<
-    dyn FnOnce(&mut Notebook, &ExecutionOutput) -> Result<usize, ipython_mcp_notebook::Error>
+    dyn FnOnce(&mut Notebook, Option<u64>, &[Output]) -> Result<usize, ipython_mcp_notebook::Error>
         + Send,
 >;
 
@@ -722,6 +727,54 @@ async fn with_full_streams(session: &SessionHandle, output: &ExecutionOutput) ->
     full
 }
 
+/// What an execution saves in its cell: everything the kernel produced, from the session's
+/// output log, within `MAX_SAVED_CELL_BYTES` (a last stream output names what did not fit);
+/// without a log (the spool is off or was evicted), the bounded view with full streams.
+async fn outputs_to_save(session: &SessionHandle, output: &ExecutionOutput) -> Vec<Output> {
+    let Some(saved) = session
+        .saved_outputs(
+            &output.execution_id,
+            output.execution_count,
+            MAX_SAVED_CELL_BYTES,
+        )
+        .await
+    else {
+        return saved_outputs(&with_full_streams(session, output).await);
+    };
+    let mut outputs: Vec<Output> = saved
+        .outputs
+        .into_iter()
+        .filter_map(|output| match output {
+            Value::Object(map) => Some(Output::Raw(map)),
+            _ => None,
+        })
+        .collect();
+    let spool_dropped = output.spool.as_ref().map_or(0, |spool| spool.dropped_bytes);
+    if saved.omitted_outputs > 0 || saved.spool_incomplete || spool_dropped > 0 {
+        let mut note = String::from("[ipython-mcp: this cell's outputs are incomplete:");
+        if saved.omitted_outputs > 0 {
+            note.push_str(&format!(
+                " {} outputs or parts ({} bytes) were left out to keep the cell within {} MiB;",
+                saved.omitted_outputs,
+                saved.omitted_bytes,
+                MAX_SAVED_CELL_BYTES >> 20
+            ));
+        }
+        if saved.spool_incomplete || spool_dropped > 0 {
+            note.push_str(" the kernel produced more than the output spool keeps per execution (IPYTHON_MCP_MAX_SPOOL_EXECUTION_BYTES);");
+        }
+        note.push_str(&format!(
+            " get_output with execution_id {} pages the streams while the kernel keeps them]\n",
+            output.execution_id
+        ));
+        outputs.push(Output::Stream {
+            name: "stderr".to_owned(),
+            text: note,
+        });
+    }
+    outputs
+}
+
 impl IpythonMcp {
     /// The session a tool names by `kernel` id or by `notebook` path (at most one of them;
     /// neither: `default`).
@@ -981,11 +1034,12 @@ impl IpythonMcp {
             save_error: None,
         };
         if let (Some(save), true) = (save, output.status != ExecutionStatus::Rejected) {
-            let saved_output = with_full_streams(&session, &output).await;
+            let outputs = outputs_to_save(&session, &output).await;
+            let execution_count = output.execution_count;
             let format = path.format;
             let saved = Self::blocking_info(move || {
                 workspace.update(&path, Some(&revision), |notebook| {
-                    let index = save(notebook, &saved_output)?;
+                    let index = save(notebook, execution_count, &outputs)?;
                     Ok(summary_in(format, notebook, index))
                 })
             })
@@ -997,6 +1051,12 @@ impl IpythonMcp {
                     result.cell = Some(cell);
                 }
                 Err(error) => {
+                    // A failure like any other (in `error`), unless the code itself failed;
+                    // `save_error` says why the file was not written either way.
+                    if output.error.is_none() {
+                        output.error = Some(error.clone());
+                        result.output.error = Some(error.clone());
+                    }
                     result.save_error = Some(error);
                     output.ok = false;
                 }
@@ -1539,9 +1599,9 @@ impl IpythonMcp {
             None => CellRef::Index(index),
         };
         let kernel_name = loaded.notebook.kernel_name().map(str::to_owned);
-        let save: SaveCell = Box::new(move |notebook, output| {
+        let save: SaveCell = Box::new(move |notebook, execution_count, outputs| {
             let index = notebook.locate(&target)?;
-            notebook.set_outputs(index, output.execution_count, &saved_outputs(output));
+            notebook.set_outputs(index, execution_count, outputs);
             Ok(index)
         });
         Ok(self
@@ -1609,7 +1669,7 @@ impl IpythonMcp {
         let save = params.persist.then(|| {
             let code = params.code.clone();
             let position = params.index;
-            let save: SaveCell = Box::new(move |notebook, output| {
+            let save: SaveCell = Box::new(move |notebook, execution_count, outputs| {
                 let (index, _) = notebook.insert(
                     position,
                     NewCell {
@@ -1618,7 +1678,7 @@ impl IpythonMcp {
                         metadata: Map::new(),
                     },
                 )?;
-                notebook.set_outputs(index, output.execution_count, &saved_outputs(output));
+                notebook.set_outputs(index, execution_count, outputs);
                 Ok(index)
             });
             save

@@ -92,6 +92,8 @@ pub enum Output {
         evalue: String,
         traceback: Vec<String>,
     },
+    /// An nbformat output object as the kernel's output log rebuilt it, written as it is.
+    Raw(Map<String, Value>),
 }
 
 impl Output {
@@ -120,6 +122,7 @@ impl Output {
             } => json!({
                 "output_type": "error", "ename": ename, "evalue": evalue, "traceback": traceback,
             }),
+            Output::Raw(output) => Value::Object(output.clone()),
         }
     }
 }

@@ -19,6 +19,9 @@ use crate::model::{CellType, NewCell, Notebook};
 
 /// The jupytext format version written in the header.
 const FORMAT_VERSION: &str = "1.3";
+/// The jupytext release whose output this module reproduces byte for byte (and the version
+/// the header names, as jupytext writes its own).
+const JUPYTEXT_VERSION: &str = "1.16.4";
 
 fn magic_regexes() -> &'static [Regex; 5] {
     static REGEXES: OnceLock<[Regex; 5]> = OnceLock::new();
@@ -115,6 +118,7 @@ pub fn to_percent(notebook: &Notebook) -> String {
     representation.insert("extension".into(), ".py".into());
     representation.insert("format_name".into(), "percent".into());
     representation.insert("format_version".into(), FORMAT_VERSION.into());
+    representation.insert("jupytext_version".into(), JUPYTEXT_VERSION.into());
     jupytext.insert("text_representation".into(), Value::Object(representation));
     header.insert("jupytext".into(), Value::Object(jupytext));
     let mut header_text = String::from("# ---\n# jupyter:\n");
@@ -298,28 +302,114 @@ fn python_json(value: &Value) -> String {
     }
 }
 
-/// A YAML block mapping, commented, `depth` levels of two spaces in. Nested non-empty objects
-/// are blocks; everything else is a JSON flow value (valid YAML).
+/// A YAML block mapping, commented, `depth` levels of two spaces in, as jupytext writes it
+/// (PyYAML's `safe_dump`, block style, keys sorted): nested non-empty objects are blocks,
+/// strings are plain, single-quoted or double-quoted by PyYAML's rules, other scalars as
+/// PyYAML spells them; lists are written as a JSON flow (valid YAML, where PyYAML would write
+/// a block list).
 fn yaml_block(map: &Map<String, Value>, depth: usize, out: &mut String) {
     for (key, value) in map {
         let indent = "  ".repeat(depth);
-        let key_text = if key
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-            && !key.is_empty()
-        {
-            key.clone()
-        } else {
-            Value::String(key.clone()).to_string()
-        };
+        let key_text = yaml_string(key);
         match value {
             Value::Object(inner) if !inner.is_empty() => {
                 out.push_str(&format!("# {indent}{key_text}:\n"));
                 yaml_block(inner, depth + 1, out);
             }
+            Value::Object(_) => out.push_str(&format!("# {indent}{key_text}: {{}}\n")),
+            Value::String(text) => {
+                out.push_str(&format!("# {indent}{key_text}: {}\n", yaml_string(text)))
+            }
+            Value::Null => out.push_str(&format!("# {indent}{key_text}: null\n")),
             other => out.push_str(&format!("# {indent}{key_text}: {}\n", python_json(other))),
         }
     }
+}
+
+/// A string as PyYAML's emitter writes it (`allow_unicode` off, as jupytext calls it): plain
+/// when that reads back as the same string, else single-quoted, else (non-printable or
+/// non-ASCII characters, line breaks) double-quoted with escapes.
+fn yaml_string(text: &str) -> String {
+    let special = text.chars().any(|c| !(' '..='~').contains(&c));
+    if special {
+        let mut quoted = String::from("\"");
+        for c in text.chars() {
+            match c {
+                '"' => quoted.push_str("\\\""),
+                '\\' => quoted.push_str("\\\\"),
+                '\0' => quoted.push_str("\\0"),
+                '\x07' => quoted.push_str("\\a"),
+                '\x08' => quoted.push_str("\\b"),
+                '\t' => quoted.push_str("\\t"),
+                '\n' => quoted.push_str("\\n"),
+                '\x0b' => quoted.push_str("\\v"),
+                '\x0c' => quoted.push_str("\\f"),
+                '\r' => quoted.push_str("\\r"),
+                '\x1b' => quoted.push_str("\\e"),
+                '\u{85}' => quoted.push_str("\\N"),
+                '\u{a0}' => quoted.push_str("\\_"),
+                '\u{2028}' => quoted.push_str("\\L"),
+                '\u{2029}' => quoted.push_str("\\P"),
+                ' '..='~' => quoted.push(c),
+                c if (c as u32) <= 0xff => quoted.push_str(&format!("\\x{:02X}", c as u32)),
+                c if (c as u32) <= 0xffff => quoted.push_str(&format!("\\u{:04X}", c as u32)),
+                c => quoted.push_str(&format!("\\U{:08X}", c as u32)),
+            }
+        }
+        quoted.push('"');
+        return quoted;
+    }
+    if plain_allowed(text) {
+        text.to_owned()
+    } else {
+        format!("'{}'", text.replace('\'', "''"))
+    }
+}
+
+/// PyYAML's `analyze_scalar` (block context) and its resolver: a plain scalar must not start
+/// or end with a space, start with an indicator, contain `: ` or ` #`, end with `:`, or read
+/// back as anything but a string (numbers, booleans, null, dates, `=`, `<<`).
+fn plain_allowed(text: &str) -> bool {
+    if text.is_empty() || text.starts_with(' ') || text.ends_with(' ') {
+        return false;
+    }
+    if text.starts_with("---") || text.starts_with("...") {
+        return false;
+    }
+    let chars: Vec<char> = text.chars().collect();
+    let first = chars[0];
+    let followed_by_space = |index: usize| chars.get(index + 1).is_none_or(|next| *next == ' ');
+    if "#,[]{}&*!|>'\"%@`".contains(first) {
+        return false;
+    }
+    if "?:-".contains(first) && followed_by_space(0) {
+        return false;
+    }
+    for (index, &c) in chars.iter().enumerate().skip(1) {
+        if c == ':' && followed_by_space(index) {
+            return false;
+        }
+        if c == '#' && chars[index - 1] == ' ' {
+            return false;
+        }
+    }
+    static IMPLICIT: OnceLock<Regex> = OnceLock::new();
+    let implicit = IMPLICIT.get_or_init(|| {
+        Regex::new(concat!(
+            r"^(?:",
+            r"yes|Yes|YES|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF",
+            r"|[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?|\.[0-9_]+(?:[eE][-+][0-9]+)?",
+            r"|[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)",
+            r"|[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+",
+            r"|[-+]?[1-9][0-9_]*(?::[0-5]?[0-9])+",
+            r"|<<|~|null|Null|NULL|=",
+            r"|[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]",
+            r"|[0-9][0-9][0-9][0-9]-[0-9][0-9]?-[0-9][0-9]?(?:[Tt]|[ \t]+)[0-9][0-9]?:[0-9][0-9]:[0-9][0-9](?:\.[0-9]*)?(?:[ \t]*(?:Z|[-+][0-9][0-9]?(?::[0-9][0-9])?))?",
+            r")$"
+        ))
+        .expect("a valid regex")
+    });
+    !implicit.is_match(text)
 }
 
 /// Parses the YAML subset of a jupytext header (block mappings of scalars).
@@ -368,6 +458,15 @@ fn parse_yaml(header: &[String]) -> Result<Map<String, Value>, String> {
 
 fn yaml_scalar(text: &str) -> Value {
     if let Some(inner) = text
+        .strip_prefix('"')
+        .and_then(|rest| rest.strip_suffix('"'))
+    {
+        return Value::String(yaml_unescape(inner));
+    }
+    if text == "{}" {
+        return Value::Object(Map::new());
+    }
+    if let Some(inner) = text
         .strip_prefix('\'')
         .and_then(|rest| rest.strip_suffix('\''))
     {
@@ -383,6 +482,48 @@ fn yaml_scalar(text: &str) -> Value {
         "False" | "FALSE" => Value::Bool(false),
         _ => Value::String(text.to_owned()),
     }
+}
+
+/// The escapes of a YAML double-quoted scalar (`\\xXX`, `\\uXXXX`, `\\UXXXXXXXX` and the named
+/// ones), as PyYAML writes them.
+fn yaml_unescape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        let Some(escape) = chars.next() else { break };
+        let hex = |chars: &mut std::str::Chars<'_>, digits: usize| {
+            let code: String = chars.by_ref().take(digits).collect();
+            u32::from_str_radix(&code, 16)
+                .ok()
+                .and_then(char::from_u32)
+                .unwrap_or('\u{fffd}')
+        };
+        out.push(match escape {
+            '0' => '\0',
+            'a' => '\x07',
+            'b' => '\x08',
+            't' | '\t' => '\t',
+            'n' => '\n',
+            'v' => '\x0b',
+            'f' => '\x0c',
+            'r' => '\r',
+            'e' => '\x1b',
+            ' ' => ' ',
+            'N' => '\u{85}',
+            '_' => '\u{a0}',
+            'L' => '\u{2028}',
+            'P' => '\u{2029}',
+            'x' => hex(&mut chars, 2),
+            'u' => hex(&mut chars, 4),
+            'U' => hex(&mut chars, 8),
+            other => other,
+        });
+    }
+    out
 }
 
 /// Parses `key=<json> key=<json> …`.

@@ -158,6 +158,22 @@ pub struct Cli {
         value_name = "BYTES"
     )]
     max_spool_bytes: Option<String>,
+    /// Bytes of finished executions' output a kernel session keeps in memory for get_output (large displays live in the spool); the oldest are forgotten first [default: 67108864]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_MAX_RETAINED_OUTPUT_BYTES",
+        global = true,
+        value_name = "BYTES"
+    )]
+    max_retained_output_bytes: Option<String>,
+    /// Bytes of finished executions' output all kernel sessions together keep in memory; the oldest are forgotten first [default: 268435456]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_MAX_SERVER_RETAINED_OUTPUT_BYTES",
+        global = true,
+        value_name = "BYTES"
+    )]
+    max_server_retained_output_bytes: Option<String>,
     /// Longest name of a dynamic tool [default: 64]
     #[arg(
         long,
@@ -326,6 +342,8 @@ impl Cli {
             kernel_idle_timeout_seconds: self.kernel_idle_timeout_seconds.clone(),
             max_spool_execution_bytes: self.max_spool_execution_bytes.clone(),
             max_spool_bytes: self.max_spool_bytes.clone(),
+            max_retained_output_bytes: self.max_retained_output_bytes.clone(),
+            max_server_retained_output_bytes: self.max_server_retained_output_bytes.clone(),
             max_tool_name_chars: self.max_tool_name_chars.clone(),
             max_tool_description_chars: self.max_tool_description_chars.clone(),
             max_dynamic_tools: self.max_dynamic_tools.clone(),

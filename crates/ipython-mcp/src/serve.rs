@@ -144,6 +144,8 @@ pub fn session_options(config: &Config, kernel_id: &str) -> anyhow::Result<Sessi
         spool: ipython_mcp_kernel::SpoolLimits {
             max_execution_bytes: config.spool.max_execution_bytes,
             max_total_bytes: config.spool.max_total_bytes,
+            max_retained_bytes: config.spool.max_retained_bytes,
+            max_server_retained_bytes: config.spool.max_server_retained_bytes,
         },
         kernel_spec: None,
     })

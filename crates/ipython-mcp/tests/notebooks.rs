@@ -467,6 +467,10 @@ async fn notebooks_are_edited_executed_and_saved_as_jupyter_would() {
     );
     assert_eq!(late.structured["saved"], false);
     assert_eq!(late.structured["save_error"]["code"], "revision_conflict");
+    assert_eq!(
+        late.structured["error"]["code"], "revision_conflict",
+        "a failed save is in `error` like any failure: {late:?}"
+    );
     assert_eq!(workspace.read(nb), theirs, "their write stands");
 
     // Sessions: one per notebook; sharing by id; closing.
@@ -1189,5 +1193,302 @@ async fn a_notebook_runs_before_the_default_kernel_is_ready() {
     assert!(ran.ok(), "{ran:?}");
     assert_eq!(ran.structured["result"]["text/plain"], "3");
     assert_eq!(ran.structured["kernel"], "nb-early");
+    server.stop().await;
+}
+
+/// Cells whose outputs the agent's bounded view cuts: a large HTML table (and a result), a
+/// Plotly-style JSON bundle (deep and long), 30 displays, streams between displays.
+const LOSSLESS_CELLS: [&str; 4] = [
+    "from IPython.display import HTML, display\nrows = ''.join('<tr><td>%d</td><td>%s</td></tr>' % (i, 'x' * 20) for i in range(5000))\ndisplay(HTML('<table>' + rows + '</table>'))\nHTML('<p>' + 'y' * 20000 + '</p>')",
+    "from IPython.display import display\nfigure = {'data': [{'type': 'scatter', 'x': list(range(500)), 'y': [i * i for i in range(500)], 'marker': {'line': {'color': {'a': {'b': {'c': {'d': 1}}}}}}}], 'layout': {'title': {'text': 'z' * 10000}}}\ndisplay({'application/vnd.plotly.v1+json': figure, 'text/html': '<div>plot</div>', 'text/plain': '<Figure>'}, raw=True)",
+    "from IPython.display import HTML, display\nfor i in range(30):\n    display(HTML('<p>%d</p>' % i))",
+    "import sys\nprint('before')\nfrom IPython.display import display\ndisplay('between')\nprint('x' * 20000)\nprint('after', file=sys.stderr)",
+];
+
+/// Each cell's outputs, execution counts aside, as Jupyter's `nbformat` reads the file.
+async fn outputs_of(notebook: &Path) -> Value {
+    let (python, deps) = python_with_nbformat().await;
+    let script = r#"
+import json, sys
+import nbformat
+nb = nbformat.read(sys.argv[1], as_version=4)
+cells = []
+for cell in nb.cells:
+    outputs = []
+    for output in cell.get("outputs", []):
+        output.pop("execution_count", None)
+        outputs.append(output)
+    cells.append(outputs)
+print(json.dumps(cells))
+"#;
+    let output = Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .arg(notebook)
+        .env("PYTHONPATH", deps)
+        .output()
+        .expect("python");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("json")
+}
+
+#[tokio::test]
+async fn saved_outputs_are_what_jupyter_nbconvert_saves_not_the_bounded_view() {
+    let mut workspace = Workspace::new();
+    let root = workspace.env();
+    let server = Server::start(Family::Handshake, &[("IPYTHON_MCP_WORKSPACE_ROOT", &root)]).await;
+    let nb = "lossless.ipynb";
+    let cells: Vec<Value> = LOSSLESS_CELLS
+        .iter()
+        .map(|source| json!({"cell_type": "code", "source": source}))
+        .collect();
+    let created = server
+        .call("notebook_create", json!({"path": nb, "cells": cells}))
+        .await;
+    assert!(created.ok(), "{created:?}");
+    // nbconvert runs the same notebook first, before our run writes outputs into it.
+    let theirs_path = workspace.dir.path().join("theirs.ipynb");
+    std::fs::copy(workspace.root().join(nb), &theirs_path).expect("copy");
+    let (python, deps) =
+        support::python_with("nbconvert==7.17.2", "nbconvert", "nbconvert-deps").await;
+    let converted = Command::new(&python)
+        .args([
+            "-m",
+            "nbconvert",
+            "--to",
+            "notebook",
+            "--execute",
+            "--inplace",
+        ])
+        .arg(&theirs_path)
+        .env("PYTHONPATH", &deps)
+        .output()
+        .expect("nbconvert");
+    assert!(
+        converted.status.success(),
+        "nbconvert failed: {}",
+        String::from_utf8_lossy(&converted.stderr)
+    );
+
+    for index in 0..LOSSLESS_CELLS.len() {
+        let run = server
+            .call("notebook_execute_cell", json!({"path": nb, "index": index}))
+            .await;
+        assert!(run.ok(), "{run:?}");
+        assert_eq!(run.structured["saved"], true, "{run:?}");
+        // The agent still gets the bounded view.
+        assert!(
+            run.structured["display_data"]
+                .as_array()
+                .expect("displays")
+                .len()
+                <= 20,
+            "{run:?}"
+        );
+        if index == 2 {
+            assert_eq!(run.structured["display_omitted"], 10);
+        }
+        if index == 0 {
+            assert_eq!(run.structured["truncated"]["display_data"], true);
+        }
+    }
+    workspace.keep(nb);
+    let ours = outputs_of(&workspace.root().join(nb)).await;
+    let theirs = outputs_of(&theirs_path).await;
+    for (index, (ours, theirs)) in ours
+        .as_array()
+        .expect("cells")
+        .iter()
+        .zip(theirs.as_array().expect("cells"))
+        .enumerate()
+    {
+        // Jupyter may split one stream into several outputs where ipykernel flushed; a front
+        // end shows (and JupyterLab saves) them as one.
+        assert_eq!(
+            merged_streams(ours),
+            merged_streams(theirs),
+            "cell {index} is saved as nbconvert saves it"
+        );
+    }
+    assert_eq!(ours[2].as_array().expect("outputs").len(), 30);
+    validate_with_jupyter(&workspace.versions()).await;
+    server.stop().await;
+}
+
+/// Outputs with consecutive stream outputs of one stream joined.
+fn merged_streams(outputs: &Value) -> Vec<Value> {
+    let mut merged: Vec<Value> = Vec::new();
+    for output in outputs.as_array().expect("outputs") {
+        if let Some(last) = merged.last_mut() {
+            if output["output_type"] == "stream"
+                && last["output_type"] == "stream"
+                && last["name"] == output["name"]
+            {
+                let text = format!(
+                    "{}{}",
+                    last["text"].as_str().unwrap_or_default(),
+                    output["text"].as_str().unwrap_or_default()
+                );
+                last["text"] = Value::String(text);
+                continue;
+            }
+        }
+        merged.push(output.clone());
+    }
+    merged
+}
+
+#[tokio::test]
+async fn an_interrupted_cell_is_saved_with_the_kernels_keyboard_interrupt() {
+    let root_dir = Workspace::new();
+    let root = root_dir.env();
+    let server = Server::start(Family::Handshake, &[("IPYTHON_MCP_WORKSPACE_ROOT", &root)]).await;
+    let nb = "stopped.ipynb";
+    assert!(server
+        .call("notebook_create", json!({"path": nb}))
+        .await
+        .ok());
+    let peer = server.client.peer().clone();
+    let running = tokio::spawn(async move {
+        support::call_peer(
+            &peer,
+            "notebook_execute",
+            json!({"path": nb, "code": "import time\nprint('started', flush=True)\ntime.sleep(120)"}),
+        )
+        .await
+    });
+    // Interrupt once the cell is running (its print has arrived).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = server.call("runtime_status", json!({"notebook": nb})).await;
+        let printed = match status.structured["kernel_id"].as_str() {
+            Some(kernel) => {
+                let output = server.call("get_output", json!({"kernel": kernel})).await;
+                output.structured["stdout"] == "started\n"
+            }
+            None => false,
+        };
+        if printed {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the cell never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let interrupted = server.call("interrupt", json!({"notebook": nb})).await;
+    assert!(interrupted.ok(), "{interrupted:?}");
+    let stopped = running.await.expect("join");
+    assert_eq!(stopped.structured["saved"], true, "{stopped:?}");
+    let saved = root_dir.json(nb);
+    let outputs = saved["cells"][0]["outputs"]
+        .as_array()
+        .expect("outputs")
+        .clone();
+    let error = outputs
+        .iter()
+        .find(|output| output["output_type"] == "error")
+        .unwrap_or_else(|| panic!("an error output in {outputs:?}"));
+    assert_eq!(error["ename"], "KeyboardInterrupt", "{error}");
+    let traceback: Vec<&str> = error["traceback"]
+        .as_array()
+        .expect("traceback")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        traceback
+            .iter()
+            .any(|line| line.contains("time.sleep(120)")),
+        "the kernel's own traceback: {traceback:?}"
+    );
+    assert!(
+        !saved.to_string().contains("operation_cancelled"),
+        "no made-up output: {saved}"
+    );
+    assert_eq!(outputs[0]["text"], json!(["started\n"]));
+    server.stop().await;
+}
+
+/// What jupytext writes for the notebook it reads from `file` (the header included).
+async fn jupytext_rewrite(file: &Path) -> String {
+    let (python, deps) =
+        support::python_with("jupytext==1.16.4", "jupytext", "jupytext-deps").await;
+    let script = "import sys, jupytext\nsys.stdout.write(jupytext.writes(jupytext.read(sys.argv[1]), fmt='py:percent'))";
+    let output = Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .arg(file)
+        .env("PYTHONPATH", deps)
+        .output()
+        .expect("python");
+    assert!(
+        output.status.success(),
+        "jupytext failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).expect("utf-8")
+}
+
+#[tokio::test]
+async fn percent_scripts_are_written_byte_for_byte_as_jupytext_writes_them() {
+    let workspace = Workspace::new();
+    let server = Server::start(
+        Family::Handshake,
+        &[("IPYTHON_MCP_WORKSPACE_ROOT", &workspace.env())],
+    )
+    .await;
+    let created = server
+        .call(
+            "notebook_create",
+            json!({"path": "plain.py", "cells": [
+                {"source": "import os\n%time x = 1"},
+                {"cell_type": "markdown", "source": "# Title\n\ntext"},
+                {"source": "def f():\n    return 3", "metadata": {"tags": ["keep"]}},
+            ]}),
+        )
+        .await;
+    assert!(created.ok(), "{created:?}");
+    let ours = String::from_utf8(workspace.read("plain.py")).expect("utf-8");
+    assert_eq!(
+        ours,
+        jupytext_rewrite(&workspace.root().join("plain.py")).await
+    );
+
+    // Values YAML must quote, and the ones it must not.
+    let created = server
+        .call(
+            "notebook_create",
+            json!({"path": "quoted.py", "cells": [{"source": "x = 1"}]}),
+        )
+        .await;
+    assert!(created.ok(), "{created:?}");
+    for (index, kernelspec) in [
+        json!({"display_name": "weird: name #1", "language": "python", "name": "py-3.11"}),
+        json!({"display_name": "3.10", "language": "yes", "name": "-x", "env": {}, "note": "", "x": null}),
+        json!({"display_name": "Python 3 (ipykernel) é ✓", "language": "it's", "name": "[a]", "key with space": "0x1F", "when": "2024-01-02"}),
+        json!({"display_name": "trailing ", "language": "a,b", "name": "@home", "n": "~", "o": "on", "p": "1e3", "q": "1.5e+3"}),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let set = server
+            .call(
+                "notebook_set_metadata",
+                json!({"path": "quoted.py", "metadata": {"kernelspec": kernelspec}}),
+            )
+            .await;
+        assert!(set.ok(), "{set:?}");
+        let ours = String::from_utf8(workspace.read("quoted.py")).expect("utf-8");
+        let quoted = ["display_name: 'weird: name #1'", "display_name: '3.10'", "display_name: \"Python 3 (ipykernel) \\xE9 \\u2713\"", "display_name: 'trailing '"];
+        assert!(ours.contains(quoted[index]), "case {index}: {ours}");
+        assert_eq!(
+            ours,
+            jupytext_rewrite(&workspace.root().join("quoted.py")).await,
+            "case {index}"
+        );
+    }
     server.stop().await;
 }

@@ -764,6 +764,49 @@ class TestKernel:
         finally:
             assert kernel.execute(install % CONFIG, silent=True).reply["content"]["status"] == "ok"
 
+    def test_output_log_keeps_every_output_unbounded_in_order(self, kernel, tmp_path):
+        spool_dir = str(tmp_path)
+        install = "import sys; sys.modules['ipython_mcp_helper'].install(%r)"
+        config = dict(CONFIG, spool_dir=spool_dir, spool_max_bytes=1_000_000)
+        assert kernel.execute(install % config, silent=True).reply["content"]["status"] == "ok"
+        try:
+            code = (
+                "from IPython.display import display, HTML, clear_output\n"
+                "print('a')\n"
+                "for i in range(30): display(HTML('<b>%d</b>' % i + 'x' * 10_000))\n"
+                "print('b')\n"
+                "h = display('old', display_id='d1')\n"
+                "h.update('new')\n"
+                "import sys; print('e', file=sys.stderr)\n"
+                "1 / 0\n"
+            )
+            run = kernel.execute(code)
+            assert len(run.of("display_data")) == CONFIG["max_display_items"]
+            with open(os.path.join(spool_dir, run.msg_id + ".outputs"), "rb") as file:
+                lines = [json.loads(line) for line in file]
+            kinds = [(line["output_type"], line.get("name")) for line in lines]
+            assert kinds == (
+                [("stream", "stdout")]
+                + [("display_data", None)] * 30
+                + [("stream", "stdout"), ("display_data", None), ("update_display_data", None), ("stream", "stderr"), ("error", None)]
+            )
+            assert lines[0]["offset"] == 0 and lines[31]["offset"] == 2
+            assert lines[30]["data"]["text/html"] == "<b>29</b>" + "x" * 10_000
+            assert lines[32]["transient"] == {"display_id": "d1"} and lines[33]["data"]["text/plain"] == "'new'"
+            assert (lines[35]["ename"], lines[35]["evalue"]) == ("ZeroDivisionError", "division by zero")
+            assert len(lines[35]["traceback"]) > 1 and "ZeroDivisionError" in lines[35]["traceback"][-1]
+            assert os.stat(os.path.join(spool_dir, run.msg_id + ".outputs")).st_mode & 0o777 == 0o600
+            # Past its bound the log ends with a marker.
+            big = kernel.execute("from IPython.display import display, HTML\nfor i in range(3): display(HTML('y' * 600_000))")
+            with open(os.path.join(spool_dir, big.msg_id + ".outputs"), "rb") as file:
+                kinds = [json.loads(line)["output_type"] for line in file]
+            assert kinds == ["display_data", "omitted"]
+            # A quiet execution writes no log.
+            quiet = kernel.execute("x = 1")
+            assert not any(name.startswith(quiet.msg_id) for name in os.listdir(spool_dir))
+        finally:
+            assert kernel.execute(install % CONFIG, silent=True).reply["content"]["status"] == "ok"
+
     def test_spool_config_is_checked(self, kernel):
         install = "import sys; sys.modules['ipython_mcp_helper'].install(%r)"
         for bad in ({"spool_dir": "relative/dir"}, {"spool_max_bytes": -1}, {"spool_dir": 3}):
