@@ -1,7 +1,7 @@
 //! Finding, or provisioning, the Python interpreter that the kernel will run on: one that can
 //! import ipykernel.
 //!
-//! [`Resolver::resolve`] tries, in order (SPEC §9):
+//! [`Resolver::resolve`] tries, in order:
 //! 1. the explicit interpreter (`--python` / `IPYTHON_MCP_PYTHON`), used as is; if it cannot
 //!    import ipykernel that is an error saying how to install it, never a silent fallback;
 //! 2. the active virtualenv (`$VIRTUAL_ENV/bin/python`), if it has ipykernel;
@@ -12,7 +12,7 @@
 //!    and reused after with a single probe.
 //!
 //! A configured **named environment** (`<workspace>/<name>`, see `named.rs`) replaces rules
-//! 2–5 (an explicit interpreter still wins, as SPEC §9 orders, e.g. for `kernel_start` with an
+//! 2–5 (an explicit interpreter still wins, e.g. for `kernel_start` with an
 //! interpreter path): it is created from its own configured interpreter, else from `python3`
 //! on PATH, with the configured requirements plus ipykernel, and reused when its recorded
 //! Python version and requirements fingerprint match.

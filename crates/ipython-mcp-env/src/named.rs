@@ -1,4 +1,4 @@
-//! Named environments (SPEC §9): `<workspace>/<name>`, a virtualenv without system site
+//! Named environments: `<workspace>/<name>`, a virtualenv without system site
 //! packages holding the user's pinned requirements plus ipykernel, created once from the
 //! server's chosen Python and reused on every start.
 //!

@@ -1,4 +1,4 @@
-//! End to end: dynamic tools (issue 5) through the real binary — register a live function, see
+//! End to end: dynamic tools through the real binary — register a live function, see
 //! it in tools/list with its generated schema, call it, watch it go stale, and get
 //! `notifications/tools/list_changed` in both protocol families.
 

@@ -1,4 +1,4 @@
-//! End to end: the kernels toolset and long-running work (issue 6) through the real binary —
+//! End to end: the kernels toolset and long-running work through the real binary —
 //! background executions, get_output and its spool paging, callers that stop waiting, several
 //! kernels, kernelspec and venv discovery, a non-Python kernel, max_kernels and idle reaping.
 

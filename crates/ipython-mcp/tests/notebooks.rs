@@ -1,4 +1,4 @@
-//! End to end: the notebooks toolset (issue 9) through the real binary with real kernels —
+//! End to end: the notebooks toolset through the real binary with real kernels —
 //! every tool, path confinement, revisions and conflicts (stale revision, another process
 //! writing during an execution), id stability, crash safety of writes, bounded reads of a big
 //! notebook, and Jupyter's own `nbformat` validating and round-tripping every file written.
