@@ -1,4 +1,4 @@
-//! The named environment settings (SPEC §9): workspace, active environment name, PEP 508
+//! The named environment settings: workspace, active environment name, PEP 508
 //! requirements, and the variables every kernel gets.
 //!
 //! Everything is checked here, before anything is created: the workspace is absolute and

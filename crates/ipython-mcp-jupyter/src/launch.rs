@@ -2,7 +2,7 @@
 //!
 //! We launch `<python> -m ipykernel_launcher -f <conn.json>` ourselves instead of going through
 //! a kernelspec's argv: the crate's kernelspec launcher runs `python` from PATH and does not
-//! substitute `{resource_dir}` (notes/rust-jupyter.md §5.7).
+//! substitute `{resource_dir}`.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -217,8 +217,7 @@ pub(crate) async fn launch(spec: &LaunchSpec, startup_timeout: Duration) -> Resu
                 .args(["-m", "ipykernel_launcher", "-f"])
                 .arg(&connection_file)
                 // History in memory only: on disk it costs ~17 ms on a third of cells, and
-                // `enabled=False` makes ipykernel 7.4 hang at shutdown (notes/rust-jupyter.md
-                // §4, §6).
+                // `enabled=False` makes ipykernel 7.4 hang at shutdown.
                 .args([
                     "--HistoryManager.hist_file=:memory:",
                     "--InteractiveShell.colors=nocolor",

@@ -211,8 +211,8 @@ impl Kernel {
 
     /// Asks the kernel to shut down, waits up to `grace`, then kills its process group.
     ///
-    /// Always ends with the process reaped: ipykernel can hang after `shutdown_reply`
-    /// (notes/rust-jupyter.md §6), so the kill is not optional.
+    /// Always ends with the process reaped: ipykernel can hang after `shutdown_reply`,
+    /// so the kill is not optional.
     pub async fn shutdown(&self, grace: Duration) {
         let mut exit = self.exit_watch();
         if exit.borrow().is_none() {

@@ -564,7 +564,7 @@ def _error_reply(request_id, code, message, fields=None, partial=None):
 # a user object that can run user code (repr, getattr, __doc__, signatures, isinstance through
 # a __class__ property) is guarded: a hostile object gives a placeholder, never a crash.
 
-# IPython's own bindings in user_ns, protected as SPEC §5 lists them.
+# IPython's own bindings in user_ns, protected as the README lists them.
 IPYTHON_BINDINGS = frozenset(("In", "Out", "get_ipython", "exit", "quit", "open"))
 
 _MISSING = object()
@@ -1422,7 +1422,7 @@ METHODS.update(
 # Dynamic tools: input schemas from signatures, the catalog and its reconciliation
 # --------------------------------------------------------------------------------------------
 #
-# ``register_tool`` publishes a live top-level callable as an MCP tool (SPEC §6). The helper
+# ``register_tool`` publishes a live top-level callable as an MCP tool. The helper
 # owns the truth about it: the input schema is generated here from the signature, and every
 # ``tool_catalog`` and ``call_tool`` revalidates the registration against the live namespace.
 # The server keeps a mirror for ``tools/list`` and bumps its revision when ``changed`` says so.
@@ -1442,7 +1442,7 @@ METHODS.update(
 #   result_not_json.
 # * ``reset`` also drops the catalog and reports how many tools in "tools_dropped".
 
-# Limits the server sends with every register_tool (SPEC §11 defaults when absent).
+# Limits the server sends with every register_tool (defaults when absent).
 TOOL_LIMIT_KEYS = (
     ("max_tool_name_chars", 64),
     ("max_tool_description_chars", 1024),
@@ -2164,7 +2164,7 @@ class ToolRegistration:
         self.value = self.token = self.signature = None
 
     def revalidate(self, user_ns):
-        """``(live, reason, signature)`` against the live namespace (SPEC §6).
+        """``(live, reason, signature)`` against the live namespace.
 
         Live iff the backing name is bound to a callable whose current input schema has the
         registered fingerprint. When it is the same object as last time with the same
@@ -2266,7 +2266,7 @@ def default_description(name, value, max_chars):
 
 
 def _method_register_tool(params):
-    """Publishes the callable bound to ``name`` as tool ``tool_name`` (SPEC §6).
+    """Publishes the callable bound to ``name`` as tool ``tool_name``.
 
     Checks in this order, and a rejection changes nothing: ``invalid_name`` (not a top-level
     identifier), ``protected_name``, ``name_not_found``, ``not_callable``, ``invalid_name``

@@ -2,8 +2,8 @@
 //! user's choice (`kernel_start`'s `spec`) into how a session starts its kernels.
 //!
 //! Written here rather than taken from the runtimed crates: their discovery misses venv
-//! kernels, shells out to `jupyter --paths` (86 ms) and runs `argv[0] = "python"` from PATH
-//! (notes/rust-jupyter.md §5.7). A kernelspec is a small JSON file; reading the standard
+//! kernels, shells out to `jupyter --paths` (86 ms) and runs `argv[0] = "python"` from PATH.
+//! A kernelspec is a small JSON file; reading the standard
 //! directories ourselves is simpler and re-scans cheaply on every call.
 
 use std::collections::BTreeMap;

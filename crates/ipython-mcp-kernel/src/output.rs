@@ -1,5 +1,5 @@
-//! What an execution produced, bounded and ready to serialize: the `execute` result shape of
-//! SPEC §5, independent of MCP.
+//! What an execution produced, bounded and ready to serialize: the `execute` result shape
+//! (README, "Tools"), independent of MCP.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -39,7 +39,7 @@ pub enum NamespaceOutcome {
     Unknown,
 }
 
-/// A structured failure, as SPEC §10 lists them.
+/// A structured failure, as the README lists them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ErrorInfo {
     pub code: String,

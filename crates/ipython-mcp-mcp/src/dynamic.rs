@@ -1,4 +1,4 @@
-//! Dynamic tools (SPEC §6): live Python callables published as MCP tools.
+//! Dynamic tools: live Python callables published as MCP tools.
 //!
 //! The registry of record lives in each kernel (the helper's catalog: schemas, fingerprints,
 //! liveness against the current binding). The server keeps a snapshot per session so

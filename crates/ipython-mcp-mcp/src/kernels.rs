@@ -1,4 +1,4 @@
-//! The kernels toolset (SPEC §7) and `get_output`: discovering kernelspecs and project venvs,
+//! The kernels toolset and `get_output`: discovering kernelspecs and project venvs,
 //! starting, listing and stopping sessions, and reading (or paging through) the output of
 //! executions that are still running or whose caller stopped waiting.
 

@@ -1,4 +1,4 @@
-//! The namespace tools (SPEC §5): list, search, inspect, call_function, reload, remove, reset.
+//! The namespace tools: list, search, inspect, call_function, reload, remove, reset.
 //!
 //! Each is one helper RPC through the session queue (so it is serialized with executions and
 //! bounded by the same deadline and recovery rules). The helper's JSON is checked against the

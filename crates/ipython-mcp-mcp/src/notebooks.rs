@@ -1,4 +1,4 @@
-//! The notebooks toolset (issue 9): create, read, edit and execute `.ipynb` files inside the
+//! The notebooks toolset: create, read, edit and execute `.ipynb` files inside the
 //! workspace root, with SHA-256 revisions for optimistic concurrency and one kernel session per
 //! notebook. File work happens in `ipython-mcp-notebook` (on the blocking pool); this module
 //! checks arguments, picks sessions, turns executions into saved outputs and bounds what goes

@@ -1,6 +1,6 @@
 //! Every connected client that can be told the tool list changed, in both protocol families.
 //!
-//! rmcp delivers `notifications/tools/list_changed` two ways (notes/rmcp.md §5, §9): a
+//! rmcp delivers `notifications/tools/list_changed` two ways: a
 //! handshake-era client (up to 2025-11-25) through its `Peer`, kept from `on_initialized`; a
 //! 2026-07-28 client only through the `SubscriptionSink` of its open `subscriptions/listen`
 //! request. rmcp keeps neither across connections, so the server keeps them here, shared by every

@@ -1,5 +1,5 @@
 """Tests of the helper's dynamic tools: schema generation, the catalog and its reconciliation,
-and calls (SPEC §6).
+and calls.
 
 Most tests drive the RPC methods (``register_tool``, ``unregister_tool``, ``tool_catalog``,
 ``call_tool``, ``reset``) through ``handle_request`` with a fake installation around a plain
