@@ -95,8 +95,8 @@ fn invalid(setting: Setting, problem: String) -> Error {
     }
 }
 
-fn given(setting: Setting, raw: &Option<String>) -> Result<Option<String>, Error> {
-    match raw {
+fn given(raw: &RawConfig, setting: Setting) -> Result<Option<String>, Error> {
+    match raw.get(setting) {
         None => Ok(None),
         Some(value) if value.trim().is_empty() => Err(Error::Empty {
             env: setting.env,
@@ -108,9 +108,9 @@ fn given(setting: Setting, raw: &Option<String>) -> Result<Option<String>, Error
 
 /// The named environment, if the workspace and the name are both given.
 pub(crate) fn named(raw: &RawConfig) -> Result<Option<NamedEnvironment>, Error> {
-    let workspace = given(ENVIRONMENT_WORKSPACE, &raw.environment_workspace)?;
-    let name = given(ACTIVE_ENVIRONMENT, &raw.active_environment)?;
-    let requirements = given(ENVIRONMENT_REQUIREMENTS, &raw.environment_requirements)?;
+    let workspace = given(raw, ENVIRONMENT_WORKSPACE)?;
+    let name = given(raw, ACTIVE_ENVIRONMENT)?;
+    let requirements = given(raw, ENVIRONMENT_REQUIREMENTS)?;
     let (workspace, name) = match (workspace, name) {
         (None, None) => {
             if requirements.is_some() {
@@ -412,7 +412,7 @@ fn normalize_name(name: &str) -> String {
 }
 
 pub(crate) fn variables(raw: &RawConfig) -> Result<Variables, Error> {
-    let Some(json) = given(ENVIRONMENT_VARIABLES, &raw.environment_variables)? else {
+    let Some(json) = given(raw, ENVIRONMENT_VARIABLES)? else {
         return Ok(Variables::default());
     };
     // Values never appear in these messages: they may be secrets.
@@ -477,7 +477,7 @@ pub(crate) fn variables(raw: &RawConfig) -> Result<Variables, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Config;
+    use crate::{Config, PYTHON};
 
     fn check(input: &str, expect: Result<&str, &str>) {
         let got = canonical_requirement(input);
@@ -556,14 +556,14 @@ mod tests {
             ..Default::default()
         };
         for (key, value) in pairs {
-            let value = Some((*value).to_owned());
-            match *key {
-                "workspace" => raw.environment_workspace = value,
-                "name" => raw.active_environment = value,
-                "requirements" => raw.environment_requirements = value,
-                "variables" => raw.environment_variables = value,
+            let setting = match *key {
+                "workspace" => ENVIRONMENT_WORKSPACE,
+                "name" => ACTIVE_ENVIRONMENT,
+                "requirements" => ENVIRONMENT_REQUIREMENTS,
+                "variables" => ENVIRONMENT_VARIABLES,
                 other => panic!("unknown key {other}"),
-            }
+            };
+            raw.set(setting, *value);
         }
         raw
     }
@@ -600,7 +600,7 @@ mod tests {
         );
         assert_eq!(named.python, None);
         let mut with_python = raw(&[("workspace", "/srv/envs"), ("name", "a")]);
-        with_python.python = Some("/usr/bin/python3.12".to_owned());
+        with_python.set(PYTHON, "/usr/bin/python3.12");
         let config = Config::from_raw(&with_python).expect("valid");
         assert_eq!(config.python, None, "not the kernel's interpreter");
         assert_eq!(

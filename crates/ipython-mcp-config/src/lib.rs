@@ -6,8 +6,9 @@
 //! the binary sees clap, and nothing here touches tokio or the process environment, so every
 //! rule is a plain unit test.
 //!
-//! The table of settings ([`SETTINGS`]) is the single source of names, variables and defaults:
-//! the CLI, the README table and the error messages all come from it.
+//! The table of settings ([`SETTINGS`]) is the single place a setting is declared: the CLI is
+//! built from it, [`RawConfig`] is keyed by it, the typed defaults are its default texts parsed
+//! like given values, and the README table and the error messages name what it names.
 
 mod environment;
 mod redact;
@@ -29,164 +30,162 @@ pub struct Setting {
     pub flag: &'static str,
     /// The default as text, exactly as the README shows it.
     pub default: &'static str,
+    /// How the command line takes it.
+    pub kind: Kind,
+    /// What `--help` calls its value (`N`, `SECONDS`, `stdio|http`, …).
+    pub value_name: &'static str,
     /// One line for `--help` and the README.
     pub help: &'static str,
 }
 
+/// How a setting appears on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `--flag VALUE`.
+    Value,
+    /// `--flag VALUE`, and `--help` never shows the variable's value (tokens, requirements).
+    Secret,
+    /// `--flag` alone means true; `--flag false` is allowed too.
+    Switch,
+}
+
 macro_rules! settings {
-    ($($ident:ident = ($name:literal, $env:literal, $flag:literal, $default:literal, $help:literal);)*) => {
+    ($($ident:ident = ($name:literal, $env:literal, $flag:literal, $default:literal, $kind:ident, $value_name:literal, $help:literal);)*) => {
         /// Every setting, in documentation order.
         pub const SETTINGS: &[Setting] = &[$($ident),*];
         $(
             #[doc = $help]
-            pub const $ident: Setting = Setting { name: $name, env: $env, flag: $flag, default: $default, help: $help };
+            pub const $ident: Setting = Setting {
+                name: $name,
+                env: $env,
+                flag: $flag,
+                default: $default,
+                kind: Kind::$kind,
+                value_name: $value_name,
+                help: $help,
+            };
         )*
     };
 }
 
 settings! {
-    MAX_TEXT_CHARS = ("max_text_chars", "IPYTHON_MCP_MAX_TEXT_CHARS", "max-text-chars", "8192",
+    MAX_TEXT_CHARS = ("max_text_chars", "IPYTHON_MCP_MAX_TEXT_CHARS", "max-text-chars", "8192", Value, "N",
         "Characters of stdout and of stderr kept per execution; the rest is counted, not returned");
-    MAX_TRACEBACK_CHARS = ("max_traceback_chars", "IPYTHON_MCP_MAX_TRACEBACK_CHARS", "max-traceback-chars", "4096",
+    MAX_TRACEBACK_CHARS = ("max_traceback_chars", "IPYTHON_MCP_MAX_TRACEBACK_CHARS", "max-traceback-chars", "4096", Value, "N",
         "Characters of an error traceback returned (ANSI escapes stripped)");
-    MAX_REPR_CHARS = ("max_repr_chars", "IPYTHON_MCP_MAX_REPR_CHARS", "max-repr-chars", "1024",
+    MAX_REPR_CHARS = ("max_repr_chars", "IPYTHON_MCP_MAX_REPR_CHARS", "max-repr-chars", "1024", Value, "N",
         "Characters of a representation, signature or docstring returned by list, search and inspect");
-    MAX_RESULTS = ("max_results", "IPYTHON_MCP_MAX_RESULTS", "max-results", "100",
+    MAX_RESULTS = ("max_results", "IPYTHON_MCP_MAX_RESULTS", "max-results", "100", Value, "N",
         "Items kept per JSON array or object in displays and results");
-    MAX_DISPLAY_ITEMS = ("max_display_items", "IPYTHON_MCP_MAX_DISPLAY_ITEMS", "max-display-items", "20",
+    MAX_DISPLAY_ITEMS = ("max_display_items", "IPYTHON_MCP_MAX_DISPLAY_ITEMS", "max-display-items", "20", Value, "N",
         "Rich display items kept per execution; later ones are counted in display_omitted");
-    MAX_JSON_DEPTH = ("max_json_depth", "IPYTHON_MCP_MAX_JSON_DEPTH", "max-json-depth", "6",
+    MAX_JSON_DEPTH = ("max_json_depth", "IPYTHON_MCP_MAX_JSON_DEPTH", "max-json-depth", "6", Value, "N",
         "Nesting depth kept in JSON payloads of displays and results");
-    MAX_IMAGE_BYTES = ("max_image_bytes", "IPYTHON_MCP_MAX_IMAGE_BYTES", "max-image-bytes", "1048576",
+    MAX_IMAGE_BYTES = ("max_image_bytes", "IPYTHON_MCP_MAX_IMAGE_BYTES", "max-image-bytes", "1048576", Value, "N",
         "Largest image (decoded bytes) returned as MCP image content");
-    OPERATION_TIMEOUT = ("operation_timeout_seconds", "IPYTHON_MCP_OPERATION_TIMEOUT_SECONDS", "operation-timeout-seconds", "30",
+    OPERATION_TIMEOUT = ("operation_timeout_seconds", "IPYTHON_MCP_OPERATION_TIMEOUT_SECONDS", "operation-timeout-seconds", "30", Value, "SECONDS",
         "Default deadline of one operation, counted from dispatch (queue time excluded)");
-    MAX_TIMEOUT = ("max_timeout_seconds", "IPYTHON_MCP_MAX_TIMEOUT_SECONDS", "max-timeout-seconds", "3600",
+    MAX_TIMEOUT = ("max_timeout_seconds", "IPYTHON_MCP_MAX_TIMEOUT_SECONDS", "max-timeout-seconds", "3600", Value, "SECONDS",
         "Largest timeout_seconds an execute call may ask for");
-    INTERRUPTION_GRACE = ("interruption_grace_seconds", "IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS", "interruption-grace-seconds", "2",
+    INTERRUPTION_GRACE = ("interruption_grace_seconds", "IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS", "interruption-grace-seconds", "2", Value, "SECONDS",
         "How long an interrupted operation may take to stop before its kernel is replaced");
-    WORKER_STARTUP_TIMEOUT = ("worker_startup_timeout_seconds", "IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "worker-startup-timeout-seconds", "10",
+    WORKER_STARTUP_TIMEOUT = ("worker_startup_timeout_seconds", "IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "worker-startup-timeout-seconds", "10", Value, "SECONDS",
         "Bound on starting one kernel (process spawn to a ready helper)");
-    MAX_PENDING_OPERATIONS = ("max_pending_operations", "IPYTHON_MCP_MAX_PENDING_OPERATIONS", "max-pending-operations", "32",
+    MAX_PENDING_OPERATIONS = ("max_pending_operations", "IPYTHON_MCP_MAX_PENDING_OPERATIONS", "max-pending-operations", "32", Value, "N",
         "Operations that may wait for a busy kernel (the running one not counted); more get runtime_busy");
-    QUEUE_WAIT_TIMEOUT = ("queue_wait_timeout_seconds", "IPYTHON_MCP_QUEUE_WAIT_TIMEOUT_SECONDS", "queue-wait-timeout-seconds", "30",
+    QUEUE_WAIT_TIMEOUT = ("queue_wait_timeout_seconds", "IPYTHON_MCP_QUEUE_WAIT_TIMEOUT_SECONDS", "queue-wait-timeout-seconds", "30", Value, "SECONDS",
         "How long an operation may wait in the queue before it gets queue_timeout (nothing runs)");
-    SPARE_KERNELS = ("spare_kernels", "IPYTHON_MCP_SPARE_KERNELS", "spare-kernels", "1",
+    SPARE_KERNELS = ("spare_kernels", "IPYTHON_MCP_SPARE_KERNELS", "spare-kernels", "1", Value, "N",
         "Warm spare kernels kept ready per session so a replacement costs milliseconds (0 disables)");
-    PROVISION_TIMEOUT = ("provision_timeout_seconds", "IPYTHON_MCP_PROVISION_TIMEOUT_SECONDS", "provision-timeout-seconds", "600",
+    PROVISION_TIMEOUT = ("provision_timeout_seconds", "IPYTHON_MCP_PROVISION_TIMEOUT_SECONDS", "provision-timeout-seconds", "600", Value, "SECONDS",
         "Bound on creating a managed environment (the default one, or a named one with its requirements)");
-    MAX_KERNELS = ("max_kernels", "IPYTHON_MCP_MAX_KERNELS", "max-kernels", "8",
+    MAX_KERNELS = ("max_kernels", "IPYTHON_MCP_MAX_KERNELS", "max-kernels", "8", Value, "N",
         "Kernel sessions that may run at once, `default` included (kernel_start refuses more)");
-    KERNEL_IDLE_TIMEOUT = ("kernel_idle_timeout_seconds", "IPYTHON_MCP_KERNEL_IDLE_TIMEOUT_SECONDS", "kernel-idle-timeout-seconds", "900",
+    KERNEL_IDLE_TIMEOUT = ("kernel_idle_timeout_seconds", "IPYTHON_MCP_KERNEL_IDLE_TIMEOUT_SECONDS", "kernel-idle-timeout-seconds", "900", Value, "SECONDS",
         "Idle time after which a started (non-default) kernel session is stopped");
-    MAX_SPOOL_EXECUTION_BYTES = ("max_spool_execution_bytes", "IPYTHON_MCP_MAX_SPOOL_EXECUTION_BYTES", "max-spool-execution-bytes", "268435456",
+    MAX_SPOOL_EXECUTION_BYTES = ("max_spool_execution_bytes", "IPYTHON_MCP_MAX_SPOOL_EXECUTION_BYTES", "max-spool-execution-bytes", "268435456", Value, "BYTES",
         "Bytes of each stream of each execution kept on disk for get_output paging (0 disables the spool)");
-    MAX_SPOOL_BYTES = ("max_spool_bytes", "IPYTHON_MCP_MAX_SPOOL_BYTES", "max-spool-bytes", "1073741824",
+    MAX_SPOOL_BYTES = ("max_spool_bytes", "IPYTHON_MCP_MAX_SPOOL_BYTES", "max-spool-bytes", "1073741824", Value, "BYTES",
         "Bytes of spooled output kept per kernel session; the oldest executions' files are deleted first");
-    MAX_RETAINED_OUTPUT_BYTES = ("max_retained_output_bytes", "IPYTHON_MCP_MAX_RETAINED_OUTPUT_BYTES", "max-retained-output-bytes", "67108864",
+    MAX_RETAINED_OUTPUT_BYTES = ("max_retained_output_bytes", "IPYTHON_MCP_MAX_RETAINED_OUTPUT_BYTES", "max-retained-output-bytes", "67108864", Value, "BYTES",
         "Bytes of finished executions' output a kernel session keeps in memory for get_output (large displays live in the spool); the oldest are forgotten first");
-    MAX_SERVER_RETAINED_OUTPUT_BYTES = ("max_server_retained_output_bytes", "IPYTHON_MCP_MAX_SERVER_RETAINED_OUTPUT_BYTES", "max-server-retained-output-bytes", "268435456",
+    MAX_SERVER_RETAINED_OUTPUT_BYTES = ("max_server_retained_output_bytes", "IPYTHON_MCP_MAX_SERVER_RETAINED_OUTPUT_BYTES", "max-server-retained-output-bytes", "268435456", Value, "BYTES",
         "Bytes of finished executions' output all kernel sessions together keep in memory; the oldest are forgotten first");
-    MAX_TOOL_NAME_CHARS = ("max_tool_name_chars", "IPYTHON_MCP_MAX_TOOL_NAME_CHARS", "max-tool-name-chars", "64",
+    MAX_TOOL_NAME_CHARS = ("max_tool_name_chars", "IPYTHON_MCP_MAX_TOOL_NAME_CHARS", "max-tool-name-chars", "64", Value, "N",
         "Longest name of a dynamic tool");
-    MAX_TOOL_DESCRIPTION_CHARS = ("max_tool_description_chars", "IPYTHON_MCP_MAX_TOOL_DESCRIPTION_CHARS", "max-tool-description-chars", "1024",
+    MAX_TOOL_DESCRIPTION_CHARS = ("max_tool_description_chars", "IPYTHON_MCP_MAX_TOOL_DESCRIPTION_CHARS", "max-tool-description-chars", "1024", Value, "N",
         "Longest description of a dynamic tool");
-    MAX_DYNAMIC_TOOLS = ("max_dynamic_tools", "IPYTHON_MCP_MAX_DYNAMIC_TOOLS", "max-dynamic-tools", "100",
+    MAX_DYNAMIC_TOOLS = ("max_dynamic_tools", "IPYTHON_MCP_MAX_DYNAMIC_TOOLS", "max-dynamic-tools", "100", Value, "N",
         "Dynamic tools registered at once, across all kernels");
-    PYTHON = ("python", "IPYTHON_MCP_PYTHON", "python", "found (see README)",
+    PYTHON = ("python", "IPYTHON_MCP_PYTHON", "python", "found (see README)", Value, "PATH",
         "Python interpreter for the default kernel; it must have ipykernel");
-    LIBRARY_PATHS = ("library_paths", "IPYTHON_MCP_LIBRARY_PATHS", "library-paths", "none",
+    LIBRARY_PATHS = ("library_paths", "IPYTHON_MCP_LIBRARY_PATHS", "library-paths", "none", Value, "DIRS",
         "Trusted library directories (absolute, separated by ':') prepended to the kernel's sys.path");
-    PRELOAD_MODULES = ("preload_modules", "IPYTHON_MCP_PRELOAD_MODULES", "preload-modules", "none",
+    PRELOAD_MODULES = ("preload_modules", "IPYTHON_MCP_PRELOAD_MODULES", "preload-modules", "none", Value, "MODULES",
         "Comma-separated modules imported into every kernel at start (and after every reset or replacement)");
-    MODULE_ALIASES = ("module_aliases", "IPYTHON_MCP_MODULE_ALIASES", "module-aliases", "none",
+    MODULE_ALIASES = ("module_aliases", "IPYTHON_MCP_MODULE_ALIASES", "module-aliases", "none", Value, "JSON",
         "JSON object mapping modules to the names they are bound to, e.g. {\"numpy\": \"np\"}");
-    ENVIRONMENT_WORKSPACE = ("environment_workspace", "IPYTHON_MCP_ENVIRONMENT_WORKSPACE", "environment-workspace", "none",
+    ENVIRONMENT_WORKSPACE = ("environment_workspace", "IPYTHON_MCP_ENVIRONMENT_WORKSPACE", "environment-workspace", "none", Value, "DIR",
         "Absolute directory outside the project where named environments live (needs IPYTHON_MCP_ACTIVE_ENVIRONMENT)");
-    ACTIVE_ENVIRONMENT = ("active_environment", "IPYTHON_MCP_ACTIVE_ENVIRONMENT", "active-environment", "none",
+    ACTIVE_ENVIRONMENT = ("active_environment", "IPYTHON_MCP_ACTIVE_ENVIRONMENT", "active-environment", "none", Value, "NAME",
         "Named environment the kernels run in (letters, digits, '.', '_', '-'), created in the workspace on first use and reused after");
-    ENVIRONMENT_REQUIREMENTS = ("environment_requirements", "IPYTHON_MCP_ENVIRONMENT_REQUIREMENTS", "environment-requirements", "none",
+    ENVIRONMENT_REQUIREMENTS = ("environment_requirements", "IPYTHON_MCP_ENVIRONMENT_REQUIREMENTS", "environment-requirements", "none", Secret, "JSON",
         "JSON array of PEP 508 requirements installed into the active environment, e.g. [\"six==1.16.0\"]");
-    ENVIRONMENT_VARIABLES = ("environment_variables", "IPYTHON_MCP_ENVIRONMENT_VARIABLES", "environment-variables", "none",
+    ENVIRONMENT_VARIABLES = ("environment_variables", "IPYTHON_MCP_ENVIRONMENT_VARIABLES", "environment-variables", "none", Secret, "JSON",
         "JSON object of environment variables set in every kernel before preloads, e.g. {\"TASK_MODE\": \"offline\"}");
-    TOOLSETS = ("toolsets", "IPYTHON_MCP_TOOLSETS", "toolsets", "all",
+    TOOLSETS = ("toolsets", "IPYTHON_MCP_TOOLSETS", "toolsets", "all", Value, "SETS",
         "Comma-separated groups of tools to offer besides the core ones: namespace, kernels, dynamic, notebooks (or all)");
-    WORKSPACE_ROOT = ("workspace_root", "IPYTHON_MCP_WORKSPACE_ROOT", "workspace-root", "the working directory",
+    WORKSPACE_ROOT = ("workspace_root", "IPYTHON_MCP_WORKSPACE_ROOT", "workspace-root", "the working directory", Value, "DIR",
         "Directory every notebook path is relative to; notebook tools never read or write outside it");
-    CACHE_DIR = ("cache_dir", "IPYTHON_MCP_CACHE_DIR", "cache-dir", "$XDG_CACHE_HOME/ipython-mcp or ~/.cache/ipython-mcp",
+    CACHE_DIR = ("cache_dir", "IPYTHON_MCP_CACHE_DIR", "cache-dir", "$XDG_CACHE_HOME/ipython-mcp or ~/.cache/ipython-mcp", Value, "DIR",
         "Where the managed default environment lives");
-    LOG = ("log", "IPYTHON_MCP_LOG", "log", "info",
+    LOG = ("log", "IPYTHON_MCP_LOG", "log", "info", Value, "FILTER",
         "Log filter for stderr (tracing EnvFilter syntax, e.g. info or ipython_mcp_kernel=debug)");
-    TRANSPORT = ("transport", "IPYTHON_MCP_TRANSPORT", "transport", "stdio",
+    TRANSPORT = ("transport", "IPYTHON_MCP_TRANSPORT", "transport", "stdio", Value, "stdio|http",
         "How clients connect: stdio (the client starts the server) or http (Streamable HTTP at /mcp)");
-    HOST = ("host", "IPYTHON_MCP_HOST", "host", "127.0.0.1",
+    HOST = ("host", "IPYTHON_MCP_HOST", "host", "127.0.0.1", Value, "ADDRESS",
         "Address the HTTP transport listens on; a non-loopback address also needs --allow-remote");
-    PORT = ("port", "IPYTHON_MCP_PORT", "port", "8765",
+    PORT = ("port", "IPYTHON_MCP_PORT", "port", "8765", Value, "PORT",
         "TCP port of the HTTP transport (0 picks a free port; the URL is printed at start)");
-    HTTP_TOKEN = ("http_token", "IPYTHON_MCP_HTTP_TOKEN", "http-token", "generated",
+    HTTP_TOKEN = ("http_token", "IPYTHON_MCP_HTTP_TOKEN", "http-token", "generated", Secret, "TOKEN",
         "Bearer token every HTTP request must carry (at least 16 characters, no spaces); without it or a token file, one is generated and printed to stderr");
-    HTTP_TOKEN_FILE = ("http_token_file", "IPYTHON_MCP_HTTP_TOKEN_FILE", "http-token-file", "none",
+    HTTP_TOKEN_FILE = ("http_token_file", "IPYTHON_MCP_HTTP_TOKEN_FILE", "http-token-file", "none", Value, "PATH",
         "File whose first line is the bearer token (keeps it out of the environment and the process list)");
-    HTTP_ALLOWED_ORIGINS = ("http_allowed_origins", "IPYTHON_MCP_HTTP_ALLOWED_ORIGINS", "http-allowed-origins", "loopback",
+    HTTP_ALLOWED_ORIGINS = ("http_allowed_origins", "IPYTHON_MCP_HTTP_ALLOWED_ORIGINS", "http-allowed-origins", "loopback", Value, "ORIGINS",
         "Comma-separated browser origins allowed to call the HTTP transport (scheme://host:port, :* for any port); requests from other origins get 403; the default allows http(s)://localhost, 127.0.0.1 and [::1] on any port");
-    HTTP_ALLOWED_HOSTS = ("http_allowed_hosts", "IPYTHON_MCP_HTTP_ALLOWED_HOSTS", "http-allowed-hosts", "loopback",
+    HTTP_ALLOWED_HOSTS = ("http_allowed_hosts", "IPYTHON_MCP_HTTP_ALLOWED_HOSTS", "http-allowed-hosts", "loopback", Value, "HOSTS",
         "Comma-separated extra Host header values accepted (host or host:port), for a server reached by name; localhost, 127.0.0.1, ::1 and the --host address are always accepted");
-    ALLOW_REMOTE = ("allow_remote", "IPYTHON_MCP_ALLOW_REMOTE", "allow-remote", "false",
+    ALLOW_REMOTE = ("allow_remote", "IPYTHON_MCP_ALLOW_REMOTE", "allow-remote", "false", Switch, "true|false",
         "Allow --host to be a non-loopback address, so other machines can connect (the token is still required)");
 }
 
-/// Raw, unvalidated values as the user gave them (flag or environment variable).
+/// Raw, unvalidated values as the user gave them (flag or environment variable), by setting.
 ///
-/// `None` means "not given": the documented default applies.
+/// A setting not given has no value: its default from [`SETTINGS`] applies.
 #[derive(Debug, Clone, Default)]
 pub struct RawConfig {
-    pub max_text_chars: Option<String>,
-    pub max_traceback_chars: Option<String>,
-    pub max_repr_chars: Option<String>,
-    pub max_results: Option<String>,
-    pub max_display_items: Option<String>,
-    pub max_json_depth: Option<String>,
-    pub max_image_bytes: Option<String>,
-    pub operation_timeout_seconds: Option<String>,
-    pub max_timeout_seconds: Option<String>,
-    pub interruption_grace_seconds: Option<String>,
-    pub worker_startup_timeout_seconds: Option<String>,
-    pub max_pending_operations: Option<String>,
-    pub spare_kernels: Option<String>,
-    pub queue_wait_timeout_seconds: Option<String>,
-    pub provision_timeout_seconds: Option<String>,
-    pub max_kernels: Option<String>,
-    pub kernel_idle_timeout_seconds: Option<String>,
-    pub max_spool_execution_bytes: Option<String>,
-    pub max_spool_bytes: Option<String>,
-    pub max_retained_output_bytes: Option<String>,
-    pub max_server_retained_output_bytes: Option<String>,
-    pub max_tool_name_chars: Option<String>,
-    pub max_tool_description_chars: Option<String>,
-    pub max_dynamic_tools: Option<String>,
-    pub python: Option<String>,
-    pub library_paths: Option<String>,
-    pub preload_modules: Option<String>,
-    pub module_aliases: Option<String>,
-    pub environment_workspace: Option<String>,
-    pub active_environment: Option<String>,
-    pub environment_requirements: Option<String>,
-    pub environment_variables: Option<String>,
-    pub workspace_root: Option<String>,
-    pub toolsets: Option<String>,
-    pub cache_dir: Option<String>,
-    pub log: Option<String>,
+    values: std::collections::BTreeMap<&'static str, String>,
     /// Not a setting: the server's working directory (the project). When given, the
     /// environment workspace must lie outside it.
     pub working_dir: Option<PathBuf>,
-    pub transport: Option<String>,
-    pub host: Option<String>,
-    pub port: Option<String>,
-    pub http_token: Option<String>,
-    pub http_token_file: Option<String>,
-    pub http_allowed_origins: Option<String>,
-    pub http_allowed_hosts: Option<String>,
-    pub allow_remote: Option<String>,
+}
+
+impl RawConfig {
+    /// Records the value given for `setting`.
+    pub fn set(&mut self, setting: Setting, value: impl Into<String>) {
+        self.values.insert(setting.name, value.into());
+    }
+
+    /// `self` with the value of `setting` given.
+    pub fn with(mut self, setting: Setting, value: impl Into<String>) -> RawConfig {
+        self.set(setting, value);
+        self
+    }
+
+    /// The value given for `setting`, if any.
+    pub fn get(&self, setting: Setting) -> Option<&str> {
+        self.values.get(setting.name).map(String::as_str)
+    }
 }
 
 /// Bounds on everything that crosses from a kernel to an agent.
@@ -202,16 +201,9 @@ pub struct OutputLimits {
 }
 
 impl Default for OutputLimits {
+    /// The defaults of [`SETTINGS`].
     fn default() -> Self {
-        OutputLimits {
-            max_text_chars: 8192,
-            max_traceback_chars: 4096,
-            max_repr_chars: 1024,
-            max_results: 100,
-            max_display_items: 20,
-            max_json_depth: 6,
-            max_image_bytes: 1_048_576,
-        }
+        Config::default().limits
     }
 }
 
@@ -226,14 +218,9 @@ pub struct Timeouts {
 }
 
 impl Default for Timeouts {
+    /// The defaults of [`SETTINGS`].
     fn default() -> Self {
-        Timeouts {
-            operation: Duration::from_secs(30),
-            max_operation: Duration::from_secs(3600),
-            interruption_grace: Duration::from_secs(2),
-            kernel_startup: Duration::from_secs(10),
-            provision: Duration::from_secs(600),
-        }
+        Config::default().timeouts
     }
 }
 
@@ -249,17 +236,16 @@ pub struct QueueLimits {
 pub struct Spares(pub usize);
 
 impl Default for Spares {
+    /// The defaults of [`SETTINGS`].
     fn default() -> Self {
-        Spares(1)
+        Config::default().spares
     }
 }
 
 impl Default for QueueLimits {
+    /// The defaults of [`SETTINGS`].
     fn default() -> Self {
-        QueueLimits {
-            max_pending: 32,
-            queue_wait: Duration::from_secs(30),
-        }
+        Config::default().queue
     }
 }
 
@@ -273,11 +259,9 @@ pub struct KernelLimits {
 }
 
 impl Default for KernelLimits {
+    /// The defaults of [`SETTINGS`].
     fn default() -> Self {
-        KernelLimits {
-            max_kernels: 8,
-            idle_timeout: Duration::from_secs(900),
-        }
+        Config::default().kernels
     }
 }
 
@@ -295,13 +279,9 @@ pub struct SpoolBounds {
 }
 
 impl Default for SpoolBounds {
+    /// The defaults of [`SETTINGS`].
     fn default() -> Self {
-        SpoolBounds {
-            max_execution_bytes: 256 * 1024 * 1024,
-            max_total_bytes: 1024 * 1024 * 1024,
-            max_retained_bytes: 64 * 1024 * 1024,
-            max_server_retained_bytes: 256 * 1024 * 1024,
-        }
+        Config::default().spool
     }
 }
 
@@ -379,12 +359,9 @@ pub struct ToolLimits {
 }
 
 impl Default for ToolLimits {
+    /// The defaults of [`SETTINGS`].
     fn default() -> Self {
-        ToolLimits {
-            max_name_chars: 64,
-            max_description_chars: 1024,
-            max_tools: 100,
-        }
+        Config::default().tools
     }
 }
 
@@ -490,15 +467,9 @@ impl Http {
 }
 
 impl Default for Http {
+    /// The defaults of [`SETTINGS`].
     fn default() -> Self {
-        Http {
-            host: std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
-            port: 8765,
-            token: TokenSource::Generate,
-            allowed_origins: Http::LOOPBACK_ORIGINS.map(str::to_owned).to_vec(),
-            allowed_hosts: Http::LOOPBACK_HOSTS.map(str::to_owned).to_vec(),
-            allow_remote: false,
-        }
+        Config::default().http
     }
 }
 
@@ -532,25 +503,9 @@ pub struct Config {
 }
 
 impl Default for Config {
+    /// The defaults of [`SETTINGS`], parsed as if every setting had been given its default.
     fn default() -> Self {
-        Config {
-            limits: OutputLimits::default(),
-            timeouts: Timeouts::default(),
-            queue: QueueLimits::default(),
-            spares: Spares::default(),
-            kernels: KernelLimits::default(),
-            spool: SpoolBounds::default(),
-            tools: ToolLimits::default(),
-            namespace: Namespace::default(),
-            python: None,
-            environment: None,
-            workspace_root: None,
-            toolsets: Toolsets::default(),
-            cache_dir: None,
-            log: "info".to_owned(),
-            transport: Transport::Stdio,
-            http: Http::default(),
-        }
+        Config::from_raw(&RawConfig::default()).expect("the defaults in SETTINGS are valid")
     }
 }
 
@@ -602,66 +557,21 @@ pub enum Error {
 impl Config {
     /// Checks every raw value and applies defaults.
     pub fn from_raw(raw: &RawConfig) -> Result<Config, Error> {
-        let defaults = Config::default();
         let limits = OutputLimits {
-            max_text_chars: positive_int(
-                MAX_TEXT_CHARS,
-                &raw.max_text_chars,
-                defaults.limits.max_text_chars,
-            )?,
-            max_traceback_chars: positive_int(
-                MAX_TRACEBACK_CHARS,
-                &raw.max_traceback_chars,
-                defaults.limits.max_traceback_chars,
-            )?,
-            max_repr_chars: positive_int(
-                MAX_REPR_CHARS,
-                &raw.max_repr_chars,
-                defaults.limits.max_repr_chars,
-            )?,
-            max_results: positive_int(MAX_RESULTS, &raw.max_results, defaults.limits.max_results)?,
-            max_display_items: positive_int(
-                MAX_DISPLAY_ITEMS,
-                &raw.max_display_items,
-                defaults.limits.max_display_items,
-            )?,
-            max_json_depth: positive_int(
-                MAX_JSON_DEPTH,
-                &raw.max_json_depth,
-                defaults.limits.max_json_depth,
-            )?,
-            max_image_bytes: positive_int(
-                MAX_IMAGE_BYTES,
-                &raw.max_image_bytes,
-                defaults.limits.max_image_bytes,
-            )?,
+            max_text_chars: positive_int(raw, MAX_TEXT_CHARS)?,
+            max_traceback_chars: positive_int(raw, MAX_TRACEBACK_CHARS)?,
+            max_repr_chars: positive_int(raw, MAX_REPR_CHARS)?,
+            max_results: positive_int(raw, MAX_RESULTS)?,
+            max_display_items: positive_int(raw, MAX_DISPLAY_ITEMS)?,
+            max_json_depth: positive_int(raw, MAX_JSON_DEPTH)?,
+            max_image_bytes: positive_int(raw, MAX_IMAGE_BYTES)?,
         };
         let timeouts = Timeouts {
-            operation: seconds(
-                OPERATION_TIMEOUT,
-                &raw.operation_timeout_seconds,
-                defaults.timeouts.operation,
-            )?,
-            max_operation: seconds(
-                MAX_TIMEOUT,
-                &raw.max_timeout_seconds,
-                defaults.timeouts.max_operation,
-            )?,
-            interruption_grace: seconds(
-                INTERRUPTION_GRACE,
-                &raw.interruption_grace_seconds,
-                defaults.timeouts.interruption_grace,
-            )?,
-            kernel_startup: seconds(
-                WORKER_STARTUP_TIMEOUT,
-                &raw.worker_startup_timeout_seconds,
-                defaults.timeouts.kernel_startup,
-            )?,
-            provision: seconds(
-                PROVISION_TIMEOUT,
-                &raw.provision_timeout_seconds,
-                defaults.timeouts.provision,
-            )?,
+            operation: seconds(raw, OPERATION_TIMEOUT)?,
+            max_operation: seconds(raw, MAX_TIMEOUT)?,
+            interruption_grace: seconds(raw, INTERRUPTION_GRACE)?,
+            kernel_startup: seconds(raw, WORKER_STARTUP_TIMEOUT)?,
+            provision: seconds(raw, PROVISION_TIMEOUT)?,
         };
         if timeouts.max_operation < timeouts.operation {
             return Err(Error::BelowOther {
@@ -673,20 +583,12 @@ impl Config {
             });
         }
         let queue = QueueLimits {
-            max_pending: positive_int(
-                MAX_PENDING_OPERATIONS,
-                &raw.max_pending_operations,
-                defaults.queue.max_pending,
-            )?,
-            queue_wait: seconds(
-                QUEUE_WAIT_TIMEOUT,
-                &raw.queue_wait_timeout_seconds,
-                defaults.queue.queue_wait,
-            )?,
+            max_pending: positive_int(raw, MAX_PENDING_OPERATIONS)?,
+            queue_wait: seconds(raw, QUEUE_WAIT_TIMEOUT)?,
         };
         // With a named environment, --python chooses the interpreter that environment is made
         // from; the kernel runs in the environment.
-        let mut python = path(PYTHON, &raw.python)?;
+        let mut python = path(raw, PYTHON)?;
         let mut environment = environment::named(raw)?;
         if let Some(named) = &mut environment {
             named.python = python.take();
@@ -695,96 +597,55 @@ impl Config {
             limits,
             timeouts,
             queue,
-            spares: Spares(non_negative_int(
-                SPARE_KERNELS,
-                &raw.spare_kernels,
-                defaults.spares.0,
-            )?),
+            spares: Spares(non_negative_int(raw, SPARE_KERNELS)?),
             kernels: KernelLimits {
-                max_kernels: positive_int(
-                    MAX_KERNELS,
-                    &raw.max_kernels,
-                    defaults.kernels.max_kernels,
-                )?,
-                idle_timeout: seconds(
-                    KERNEL_IDLE_TIMEOUT,
-                    &raw.kernel_idle_timeout_seconds,
-                    defaults.kernels.idle_timeout,
-                )?,
+                max_kernels: positive_int(raw, MAX_KERNELS)?,
+                idle_timeout: seconds(raw, KERNEL_IDLE_TIMEOUT)?,
             },
             spool: SpoolBounds {
-                max_execution_bytes: non_negative_int(
-                    MAX_SPOOL_EXECUTION_BYTES,
-                    &raw.max_spool_execution_bytes,
-                    defaults.spool.max_execution_bytes as usize,
-                )? as u64,
-                max_total_bytes: positive_int(
-                    MAX_SPOOL_BYTES,
-                    &raw.max_spool_bytes,
-                    defaults.spool.max_total_bytes as usize,
-                )? as u64,
-                max_retained_bytes: positive_int(
-                    MAX_RETAINED_OUTPUT_BYTES,
-                    &raw.max_retained_output_bytes,
-                    defaults.spool.max_retained_bytes as usize,
-                )? as u64,
-                max_server_retained_bytes: positive_int(
-                    MAX_SERVER_RETAINED_OUTPUT_BYTES,
-                    &raw.max_server_retained_output_bytes,
-                    defaults.spool.max_server_retained_bytes as usize,
-                )? as u64,
+                max_execution_bytes: non_negative_int(raw, MAX_SPOOL_EXECUTION_BYTES)? as u64,
+                max_total_bytes: positive_int(raw, MAX_SPOOL_BYTES)? as u64,
+                max_retained_bytes: positive_int(raw, MAX_RETAINED_OUTPUT_BYTES)? as u64,
+                max_server_retained_bytes: positive_int(raw, MAX_SERVER_RETAINED_OUTPUT_BYTES)?
+                    as u64,
             },
             tools: ToolLimits {
-                max_name_chars: positive_int(
-                    MAX_TOOL_NAME_CHARS,
-                    &raw.max_tool_name_chars,
-                    defaults.tools.max_name_chars,
-                )?,
-                max_description_chars: positive_int(
-                    MAX_TOOL_DESCRIPTION_CHARS,
-                    &raw.max_tool_description_chars,
-                    defaults.tools.max_description_chars,
-                )?,
-                max_tools: positive_int(
-                    MAX_DYNAMIC_TOOLS,
-                    &raw.max_dynamic_tools,
-                    defaults.tools.max_tools,
-                )?,
+                max_name_chars: positive_int(raw, MAX_TOOL_NAME_CHARS)?,
+                max_description_chars: positive_int(raw, MAX_TOOL_DESCRIPTION_CHARS)?,
+                max_tools: positive_int(raw, MAX_DYNAMIC_TOOLS)?,
             },
             namespace: namespace(raw)?,
             python,
             environment,
-            workspace_root: existing_directory(WORKSPACE_ROOT, &raw.workspace_root)?,
-            toolsets: match &raw.toolsets {
-                None => Toolsets::default(),
-                Some(value) => Toolsets::parse(value).map_err(|problem| Error::Invalid {
+            workspace_root: existing_directory(raw, WORKSPACE_ROOT)?,
+            toolsets: Toolsets::parse(raw.get(TOOLSETS).unwrap_or(TOOLSETS.default)).map_err(
+                |problem| Error::Invalid {
                     env: TOOLSETS.env,
                     flag: TOOLSETS.flag,
                     problem,
-                })?,
-            },
-            cache_dir: path(CACHE_DIR, &raw.cache_dir)?,
-            log: match &raw.log {
-                Some(value) if value.trim().is_empty() => {
+                },
+            )?,
+            cache_dir: path(raw, CACHE_DIR)?,
+            log: match raw.get(LOG).unwrap_or(LOG.default).trim() {
+                "" => {
                     return Err(Error::Empty {
                         env: LOG.env,
                         flag: LOG.flag,
                     })
                 }
-                Some(value) => value.trim().to_owned(),
-                None => defaults.log,
+                value => value.to_owned(),
             },
-            transport: transport(&raw.transport)?,
+            transport: transport(raw)?,
             http: http(raw)?,
         })
     }
 }
 
-fn transport(raw: &Option<String>) -> Result<Transport, Error> {
-    match raw.as_deref().map(str::trim) {
-        None | Some("stdio") => Ok(Transport::Stdio),
-        Some("http") => Ok(Transport::Http),
-        Some(other) => Err(Error::Invalid {
+fn transport(raw: &RawConfig) -> Result<Transport, Error> {
+    match raw.get(TRANSPORT).unwrap_or(TRANSPORT.default).trim() {
+        "stdio" => Ok(Transport::Stdio),
+        "http" => Ok(Transport::Http),
+        other => Err(Error::Invalid {
             env: TRANSPORT.env,
             flag: TRANSPORT.flag,
             problem: format!("must be stdio or http, got {:?}", bounded(other)),
@@ -798,22 +659,19 @@ fn http(raw: &RawConfig) -> Result<Http, Error> {
         flag: setting.flag,
         problem,
     };
-    let defaults = Http::default();
-    let allow_remote = match raw.allow_remote.as_deref().map(str::trim) {
-        None => false,
-        Some("true" | "1" | "yes") => true,
-        Some("false" | "0" | "no") => false,
-        Some(other) => {
+    let allow_remote = match raw.get(ALLOW_REMOTE).unwrap_or(ALLOW_REMOTE.default).trim() {
+        "true" | "1" | "yes" => true,
+        "false" | "0" | "no" => false,
+        other => {
             return Err(invalid(
                 ALLOW_REMOTE,
                 format!("must be true or false, got {:?}", bounded(other)),
             ))
         }
     };
-    let host = match raw.host.as_deref().map(str::trim) {
-        None => defaults.host,
-        Some("localhost") => defaults.host,
-        Some(text) => text
+    let host = match raw.get(HOST).unwrap_or(HOST.default).trim() {
+        "localhost" => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        text => text
             .trim_start_matches('[')
             .trim_end_matches(']')
             .parse::<std::net::IpAddr>()
@@ -836,16 +694,14 @@ fn http(raw: &RawConfig) -> Result<Http, Error> {
             ),
         ));
     }
-    let port = match raw.port.as_deref().map(str::trim) {
-        None => defaults.port,
-        Some(text) => text.parse::<u16>().map_err(|_| {
-            invalid(
-                PORT,
-                format!("must be a TCP port (0 to 65535), got {:?}", bounded(text)),
-            )
-        })?,
-    };
-    let token = match (&raw.http_token, &raw.http_token_file) {
+    let port = raw.get(PORT).unwrap_or(PORT.default).trim();
+    let port = port.parse::<u16>().map_err(|_| {
+        invalid(
+            PORT,
+            format!("must be a TCP port (0 to 65535), got {:?}", bounded(port)),
+        )
+    })?;
+    let token = match (raw.get(HTTP_TOKEN), raw.get(HTTP_TOKEN_FILE)) {
         (Some(_), Some(_)) => {
             return Err(invalid(
                 HTTP_TOKEN,
@@ -855,24 +711,24 @@ fn http(raw: &RawConfig) -> Result<Http, Error> {
         (Some(text), None) => {
             TokenSource::Given(Token::parse(text).map_err(|problem| invalid(HTTP_TOKEN, problem))?)
         }
-        (None, Some(file)) => match path(HTTP_TOKEN_FILE, &Some(file.clone()))? {
+        (None, Some(_)) => match path(raw, HTTP_TOKEN_FILE)? {
             Some(file) => TokenSource::File(file),
             None => TokenSource::Generate,
         },
         (None, None) => TokenSource::Generate,
     };
-    let list = |text: &Option<String>| -> Vec<String> {
-        text.iter()
+    let list = |text: Option<&str>| -> Vec<String> {
+        text.into_iter()
             .flat_map(|text| text.split(','))
             .map(str::trim)
             .filter(|item| !item.is_empty())
             .map(str::to_owned)
             .collect()
     };
-    let allowed_origins = match &raw.http_allowed_origins {
-        None => defaults.allowed_origins,
-        Some(_) => {
-            let origins = list(&raw.http_allowed_origins);
+    let allowed_origins = match raw.get(HTTP_ALLOWED_ORIGINS) {
+        None => Http::LOOPBACK_ORIGINS.map(str::to_owned).to_vec(),
+        Some(given) => {
+            let origins = list(Some(given));
             if let Some(bad) = origins
                 .iter()
                 .find(|origin| !(origin.contains("://") || origin.as_str() == "null"))
@@ -888,11 +744,11 @@ fn http(raw: &RawConfig) -> Result<Http, Error> {
             origins
         }
     };
-    let mut allowed_hosts = defaults.allowed_hosts;
+    let mut allowed_hosts = Http::LOOPBACK_HOSTS.map(str::to_owned).to_vec();
     if !host.is_loopback() && !host.is_unspecified() {
         allowed_hosts.push(host.to_string());
     }
-    allowed_hosts.extend(list(&raw.http_allowed_hosts));
+    allowed_hosts.extend(list(raw.get(HTTP_ALLOWED_HOSTS)));
     Ok(Http {
         host,
         port,
@@ -903,8 +759,13 @@ fn http(raw: &RawConfig) -> Result<Http, Error> {
     })
 }
 
-fn positive_int(setting: Setting, raw: &Option<String>, default: usize) -> Result<usize, Error> {
-    let Some(value) = raw else { return Ok(default) };
+/// The value given for `setting`, or its default from [`SETTINGS`].
+fn given_or_default(raw: &RawConfig, setting: Setting) -> &str {
+    raw.get(setting).unwrap_or(setting.default)
+}
+
+fn positive_int(raw: &RawConfig, setting: Setting) -> Result<usize, Error> {
+    let value = given_or_default(raw, setting);
     match value.trim().parse::<usize>() {
         Ok(parsed) if parsed > 0 => Ok(parsed),
         _ => Err(Error::NotPositiveInteger {
@@ -923,7 +784,7 @@ fn namespace(raw: &RawConfig) -> Result<Namespace, Error> {
         problem,
     };
     let mut result = Namespace::default();
-    if let Some(paths) = &raw.library_paths {
+    if let Some(paths) = raw.get(LIBRARY_PATHS) {
         for path in paths
             .split(':')
             .map(str::trim)
@@ -938,7 +799,7 @@ fn namespace(raw: &RawConfig) -> Result<Namespace, Error> {
             result.library_paths.push(PathBuf::from(path));
         }
     }
-    if let Some(modules) = &raw.preload_modules {
+    if let Some(modules) = raw.get(PRELOAD_MODULES) {
         for module in modules
             .split(',')
             .map(str::trim)
@@ -953,7 +814,7 @@ fn namespace(raw: &RawConfig) -> Result<Namespace, Error> {
             result.preload_modules.push(module.to_owned());
         }
     }
-    if let Some(aliases) = &raw.module_aliases {
+    if let Some(aliases) = raw.get(MODULE_ALIASES) {
         let parsed: serde_json::Value = serde_json::from_str(aliases)
             .map_err(|error| invalid(MODULE_ALIASES, format!("not JSON ({error})")))?;
         let serde_json::Value::Object(map) = parsed else {
@@ -1004,12 +865,8 @@ fn is_module_name(text: &str) -> bool {
 }
 
 /// For counts where zero means "off".
-fn non_negative_int(
-    setting: Setting,
-    raw: &Option<String>,
-    default: usize,
-) -> Result<usize, Error> {
-    let Some(value) = raw else { return Ok(default) };
+fn non_negative_int(raw: &RawConfig, setting: Setting) -> Result<usize, Error> {
+    let value = given_or_default(raw, setting);
     value
         .trim()
         .parse::<usize>()
@@ -1021,8 +878,8 @@ fn non_negative_int(
 }
 
 /// Seconds may be fractional ("0.5"); they must be positive, finite and fit a `Duration`.
-fn seconds(setting: Setting, raw: &Option<String>, default: Duration) -> Result<Duration, Error> {
-    let Some(value) = raw else { return Ok(default) };
+fn seconds(raw: &RawConfig, setting: Setting) -> Result<Duration, Error> {
+    let value = given_or_default(raw, setting);
     let error = || Error::NotPositiveSeconds {
         env: setting.env,
         flag: setting.flag,
@@ -1035,8 +892,9 @@ fn seconds(setting: Setting, raw: &Option<String>, default: Duration) -> Result<
     Duration::try_from_secs_f64(parsed).map_err(|_| error())
 }
 
-fn path(setting: Setting, raw: &Option<String>) -> Result<Option<PathBuf>, Error> {
-    match raw {
+/// A path setting; its table default is prose ("none", "found (see README)"), never a path.
+fn path(raw: &RawConfig, setting: Setting) -> Result<Option<PathBuf>, Error> {
+    match raw.get(setting) {
         None => Ok(None),
         Some(value) if value.trim().is_empty() => Err(Error::Empty {
             env: setting.env,
@@ -1047,8 +905,8 @@ fn path(setting: Setting, raw: &Option<String>) -> Result<Option<PathBuf>, Error
 }
 
 /// A path that must name an existing directory (checked once, at start-up).
-fn existing_directory(setting: Setting, raw: &Option<String>) -> Result<Option<PathBuf>, Error> {
-    let found = path(setting, raw)?;
+fn existing_directory(raw: &RawConfig, setting: Setting) -> Result<Option<PathBuf>, Error> {
+    let found = path(raw, setting)?;
     match &found {
         Some(directory) if !directory.is_dir() => Err(Error::Invalid {
             env: setting.env,
@@ -1089,8 +947,16 @@ mod tests {
 
     #[test]
     fn defaults_match_the_documented_table() {
-        let config = check(RawConfig::default(), Ok(())).expect("valid");
-        assert_eq!(config, Config::default());
+        let defaults = check(RawConfig::default(), Ok(())).expect("valid");
+        // Defaults that describe what happens rather than give a value.
+        let prose = [
+            PYTHON.name,
+            WORKSPACE_ROOT.name,
+            CACHE_DIR.name,
+            HTTP_TOKEN.name,
+            HTTP_ALLOWED_ORIGINS.name,
+            HTTP_ALLOWED_HOSTS.name,
+        ];
         for setting in SETTINGS {
             assert!(setting.env.starts_with("IPYTHON_MCP_"), "{}", setting.env);
             assert_eq!(
@@ -1098,19 +964,17 @@ mod tests {
                 format!("IPYTHON_MCP_{}", setting.name.to_uppercase())
             );
             assert_eq!(setting.flag, setting.name.replace('_', "-"));
+            if setting.default == "none" || prose.contains(&setting.name) {
+                continue;
+            }
+            // Giving the documented default is the same as giving nothing.
+            let given = check(RawConfig::default().with(*setting, setting.default), Ok(()))
+                .expect("the documented default is a valid value");
+            assert_eq!(given, defaults, "{}", setting.env);
         }
-        assert_eq!(
-            MAX_TEXT_CHARS.default,
-            config.limits.max_text_chars.to_string()
-        );
-        assert_eq!(
-            MAX_IMAGE_BYTES.default,
-            config.limits.max_image_bytes.to_string()
-        );
-        assert_eq!(
-            OPERATION_TIMEOUT.default,
-            config.timeouts.operation.as_secs().to_string()
-        );
+        assert_eq!(defaults.limits.max_text_chars, 8192);
+        assert_eq!(defaults.timeouts.operation, Duration::from_secs(30));
+        assert_eq!(defaults.http.port, 8765);
     }
 
     /// The README's configuration table must list every setting with its flag and default.
@@ -1134,12 +998,7 @@ mod tests {
 
     #[test]
     fn toolsets_are_named_groups_and_unknown_ones_are_refused() {
-        let parse = |value: &str| {
-            Config::from_raw(&RawConfig {
-                toolsets: Some(value.into()),
-                ..Default::default()
-            })
-        };
+        let parse = |value: &str| Config::from_raw(&RawConfig::default().with(TOOLSETS, value));
         let only = parse(" namespace, dynamic ").expect("valid").toolsets;
         assert!(only.namespace && only.dynamic && !only.kernels && !only.notebooks);
         assert_eq!(parse("all").expect("valid").toolsets, Toolsets::default());
@@ -1151,10 +1010,7 @@ mod tests {
 
     #[test]
     fn the_workspace_root_must_be_an_existing_directory() {
-        let raw = |value: &str| RawConfig {
-            workspace_root: Some(value.into()),
-            ..Default::default()
-        };
+        let raw = |value: &str| RawConfig::default().with(WORKSPACE_ROOT, value);
         let config = check(raw("/"), Ok(())).expect("valid");
         assert_eq!(config.workspace_root, Some(PathBuf::from("/")));
         check(
@@ -1169,10 +1025,7 @@ mod tests {
 
     #[test]
     fn numbers_must_be_positive() {
-        let raw = |v: &str| RawConfig {
-            max_text_chars: Some(v.into()),
-            ..Default::default()
-        };
+        let raw = |v: &str| RawConfig::default().with(MAX_TEXT_CHARS, v);
         let msg = |v: &str| {
             format!("invalid configuration: IPYTHON_MCP_MAX_TEXT_CHARS (--max-text-chars) must be a positive integer, got {v:?}")
         };
@@ -1188,10 +1041,7 @@ mod tests {
 
     #[test]
     fn timeouts_must_be_positive_and_finite() {
-        let raw = |v: &str| RawConfig {
-            operation_timeout_seconds: Some(v.into()),
-            ..Default::default()
-        };
+        let raw = |v: &str| RawConfig::default().with(OPERATION_TIMEOUT, v);
         for bad in ["0", "-1", "inf", "NaN", "1e400", "soon", ""] {
             let message = format!("invalid configuration: IPYTHON_MCP_OPERATION_TIMEOUT_SECONDS (--operation-timeout-seconds) must be a positive, finite number of seconds, got {bad:?}");
             check(raw(bad), Err(&message));
@@ -1202,32 +1052,25 @@ mod tests {
 
     #[test]
     fn max_timeout_cannot_be_below_the_default_timeout() {
-        let raw = RawConfig {
-            operation_timeout_seconds: Some("60".into()),
-            max_timeout_seconds: Some("10".into()),
-            ..Default::default()
-        };
+        let raw = RawConfig::default()
+            .with(OPERATION_TIMEOUT, "60")
+            .with(MAX_TIMEOUT, "10");
         check(raw, Err("invalid configuration: IPYTHON_MCP_MAX_TIMEOUT_SECONDS (--max-timeout-seconds) is 10s, below IPYTHON_MCP_OPERATION_TIMEOUT_SECONDS (60s)"));
     }
 
     #[test]
     fn long_bad_values_are_shortened() {
-        let raw = RawConfig {
-            max_display_items: Some("x".repeat(10_000)),
-            ..Default::default()
-        };
+        let raw = RawConfig::default().with(MAX_DISPLAY_ITEMS, "x".repeat(10_000));
         let error = Config::from_raw(&raw).expect_err("invalid");
         assert!(error.to_string().len() < 250);
     }
 
     #[test]
     fn namespace_settings_are_parsed_and_checked() {
-        let raw = RawConfig {
-            library_paths: Some("/opt/lib: /srv/agent-libs".into()),
-            preload_modules: Some("math, json,my_lib.sub".into()),
-            module_aliases: Some(r#"{"numpy": "np", "pandas": "pd"}"#.into()),
-            ..Default::default()
-        };
+        let raw = RawConfig::default()
+            .with(LIBRARY_PATHS, "/opt/lib: /srv/agent-libs")
+            .with(PRELOAD_MODULES, "math, json,my_lib.sub")
+            .with(MODULE_ALIASES, r#"{"numpy": "np", "pandas": "pd"}"#);
         let config = check(raw, Ok(())).expect("valid");
         assert_eq!(
             config.namespace.library_paths,
@@ -1247,29 +1090,26 @@ mod tests {
         );
         let bad = |raw: RawConfig, message: &str| check(raw, Err(message));
         bad(
-            RawConfig { library_paths: Some("relative/lib".into()), ..Default::default() },
+            RawConfig::default().with(LIBRARY_PATHS, "relative/lib"),
             "invalid configuration: IPYTHON_MCP_LIBRARY_PATHS (--library-paths): \"relative/lib\" is not an absolute path",
         );
         bad(
-            RawConfig { preload_modules: Some("os;rm".into()), ..Default::default() },
+            RawConfig::default().with(PRELOAD_MODULES, "os;rm"),
             "invalid configuration: IPYTHON_MCP_PRELOAD_MODULES (--preload-modules): \"os;rm\" is not a module name",
         );
         bad(
-            RawConfig { module_aliases: Some("[1]".into()), ..Default::default() },
+            RawConfig::default().with(MODULE_ALIASES, "[1]"),
             "invalid configuration: IPYTHON_MCP_MODULE_ALIASES (--module-aliases): must be a JSON object like {\"numpy\": \"np\"}",
         );
         bad(
-            RawConfig { module_aliases: Some(r#"{"numpy": "n p"}"#.into()), ..Default::default() },
+            RawConfig::default().with(MODULE_ALIASES, r#"{"numpy": "n p"}"#),
             "invalid configuration: IPYTHON_MCP_MODULE_ALIASES (--module-aliases): \"n p\" is not a usable name (an identifier not starting with _)",
         );
     }
 
     #[test]
     fn spare_kernels_may_be_zero() {
-        let raw = |v: &str| RawConfig {
-            spare_kernels: Some(v.into()),
-            ..Default::default()
-        };
+        let raw = |v: &str| RawConfig::default().with(SPARE_KERNELS, v);
         assert_eq!(check(raw("0"), Ok(())).map(|c| c.spares), Some(Spares(0)));
         assert_eq!(check(raw("2"), Ok(())).map(|c| c.spares), Some(Spares(2)));
         check(raw("-1"), Err("invalid configuration: IPYTHON_MCP_SPARE_KERNELS (--spare-kernels) must be a whole number (0 or more), got \"-1\""));
@@ -1278,12 +1118,10 @@ mod tests {
     #[test]
     fn http_settings_are_checked() {
         let config = check(
-            RawConfig {
-                transport: Some("http".into()),
-                port: Some("0".into()),
-                http_token: Some("0123456789abcdef".into()),
-                ..Default::default()
-            },
+            RawConfig::default()
+                .with(TRANSPORT, "http")
+                .with(PORT, "0")
+                .with(HTTP_TOKEN, "0123456789abcdef"),
             Ok(()),
         )
         .expect("valid");
@@ -1297,32 +1135,30 @@ mod tests {
         );
         let bad = |raw: RawConfig, message: &str| check(raw, Err(message));
         bad(
-            RawConfig { transport: Some("sse".into()), ..Default::default() },
+            RawConfig::default().with(TRANSPORT, "sse"),
             "invalid configuration: IPYTHON_MCP_TRANSPORT (--transport): must be stdio or http, got \"sse\"",
         );
         bad(
-            RawConfig { host: Some("0.0.0.0".into()), ..Default::default() },
+            RawConfig::default().with(HOST, "0.0.0.0"),
             "invalid configuration: IPYTHON_MCP_HOST (--host): 0.0.0.0 is not a loopback address; other machines could connect, so this needs --allow-remote (IPYTHON_MCP_ALLOW_REMOTE=true)",
         );
         bad(
-            RawConfig { port: Some("70000".into()), ..Default::default() },
+            RawConfig::default().with(PORT, "70000"),
             "invalid configuration: IPYTHON_MCP_PORT (--port): must be a TCP port (0 to 65535), got \"70000\"",
         );
         bad(
-            RawConfig { http_token: Some("short".into()), ..Default::default() },
+            RawConfig::default().with(HTTP_TOKEN, "short"),
             "invalid configuration: IPYTHON_MCP_HTTP_TOKEN (--http-token): must be at least 16 characters (it has 5)",
         );
         bad(
-            RawConfig { http_allowed_origins: Some("localhost:3000".into()), ..Default::default() },
+            RawConfig::default().with(HTTP_ALLOWED_ORIGINS, "localhost:3000"),
             "invalid configuration: IPYTHON_MCP_HTTP_ALLOWED_ORIGINS (--http-allowed-origins): \"localhost:3000\" is not an origin like http://localhost:3000",
         );
         let remote = check(
-            RawConfig {
-                host: Some("192.0.2.7".into()),
-                allow_remote: Some("true".into()),
-                http_allowed_hosts: Some("box.example, box.example:8765".into()),
-                ..Default::default()
-            },
+            RawConfig::default()
+                .with(HOST, "192.0.2.7")
+                .with(ALLOW_REMOTE, "true")
+                .with(HTTP_ALLOWED_HOSTS, "box.example, box.example:8765"),
             Ok(()),
         )
         .expect("valid");
@@ -1342,10 +1178,7 @@ mod tests {
     #[test]
     fn empty_paths_are_rejected() {
         check(
-            RawConfig {
-                python: Some("  ".into()),
-                ..Default::default()
-            },
+            RawConfig::default().with(PYTHON, "  "),
             Err("invalid configuration: IPYTHON_MCP_PYTHON (--python) must not be empty"),
         );
     }

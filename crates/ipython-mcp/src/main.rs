@@ -9,8 +9,6 @@ mod test_mode;
 
 use std::process::ExitCode;
 
-use clap::Parser as _;
-
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
     let config = match cli.config() {
