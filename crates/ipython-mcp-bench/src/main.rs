@@ -203,22 +203,18 @@ struct Retained {
 /// Runs 32 executions that each display 20 one-MiB images (just within `MAX_IMAGE_BYTES`, so
 /// every one is kept), then reads the server's RSS: all 32 stay retained for get_output.
 async fn bench_retained(server_binary: &Path) -> anyhow::Result<Retained> {
-    let mut child = tokio::process::Command::new(server_binary)
-        .env("IPYTHON_MCP_LOG", "warn")
-        .env("IPYTHON_MCP_SPARE_KERNELS", "0")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()?;
-    let pid = child.id().context("pid")?;
-    let transport = (
-        child.stdout.take().context("stdout")?,
-        child.stdin.take().context("stdin")?,
-    );
-    let client = ClientConfig::default()
-        .serve_with_lifecycle(transport, ClientLifecycleMode::Initialize)
-        .await?;
+    let Served {
+        mut child,
+        pid,
+        client,
+    } = serve(
+        server_binary,
+        &[
+            ("IPYTHON_MCP_LOG", "warn".to_owned()),
+            ("IPYTHON_MCP_SPARE_KERNELS", "0".to_owned()),
+        ],
+    )
+    .await?;
     let call = |code: String| {
         let arguments = json!({"code": code, "timeout_seconds": 300})
             .as_object()
@@ -322,28 +318,27 @@ fn print_sigterm(sigterm: &Sigterm) {
 /// on all of them, then sends SIGTERM: shutdown interrupts every session together, waits one
 /// grace period and kills the kernels that did not stop.
 async fn bench_sigterm(server_binary: &Path) -> anyhow::Result<Sigterm> {
-    let mut child = tokio::process::Command::new(server_binary)
-        .env("IPYTHON_MCP_LOG", "warn")
-        .env("IPYTHON_MCP_SPARE_KERNELS", "0")
-        .env("IPYTHON_MCP_MAX_KERNELS", SIGTERM_KERNELS.to_string())
-        .env(
-            "IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS",
-            SIGTERM_GRACE_SECONDS.to_string(),
-        )
-        .env("IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "120")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()?;
-    let pid = child.id().context("pid")?;
-    let transport = (
-        child.stdout.take().context("stdout")?,
-        child.stdin.take().context("stdin")?,
-    );
-    let client = ClientConfig::default()
-        .serve_with_lifecycle(transport, ClientLifecycleMode::Initialize)
-        .await?;
+    let Served {
+        mut child,
+        pid,
+        client,
+    } = serve(
+        server_binary,
+        &[
+            ("IPYTHON_MCP_LOG", "warn".to_owned()),
+            ("IPYTHON_MCP_SPARE_KERNELS", "0".to_owned()),
+            ("IPYTHON_MCP_MAX_KERNELS", SIGTERM_KERNELS.to_string()),
+            (
+                "IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS",
+                SIGTERM_GRACE_SECONDS.to_string(),
+            ),
+            (
+                "IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS",
+                "120".to_owned(),
+            ),
+        ],
+    )
+    .await?;
     let call = |tool: &'static str, arguments: Value| {
         let arguments = arguments.as_object().cloned().expect("object");
         let client = &client;
@@ -438,6 +433,33 @@ async fn bench_sigterm(server_binary: &Path) -> anyhow::Result<Sigterm> {
         exit_seconds,
         kernels_gone_seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// A server started by the benchmark, with an rmcp client connected over its stdio.
+struct Served {
+    child: tokio::process::Child,
+    pid: u32,
+    client: rmcp::service::RunningService<rmcp::RoleClient, ClientConfig>,
+}
+
+/// Starts the server binary with `env` and completes the MCP handshake.
+async fn serve(server_binary: &Path, env: &[(&str, String)]) -> anyhow::Result<Served> {
+    let mut child = tokio::process::Command::new(server_binary)
+        .envs(env.iter().map(|(key, value)| (key, value)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = child.id().context("pid")?;
+    let transport = (
+        child.stdout.take().context("stdout")?,
+        child.stdin.take().context("stdin")?,
+    );
+    let client = ClientConfig::default()
+        .serve_with_lifecycle(transport, ClientLifecycleMode::Initialize)
+        .await?;
+    Ok(Served { child, pid, client })
 }
 
 fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
@@ -547,22 +569,18 @@ struct NamespaceTimes {
 }
 
 async fn bench_mcp(server_binary: &Path) -> anyhow::Result<(Vec<f64>, Rss, NamespaceTimes)> {
-    let mut child = tokio::process::Command::new(server_binary)
-        .env("IPYTHON_MCP_LOG", "warn")
-        .env("IPYTHON_MCP_MAX_TIMEOUT_SECONDS", "3600")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()?;
-    let pid = child.id().context("pid")?;
-    let transport = (
-        child.stdout.take().context("stdout")?,
-        child.stdin.take().context("stdin")?,
-    );
-    let client = ClientConfig::default()
-        .serve_with_lifecycle(transport, ClientLifecycleMode::Initialize)
-        .await?;
+    let Served {
+        mut child,
+        pid,
+        client,
+    } = serve(
+        server_binary,
+        &[
+            ("IPYTHON_MCP_LOG", "warn".to_owned()),
+            ("IPYTHON_MCP_MAX_TIMEOUT_SECONDS", "3600".to_owned()),
+        ],
+    )
+    .await?;
     let call = |code: &str, timeout: f64| {
         let arguments = json!({"code": code, "timeout_seconds": timeout})
             .as_object()
@@ -717,25 +735,22 @@ struct Recovery {
 /// Kills the kernel with `os._exit` a few times and collects the server's own measurement of
 /// each replacement (`runtime_status.replacement_startup_seconds`), in milliseconds.
 async fn bench_replacement(server_binary: &Path, spares: usize) -> anyhow::Result<Recovery> {
-    let mut child = tokio::process::Command::new(server_binary)
-        .env("IPYTHON_MCP_LOG", "error")
-        .env("IPYTHON_MCP_SPARE_KERNELS", spares.to_string())
-        .env(
-            "IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS",
-            HANG_GRACE_SECONDS.to_string(),
-        )
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()?;
-    let transport = (
-        child.stdout.take().context("stdout")?,
-        child.stdin.take().context("stdin")?,
-    );
-    let client = ClientConfig::default()
-        .serve_with_lifecycle(transport, ClientLifecycleMode::Initialize)
-        .await?;
+    let Served {
+        mut child,
+        pid: _,
+        client,
+    } = serve(
+        server_binary,
+        &[
+            ("IPYTHON_MCP_LOG", "error".to_owned()),
+            ("IPYTHON_MCP_SPARE_KERNELS", spares.to_string()),
+            (
+                "IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS",
+                HANG_GRACE_SECONDS.to_string(),
+            ),
+        ],
+    )
+    .await?;
     let call = |tool: &'static str, arguments: Value| {
         let arguments = arguments.as_object().cloned().expect("object");
         client
