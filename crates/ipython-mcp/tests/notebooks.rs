@@ -443,17 +443,9 @@ async fn notebooks_are_edited_executed_and_saved_as_jupyter_would() {
             .await
         }
     });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let status = server
-            .call("runtime_status", json!({"kernel": kernel}))
-            .await;
-        if status.structured["operation_active"] == true {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the cell never started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    server
+        .wait_until_in(&kernel, |status| status["operation_active"] == true)
+        .await;
     let mut theirs = workspace.json(nb);
     theirs["metadata"]["edited_by"] = json!("someone else");
     let theirs = serde_json::to_vec_pretty(&theirs).expect("json");

@@ -2049,17 +2049,9 @@ async fn sigterm_with_eight_busy_kernels_stops_them_together() {
         assert_eq!(started.structured["status"], "pending", "{started:?}");
     }
     for kernel in &kernels {
-        let deadline = std::time::Instant::now() + Duration::from_secs(120);
-        loop {
-            let status = server
-                .call("runtime_status", json!({"kernel": kernel}))
-                .await;
-            if status.structured["operation_active"] == true {
-                break;
-            }
-            assert!(std::time::Instant::now() < deadline, "{status:?}");
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        server
+            .wait_until_in(kernel, |status| status["operation_active"] == true)
+            .await;
     }
     let started = std::time::Instant::now();
     // SAFETY: signalling our own child process.

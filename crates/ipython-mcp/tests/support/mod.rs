@@ -238,10 +238,15 @@ impl Server {
     /// Polls runtime_status until `predicate` holds for the default session's status.
     /// The bound is above any kernel start the product allows (the tests' startup timeout).
     pub async fn wait_until(&self, predicate: impl Fn(&Value) -> bool) -> Value {
+        self.wait_until_in("default", predicate).await
+    }
+
+    /// Like `wait_until`, for the status of kernel session `kernel`.
+    pub async fn wait_until_in(&self, kernel: &str, predicate: impl Fn(&Value) -> bool) -> Value {
         let deadline = Instant::now() + Duration::from_secs(180);
         loop {
             let status = self
-                .call("runtime_status", json!({}))
+                .call("runtime_status", json!({"kernel": kernel}))
                 .await
                 .structured
                 .clone();
