@@ -462,7 +462,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "kernel_list",
-        description = "List the running kernel sessions: id, what each was started from, state, pid, language, whether it is busy, how long it has been idle, and its recent execution ids (for get_output). Answers without waiting on any kernel; changes nothing.",
+        description = "List the running kernel sessions: id, what each was started from, state, pid, language, working directory, whether it is busy, how long it has been idle, and its recent execution ids (for get_output). Answers without waiting on any kernel; changes nothing.",
         output_schema = schema_for_output::<KernelListResult>(),
         annotations(title = "List kernels", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
