@@ -14,6 +14,8 @@
 //!     or a wheel's installed entry point), for that too;
 //! (g) the server's RSS after 32 executions that each display 20 one-MiB images (retained
 //!     output lives in the spool, not in memory); `ipython-mcp-bench retained` runs only this;
+//! (h) the time from SIGTERM to the server's exit, and to the last kernel process gone, with 8
+//!     kernels each running a cell that ignores SIGINT; `ipython-mcp-bench sigterm` runs only this;
 //!
 //! and prints p50/p99 and the ratios a/b and a/c. Figures are medians of one run on a noisy
 //! machine; compare ratios, not absolute numbers.
@@ -40,9 +42,16 @@ const FLOOD: &str = "import sys\nsys.stdout.write('x' * 100_000_000)\nfor _ in r
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
     let server_binary = sibling_binary("ipython-mcp")?;
-    if std::env::args().nth(1).as_deref() == Some("retained") {
-        print_retained(&bench_retained(&server_binary).await?);
-        return Ok(());
+    match std::env::args().nth(1).as_deref() {
+        Some("retained") => {
+            print_retained(&bench_retained(&server_binary).await?);
+            return Ok(());
+        }
+        Some("sigterm") => {
+            print_sigterm(&bench_sigterm(&server_binary).await?);
+            return Ok(());
+        }
+        _ => {}
     }
     let python = resolve_python().await?;
     println!(
@@ -65,6 +74,7 @@ async fn main() -> anyhow::Result<()> {
         startup.push((installed.clone(), bench_startup(&argv).await?));
     }
     let retained = bench_retained(&server_binary).await?;
+    let sigterm = bench_sigterm(&server_binary).await?;
 
     println!();
     println!(
@@ -164,6 +174,7 @@ async fn main() -> anyhow::Result<()> {
         percentile(&without_spare.hung, 1.0)
     );
     print_retained(&retained);
+    print_sigterm(&sigterm);
     Ok(())
 }
 
@@ -287,6 +298,145 @@ async fn bench_retained(server_binary: &Path) -> anyhow::Result<Retained> {
         after_kib,
         peak_kib,
         seconds_per_execution,
+    })
+}
+
+const SIGTERM_KERNELS: usize = 8;
+const SIGTERM_GRACE_SECONDS: u64 = 2;
+
+/// Shutdown of a server whose kernels are all stuck in code that ignores SIGINT.
+struct Sigterm {
+    exit_seconds: f64,
+    kernels_gone_seconds: f64,
+}
+
+fn print_sigterm(sigterm: &Sigterm) {
+    println!();
+    println!(
+        "SIGTERM with {SIGTERM_KERNELS} kernels in cells that ignore SIGINT ({SIGTERM_GRACE_SECONDS} s grace): server exit {:.2} s, last kernel gone {:.2} s (target <= grace + 5 s)",
+        sigterm.exit_seconds, sigterm.kernels_gone_seconds,
+    );
+}
+
+/// Starts 8 kernels, blocks SIGINT in each and leaves a long sleep running in the background
+/// on all of them, then sends SIGTERM: shutdown interrupts every session together, waits one
+/// grace period and kills the kernels that did not stop.
+async fn bench_sigterm(server_binary: &Path) -> anyhow::Result<Sigterm> {
+    let mut child = tokio::process::Command::new(server_binary)
+        .env("IPYTHON_MCP_LOG", "warn")
+        .env("IPYTHON_MCP_SPARE_KERNELS", "0")
+        .env("IPYTHON_MCP_MAX_KERNELS", SIGTERM_KERNELS.to_string())
+        .env(
+            "IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS",
+            SIGTERM_GRACE_SECONDS.to_string(),
+        )
+        .env("IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "120")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = child.id().context("pid")?;
+    let transport = (
+        child.stdout.take().context("stdout")?,
+        child.stdin.take().context("stdin")?,
+    );
+    let client = ClientConfig::default()
+        .serve_with_lifecycle(transport, ClientLifecycleMode::Initialize)
+        .await?;
+    let call = |tool: &'static str, arguments: Value| {
+        let arguments = arguments.as_object().cloned().expect("object");
+        let client = &client;
+        async move {
+            let result = client
+                .peer()
+                .call_tool(CallToolRequestParams::new(tool).with_arguments(arguments))
+                .await?;
+            anyhow::Ok((
+                result.is_error != Some(true),
+                result.structured_content.unwrap_or_default(),
+            ))
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(900);
+    let python = loop {
+        let (_, status) = call("runtime_status", json!({})).await?;
+        if let Some(python) = status["kernel"]["python"].as_str() {
+            if status["state"] == "ready" {
+                break python.to_owned();
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("the default kernel never became ready: {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let mut kernels = vec!["default".to_owned()];
+    for index in 1..SIGTERM_KERNELS {
+        let name = format!("busy{index}");
+        let (ok, started) = call("kernel_start", json!({"spec": python, "kernel": name})).await?;
+        if !ok {
+            bail!("kernel_start failed: {started}");
+        }
+        kernels.push(name);
+    }
+    let mut kernel_pids = Vec::new();
+    for kernel in &kernels {
+        let (ok, armed) = call(
+            "execute",
+            json!({"kernel": kernel, "code": "import os, signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])\nos.getpid()"}),
+        )
+        .await?;
+        let kernel_pid: u32 = armed["result"]["text/plain"]
+            .as_str()
+            .and_then(|text| text.parse().ok())
+            .filter(|_| ok)
+            .with_context(|| format!("no kernel pid: {armed}"))?;
+        kernel_pids.push(kernel_pid);
+        let (ok, started) = call(
+            "execute",
+            json!({"kernel": kernel, "code": "import time\ntime.sleep(600)", "background": true}),
+        )
+        .await?;
+        if !ok {
+            bail!("background execute failed: {started}");
+        }
+    }
+    for kernel in &kernels {
+        loop {
+            let (_, status) = call("runtime_status", json!({"kernel": kernel})).await?;
+            if status["operation_active"] == true {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("{kernel} never started its cell: {status}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let started = Instant::now();
+    let signalled = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()?;
+    if !signalled.success() {
+        bail!("kill -TERM {pid} failed");
+    }
+    tokio::time::timeout(Duration::from_secs(300), child.wait())
+        .await
+        .context("the server did not exit within 300 s of SIGTERM")??;
+    let exit_seconds = started.elapsed().as_secs_f64();
+    while kernel_pids
+        .iter()
+        .any(|kernel_pid| Path::new(&format!("/proc/{kernel_pid}")).exists())
+    {
+        if started.elapsed() > Duration::from_secs(300) {
+            bail!("kernel processes outlived the server by 300 s");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(Sigterm {
+        exit_seconds,
+        kernels_gone_seconds: started.elapsed().as_secs_f64(),
     })
 }
 
