@@ -113,7 +113,7 @@ pub struct StartParams {
     /// Session id to use (letters, digits, `_`, `-`, `.`); default: a generated one (`k1`, …).
     #[serde(default)]
     pub kernel: Option<String>,
-    /// The kernel's working directory (must exist); default: the venv's project, else ours.
+    /// Kernel working directory (must exist); default: the venv's project, else the server's.
     #[serde(default)]
     pub cwd: Option<String>,
 }
