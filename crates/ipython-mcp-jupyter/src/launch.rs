@@ -1,8 +1,9 @@
 //! Starting a kernel process and connecting to it.
 //!
-//! We launch `<python> -m ipykernel_launcher -f <conn.json>` ourselves instead of going through
-//! a kernelspec's argv: the crate's kernelspec launcher runs `python` from PATH and does not
-//! substitute `{resource_dir}`.
+//! By default we launch `<python> -m ipykernel_launcher -f <conn.json>` ourselves; a
+//! kernelspec's argv is launched exactly as given (the caller fills in what only it knows, like
+//! `{resource_dir}`). The runtimed crate's kernelspec launcher is not used: it runs `python`
+//! from PATH and does not substitute `{resource_dir}`.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -27,7 +28,7 @@ use crate::{Error, Kernel};
 /// How to start a kernel.
 #[derive(Debug, Clone)]
 pub struct LaunchSpec {
-    /// The Python interpreter (it must have ipykernel).
+    /// The Python interpreter of the default command (it must have ipykernel).
     pub python: PathBuf,
     /// Extra environment variables for the kernel process.
     pub env: Vec<(OsString, OsString)>,
@@ -35,12 +36,52 @@ pub struct LaunchSpec {
     pub working_dir: Option<PathBuf>,
     /// How to interrupt it (a kernelspec's `interrupt_mode`).
     pub interrupt_mode: InterruptMode,
-    /// A kernelspec's command line instead of `<python> -m ipykernel_launcher`;
-    /// `{connection_file}` is replaced by the connection file's path. Our ipykernel options
-    /// (history in memory, no colours) are not added to it.
+    /// A kernelspec's command line, run exactly as given instead of
+    /// `<python> -m ipykernel_launcher`: `{connection_file}` is replaced by the connection
+    /// file's path, and [`IPYKERNEL_OPTIONS`] are appended only when it runs ipykernel
+    /// ([`runs_ipykernel`]) and does not set them itself.
     pub argv: Option<Vec<String>>,
     /// The connection file's `kernel_name`.
     pub kernel_name: Option<String>,
+}
+
+/// The ipykernel options every ipykernel we start gets. History in memory only: on disk it
+/// costs ~17 ms on a third of cells, and `enabled=False` makes ipykernel 7.4 hang at shutdown.
+/// No colours: tracebacks reach agents as text.
+pub const IPYKERNEL_OPTIONS: [&str; 2] = [
+    "--HistoryManager.hist_file=:memory:",
+    "--InteractiveShell.colors=nocolor",
+];
+
+/// Whether a command line runs ipykernel, so that it takes ipykernel's options: it has
+/// `-m ipykernel_launcher` (or `-m ipykernel`) anywhere, which covers wrappers such as
+/// `conda run … python -m ipykernel_launcher`, or its program is an `ipykernel` script.
+/// A command that hides ipykernel inside (`sh -c "…"`, a script with fixed arguments) does not,
+/// and gets nothing appended.
+pub fn runs_ipykernel(argv: &[String]) -> bool {
+    let program_is_ipykernel = argv.first().is_some_and(|program| {
+        std::path::Path::new(program)
+            .file_name()
+            .is_some_and(|name| name == "ipykernel" || name == "ipykernel_launcher")
+    });
+    program_is_ipykernel
+        || argv.windows(2).any(|pair| {
+            pair[0] == "-m" && matches!(pair[1].as_str(), "ipykernel_launcher" | "ipykernel")
+        })
+}
+
+/// The options of [`IPYKERNEL_OPTIONS`] that `argv` does not set itself (a kernelspec's own
+/// `--HistoryManager.hist_file=…` wins).
+fn missing_ipykernel_options(argv: &[String]) -> impl Iterator<Item = &'static str> + '_ {
+    IPYKERNEL_OPTIONS.into_iter().filter(move |option| {
+        let name = option.split('=').next().unwrap_or(option);
+        !argv.iter().any(|arg| {
+            arg == name
+                || arg
+                    .strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with('='))
+        })
+    })
 }
 
 /// How a kernel is interrupted, as its kernelspec's `interrupt_mode` says.
@@ -209,6 +250,9 @@ pub(crate) async fn launch(spec: &LaunchSpec, startup_timeout: Duration) -> Resu
                     .iter()
                     .map(|arg| arg.replace("{connection_file}", &file)),
             );
+            if runs_ipykernel(argv) {
+                command.args(missing_ipykernel_options(argv));
+            }
             (argv[0].clone(), command)
         }
         _ => {
@@ -216,12 +260,7 @@ pub(crate) async fn launch(spec: &LaunchSpec, startup_timeout: Duration) -> Resu
             command
                 .args(["-m", "ipykernel_launcher", "-f"])
                 .arg(&connection_file)
-                // History in memory only: on disk it costs ~17 ms on a third of cells, and
-                // `enabled=False` makes ipykernel 7.4 hang at shutdown.
-                .args([
-                    "--HistoryManager.hist_file=:memory:",
-                    "--InteractiveShell.colors=nocolor",
-                ]);
+                .args(IPYKERNEL_OPTIONS);
             (spec.python.display().to_string(), command)
         }
     };
@@ -541,4 +580,69 @@ where
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(args: &[&str]) -> Vec<String> {
+        args.iter().map(|arg| (*arg).to_owned()).collect()
+    }
+
+    #[test]
+    fn ipykernel_options_go_only_to_commands_that_run_ipykernel() {
+        for (command, runs) in [
+            (
+                &[
+                    "/p/bin/python",
+                    "-m",
+                    "ipykernel_launcher",
+                    "-f",
+                    "{connection_file}",
+                ][..],
+                true,
+            ),
+            (
+                &[
+                    "conda",
+                    "run",
+                    "-n",
+                    "x",
+                    "python",
+                    "-m",
+                    "ipykernel",
+                    "-f",
+                    "c",
+                ],
+                true,
+            ),
+            (&["/opt/bin/ipykernel", "-f", "c"], true),
+            (&["python", "-m", "bash_kernel", "-f", "c"], false),
+            (
+                &["sh", "-c", "exec python -m ipykernel_launcher -f c"],
+                false,
+            ),
+            (&["/opt/start-kernel.sh", "{connection_file}"], false),
+        ] {
+            assert_eq!(runs_ipykernel(&argv(command)), runs, "{command:?}");
+        }
+        let own = argv(&[
+            "python",
+            "-m",
+            "ipykernel",
+            "--HistoryManager.hist_file=/tmp/h.db",
+        ]);
+        assert_eq!(
+            missing_ipykernel_options(&own).collect::<Vec<_>>(),
+            ["--InteractiveShell.colors=nocolor"]
+        );
+        let none = argv(&[
+            "python",
+            "-m",
+            "ipykernel",
+            "--HistoryManager.hist_file_x=1",
+        ]);
+        assert_eq!(missing_ipykernel_options(&none).count(), 2);
+    }
 }

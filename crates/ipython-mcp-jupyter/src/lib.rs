@@ -22,7 +22,9 @@ mod launch;
 mod route;
 
 pub use jupyter_protocol as protocol;
-pub use launch::{use_pipe_death_watch, InterruptMode, KernelExit, LaunchSpec};
+pub use launch::{
+    runs_ipykernel, use_pipe_death_watch, InterruptMode, KernelExit, LaunchSpec, IPYKERNEL_OPTIONS,
+};
 pub use route::{Channel, Routed};
 
 use std::sync::Arc;

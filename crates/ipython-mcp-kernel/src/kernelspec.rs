@@ -4,12 +4,13 @@
 //! Written here rather than taken from the runtimed crates: their discovery misses venv
 //! kernels, shells out to `jupyter --paths` (86 ms) and runs `argv[0] = "python"` from PATH.
 //! A kernelspec is a small JSON file; reading the standard
-//! directories ourselves is simpler and re-scans cheaply on every call.
+//! directories ourselves is simpler and re-scans cheaply on every call. Everything here reads
+//! files: callers on an async runtime call it from a blocking thread.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use ipython_mcp_jupyter::InterruptMode;
+use ipython_mcp_jupyter::{runs_ipykernel, InterruptMode};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -26,35 +27,115 @@ pub struct KernelSpec {
     pub interrupt_mode: InterruptMode,
     /// The directory holding kernel.json (`{resource_dir}` in argv).
     pub resource_dir: PathBuf,
+    /// The project the spec belongs to: the directory holding the virtualenv it is installed
+    /// in (`<project>/<venv>/share/jupyter/kernels/<name>`), where its kernels start.
+    pub project: Option<PathBuf>,
 }
 
 impl KernelSpec {
-    /// True for an ipykernel spec: such kernels get the helper and our launch flags.
+    /// True for an ipykernel spec: such kernels get the helper and our ipykernel options.
     pub fn is_ipykernel(&self) -> bool {
-        self.language.eq_ignore_ascii_case("python")
-            && self
-                .argv
-                .iter()
-                .any(|arg| arg == "ipykernel_launcher" || arg == "ipykernel")
+        self.language.eq_ignore_ascii_case("python") && runs_ipykernel(&self.argv)
     }
 
-    /// argv with `{resource_dir}` filled in and a bare `python`/`python3` replaced by
-    /// `python` (as jupyter_client substitutes its own interpreter); `{connection_file}` is
-    /// left for the launcher.
-    pub fn command(&self, python: &Path) -> Vec<String> {
+    /// The command line to launch, as jupyter_client's `format_kernel_cmd` makes it:
+    /// `{resource_dir}` and `{prefix}` (the kernel Python's environment) filled in, and a bare
+    /// `python`, `python3` or `python3.X` program (X the kernel Python's own minor version)
+    /// replaced by the kernel Python, as Jupyter replaces it by its own interpreter. Everything
+    /// else — wrapper scripts, flags — is kept as it is; `{connection_file}` is left for the
+    /// launcher.
+    pub fn command(&self, python: &Path, python_version: &str) -> Vec<String> {
         let resource_dir = self.resource_dir.display().to_string();
+        // <prefix>/bin/python → <prefix>, as `data_dirs` reads it.
+        let prefix = python
+            .parent()
+            .and_then(Path::parent)
+            .map(|prefix| prefix.display().to_string());
+        let mut minor = python_version.split('.');
+        let bare = match (minor.next(), minor.next()) {
+            (Some(major), Some(minor)) => vec![
+                "python".to_owned(),
+                format!("python{major}"),
+                format!("python{major}.{minor}"),
+            ],
+            _ => vec!["python".to_owned(), "python3".to_owned()],
+        };
         self.argv
             .iter()
             .enumerate()
             .map(|(index, arg)| {
-                if index == 0 && matches!(arg.as_str(), "python" | "python3") {
-                    python.display().to_string()
-                } else {
-                    arg.replace("{resource_dir}", &resource_dir)
+                if index == 0 && bare.contains(arg) {
+                    return python.display().to_string();
+                }
+                let arg = arg.replace("{resource_dir}", &resource_dir);
+                match &prefix {
+                    Some(prefix) => arg.replace("{prefix}", prefix),
+                    None => arg,
                 }
             })
             .collect()
     }
+
+    /// The spec's `env`, with `$NAME` and `${NAME}` replaced by the server's own variables
+    /// (`$$` is a `$`; unknown names stay as written), as jupyter_client substitutes them, so
+    /// `"PATH": "/opt/tool/bin:${PATH}"` extends the path instead of replacing it.
+    pub fn environment(&self) -> Vec<(String, String)> {
+        self.env
+            .iter()
+            .map(|(name, value)| {
+                let value = substitute(value, |name| std::env::var(name).ok());
+                (name.clone(), value)
+            })
+            .collect()
+    }
+}
+
+/// Python's `string.Template.safe_substitute`: `$$`, `$name` and `${name}`, names of ASCII
+/// letters, digits and `_` not starting with a digit; anything else is kept as written.
+fn substitute(template: &str, lookup: impl Fn(&str) -> Option<String>) -> String {
+    fn is_name(text: &str) -> bool {
+        text.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && text.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    }
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+            continue;
+        }
+        let (name, consumed) = match after.strip_prefix('{') {
+            Some(braced) => match braced.find('}') {
+                Some(end) if is_name(&braced[..end]) => (&braced[..end], end + 2),
+                _ => ("", 0),
+            },
+            None => {
+                let end = after
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(after.len());
+                if is_name(&after[..end]) {
+                    (&after[..end], end)
+                } else {
+                    ("", 0)
+                }
+            }
+        };
+        match (consumed, lookup(name)) {
+            (1.., Some(value)) => {
+                out.push_str(&value);
+                rest = &after[consumed..];
+            }
+            _ => {
+                out.push('$');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 #[derive(Deserialize)]
@@ -139,7 +220,22 @@ fn read_spec(name: &str, dir: &Path) -> Option<KernelSpec> {
             _ => InterruptMode::Signal,
         },
         resource_dir: dir.to_owned(),
+        project: project_of_spec(dir),
     })
+}
+
+/// The directory holding the virtualenv a spec directory is installed in, if it is in one.
+fn project_of_spec(spec_dir: &Path) -> Option<PathBuf> {
+    let kernels = spec_dir.parent()?;
+    let jupyter = kernels.parent()?;
+    let share = jupyter.parent()?;
+    let venv = share.parent()?;
+    let layout = kernels.file_name()? == "kernels"
+        && jupyter.file_name()? == "jupyter"
+        && share.file_name()? == "share";
+    (layout && venv.join("pyvenv.cfg").is_file())
+        .then(|| venv.parent().map(Path::to_owned))
+        .flatten()
 }
 
 /// A Python virtualenv with ipykernel, found under a directory.
@@ -209,8 +305,17 @@ fn ipykernel_site(venv: &Path) -> Option<String> {
     })
 }
 
+/// A `venv:` spec's interpreter and project.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VenvPython {
+    pub python: PathBuf,
+    /// The directory holding the venv: the one named, or the venv's parent when the venv
+    /// itself was named.
+    pub project: PathBuf,
+}
+
 /// The interpreter a `venv:` spec names: the venv itself, or a project's `.venv` / `venv`.
-pub fn venv_python(path: &Path) -> Result<PathBuf, Box<ErrorInfo>> {
+pub fn venv_python(path: &Path) -> Result<VenvPython, Box<ErrorInfo>> {
     if !path.is_absolute() {
         return Err(Box::new(ErrorInfo::new(
             "invalid_arguments",
@@ -222,7 +327,11 @@ pub fn venv_python(path: &Path) -> Result<PathBuf, Box<ErrorInfo>> {
     }
     for venv in [path.to_owned(), path.join(".venv"), path.join("venv")] {
         if ipykernel_site(&venv).is_some() {
-            return Ok(venv.join("bin/python"));
+            let project = venv.parent().unwrap_or(&venv).to_owned();
+            return Ok(VenvPython {
+                python: venv.join("bin/python"),
+                project,
+            });
         }
     }
     let has_venv = [path.to_owned(), path.join(".venv"), path.join("venv")]
@@ -281,14 +390,15 @@ mod tests {
         assert_eq!(bash.interrupt_mode, InterruptMode::Message);
         assert!(!bash.is_ipykernel());
         assert_eq!(
-            bash.command(Path::new("/env/bin/python"))[..3],
+            bash.command(Path::new("/env/bin/python"), "3.11.7")[..3],
             ["/env/bin/python", "-m", "bash_kernel"]
         );
+        assert_eq!(bash.project, None);
         let py = &specs[1];
         assert!(py.is_ipykernel());
         assert_eq!(py.display_name, "py");
         assert_eq!(py.env.get("A").map(String::as_str), Some("1"));
-        let command = py.command(Path::new("/env/bin/python"));
+        let command = py.command(Path::new("/env/bin/python"), "3.11.7");
         assert_eq!(command[0], "/opt/py/bin/python");
         assert_eq!(
             command[5],
@@ -322,10 +432,16 @@ mod tests {
             ]
         );
         assert_eq!(found[0].python_version.as_deref(), Some("python3.12"));
+        let beta = root.path().join("beta");
         assert_eq!(
-            venv_python(&root.path().join("beta")).unwrap(),
-            root.path().join("beta/venv/bin/python")
+            venv_python(&beta).unwrap(),
+            VenvPython {
+                python: beta.join("venv/bin/python"),
+                project: beta.clone(),
+            }
         );
+        // Naming the venv itself: the project is the directory holding it.
+        assert_eq!(venv_python(&beta.join("venv")).unwrap().project, beta);
         let error = venv_python(&root.path().join("gamma")).unwrap_err();
         assert!(
             error.message.contains("does not have ipykernel"),
@@ -334,5 +450,97 @@ mod tests {
         let error = venv_python(&root.path().join("nothing")).unwrap_err();
         assert!(error.message.contains("no virtualenv"), "{error:?}");
         assert!(venv_python(Path::new("relative")).is_err());
+    }
+
+    fn spec(argv: &[&str]) -> KernelSpec {
+        KernelSpec {
+            name: "k".into(),
+            display_name: "k".into(),
+            language: "python".into(),
+            argv: argv.iter().map(|arg| (*arg).to_owned()).collect(),
+            env: BTreeMap::new(),
+            interrupt_mode: InterruptMode::Signal,
+            resource_dir: PathBuf::from("/specs/k"),
+            project: None,
+        }
+    }
+
+    #[test]
+    fn a_bare_python_becomes_the_kernel_python_and_everything_else_is_kept() {
+        let python = Path::new("/env/bin/python");
+        for (program, expected) in [
+            ("python", "/env/bin/python"),
+            ("python3", "/env/bin/python"),
+            ("python3.11", "/env/bin/python"),
+            // Another version is not ours to replace: PATH finds it, as for Jupyter.
+            ("python3.9", "python3.9"),
+            ("/usr/bin/python3", "/usr/bin/python3"),
+            ("/work/wrap.sh", "/work/wrap.sh"),
+        ] {
+            let command = spec(&[program, "-X", "{prefix}/x", "--dir={resource_dir}"])
+                .command(python, "3.11.7");
+            assert_eq!(
+                command,
+                [expected, "-X", "/env/x", "--dir=/specs/k"],
+                "{program}"
+            );
+        }
+        let wrapper = spec(&[
+            "conda",
+            "run",
+            "-n",
+            "x",
+            "python",
+            "-m",
+            "ipykernel_launcher",
+        ]);
+        assert!(wrapper.is_ipykernel());
+        assert_eq!(wrapper.command(python, "3.11.7"), wrapper.argv);
+        assert!(!spec(&["/opt/start.sh", "{connection_file}"]).is_ipykernel());
+    }
+
+    #[test]
+    fn env_values_substitute_like_string_template() {
+        let lookup = |name: &str| match name {
+            "PATH" => Some("/bin".to_owned()),
+            "_A1" => Some("a".to_owned()),
+            _ => None,
+        };
+        for (template, expected) in [
+            ("/opt/bin:${PATH}", "/opt/bin:/bin"),
+            ("$PATH:/x", "/bin:/x"),
+            ("$_A1$_A1", "aa"),
+            ("$$PATH", "$PATH"),
+            ("$UNKNOWN ${UNKNOWN}", "$UNKNOWN ${UNKNOWN}"),
+            ("${1X} $1 ${PATH", "${1X} $1 ${PATH"),
+            ("cost: 5$", "cost: 5$"),
+            ("plain", "plain"),
+        ] {
+            assert_eq!(substitute(template, lookup), expected, "{template}");
+        }
+    }
+
+    #[test]
+    fn a_spec_installed_in_a_venv_belongs_to_the_project_holding_it() {
+        let root = tempfile::tempdir().unwrap();
+        let venv = root.path().join("project/.venv");
+        fake_venv(&venv, true);
+        let data = venv.join("share/jupyter");
+        write(
+            &data.join("kernels/proj/kernel.json"),
+            r#"{"argv": ["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"], "language": "python"}"#,
+        );
+        let other = root.path().join("plain/share/jupyter");
+        write(
+            &other.join("kernels/other/kernel.json"),
+            r#"{"argv": ["python"], "language": "python"}"#,
+        );
+        let specs = discover(&[data, other]);
+        assert_eq!(specs[1].name, "proj");
+        assert_eq!(
+            specs[1].project.as_deref(),
+            Some(root.path().join("project").as_path())
+        );
+        assert_eq!(specs[0].project, None);
     }
 }

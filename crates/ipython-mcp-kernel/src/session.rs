@@ -48,6 +48,8 @@ pub struct SessionOptions {
     pub spool: SpoolLimits,
     /// A kernelspec to start instead of our ipykernel launch (`kernel_start` with a spec name).
     pub kernel_spec: Option<crate::kernelspec::KernelSpec>,
+    /// Where kernels start; `None`: the server's working directory.
+    pub working_dir: Option<std::path::PathBuf>,
 }
 
 /// A progress update for a running execution (at most one a second).
@@ -1537,15 +1539,15 @@ async fn prepare(
     environment: PythonEnvironment,
 ) -> Result<Running, ErrorInfo> {
     let options = &shared.options;
-    // Our own ipykernel launch by default. A kernelspec brings its env and interrupt mode; an
-    // ipykernel spec is launched our way with its interpreter (history in memory, the helper),
-    // any other kernel with its own command line and no helper.
+    // Our own ipykernel launch by default. A kernelspec is launched with exactly its argv, env
+    // and interrupt mode (the launcher adds our ipykernel options only where the argv runs
+    // ipykernel); an ipykernel spec gets the helper, any other kernel none.
     let (spec, with_helper, spec_name) = match &options.kernel_spec {
         None => (
             LaunchSpec {
                 python: environment.executable.clone(),
                 env: Vec::new(),
-                working_dir: None,
+                working_dir: options.working_dir.clone(),
                 interrupt_mode: Default::default(),
                 argv: None,
                 kernel_name: None,
@@ -1554,21 +1556,20 @@ async fn prepare(
             "python3".to_owned(),
         ),
         Some(kernel_spec) => {
-            let command = kernel_spec.command(&environment.executable);
-            let ipykernel = kernel_spec.is_ipykernel();
+            let command = kernel_spec.command(&environment.executable, &environment.python_version);
             let spec = LaunchSpec {
                 python: std::path::PathBuf::from(&command[0]),
                 env: kernel_spec
-                    .env
-                    .iter()
+                    .environment()
+                    .into_iter()
                     .map(|(key, value)| (key.into(), value.into()))
                     .collect(),
-                working_dir: None,
+                working_dir: options.working_dir.clone(),
                 interrupt_mode: kernel_spec.interrupt_mode,
-                argv: (!ipykernel).then_some(command),
+                argv: Some(command),
                 kernel_name: Some(kernel_spec.name.clone()),
             };
-            (spec, ipykernel, kernel_spec.name.clone())
+            (spec, kernel_spec.is_ipykernel(), kernel_spec.name.clone())
         }
     };
     let started = Instant::now();
@@ -1624,6 +1625,12 @@ async fn prepare(
         implementation: format!("{} {}", info.implementation, info.implementation_version),
         spec: spec_name,
         helper: helper_comm.is_some(),
+        working_dir: match &spec.working_dir {
+            Some(dir) => dir.display().to_string(),
+            None => std::env::current_dir()
+                .map(|dir| dir.display().to_string())
+                .unwrap_or_default(),
+        },
     };
     tracing::debug!(
         pid = description.pid,
@@ -1776,6 +1783,7 @@ mod tests {
                 ..SpoolLimits::default()
             },
             kernel_spec: None,
+            working_dir: None,
         }
     }
 

@@ -32,6 +32,8 @@ pub struct KernelDescription {
     pub implementation: String,
     pub spec: String,
     pub helper: bool,
+    /// The kernel's working directory at start.
+    pub working_dir: String,
 }
 
 /// Where the kernel's Python comes from, and provisioning progress.

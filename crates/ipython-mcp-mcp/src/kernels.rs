@@ -113,6 +113,9 @@ pub struct StartParams {
     /// Session id to use (letters, digits, `_`, `-`, `.`); default: a generated one (`k1`, …).
     #[serde(default)]
     pub kernel: Option<String>,
+    /// Kernel working directory (must exist); default: the venv's project, else the server's.
+    #[serde(default)]
+    pub cwd: Option<String>,
 }
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
@@ -152,6 +155,8 @@ pub struct KernelEntry {
     pub epoch: u64,
     pub pid: Option<u32>,
     pub language: Option<String>,
+    /// The kernel's working directory.
+    pub working_dir: Option<String>,
     pub operation_active: bool,
     pub queue_depth: usize,
     /// Seconds since a tool call last used it.
@@ -167,6 +172,25 @@ pub struct KernelListResult {
     pub max_kernels: usize,
     /// Started sessions idle this long are stopped.
     pub idle_timeout_seconds: f64,
+}
+
+/// `kernel_start`'s `cwd`: an existing directory, relative to the server's working directory,
+/// made absolute with links resolved.
+fn working_dir(cwd: &str) -> Result<PathBuf, Box<ErrorInfo>> {
+    let refuse = |why: &str| {
+        Box::new(ErrorInfo::new(
+            "invalid_arguments",
+            format!("cwd {:?} {why}", render::shorten(cwd, 200)),
+        ))
+    };
+    if cwd.trim().is_empty() {
+        return Err(refuse("is empty"));
+    }
+    match std::fs::canonicalize(cwd) {
+        Ok(path) if path.is_dir() => Ok(path),
+        Ok(_) => Err(refuse("is not a directory")),
+        Err(error) => Err(refuse(&format!("cannot be used: {error}"))),
+    }
 }
 
 fn structured<T: Serialize>(tool: &str, value: &T, ok: bool) -> CallToolResult {
@@ -320,34 +344,38 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<DiscoverParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let directory = match params.directory.as_deref().map(PathBuf::from) {
-            Some(path) if !path.is_absolute() || !path.is_dir() => {
-                return Ok(render::request_error(&ErrorInfo::new(
-                    "invalid_arguments",
-                    format!(
-                        "directory {:?} is not an absolute path to a directory",
-                        path.display().to_string()
-                    ),
-                )))
-            }
-            other => other,
-        };
         let python = self.sessions().default_python();
         let found = tokio::task::spawn_blocking(move || {
+            let directory = match params.directory.as_deref().map(PathBuf::from) {
+                Some(path) if !path.is_absolute() || !path.is_dir() => {
+                    return Err(Box::new(ErrorInfo::new(
+                        "invalid_arguments",
+                        format!(
+                            "directory {:?} is not an absolute path to a directory",
+                            path.display().to_string()
+                        ),
+                    )))
+                }
+                other => other,
+            };
             let dirs = kernelspec::data_dirs(python.as_deref());
             let specs = kernelspec::discover(&dirs);
             let venvs = directory
                 .as_deref()
                 .map(kernelspec::discover_venvs)
                 .unwrap_or_default();
-            (dirs, specs, venvs)
+            Ok((dirs, specs, venvs))
         })
-        .await;
-        let Ok((dirs, specs, venvs)) = found else {
-            return Ok(render::request_error(&ErrorInfo::new(
+        .await
+        .unwrap_or_else(|_| {
+            Err(Box::new(ErrorInfo::new(
                 "internal_error",
                 "discovery failed",
-            )));
+            )))
+        });
+        let (dirs, specs, venvs) = match found {
+            Ok(found) => found,
+            Err(error) => return Ok(render::request_error(&error)),
         };
         let result = DiscoverResult {
             ok: true,
@@ -381,19 +409,33 @@ impl IpythonMcp {
         Parameters(params): Parameters<StartParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
         let sessions = self.sessions();
-        let spec = match sessions.parse_spec(&params.spec) {
-            Ok(spec) => spec,
+        // Kernelspecs, venvs and the cwd are files: read them off the async threads.
+        let parsing = sessions.clone();
+        let (spec_text, cwd) = (params.spec.clone(), params.cwd.clone());
+        let parsed = tokio::task::spawn_blocking(move || {
+            let cwd = cwd.as_deref().map(working_dir).transpose()?;
+            Ok((parsing.parse_spec(&spec_text)?, cwd))
+        })
+        .await
+        .unwrap_or_else(|_| {
+            Err(Box::new(ErrorInfo::new(
+                "internal_error",
+                "kernelspec lookup failed",
+            )))
+        });
+        let (spec, cwd) = match parsed {
+            Ok(parsed) => parsed,
             Err(error) => return Ok(render::request_error(&error)),
         };
         let language_hint = match &spec {
             StartSpec::KernelSpec(spec) => spec.language.clone(),
-            StartSpec::Python(_) | StartSpec::Default => "python".to_owned(),
+            StartSpec::Python { .. } | StartSpec::Default => "python".to_owned(),
         };
-        let (id, session) = match sessions.start(params.spec.trim(), spec, params.kernel.as_deref())
-        {
-            Ok(started) => started,
-            Err(error) => return Ok(render::request_error(&error)),
-        };
+        let (id, session) =
+            match sessions.start(params.spec.trim(), spec, params.kernel.as_deref(), cwd) {
+                Ok(started) => started,
+                Err(error) => return Ok(render::request_error(&error)),
+            };
         let bound = self.config().timeouts.kernel_startup + self.config().timeouts.provision;
         let deadline = tokio::time::Instant::now() + bound;
         while session.status().state == SessionState::Starting
@@ -419,7 +461,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "kernel_list",
-        description = "List the running kernel sessions: id, what each was started from, state, pid, language, whether it is busy, how long it has been idle, and its recent execution ids (for get_output). Answers without waiting on any kernel; changes nothing.",
+        description = "List the running kernel sessions: id, what each was started from, state, pid, language, working directory, whether it is busy, how long it has been idle, and its recent execution ids (for get_output). Answers without waiting on any kernel; changes nothing.",
         output_schema = schema_for_output::<KernelListResult>(),
         annotations(title = "List kernels", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -440,6 +482,10 @@ impl IpythonMcp {
                     epoch: status.epoch,
                     pid: status.kernel.as_ref().map(|kernel| kernel.pid),
                     language: status.kernel.as_ref().map(|kernel| kernel.language.clone()),
+                    working_dir: status
+                        .kernel
+                        .as_ref()
+                        .map(|kernel| kernel.working_dir.clone()),
                     operation_active: status.operation_active,
                     queue_depth: status.queue_depth,
                     idle_seconds: idle.as_secs_f64(),

@@ -971,6 +971,7 @@ impl IpythonMcp {
                 &format!("notebook {}", path.relative),
                 spec.clone(),
                 Some(&id),
+                None,
             ) {
                 Ok((id, handle)) => {
                     sessions.bind_notebook(path.absolute.clone(), id.clone());

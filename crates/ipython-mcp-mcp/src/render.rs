@@ -89,8 +89,8 @@ pub(crate) fn status(result: &StatusResult) -> CallToolResult {
     .to_lowercase();
     if let Some(kernel) = &status.kernel {
         text.push_str(&format!(
-            "; pid {}, Python {}, ipykernel {}",
-            kernel.pid, kernel.python_version, kernel.ipykernel_version
+            "; pid {}, Python {}, ipykernel {}, cwd {}",
+            kernel.pid, kernel.python_version, kernel.ipykernel_version, kernel.working_dir
         ));
     }
     if status.operation_active || status.queue_depth > 0 {

@@ -425,7 +425,7 @@ reads the output so far or waits for the end. Long output is kept in full on dis
         description = "Report the state of a kernel session without running code or waiting in its \
 queue (safe to call while an execute is running): state (starting/ready/busy/recovering/unavailable/closed), \
 epoch (advances each time the kernel is replaced), queue depth, the latest interruption and namespace \
-outcome, the kernel process (pid, Python, ipykernel), provisioning progress of the Python environment, \
+outcome, the kernel process (pid, Python, ipykernel, working directory), provisioning progress of the Python environment, \
 and the error that made it unavailable. Never returns code, arguments or values. Call it when execute \
 answers runtime_unavailable or seems slow, or to learn which Python you are running.",
         output_schema = schema_for_output::<StatusResult>(),

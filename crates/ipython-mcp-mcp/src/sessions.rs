@@ -52,10 +52,26 @@ pub enum StartSpec {
     /// Like the `default` session: the configured interpreter or environment, found the same
     /// way (used for notebooks whose kernelspec is the generic `python3`).
     Default,
-    /// `venv:/path` or an interpreter path: ipykernel with that Python.
-    Python(PathBuf),
+    /// `venv:/path` or an interpreter path: ipykernel with that Python; a venv's kernels
+    /// start in its project.
+    Python {
+        python: PathBuf,
+        project: Option<PathBuf>,
+    },
     /// A registered kernelspec.
     KernelSpec(KernelSpec),
+}
+
+impl StartSpec {
+    /// Where the session's kernels start unless `kernel_start` names a `cwd`: the project
+    /// directory of a venv or of a kernelspec installed in one; otherwise the server's.
+    pub fn project(&self) -> Option<&Path> {
+        match self {
+            StartSpec::Default => None,
+            StartSpec::Python { project, .. } => project.as_deref(),
+            StartSpec::KernelSpec(spec) => spec.project.as_deref(),
+        }
+    }
 }
 
 impl Sessions {
@@ -162,11 +178,15 @@ impl Sessions {
         status.kernel.map(|kernel| PathBuf::from(kernel.python))
     }
 
-    /// Turns `kernel_start`'s `spec` into how to start the session.
+    /// Turns `kernel_start`'s `spec` into how to start the session. Reads files (kernelspecs,
+    /// venvs): call it from a blocking thread.
     pub fn parse_spec(&self, spec: &str) -> Result<StartSpec, Box<ErrorInfo>> {
         let spec = spec.trim();
         if let Some(path) = spec.strip_prefix("venv:") {
-            return kernelspec::venv_python(Path::new(path)).map(StartSpec::Python);
+            return kernelspec::venv_python(Path::new(path)).map(|venv| StartSpec::Python {
+                python: venv.python,
+                project: Some(venv.project),
+            });
         }
         if spec.contains('/') {
             let path = Path::new(spec);
@@ -176,7 +196,10 @@ impl Sessions {
                     format!("{spec:?} is not an absolute path to a Python interpreter"),
                 )));
             }
-            return Ok(StartSpec::Python(path.to_owned()));
+            return Ok(StartSpec::Python {
+                python: path.to_owned(),
+                project: None,
+            });
         }
         let python = self.default_python();
         let specs = kernelspec::discover(&kernelspec::data_dirs(python.as_deref()));
@@ -201,12 +224,14 @@ impl Sessions {
         }
     }
 
-    /// Starts a session (in the background; it is `starting` until its kernel is ready).
+    /// Starts a session (in the background; it is `starting` until its kernel is ready), its
+    /// kernels in `working_dir`, else in the spec's project, else in the server's directory.
     pub fn start(
         &self,
         spec_text: &str,
         spec: StartSpec,
         id: Option<&str>,
+        working_dir: Option<PathBuf>,
     ) -> Result<(String, SessionHandle), Box<ErrorInfo>> {
         let Some(template) = &self.inner.template else {
             return Err(Box::new(ErrorInfo::new(
@@ -257,9 +282,10 @@ impl Sessions {
         }
         let mut options = template.clone();
         options.kernel_id = id.clone();
+        options.working_dir = working_dir.or_else(|| spec.project().map(Path::to_owned));
         match spec {
             StartSpec::Default => {}
-            StartSpec::Python(python) => {
+            StartSpec::Python { python, .. } => {
                 options.resolver.explicit_python = Some(python);
                 options.kernel_spec = None;
             }

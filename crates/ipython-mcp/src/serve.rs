@@ -148,6 +148,7 @@ pub fn session_options(config: &Config, kernel_id: &str) -> anyhow::Result<Sessi
             max_server_retained_bytes: config.spool.max_server_retained_bytes,
         },
         kernel_spec: None,
+        working_dir: None,
     })
 }
 
