@@ -967,11 +967,13 @@ impl IpythonMcp {
             } else {
                 format!("{base}-{attempt}")
             };
+            // As in Jupyter, a notebook's kernel starts in the notebook's directory, so its
+            // relative paths mean what they mean beside the file.
             match sessions.start(
                 &format!("notebook {}", path.relative),
                 spec.clone(),
                 Some(&id),
-                None,
+                path.absolute.parent().map(std::path::Path::to_owned),
             ) {
                 Ok((id, handle)) => {
                     sessions.bind_notebook(path.absolute.clone(), id.clone());

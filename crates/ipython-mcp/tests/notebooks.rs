@@ -545,6 +545,51 @@ async fn notebooks_are_edited_executed_and_saved_as_jupyter_would() {
 }
 
 #[tokio::test]
+async fn a_notebooks_kernel_starts_in_the_notebooks_directory() {
+    let workspace = Workspace::new();
+    let root = workspace.root();
+    std::fs::create_dir_all(root.join("analysis/data")).expect("dirs");
+    std::fs::write(root.join("analysis/data/input.csv"), "a,b\n1,2\n").expect("csv");
+    let server = Server::start(
+        Family::Handshake,
+        &[("IPYTHON_MCP_WORKSPACE_ROOT", &workspace.env())],
+    )
+    .await;
+    let created = server
+        .call("notebook_create", json!({"path": "analysis/report.ipynb"}))
+        .await;
+    assert!(created.ok(), "{created:?}");
+    let ran = server
+        .call(
+            "notebook_execute",
+            json!({"path": "analysis/report.ipynb", "code": "import os\nprint(os.getcwd())\nprint(open('data/input.csv').read().splitlines()[1])"}),
+        )
+        .await;
+    assert!(ran.ok(), "{ran:?}");
+    let expected = root
+        .join("analysis")
+        .canonicalize()
+        .expect("canonical")
+        .display()
+        .to_string();
+    assert_eq!(
+        ran.structured["stdout"],
+        format!("{expected}\n1,2\n"),
+        "{ran:?}"
+    );
+    // The default session is unaffected: it stays in the server's directory.
+    let default = server
+        .call("execute", json!({"code": "import os\nos.getcwd()"}))
+        .await;
+    assert_ne!(
+        default.structured["result"]["text/plain"],
+        format!("'{expected}'"),
+        "{default:?}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn bad_paths_are_refused_before_any_file_access() {
     let workspace = Workspace::new();
     let root = workspace.root();
