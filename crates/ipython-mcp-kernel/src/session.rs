@@ -7,9 +7,16 @@
 //! moves from queued to dispatched or abandoned exactly once, and whoever moves it releases its
 //! permit: a caller that waited longer than `queue_wait_timeout` (or was cancelled) abandons its
 //! ticket, gets `queue_timeout` (or `operation_cancelled`) and frees its slot at once; the actor
-//! skips abandoned tickets. Neither runs code. The deadline starts at dispatch.
+//! skips abandoned tickets. Neither runs code. The deadline starts at dispatch. The server's
+//! own bookkeeping calls (`helper_reserved`) take the one reserved slot instead, never a
+//! user's.
+//!
+//! Supervision: the actor runs inside `supervise`, which owns the inbox. If the actor panics,
+//! its kernels are killed, the session turns `unavailable` (every caller, running or queued, is
+//! answered so) and stays so until `kernel_restart` starts a fresh actor and kernel on the same
+//! inbox, in a new epoch.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -87,6 +94,8 @@ struct Shared {
     status: Mutex<RuntimeStatus>,
     queue_depth: AtomicUsize,
     capacity: Arc<Semaphore>,
+    /// One slot beside the `max_pending` ones, for the server's own bookkeeping calls.
+    reserved: Arc<Semaphore>,
     admission: Mutex<()>,
     next_seq: AtomicU64,
     shutdown: CancellationToken,
@@ -103,6 +112,11 @@ struct Shared {
     finished: watch::Sender<bool>,
     /// The epoch, for watchers of kernel replacement (dynamic tools die with their kernel).
     epoch: watch::Sender<u64>,
+    /// How many times the actor has panicked; a caller whose reply was dropped waits for this
+    /// to pass the count it saw at admission (or for shutdown) to know which happened.
+    failures: watch::Sender<u64>,
+    /// True from an actor's panic until `kernel_restart` replaces it.
+    failed: AtomicBool,
 }
 
 enum Command {
@@ -118,6 +132,16 @@ enum Command {
     Restart {
         reply: oneshot::Sender<RuntimeStatus>,
     },
+    /// Makes the actor panic when it gets here (the test mode's trigger; see `inject_panic`).
+    Panic,
+}
+
+/// Which slots a request may take: a user's (`max_pending`), or the one reserved for the
+/// server's bookkeeping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    User,
+    Reserved,
 }
 
 /// A call into the kernel's helper module (namespace tools), queued like an execute.
@@ -156,6 +180,8 @@ struct Admitted {
     args: ExecuteArgs,
     record: Option<Arc<Record>>,
     result: oneshot::Receiver<Outcome>,
+    /// `Shared::failures` when it was admitted.
+    failures_seen: u64,
 }
 
 const QUEUED: u8 = 0;
@@ -208,17 +234,7 @@ impl SessionHandle {
     /// Creates the session and starts its kernel in the background; returns at once.
     pub fn start(options: SessionOptions) -> SessionHandle {
         let (handle, commands) = SessionHandle::detached(options);
-        let shared = Arc::clone(&handle.shared);
-        let actor = Actor {
-            shared: Arc::clone(&shared),
-            commands,
-            environment: None,
-            kernel: None,
-            spares: std::collections::VecDeque::new(),
-            epoch: 0,
-            unreported_reset: None,
-        };
-        tokio::spawn(actor.run());
+        tokio::spawn(supervise(Arc::clone(&handle.shared), commands));
         handle
     }
 
@@ -229,6 +245,7 @@ impl SessionHandle {
         let shared = Arc::new(Shared {
             status: Mutex::new(RuntimeStatus::starting(&options.kernel_id)),
             capacity: Arc::new(Semaphore::new(options.max_pending.max(1))),
+            reserved: Arc::new(Semaphore::new(1)),
             admission: Mutex::new(()),
             executions: Executions::new(options.spool),
             options,
@@ -240,6 +257,8 @@ impl SessionHandle {
             operations_done: watch::channel(0).0,
             finished: watch::channel(false).0,
             epoch: watch::channel(0).0,
+            failures: watch::channel(0).0,
+            failed: AtomicBool::new(false),
         });
         (SessionHandle { shared, inbox }, commands)
     }
@@ -257,11 +276,23 @@ impl SessionHandle {
 
     /// Runs code in the kernel, waiting in the admission queue first.
     pub async fn execute(&self, args: ExecuteArgs) -> ExecutionOutput {
-        self.submit(args, None).await.0
+        self.submit(args, None, Slot::User).await.0
     }
 
     /// Calls a method of the kernel's helper module, queued and bounded like an execute.
     pub async fn helper(&self, call: HelperCall) -> HelperOutput {
+        self.helper_in(call, Slot::User).await
+    }
+
+    /// A helper call for the server's own bookkeeping (the dynamic-tool catalog check behind
+    /// `tools/list`): queued in order with the user's work, but in the session's one reserved
+    /// slot, so it never takes a `max_pending` slot from a user. While one is pending, another
+    /// answers `runtime_busy` at once.
+    pub async fn helper_reserved(&self, call: HelperCall) -> HelperOutput {
+        self.helper_in(call, Slot::Reserved).await
+    }
+
+    async fn helper_in(&self, call: HelperCall, slot: Slot) -> HelperOutput {
         let args = ExecuteArgs {
             timeout: call.timeout,
             request_id: call.request_id,
@@ -272,12 +303,17 @@ impl SessionHandle {
             method: call.method,
             params: call.params,
         };
-        let (output, reply) = self.submit(args, Some(request)).await;
+        let (output, reply) = self.submit(args, Some(request), slot).await;
         helper_output(output, reply)
     }
 
-    async fn submit(&self, args: ExecuteArgs, helper: Option<HelperRequest>) -> Outcome {
-        match self.admit(args, helper) {
+    async fn submit(
+        &self,
+        args: ExecuteArgs,
+        helper: Option<HelperRequest>,
+        slot: Slot,
+    ) -> Outcome {
+        match self.admit(args, helper, slot) {
             Ok(admitted) => {
                 self.wait(admitted, Some(self.shared.options.queue_wait_timeout))
                     .await
@@ -292,7 +328,7 @@ impl SessionHandle {
     /// the queue-wait limit does not apply: it runs when its turn comes (it still holds one of
     /// the `max_pending` slots until then).
     pub fn execute_background(&self, args: ExecuteArgs) -> ExecutionOutput {
-        match self.admit(args, None) {
+        match self.admit(args, None, Slot::User) {
             Ok(admitted) => {
                 let record = admitted.record.clone();
                 let session = self.clone();
@@ -309,6 +345,7 @@ impl SessionHandle {
         &self,
         args: ExecuteArgs,
         helper: Option<HelperRequest>,
+        slot: Slot,
     ) -> Result<Admitted, Box<Outcome>> {
         // Numbering and enqueueing happen under one lock, so admission order is sequence order
         // even for concurrent callers. Nothing awaits while it is held.
@@ -341,7 +378,11 @@ impl SessionHandle {
                 )))
             }
             SessionState::Unavailable => {
-                let error = unavailable_error(&status);
+                let error = if self.shared.failed.load(Ordering::Acquire) {
+                    failed_error("nothing ran")
+                } else {
+                    unavailable_error(&status)
+                };
                 return Err(Box::new(self.not_run(
                     &ticket,
                     &args,
@@ -351,15 +392,25 @@ impl SessionHandle {
             }
             _ => {}
         }
-        let Ok(permit) = Arc::clone(&self.shared.capacity).try_acquire_owned() else {
-            let error = ErrorInfo::new(
-                "runtime_busy",
-                format!(
-                    "{} operations are already waiting for this kernel",
-                    self.shared.options.max_pending
+        let slots = match slot {
+            Slot::User => &self.shared.capacity,
+            Slot::Reserved => &self.shared.reserved,
+        };
+        let Ok(permit) = Arc::clone(slots).try_acquire_owned() else {
+            let error = match slot {
+                Slot::User => ErrorInfo::new(
+                    "runtime_busy",
+                    format!(
+                        "{} operations are already waiting for this kernel",
+                        self.shared.options.max_pending
+                    ),
+                )
+                .with_hint("wait for earlier calls to finish, or check runtime_status"),
+                Slot::Reserved => ErrorInfo::new(
+                    "runtime_busy",
+                    "a bookkeeping call is already waiting for this kernel",
                 ),
-            )
-            .with_hint("wait for earlier calls to finish, or check runtime_status");
+            };
             return Err(Box::new(self.not_run(
                 &ticket,
                 &args,
@@ -386,12 +437,14 @@ impl SessionHandle {
                 closed_error(),
             )));
         }
+        let failures_seen = *self.shared.failures.borrow();
         drop(admission);
         Ok(Admitted {
             ticket,
             args,
             record,
             result,
+            failures_seen,
         })
     }
 
@@ -403,6 +456,7 @@ impl SessionHandle {
             args,
             record,
             result,
+            failures_seen,
         } = admitted;
         let record = record.as_deref();
         let queue_wait_limit = queue_wait.unwrap_or(Duration::MAX);
@@ -451,8 +505,49 @@ impl SessionHandle {
         }
         match result.await {
             Ok(output) => output,
-            Err(_) => self.not_run(&ticket, &args, record, closed_error()),
+            Err(_) => self.lost(&ticket, &args, record, failures_seen).await,
         }
+    }
+
+    /// The answer to a request whose reply the actor dropped: the session is shutting down, or
+    /// the actor panicked (`supervise` then counts a failure, at once).
+    async fn lost(
+        &self,
+        ticket: &Ticket,
+        args: &ExecuteArgs,
+        record: Option<&Record>,
+        failures_seen: u64,
+    ) -> Outcome {
+        // Still queued (it was in the actor's hands when it panicked): free its slot.
+        ticket.abandon(&self.shared);
+        let ran = ticket.state.load(Ordering::Acquire) == DISPATCHED;
+        let mut failures = self.shared.failures.subscribe();
+        let failed = tokio::select! {
+            biased;
+            _ = self.shared.shutdown.cancelled() => false,
+            counted = failures.wait_for(|count| *count > failures_seen) => counted.is_ok(),
+        };
+        if !failed {
+            return self.not_run(ticket, args, record, closed_error());
+        }
+        if !ran {
+            return self.not_run(ticket, args, record, failed_error("nothing ran"));
+        }
+        let mut outcome = self.not_run(
+            ticket,
+            args,
+            None,
+            failed_error(
+                "this call was running: its kernel was stopped and every variable is gone",
+            ),
+        );
+        outcome.0.status = ExecutionStatus::Error;
+        outcome.0.runtime.interruption = Some(Interruption::Terminated);
+        outcome.0.runtime.namespace = Some(NamespaceOutcome::Reset);
+        if let Some(record) = record {
+            record.finish(&outcome.0);
+        }
+        outcome
     }
 
     /// The outcome of a request that never ran; recorded for `get_output` too.
@@ -615,6 +710,13 @@ impl SessionHandle {
         (true, self.status())
     }
 
+    /// Makes the session's actor panic when it reaches this in its queue. Only the test mode
+    /// calls it (a fixture tool), to check that a panicking actor is supervised.
+    #[doc(hidden)]
+    pub fn inject_panic(&self) -> bool {
+        self.inbox.send(Command::Panic).is_ok()
+    }
+
     /// Starts `shutdown` without waiting for it: from here on, requests the server itself
     /// cancels (its transport closing) end `runtime_closed`, not as cancelled by the client.
     pub fn begin_shutdown(&self) {
@@ -709,6 +811,17 @@ fn closing_error() -> ErrorInfo {
     )
 }
 
+/// What every call gets after the actor panicked, until `kernel_restart`.
+fn failed_error(what_happened: &str) -> ErrorInfo {
+    ErrorInfo::new(
+        "runtime_unavailable",
+        format!("an internal error stopped this kernel session; {what_happened}"),
+    )
+    .with_hint(
+        "call kernel_restart for this kernel: it starts a fresh one (earlier variables are gone)",
+    )
+}
+
 fn unavailable_error(status: &RuntimeStatus) -> ErrorInfo {
     let reason = status
         .error
@@ -742,13 +855,148 @@ struct Actor {
     unreported_reset: Option<String>,
 }
 
+/// Runs the session's actor and outlives it: the inbox lives here, so when the actor panics,
+/// `fail` can answer every caller and wait for `kernel_restart`, which starts a fresh actor on
+/// the same inbox. Without this, a panic would drop the inbox and leave callers told the server
+/// is shutting down.
+async fn supervise(shared: Arc<Shared>, commands: mpsc::UnboundedReceiver<Command>) {
+    use futures_util::FutureExt as _;
+    let mut actor = Actor::new(Arc::clone(&shared), commands);
+    let mut restart = None;
+    loop {
+        // The actor's state is thrown away after a panic (only its inbox, environment and epoch
+        // are kept, and its kernels are killed), so nothing observes it half-updated.
+        let ran = std::panic::AssertUnwindSafe(actor.run(restart.take()))
+            .catch_unwind()
+            .await;
+        if ran.is_ok() {
+            return; // closed
+        }
+        tracing::error!(kernel_id = %shared.options.kernel_id, "session actor panicked; the session is unavailable until kernel_restart");
+        match actor.fail().await {
+            Some(reply) => {
+                actor = actor.respawn();
+                restart = Some(reply);
+            }
+            None => {
+                actor.close().await;
+                return;
+            }
+        }
+    }
+}
+
 impl Actor {
-    async fn run(mut self) {
+    fn new(shared: Arc<Shared>, commands: mpsc::UnboundedReceiver<Command>) -> Actor {
+        Actor {
+            shared,
+            commands,
+            environment: None,
+            kernel: None,
+            spares: std::collections::VecDeque::new(),
+            epoch: 0,
+            unreported_reset: None,
+        }
+    }
+
+    /// After a panic: kills the kernels, marks the session unavailable, answers every caller
+    /// (the dropped replies of the operation it was running, and every queued one) and waits
+    /// for a restart, which it returns; `None` when the session closes first.
+    async fn fail(&mut self) -> Option<oneshot::Sender<RuntimeStatus>> {
+        // A panic while a lock was held must not turn every later call into a panic too.
+        self.shared.status.clear_poison();
+        self.shared.active.clear_poison();
+        self.shared.admission.clear_poison();
+        *self.shared.active.lock().expect("active lock") = None;
+        self.shared.failed.store(true, Ordering::Release);
+        self.update(|status| {
+            status.state = SessionState::Unavailable;
+            status.kernel = None;
+            status.operation_active = false;
+            status.error = Some(failed_error("calls fail until it is restarted"));
+        });
+        // Wakes the callers whose replies the panic dropped (see `SessionHandle::lost`).
+        self.shared.failures.send_modify(|count| *count += 1);
+        self.shared.operations_done.send_modify(|done| *done += 1);
+        if let Some(running) = self.kernel.take() {
+            running.kernel.kill().await;
+        }
+        self.drop_spares().await;
         let shutdown = self.shared.shutdown.clone();
-        self.environment = tokio::select! {
-            environment = self.provision() => environment,
-            _ = shutdown.cancelled() => None,
-        };
+        loop {
+            let command = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return None,
+                command = self.commands.recv() => command,
+            };
+            match command {
+                Some(Command::Execute {
+                    ticket,
+                    args,
+                    record,
+                    reply,
+                    ..
+                }) => {
+                    if ticket.abandon(&self.shared) {
+                        let error = failed_error("nothing ran");
+                        let output = ExecutionOutput::not_run(
+                            ticket.execution_id.clone(),
+                            RuntimeInfo {
+                                request_id: args.request_id.clone(),
+                                admission_seq: ticket.seq,
+                                epoch: self.epoch,
+                                queue_wait_ms: ticket.enqueued_at.elapsed().as_millis() as u64,
+                                run_ms: 0,
+                                interruption: None,
+                                namespace: None,
+                            },
+                            error,
+                        );
+                        if let Some(record) = &record {
+                            record.finish(&output);
+                        }
+                        let _ = reply.send((output, None));
+                    }
+                }
+                Some(Command::Restart { reply }) => return Some(reply),
+                Some(Command::Panic) => {}
+                None => return None,
+            }
+        }
+    }
+
+    /// A fresh actor on the same inbox, for `kernel_restart` after a panic: the environment is
+    /// kept (no new provisioning), and it starts its kernel in the next epoch.
+    fn respawn(self) -> Actor {
+        let mut actor = Actor::new(Arc::clone(&self.shared), self.commands);
+        actor.environment = self.environment;
+        actor.epoch = self.epoch;
+        actor
+    }
+
+    /// Starts the kernel and serves the inbox until shutdown. `restart` is set for a respawned
+    /// actor: the restart it answers once its kernel is up, in a new epoch.
+    async fn run(&mut self, restart: Option<oneshot::Sender<RuntimeStatus>>) {
+        let shutdown = self.shared.shutdown.clone();
+        if restart.is_some() {
+            self.epoch += 1;
+            let epoch = self.epoch;
+            self.update(|status| {
+                status.state = SessionState::Recovering;
+                status.epoch = epoch;
+                status.error = None;
+                status.latest_interruption_kind = None;
+                status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
+            });
+            self.shared.epoch.send_replace(epoch);
+            self.shared.failed.store(false, Ordering::Release);
+        }
+        if self.environment.is_none() {
+            self.environment = tokio::select! {
+                environment = self.provision() => environment,
+                _ = shutdown.cancelled() => None,
+            };
+        }
         if let Some(environment) = self.environment.clone() {
             let started = Instant::now();
             let launched = tokio::select! {
@@ -769,6 +1017,9 @@ impl Actor {
                 Some(Err(error)) => self.set_unavailable(error),
                 None => {}
             }
+        }
+        if let Some(reply) = restart {
+            let _ = reply.send(self.shared.status.lock().expect("status lock").clone());
         }
         if !shutdown.is_cancelled() {
             self.serve().await;
@@ -851,6 +1102,7 @@ impl Actor {
                     let _ = reply.send(self.shared.status.lock().expect("status lock").clone());
                     continue;
                 }
+                Some(Command::Panic) => panic!("panic requested by the test mode"),
                 None => return,
             };
             if shutdown.is_cancelled() {
@@ -1473,6 +1725,18 @@ impl Actor {
         }
     }
 
+    /// Spares never ran user code: a kill is enough. One still starting is aborted, which
+    /// drops its launch and kills its process.
+    async fn drop_spares(&mut self) {
+        while let Some(spare) = self.spares.pop_front() {
+            spare.abort();
+            if let Ok(Ok(running)) = spare.await {
+                running.kernel.kill().await;
+            }
+        }
+        self.update(|status| status.spare_kernel_pids.clear());
+    }
+
     async fn close(&mut self) {
         self.update(|status| {
             status.state = SessionState::Closed;
@@ -1517,15 +1781,7 @@ impl Actor {
                 )
                 .await;
         }
-        // Spares never ran user code: a kill is enough. One still starting is aborted, which
-        // drops its launch and kills its process.
-        while let Some(spare) = self.spares.pop_front() {
-            spare.abort();
-            if let Ok(Ok(running)) = spare.await {
-                running.kernel.kill().await;
-            }
-        }
-        self.update(|status| status.spare_kernel_pids.clear());
+        self.drop_spares().await;
         self.shared.finished.send_replace(true);
         tracing::debug!(kernel_id = %self.shared.options.kernel_id, "session closed");
     }
