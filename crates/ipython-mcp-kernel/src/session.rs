@@ -455,7 +455,7 @@ impl SessionHandle {
             ticket,
             args,
             record,
-            result,
+            mut result,
             failures_seen,
         } = admitted;
         let record = record.as_deref();
@@ -463,6 +463,13 @@ impl SessionHandle {
         tokio::select! {
             biased;
             _ = ticket.dispatched.notified() => {}
+            // Answered without being dispatched: the session closed, or its actor failed.
+            answered = &mut result => {
+                return match answered {
+                    Ok(output) => output,
+                    Err(_) => self.lost(&ticket, &args, record, failures_seen).await,
+                };
+            }
             _ = args.cancel.cancelled() => {
                 if ticket.abandon(&self.shared) {
                     // A server that is shutting down cancels every request it holds (the
@@ -2205,6 +2212,144 @@ mod tests {
             "sequence numbers follow admission order"
         );
         assert_eq!(handle.status().queue_depth, 0);
+    }
+
+    fn helper_call(method: &str) -> HelperCall {
+        HelperCall {
+            method: method.into(),
+            params: serde_json::json!({}),
+            timeout: None,
+            request_id: method.into(),
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_bookkeeping_call_takes_the_reserved_slot_never_a_users() {
+        let (handle, _inbox) = SessionHandle::detached(options(2, Duration::from_secs(30)));
+        let spawn_execute = |code: &'static str| {
+            let handle = handle.clone();
+            tokio::spawn(async move { handle.execute(args(code, &CancellationToken::new())).await })
+        };
+        let _first = spawn_execute("first");
+        let reserved = tokio::spawn({
+            let handle = handle.clone();
+            async move { handle.helper_reserved(helper_call("tool_catalog")).await }
+        });
+        while handle.status().queue_depth < 2 {
+            tokio::task::yield_now().await;
+        }
+        // The reserved slot is taken: a second bookkeeping call is refused at once…
+        let refused = handle.helper_reserved(helper_call("tool_catalog")).await;
+        assert_eq!(
+            refused.error.map(|error| error.code).as_deref(),
+            Some("runtime_busy")
+        );
+        assert!(!reserved.is_finished());
+        // …while the user still has both of the `max_pending` slots: one is free.
+        let _second = spawn_execute("second");
+        while handle.status().queue_depth < 3 {
+            tokio::task::yield_now().await;
+        }
+        let busy = handle
+            .execute(args("third", &CancellationToken::new()))
+            .await;
+        assert_eq!(code(&busy), Some("runtime_busy"));
+        assert_eq!(
+            handle.status().queue_depth,
+            3,
+            "the users' two and the reserved one"
+        );
+        // A bookkeeping call that gives up frees the reserved slot for the next.
+        let gave_up = reserved.await.expect("join");
+        assert_eq!(
+            gave_up.error.map(|error| error.code).as_deref(),
+            Some("queue_timeout")
+        );
+        assert_eq!(handle.status().queue_depth, 0);
+    }
+
+    /// A session whose Python cannot be found: its actor runs with no kernel.
+    fn kernelless(max_pending: usize) -> SessionOptions {
+        let mut options = options(max_pending, Duration::from_secs(30));
+        options.resolver.explicit_python = Some(std::env::temp_dir().join("no-such-python-here"));
+        options
+    }
+
+    #[tokio::test]
+    async fn a_panicking_actor_answers_its_queue_unavailable_and_restart_respawns_it() {
+        let (handle, commands) = SessionHandle::detached(kernelless(4));
+        // Queued before the actor starts: the panic, then a call behind it.
+        assert!(handle.inject_panic());
+        let queued = tokio::spawn({
+            let handle = handle.clone();
+            async move {
+                handle
+                    .execute(args("queued", &CancellationToken::new()))
+                    .await
+            }
+        });
+        while handle.status().queue_depth < 1 {
+            tokio::task::yield_now().await;
+        }
+        tokio::spawn(supervise(Arc::clone(&handle.shared), commands));
+        let queued = queued.await.expect("join");
+        assert_eq!(code(&queued), Some("runtime_unavailable"));
+        assert_eq!(queued.status, ExecutionStatus::Rejected);
+        let message = &queued.error.as_ref().expect("error").message;
+        assert!(message.contains("an internal error stopped"), "{message}");
+        let status = handle.status();
+        assert_eq!(status.state, SessionState::Unavailable);
+        assert_eq!(status.queue_depth, 0);
+        assert_eq!(
+            status.error,
+            Some(failed_error("calls fail until it is restarted"))
+        );
+        let refused = handle
+            .execute(args("after", &CancellationToken::new()))
+            .await;
+        assert_eq!(refused.error, Some(failed_error("nothing ran")));
+        // The restart starts a fresh actor in a new epoch; this one cannot find its Python
+        // either, so the session is unavailable for that reason now, not for the panic.
+        let restarted = handle.restart().await.expect("restart answered");
+        assert_eq!(restarted.epoch, 1);
+        assert_eq!(restarted.state, SessionState::Unavailable);
+        let reason = restarted.error.expect("reason").message;
+        assert!(!reason.contains("internal error"), "{reason}");
+        let refused = handle
+            .execute(args("later", &CancellationToken::new()))
+            .await;
+        assert_ne!(refused.error, Some(failed_error("nothing ran")));
+        handle.shutdown().await;
+        assert_eq!(handle.status().state, SessionState::Closed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_running_when_the_actor_panics_is_told_so_and_its_record_finished() {
+        let (handle, mut inbox) = SessionHandle::detached(options(1, Duration::from_secs(30)));
+        let caller = tokio::spawn({
+            let handle = handle.clone();
+            async move {
+                handle
+                    .execute(args("running", &CancellationToken::new()))
+                    .await
+            }
+        });
+        let Some(Command::Execute { ticket, reply, .. }) = inbox.recv().await else {
+            panic!("command")
+        };
+        assert!(ticket.dispatch(&handle.shared));
+        // What a panic does to it: the reply is dropped, then the supervisor counts a failure.
+        drop(reply);
+        tokio::task::yield_now().await;
+        handle.shared.failures.send_modify(|count| *count += 1);
+        let output = caller.await.expect("join");
+        assert_eq!(code(&output), Some("runtime_unavailable"));
+        assert_eq!(output.status, ExecutionStatus::Error);
+        assert_eq!(output.runtime.namespace, Some(NamespaceOutcome::Reset));
+        assert_eq!(output.runtime.interruption, Some(Interruption::Terminated));
+        let recorded = handle.output(None, Duration::ZERO).await.expect("recorded");
+        assert_eq!(recorded.status, ExecutionStatus::Error, "get_output agrees");
     }
 
     #[tokio::test(start_paused = true)]

@@ -639,7 +639,16 @@ async fn an_oversized_image_is_downscaled_and_its_original_kept() {
 /// epoch.
 #[tokio::test]
 async fn a_panicking_session_actor_makes_the_session_unavailable_until_kernel_restart() {
-    let server = Server::start(Family::Handshake, &[("IPYTHON_MCP_TEST_MODE", "fixtures")]).await;
+    // A queue wait far above the bound below: the queued call must be answered when the actor
+    // fails, not when its wait runs out.
+    let server = Server::start(
+        Family::Handshake,
+        &[
+            ("IPYTHON_MCP_TEST_MODE", "fixtures"),
+            ("IPYTHON_MCP_QUEUE_WAIT_TIMEOUT_SECONDS", "900"),
+        ],
+    )
+    .await;
     let defined = server.call("execute", json!({"code": "kept = 1"})).await;
     assert!(defined.ok(), "{defined:?}");
     let before = server.call("runtime_status", json!({})).await.structured;
@@ -666,7 +675,10 @@ async fn a_panicking_session_actor_makes_the_session_unavailable_until_kernel_re
     let job = job.await.expect("join");
     assert!(job.ok(), "the job ran before the panic: {job:?}");
 
-    let queued = queued.await.expect("join");
+    let queued = tokio::time::timeout(Duration::from_secs(120), queued)
+        .await
+        .expect("the queued call is answered when the actor fails")
+        .expect("join");
     let error = &queued.structured["error"];
     assert_eq!(error["code"], "runtime_unavailable", "{queued:?}");
     assert_eq!(queued.structured["status"], "rejected", "{queued:?}");
