@@ -916,12 +916,20 @@ impl Actor {
         self.shared.admission.clear_poison();
         *self.shared.active.lock().expect("active lock") = None;
         self.shared.failed.store(true, Ordering::Release);
+        // Its kernel is gone, as in a replacement: the epoch advances (which also unlists its
+        // dynamic tools), and again when a restart brings a new one.
+        self.epoch += 1;
+        let epoch = self.epoch;
         self.update(|status| {
             status.state = SessionState::Unavailable;
+            status.epoch = epoch;
             status.kernel = None;
             status.operation_active = false;
+            status.latest_interruption_kind = None;
+            status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
             status.error = Some(failed_error("calls fail until it is restarted"));
         });
+        self.shared.epoch.send_replace(epoch);
         // Wakes the callers whose replies the panic dropped (see `SessionHandle::lost`).
         self.shared.failures.send_modify(|count| *count += 1);
         self.shared.operations_done.send_modify(|done| *done += 1);
@@ -2311,8 +2319,9 @@ mod tests {
         assert_eq!(refused.error, Some(failed_error("nothing ran")));
         // The restart starts a fresh actor in a new epoch; this one cannot find its Python
         // either, so the session is unavailable for that reason now, not for the panic.
+        assert_eq!(status.epoch, 1, "its kernel is gone");
         let restarted = handle.restart().await.expect("restart answered");
-        assert_eq!(restarted.epoch, 1);
+        assert_eq!(restarted.epoch, 2);
         assert_eq!(restarted.state, SessionState::Unavailable);
         let reason = restarted.error.expect("reason").message;
         assert!(!reason.contains("internal error"), "{reason}");

@@ -691,8 +691,15 @@ async fn a_panicking_session_actor_makes_the_session_unavailable_until_kernel_re
                 .is_some_and(|hint| hint.contains("kernel_restart"))
     };
     assert!(says(error), "{queued:?}");
+    // Its kernel is gone, so the epoch has moved on, as after a replacement.
+    assert_eq!(
+        queued.structured["runtime"]["epoch"],
+        epoch + 1,
+        "{queued:?}"
+    );
     let status = server.call("runtime_status", json!({})).await.structured;
     assert_eq!(status["state"], "unavailable", "{status}");
+    assert_eq!(status["epoch"], epoch + 1, "{status}");
     assert!(says(&status["error"]), "{status}");
     assert_eq!(status["queue_depth"], 0, "{status}");
     assert_eq!(status["operation_active"], false, "{status}");
@@ -710,10 +717,7 @@ async fn a_panicking_session_actor_makes_the_session_unavailable_until_kernel_re
     assert!(restarted.ok(), "{restarted:?}");
     let restarted = &restarted.structured;
     assert_eq!(restarted["state"], "ready", "{restarted}");
-    assert!(
-        restarted["epoch"].as_u64().expect("epoch") > epoch,
-        "{restarted}"
-    );
+    assert_eq!(restarted["epoch"], epoch + 2, "{restarted}");
     assert_ne!(restarted["kernel"]["pid"].as_i64(), Some(i64::from(pid)));
     assert!(restarted["error"].is_null(), "{restarted}");
     let ran = server.call("execute", json!({"code": "40 + 2"})).await;
