@@ -952,26 +952,13 @@ impl Actor {
                     reply,
                     ..
                 }) => {
-                    if ticket.abandon(&self.shared) {
-                        let error = failed_error("nothing ran");
-                        let output = ExecutionOutput::not_run(
-                            ticket.execution_id.clone(),
-                            RuntimeInfo {
-                                request_id: args.request_id.clone(),
-                                admission_seq: ticket.seq,
-                                epoch: self.epoch,
-                                queue_wait_ms: ticket.enqueued_at.elapsed().as_millis() as u64,
-                                run_ms: 0,
-                                interruption: None,
-                                namespace: None,
-                            },
-                            error,
-                        );
-                        if let Some(record) = &record {
-                            record.finish(&output);
-                        }
-                        let _ = reply.send((output, None));
-                    }
+                    self.refuse(
+                        &ticket,
+                        &args,
+                        record.as_deref(),
+                        reply,
+                        failed_error("nothing ran"),
+                    );
                 }
                 Some(Command::Restart { reply }) => return Some(reply),
                 Some(Command::Panic) => {}
@@ -1740,6 +1727,35 @@ impl Actor {
         }
     }
 
+    /// Answers a queued request that will never run (unless its caller already gave up), and
+    /// records it for `get_output`.
+    fn refuse(
+        &self,
+        ticket: &Ticket,
+        args: &ExecuteArgs,
+        record: Option<&Record>,
+        reply: oneshot::Sender<Outcome>,
+        error: ErrorInfo,
+    ) {
+        if !ticket.abandon(&self.shared) {
+            return;
+        }
+        let runtime = RuntimeInfo {
+            request_id: args.request_id.clone(),
+            admission_seq: ticket.seq,
+            epoch: self.epoch,
+            queue_wait_ms: ticket.enqueued_at.elapsed().as_millis() as u64,
+            run_ms: 0,
+            interruption: None,
+            namespace: None,
+        };
+        let output = ExecutionOutput::not_run(ticket.execution_id.clone(), runtime, error);
+        if let Some(record) = record {
+            record.finish(&output);
+        }
+        let _ = reply.send((output, None));
+    }
+
     /// Spares never ran user code: a kill is enough. One still starting is aborted, which
     /// drops its launch and kills its process.
     async fn drop_spares(&mut self) {
@@ -1762,27 +1778,14 @@ impl Actor {
             let Command::Execute {
                 ticket,
                 args,
+                record,
                 reply,
                 ..
             } = command
             else {
                 continue;
             };
-            if ticket.abandon(&self.shared) {
-                let runtime = RuntimeInfo {
-                    request_id: args.request_id.clone(),
-                    admission_seq: ticket.seq,
-                    epoch: self.epoch,
-                    queue_wait_ms: ticket.enqueued_at.elapsed().as_millis() as u64,
-                    run_ms: 0,
-                    interruption: None,
-                    namespace: None,
-                };
-                let _ = reply.send((
-                    ExecutionOutput::not_run(ticket.execution_id.clone(), runtime, closed_error()),
-                    None,
-                ));
-            }
+            self.refuse(&ticket, &args, record.as_deref(), reply, closed_error());
         }
         if let Some(running) = self.kernel.take() {
             running
@@ -2222,6 +2225,20 @@ mod tests {
         assert_eq!(handle.status().queue_depth, 0);
     }
 
+    fn spawn_execute(
+        handle: &SessionHandle,
+        code: &'static str,
+    ) -> tokio::task::JoinHandle<ExecutionOutput> {
+        let handle = handle.clone();
+        tokio::spawn(async move { handle.execute(args(code, &CancellationToken::new())).await })
+    }
+
+    async fn until_queued(handle: &SessionHandle, depth: usize) {
+        while handle.status().queue_depth < depth {
+            tokio::task::yield_now().await;
+        }
+    }
+
     fn helper_call(method: &str) -> HelperCall {
         HelperCall {
             method: method.into(),
@@ -2235,18 +2252,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_bookkeeping_call_takes_the_reserved_slot_never_a_users() {
         let (handle, _inbox) = SessionHandle::detached(options(2, Duration::from_secs(30)));
-        let spawn_execute = |code: &'static str| {
-            let handle = handle.clone();
-            tokio::spawn(async move { handle.execute(args(code, &CancellationToken::new())).await })
-        };
-        let _first = spawn_execute("first");
+        let _first = spawn_execute(&handle, "first");
         let reserved = tokio::spawn({
             let handle = handle.clone();
             async move { handle.helper_reserved(helper_call("tool_catalog")).await }
         });
-        while handle.status().queue_depth < 2 {
-            tokio::task::yield_now().await;
-        }
+        until_queued(&handle, 2).await;
         // The reserved slot is taken: a second bookkeeping call is refused at once…
         let refused = handle.helper_reserved(helper_call("tool_catalog")).await;
         assert_eq!(
@@ -2255,10 +2266,8 @@ mod tests {
         );
         assert!(!reserved.is_finished());
         // …while the user still has both of the `max_pending` slots: one is free.
-        let _second = spawn_execute("second");
-        while handle.status().queue_depth < 3 {
-            tokio::task::yield_now().await;
-        }
+        let _second = spawn_execute(&handle, "second");
+        until_queued(&handle, 3).await;
         let busy = handle
             .execute(args("third", &CancellationToken::new()))
             .await;
@@ -2289,17 +2298,8 @@ mod tests {
         let (handle, commands) = SessionHandle::detached(kernelless(4));
         // Queued before the actor starts: the panic, then a call behind it.
         assert!(handle.inject_panic());
-        let queued = tokio::spawn({
-            let handle = handle.clone();
-            async move {
-                handle
-                    .execute(args("queued", &CancellationToken::new()))
-                    .await
-            }
-        });
-        while handle.status().queue_depth < 1 {
-            tokio::task::yield_now().await;
-        }
+        let queued = spawn_execute(&handle, "queued");
+        until_queued(&handle, 1).await;
         tokio::spawn(supervise(Arc::clone(&handle.shared), commands));
         let queued = queued.await.expect("join");
         assert_eq!(code(&queued), Some("runtime_unavailable"));
@@ -2336,14 +2336,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_call_running_when_the_actor_panics_is_told_so_and_its_record_finished() {
         let (handle, mut inbox) = SessionHandle::detached(options(1, Duration::from_secs(30)));
-        let caller = tokio::spawn({
-            let handle = handle.clone();
-            async move {
-                handle
-                    .execute(args("running", &CancellationToken::new()))
-                    .await
-            }
-        });
+        let caller = spawn_execute(&handle, "running");
         let Some(Command::Execute { ticket, reply, .. }) = inbox.recv().await else {
             panic!("command")
         };
