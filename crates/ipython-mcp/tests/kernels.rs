@@ -646,13 +646,21 @@ async fn a_panicking_session_actor_makes_the_session_unavailable_until_kernel_re
         &[
             ("IPYTHON_MCP_TEST_MODE", "fixtures"),
             ("IPYTHON_MCP_QUEUE_WAIT_TIMEOUT_SECONDS", "900"),
+            ("IPYTHON_MCP_SPARE_KERNELS", "1"),
         ],
     )
     .await;
     let defined = server.call("execute", json!({"code": "kept = 1"})).await;
     assert!(defined.ok(), "{defined:?}");
-    let before = server.call("runtime_status", json!({})).await.structured;
+    let before = server
+        .wait_until(|status| {
+            status["spare_kernel_pids"]
+                .as_array()
+                .is_some_and(|pids| pids.len() == 1)
+        })
+        .await;
     let pid = before["kernel"]["pid"].as_i64().expect("kernel pid") as i32;
+    let spare = before["spare_kernel_pids"][0].as_i64().expect("spare pid") as i32;
     let epoch = before["epoch"].as_u64().expect("epoch");
 
     // A job holds the kernel while the panic, then a call behind it, queue up.
@@ -704,9 +712,12 @@ async fn a_panicking_session_actor_makes_the_session_unavailable_until_kernel_re
     assert_eq!(status["queue_depth"], 0, "{status}");
     assert_eq!(status["operation_active"], false, "{status}");
     assert!(status["kernel"].is_null(), "{status}");
-    // The panicked actor's kernel, and its process group, are gone.
-    support::wait_until_gone(pid).await;
-    support::wait_until_group_gone(pid).await;
+    // The panicked actor's kernel and its spare, with their process groups, are gone.
+    assert_eq!(status["spare_kernel_pids"], json!([]), "{status}");
+    for kernel in [pid, spare] {
+        support::wait_until_gone(kernel).await;
+        support::wait_until_group_gone(kernel).await;
+    }
 
     // Until the restart, calls fail at once and run nothing.
     let refused = server.call("execute", json!({"code": "kept"})).await;
