@@ -7,9 +7,16 @@
 //! moves from queued to dispatched or abandoned exactly once, and whoever moves it releases its
 //! permit: a caller that waited longer than `queue_wait_timeout` (or was cancelled) abandons its
 //! ticket, gets `queue_timeout` (or `operation_cancelled`) and frees its slot at once; the actor
-//! skips abandoned tickets. Neither runs code. The deadline starts at dispatch.
+//! skips abandoned tickets. Neither runs code. The deadline starts at dispatch. The server's
+//! own bookkeeping calls (`helper_reserved`) take the one reserved slot instead, never a
+//! user's.
+//!
+//! Supervision: the actor runs inside `supervise`, which owns the inbox. If the actor panics,
+//! its kernels are killed, the session turns `unavailable` (every caller, running or queued, is
+//! answered so) and stays so until `kernel_restart` starts a fresh actor and kernel on the same
+//! inbox, in a new epoch.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -89,6 +96,8 @@ struct Shared {
     status: Mutex<RuntimeStatus>,
     queue_depth: AtomicUsize,
     capacity: Arc<Semaphore>,
+    /// One slot beside the `max_pending` ones, for the server's own bookkeeping calls.
+    reserved: Arc<Semaphore>,
     admission: Mutex<()>,
     next_seq: AtomicU64,
     shutdown: CancellationToken,
@@ -105,6 +114,11 @@ struct Shared {
     finished: watch::Sender<bool>,
     /// The epoch, for watchers of kernel replacement (dynamic tools die with their kernel).
     epoch: watch::Sender<u64>,
+    /// How many times the actor has panicked; a caller whose reply was dropped waits for this
+    /// to pass the count it saw at admission (or for shutdown) to know which happened.
+    failures: watch::Sender<u64>,
+    /// True from an actor's panic until `kernel_restart` replaces it.
+    failed: AtomicBool,
 }
 
 enum Command {
@@ -120,6 +134,16 @@ enum Command {
     Restart {
         reply: oneshot::Sender<RuntimeStatus>,
     },
+    /// Makes the actor panic when it gets here (the test mode's trigger; see `inject_panic`).
+    Panic,
+}
+
+/// Which slots a request may take: a user's (`max_pending`), or the one reserved for the
+/// server's bookkeeping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    User,
+    Reserved,
 }
 
 /// A call into the kernel's helper module (namespace tools), queued like an execute.
@@ -158,6 +182,8 @@ struct Admitted {
     args: ExecuteArgs,
     record: Option<Arc<Record>>,
     result: oneshot::Receiver<Outcome>,
+    /// `Shared::failures` when it was admitted.
+    failures_seen: u64,
 }
 
 const QUEUED: u8 = 0;
@@ -210,17 +236,7 @@ impl SessionHandle {
     /// Creates the session and starts its kernel in the background; returns at once.
     pub fn start(options: SessionOptions) -> SessionHandle {
         let (handle, commands) = SessionHandle::detached(options);
-        let shared = Arc::clone(&handle.shared);
-        let actor = Actor {
-            shared: Arc::clone(&shared),
-            commands,
-            environment: None,
-            kernel: None,
-            spares: std::collections::VecDeque::new(),
-            epoch: 0,
-            unreported_reset: None,
-        };
-        tokio::spawn(actor.run());
+        tokio::spawn(supervise(Arc::clone(&handle.shared), commands));
         handle
     }
 
@@ -231,6 +247,7 @@ impl SessionHandle {
         let shared = Arc::new(Shared {
             status: Mutex::new(RuntimeStatus::starting(&options.kernel_id)),
             capacity: Arc::new(Semaphore::new(options.max_pending.max(1))),
+            reserved: Arc::new(Semaphore::new(1)),
             admission: Mutex::new(()),
             executions: Executions::new(options.spool),
             options,
@@ -242,6 +259,8 @@ impl SessionHandle {
             operations_done: watch::channel(0).0,
             finished: watch::channel(false).0,
             epoch: watch::channel(0).0,
+            failures: watch::channel(0).0,
+            failed: AtomicBool::new(false),
         });
         (SessionHandle { shared, inbox }, commands)
     }
@@ -259,11 +278,23 @@ impl SessionHandle {
 
     /// Runs code in the kernel, waiting in the admission queue first.
     pub async fn execute(&self, args: ExecuteArgs) -> ExecutionOutput {
-        self.submit(args, None).await.0
+        self.submit(args, None, Slot::User).await.0
     }
 
     /// Calls a method of the kernel's helper module, queued and bounded like an execute.
     pub async fn helper(&self, call: HelperCall) -> HelperOutput {
+        self.helper_in(call, Slot::User).await
+    }
+
+    /// A helper call for the server's own bookkeeping (the dynamic-tool catalog check behind
+    /// `tools/list`): queued in order with the user's work, but in the session's one reserved
+    /// slot, so it never takes a `max_pending` slot from a user. While one is pending, another
+    /// answers `runtime_busy` at once.
+    pub async fn helper_reserved(&self, call: HelperCall) -> HelperOutput {
+        self.helper_in(call, Slot::Reserved).await
+    }
+
+    async fn helper_in(&self, call: HelperCall, slot: Slot) -> HelperOutput {
         let args = ExecuteArgs {
             timeout: call.timeout,
             request_id: call.request_id,
@@ -274,12 +305,17 @@ impl SessionHandle {
             method: call.method,
             params: call.params,
         };
-        let (output, reply) = self.submit(args, Some(request)).await;
+        let (output, reply) = self.submit(args, Some(request), slot).await;
         helper_output(output, reply)
     }
 
-    async fn submit(&self, args: ExecuteArgs, helper: Option<HelperRequest>) -> Outcome {
-        match self.admit(args, helper) {
+    async fn submit(
+        &self,
+        args: ExecuteArgs,
+        helper: Option<HelperRequest>,
+        slot: Slot,
+    ) -> Outcome {
+        match self.admit(args, helper, slot) {
             Ok(admitted) => {
                 self.wait(admitted, Some(self.shared.options.queue_wait_timeout))
                     .await
@@ -294,7 +330,7 @@ impl SessionHandle {
     /// the queue-wait limit does not apply: it runs when its turn comes (it still holds one of
     /// the `max_pending` slots until then).
     pub fn execute_background(&self, args: ExecuteArgs) -> ExecutionOutput {
-        match self.admit(args, None) {
+        match self.admit(args, None, Slot::User) {
             Ok(admitted) => {
                 let record = admitted.record.clone();
                 let session = self.clone();
@@ -311,6 +347,7 @@ impl SessionHandle {
         &self,
         args: ExecuteArgs,
         helper: Option<HelperRequest>,
+        slot: Slot,
     ) -> Result<Admitted, Box<Outcome>> {
         // Numbering and enqueueing happen under one lock, so admission order is sequence order
         // even for concurrent callers. Nothing awaits while it is held.
@@ -343,7 +380,11 @@ impl SessionHandle {
                 )))
             }
             SessionState::Unavailable => {
-                let error = unavailable_error(&status);
+                let error = if self.shared.failed.load(Ordering::Acquire) {
+                    failed_error("nothing ran")
+                } else {
+                    unavailable_error(&status)
+                };
                 return Err(Box::new(self.not_run(
                     &ticket,
                     &args,
@@ -353,15 +394,25 @@ impl SessionHandle {
             }
             _ => {}
         }
-        let Ok(permit) = Arc::clone(&self.shared.capacity).try_acquire_owned() else {
-            let error = ErrorInfo::new(
-                "runtime_busy",
-                format!(
-                    "{} operations are already waiting for this kernel",
-                    self.shared.options.max_pending
+        let slots = match slot {
+            Slot::User => &self.shared.capacity,
+            Slot::Reserved => &self.shared.reserved,
+        };
+        let Ok(permit) = Arc::clone(slots).try_acquire_owned() else {
+            let error = match slot {
+                Slot::User => ErrorInfo::new(
+                    "runtime_busy",
+                    format!(
+                        "{} operations are already waiting for this kernel",
+                        self.shared.options.max_pending
+                    ),
+                )
+                .with_hint("wait for earlier calls to finish, or check runtime_status"),
+                Slot::Reserved => ErrorInfo::new(
+                    "runtime_busy",
+                    "a bookkeeping call is already waiting for this kernel",
                 ),
-            )
-            .with_hint("wait for earlier calls to finish, or check runtime_status");
+            };
             return Err(Box::new(self.not_run(
                 &ticket,
                 &args,
@@ -388,12 +439,14 @@ impl SessionHandle {
                 closed_error(),
             )));
         }
+        let failures_seen = *self.shared.failures.borrow();
         drop(admission);
         Ok(Admitted {
             ticket,
             args,
             record,
             result,
+            failures_seen,
         })
     }
 
@@ -404,13 +457,21 @@ impl SessionHandle {
             ticket,
             args,
             record,
-            result,
+            mut result,
+            failures_seen,
         } = admitted;
         let record = record.as_deref();
         let queue_wait_limit = queue_wait.unwrap_or(Duration::MAX);
         tokio::select! {
             biased;
             _ = ticket.dispatched.notified() => {}
+            // Answered without being dispatched: the session closed, or its actor failed.
+            answered = &mut result => {
+                return match answered {
+                    Ok(output) => output,
+                    Err(_) => self.lost(&ticket, &args, record, failures_seen).await,
+                };
+            }
             _ = args.cancel.cancelled() => {
                 if ticket.abandon(&self.shared) {
                     // A server that is shutting down cancels every request it holds (the
@@ -453,8 +514,49 @@ impl SessionHandle {
         }
         match result.await {
             Ok(output) => output,
-            Err(_) => self.not_run(&ticket, &args, record, closed_error()),
+            Err(_) => self.lost(&ticket, &args, record, failures_seen).await,
         }
+    }
+
+    /// The answer to a request whose reply the actor dropped: the session is shutting down, or
+    /// the actor panicked (`supervise` then counts a failure, at once).
+    async fn lost(
+        &self,
+        ticket: &Ticket,
+        args: &ExecuteArgs,
+        record: Option<&Record>,
+        failures_seen: u64,
+    ) -> Outcome {
+        // Still queued (it was in the actor's hands when it panicked): free its slot.
+        ticket.abandon(&self.shared);
+        let ran = ticket.state.load(Ordering::Acquire) == DISPATCHED;
+        let mut failures = self.shared.failures.subscribe();
+        let failed = tokio::select! {
+            biased;
+            _ = self.shared.shutdown.cancelled() => false,
+            counted = failures.wait_for(|count| *count > failures_seen) => counted.is_ok(),
+        };
+        if !failed {
+            return self.not_run(ticket, args, record, closed_error());
+        }
+        if !ran {
+            return self.not_run(ticket, args, record, failed_error("nothing ran"));
+        }
+        let mut outcome = self.not_run(
+            ticket,
+            args,
+            None,
+            failed_error(
+                "this call was running: its kernel was stopped and every variable is gone",
+            ),
+        );
+        outcome.0.status = ExecutionStatus::Error;
+        outcome.0.runtime.interruption = Some(Interruption::Terminated);
+        outcome.0.runtime.namespace = Some(NamespaceOutcome::Reset);
+        if let Some(record) = record {
+            record.finish(&outcome.0);
+        }
+        outcome
     }
 
     /// The outcome of a request that never ran; recorded for `get_output` too.
@@ -617,6 +719,13 @@ impl SessionHandle {
         (true, self.status())
     }
 
+    /// Makes the session's actor panic when it reaches this in its queue. Only the test mode
+    /// calls it (a fixture tool), to check that a panicking actor is supervised.
+    #[doc(hidden)]
+    pub fn inject_panic(&self) -> bool {
+        self.inbox.send(Command::Panic).is_ok()
+    }
+
     /// Starts `shutdown` without waiting for it: from here on, requests the server itself
     /// cancels (its transport closing) end `runtime_closed`, not as cancelled by the client.
     pub fn begin_shutdown(&self) {
@@ -711,6 +820,17 @@ fn closing_error() -> ErrorInfo {
     )
 }
 
+/// What every call gets after the actor panicked, until `kernel_restart`.
+fn failed_error(what_happened: &str) -> ErrorInfo {
+    ErrorInfo::new(
+        "runtime_unavailable",
+        format!("an internal error stopped this kernel session; {what_happened}"),
+    )
+    .with_hint(
+        "call kernel_restart for this kernel: it starts a fresh one (earlier variables are gone)",
+    )
+}
+
 fn unavailable_error(status: &RuntimeStatus) -> ErrorInfo {
     let reason = status
         .error
@@ -744,13 +864,143 @@ struct Actor {
     unreported_reset: Option<String>,
 }
 
+/// Runs the session's actor and outlives it: the inbox lives here, so when the actor panics,
+/// `fail` can answer every caller and wait for `kernel_restart`, which starts a fresh actor on
+/// the same inbox. Without this, a panic would drop the inbox and leave callers told the server
+/// is shutting down.
+async fn supervise(shared: Arc<Shared>, commands: mpsc::UnboundedReceiver<Command>) {
+    use futures_util::FutureExt as _;
+    let mut actor = Actor::new(Arc::clone(&shared), commands);
+    let mut restart = None;
+    loop {
+        // The actor's state is thrown away after a panic (only its inbox, environment and epoch
+        // are kept, and its kernels are killed), so nothing observes it half-updated.
+        let ran = std::panic::AssertUnwindSafe(actor.run(restart.take()))
+            .catch_unwind()
+            .await;
+        if ran.is_ok() {
+            return; // closed
+        }
+        tracing::error!(kernel_id = %shared.options.kernel_id, "session actor panicked; the session is unavailable until kernel_restart");
+        match actor.fail().await {
+            Some(reply) => {
+                actor = actor.respawn();
+                restart = Some(reply);
+            }
+            None => {
+                actor.close().await;
+                return;
+            }
+        }
+    }
+}
+
 impl Actor {
-    async fn run(mut self) {
+    fn new(shared: Arc<Shared>, commands: mpsc::UnboundedReceiver<Command>) -> Actor {
+        Actor {
+            shared,
+            commands,
+            environment: None,
+            kernel: None,
+            spares: std::collections::VecDeque::new(),
+            epoch: 0,
+            unreported_reset: None,
+        }
+    }
+
+    /// After a panic: kills the kernels, marks the session unavailable, answers every caller
+    /// (the dropped replies of the operation it was running, and every queued one) and waits
+    /// for a restart, which it returns; `None` when the session closes first.
+    async fn fail(&mut self) -> Option<oneshot::Sender<RuntimeStatus>> {
+        // A panic while a lock was held must not turn every later call into a panic too.
+        self.shared.status.clear_poison();
+        self.shared.active.clear_poison();
+        self.shared.admission.clear_poison();
+        *self.shared.active.lock().expect("active lock") = None;
+        self.shared.failed.store(true, Ordering::Release);
+        // Its kernel is gone, as in a replacement: the epoch advances (which also unlists its
+        // dynamic tools), and again when a restart brings a new one.
+        self.epoch += 1;
+        let epoch = self.epoch;
+        self.update(|status| {
+            status.state = SessionState::Unavailable;
+            status.epoch = epoch;
+            status.kernel = None;
+            status.operation_active = false;
+            status.latest_interruption_kind = None;
+            status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
+            status.error = Some(failed_error("calls fail until it is restarted"));
+        });
+        self.shared.epoch.send_replace(epoch);
+        // Wakes the callers whose replies the panic dropped (see `SessionHandle::lost`).
+        self.shared.failures.send_modify(|count| *count += 1);
+        self.shared.operations_done.send_modify(|done| *done += 1);
+        if let Some(running) = self.kernel.take() {
+            running.kernel.kill().await;
+        }
+        self.drop_spares().await;
         let shutdown = self.shared.shutdown.clone();
-        self.environment = tokio::select! {
-            environment = self.provision() => environment,
-            _ = shutdown.cancelled() => None,
-        };
+        loop {
+            let command = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return None,
+                command = self.commands.recv() => command,
+            };
+            match command {
+                Some(Command::Execute {
+                    ticket,
+                    args,
+                    record,
+                    reply,
+                    ..
+                }) => {
+                    self.refuse(
+                        &ticket,
+                        &args,
+                        record.as_deref(),
+                        reply,
+                        failed_error("nothing ran"),
+                    );
+                }
+                Some(Command::Restart { reply }) => return Some(reply),
+                Some(Command::Panic) => {}
+                None => return None,
+            }
+        }
+    }
+
+    /// A fresh actor on the same inbox, for `kernel_restart` after a panic: the environment is
+    /// kept (no new provisioning), and it starts its kernel in the next epoch.
+    fn respawn(self) -> Actor {
+        let mut actor = Actor::new(Arc::clone(&self.shared), self.commands);
+        actor.environment = self.environment;
+        actor.epoch = self.epoch;
+        actor
+    }
+
+    /// Starts the kernel and serves the inbox until shutdown. `restart` is set for a respawned
+    /// actor: the restart it answers once its kernel is up, in a new epoch.
+    async fn run(&mut self, restart: Option<oneshot::Sender<RuntimeStatus>>) {
+        let shutdown = self.shared.shutdown.clone();
+        if restart.is_some() {
+            self.epoch += 1;
+            let epoch = self.epoch;
+            self.update(|status| {
+                status.state = SessionState::Recovering;
+                status.epoch = epoch;
+                status.error = None;
+                status.latest_interruption_kind = None;
+                status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
+            });
+            self.shared.epoch.send_replace(epoch);
+            self.shared.failed.store(false, Ordering::Release);
+        }
+        if self.environment.is_none() {
+            self.environment = tokio::select! {
+                environment = self.provision() => environment,
+                _ = shutdown.cancelled() => None,
+            };
+        }
         if let Some(environment) = self.environment.clone() {
             let started = Instant::now();
             let launched = tokio::select! {
@@ -771,6 +1021,9 @@ impl Actor {
                 Some(Err(error)) => self.set_unavailable(error),
                 None => {}
             }
+        }
+        if let Some(reply) = restart {
+            let _ = reply.send(self.shared.status.lock().expect("status lock").clone());
         }
         if !shutdown.is_cancelled() {
             self.serve().await;
@@ -853,6 +1106,7 @@ impl Actor {
                     let _ = reply.send(self.shared.status.lock().expect("status lock").clone());
                     continue;
                 }
+                Some(Command::Panic) => panic!("panic requested by the test mode"),
                 None => return,
             };
             if shutdown.is_cancelled() {
@@ -1475,6 +1729,47 @@ impl Actor {
         }
     }
 
+    /// Answers a queued request that will never run (unless its caller already gave up), and
+    /// records it for `get_output`.
+    fn refuse(
+        &self,
+        ticket: &Ticket,
+        args: &ExecuteArgs,
+        record: Option<&Record>,
+        reply: oneshot::Sender<Outcome>,
+        error: ErrorInfo,
+    ) {
+        if !ticket.abandon(&self.shared) {
+            return;
+        }
+        let runtime = RuntimeInfo {
+            request_id: args.request_id.clone(),
+            admission_seq: ticket.seq,
+            epoch: self.epoch,
+            queue_wait_ms: ticket.enqueued_at.elapsed().as_millis() as u64,
+            run_ms: 0,
+            interruption: None,
+            namespace: None,
+        };
+        let output = ExecutionOutput::not_run(ticket.execution_id.clone(), runtime, error);
+        if let Some(record) = record {
+            record.finish(&output);
+        }
+        let _ = reply.send((output, None));
+    }
+
+    /// Spares never ran user code: a kill is enough. One still starting is aborted, which
+    /// drops its launch and kills its process.
+    async fn drop_spares(&mut self) {
+        while let Some(spare) = self.spares.pop_front() {
+            spare.abort();
+            if let Ok(Ok(running)) = spare.await {
+                running.kernel.kill().await;
+            }
+        }
+        self.update(|status| status.spare_kernel_pids.clear());
+    }
+
     async fn close(&mut self) {
         self.update(|status| {
             status.state = SessionState::Closed;
@@ -1485,27 +1780,14 @@ impl Actor {
             let Command::Execute {
                 ticket,
                 args,
+                record,
                 reply,
                 ..
             } = command
             else {
                 continue;
             };
-            if ticket.abandon(&self.shared) {
-                let runtime = RuntimeInfo {
-                    request_id: args.request_id.clone(),
-                    admission_seq: ticket.seq,
-                    epoch: self.epoch,
-                    queue_wait_ms: ticket.enqueued_at.elapsed().as_millis() as u64,
-                    run_ms: 0,
-                    interruption: None,
-                    namespace: None,
-                };
-                let _ = reply.send((
-                    ExecutionOutput::not_run(ticket.execution_id.clone(), runtime, closed_error()),
-                    None,
-                ));
-            }
+            self.refuse(&ticket, &args, record.as_deref(), reply, closed_error());
         }
         if let Some(running) = self.kernel.take() {
             running
@@ -1519,15 +1801,7 @@ impl Actor {
                 )
                 .await;
         }
-        // Spares never ran user code: a kill is enough. One still starting is aborted, which
-        // drops its launch and kills its process.
-        while let Some(spare) = self.spares.pop_front() {
-            spare.abort();
-            if let Ok(Ok(running)) = spare.await {
-                running.kernel.kill().await;
-            }
-        }
-        self.update(|status| status.spare_kernel_pids.clear());
+        self.drop_spares().await;
         self.shared.finished.send_replace(true);
         tracing::debug!(kernel_id = %self.shared.options.kernel_id, "session closed");
     }
@@ -1957,6 +2231,135 @@ mod tests {
             "sequence numbers follow admission order"
         );
         assert_eq!(handle.status().queue_depth, 0);
+    }
+
+    fn spawn_execute(
+        handle: &SessionHandle,
+        code: &'static str,
+    ) -> tokio::task::JoinHandle<ExecutionOutput> {
+        let handle = handle.clone();
+        tokio::spawn(async move { handle.execute(args(code, &CancellationToken::new())).await })
+    }
+
+    async fn until_queued(handle: &SessionHandle, depth: usize) {
+        while handle.status().queue_depth < depth {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    fn helper_call(method: &str) -> HelperCall {
+        HelperCall {
+            method: method.into(),
+            params: serde_json::json!({}),
+            timeout: None,
+            request_id: method.into(),
+            cancel: CancellationToken::new(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_bookkeeping_call_takes_the_reserved_slot_never_a_users() {
+        let (handle, _inbox) = SessionHandle::detached(options(2, Duration::from_secs(30)));
+        let _first = spawn_execute(&handle, "first");
+        let reserved = tokio::spawn({
+            let handle = handle.clone();
+            async move { handle.helper_reserved(helper_call("tool_catalog")).await }
+        });
+        until_queued(&handle, 2).await;
+        // The reserved slot is taken: a second bookkeeping call is refused at once…
+        let refused = handle.helper_reserved(helper_call("tool_catalog")).await;
+        assert_eq!(
+            refused.error.map(|error| error.code).as_deref(),
+            Some("runtime_busy")
+        );
+        assert!(!reserved.is_finished());
+        // …while the user still has both of the `max_pending` slots: one is free.
+        let _second = spawn_execute(&handle, "second");
+        until_queued(&handle, 3).await;
+        let busy = handle
+            .execute(args("third", &CancellationToken::new()))
+            .await;
+        assert_eq!(code(&busy), Some("runtime_busy"));
+        assert_eq!(
+            handle.status().queue_depth,
+            3,
+            "the users' two and the reserved one"
+        );
+        // A bookkeeping call that gives up frees the reserved slot for the next.
+        let gave_up = reserved.await.expect("join");
+        assert_eq!(
+            gave_up.error.map(|error| error.code).as_deref(),
+            Some("queue_timeout")
+        );
+        assert_eq!(handle.status().queue_depth, 0);
+    }
+
+    /// A session whose Python cannot be found: its actor runs with no kernel.
+    fn kernelless(max_pending: usize) -> SessionOptions {
+        let mut options = options(max_pending, Duration::from_secs(30));
+        options.resolver.explicit_python = Some(std::env::temp_dir().join("no-such-python-here"));
+        options
+    }
+
+    #[tokio::test]
+    async fn a_panicking_actor_answers_its_queue_unavailable_and_restart_respawns_it() {
+        let (handle, commands) = SessionHandle::detached(kernelless(4));
+        // Queued before the actor starts: the panic, then a call behind it.
+        assert!(handle.inject_panic());
+        let queued = spawn_execute(&handle, "queued");
+        until_queued(&handle, 1).await;
+        tokio::spawn(supervise(Arc::clone(&handle.shared), commands));
+        let queued = queued.await.expect("join");
+        assert_eq!(code(&queued), Some("runtime_unavailable"));
+        assert_eq!(queued.status, ExecutionStatus::Rejected);
+        let message = &queued.error.as_ref().expect("error").message;
+        assert!(message.contains("an internal error stopped"), "{message}");
+        let status = handle.status();
+        assert_eq!(status.state, SessionState::Unavailable);
+        assert_eq!(status.queue_depth, 0);
+        assert_eq!(
+            status.error,
+            Some(failed_error("calls fail until it is restarted"))
+        );
+        let refused = handle
+            .execute(args("after", &CancellationToken::new()))
+            .await;
+        assert_eq!(refused.error, Some(failed_error("nothing ran")));
+        // The restart starts a fresh actor in a new epoch; this one cannot find its Python
+        // either, so the session is unavailable for that reason now, not for the panic.
+        assert_eq!(status.epoch, 1, "its kernel is gone");
+        let restarted = handle.restart().await.expect("restart answered");
+        assert_eq!(restarted.epoch, 2);
+        assert_eq!(restarted.state, SessionState::Unavailable);
+        let reason = restarted.error.expect("reason").message;
+        assert!(!reason.contains("internal error"), "{reason}");
+        let refused = handle
+            .execute(args("later", &CancellationToken::new()))
+            .await;
+        assert_ne!(refused.error, Some(failed_error("nothing ran")));
+        handle.shutdown().await;
+        assert_eq!(handle.status().state, SessionState::Closed);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_call_running_when_the_actor_panics_is_told_so_and_its_record_finished() {
+        let (handle, mut inbox) = SessionHandle::detached(options(1, Duration::from_secs(30)));
+        let caller = spawn_execute(&handle, "running");
+        let Some(Command::Execute { ticket, reply, .. }) = inbox.recv().await else {
+            panic!("command")
+        };
+        assert!(ticket.dispatch(&handle.shared));
+        // What a panic does to it: the reply is dropped, then the supervisor counts a failure.
+        drop(reply);
+        tokio::task::yield_now().await;
+        handle.shared.failures.send_modify(|count| *count += 1);
+        let output = caller.await.expect("join");
+        assert_eq!(code(&output), Some("runtime_unavailable"));
+        assert_eq!(output.status, ExecutionStatus::Error);
+        assert_eq!(output.runtime.namespace, Some(NamespaceOutcome::Reset));
+        assert_eq!(output.runtime.interruption, Some(Interruption::Terminated));
+        let recorded = handle.output(None, Duration::ZERO).await.expect("recorded");
+        assert_eq!(recorded.status, ExecutionStatus::Error, "get_output agrees");
     }
 
     #[tokio::test(start_paused = true)]

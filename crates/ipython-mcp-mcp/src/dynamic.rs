@@ -4,14 +4,19 @@
 //! liveness against the current binding). The server keeps a snapshot per session so
 //! `tools/list` can merge dynamic tools with the stable ones, and reconciles it on the session's
 //! queue before answering (bounded: a busy kernel gets [`RECONCILE_WAIT`], then the last
-//! snapshot is served and the reconciliation finishes in the background). Every change of the
+//! snapshot is served and the reconciliation finishes in the background). At most one
+//! reconciliation per session is pending, in the session's reserved slot: later lists join it,
+//! so no number of lists takes a queue slot from the user. Every change of the
 //! listed set bumps a server-wide `revision` and sends `notifications/tools/list_changed` to every
 //! client. A kernel replacement (epoch change), `reset` and `kernel_stop` drop that session's
 //! tools.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
 
 use ipython_mcp_kernel::{ErrorInfo, HelperCall, HelperOutput, RuntimeInfo, SessionHandle};
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
@@ -21,7 +26,8 @@ use serde_json::Value;
 
 use crate::peers::Peers;
 
-/// How long `tools/list` waits for a busy kernel to reconcile its tools.
+/// How long `tools/list` waits for a busy kernel to reconcile its tools, counted from the
+/// start of the reconciliation it joins.
 pub const RECONCILE_WAIT: Duration = Duration::from_secs(2);
 
 /// One published tool, as the server last saw it.
@@ -63,6 +69,14 @@ struct State {
     watched: std::collections::HashSet<String>,
     /// The clients to notify, for changes that happen outside a tool call (the idle reaper).
     peers: Option<Peers>,
+    /// The reconciliation pending per session: when it started, and its answer once it has one.
+    reconciling: HashMap<String, Pending>,
+}
+
+#[derive(Clone)]
+struct Pending {
+    started: Instant,
+    answered: watch::Receiver<Option<bool>>,
 }
 
 /// What the helper's `tool_catalog` answers per tool.
@@ -235,9 +249,62 @@ impl Catalog {
         });
     }
 
-    /// Asks a session's helper which of its tools are live, on its queue; updates the
-    /// snapshot and notifies when the listed set changed. Returns false when it did not answer.
-    pub async fn reconcile(&self, kernel: &str, session: &SessionHandle, peers: &Peers) -> bool {
+    /// Brings a session's snapshot up to date: joins the reconciliation pending for it, or
+    /// starts one, and waits for its answer until `wait` after it started (`None`: until it
+    /// answers). The work runs detached, so a caller that stops waiting leaves it to finish and
+    /// the next caller joins it. Returns false when the kernel did not answer in time.
+    pub async fn reconcile(
+        &self,
+        kernel: &str,
+        session: &SessionHandle,
+        peers: &Peers,
+        wait: Option<Duration>,
+    ) -> bool {
+        let Pending {
+            started,
+            mut answered,
+        } = {
+            let mut state = self.lock();
+            match state.reconciling.get(kernel) {
+                // A closed channel is one whose task died: start afresh.
+                Some(pending) if pending.answered.has_changed().is_ok() => pending.clone(),
+                _ => {
+                    let (sender, receiver) = watch::channel(None);
+                    let pending = Pending {
+                        started: Instant::now(),
+                        answered: receiver,
+                    };
+                    state.reconciling.insert(kernel.to_owned(), pending.clone());
+                    let (catalog, kernel, session, peers) = (
+                        self.clone(),
+                        kernel.to_owned(),
+                        session.clone(),
+                        peers.clone(),
+                    );
+                    tokio::spawn(async move {
+                        let answered = catalog.reconcile_now(&kernel, &session, &peers).await;
+                        catalog.lock().reconciling.remove(&kernel);
+                        sender.send_replace(Some(answered));
+                    });
+                    pending
+                }
+            }
+        };
+        let answer = answered.wait_for(Option::is_some);
+        let answer = match wait.and_then(|wait| started.checked_add(wait)) {
+            Some(deadline) => match tokio::time::timeout_at(deadline, answer).await {
+                Ok(answer) => answer.map(|answer| *answer),
+                Err(_) => return false,
+            },
+            None => answer.await.map(|answer| *answer),
+        };
+        answer.ok().flatten().unwrap_or(false)
+    }
+
+    /// Asks a session's helper which of its tools are live, on its queue (in the reserved
+    /// slot, never a user's); updates the snapshot and notifies when the listed set changed.
+    /// Returns false when it did not answer.
+    async fn reconcile_now(&self, kernel: &str, session: &SessionHandle, peers: &Peers) -> bool {
         let epoch = session.status().epoch;
         let stale_epoch = self
             .lock()
@@ -249,7 +316,7 @@ impl Catalog {
             return true;
         }
         let output = session
-            .helper(HelperCall {
+            .helper_reserved(HelperCall {
                 method: "tool_catalog".to_owned(),
                 params: serde_json::json!({}),
                 timeout: None,
@@ -681,7 +748,9 @@ impl crate::server::IpythonMcp {
                 if replaced {
                     catalog.drop_session(&kernel, self.peers()).await;
                 } else {
-                    catalog.reconcile(&kernel, &session, self.peers()).await;
+                    catalog
+                        .reconcile(&kernel, &session, self.peers(), None)
+                        .await;
                 }
             }
         }

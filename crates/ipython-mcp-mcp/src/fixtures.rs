@@ -1,6 +1,8 @@
 //! Test-only fixtures: the named tools, resources and prompts the official MCP conformance
-//! suite (`@modelcontextprotocol/conformance`) calls, plus `test_trigger_tool_change`, a hook
-//! that broadcasts `notifications/tools/list_changed` to every connected client.
+//! suite (`@modelcontextprotocol/conformance`) calls, plus two hooks for this project's tests:
+//! `test_trigger_tool_change` broadcasts `notifications/tools/list_changed` to every connected
+//! client, and `test_panic_session` makes a session's actor panic once it reaches the hook in
+//! its queue (to test supervision).
 //!
 //! The suite is not a black-box test: each scenario calls a fixture by name (a tool that
 //! returns an image, one that logs, a prompt with arguments …). [`Fixtures`] wraps the product
@@ -85,6 +87,14 @@ impl Fixtures {
                 "test_trigger_tool_change",
                 "Sends notifications/tools/list_changed to every connected client",
                 empty(),
+            ),
+            (
+                "test_panic_session",
+                "Queues a panic of a kernel session's actor",
+                json!({
+                    "type": "object",
+                    "properties": {"kernel": {"type": "string", "description": "Session id (default: default)"}},
+                }),
             ),
         ]
         .into_iter()
@@ -263,6 +273,16 @@ impl Fixtures {
                 CallToolResult::success(vec![text(&format!(
                     "notified {clients} client(s) that the tool list changed"
                 ))])
+            }
+            "test_panic_session" => {
+                let kernel = arguments.get("kernel").and_then(Value::as_str);
+                match self.product.sessions().get(kernel) {
+                    Ok(session) if session.inject_panic() => CallToolResult::success(vec![text(
+                        "the session's actor panics when it reaches this in its queue",
+                    )]),
+                    Ok(_) => CallToolResult::error(vec![text("the session's inbox is closed")]),
+                    Err(error) => CallToolResult::error(vec![text(&error.message)]),
+                }
             }
             _ => return None,
         })

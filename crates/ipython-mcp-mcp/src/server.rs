@@ -175,8 +175,8 @@ impl IpythonMcp {
     }
 
     /// Brings every session's dynamic tools up to date (on each session's queue), waiting at
-    /// most `RECONCILE_WAIT` for busy kernels; what does not answer in time keeps its last
-    /// snapshot and finishes in the background.
+    /// most `RECONCILE_WAIT` from the start of each session's pending reconciliation; what does
+    /// not answer in time keeps its last snapshot and finishes in the background.
     async fn reconcile_dynamic(&self) {
         let catalog = self.sessions.catalog().clone();
         let kernels = catalog.kernels();
@@ -189,7 +189,10 @@ impl IpythonMcp {
             let peers = self.peers.clone();
             match self.sessions.get(Some(&kernel)) {
                 Ok(session) => {
-                    tasks.spawn(async move { catalog.reconcile(&kernel, &session, &peers).await });
+                    let wait = Some(crate::dynamic::RECONCILE_WAIT);
+                    tasks.spawn(
+                        async move { catalog.reconcile(&kernel, &session, &peers, wait).await },
+                    );
                 }
                 // Stopped (or reaped): its tools are gone.
                 Err(_) => {
@@ -197,11 +200,8 @@ impl IpythonMcp {
                 }
             }
         }
-        let _ = tokio::time::timeout(crate::dynamic::RECONCILE_WAIT, async {
-            while tasks.join_next().await.is_some() {}
-        })
-        .await;
-        tasks.detach_all();
+        // Each wait is bounded by the reconciliation it joined, which goes on without us.
+        while tasks.join_next().await.is_some() {}
     }
 
     pub(crate) fn sessions(&self) -> &Sessions {

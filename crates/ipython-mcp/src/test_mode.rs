@@ -2,8 +2,9 @@
 //!
 //! `IPYTHON_MCP_TEST_MODE` is deliberately not a flag, not in `--help` and not in the README's
 //! settings table: a user cannot turn it on by accident. Its values:
-//! - `fixtures`: also serve the conformance fixtures (test tools, resources, prompts and the
-//!   `test_trigger_tool_change` hook); the bearer token is still required.
+//! - `fixtures`: also serve the conformance fixtures (test tools, resources, prompts, the
+//!   `test_trigger_tool_change` hook and `test_panic_session`, which makes a session's actor
+//!   panic to test its supervision); the bearer token is still required.
 //! - `conformance`: fixtures, and HTTP without a bearer token, because the official conformance
 //!   suite cannot send one.
 //!

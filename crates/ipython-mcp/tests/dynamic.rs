@@ -492,3 +492,89 @@ async fn next_notification(subscription: &mut rmcp::service::Subscription) {
         .expect("subscription open")
         .expect("a notification");
 }
+
+/// tools/list on a busy kernel with dynamic tools coalesces its catalog checks into one, which
+/// waits in the session's reserved slot rather than a user's: 200 lists during a long job keep
+/// serving the snapshot, the queue holds at most that one check beside the user's calls, and
+/// the user's next execute is admitted (queued, not runtime_busy) and runs once the job ends.
+#[tokio::test]
+async fn two_hundred_tool_lists_during_a_long_job_leave_the_queue_to_the_user() {
+    // A queue wait longer than the test, so the one pending check stays queued throughout.
+    let server = Server::start(
+        Family::Handshake,
+        &[("IPYTHON_MCP_QUEUE_WAIT_TIMEOUT_SECONDS", "600")],
+    )
+    .await;
+    let defined = server
+        .call(
+            "execute",
+            json!({"code": "def ping() -> str:\n    return 'pong'"}),
+        )
+        .await;
+    assert!(defined.ok(), "{defined:?}");
+    let registered = server.call("register_tool", json!({"name": "ping"})).await;
+    assert!(registered.ok(), "{registered:?}");
+
+    let flag = support::Flag::new();
+    let spawn_execute = |code: String| {
+        let peer = server.client.peer().clone();
+        tokio::spawn(
+            async move { support::call_peer(&peer, "execute", json!({"code": code})).await },
+        )
+    };
+    let job = spawn_execute(flag.wait_code());
+    server
+        .wait_until(|status| status["operation_active"] == true)
+        .await;
+
+    // Watch the queue depth while the lists run: nothing but the one check may join the job.
+    let watching = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let watcher = tokio::spawn({
+        let peer = server.client.peer().clone();
+        let watching = Arc::clone(&watching);
+        async move {
+            let mut deepest = 0;
+            while watching.load(Ordering::SeqCst) {
+                let status = support::call_peer(&peer, "runtime_status", json!({})).await;
+                deepest = deepest.max(status.structured["queue_depth"].as_u64().expect("depth"));
+            }
+            deepest
+        }
+    });
+    let mut lists = tokio::task::JoinSet::new();
+    for _ in 0..200 {
+        let peer = server.client.peer().clone();
+        lists.spawn(async move { peer.list_all_tools().await.expect("tools/list") });
+    }
+    while let Some(tools) = lists.join_next().await {
+        let tools = tools.expect("join");
+        assert!(
+            tools.iter().any(|tool| tool.name == "ping"),
+            "the snapshot still lists the tool"
+        );
+    }
+    watching.store(false, Ordering::SeqCst);
+    let deepest = watcher.await.expect("join");
+    assert!(
+        deepest <= 1,
+        "queue depth reached {deepest} with no user call queued"
+    );
+    let status = server.call("runtime_status", json!({})).await.structured;
+    assert_eq!(status["queue_depth"], 1, "one pending check: {status}");
+
+    let next = spawn_execute("ping()".to_owned());
+    let status = server.wait_until(|status| status["queue_depth"] != 1).await;
+    assert_eq!(status["queue_depth"], 2, "the execute is queued: {status}");
+    assert!(!next.is_finished(), "it waits for the job, not refused");
+    flag.set();
+    let job = job.await.expect("join");
+    assert!(job.ok(), "{job:?}");
+    let next = next.await.expect("join");
+    assert!(next.ok(), "{next:?}");
+    assert!(next.text().contains("pong"), "{next:?}");
+    let status = server.wait_until(|status| status["queue_depth"] == 0).await;
+    assert_eq!(status["state"], "ready", "{status}");
+    // The check ran after the job: the tool is still live, and still listed.
+    let tools = server.client.list_all_tools().await.expect("tools/list");
+    assert!(tools.iter().any(|tool| tool.name == "ping"), "{tools:?}");
+}

@@ -631,3 +631,112 @@ async fn an_oversized_image_is_downscaled_and_its_original_kept() {
     );
     server.stop().await;
 }
+
+/// A session whose actor panics is supervised: it turns `unavailable` with an error saying an
+/// internal error stopped it and that kernel_restart recovers it (in runtime_status and in the
+/// answer of the call queued behind the panic), its kernel process does not outlive it, calls
+/// fail at once until the restart, and kernel_restart brings a fresh actor and kernel in a new
+/// epoch.
+#[tokio::test]
+async fn a_panicking_session_actor_makes_the_session_unavailable_until_kernel_restart() {
+    // A queue wait far above the bound below: the queued call must be answered when the actor
+    // fails, not when its wait runs out.
+    let server = Server::start(
+        Family::Handshake,
+        &[
+            ("IPYTHON_MCP_TEST_MODE", "fixtures"),
+            ("IPYTHON_MCP_QUEUE_WAIT_TIMEOUT_SECONDS", "900"),
+            ("IPYTHON_MCP_SPARE_KERNELS", "1"),
+        ],
+    )
+    .await;
+    let defined = server.call("execute", json!({"code": "kept = 1"})).await;
+    assert!(defined.ok(), "{defined:?}");
+    let before = server
+        .wait_until(|status| {
+            status["spare_kernel_pids"]
+                .as_array()
+                .is_some_and(|pids| pids.len() == 1)
+        })
+        .await;
+    let pid = before["kernel"]["pid"].as_i64().expect("kernel pid") as i32;
+    let spare = before["spare_kernel_pids"][0].as_i64().expect("spare pid") as i32;
+    let epoch = before["epoch"].as_u64().expect("epoch");
+
+    // A job holds the kernel while the panic, then a call behind it, queue up.
+    let flag = support::Flag::new();
+    let spawn = |code: String| {
+        let peer = server.client.peer().clone();
+        tokio::spawn(
+            async move { support::call_peer(&peer, "execute", json!({"code": code})).await },
+        )
+    };
+    let job = spawn(flag.wait_code());
+    server
+        .wait_until(|status| status["operation_active"] == true)
+        .await;
+    let trigger = server.call_raw("test_panic_session", json!({})).await;
+    assert!(!trigger.is_error, "{trigger:?}");
+    let queued = spawn("kept + 1".to_owned());
+    server.wait_until(|status| status["queue_depth"] == 1).await;
+    flag.set();
+    let job = job.await.expect("join");
+    assert!(job.ok(), "the job ran before the panic: {job:?}");
+
+    let queued = tokio::time::timeout(Duration::from_secs(120), queued)
+        .await
+        .expect("the queued call is answered when the actor fails")
+        .expect("join");
+    let error = &queued.structured["error"];
+    assert_eq!(error["code"], "runtime_unavailable", "{queued:?}");
+    assert_eq!(queued.structured["status"], "rejected", "{queued:?}");
+    let says = |error: &Value| {
+        error["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("an internal error stopped"))
+            && error["hint"]
+                .as_str()
+                .is_some_and(|hint| hint.contains("kernel_restart"))
+    };
+    assert!(says(error), "{queued:?}");
+    // Its kernel is gone, so the epoch has moved on, as after a replacement.
+    assert_eq!(
+        queued.structured["runtime"]["epoch"],
+        epoch + 1,
+        "{queued:?}"
+    );
+    let status = server.call("runtime_status", json!({})).await.structured;
+    assert_eq!(status["state"], "unavailable", "{status}");
+    assert_eq!(status["epoch"], epoch + 1, "{status}");
+    assert!(says(&status["error"]), "{status}");
+    assert_eq!(status["queue_depth"], 0, "{status}");
+    assert_eq!(status["operation_active"], false, "{status}");
+    assert!(status["kernel"].is_null(), "{status}");
+    // The panicked actor's kernel and its spare, with their process groups, are gone.
+    assert_eq!(status["spare_kernel_pids"], json!([]), "{status}");
+    for kernel in [pid, spare] {
+        support::wait_until_gone(kernel).await;
+        support::wait_until_group_gone(kernel).await;
+    }
+
+    // Until the restart, calls fail at once and run nothing.
+    let refused = server.call("execute", json!({"code": "kept"})).await;
+    assert!(says(&refused.structured["error"]), "{refused:?}");
+    assert_eq!(refused.structured["status"], "rejected", "{refused:?}");
+
+    let restarted = server.call("kernel_restart", json!({})).await;
+    assert!(restarted.ok(), "{restarted:?}");
+    let restarted = &restarted.structured;
+    assert_eq!(restarted["state"], "ready", "{restarted}");
+    assert_eq!(restarted["epoch"], epoch + 2, "{restarted}");
+    assert_ne!(restarted["kernel"]["pid"].as_i64(), Some(i64::from(pid)));
+    assert!(restarted["error"].is_null(), "{restarted}");
+    let ran = server.call("execute", json!({"code": "40 + 2"})).await;
+    assert!(ran.ok(), "{ran:?}");
+    assert!(ran.text().contains("42"), "{ran:?}");
+    let gone = server.call("execute", json!({"code": "kept"})).await;
+    assert_eq!(
+        gone.structured["error"]["ename"], "NameError",
+        "a fresh kernel: {gone:?}"
+    );
+}
