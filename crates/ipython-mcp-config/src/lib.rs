@@ -58,7 +58,9 @@ settings! {
     MAX_JSON_DEPTH = ("max_json_depth", "IPYTHON_MCP_MAX_JSON_DEPTH", "max-json-depth", "6",
         "Nesting depth kept in JSON payloads of displays and results");
     MAX_IMAGE_BYTES = ("max_image_bytes", "IPYTHON_MCP_MAX_IMAGE_BYTES", "max-image-bytes", "1048576",
-        "Largest image (decoded bytes) returned as MCP image content");
+        "Largest image (decoded bytes) returned as MCP image content; larger PNG and JPEG images are downscaled to fit");
+    MAX_REPLY_BYTES = ("max_reply_bytes", "IPYTHON_MCP_MAX_REPLY_BYTES", "max-reply-bytes", "8388608",
+        "Bytes of display payloads (images, HTML, JSON) in one reply; the rest stay in the spool, listed with their paths");
     OPERATION_TIMEOUT = ("operation_timeout_seconds", "IPYTHON_MCP_OPERATION_TIMEOUT_SECONDS", "operation-timeout-seconds", "30",
         "Default deadline of one operation, counted from dispatch (queue time excluded)");
     MAX_TIMEOUT = ("max_timeout_seconds", "IPYTHON_MCP_MAX_TIMEOUT_SECONDS", "max-timeout-seconds", "3600",
@@ -147,6 +149,7 @@ pub struct RawConfig {
     pub max_display_items: Option<String>,
     pub max_json_depth: Option<String>,
     pub max_image_bytes: Option<String>,
+    pub max_reply_bytes: Option<String>,
     pub operation_timeout_seconds: Option<String>,
     pub max_timeout_seconds: Option<String>,
     pub interruption_grace_seconds: Option<String>,
@@ -199,6 +202,7 @@ pub struct OutputLimits {
     pub max_display_items: usize,
     pub max_json_depth: usize,
     pub max_image_bytes: usize,
+    pub max_reply_bytes: usize,
 }
 
 impl Default for OutputLimits {
@@ -211,6 +215,7 @@ impl Default for OutputLimits {
             max_display_items: 20,
             max_json_depth: 6,
             max_image_bytes: 1_048_576,
+            max_reply_bytes: 8 * 1024 * 1024,
         }
     }
 }
@@ -634,6 +639,11 @@ impl Config {
                 MAX_IMAGE_BYTES,
                 &raw.max_image_bytes,
                 defaults.limits.max_image_bytes,
+            )?,
+            max_reply_bytes: positive_int(
+                MAX_REPLY_BYTES,
+                &raw.max_reply_bytes,
+                defaults.limits.max_reply_bytes,
             )?,
         };
         let timeouts = Timeouts {
@@ -1106,6 +1116,10 @@ mod tests {
         assert_eq!(
             MAX_IMAGE_BYTES.default,
             config.limits.max_image_bytes.to_string()
+        );
+        assert_eq!(
+            MAX_REPLY_BYTES.default,
+            config.limits.max_reply_bytes.to_string()
         );
         assert_eq!(
             OPERATION_TIMEOUT.default,

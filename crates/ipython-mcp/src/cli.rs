@@ -67,6 +67,14 @@ pub struct Cli {
         value_name = "N"
     )]
     max_image_bytes: Option<String>,
+    /// Bytes of display payloads in one reply; the rest stay in the spool [default: 8388608]
+    #[arg(
+        long,
+        env = "IPYTHON_MCP_MAX_REPLY_BYTES",
+        global = true,
+        value_name = "N"
+    )]
+    max_reply_bytes: Option<String>,
     /// Default deadline of one operation, from dispatch [default: 30]
     #[arg(
         long,
@@ -330,6 +338,7 @@ impl Cli {
             max_display_items: self.max_display_items.clone(),
             max_json_depth: self.max_json_depth.clone(),
             max_image_bytes: self.max_image_bytes.clone(),
+            max_reply_bytes: self.max_reply_bytes.clone(),
             operation_timeout_seconds: self.operation_timeout_seconds.clone(),
             max_timeout_seconds: self.max_timeout_seconds.clone(),
             interruption_grace_seconds: self.interruption_grace_seconds.clone(),
