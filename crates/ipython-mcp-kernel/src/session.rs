@@ -1260,20 +1260,24 @@ impl Actor {
             Some(SpoolFiles::new(dir, &msg_id))
         });
         // Downscaling decodes and encodes images and writes their originals: never on the
-        // async threads.
-        let collected = match tokio::task::spawn_blocking(move || {
-            let mut finished = finished;
-            finished.settle(budget, spool_files.as_mut());
+        // async threads (and nothing to do without displays or a result).
+        let collected = if finished.display_data.is_empty() && finished.result.is_none() {
             finished
-        })
-        .await
-        {
-            Ok(collected) => collected,
-            // Only a panic gets here (each image is decoded under catch_unwind): answer with
-            // what arrived, no image over the bound, rather than lose the execution.
-            Err(error) => {
-                tracing::error!(%error, "settling an execution's displays failed");
-                locked(&collector).snapshot()
+        } else {
+            match tokio::task::spawn_blocking(move || {
+                let mut finished = finished;
+                finished.settle(budget, spool_files.as_mut());
+                finished
+            })
+            .await
+            {
+                Ok(collected) => collected,
+                // Only a panic gets here (each image is decoded under catch_unwind): answer with
+                // what arrived, no image over the bound, rather than lose the execution.
+                Err(error) => {
+                    tracing::error!(%error, "settling an execution's displays failed");
+                    locked(&collector).snapshot()
+                }
             }
         };
         if let Some(record) = record {
