@@ -16,6 +16,8 @@
 //!     output lives in the spool, not in memory); `ipython-mcp-bench retained` runs only this;
 //! (h) the time from SIGTERM to the server's exit, and to the last kernel process gone, with 8
 //!     kernels each running a cell that ignores SIGINT; `ipython-mcp-bench sigterm` runs only this;
+//! (i) the time the server takes to fit a 4 MB PNG into the default image bound (decode,
+//!     resize, re-encode); `ipython-mcp-bench images` runs only this;
 //!
 //! and prints p50/p99 and the ratios a/b and a/c. Figures are medians of one run on a noisy
 //! machine; compare ratios, not absolute numbers.
@@ -41,6 +43,10 @@ const FLOOD: &str = "import sys\nsys.stdout.write('x' * 100_000_000)\nfor _ in r
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
+    if std::env::args().nth(1).as_deref() == Some("images") {
+        print_image_fit(&bench_image_fit().await?);
+        return Ok(());
+    }
     let server_binary = sibling_binary("ipython-mcp")?;
     match std::env::args().nth(1).as_deref() {
         Some("retained") => {
@@ -75,6 +81,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let retained = bench_retained(&server_binary).await?;
     let sigterm = bench_sigterm(&server_binary).await?;
+    let image_fit = bench_image_fit().await?;
 
     println!();
     println!(
@@ -175,7 +182,78 @@ async fn main() -> anyhow::Result<()> {
     );
     print_retained(&retained);
     print_sigterm(&sigterm);
+    print_image_fit(&image_fit);
     Ok(())
+}
+
+const IMAGE_FIT_RUNS: usize = 5;
+
+/// Fitting one large PNG into the default image bound, as the server does it.
+struct ImageFit {
+    original_bytes: usize,
+    original_size: (u32, u32),
+    fitted_bytes: usize,
+    fitted_size: (u32, u32),
+    fitted_mime: &'static str,
+    seconds: Vec<f64>,
+}
+
+fn print_image_fit(fit: &ImageFit) {
+    println!();
+    println!(
+        "fitting a {:.1} MB PNG ({}x{}, noise) into {} bytes: median {:.0} ms over {IMAGE_FIT_RUNS} runs (min {:.0}, max {:.0}) -> {} {}x{}, {} bytes",
+        fit.original_bytes as f64 / 1e6,
+        fit.original_size.0,
+        fit.original_size.1,
+        ipython_mcp_config::OutputLimits::default().max_image_bytes,
+        percentile(&fit.seconds, 0.5) * 1000.0,
+        percentile(&fit.seconds, 0.0) * 1000.0,
+        percentile(&fit.seconds, 1.0) * 1000.0,
+        fit.fitted_mime,
+        fit.fitted_size.0,
+        fit.fitted_size.1,
+        fit.fitted_bytes,
+    );
+}
+
+/// A 4 MB PNG of random pixels (the worst case: nothing compresses), fitted into the default
+/// `MAX_IMAGE_BYTES` by the server's own code, on a blocking thread as the server runs it.
+async fn bench_image_fit() -> anyhow::Result<ImageFit> {
+    tokio::task::spawn_blocking(|| {
+        let side = 1160;
+        let mut seed: u32 = 0x9e37_79b9;
+        let pixels = image::RgbImage::from_fn(side, side, |_, _| {
+            let mut channel = || {
+                seed ^= seed << 13;
+                seed ^= seed >> 17;
+                seed ^= seed << 5;
+                (seed >> 24) as u8
+            };
+            image::Rgb([channel(), channel(), channel()])
+        });
+        let mut raw = std::io::Cursor::new(Vec::new());
+        image::DynamicImage::ImageRgb8(pixels).write_to(&mut raw, image::ImageFormat::Png)?;
+        let raw = raw.into_inner();
+        let max_bytes = ipython_mcp_config::OutputLimits::default().max_image_bytes;
+        let mut seconds = Vec::new();
+        let mut fitted = None;
+        for _ in 0..IMAGE_FIT_RUNS {
+            let started = Instant::now();
+            let result = ipython_mcp_kernel::raster::fit(&raw, "image/png", max_bytes, true)?;
+            seconds.push(started.elapsed().as_secs_f64());
+            fitted = Some(result);
+        }
+        let fitted = fitted.context("no run")?;
+        Ok(ImageFit {
+            original_bytes: raw.len(),
+            original_size: (side, side),
+            fitted_bytes: fitted.bytes.len(),
+            fitted_size: fitted.size,
+            fitted_mime: fitted.mime,
+            seconds,
+        })
+    })
+    .await?
 }
 
 fn print_retained(retained: &Retained) {

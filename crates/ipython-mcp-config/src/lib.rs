@@ -81,8 +81,10 @@ settings! {
         "Rich display items kept per execution; later ones are counted in display_omitted");
     MAX_JSON_DEPTH = ("max_json_depth", "IPYTHON_MCP_MAX_JSON_DEPTH", "max-json-depth", "6", Value, "N",
         "Nesting depth kept in JSON payloads of displays and results");
-    MAX_IMAGE_BYTES = ("max_image_bytes", "IPYTHON_MCP_MAX_IMAGE_BYTES", "max-image-bytes", "1048576", Value, "N",
-        "Largest image (decoded bytes) returned as MCP image content");
+    MAX_IMAGE_BYTES = ("max_image_bytes", "IPYTHON_MCP_MAX_IMAGE_BYTES", "max-image-bytes", "1048576", Value, "BYTES",
+        "Largest image (decoded bytes) returned as MCP image content; larger PNG and JPEG images are downscaled to fit");
+    MAX_REPLY_BYTES = ("max_reply_bytes", "IPYTHON_MCP_MAX_REPLY_BYTES", "max-reply-bytes", "8388608", Value, "BYTES",
+        "Bytes of display payloads (images, HTML, JSON) in one reply; the rest stay in the spool, listed with their paths");
     OPERATION_TIMEOUT = ("operation_timeout_seconds", "IPYTHON_MCP_OPERATION_TIMEOUT_SECONDS", "operation-timeout-seconds", "30", Value, "SECONDS",
         "Default deadline of one operation, counted from dispatch (queue time excluded)");
     MAX_TIMEOUT = ("max_timeout_seconds", "IPYTHON_MCP_MAX_TIMEOUT_SECONDS", "max-timeout-seconds", "3600", Value, "SECONDS",
@@ -198,6 +200,7 @@ pub struct OutputLimits {
     pub max_display_items: usize,
     pub max_json_depth: usize,
     pub max_image_bytes: usize,
+    pub max_reply_bytes: usize,
 }
 
 impl Default for OutputLimits {
@@ -565,6 +568,7 @@ impl Config {
             max_display_items: positive_int(raw, MAX_DISPLAY_ITEMS)?,
             max_json_depth: positive_int(raw, MAX_JSON_DEPTH)?,
             max_image_bytes: positive_int(raw, MAX_IMAGE_BYTES)?,
+            max_reply_bytes: positive_int(raw, MAX_REPLY_BYTES)?,
         };
         let timeouts = Timeouts {
             operation: seconds(raw, OPERATION_TIMEOUT)?,
@@ -973,6 +977,7 @@ mod tests {
             assert_eq!(given, defaults, "{}", setting.env);
         }
         assert_eq!(defaults.limits.max_text_chars, 8192);
+        assert_eq!(defaults.limits.max_reply_bytes, 8 * 1024 * 1024);
         assert_eq!(defaults.timeouts.operation, Duration::from_secs(30));
         assert_eq!(defaults.http.port, 8765);
     }

@@ -76,6 +76,9 @@ OPTIONAL_CONFIG_KEYS = (
     ("max_repr_chars", 1024),
     ("max_results", 100),
     ("max_json_depth", 6),
+    # PNG and JPEG images over max_image_bytes but at most this large are sent as they are: the
+    # server downscales them (one implementation, for every kernel).
+    ("max_fit_input_bytes", 0),
 )
 # The spool (optional): the full text of each execution's stdout and stderr, written to
 # ``<spool_dir>/<execute_request msg_id>.stdout`` / ``.stderr`` (UTF-8, at most spool_max_bytes
@@ -317,13 +320,14 @@ def image_size(value, mime=None):
     return None
 
 
-def bound_bundle(data, metadata, max_string_chars, max_image_bytes):
+def bound_bundle(data, metadata, max_string_chars, max_image_bytes, max_fit_input_bytes=0):
     """Bounds a MIME bundle; returns new ``(data, metadata)`` and leaves the inputs alone.
 
     Raster images larger than ``max_image_bytes`` (decoded) are dropped and recorded as
-    ``metadata["ipython_mcp"]["omitted_images"][mime] = decoded_bytes``; kept images are not
-    cut (a cut image is garbage). SVG is treated as an image measured in UTF-8 bytes. Every
-    other string is cut to ``max_string_chars``.
+    ``metadata["ipython_mcp"]["omitted_images"][mime] = decoded_bytes``, except PNG and JPEG
+    images of at most ``max_fit_input_bytes``, which are kept for the server to downscale; kept
+    images are not cut (a cut image is garbage). SVG is treated as an image measured in UTF-8
+    bytes. Every other string is cut to ``max_string_chars``.
     """
     kept = {}
     omitted_images = {}
@@ -331,7 +335,7 @@ def bound_bundle(data, metadata, max_string_chars, max_image_bytes):
         size = image_size(value, mime) if mime in IMAGE_MIMES or mime == SVG_MIME else None
         if size is None:
             kept[sanitize_text(mime)] = bound_strings(value, max_string_chars)
-        elif size > max_image_bytes:
+        elif size > max_image_bytes and not (mime in FITTED_MIMES and size <= max_fit_input_bytes):
             omitted_images[mime] = size
         else:
             kept[mime] = sanitize_text(value) if isinstance(value, str) else value
@@ -344,115 +348,8 @@ def bound_bundle(data, metadata, max_string_chars, max_image_bytes):
     return kept, metadata
 
 
-DOWNSCALE_MIMES = {"image/png": "PNG", "image/jpeg": "JPEG"}
-
-
-def downscale_images(data, metadata, max_image_bytes, save_original=None):
-    """Shrinks PNG/JPEG entries larger than ``max_image_bytes`` (decoded) until they fit,
-    keeping the aspect ratio; returns new ``(data, metadata)`` and leaves the inputs alone.
-
-    Needs Pillow in the kernel (matplotlib brings it); without it nothing changes and
-    ``bound_bundle`` drops the image with a note. Each shrunk image is recorded in
-    ``metadata["ipython_mcp"]["downscaled_images"][mime]`` with its original and new pixel
-    sizes and byte counts, and, when ``save_original(mime, raw_bytes)`` returns a path, where
-    the original was saved.
-    """
-    if not isinstance(data, dict):
-        return data, metadata
-    large = [
-        mime
-        for mime in DOWNSCALE_MIMES
-        if mime in data and (image_size(data[mime], mime) or 0) > max_image_bytes
-    ]
-    if not large:
-        return data, metadata
-    try:
-        from PIL import Image
-    except Exception:
-        return data, metadata
-    import base64
-    import io
-
-    data = dict(data)
-    notes = {}
-    for mime in large:
-        value = data[mime]
-        try:
-            raw = base64.b64decode(value) if isinstance(value, str) else bytes(value)
-            image = Image.open(io.BytesIO(raw))
-            image.load()
-        except Exception:
-            continue
-        original_size = image.size
-        fmt = DOWNSCALE_MIMES[mime]
-        if fmt == "JPEG" and image.mode not in ("RGB", "L"):
-            image = image.convert("RGB")
-        scale = (max_image_bytes / float(len(raw))) ** 0.5
-        shrunk = None
-        for _ in range(8):
-            width = max(1, int(original_size[0] * scale))
-            height = max(1, int(original_size[1] * scale))
-            candidate = image.resize((width, height), Image.LANCZOS)
-            buffer = io.BytesIO()
-            candidate.save(buffer, format=fmt, optimize=True)
-            encoded = buffer.getvalue()
-            if len(encoded) <= max_image_bytes:
-                shrunk = (encoded, (width, height))
-                break
-            scale *= 0.7
-        if shrunk is None:
-            continue
-        encoded, size = shrunk
-        data[mime] = base64.b64encode(encoded).decode("ascii") if isinstance(value, str) else encoded
-        note = {
-            "original_size": list(original_size),
-            "original_bytes": len(raw),
-            "size": list(size),
-            "bytes": len(encoded),
-        }
-        if save_original is not None:
-            path = save_original(mime, raw)
-            if path is not None:
-                note["original_path"] = path
-        notes[mime] = note
-    if not notes:
-        return data, metadata
-    metadata = dict(metadata) if isinstance(metadata, dict) else {}
-    for mime, note in notes.items():
-        # The displayed size travels in the standard per-mime metadata, as IPython's Image does.
-        per_mime = metadata.get(mime)
-        per_mime = dict(per_mime) if isinstance(per_mime, dict) else {}
-        per_mime["width"], per_mime["height"] = note["size"]
-        metadata[mime] = per_mime
-    ours = metadata.get("ipython_mcp")
-    ours = dict(ours) if isinstance(ours, dict) else {}
-    ours["downscaled_images"] = notes
-    metadata["ipython_mcp"] = ours
-    return data, metadata
-
-
-def bound_display(data, metadata, max_string_chars, max_image_bytes, save_original=None):
-    """A display's bundle within the bounds: large PNG/JPEG images downscaled (see
-    ``downscale_images``), then ``bound_bundle``; an image omitted only because Pillow is
-    missing gets a hint saying so."""
-    try:
-        data, metadata = downscale_images(data, metadata, max_image_bytes, save_original)
-    except Exception:
-        pass  # keep the original; bound_bundle drops it with a note
-    data, metadata = bound_bundle(data, metadata, max_string_chars, max_image_bytes)
-    note = metadata.get("ipython_mcp")
-    omitted = note.get("omitted_images", {}) if isinstance(note, dict) else {}
-    if any(mime in DOWNSCALE_MIMES for mime in omitted) and not _has_pillow():
-        note["hint"] = "install Pillow in the kernel's environment to get PNG/JPEG images downscaled to fit instead of omitted"
-    return data, metadata
-
-
-def _has_pillow():
-    try:
-        import PIL  # noqa: F401
-    except Exception:
-        return False
-    return True
+# Images the server downscales when they are over the image bound.
+FITTED_MIMES = ("image/png", "image/jpeg")
 
 
 def bound_traceback(stb, max_chars):
@@ -2534,7 +2431,6 @@ class _Installation:
         self._pending_clear = False
         self.display_count = 0
         self.display_omitted = 0
-        self.image_count = 0  # originals of downscaled images saved (names stay unique)
         self.outputs = OutputLog(None, 0)  # the running execution's unbounded outputs
         self.channels = []
         try:
@@ -2791,29 +2687,13 @@ class _Installation:
         return wrapped
 
     def _bounded(self, data, metadata):
-        return bound_display(
-            data, metadata, self.config["max_string_chars"], self.config["max_image_bytes"], self._save_original
+        return bound_bundle(
+            data,
+            metadata,
+            self.config["max_string_chars"],
+            self.config["max_image_bytes"],
+            self.config["max_fit_input_bytes"],
         )
-
-    def _save_original(self, mime, raw):
-        """Writes a downscaled image's original next to the execution's spooled output;
-        returns its path, or None when there is no spool."""
-        directory = self.config["spool_dir"]
-        msg_id = self._active
-        if directory is None or not isinstance(msg_id, str) or not _SPOOL_NAME.match(msg_id):
-            return None
-        with self.lock:
-            self.image_count += 1
-            index = self.image_count
-        extension = "png" if mime == "image/png" else "jpg"
-        path = os.path.join(directory, "%s.image-%d.%s" % (msg_id, index, extension))
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "wb") as file:
-                file.write(raw)
-        except OSError:
-            return None
-        return path
 
     @staticmethod
     def _guarded(action):

@@ -4,11 +4,16 @@
 
 use serde_json::{Map, Value};
 
+use crate::payload::MAX_FIT_INPUT_BYTES;
+
 /// Mime types returned as MCP image content (base64 payloads).
 pub const BINARY_IMAGE_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif", "image/webp"];
 
 /// SVG travels as text but is an image: kept whole or dropped (by UTF-8 bytes), never cut.
 pub const SVG_TYPE: &str = "image/svg+xml";
+
+/// Images the server downscales when they are over the image bound.
+const FITTED_IMAGE_TYPES: &[&str] = &["image/png", "image/jpeg"];
 
 /// Limits for one JSON payload.
 #[derive(Debug, Clone, Copy)]
@@ -154,12 +159,16 @@ pub fn base64_decoded_len(text: &str) -> usize {
 
 /// Bounds one mime bundle in place: images over `max_image_bytes` are removed (and recorded
 /// in `metadata["ipython_mcp"]["omitted_images"]`), other entries are JSON-bounded; images
-/// (SVG included) are never cut, since half an image is not an image.
+/// (SVG included) are never cut, since half an image is not an image. A PNG or JPEG over the
+/// bound stays as it is, to be downscaled when the execution ends (`payload::settle`), while it
+/// fits in `fit_room` (decoded bytes, decreased by what it keeps) and in the largest image
+/// decoded at all.
 pub fn bound_bundle(
     data: &mut Map<String, Value>,
     metadata: &mut Map<String, Value>,
     limits: JsonLimits,
     max_image_bytes: usize,
+    fit_room: &mut usize,
 ) -> bool {
     let mut cut = false;
     let mut omitted_images = Map::new();
@@ -176,6 +185,12 @@ pub fn bound_bundle(
             });
             match size {
                 Some(size) if size <= max_image_bytes => {}
+                Some(size)
+                    if FITTED_IMAGE_TYPES.contains(&key.as_str())
+                        && size <= MAX_FIT_INPUT_BYTES.min(*fit_room) =>
+                {
+                    *fit_room -= size;
+                }
                 Some(size) => {
                     data.remove(&key);
                     omitted_images.insert(key, Value::from(size));
@@ -269,11 +284,12 @@ mod tests {
 
     #[test]
     fn large_images_are_removed_with_a_note() {
-        let mut data = json!({"image/png": "A".repeat(400), "text/plain": "<Figure>"})
+        let mut data = json!({"image/gif": "A".repeat(400), "text/plain": "<Figure>"})
             .as_object()
             .cloned()
             .unwrap();
         let mut metadata = Map::new();
+        let mut room = usize::MAX;
         assert!(bound_bundle(
             &mut data,
             &mut metadata,
@@ -282,13 +298,48 @@ mod tests {
                 max_items: 100,
                 max_chars: 100
             },
-            100
+            100,
+            &mut room,
         ));
         assert_eq!(Value::Object(data), json!({"text/plain": "<Figure>"}));
         assert_eq!(
             Value::Object(metadata),
-            json!({"ipython_mcp": {"omitted_images": {"image/png": 300}}})
+            json!({"ipython_mcp": {"omitted_images": {"image/gif": 300}}})
         );
+    }
+
+    #[test]
+    fn large_png_and_jpeg_stay_for_downscaling_while_there_is_room() {
+        let limits = JsonLimits {
+            max_depth: 6,
+            max_items: 100,
+            max_chars: 100,
+        };
+        let bundle = json!({"image/png": "A".repeat(400), "image/jpeg": "B".repeat(400)});
+        let mut data = bundle.as_object().cloned().unwrap();
+        let mut room = 500;
+        assert!(bound_bundle(
+            &mut data,
+            &mut Map::new(),
+            limits,
+            100,
+            &mut room
+        ));
+        // The JPEG (300 decoded bytes, first in key order) took the room; the PNG did not fit
+        // in what was left.
+        assert_eq!(room, 200);
+        assert!(data.contains_key("image/jpeg"));
+        assert!(!data.contains_key("image/png"));
+        let mut data = bundle.as_object().cloned().unwrap();
+        let mut room = usize::MAX;
+        assert!(!bound_bundle(
+            &mut data,
+            &mut Map::new(),
+            limits,
+            100,
+            &mut room
+        ));
+        assert_eq!(Value::Object(data), bundle);
     }
 
     #[test]
@@ -303,10 +354,23 @@ mod tests {
             .as_object()
             .cloned()
             .unwrap();
-        assert!(!bound_bundle(&mut data, &mut Map::new(), limits, 100));
+        let mut room = usize::MAX;
+        assert!(!bound_bundle(
+            &mut data,
+            &mut Map::new(),
+            limits,
+            100,
+            &mut room
+        ));
         assert_eq!(data["image/svg+xml"], Value::String(svg));
         let mut metadata = Map::new();
-        assert!(bound_bundle(&mut data, &mut metadata, limits, 20));
+        assert!(bound_bundle(
+            &mut data,
+            &mut metadata,
+            limits,
+            20,
+            &mut room
+        ));
         assert!(data.is_empty());
         assert_eq!(
             Value::Object(metadata),

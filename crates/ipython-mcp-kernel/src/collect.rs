@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 
 use crate::bound::{self, JsonLimits};
 use crate::output::{DisplayItem, ErrorInfo, Truncated};
+use crate::payload::{self, MAX_FIT_PENDING_BYTES};
 use crate::sink::TerminalSink;
 
 /// Characters of the latest output line kept for progress notifications.
@@ -62,7 +63,11 @@ pub(crate) struct Collector {
     displays_truncated: bool,
     pending_clear: bool,
     result: Option<Map<String, Value>>,
+    /// The result's `ipython_mcp` notes (its other metadata is not returned).
+    result_notes: Option<Value>,
     result_truncated: bool,
+    /// Decoded bytes of oversized images this execution may still keep for downscaling.
+    fit_room: usize,
     error: Option<(String, String, Vec<String>)>,
     report: Option<HelperReport>,
     pub(crate) reply: Option<Reply>,
@@ -85,10 +90,13 @@ pub(crate) struct Collected {
     pub display_data: Vec<DisplayItem>,
     pub display_omitted: u64,
     pub result: Option<Map<String, Value>>,
+    pub result_metadata: Map<String, Value>,
     pub error: Option<ErrorInfo>,
     pub truncated: Truncated,
     pub reply: Option<Reply>,
     pub helper_reply: Option<Value>,
+    /// Display payloads left out of the reply (see `payload`).
+    pub withheld: Vec<payload::Withheld>,
     /// Bytes the kernel could not keep in the spool (its per-execution bound).
     pub spool_dropped: u64,
 }
@@ -110,7 +118,9 @@ impl Collector {
             displays_truncated: false,
             pending_clear: false,
             result: None,
+            result_notes: None,
             result_truncated: false,
+            fit_room: MAX_FIT_PENDING_BYTES,
             error: None,
             report: None,
             reply: None,
@@ -235,8 +245,10 @@ impl Collector {
                     &mut metadata,
                     self.json,
                     self.limits.max_image_bytes,
+                    &mut self.fit_room,
                 );
                 self.result = Some(data);
+                self.result_notes = metadata.remove("ipython_mcp");
             }
             JupyterMessageContent::ErrorOutput(error) => {
                 self.apply_pending_clear();
@@ -296,6 +308,7 @@ impl Collector {
             &mut metadata,
             self.json,
             self.limits.max_image_bytes,
+            &mut self.fit_room,
         );
         DisplayItem { data, metadata }
     }
@@ -314,9 +327,22 @@ impl Collector {
         self.displays.push((display_id, item));
     }
 
-    /// What has been collected so far, leaving the collector as it is.
+    /// What has been collected so far, leaving the collector as it is, as a reply may show it
+    /// (no image is downscaled before the end; see `payload`).
     pub(crate) fn snapshot(&self) -> Collected {
-        self.clone().finish()
+        let mut collected = self.clone().finish();
+        let settled = payload::settle_live(&mut collected.display_data, self.budget());
+        collected.truncated.display_data |= settled.displays_cut;
+        collected.withheld = settled.withheld;
+        collected
+    }
+
+    /// The bounds `payload::settle` applies to this execution's displays.
+    pub(crate) fn budget(&self) -> payload::Budget {
+        payload::Budget {
+            max_image_bytes: self.limits.max_image_bytes,
+            max_reply_bytes: self.limits.max_reply_bytes,
+        }
     }
 
     pub(crate) fn finish(self) -> Collected {
@@ -380,12 +406,38 @@ impl Collector {
             display_data: self.displays.into_iter().map(|(_, item)| item).collect(),
             display_omitted,
             result: self.result,
+            result_metadata: match self.result_notes {
+                Some(notes) => Map::from_iter([("ipython_mcp".to_owned(), notes)]),
+                None => Map::new(),
+            },
+            withheld: Vec::new(),
             error,
             truncated,
             reply: self.reply,
             helper_reply: self.helper_reply,
             spool_dropped,
         }
+    }
+}
+
+impl Collected {
+    /// Downscales oversized images and withholds what exceeds the reply budget (blocking: see
+    /// `payload::settle`).
+    pub(crate) fn settle(
+        &mut self,
+        budget: payload::Budget,
+        spool: Option<&mut payload::SpoolFiles>,
+    ) {
+        let settled = payload::settle(
+            &mut self.display_data,
+            self.result.as_mut(),
+            &mut self.result_metadata,
+            budget,
+            spool,
+        );
+        self.truncated.display_data |= settled.displays_cut;
+        self.truncated.result |= settled.result_cut;
+        self.withheld = settled.withheld;
     }
 }
 
@@ -427,6 +479,7 @@ mod tests {
         max_display_items: 2,
         max_json_depth: 3,
         max_image_bytes: 100,
+        max_reply_bytes: 10_000,
     };
 
     fn routed(channel: Channel, content: impl Into<JupyterMessageContent>) -> Routed {
@@ -726,13 +779,13 @@ mod tests {
         let small = "A".repeat(100); // 75 bytes decoded
         check(
             vec![display(
-                json!({"image/png": "A".repeat(400), "text/plain": "<Figure>"}),
+                json!({"image/gif": "A".repeat(400), "text/plain": "<Figure>"}),
                 None,
             )],
             json!({
                 "display_data": [{
                     "data": {"text/plain": "<Figure>"},
-                    "metadata": {"ipython_mcp": {"omitted_images": {"image/png": 300}}},
+                    "metadata": {"ipython_mcp": {"omitted_images": {"image/gif": 300}}},
                 }],
                 "truncated": truncated(&["display_data"]),
             }),
@@ -765,10 +818,107 @@ mod tests {
         );
         check(
             vec![result(
-                json!({"image/png": "A".repeat(400), "text/plain": "<Figure>"}),
+                json!({"image/gif": "A".repeat(400), "text/plain": "<Figure>"}),
             )],
             json!({"result": {"text/plain": "<Figure>"}, "truncated": truncated(&["result"])}),
         );
+    }
+
+    #[test]
+    fn an_oversized_png_is_downscaled_at_the_end_and_its_original_spooled() {
+        use base64::Engine as _;
+        let engine = base64::engine::general_purpose::STANDARD;
+        let raw = crate::raster::tests::noisy_png(40, 20);
+        let limits = OutputLimits {
+            max_image_bytes: raw.len() / 3,
+            ..LIMITS
+        };
+        let mut collector = Collector::new(limits, 4, Some(HELPER.to_owned()));
+        collector.absorb(display(
+            json!({"image/png": engine.encode(&raw), "text/plain": "<Figure>"}),
+            None,
+        ));
+        collector.absorb(display(json!({"image/png": "A".repeat(4000)}), None));
+        // A reader of the running execution sees neither (nothing is decoded before the end).
+        let live = collector.snapshot();
+        assert!(live
+            .display_data
+            .iter()
+            .all(|item| !item.data.contains_key("image/png")));
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut spool = payload::SpoolFiles::new(dir.path(), "msg");
+        let budget = collector.budget();
+        let mut collected = collector.finish();
+        collected.settle(budget, Some(&mut spool));
+        let shown = &collected.display_data[0];
+        let png = engine
+            .decode(shown.data["image/png"].as_str().expect("a PNG"))
+            .expect("base64");
+        assert!(png.len() <= raw.len() / 3);
+        let note = &shown.metadata["ipython_mcp"]["downscaled_images"]["image/png"];
+        assert_eq!(note["original_size"], json!([40, 20]));
+        assert_eq!(note["original_bytes"], raw.len());
+        let original = note["original_path"].as_str().expect("original path");
+        assert_eq!(std::fs::read(original).expect("the original"), raw);
+        // The undecodable one is omitted with the reason, never passed on.
+        let broken = &collected.display_data[1];
+        assert!(broken.data.is_empty());
+        let ours = &broken.metadata["ipython_mcp"];
+        assert_eq!(ours["omitted_images"]["image/png"], 3000);
+        assert!(
+            ours["image_errors"]["image/png"]
+                .as_str()
+                .is_some_and(|error| error.contains("not a decodable image/png")),
+            "{ours}"
+        );
+        assert!(collected.truncated.display_data);
+    }
+
+    #[test]
+    fn displays_past_the_reply_budget_are_withheld_to_the_spool_and_listed() {
+        let payload = "A".repeat(40); // 30 decoded bytes each: under the image bound
+        let limits = OutputLimits {
+            max_display_items: 10,
+            max_text_chars: 10_000,
+            max_reply_bytes: 4 * 1024,
+            ..LIMITS
+        };
+        let mut collector = Collector::new(limits, 4, Some(HELPER.to_owned()));
+        let html = "<td>x</td>".repeat(300); // 3000 bytes: one fits, the second does not
+        for _ in 0..3 {
+            collector.absorb(display(
+                json!({"text/html": html, "text/plain": "<table>", "image/png": payload}),
+                None,
+            ));
+        }
+        let live = collector.snapshot();
+        assert_eq!(live.withheld.len(), 2, "{:?}", live.withheld);
+        assert!(live.withheld.iter().all(|item| item.path.is_none()));
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut spool = payload::SpoolFiles::new(dir.path(), "msg");
+        let budget = collector.budget();
+        let mut collected = collector.finish();
+        collected.settle(budget, Some(&mut spool));
+        assert_eq!(collected.display_data[0].data["text/html"], html.as_str());
+        let withheld: Vec<_> = collected
+            .withheld
+            .iter()
+            .map(|item| (item.display, item.mime.as_str(), item.bytes))
+            .collect();
+        assert_eq!(
+            withheld,
+            [(Some(1), "text/html", 3000), (Some(2), "text/html", 3000)]
+        );
+        for (index, item) in collected.withheld.iter().enumerate() {
+            let path = item.path.as_deref().expect("spooled");
+            assert_eq!(std::fs::read_to_string(path).expect("the payload"), html);
+            // What is small stays in the reply.
+            assert_eq!(
+                collected.display_data[index + 1].data["text/plain"],
+                "<table>"
+            );
+        }
+        assert!(collected.truncated.display_data);
     }
 
     #[test]

@@ -589,6 +589,7 @@ impl Record {
             output.stderr_omitted_chars = collected.stderr_omitted_chars;
             output.display_data = collected.display_data;
             output.display_omitted = collected.display_omitted;
+            output.withheld = collected.withheld;
             output.truncated = collected.truncated;
         }
         output

@@ -56,6 +56,8 @@ pub fn install_code(
         "max_repr_chars": limits.max_repr_chars,
         "max_results": limits.max_results,
         "max_json_depth": limits.max_json_depth,
+        // Oversized PNG/JPEG images come through whole: the server downscales them.
+        "max_fit_input_bytes": crate::payload::MAX_FIT_INPUT_BYTES,
         // Full stream text goes to <spool_dir>/<msg_id>.stdout|stderr (see executions.rs).
         "spool_dir": spool.map(|(dir, _)| dir.display().to_string()),
         "spool_max_bytes": spool.map_or(0, |(_, max)| max),

@@ -13,6 +13,8 @@ mod executions;
 pub mod helper;
 pub mod kernelspec;
 mod output;
+mod payload;
+pub mod raster;
 mod session;
 mod sink;
 mod status;

@@ -114,6 +114,13 @@ pub struct ExecutionOutput {
     pub display_data: Vec<DisplayItem>,
     pub display_omitted: u64,
     pub result: Option<Map<String, Value>>,
+    /// What the server did to the result's images (`ipython_mcp.downscaled_images` …), when
+    /// it did anything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_metadata: Option<Map<String, Value>>,
+    /// Display payloads left out to keep the reply within its byte budget, each in the spool.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub withheld: Vec<crate::payload::Withheld>,
     pub error: Option<ErrorInfo>,
     pub truncated: Truncated,
     pub execution_id: String,
@@ -152,6 +159,8 @@ impl ExecutionOutput {
             display_data: Vec::new(),
             display_omitted: 0,
             result: None,
+            result_metadata: None,
+            withheld: Vec::new(),
             error: None,
             truncated: Truncated::default(),
             execution_id,

@@ -34,6 +34,7 @@ use crate::helper;
 use crate::output::{
     ErrorInfo, ExecutionOutput, ExecutionStatus, Interruption, NamespaceOutcome, RuntimeInfo,
 };
+use crate::payload::SpoolFiles;
 use crate::status::{EnvironmentStatus, KernelDescription, RuntimeStatus, SessionState};
 
 /// Everything a session needs to start and run kernels.
@@ -1382,6 +1383,8 @@ impl Actor {
         // Why the operation was interrupted, if it was; the first cause wins.
         let mut cause: Option<Cause> = None;
         let mut ended = End::Completed;
+        // The execute_request's msg_id when this execution has spool files (names them).
+        let mut spooled_as: Option<String> = None;
         // Even the send is bounded: a kernel that stopped reading its socket must not hold us.
         match tokio::time::timeout_at(deadline, running.kernel.request(Channel::Shell, request))
             .await
@@ -1394,6 +1397,7 @@ impl Actor {
             Ok(Ok((msg_id, mut receiver))) => {
                 if let Some(record) = record {
                     record.dispatched(&msg_id, self.epoch, Arc::clone(&collector));
+                    spooled_as = Some(msg_id.clone());
                 }
                 // The helper spools its kernel's streams itself; other kernels' output is
                 // spooled here as it arrives.
@@ -1503,7 +1507,35 @@ impl Actor {
             }
         }
         let run_ms = started.elapsed().as_millis() as u64;
-        let collected = locked(&collector).clone().finish();
+        let (finished, budget) = {
+            let collector = locked(&collector);
+            (collector.clone().finish(), collector.budget())
+        };
+        let mut spool_files = spooled_as.and_then(|msg_id| {
+            let (dir, _) = self.shared.executions.spool()?;
+            Some(SpoolFiles::new(dir, &msg_id))
+        });
+        // Downscaling decodes and encodes images and writes their originals: never on the
+        // async threads (and nothing to do without displays or a result).
+        let collected = if finished.display_data.is_empty() && finished.result.is_none() {
+            finished
+        } else {
+            match tokio::task::spawn_blocking(move || {
+                let mut finished = finished;
+                finished.settle(budget, spool_files.as_mut());
+                finished
+            })
+            .await
+            {
+                Ok(collected) => collected,
+                // Only a panic gets here (each image is decoded under catch_unwind): answer with
+                // what arrived, no image over the bound, rather than lose the execution.
+                Err(error) => {
+                    tracing::error!(%error, "settling an execution's displays failed");
+                    locked(&collector).snapshot()
+                }
+            }
+        };
         if let Some(record) = record {
             record.add_spool_dropped(collected.spool_dropped);
         }
@@ -1653,6 +1685,9 @@ impl Actor {
             display_data: collected.display_data,
             display_omitted: collected.display_omitted,
             result: collected.result,
+            result_metadata: (!collected.result_metadata.is_empty())
+                .then_some(collected.result_metadata),
+            withheld: collected.withheld,
             error,
             truncated: collected.truncated,
             execution_id: ticket.execution_id.clone(),

@@ -28,8 +28,7 @@ async fn provisioned_python() -> PathBuf {
 }
 
 fn ensure_pytest(python: &Path, deps: &Path) {
-    // Pillow: the image downscaling tests (the helper uses it when a kernel has it).
-    if deps.join("pytest").is_dir() && deps.join("PIL").is_dir() {
+    if deps.join("pytest").is_dir() {
         return;
     }
     let status = Command::new(python)
@@ -43,7 +42,7 @@ fn ensure_pytest(python: &Path, deps: &Path) {
             "--target",
         ])
         .arg(deps)
-        .args(["pytest>=7", "pillow"])
+        .args(["pytest>=7"])
         .status()
         .expect("run pip");
     assert!(status.success(), "installing pytest failed");

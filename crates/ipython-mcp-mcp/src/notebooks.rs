@@ -1970,6 +1970,7 @@ impl IpythonMcp {
                 "max_display_items": limits.max_display_items,
                 "max_json_depth": limits.max_json_depth,
                 "max_image_bytes": limits.max_image_bytes,
+                "max_reply_bytes": limits.max_reply_bytes,
                 "max_code_bytes": MAX_CODE_BYTES,
                 "operation_timeout_seconds": timeouts.operation.as_secs_f64(),
                 "max_timeout_seconds": timeouts.max_operation.as_secs_f64(),

@@ -283,6 +283,9 @@ fn execution_text(output: &ExecutionOutput) -> String {
             section("result", plain, 0);
         }
     }
+    if let Some(metadata) = &output.result_metadata {
+        text.push_str(&image_notes(metadata));
+    }
     let displays = output.display_data.len();
     if displays > 0 || output.display_omitted > 0 {
         text.push_str(&format!("\n--- displays: {displays} returned"));
@@ -295,6 +298,21 @@ fn execution_text(output: &ExecutionOutput) -> String {
                 text.push_str(&format!("\n{}", shorten(plain, 500)));
             }
             text.push_str(&image_notes(&item.metadata));
+        }
+    }
+    if !output.withheld.is_empty() {
+        text.push_str(&format!(
+            "\n[{} display payloads withheld to keep this reply within IPYTHON_MCP_MAX_REPLY_BYTES; each is listed in `withheld`",
+            output.withheld.len()
+        ));
+        match output.withheld.iter().find_map(|item| item.path.as_deref()) {
+            Some(path) => text.push_str(&format!(
+                " with its file (e.g. {path}): read it from the kernel by path, or show fewer per call]"
+            )),
+            None if output.status == ExecutionStatus::Pending => {
+                text.push_str(" and written to the spool when the execution ends]")
+            }
+            None => text.push_str(": show fewer per call]"),
         }
     }
     if let Some(error) = &output.error {
@@ -366,6 +384,9 @@ fn image_notes(metadata: &serde_json::Map<String, Value>) -> String {
                     .unwrap_or(0),
                 size("size"),
             ));
+            if let Some(converted) = note.get("mime").and_then(Value::as_str) {
+                text.push_str(&format!(" as {converted}"));
+            }
             if let Some(path) = note.get("original_path").and_then(Value::as_str) {
                 text.push_str(&format!(
                     "; the original is at {path} (e.g. PIL.Image.open it to crop)"
@@ -375,13 +396,19 @@ fn image_notes(metadata: &serde_json::Map<String, Value>) -> String {
         }
     }
     if let Some(omitted) = ours.get("omitted_images").and_then(Value::as_object) {
+        let errors = ours.get("image_errors").and_then(Value::as_object);
         for (mime, bytes) in omitted {
-            text.push_str(&format!(
-                "\n[{mime} of {bytes} bytes omitted: larger than the image bound]"
-            ));
-        }
-        if let Some(hint) = ours.get("hint").and_then(Value::as_str) {
-            text.push_str(&format!("\n[hint: {hint}]"));
+            match errors
+                .and_then(|errors| errors.get(mime))
+                .and_then(Value::as_str)
+            {
+                Some(error) => text.push_str(&format!(
+                    "\n[{mime} of {bytes} bytes omitted: it could not be downscaled ({error})]"
+                )),
+                None => text.push_str(&format!(
+                    "\n[{mime} of {bytes} bytes omitted: larger than the image bound]"
+                )),
+            }
         }
     }
     text

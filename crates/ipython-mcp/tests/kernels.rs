@@ -572,6 +572,188 @@ async fn discovery_finds_a_real_venv_and_a_bash_kernelspec() {
     server.stop().await;
 }
 
+/// Python (standard library only: no Pillow anywhere) defining `noise_png(width, height)`, a
+/// valid PNG of random pixels, which no encoder can shrink much.
+const NOISE_PNG: &str = "import os, struct, zlib\ndef noise_png(width, height):\n    def chunk(kind, data):\n        return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(kind + data) & 0xffffffff)\n    rows = b''.join(b'\\x00' + os.urandom(width * 3) for _ in range(height))\n    header = struct.pack('>IIBBBBB', width, height, 8, 2, 0, 0, 0)\n    return b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', header) + chunk(b'IDAT', zlib.compress(rows)) + chunk(b'IEND', b'')\n";
+
+/// Checks one downscaled 1200 × 800 PNG of `original_bytes`: returned within the bound, aspect
+/// ratio kept, its note naming the original, which is byte for byte the one displayed.
+fn assert_downscaled(shown: &support::ToolResult, original_bytes: u64, max_bytes: usize) {
+    let images = shown.images();
+    assert_eq!(
+        images.len(),
+        1,
+        "the image is returned, not dropped: {shown:?}"
+    );
+    let (mime, bytes) = &images[0];
+    assert_eq!(mime, "image/png", "noise gains nothing as JPEG");
+    assert!(bytes.len() <= max_bytes, "{} bytes", bytes.len());
+    let note = &shown.structured["display_data"][0]["metadata"]["ipython_mcp"]["downscaled_images"]
+        ["image/png"];
+    assert_eq!(note["original_size"], json!([1200, 800]), "{shown:?}");
+    assert_eq!(note["original_bytes"], original_bytes);
+    let size = note["size"].as_array().expect("size");
+    let (width, height) = (size[0].as_f64().expect("w"), size[1].as_f64().expect("h"));
+    assert!(
+        (width / height - 1.5).abs() < 0.02,
+        "aspect ratio kept: {width}x{height}"
+    );
+    assert!(
+        shown.text().contains("downscaled from 1200x800"),
+        "{}",
+        shown.text()
+    );
+    let path = note["original_path"].as_str().expect("original path");
+    let original = std::fs::read(path).expect("the original is in the spool");
+    assert_eq!(original.len() as u64, original_bytes);
+    assert!(original.starts_with(b"\x89PNG"));
+}
+
+#[tokio::test]
+async fn an_oversized_png_is_downscaled_in_a_kernel_without_pillow() {
+    let server = Server::start(
+        Family::Handshake,
+        &[("IPYTHON_MCP_MAX_IMAGE_BYTES", "150000")],
+    )
+    .await;
+    let probe = server
+        .call(
+            "execute",
+            json!({"code": "import importlib.util; importlib.util.find_spec('PIL') is None"}),
+        )
+        .await;
+    assert_eq!(
+        probe.structured["result"]["text/plain"], "True",
+        "the kernel's environment must not have Pillow: {probe:?}"
+    );
+    let code = format!("{NOISE_PNG}from IPython.display import Image, display\nraw = noise_png(1200, 800)\ndisplay(Image(data=raw))\nlen(raw)");
+    let shown = server.call("execute", json!({"code": code})).await;
+    assert!(shown.ok(), "{shown:?}");
+    let original_bytes: u64 = shown.structured["result"]["text/plain"]
+        .as_str()
+        .and_then(|text| text.parse().ok())
+        .expect("length");
+    assert!(original_bytes > 150_000);
+    assert_downscaled(&shown, original_bytes, 150_000);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_bash_kernel_s_oversized_png_is_downscaled_by_the_server() {
+    let python = support::provisioned_python().await;
+    let root = tokio::task::spawn_blocking(move || project_with_venv(&python))
+        .await
+        .expect("venv");
+    let venv_python = root.join("project/.venv/bin/python");
+    // Its own JUPYTER_PATH, so it never races the discovery test for the same files.
+    let jupyter = root.join("jupyter-images");
+    let spec_dir = jupyter.join("kernels/bash");
+    std::fs::create_dir_all(&spec_dir).expect("spec dir");
+    std::fs::write(
+        spec_dir.join("kernel.json"),
+        json!({
+            "argv": [venv_python, "-m", "bash_kernel", "-f", "{connection_file}"],
+            "display_name": "Bash",
+            "language": "bash",
+        })
+        .to_string(),
+    )
+    .expect("kernel.json");
+    let jupyter_path = jupyter.display().to_string();
+    let server = Server::start(
+        Family::Modern,
+        &[
+            ("JUPYTER_PATH", &jupyter_path),
+            ("JUPYTER_DATA_DIR", &jupyter_path),
+            ("IPYTHON_MCP_MAX_IMAGE_BYTES", "150000"),
+        ],
+    )
+    .await;
+    let started = server
+        .call("kernel_start", json!({"spec": "bash", "kernel": "sh"}))
+        .await;
+    assert!(started.ok(), "{started:?}");
+    assert_eq!(started.structured["status"]["kernel"]["helper"], false);
+    // bash_kernel's own `display` sends a file piped to it as an image.
+    let picture = root.join("bash-noise.png");
+    let script = format!(
+        "{NOISE_PNG}open({:?}, 'wb').write(noise_png(1200, 800))\n",
+        picture.display().to_string()
+    );
+    let code = format!(
+        "{} - <<'EOF'\n{script}EOF\nstat -c %s {} > /dev/null && display < {}",
+        venv_python.display(),
+        picture.display(),
+        picture.display()
+    );
+    let shown = server
+        .call("execute", json!({"code": code, "kernel": "sh"}))
+        .await;
+    assert!(shown.ok(), "{shown:?}");
+    let original_bytes = std::fs::metadata(&picture).expect("the picture").len();
+    assert!(original_bytes > 150_000);
+    assert_downscaled(&shown, original_bytes, 150_000);
+    assert_eq!(
+        std::fs::read(
+            shown.structured["display_data"][0]["metadata"]["ipython_mcp"]["downscaled_images"]
+                ["image/png"]["original_path"]
+                .as_str()
+                .expect("path")
+        )
+        .expect("original"),
+        std::fs::read(&picture).expect("picture")
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_cell_showing_20_large_images_answers_and_the_client_does_not_hang() {
+    // Twenty images just under the image bound: 28 MB of base64 in one reply without a budget,
+    // past the 16 MiB line an MCP client reads, and the client would wait forever.
+    let server = Server::start(Family::Handshake, &[]).await;
+    let code = "import base64, os\nfrom IPython.display import display\nfor _ in range(20):\n    display({'image/png': base64.b64encode(os.urandom(1_048_000)).decode(), 'text/plain': '<image>'}, raw=True)";
+    let shown = tokio::time::timeout(
+        Duration::from_secs(300),
+        server.call("execute", json!({"code": code})),
+    )
+    .await
+    .expect("the execute answers");
+    assert!(shown.ok(), "{shown:?}");
+    let images = shown.images();
+    let withheld = shown.structured["withheld"].as_array().expect("withheld");
+    assert!(
+        !images.is_empty() && !withheld.is_empty(),
+        "{}",
+        shown.text()
+    );
+    assert_eq!(images.len() + withheld.len(), 20, "none silently dropped");
+    let returned: usize = images.iter().map(|(_, bytes)| bytes.len() * 4 / 3).sum();
+    assert!(
+        returned <= 8 * 1024 * 1024,
+        "{returned} bytes of base64 returned"
+    );
+    for item in withheld {
+        assert_eq!(item["mime"], "image/png");
+        let path = item["path"].as_str().expect("spooled");
+        assert_eq!(std::fs::metadata(path).expect("the file").len(), 1_048_000);
+    }
+    assert!(shown.text().contains("withheld"), "{}", shown.text());
+    // The displays themselves are all listed, the small parts still in the reply.
+    assert_eq!(
+        shown.structured["display_data"]
+            .as_array()
+            .expect("displays")
+            .len(),
+        20
+    );
+    // get_output answers the same way.
+    let id = shown.structured["execution_id"].as_str().expect("id");
+    let again = server.call("get_output", json!({"execution_id": id})).await;
+    assert_eq!(again.images().len(), images.len());
+    assert_eq!(again.structured["withheld"], shown.structured["withheld"]);
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn an_oversized_image_is_downscaled_and_its_original_kept() {
     // Pillow beside the tests, reached through the library paths setting.

@@ -1529,3 +1529,49 @@ async fn percent_scripts_are_written_byte_for_byte_as_jupytext_writes_them() {
     }
     server.stop().await;
 }
+
+#[tokio::test]
+async fn an_oversized_image_is_downscaled_for_the_agent_and_saved_whole_in_the_notebook() {
+    use base64::Engine as _;
+    let mut workspace = Workspace::new();
+    let root = workspace.env();
+    let server = Server::start(
+        Family::Handshake,
+        &[
+            ("IPYTHON_MCP_WORKSPACE_ROOT", &root),
+            ("IPYTHON_MCP_MAX_IMAGE_BYTES", "100000"),
+        ],
+    )
+    .await;
+    let nb = "picture.ipynb";
+    let created = server.call("notebook_create", json!({"path": nb})).await;
+    assert!(created.ok(), "{created:?}");
+    // A valid PNG of random pixels, from the standard library alone.
+    let code = "import os, struct, zlib\nfrom IPython.display import Image, display\ndef chunk(kind, data):\n    return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(kind + data) & 0xffffffff)\nrows = b''.join(b'\\x00' + os.urandom(600 * 3) for _ in range(400))\nraw = b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', 600, 400, 8, 2, 0, 0, 0)) + chunk(b'IDAT', zlib.compress(rows)) + chunk(b'IEND', b'')\ndisplay(Image(data=raw))";
+    let shown = server
+        .call("notebook_execute", json!({"path": nb, "code": code}))
+        .await;
+    assert!(shown.ok(), "{shown:?}");
+    let images = shown.images();
+    assert_eq!(images.len(), 1, "{shown:?}");
+    assert!(images[0].1.len() <= 100_000);
+    let note = &shown.structured["display_data"][0]["metadata"]["ipython_mcp"]["downscaled_images"]
+        ["image/png"];
+    let original = std::fs::read(note["original_path"].as_str().expect("original path"))
+        .expect("the original in the spool");
+    assert!(original.len() > 700_000);
+    workspace.keep(nb);
+    let file = workspace.json(nb);
+    let saved = file["cells"][0]["outputs"][0]["data"]["image/png"]
+        .as_str()
+        .expect("a PNG saved");
+    let saved: String = saved.split_whitespace().collect();
+    assert_eq!(
+        base64::engine::general_purpose::STANDARD
+            .decode(saved)
+            .expect("base64"),
+        original,
+        "the notebook keeps the original, as Jupyter would"
+    );
+    server.stop().await;
+}

@@ -214,67 +214,16 @@ def test_bound_bundle_cuts_strings_and_drops_big_images():
     assert meta["ipython_mcp"] == {"omitted_images": {"image/jpeg": 3000}}
 
 
-def noise_png(width, height):
-    import io
-    from PIL import Image
-
-    buffer = io.BytesIO()
-    Image.effect_noise((width, height), 80).convert("RGB").save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
-def test_large_images_are_downscaled_to_fit_keeping_the_aspect_ratio():
-    import base64
-    import io
-    from PIL import Image
-
-    raw = noise_png(900, 600)
-    assert len(raw) > 200_000
-    saved = []
-
-    def save(mime, data):
-        saved.append((mime, data))
-        return "/spool/original.png"
-
-    data = {"image/png": base64.b64encode(raw).decode(), "text/plain": "<Figure>"}
-    new_data, metadata = helper.downscale_images(data, {"keep": 1}, 200_000, save)
-    shrunk = base64.b64decode(new_data["image/png"])
-    assert len(shrunk) <= 200_000
-    width, height = Image.open(io.BytesIO(shrunk)).size
-    assert abs(width / height - 1.5) < 0.02
-    note = metadata["ipython_mcp"]["downscaled_images"]["image/png"]
-    assert note["original_size"] == [900, 600] and note["size"] == [width, height]
-    assert note["original_bytes"] == len(raw) and note["bytes"] == len(shrunk)
-    assert note["original_path"] == "/spool/original.png"
-    assert metadata["image/png"] == {"width": width, "height": height}
-    assert metadata["keep"] == 1 and new_data["text/plain"] == "<Figure>"
-    assert saved == [("image/png", raw)]
-    assert data["image/png"] == base64.b64encode(raw).decode(), "the input is left alone"
-    # Then bound_bundle keeps it: it fits now.
-    kept, _ = helper.bound_bundle(new_data, metadata, 1000, 200_000)
-    assert kept["image/png"] == new_data["image/png"]
-
-
-def test_small_images_and_unknown_formats_are_left_alone():
-    import base64
-
-    raw = noise_png(20, 10)
-    data = {"image/png": base64.b64encode(raw).decode(), "image/gif": "R0lG" * 100_000}
-    assert helper.downscale_images(data, {}, 100_000) == (data, {})
-
-
-def test_without_pillow_images_are_omitted_with_a_hint(monkeypatch):
-    import base64
-
-    data = {"image/png": base64.b64encode(noise_png(300, 300)).decode()}
-    import sys as system
-
-    monkeypatch.setitem(system.modules, "PIL", None)  # import PIL fails
-    same, metadata = helper.downscale_images(data, {}, 1000)
-    assert same is data and metadata == {}
-    kept, metadata = helper.bound_display(data, {}, 1000, 1000)
-    assert "image/png" not in kept
-    assert "Pillow" in metadata["ipython_mcp"]["hint"]
+def test_oversized_png_and_jpeg_go_to_the_server_whole_for_downscaling():
+    # The server downscales them (for every kernel); the helper only decides what it sends.
+    data = {"image/png": "p" * 4000, "image/jpeg": "j" * 4000, "image/gif": "g" * 4000}
+    kept, meta = helper.bound_bundle(data, {}, 100, 1000, max_fit_input_bytes=3000)
+    assert kept == {"image/png": "p" * 4000, "image/jpeg": "j" * 4000}
+    assert meta == {"ipython_mcp": {"omitted_images": {"image/gif": 3000}}}
+    # Past the largest image the server decodes, they are omitted like any other.
+    kept, meta = helper.bound_bundle(data, {}, 100, 1000, max_fit_input_bytes=2999)
+    assert kept == {}
+    assert meta == {"ipython_mcp": {"omitted_images": {"image/png": 3000, "image/jpeg": 3000, "image/gif": 3000}}}
 
 
 def test_bound_bundle_drops_an_svg_too_big_to_return():
@@ -395,6 +344,7 @@ CONFIG = {
     "max_repr_chars": 64,
     "max_results": 10,
     "max_json_depth": 4,
+    "max_fit_input_bytes": 2_000_000,
     "namespace": {
         "library_paths": [LIBDIR],
         "preload_modules": ["mcp_testlib"],
@@ -660,14 +610,20 @@ class TestKernel:
     def test_display_bundles_are_bounded(self, kernel):
         code = (
             "from IPython.display import display\n"
-            "display({'text/plain': 'p' * 20_000, 'image/png': 'A' * 2_000_000,"
+            "display({'text/plain': 'p' * 20_000, 'image/gif': 'A' * 2_000_000,"
             " 'image/svg+xml': '<svg>' + 's' * 20_000}, raw=True)\n"
             "display({'text/plain': 'small', 'image/png': 'iVBORw0KGgo='}, raw=True)\n"
+            "display({'image/png': 'A' * 2_000_000}, raw=True)\n"
+            "display({'image/jpeg': 'A' * 3_000_000}, raw=True)\n"
         )
-        big, small = [msg["content"] for msg in kernel.execute(code).of("display_data")]
+        big, small, to_fit, too_big = [msg["content"] for msg in kernel.execute(code).of("display_data")]
         assert big["data"] == {"text/plain": "p" * 8193, "image/svg+xml": "<svg>" + "s" * 20_000}
-        assert big["metadata"] == {"ipython_mcp": {"omitted_images": {"image/png": 1_500_000}}}
+        assert big["metadata"] == {"ipython_mcp": {"omitted_images": {"image/gif": 1_500_000}}}
         assert small["data"] == {"text/plain": "small", "image/png": "iVBORw0KGgo="}
+        # An oversized PNG goes to the server whole (it downscales), up to max_fit_input_bytes.
+        assert to_fit["data"] == {"image/png": "A" * 2_000_000}
+        assert too_big["data"] == {}
+        assert too_big["metadata"] == {"ipython_mcp": {"omitted_images": {"image/jpeg": 2_250_000}}}
 
     def test_execute_result_is_bounded(self, kernel):
         run = kernel.execute("'x' * 50_000_000")
