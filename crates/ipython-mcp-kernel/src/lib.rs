@@ -15,6 +15,7 @@ pub mod kernelspec;
 mod output;
 mod session;
 mod sink;
+mod spool;
 mod status;
 mod transcript;
 

@@ -498,14 +498,17 @@ impl SessionHandle {
         if !wait.is_zero() {
             record.wait(wait).await;
         }
-        let viewed = Arc::clone(&record);
-        let mut output = tokio::task::spawn_blocking(move || viewed.view())
-            .await
-            .ok()?;
-        if output.spool.is_none() && !record.is_finished() {
-            output.spool = self.shared.executions.spool_info(&record);
-        }
-        Some(output)
+        // Both read files (a spilled view, the spool's sizes): off the async threads.
+        let dir = self.shared.executions.spool_dir();
+        tokio::task::spawn_blocking(move || {
+            let mut output = record.view();
+            if let (None, Some(dir), false) = (&output.spool, dir, record.is_finished()) {
+                output.spool = Some(crate::executions::spool_info(&dir, &record));
+            }
+            output
+        })
+        .await
+        .ok()
     }
 
     /// Changes each time the kernel is replaced (the epoch advances); closes with the session.
@@ -537,7 +540,7 @@ impl SessionHandle {
             Ok(path) => path,
             Err(error) => return Some(Err(*error)),
         };
-        let complete = record.is_finished();
+        let complete = record.is_finished() && record.spool_written();
         let page = tokio::task::spawn_blocking(move || {
             crate::executions::read_page(path.as_deref(), &request, complete)
         })
@@ -745,6 +748,11 @@ struct Actor {
 impl Actor {
     async fn run(mut self) {
         let shutdown = self.shared.shutdown.clone();
+        // The spool directory first: the helper is told where it is.
+        tokio::select! {
+            () = self.shared.executions.open() => {}
+            _ = shutdown.cancelled() => {}
+        }
         self.environment = tokio::select! {
             environment = self.provision() => environment,
             _ = shutdown.cancelled() => None,
@@ -860,7 +868,7 @@ impl Actor {
                 continue; // abandoned: its caller already answered queue_timeout or cancelled
             }
             let (mut output, helper_reply) = self
-                .execute(&ticket, &args, helper.as_ref(), record.as_deref())
+                .execute(&ticket, &args, helper.as_ref(), record.as_ref())
                 .await;
             if let Some(notice) = self.unreported_reset.take() {
                 output
@@ -871,11 +879,24 @@ impl Actor {
             }
             // Recorded before the caller hears, so a caller that stopped waiting loses nothing.
             if let Some(record) = &record {
-                if output.stdout_omitted_chars > 0 || output.stderr_omitted_chars > 0 {
-                    output.spool = self.shared.executions.spool_info(record);
+                let omitted = output.stdout_omitted_chars > 0 || output.stderr_omitted_chars > 0;
+                // What the server spooled itself is on disk before the answer (so a page read
+                // after it sees everything), unless the disk takes longer than the bound: then
+                // pages say `complete: false` until it is.
+                if omitted || !record.spool_written() {
+                    let flushed = tokio::select! {
+                        flushed = tokio::time::timeout(SPOOL_FLUSH_WAIT, self.shared.executions.flushed_info(record)) => flushed.ok().flatten(),
+                        _ = shutdown.cancelled() => None,
+                    };
+                    if flushed.is_none() {
+                        tracing::warn!(kernel_id = %self.shared.options.kernel_id, "spool writes still pending when answering");
+                    }
+                    if omitted {
+                        output.spool = flushed;
+                    }
                 }
                 record.finish(&output);
-                self.shared.executions.enforce_total();
+                self.shared.executions.maintain();
             }
             let _ = reply.send((output, helper_reply));
             self.shared.operations_done.send_modify(|done| *done += 1);
@@ -1032,7 +1053,7 @@ impl Actor {
         ticket: &Ticket,
         args: &ExecuteArgs,
         helper: Option<&HelperRequest>,
-        record: Option<&Record>,
+        record: Option<&Arc<Record>>,
     ) -> Outcome {
         let options = self.shared.options.clone();
         let queue_wait_ms = ticket.enqueued_at.elapsed().as_millis() as u64;
@@ -1141,10 +1162,9 @@ impl Actor {
                 }
                 // The helper spools its kernel's streams itself; other kernels' output is
                 // spooled here as it arrives.
-                let mut spool_writer = match (&running.helper_comm, self.shared.executions.spool())
-                {
-                    (None, Some((dir, limit))) if record.is_some() => {
-                        Some(SpoolWriter::new(dir, &msg_id, limit))
+                let mut spool_writer = match (&running.helper_comm, record) {
+                    (None, Some(record)) => {
+                        SpoolWriter::new(&self.shared.executions, record, &msg_id)
                     }
                     _ => None,
                 };
@@ -1240,8 +1260,8 @@ impl Actor {
                         };
                     }
                 }
-                if let (Some(record), Some(writer)) = (record, &spool_writer) {
-                    record.add_spool_dropped(writer.dropped);
+                if let (Some(record), Some(writer)) = (record, spool_writer) {
+                    writer.finish(Arc::clone(record));
                 }
                 running.kernel.forget(&msg_id);
             }
@@ -1672,6 +1692,11 @@ const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// generous: iopub can lag the shell reply by seconds on a loaded machine, and ending early
 /// would cut the output's tail.
 const IDLE_AFTER_REPLY: Duration = Duration::from_secs(5);
+
+/// How long an answer waits for the server's own spool writes of its execution (kernels
+/// without the helper) and the spool summary; a slower disk delays only this session's answer,
+/// by at most this, and its pages say `complete: false` until the writes land.
+const SPOOL_FLUSH_WAIT: Duration = Duration::from_secs(5);
 
 /// Where an operation's interrupt is.
 #[derive(Debug, Clone, Copy)]
