@@ -956,6 +956,39 @@ mod tests {
         assert_eq!(page.next_line, Some(3));
     }
 
+    #[tokio::test]
+    async fn a_stream_faster_than_the_disk_is_cut_cleanly_and_counted() {
+        let executions = Executions::new(SpoolLimits::default());
+        executions.open().await;
+        let record = executions.register("e".into(), 1, "r".into());
+        let collector = Collector::new(Default::default(), 10, None);
+        record.dispatched("m", 0, Arc::new(Mutex::new(collector)));
+        let release = crate::spool::tests::stall(executions.queue()).await;
+        let mut writer = SpoolWriter::new(&executions, &record, "m").expect("spool on");
+        let chunk = "y".repeat(1 << 20);
+        let offered = 12 * chunk.len() as u64;
+        for _ in 0..12 {
+            writer.absorb(&crate::collect::tests::stream(Stdio::Stdout, &chunk));
+        }
+        writer.absorb(&crate::collect::tests::stream(Stdio::Stderr, "tail\n"));
+        writer.finish(Arc::clone(&record));
+        assert!(!record.spool_written(), "the disk has not caught up");
+        release.send(()).expect("the stall waits");
+        let info = executions.flushed_info(&record).await.expect("spool on");
+        assert!(record.spool_written());
+        // What the backlog held is on disk, a whole prefix without holes; the rest is counted.
+        assert!(
+            info.stdout_bytes >= (crate::spool::MAX_BACKLOG_BYTES - chunk.len()) as u64,
+            "{info:?}"
+        );
+        assert_eq!(info.stdout_bytes % chunk.len() as u64, 0, "{info:?}");
+        assert_eq!(info.stdout_bytes + info.dropped_bytes, offered, "{info:?}");
+        assert_eq!(info.stderr_bytes, 5, "{info:?}");
+        let dir = executions.spool_dir().expect("dir");
+        let log = std::fs::read_to_string(crate::transcript::log_path(&dir, "m")).expect("log");
+        assert!(log.contains(r#""name":"stderr""#), "{log}");
+    }
+
     #[test]
     fn a_missing_file_is_an_empty_stream() {
         let page = read_page(None, &request(1, 10, None), true);

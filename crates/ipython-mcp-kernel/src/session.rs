@@ -498,12 +498,17 @@ impl SessionHandle {
         if !wait.is_zero() {
             record.wait(wait).await;
         }
-        // Both read files (a spilled view, the spool's sizes): off the async threads.
+        // Both read files (a spilled view, the spool's sizes): off the async threads. The
+        // summary is read for a running execution, and for a finished one whose output was cut
+        // but whose answer went out without it (the disk was too slow then).
         let dir = self.shared.executions.spool_dir();
         tokio::task::spawn_blocking(move || {
             let mut output = record.view();
-            if let (None, Some(dir), false) = (&output.spool, dir, record.is_finished()) {
-                output.spool = Some(crate::executions::spool_info(&dir, &record));
+            let cut = output.stdout_omitted_chars > 0 || output.stderr_omitted_chars > 0;
+            if let (None, Some(dir)) = (&output.spool, dir) {
+                if cut || !record.is_finished() {
+                    output.spool = Some(crate::executions::spool_info(&dir, &record));
+                }
             }
             output
         })
@@ -2017,5 +2022,112 @@ mod tests {
         done.ok = true;
         reply.send((done, None)).expect("caller waits");
         assert!(caller.await.expect("join").ok);
+    }
+
+    /// A real kernel's session: the Python the integration tests provision into the target
+    /// directory (this test binary is `target/<profile>/deps/<name>`), found or provisioned
+    /// the product's own way.
+    fn kernel_options(kernel_id: &str) -> SessionOptions {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let target_tmp = exe.ancestors().nth(3).expect("the target dir").join("tmp");
+        SessionOptions {
+            kernel_id: kernel_id.into(),
+            queue_wait_timeout: Duration::from_secs(600),
+            resolver: Resolver {
+                working_dir: target_tmp.clone(),
+                path_var: std::env::var_os("PATH"),
+                cache_dir: target_tmp.join("ipython-mcp-cache"),
+                install_timeout: Duration::from_secs(600),
+                ..options(4, Duration::ZERO).resolver
+            },
+            spool: SpoolLimits::default(),
+            ..options(4, Duration::ZERO)
+        }
+    }
+
+    async fn ready(session: &SessionHandle) {
+        let deadline = Instant::now() + Duration::from_secs(900);
+        let mut done = session.status().state;
+        while done != SessionState::Ready {
+            assert!(
+                !matches!(done, SessionState::Unavailable | SessionState::Closed),
+                "{:?}",
+                session.status()
+            );
+            assert!(
+                Instant::now() < deadline,
+                "no kernel: {:?}",
+                session.status()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            done = session.status().state;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stalled_spool_disk_stalls_neither_status_nor_another_session() {
+        let stalled = SessionHandle::start(kernel_options("stalled"));
+        let other = SessionHandle::start(kernel_options("other"));
+        ready(&stalled).await;
+        ready(&other).await;
+        let cancel = CancellationToken::new();
+        let release = crate::spool::tests::stall(stalled.shared.executions.queue()).await;
+        // Cut output: its answer wants the spool's summary, which waits for the stalled disk.
+        let cut = tokio::spawn({
+            let stalled = stalled.clone();
+            let args = args("print('x' * 100_000)", &cancel);
+            async move { stalled.execute(args).await }
+        });
+        for n in 0..3 {
+            let answered = tokio::time::timeout(
+                Duration::from_secs(120),
+                other.execute(args(&format!("{n} + 1"), &cancel)),
+            )
+            .await
+            .expect("another session answers while this one's spool is stalled");
+            assert!(answered.ok, "{answered:?}");
+            assert_eq!(
+                answered
+                    .result
+                    .as_ref()
+                    .map(|result| result["text/plain"].clone()),
+                Some(serde_json::json!((n + 1).to_string()))
+            );
+            assert_ne!(stalled.status().state, SessionState::Closed);
+        }
+        // The stalled session answers too, once its wait for the disk is over, without the
+        // summary it could not read.
+        let output = tokio::time::timeout(SPOOL_FLUSH_WAIT + Duration::from_secs(120), cut)
+            .await
+            .expect("the answer does not wait for the disk past its bound")
+            .expect("the execute task");
+        assert!(output.ok, "{output:?}");
+        assert!(output.stdout_omitted_chars > 0, "{output:?}");
+        assert_eq!(output.spool, None);
+        // Nothing is lost: once the disk is back, the summary and the whole stream are there.
+        release.send(()).expect("the stall waits");
+        let id = output.execution_id.clone();
+        let later = stalled
+            .output(Some(&id), Duration::ZERO)
+            .await
+            .expect("remembered");
+        assert_eq!(later.spool.map(|spool| spool.stdout_bytes), Some(100_001));
+        let request = PageRequest {
+            stream: crate::StreamName::Stdout,
+            start_line: 1,
+            max_lines: 10,
+            pattern: None,
+            max_chars: 1_000_000,
+        };
+        let page = stalled
+            .page(Some(&id), request)
+            .await
+            .expect("remembered")
+            .expect("a page");
+        assert_eq!(page.lines.len(), 1, "{:?}", page.total_lines);
+        assert_eq!(page.lines[0].text.len(), 100_000);
+        assert!(page.complete);
+        stalled.shutdown().await;
+        other.shutdown().await;
     }
 }

@@ -16,7 +16,7 @@
 use std::fs::File;
 use std::io::Write as _;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -32,11 +32,14 @@ pub(crate) struct SpoolQueue {
     shared: Arc<QueueShared>,
 }
 
-/// A file the queue appends to, created on the first append (0600, never overwriting).
+/// A file the queue appends to, created on the first append (0600, never overwriting what
+/// is there) and reopened for appending after a release.
 pub(crate) struct SpoolFile {
     path: PathBuf,
     /// Bytes accepted for it that the disk refused (a write or open failed).
     lost: AtomicU64,
+    /// Set once the worker created it (only the worker touches it).
+    created: std::sync::atomic::AtomicBool,
 }
 
 impl SpoolFile {
@@ -44,6 +47,7 @@ impl SpoolFile {
         Arc::new(SpoolFile {
             path,
             lost: AtomicU64::new(0),
+            created: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -189,9 +193,9 @@ async fn work(shared: Arc<QueueShared>) {
             shared.wake.notified().await;
             continue;
         };
-        let bytes = batch.bytes.len();
+        let runner = Arc::clone(&shared);
         let ran = tokio::task::spawn_blocking(move || {
-            files.run(&mut batch);
+            files.run(&mut batch, &runner);
             (batch, files)
         })
         .await;
@@ -203,16 +207,17 @@ async fn work(shared: Arc<QueueShared>) {
                 spare = batch;
             }
             Err(error) => {
-                // A job panicked: its batch is gone; later jobs still run.
+                // A job panicked: the rest of its batch is gone (its bytes too: the backlog
+                // is recounted from what is queued now); later jobs still run.
                 tracing::warn!(%error, "a spool job failed");
                 files = OpenFiles::default();
+                let mut pending = shared
+                    .pending
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                pending.backlog = pending.bytes.len();
             }
         }
-        shared
-            .pending
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .backlog -= bytes;
     }
 }
 
@@ -223,14 +228,33 @@ struct OpenFiles {
 }
 
 impl OpenFiles {
-    fn run(&mut self, batch: &mut Batch) {
+    /// Runs a batch in order. Written bytes leave the backlog before any later job runs, so a
+    /// job sees the room its predecessors' writes made.
+    fn run(&mut self, batch: &mut Batch, shared: &QueueShared) {
+        let mut written = 0;
+        let release = |written: &mut usize| {
+            if *written > 0 {
+                shared
+                    .pending
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .backlog -= std::mem::take(written);
+            }
+        };
         for job in batch.jobs.drain(..) {
             match job {
-                Job::Append { file, range } => self.append(&file, &batch.bytes[range]),
+                Job::Append { file, range } => {
+                    written += range.len();
+                    self.append(&file, &batch.bytes[range]);
+                }
                 Job::Release(file) => self.open.retain(|(open, _)| !Arc::ptr_eq(open, &file)),
-                Job::Run(job) => job(),
+                Job::Run(job) => {
+                    release(&mut written);
+                    job();
+                }
             }
         }
+        release(&mut written);
     }
 
     fn append(&mut self, file: &Arc<SpoolFile>, data: &[u8]) {
@@ -241,7 +265,7 @@ impl OpenFiles {
         {
             Some(position) => position,
             None => {
-                self.open.push((Arc::clone(file), create(&file.path)));
+                self.open.push((Arc::clone(file), open(file)));
                 self.open.len() - 1
             }
         };
@@ -255,12 +279,122 @@ impl OpenFiles {
     }
 }
 
-fn create(path: &Path) -> Option<File> {
+fn open(file: &SpoolFile) -> Option<File> {
     use std::os::unix::fs::OpenOptionsExt as _;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .ok()
+    let mut options = std::fs::OpenOptions::new();
+    if file.created.load(Ordering::Relaxed) {
+        options.append(true);
+    } else {
+        options.write(true).create_new(true).mode(0o600);
+    }
+    let opened = options.open(&file.path).ok();
+    if opened.is_some() {
+        file.created.store(true, Ordering::Relaxed);
+    }
+    opened
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// Blocks the queue's worker, as a write to a hung disk would, until the returned sender
+    /// sends (or is dropped); returns once the worker is blocked.
+    pub(crate) async fn stall(queue: &SpoolQueue) -> std::sync::mpsc::Sender<()> {
+        let (release, gate) = std::sync::mpsc::channel::<()>();
+        let (entered, blocked) = oneshot::channel();
+        queue.run(move || {
+            let _ = entered.send(());
+            let _ = gate.recv();
+        });
+        blocked.await.expect("the worker runs the stall");
+        release
+    }
+
+    fn size(path: PathBuf) -> impl FnOnce() -> u64 + Send + 'static {
+        move || std::fs::metadata(path).map_or(0, |meta| meta.len())
+    }
+
+    #[tokio::test]
+    async fn appends_reach_the_disk_in_order_before_a_later_job_runs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let queue = SpoolQueue::start();
+        let first = SpoolFile::new(dir.path().join("first"));
+        let second = SpoolFile::new(dir.path().join("second"));
+        let mut expected = Vec::new();
+        for n in 0..2000 {
+            let chunk = format!("line {n}\n");
+            assert!(queue.append(&first, chunk.as_bytes()));
+            expected.extend_from_slice(chunk.as_bytes());
+            if n % 7 == 0 {
+                assert!(queue.append(&second, b"x"));
+            }
+            if n == 1000 {
+                queue.release(&first); // reopened (never truncated) by the next append
+                tokio::task::yield_now().await;
+            }
+        }
+        let path = dir.path().join("first");
+        let written = queue
+            .ask(move || std::fs::read(path).expect("read"))
+            .await
+            .expect("the job ran");
+        assert_eq!(written, expected);
+        let second_size = queue.ask(size(dir.path().join("second"))).await;
+        assert_eq!(second_size, Some(2000_u64.div_ceil(7)));
+        assert_eq!((first.lost(), second.lost()), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_stalled_disk_bounds_the_backlog_and_refuses_the_rest() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let queue = SpoolQueue::start();
+        let file = SpoolFile::new(dir.path().join("stream"));
+        let release = stall(&queue).await;
+        let chunk = vec![b'x'; 64 * 1024];
+        let mut accepted = 0;
+        // Twice the backlog is offered while nothing reaches the disk.
+        for _ in 0..2 * MAX_BACKLOG_BYTES / chunk.len() {
+            if queue.append(&file, &chunk) {
+                accepted += chunk.len();
+            }
+        }
+        assert_eq!(accepted, MAX_BACKLOG_BYTES, "the backlog is the bound");
+        release.send(()).expect("the stall waits");
+        let written = queue.ask(size(dir.path().join("stream"))).await;
+        assert_eq!(written, Some(MAX_BACKLOG_BYTES as u64));
+        assert!(
+            queue.append(&file, &chunk),
+            "room again once the disk caught up"
+        );
+    }
+
+    #[tokio::test]
+    async fn bytes_the_disk_refuses_are_counted_as_lost() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let queue = SpoolQueue::start();
+        let nowhere = SpoolFile::new(dir.path().join("missing-dir/stream"));
+        assert!(queue.append(&nowhere, b"abc"));
+        assert!(queue.append(&nowhere, b"de"));
+        queue.ask(|| ()).await.expect("ran");
+        assert_eq!(nowhere.lost(), 5);
+    }
+
+    #[tokio::test]
+    async fn a_closed_queue_runs_what_was_queued_and_nothing_after() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let queue = SpoolQueue::start();
+        let file = SpoolFile::new(dir.path().join("stream"));
+        let release = stall(&queue).await;
+        assert!(queue.append(&file, b"kept"));
+        let answer = queue.ask(|| 42);
+        queue.close();
+        assert!(!queue.append(&file, b"refused"));
+        let never = queue.ask(|| 0);
+        release.send(()).expect("the stall waits");
+        assert_eq!(answer.await, Some(42));
+        assert_eq!(never.await, None, "a job after close never runs");
+        let written = std::fs::read(dir.path().join("stream")).expect("read");
+        assert_eq!(written, b"kept");
+    }
 }
