@@ -320,8 +320,15 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<DiscoverParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let directory = match params.directory.as_deref().map(PathBuf::from) {
-            Some(path) if !path.is_absolute() || !path.is_dir() => {
+        let directory = params.directory.as_deref().map(PathBuf::from);
+        let is_dir = match &directory {
+            Some(path) => tokio::fs::metadata(path)
+                .await
+                .is_ok_and(|metadata| metadata.is_dir()),
+            None => false,
+        };
+        let directory = match directory {
+            Some(path) if !path.is_absolute() || !is_dir => {
                 return Ok(render::request_error(&ErrorInfo::new(
                     "invalid_arguments",
                     format!(
