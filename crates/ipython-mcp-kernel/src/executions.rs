@@ -156,9 +156,19 @@ pub(crate) struct Executions {
     records: Records,
     /// Every file operation on the spool, in order, off the async threads (see `spool`).
     queue: SpoolQueue,
+    /// Upkeep waiting on the queue: at most one is queued at a time, whatever the disk's speed.
+    upkeep: Arc<Upkeep>,
 }
 
 type Records = Arc<Mutex<VecDeque<Arc<Record>>>>;
+
+#[derive(Default)]
+struct Upkeep {
+    /// An upkeep job is queued and has not started.
+    queued: std::sync::atomic::AtomicBool,
+    /// The msg_ids of forgotten executions whose spool files are still to be deleted.
+    forgotten: Mutex<Vec<String>>,
+}
 
 impl Executions {
     /// Needs a tokio runtime (the spool queue's worker).
@@ -168,6 +178,7 @@ impl Executions {
             limits,
             records: Arc::default(),
             queue: SpoolQueue::start(),
+            upkeep: Arc::default(),
         }
     }
 
@@ -228,18 +239,23 @@ impl Executions {
         let mut records = lock(&self.records);
         records.push_back(Arc::clone(&record));
         // Forget the oldest finished executions beyond the bound (running ones stay). Runs
-        // under the admission lock, so the files are deleted by the spool queue, not here.
+        // under the admission lock, so the files are deleted by the upkeep, not here.
+        let mut forgot = false;
         while records.len() > MAX_RECORDS {
             let Some(position) = records.iter().position(|record| record.is_finished()) else {
                 break;
             };
             if let Some(old) = records.remove(position) {
                 old.release();
-                if let Some(dir) = self.dir() {
-                    let dir = dir.to_owned();
-                    self.queue.run(move || delete_files(&dir, &old));
+                if let Some(msg_id) = old.state().msg_id.clone() {
+                    lock(&self.upkeep.forgotten).push(msg_id);
+                    forgot = true;
                 }
             }
+        }
+        drop(records);
+        if forgot {
+            self.maintain();
         }
         record
     }
@@ -247,20 +263,38 @@ impl Executions {
     /// Queues the upkeep after an execution ended: settle finished outputs (large parts to
     /// `view.json`), keep retained output within its budgets and the spool within its total
     /// bound (see the module docs). Returns at once; the work runs on the spool queue.
+    /// Coalesced: while one upkeep waits for the queue, later calls add nothing.
     pub(crate) fn maintain(&self) {
+        if self.upkeep.queued.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let dir = self.dir().map(Path::to_owned);
         let limits = self.limits;
         let records = Arc::clone(&self.records);
-        self.queue
-            .run(move || enforce_total(dir.as_deref(), limits, &records));
+        let upkeep = Arc::clone(&self.upkeep);
+        self.queue.run(move || {
+            upkeep.queued.store(false, Ordering::Release);
+            let forgotten = std::mem::take(&mut *lock(&upkeep.forgotten));
+            if let Some(dir) = dir.as_deref() {
+                for msg_id in forgotten {
+                    delete_prefixed(dir, &msg_id);
+                }
+            }
+            enforce_total(dir.as_deref(), limits, &records);
+        });
     }
 
-    /// Waits for `record`'s spool writes to reach the disk and reads its spool summary after
-    /// them; `None` when the spool is off or the queue is gone.
-    pub(crate) async fn flushed_info(&self, record: &Arc<Record>) -> Option<SpoolInfo> {
-        let dir = self.dir()?.to_owned();
+    /// After an execution ended: queues the upkeep ([`Executions::maintain`]) and waits for
+    /// it and for `record`'s own spool writes, then reads its spool summary; `None` when the
+    /// spool is off or the queue is gone.
+    pub(crate) async fn settle(&self, record: &Arc<Record>) -> Option<SpoolInfo> {
+        self.maintain();
+        let dir = self.dir().map(Path::to_owned);
         let record = Arc::clone(record);
-        self.queue.ask(move || spool_info(&dir, &record)).await
+        self.queue
+            .ask(move || dir.map(|dir| spool_info(&dir, &record)))
+            .await
+            .flatten()
     }
 
     pub(crate) fn find(&self, execution_id: &str) -> Option<Arc<Record>> {
@@ -326,10 +360,8 @@ impl Executions {
     }
 }
 
-fn lock(
-    records: &Mutex<VecDeque<Arc<Record>>>,
-) -> std::sync::MutexGuard<'_, VecDeque<Arc<Record>>> {
-    records
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
@@ -390,9 +422,25 @@ fn enforce_total(dir: Option<&Path>, limits: SpoolLimits, held: &Mutex<VecDeque<
         return;
     };
     let records: Vec<Arc<Record>> = lock(held).iter().cloned().collect();
+    // One listing for every record: files are named `<msg_id>.<something>`.
+    let mut by_msg_id: std::collections::HashMap<String, u64> = Default::default();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let msg_id = name.split_once('.').map_or(&*name, |(msg_id, _)| msg_id);
+            let size = entry.metadata().map_or(0, |meta| meta.len());
+            *by_msg_id.entry(msg_id.to_owned()).or_default() += size;
+        }
+    }
     let sizes: Vec<u64> = records
         .iter()
-        .map(|record| spooled(dir, record).0)
+        .map(|record| {
+            let msg_id = record.state().msg_id.clone();
+            msg_id
+                .and_then(|id| by_msg_id.get(&id).copied())
+                .unwrap_or(0)
+        })
         .collect();
     let mut total: u64 = sizes.iter().sum();
     for (record, size) in records.iter().zip(sizes) {
@@ -412,6 +460,11 @@ fn files(dir: &Path, record: &Record) -> Vec<(PathBuf, u64)> {
     let Some(msg_id) = record.state().msg_id.clone() else {
         return Vec::new();
     };
+    prefixed(dir, &msg_id)
+}
+
+/// The files named `<msg_id>.<something>` and their sizes. Blocking.
+fn prefixed(dir: &Path, msg_id: &str) -> Vec<(PathBuf, u64)> {
     let prefix = format!("{msg_id}.");
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
@@ -430,6 +483,13 @@ fn files(dir: &Path, record: &Record) -> Vec<(PathBuf, u64)> {
 fn delete_files(dir: &Path, record: &Record) {
     record.state().evicted = true;
     for (path, _) in files(dir, record) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// Deletes the files named `<msg_id>.<something>`. Blocking.
+fn delete_prefixed(dir: &Path, msg_id: &str) {
+    for (path, _) in prefixed(dir, msg_id) {
         let _ = std::fs::remove_file(path);
     }
 }
@@ -547,6 +607,13 @@ impl Record {
 
     pub(crate) fn add_spool_dropped(&self, bytes: u64) {
         self.state().spool_dropped += bytes;
+    }
+
+    /// Adds the spool summary to the stored output.
+    pub(crate) fn set_spool(&self, info: SpoolInfo) {
+        if let Some(output) = self.state().output.as_mut() {
+            output.spool = Some(info);
+        }
     }
 
     /// False while the server still writes its streams to the spool (kernels without the
@@ -974,7 +1041,7 @@ mod tests {
         writer.finish(Arc::clone(&record));
         assert!(!record.spool_written(), "the disk has not caught up");
         release.send(()).expect("the stall waits");
-        let info = executions.flushed_info(&record).await.expect("spool on");
+        let info = executions.settle(&record).await.expect("spool on");
         assert!(record.spool_written());
         // What the backlog held is on disk, a whole prefix without holes; the rest is counted.
         assert!(

@@ -217,6 +217,7 @@ impl SessionHandle {
             spares: std::collections::VecDeque::new(),
             epoch: 0,
             unreported_reset: None,
+            spool_lagging: false,
         };
         tokio::spawn(actor.run());
         handle
@@ -748,6 +749,9 @@ struct Actor {
     /// Set when the kernel was replaced between calls (it died while idle): the next call's
     /// result says so, since nothing else would tell the agent its state is gone.
     unreported_reset: Option<String>,
+    /// The last answer's spool work outlasted its wait: the disk is behind, so answers wait
+    /// only briefly until spool work finishes within that again.
+    spool_lagging: bool,
 }
 
 impl Actor {
@@ -884,24 +888,33 @@ impl Actor {
             }
             // Recorded before the caller hears, so a caller that stopped waiting loses nothing.
             if let Some(record) = &record {
+                record.finish(&output);
+                // Then, on the spool queue and before the answer too: the upkeep (retention,
+                // large parts to disk) and the server's own spool writes of this execution (a
+                // page read after the answer sees everything), then the spool summary. A disk
+                // slower than the bound delays only this answer, by at most the bound; pages
+                // then say `complete: false` until the writes land.
+                let wait = if self.spool_lagging {
+                    SPOOL_LAGGING_WAIT
+                } else {
+                    SPOOL_FLUSH_WAIT
+                };
+                let settled = tokio::select! {
+                    settled = tokio::time::timeout(wait, self.shared.executions.settle(record)) => settled.ok(),
+                    _ = shutdown.cancelled() => None,
+                };
+                self.spool_lagging = settled.is_none() && !shutdown.is_cancelled();
                 let omitted = output.stdout_omitted_chars > 0 || output.stderr_omitted_chars > 0;
-                // What the server spooled itself is on disk before the answer (so a page read
-                // after it sees everything), unless the disk takes longer than the bound: then
-                // pages say `complete: false` until it is.
-                if omitted || !record.spool_written() {
-                    let flushed = tokio::select! {
-                        flushed = tokio::time::timeout(SPOOL_FLUSH_WAIT, self.shared.executions.flushed_info(record)) => flushed.ok().flatten(),
-                        _ = shutdown.cancelled() => None,
-                    };
-                    if flushed.is_none() {
-                        tracing::warn!(kernel_id = %self.shared.options.kernel_id, "spool writes still pending when answering");
+                match settled {
+                    Some(Some(info)) if omitted => {
+                        record.set_spool(info.clone());
+                        output.spool = Some(info);
                     }
-                    if omitted {
-                        output.spool = flushed;
+                    Some(_) => {}
+                    None => {
+                        tracing::warn!(kernel_id = %self.shared.options.kernel_id, "spool work still pending when answering");
                     }
                 }
-                record.finish(&output);
-                self.shared.executions.maintain();
             }
             let _ = reply.send((output, helper_reply));
             self.shared.operations_done.send_modify(|done| *done += 1);
@@ -1698,10 +1711,14 @@ const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// would cut the output's tail.
 const IDLE_AFTER_REPLY: Duration = Duration::from_secs(5);
 
-/// How long an answer waits for the server's own spool writes of its execution (kernels
-/// without the helper) and the spool summary; a slower disk delays only this session's answer,
-/// by at most this, and its pages say `complete: false` until the writes land.
+/// How long an answer waits for the spool work of its execution (upkeep, the server's own
+/// writes for kernels without the helper, the summary); a slower disk delays only this
+/// session's answer, by at most this, and its pages say `complete: false` until the writes land.
 const SPOOL_FLUSH_WAIT: Duration = Duration::from_secs(5);
+
+/// The wait instead, while the disk is known to be behind (so a hung disk costs one answer
+/// the full wait, not every answer).
+const SPOOL_LAGGING_WAIT: Duration = Duration::from_millis(200);
 
 /// Where an operation's interrupt is.
 #[derive(Debug, Clone, Copy)]
@@ -2104,6 +2121,19 @@ mod tests {
         assert!(output.ok, "{output:?}");
         assert!(output.stdout_omitted_chars > 0, "{output:?}");
         assert_eq!(output.spool, None);
+        // And so does its next call, the disk still stalled.
+        let next = tokio::time::timeout(
+            Duration::from_secs(120),
+            stalled.execute(args("2 * 21", &cancel)),
+        )
+        .await
+        .expect("the next call is answered while the spool is still stalled");
+        assert_eq!(
+            next.result
+                .as_ref()
+                .map(|result| result["text/plain"].clone()),
+            Some(serde_json::json!("42"))
+        );
         // Nothing is lost: once the disk is back, the summary and the whole stream are there.
         release.send(()).expect("the stall waits");
         let id = output.execution_id.clone();
