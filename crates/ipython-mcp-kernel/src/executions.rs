@@ -126,7 +126,8 @@ pub struct Page {
     pub next_line: Option<u64>,
     /// True when a line was cut to fit the character bound.
     pub truncated: bool,
-    /// False when the execution is still running: more lines may come.
+    /// False while more lines may come: the execution still runs, or its output is still being
+    /// written to disk.
     pub complete: bool,
 }
 
