@@ -25,6 +25,9 @@ use tokio::sync::{oneshot, Notify};
 /// Bytes of stream output and log lines a session holds while they wait for the disk.
 pub(crate) const MAX_BACKLOG_BYTES: usize = 8 * 1024 * 1024;
 
+/// The capacity of a batch buffer kept for the next batch.
+const KEPT_BUFFER_BYTES: usize = 1024 * 1024;
+
 /// A session's spool queue (cheap to clone); its worker ends once [`SpoolQueue::close`] was
 /// called and everything queued before has run.
 #[derive(Clone)]
@@ -204,6 +207,11 @@ async fn work(shared: Arc<QueueShared>) {
                 files = returned;
                 batch.jobs.clear();
                 batch.bytes.clear();
+                // A burst's buffer is not kept for an idle session (it is reallocated once a
+                // batch, never once a chunk).
+                if batch.bytes.capacity() > KEPT_BUFFER_BYTES {
+                    batch.bytes = Vec::new();
+                }
                 spare = batch;
             }
             Err(error) => {
