@@ -166,7 +166,7 @@ impl Resolver {
             let Some(python) = venv.map(|venv| venv.join("bin").join("python")) else {
                 continue;
             };
-            if !lookup::is_executable_file(&python) {
+            if !lookup::is_executable(&python).await {
                 continue;
             }
             match self.probe(&python).await {
@@ -185,17 +185,21 @@ impl Resolver {
         }
 
         let path_var = self.path_var.as_deref();
-        let system = lookup::find_executable("python3", path_var).ok_or(Error::NoPython)?;
+        let system = lookup::find("python3", path_var)
+            .await
+            .ok_or(Error::NoPython)?;
         let report = self.probe(&system).await.map_err(|failure| Error::Probe {
             python: system.clone(),
             detail: failure.detail,
         })?;
         // sys.executable rather than the PATH entry: it skips shims (pyenv, asdf) that might
         // pick another interpreter in another directory.
-        let real = Some(&report.executable)
-            .filter(|path| path.is_absolute() && lookup::is_executable_file(path))
-            .cloned()
-            .unwrap_or(system);
+        let real =
+            if report.executable.is_absolute() && lookup::is_executable(&report.executable).await {
+                report.executable.clone()
+            } else {
+                system
+            };
         if let Ok(ipykernel) = &report.ipykernel {
             let ipykernel = ipykernel.clone();
             return Ok(found(
@@ -243,17 +247,21 @@ impl Resolver {
     ) -> Result<PythonEnvironment, Error> {
         let path_var = self.path_var.as_deref();
         let base = match &named.python {
-            Some(python) => self.lookup(python)?,
-            None => lookup::find_executable("python3", path_var).ok_or(Error::NoPython)?,
+            Some(python) => self.lookup(python).await?,
+            None => lookup::find("python3", path_var)
+                .await
+                .ok_or(Error::NoPython)?,
         };
         let report = self.probe(&base).await.map_err(|failure| Error::Probe {
             python: base.clone(),
             detail: failure.detail,
         })?;
-        let real = Some(&report.executable)
-            .filter(|path| path.is_absolute() && lookup::is_executable_file(path))
-            .cloned()
-            .unwrap_or(base);
+        let real =
+            if report.executable.is_absolute() && lookup::is_executable(&report.executable).await {
+                report.executable.clone()
+            } else {
+                base
+            };
         let major_minor = report.major_minor().ok_or_else(|| Error::Probe {
             python: real.clone(),
             detail: format!("unrecognised python version {:?}", report.python_version),
@@ -282,23 +290,21 @@ impl Resolver {
     }
 
     /// A bare name (`python3.12`) is looked up on PATH; a path is used as given.
-    fn lookup(&self, explicit: &Path) -> Result<PathBuf, Error> {
+    async fn lookup(&self, explicit: &Path) -> Result<PathBuf, Error> {
         match explicit.to_str() {
-            Some(name) if !name.contains('/') => {
-                lookup::find_executable(name, self.path_var.as_deref()).ok_or_else(|| {
-                    Error::Probe {
-                        python: explicit.to_owned(),
-                        detail: "not found on PATH".to_owned(),
-                    }
-                })
-            }
+            Some(name) if !name.contains('/') => lookup::find(name, self.path_var.as_deref())
+                .await
+                .ok_or_else(|| Error::Probe {
+                    python: explicit.to_owned(),
+                    detail: "not found on PATH".to_owned(),
+                }),
             _ => Ok(explicit.to_owned()),
         }
     }
 
     /// The explicit interpreter must work as given: falling back would hide the user's mistake.
     async fn explicit(&self, explicit: &Path) -> Result<PythonEnvironment, Error> {
-        let python = self.lookup(explicit)?;
+        let python = self.lookup(explicit).await?;
         let report = self.probe(&python).await.map_err(|failure| Error::Probe {
             python: python.clone(),
             detail: failure.detail,

@@ -24,23 +24,36 @@ pub(crate) struct Held {
     _file: File,
 }
 
-/// Takes the lock on `path` (created if missing), waiting at most `wait`.
+/// Takes the lock on `path` (created if missing), waiting at most `wait`. The open and every
+/// attempt run on the blocking pool: the cache (and so the lock) may be on a network home,
+/// where even a non-blocking `flock` can take a while.
 pub(crate) async fn acquire(path: &Path, wait: Duration) -> Result<Held, Error> {
     let lock_error = |err: io::Error| Error::Lock {
         path: path.to_owned(),
         detail: err.to_string(),
     };
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map_err(lock_error)?;
+    let owned = path.to_owned();
+    let mut file = off_thread(move || {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(owned)
+    })
+    .await
+    .map_err(lock_error)?;
     let deadline = Instant::now() + wait;
     let mut retry = FIRST_RETRY;
     loop {
-        if try_lock(&file).map_err(lock_error)? {
+        let (taken, returned) = off_thread(move || {
+            let taken = try_lock(&file);
+            Ok((taken, file))
+        })
+        .await
+        .map_err(lock_error)?;
+        file = returned;
+        if taken.map_err(lock_error)? {
             return Ok(Held { _file: file });
         }
         let now = Instant::now();
@@ -53,6 +66,15 @@ pub(crate) async fn acquire(path: &Path, wait: Duration) -> Result<Held, Error> 
         tokio::time::sleep(retry.min(deadline - now)).await;
         retry = (retry * 2).min(LONGEST_RETRY);
     }
+}
+
+async fn off_thread<T: Send + 'static>(
+    work: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(io::Error::other)
+        .and_then(|done| done)
 }
 
 /// `Ok(true)` if we now hold the lock, `Ok(false)` if someone else does.

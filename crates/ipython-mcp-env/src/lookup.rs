@@ -23,6 +23,23 @@ pub(crate) fn is_executable_file(path: &Path) -> bool {
         .is_ok_and(|metadata| metadata.is_file() && metadata.permissions().mode() & 0o111 != 0)
 }
 
+/// [`find_executable`] on the blocking pool: PATH directories may sit on a slow network volume.
+pub(crate) async fn find(name: &str, path_var: Option<&OsStr>) -> Option<PathBuf> {
+    let (name, path_var) = (name.to_owned(), path_var.map(OsStr::to_owned));
+    tokio::task::spawn_blocking(move || find_executable(&name, path_var.as_deref()))
+        .await
+        .ok()
+        .flatten()
+}
+
+/// [`is_executable_file`] on the blocking pool.
+pub(crate) async fn is_executable(path: &Path) -> bool {
+    let path = path.to_owned();
+    tokio::task::spawn_blocking(move || is_executable_file(&path))
+        .await
+        .unwrap_or(false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

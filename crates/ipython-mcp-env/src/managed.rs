@@ -220,10 +220,7 @@ impl Provisioner<'_> {
         target: &Path,
         recipe: &Recipe<'_>,
     ) -> Result<Report, Error> {
-        let temp = tempfile::Builder::new()
-            .prefix(recipe.temp_prefix)
-            .tempdir_in(envs)
-            .map_err(io_error("creating a temporary directory in", envs))?;
+        let temp = temp_dir_in(envs, recipe.temp_prefix).await?;
         let result = self
             .build_in(base, envs, &temp.path().join("venv"), target, recipe)
             .await;
@@ -241,7 +238,7 @@ impl Provisioner<'_> {
         recipe: &Recipe<'_>,
     ) -> Result<Report, Error> {
         let deadline = Instant::now() + self.install_timeout;
-        let tool = match lookup::find_executable("uv", self.path_var) {
+        let tool = match lookup::find("uv", self.path_var).await {
             Some(uv) => Tool::Uv(uv),
             None => Tool::Pip,
         };
@@ -438,13 +435,21 @@ fn metadata_is_valid(bytes: &[u8]) -> bool {
 
 /// Moves a broken environment out of the way atomically, then deletes it.
 async fn remove_broken(envs: &Path, target: &Path) -> Result<(), Error> {
-    let temp = tempfile::Builder::new()
-        .prefix(TEMP_PREFIX)
-        .tempdir_in(envs)
-        .map_err(io_error("creating a temporary directory in", envs))?;
+    let temp = temp_dir_in(envs, TEMP_PREFIX).await?;
     let moved = tokio::fs::rename(target, temp.path().join("broken")).await;
     discard(temp).await;
     moved.map_err(io_error("removing the broken environment", target))
+}
+
+/// A fresh `<prefix>*` temp directory in `envs`, made off the runtime threads (the cache may
+/// be on a slow network home).
+async fn temp_dir_in(envs: &Path, prefix: &str) -> Result<TempDir, Error> {
+    let (dir, prefix) = (envs.to_owned(), prefix.to_owned());
+    tokio::task::spawn_blocking(move || tempfile::Builder::new().prefix(&prefix).tempdir_in(&dir))
+        .await
+        .map_err(io::Error::other)
+        .and_then(|made| made)
+        .map_err(io_error("creating a temporary directory in", envs))
 }
 
 /// Deletes a temp directory off the runtime threads (a venv holds thousands of files).

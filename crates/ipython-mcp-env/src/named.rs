@@ -211,7 +211,10 @@ async fn validate_workspace(named: &NamedEnvironment, project: &Path) -> Result<
     let workspace = tokio::fs::canonicalize(&named.workspace)
         .await
         .map_err(|err| unusable(err.to_string()))?;
-    if !workspace.is_dir() {
+    if !tokio::fs::metadata(&workspace)
+        .await
+        .is_ok_and(|metadata| metadata.is_dir())
+    {
         return Err(unusable("it is not a directory".to_owned()));
     }
     if let Ok(project) = tokio::fs::canonicalize(project).await {

@@ -98,8 +98,13 @@ pub(crate) async fn probe(
 ) -> Result<Report, ProbeFailure> {
     let mut command = Command::new(python);
     command.arg("-c").arg(SCRIPT);
-    if let Some(dir) = working_dir.filter(|dir| dir.is_dir()) {
-        command.current_dir(dir);
+    if let Some(dir) = working_dir {
+        if tokio::fs::metadata(dir)
+            .await
+            .is_ok_and(|metadata| metadata.is_dir())
+        {
+            command.current_dir(dir);
+        }
     }
     let finished = match process::run(command, timeout).await {
         Ok(finished) => finished,

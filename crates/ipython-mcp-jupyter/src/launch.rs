@@ -151,8 +151,9 @@ pub(crate) struct Process {
     _death_watch: Option<tokio::process::ChildStdin>,
     pub(crate) exit: watch::Receiver<Option<KernelExit>>,
     stderr_tail: Arc<Mutex<Tail>>,
-    // Removed on drop: connection file and IPC socket files live here.
-    pub(crate) run_dir: tempfile::TempDir,
+    // Removed on drop (on the blocking pool): connection file and IPC socket files live here.
+    // `None` only while dropping.
+    pub(crate) run_dir: Option<tempfile::TempDir>,
 }
 
 impl Process {
@@ -182,6 +183,15 @@ impl Drop for Process {
         // Backstop for every path that drops a kernel without shutting it down, including a
         // launch abandoned half-way (its future dropped during shutdown).
         self.kill_group();
+        // Removing the directory is file work: off the async threads when a runtime is there.
+        // Should the pool be gone (the runtime shutting down), the task is dropped, and dropping
+        // it removes the directory right here.
+        if let Some(run_dir) = self.run_dir.take() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(runtime) => drop(runtime.spawn_blocking(move || drop(run_dir))),
+                Err(_) => drop(run_dir),
+            }
+        }
     }
 }
 
@@ -210,36 +220,21 @@ impl Tail {
 pub(crate) async fn launch(spec: &LaunchSpec, startup_timeout: Duration) -> Result<Kernel, Error> {
     let started = Instant::now();
     let deadline = started + startup_timeout;
-    // Explicitly 0700: tempfile otherwise follows the umask, and anyone who can reach the IPC
-    // sockets could read the kernel's output.
-    let run_dir = tempfile::Builder::new()
-        .prefix("ipython-mcp-")
-        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
-        .tempdir()
-        .map_err(|error| Error::RunDir {
-            message: error.to_string(),
-        })?;
-    let connection = ConnectionInfo {
-        transport: Transport::IPC,
-        // IPC endpoints are `ipc://{ip}-{port}`: five socket files inside the private dir.
-        ip: run_dir.path().join("k").display().to_string(),
-        shell_port: 1,
-        iopub_port: 2,
-        stdin_port: 3,
-        control_port: 4,
-        hb_port: 5,
-        signature_scheme: "hmac-sha256".to_owned(),
-        key: uuid::Uuid::new_v4().simple().to_string(),
-        kernel_name: Some(
-            spec.kernel_name
-                .clone()
-                .unwrap_or_else(|| "python3".to_owned()),
-        ),
-    };
-    let connection_file = run_dir.path().join("kernel.json");
-    write_private(&connection_file, &connection).map_err(|error| Error::RunDir {
-        message: error.to_string(),
-    })?;
+    let kernel_name = spec
+        .kernel_name
+        .clone()
+        .unwrap_or_else(|| "python3".to_owned());
+    // File work on the blocking pool: a slow temp volume must not stall the async threads that
+    // serve every other session.
+    let (run_dir, connection, connection_file) =
+        tokio::task::spawn_blocking(move || create_run_dir(kernel_name))
+            .await
+            .map_err(|error| Error::RunDir {
+                message: error.to_string(),
+            })?
+            .map_err(|error| Error::RunDir {
+                message: error.to_string(),
+            })?;
 
     let (program, mut command) = match &spec.argv {
         Some(argv) if !argv.is_empty() => {
@@ -354,7 +349,7 @@ pub(crate) async fn launch(spec: &LaunchSpec, startup_timeout: Duration) -> Resu
         _death_watch: death_watch,
         exit,
         stderr_tail,
-        run_dir,
+        run_dir: Some(run_dir),
     });
 
     let connected = connect_and_handshake(
@@ -410,6 +405,37 @@ fn spawn_watcher() -> Result<(u32, tokio::process::ChildStdin), Error> {
     Ok((pid, pipe))
 }
 
+/// The kernel's private run directory and its connection file (blocking).
+fn create_run_dir(
+    kernel_name: String,
+) -> std::io::Result<(tempfile::TempDir, ConnectionInfo, std::path::PathBuf)> {
+    // Explicitly 0700: tempfile otherwise follows the umask, and anyone who can reach the IPC
+    // sockets could read the kernel's output.
+    let run_dir = tempfile::Builder::new()
+        .prefix("ipython-mcp-")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .tempdir()?;
+    let connection = ConnectionInfo {
+        transport: Transport::IPC,
+        // IPC endpoints are `ipc://{ip}-{port}`: five socket files inside the private dir.
+        ip: run_dir.path().join("k").display().to_string(),
+        shell_port: 1,
+        iopub_port: 2,
+        stdin_port: 3,
+        control_port: 4,
+        hb_port: 5,
+        signature_scheme: "hmac-sha256".to_owned(),
+        key: uuid::Uuid::new_v4().simple().to_string(),
+        kernel_name: Some(kernel_name),
+    };
+    let connection_file = run_dir.path().join("kernel.json");
+    write_private(&connection_file, &connection)?;
+    Ok((run_dir, connection, connection_file))
+}
+
+/// Writes the connection file readable by us alone. Not fsynced: the kernel reads it through
+/// the page cache, and the file is worthless after a crash (its kernel is gone with us), so a
+/// sync would only wait for the disk.
 fn write_private(path: &std::path::Path, connection: &ConnectionInfo) -> std::io::Result<()> {
     let bytes = serde_json::to_vec(connection)?;
     let mut file = std::fs::OpenOptions::new()
@@ -417,8 +443,7 @@ fn write_private(path: &std::path::Path, connection: &ConnectionInfo) -> std::io
         .create_new(true)
         .mode(0o600)
         .open(path)?;
-    file.write_all(&bytes)?;
-    file.sync_all()
+    file.write_all(&bytes)
 }
 
 async fn connect_and_handshake(

@@ -96,7 +96,11 @@ impl Kernel {
 
     /// The private directory holding the connection file and IPC sockets (removed on drop).
     pub fn run_dir(&self) -> &std::path::Path {
-        self.inner.run_dir.path()
+        self.inner
+            .run_dir
+            .as_ref()
+            .expect("the run directory lives as long as its process")
+            .path()
     }
 
     /// The kernel's `kernel_info_reply`.

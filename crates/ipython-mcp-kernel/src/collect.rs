@@ -459,7 +459,7 @@ pub(crate) fn media_map(media: &ipython_mcp_jupyter::protocol::Media) -> Map<Str
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use ipython_mcp_jupyter::protocol::{
         ClearOutput, CommId, CommMsg, DisplayData, ErrorOutput, ExecuteReply, ExecuteResult,
@@ -493,7 +493,7 @@ mod tests {
         routed(Channel::IoPub, content)
     }
 
-    fn stream(name: Stdio, text: &str) -> Routed {
+    pub(crate) fn stream(name: Stdio, text: &str) -> Routed {
         iopub(StreamContent {
             name,
             text: text.to_owned(),

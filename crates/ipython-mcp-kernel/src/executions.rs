@@ -24,7 +24,7 @@ use std::fs::File;
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use ipython_mcp_jupyter::protocol::{JupyterMessageContent, Stdio};
@@ -36,6 +36,7 @@ use tokio::time::Instant;
 
 use crate::collect::Collector;
 use crate::output::{ErrorInfo, ExecutionOutput, RuntimeInfo};
+use crate::spool::{SpoolFile, SpoolQueue};
 use crate::transcript::LogWriter;
 
 /// Executions remembered per session (their final output and spool files).
@@ -125,7 +126,8 @@ pub struct Page {
     pub next_line: Option<u64>,
     /// True when a line was cut to fit the character bound.
     pub truncated: bool,
-    /// False when the execution is still running: more lines may come.
+    /// False while more lines may come: the execution still runs, or its output is still being
+    /// written to disk.
     pub complete: bool,
 }
 
@@ -149,40 +151,76 @@ pub struct PageRequest {
 
 /// The executions of one session.
 pub(crate) struct Executions {
-    dir: Option<tempfile::TempDir>,
+    /// The spool directory, once [`Executions::open`] made it (never, with the spool off).
+    dir: OnceLock<tempfile::TempDir>,
     limits: SpoolLimits,
-    records: Mutex<VecDeque<Arc<Record>>>,
+    records: Records,
+    /// Every file operation on the spool, in order, off the async threads (see `spool`).
+    queue: SpoolQueue,
+    /// Upkeep waiting on the queue: at most one is queued at a time, whatever the disk's speed.
+    upkeep: Arc<Upkeep>,
+}
+
+type Records = Arc<Mutex<VecDeque<Arc<Record>>>>;
+
+#[derive(Default)]
+struct Upkeep {
+    /// An upkeep job is queued and has not started.
+    queued: std::sync::atomic::AtomicBool,
+    /// The msg_ids of forgotten executions whose spool files are still to be deleted.
+    forgotten: Mutex<Vec<String>>,
 }
 
 impl Executions {
+    /// Needs a tokio runtime (the spool queue's worker).
     pub(crate) fn new(limits: SpoolLimits) -> Self {
-        let dir = if limits.max_execution_bytes == 0 {
-            None
-        } else {
-            // tempfile creates the directory 0700.
-            match tempfile::Builder::new()
+        Executions {
+            dir: OnceLock::new(),
+            limits,
+            records: Arc::default(),
+            queue: SpoolQueue::start(),
+            upkeep: Arc::default(),
+        }
+    }
+
+    /// Creates the spool directory (on the blocking pool), unless the spool is off; called by
+    /// the actor before its first kernel starts, since the helper writes there.
+    pub(crate) async fn open(&self) {
+        if self.limits.max_execution_bytes == 0 || self.dir.get().is_some() {
+            return;
+        }
+        // tempfile creates the directory 0700.
+        let created = tokio::task::spawn_blocking(|| {
+            tempfile::Builder::new()
                 .prefix("ipython-mcp-spool-")
                 .tempdir()
-            {
-                Ok(dir) => Some(dir),
-                Err(error) => {
-                    tracing::warn!(%error, "no output spool: full output will not be pageable");
-                    None
-                }
+        })
+        .await;
+        match created {
+            Ok(Ok(dir)) => {
+                let _ = self.dir.set(dir);
             }
-        };
-        Executions {
-            dir,
-            limits,
-            records: Mutex::new(VecDeque::new()),
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "no output spool: full output will not be pageable");
+            }
+            Err(error) => {
+                tracing::warn!(%error, "no output spool: full output will not be pageable");
+            }
         }
+    }
+
+    fn dir(&self) -> Option<&Path> {
+        self.dir.get().map(tempfile::TempDir::path)
     }
 
     /// The spool directory and the per-stream bound, when the spool is on.
     pub(crate) fn spool(&self) -> Option<(&Path, u64)> {
-        self.dir
-            .as_ref()
-            .map(|dir| (dir.path(), self.limits.max_execution_bytes))
+        self.dir().map(|dir| (dir, self.limits.max_execution_bytes))
+    }
+
+    /// The session's spool queue.
+    pub(crate) fn queue(&self) -> &SpoolQueue {
+        &self.queue
     }
 
     pub(crate) fn register(
@@ -199,64 +237,69 @@ impl Executions {
             state: Mutex::new(RecordState::default()),
             done: watch::channel(false).0,
         });
-        let mut records = self.lock();
+        let mut records = lock(&self.records);
         records.push_back(Arc::clone(&record));
-        // Forget the oldest finished executions beyond the bound (running ones stay).
+        // Forget the oldest finished executions beyond the bound (running ones stay). Runs
+        // under the admission lock, so the files are deleted by the upkeep, not here.
+        let mut forgot = false;
         while records.len() > MAX_RECORDS {
             let Some(position) = records.iter().position(|record| record.is_finished()) else {
                 break;
             };
             if let Some(old) = records.remove(position) {
-                self.forget(&old);
+                old.release();
+                if let Some(msg_id) = old.state().msg_id.clone() {
+                    lock(&self.upkeep.forgotten).push(msg_id);
+                    forgot = true;
+                }
             }
+        }
+        drop(records);
+        if forgot {
+            self.maintain();
         }
         record
     }
 
-    /// Deletes a record's spool files and releases its share of the retained bytes.
-    fn forget(&self, record: &Record) {
-        self.delete_spool(record);
-        let bytes = std::mem::take(&mut record.state().retained_bytes);
-        SERVER_RETAINED.fetch_sub(bytes, Ordering::Relaxed);
+    /// Queues the upkeep after an execution ended: settle finished outputs (large parts to
+    /// `view.json`), keep retained output within its budgets and the spool within its total
+    /// bound (see the module docs). Returns at once; the work runs on the spool queue.
+    /// Coalesced: while one upkeep waits for the queue, later calls add nothing.
+    pub(crate) fn maintain(&self) {
+        if self.upkeep.queued.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let dir = self.dir().map(Path::to_owned);
+        let limits = self.limits;
+        let records = Arc::clone(&self.records);
+        let upkeep = Arc::clone(&self.upkeep);
+        self.queue.run(move || {
+            upkeep.queued.store(false, Ordering::Release);
+            let forgotten = std::mem::take(&mut *lock(&upkeep.forgotten));
+            if let Some(dir) = dir.as_deref() {
+                for msg_id in forgotten {
+                    delete_prefixed(dir, &msg_id);
+                }
+            }
+            enforce_total(dir.as_deref(), limits, &records);
+        });
     }
 
-    /// Moves large displays and results of finished executions to the spool, then forgets the
-    /// oldest finished executions while this session or the server holds more than its budget
-    /// (the newest record always stays).
-    fn enforce_retained(&self) {
-        let records: Vec<Arc<Record>> = self.lock().iter().cloned().collect();
-        for record in records.iter().filter(|record| record.is_finished()) {
-            record.settle(self.dir.as_ref().map(|dir| dir.path()));
-        }
-        loop {
-            let session_bytes: u64 = records
-                .iter()
-                .map(|record| record.state().retained_bytes)
-                .sum();
-            if session_bytes <= self.limits.max_retained_bytes
-                && SERVER_RETAINED.load(Ordering::Relaxed) <= self.limits.max_server_retained_bytes
-            {
-                break;
-            }
-            let mut held = self.lock();
-            let newest = held.len().saturating_sub(1);
-            let Some(position) = held
-                .iter()
-                .position(|record| record.is_finished() && record.state().retained_bytes > 0)
-                .filter(|position| *position < newest)
-            else {
-                break;
-            };
-            let Some(old) = held.remove(position) else {
-                break;
-            };
-            drop(held);
-            self.forget(&old);
-        }
+    /// After an execution ended: queues the upkeep ([`Executions::maintain`]) and waits for
+    /// it and for `record`'s own spool writes, then reads its spool summary; `None` when the
+    /// spool is off or the queue is gone.
+    pub(crate) async fn settle(&self, record: &Arc<Record>) -> Option<SpoolInfo> {
+        self.maintain();
+        let dir = self.dir().map(Path::to_owned);
+        let record = Arc::clone(record);
+        self.queue
+            .ask(move || dir.map(|dir| spool_info(&dir, &record)))
+            .await
+            .flatten()
     }
 
     pub(crate) fn find(&self, execution_id: &str) -> Option<Arc<Record>> {
-        self.lock()
+        lock(&self.records)
             .iter()
             .find(|record| record.execution_id == execution_id)
             .cloned()
@@ -264,103 +307,21 @@ impl Executions {
 
     /// The most recently admitted execution.
     pub(crate) fn latest(&self) -> Option<Arc<Record>> {
-        self.lock().back().cloned()
+        lock(&self.records).back().cloned()
     }
 
     /// The ids of the remembered executions, newest first.
     pub(crate) fn ids(&self) -> Vec<String> {
-        self.lock()
+        lock(&self.records)
             .iter()
             .rev()
             .map(|record| record.execution_id.clone())
             .collect()
     }
 
-    fn path(&self, msg_id: &str, stream: StreamName) -> Option<PathBuf> {
-        let dir = self.dir.as_ref()?;
-        Some(dir.path().join(format!("{msg_id}.{}", stream.suffix())))
-    }
-
-    /// Keeps retained output within its budgets (see the module docs), then deletes the
-    /// oldest spool files while the total exceeds its bound.
-    pub(crate) fn enforce_total(&self) {
-        self.enforce_retained();
-        let records: Vec<Arc<Record>> = self.lock().iter().cloned().collect();
-        let sizes: Vec<u64> = records
-            .iter()
-            .map(|record| self.spooled(record).0)
-            .collect();
-        let mut total: u64 = sizes.iter().sum();
-        for (record, size) in records.iter().zip(sizes) {
-            if total <= self.limits.max_total_bytes {
-                break;
-            }
-            if size > 0 && record.is_finished() {
-                self.delete_spool(record);
-                total -= size;
-            }
-        }
-    }
-
-    /// Every spool file of a record (its streams, and originals of downscaled images): all
-    /// are named `<msg_id>.<something>`.
-    fn files(&self, record: &Record) -> Vec<(PathBuf, u64)> {
-        let (Some(dir), Some(msg_id)) = (&self.dir, record.state().msg_id.clone()) else {
-            return Vec::new();
-        };
-        let prefix = format!("{msg_id}.");
-        let Ok(entries) = std::fs::read_dir(dir.path()) else {
-            return Vec::new();
-        };
-        entries
-            .flatten()
-            .filter(|entry| entry.file_name().to_string_lossy().starts_with(&prefix))
-            .map(|entry| {
-                let size = entry.metadata().map_or(0, |meta| meta.len());
-                (entry.path(), size)
-            })
-            .collect()
-    }
-
-    fn delete_spool(&self, record: &Record) {
-        for (path, _) in self.files(record) {
-            let _ = std::fs::remove_file(path);
-        }
-        record.state().evicted = true;
-    }
-
-    /// (total bytes, per stream) on disk for a record.
-    fn spooled(&self, record: &Record) -> (u64, [u64; 2]) {
-        let msg_id = record.state().msg_id.clone();
-        let mut sizes = [0; 2];
-        let mut total = 0;
-        for (path, size) in self.files(record) {
-            total += size;
-            for stream in [StreamName::Stdout, StreamName::Stderr] {
-                if msg_id
-                    .as_deref()
-                    .and_then(|id| self.path(id, stream))
-                    .as_deref()
-                    == Some(path.as_path())
-                {
-                    sizes[stream.index()] = size;
-                }
-            }
-        }
-        (total, sizes)
-    }
-
-    /// The spool summary for a record.
-    pub(crate) fn spool_info(&self, record: &Record) -> Option<SpoolInfo> {
-        self.dir.as_ref()?;
-        let (_, sizes) = self.spooled(record);
-        let state = record.state();
-        Some(SpoolInfo {
-            stdout_bytes: sizes[0],
-            stderr_bytes: sizes[1],
-            dropped_bytes: state.spool_dropped,
-            evicted: state.evicted,
-        })
+    /// The spool directory when the spool is on (for [`spool_info`] off the async threads).
+    pub(crate) fn spool_dir(&self) -> Option<PathBuf> {
+        self.dir().map(Path::to_owned)
     }
 
     /// The path of a record's spooled stream, or why there is none.
@@ -369,7 +330,7 @@ impl Executions {
         record: &Record,
         stream: StreamName,
     ) -> Result<Option<PathBuf>, Box<ErrorInfo>> {
-        if self.dir.is_none() {
+        if self.dir().is_none() {
             return Err(Box::new(ErrorInfo::new(
                 "invalid_arguments",
                 "the output spool is disabled on this server (IPYTHON_MCP_MAX_SPOOL_EXECUTION_BYTES=0), so only the bounded output is available",
@@ -382,38 +343,202 @@ impl Executions {
                 "this execution's full output was deleted to keep the spool within its bound; only the bounded output is left",
             )));
         }
-        Ok(state
-            .msg_id
-            .as_deref()
-            .and_then(|msg_id| self.path(msg_id, stream)))
+        Ok(self
+            .dir()
+            .zip(state.msg_id.as_deref())
+            .map(|(dir, msg_id)| stream_path(dir, msg_id, stream)))
     }
 
     /// Where a record's output log is (the spool dir and its msg_id), or None when it has none
     /// to read: the spool is off, the execution never ran, or its files were evicted.
     pub(crate) fn transcript_source(&self, record: &Record) -> Option<(PathBuf, String)> {
-        let dir = self.dir.as_ref()?;
+        let dir = self.dir()?;
         let state = record.state();
         if state.evicted {
             return None;
         }
-        Some((dir.path().to_owned(), state.msg_id.clone()?))
+        Some((dir.to_owned(), state.msg_id.clone()?))
     }
+}
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Arc<Record>>> {
-        self.records
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn stream_path(dir: &Path, msg_id: &str, stream: StreamName) -> PathBuf {
+    dir.join(format!("{msg_id}.{}", stream.suffix()))
+}
+
+/// Forgets a record: deletes its spool files and releases its share of the retained bytes.
+/// Blocking: runs on the spool queue.
+fn forget(dir: Option<&Path>, record: &Record) {
+    record.release();
+    if let Some(dir) = dir {
+        delete_files(dir, record);
+    }
+}
+
+/// Moves large displays and results of finished executions to the spool, then forgets the
+/// oldest finished executions while this session or the server holds more than its budget
+/// (the newest record always stays). Blocking: runs on the spool queue.
+fn enforce_retained(dir: Option<&Path>, limits: SpoolLimits, held: &Mutex<VecDeque<Arc<Record>>>) {
+    let records: Vec<Arc<Record>> = lock(held).iter().cloned().collect();
+    for record in records.iter().filter(|record| record.is_finished()) {
+        record.settle(dir);
+    }
+    loop {
+        let session_bytes: u64 = lock(held)
+            .iter()
+            .map(|record| record.state().retained_bytes)
+            .sum();
+        if session_bytes <= limits.max_retained_bytes
+            && SERVER_RETAINED.load(Ordering::Relaxed) <= limits.max_server_retained_bytes
+        {
+            break;
+        }
+        let mut records = lock(held);
+        let newest = records.len().saturating_sub(1);
+        let Some(position) = records
+            .iter()
+            .position(|record| record.is_finished() && record.state().retained_bytes > 0)
+            .filter(|position| *position < newest)
+        else {
+            break;
+        };
+        let Some(old) = records.remove(position) else {
+            break;
+        };
+        drop(records);
+        forget(dir, &old);
+    }
+}
+
+/// Keeps retained output within its budgets, then deletes the oldest spool files while the
+/// total exceeds its bound. Blocking: runs on the spool queue.
+fn enforce_total(dir: Option<&Path>, limits: SpoolLimits, held: &Mutex<VecDeque<Arc<Record>>>) {
+    enforce_retained(dir, limits, held);
+    let Some(dir) = dir else {
+        return;
+    };
+    let records: Vec<Arc<Record>> = lock(held).iter().cloned().collect();
+    // One listing for every record: files are named `<msg_id>.<something>`.
+    let mut by_msg_id: std::collections::HashMap<String, u64> = Default::default();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            let msg_id = name.split_once('.').map_or(&*name, |(msg_id, _)| msg_id);
+            let size = entry.metadata().map_or(0, |meta| meta.len());
+            *by_msg_id.entry(msg_id.to_owned()).or_default() += size;
+        }
+    }
+    let sizes: Vec<u64> = records
+        .iter()
+        .map(|record| {
+            let msg_id = record.state().msg_id.clone();
+            msg_id
+                .and_then(|id| by_msg_id.get(&id).copied())
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut total: u64 = sizes.iter().sum();
+    for (record, size) in records.iter().zip(sizes) {
+        if total <= limits.max_total_bytes {
+            break;
+        }
+        if size > 0 && record.is_finished() {
+            delete_files(dir, record);
+            total -= size;
+        }
+    }
+}
+
+/// Every spool file of a record (its streams, log, view and originals of downscaled images):
+/// all are named `<msg_id>.<something>`. Blocking.
+fn files(dir: &Path, record: &Record) -> Vec<(PathBuf, u64)> {
+    let Some(msg_id) = record.state().msg_id.clone() else {
+        return Vec::new();
+    };
+    prefixed(dir, &msg_id)
+}
+
+/// The files named `<msg_id>.<something>` and their sizes. Blocking.
+fn prefixed(dir: &Path, msg_id: &str) -> Vec<(PathBuf, u64)> {
+    let prefix = format!("{msg_id}.");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|entry| entry.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|entry| {
+            let size = entry.metadata().map_or(0, |meta| meta.len());
+            (entry.path(), size)
+        })
+        .collect()
+}
+
+/// Deletes a record's spool files. Blocking.
+fn delete_files(dir: &Path, record: &Record) {
+    record.state().evicted = true;
+    for (path, _) in files(dir, record) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// Deletes the files named `<msg_id>.<something>`. Blocking.
+fn delete_prefixed(dir: &Path, msg_id: &str) {
+    for (path, _) in prefixed(dir, msg_id) {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// (total bytes, per stream) on disk for a record. Blocking.
+fn spooled(dir: &Path, record: &Record) -> (u64, [u64; 2]) {
+    let msg_id = record.state().msg_id.clone();
+    let mut sizes = [0; 2];
+    let mut total = 0;
+    for (path, size) in files(dir, record) {
+        total += size;
+        for stream in [StreamName::Stdout, StreamName::Stderr] {
+            if msg_id
+                .as_deref()
+                .map(|id| stream_path(dir, id, stream))
+                .as_deref()
+                == Some(path.as_path())
+            {
+                sizes[stream.index()] = size;
+            }
+        }
+    }
+    (total, sizes)
+}
+
+/// The spool summary for a record. Blocking.
+pub(crate) fn spool_info(dir: &Path, record: &Record) -> SpoolInfo {
+    let (_, sizes) = spooled(dir, record);
+    let state = record.state();
+    SpoolInfo {
+        stdout_bytes: sizes[0],
+        stderr_bytes: sizes[1],
+        dropped_bytes: state.spool_dropped,
+        evicted: state.evicted,
     }
 }
 
 impl Drop for Executions {
     fn drop(&mut self) {
-        let bytes: u64 = self
-            .lock()
-            .iter()
-            .map(|record| std::mem::take(&mut record.state().retained_bytes))
-            .sum();
-        SERVER_RETAINED.fetch_sub(bytes, Ordering::Relaxed);
+        for record in lock(&self.records).iter() {
+            record.release();
+        }
+        // The directory goes after every queued write (removed on the blocking pool). Should
+        // the runtime be gone, dropping the queued job removes it right away.
+        if let Some(dir) = self.dir.take() {
+            self.queue.run(move || drop(dir));
+        }
+        self.queue.close();
     }
 }
 
@@ -443,10 +568,19 @@ struct RecordState {
     spilled: Option<(PathBuf, usize)>,
     /// Bytes of the finished output held in memory (counted in `SERVER_RETAINED`).
     retained_bytes: u64,
+    /// The server's spool writes for it are not all on disk yet.
+    spool_writing: bool,
 }
 
-/// The parts of a finished output that may move to the spool.
-#[derive(Serialize, serde::Deserialize)]
+/// The parts of a finished output that may move to the spool, as written.
+#[derive(Serialize)]
+struct SpilledRef<'a> {
+    display_data: &'a [crate::output::DisplayItem],
+    result: Option<&'a serde_json::Map<String, serde_json::Value>>,
+}
+
+/// The parts of a finished output that may move to the spool, as read back.
+#[derive(serde::Deserialize)]
 struct Spilled {
     display_data: Vec<crate::output::DisplayItem>,
     result: Option<serde_json::Map<String, serde_json::Value>>,
@@ -476,6 +610,19 @@ impl Record {
         self.state().spool_dropped += bytes;
     }
 
+    /// Adds the spool summary to the stored output.
+    pub(crate) fn set_spool(&self, info: SpoolInfo) {
+        if let Some(output) = self.state().output.as_mut() {
+            output.spool = Some(info);
+        }
+    }
+
+    /// False while the server still writes its streams to the spool (kernels without the
+    /// helper): a page read then may grow.
+    pub(crate) fn spool_written(&self) -> bool {
+        !self.state().spool_writing
+    }
+
     /// Stores the final output (the first one wins) and wakes every waiter.
     pub(crate) fn finish(&self, output: &ExecutionOutput) {
         {
@@ -488,23 +635,33 @@ impl Record {
         self.done.send_replace(true);
     }
 
+    /// Gives back its share of the retained bytes, for good (a record being forgotten).
+    fn release(&self) {
+        let mut state = self.state();
+        state.settled = true;
+        let bytes = std::mem::take(&mut state.retained_bytes);
+        SERVER_RETAINED.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
     /// Accounts the finished output once: moves its displays and result to `<msg_id>.view.json`
     /// in `dir` when they are large (and the spool is on), and records the bytes left in memory.
+    /// Blocking (runs on the spool queue). The state is not locked during the write, and the
+    /// output leaves memory only once its file is complete, so a reader always sees all of it.
     fn settle(&self, dir: Option<&Path>) {
-        let mut state = self.state();
-        if state.settled {
-            return;
-        }
-        state.settled = true;
-        let msg_id = state.msg_id.clone();
-        let Some(output) = state.output.as_mut() else {
-            return;
+        let (msg_id, bytes) = {
+            let state = self.state();
+            let Some(output) = state.output.as_ref().filter(|_| !state.settled) else {
+                return;
+            };
+            let payload = SpilledRef {
+                display_data: &output.display_data,
+                result: output.result.as_ref(),
+            };
+            (
+                state.msg_id.clone(),
+                serde_json::to_vec(&payload).unwrap_or_default(),
+            )
         };
-        let payload = Spilled {
-            display_data: std::mem::take(&mut output.display_data),
-            result: output.result.take(),
-        };
-        let bytes = serde_json::to_vec(&payload).unwrap_or_default();
         let mut spilled = None;
         if let (Some(dir), Some(msg_id), true) = (dir, msg_id, bytes.len() > SPILL_BYTES) {
             use std::os::unix::fs::OpenOptionsExt as _;
@@ -516,16 +673,25 @@ impl Record {
                 .open(&path)
                 .and_then(|mut file| file.write_all(&bytes));
             match written {
-                Ok(()) => spilled = Some((path, payload.display_data.len())),
+                Ok(()) => spilled = Some(path),
                 Err(error) => tracing::warn!(%error, "retained output stays in memory"),
             }
         }
-        if spilled.is_none() {
-            output.display_data = payload.display_data;
-            output.result = payload.result;
+        let mut state = self.state();
+        if state.settled {
+            return; // forgotten meanwhile
+        }
+        state.settled = true;
+        let state = &mut *state;
+        let Some(output) = state.output.as_mut() else {
+            return;
+        };
+        if let Some(path) = spilled {
+            state.spilled = Some((path, output.display_data.len()));
+            output.display_data = Vec::new();
+            output.result = None;
         }
         let retained = serde_json::to_vec(&*output).map_or(0, |json| json.len() as u64);
-        state.spilled = spilled;
         state.retained_bytes = retained;
         SERVER_RETAINED.fetch_add(retained, Ordering::Relaxed);
     }
@@ -704,31 +870,41 @@ fn rendered_line(raw: &[u8]) -> std::borrow::Cow<'_, str> {
 }
 
 /// Writes stream output and the output log (see `transcript`) to the spool on the server
-/// side, for kernels without the helper.
+/// side, for kernels without the helper, through the session's spool queue: the actor only
+/// copies bytes into the queue's buffer. A stream whose bytes the queue refuses (its backlog
+/// is full: the disk is behind) keeps nothing more for this execution, so the file has no
+/// holes; what is not kept counts in `dropped`.
 pub(crate) struct SpoolWriter {
+    queue: SpoolQueue,
     log: LogWriter,
-    paths: [PathBuf; 2],
-    files: [Option<File>; 2],
-    written: [u64; 2],
+    files: [Arc<SpoolFile>; 2],
+    /// Bytes queued per stream (the offsets the log's stream markers name).
+    queued: [u64; 2],
+    refused: [bool; 2],
     limit: u64,
     pub(crate) dropped: u64,
 }
 
 impl SpoolWriter {
-    pub(crate) fn new(dir: &Path, msg_id: &str, limit: u64) -> Self {
-        SpoolWriter {
+    /// A writer for `record`'s execution `msg_id`; the record counts as being written until
+    /// [`SpoolWriter::finish`] has run on the queue.
+    pub(crate) fn new(executions: &Executions, record: &Record, msg_id: &str) -> Option<Self> {
+        let (dir, limit) = executions.spool()?;
+        record.state().spool_writing = true;
+        Some(SpoolWriter {
+            queue: executions.queue().clone(),
             log: LogWriter::new(dir, msg_id, limit),
-            paths: [StreamName::Stdout, StreamName::Stderr]
-                .map(|stream| dir.join(format!("{msg_id}.{}", stream.suffix()))),
-            files: [None, None],
-            written: [0; 2],
+            files: [StreamName::Stdout, StreamName::Stderr]
+                .map(|stream| SpoolFile::new(stream_path(dir, msg_id, stream))),
+            queued: [0; 2],
+            refused: [false; 2],
             limit,
             dropped: 0,
-        }
+        })
     }
 
     pub(crate) fn absorb(&mut self, routed: &Routed) {
-        self.log.absorb(routed, self.written);
+        self.log.absorb(routed, self.queued, &self.queue);
         let JupyterMessageContent::StreamContent(stream) = &routed.message.content else {
             return;
         };
@@ -737,26 +913,42 @@ impl SpoolWriter {
             Stdio::Stderr => 1,
         };
         let data = stream.text.as_bytes();
-        let room = self.limit.saturating_sub(self.written[index]) as usize;
+        let room = if self.refused[index] {
+            0
+        } else {
+            self.limit.saturating_sub(self.queued[index]) as usize
+        };
         let kept = &data[..data.len().min(room)];
         self.dropped += (data.len() - kept.len()) as u64;
         if kept.is_empty() {
             return;
         }
-        if self.files[index].is_none() {
-            use std::os::unix::fs::OpenOptionsExt as _;
-            self.files[index] = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&self.paths[index])
-                .ok();
+        if self.queue.append(&self.files[index], kept) {
+            self.queued[index] += kept.len() as u64;
+        } else {
+            self.refused[index] = true;
+            self.dropped += kept.len() as u64;
         }
-        if let Some(file) = &mut self.files[index] {
-            if file.write_all(kept).is_ok() {
-                self.written[index] += kept.len() as u64;
-            }
+    }
+
+    /// Counts in `record` what was not kept; once the queue has written everything, closes the
+    /// files, adds what the disk refused and marks its spool complete.
+    pub(crate) fn finish(self, record: Arc<Record>) {
+        let files = [
+            Arc::clone(&self.files[0]),
+            Arc::clone(&self.files[1]),
+            Arc::clone(self.log.file()),
+        ];
+        for file in &files {
+            self.queue.release(file);
         }
+        record.add_spool_dropped(self.dropped);
+        self.queue.run(move || {
+            let lost: u64 = files.iter().map(|file| file.lost()).sum();
+            let mut state = record.state();
+            state.spool_dropped += lost;
+            state.spool_writing = false;
+        });
     }
 }
 
@@ -831,6 +1023,39 @@ mod tests {
         assert_eq!(page.lines[1].text, "bbbbb");
         assert!(page.truncated);
         assert_eq!(page.next_line, Some(3));
+    }
+
+    #[tokio::test]
+    async fn a_stream_faster_than_the_disk_is_cut_cleanly_and_counted() {
+        let executions = Executions::new(SpoolLimits::default());
+        executions.open().await;
+        let record = executions.register("e".into(), 1, "r".into());
+        let collector = Collector::new(Default::default(), 10, None);
+        record.dispatched("m", 0, Arc::new(Mutex::new(collector)));
+        let release = crate::spool::tests::stall(executions.queue()).await;
+        let mut writer = SpoolWriter::new(&executions, &record, "m").expect("spool on");
+        let chunk = "y".repeat(1 << 20);
+        let offered = 12 * chunk.len() as u64;
+        for _ in 0..12 {
+            writer.absorb(&crate::collect::tests::stream(Stdio::Stdout, &chunk));
+        }
+        writer.absorb(&crate::collect::tests::stream(Stdio::Stderr, "tail\n"));
+        writer.finish(Arc::clone(&record));
+        assert!(!record.spool_written(), "the disk has not caught up");
+        release.send(()).expect("the stall waits");
+        let info = executions.settle(&record).await.expect("spool on");
+        assert!(record.spool_written());
+        // What the backlog held is on disk, a whole prefix without holes; the rest is counted.
+        assert!(
+            info.stdout_bytes >= (crate::spool::MAX_BACKLOG_BYTES - chunk.len()) as u64,
+            "{info:?}"
+        );
+        assert_eq!(info.stdout_bytes % chunk.len() as u64, 0, "{info:?}");
+        assert_eq!(info.stdout_bytes + info.dropped_bytes, offered, "{info:?}");
+        assert_eq!(info.stderr_bytes, 5, "{info:?}");
+        let dir = executions.spool_dir().expect("dir");
+        let log = std::fs::read_to_string(crate::transcript::log_path(&dir, "m")).expect("log");
+        assert!(log.contains(r#""name":"stderr""#), "{log}");
     }
 
     #[test]

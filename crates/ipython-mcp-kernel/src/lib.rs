@@ -17,6 +17,7 @@ mod payload;
 pub mod raster;
 mod session;
 mod sink;
+mod spool;
 mod status;
 mod transcript;
 

@@ -603,14 +603,22 @@ impl SessionHandle {
         if !wait.is_zero() {
             record.wait(wait).await;
         }
-        let viewed = Arc::clone(&record);
-        let mut output = tokio::task::spawn_blocking(move || viewed.view())
-            .await
-            .ok()?;
-        if output.spool.is_none() && !record.is_finished() {
-            output.spool = self.shared.executions.spool_info(&record);
-        }
-        Some(output)
+        // Both read files (a spilled view, the spool's sizes): off the async threads. The
+        // summary is read for a running execution, and for a finished one whose output was cut
+        // but whose answer went out without it (the disk was too slow then).
+        let dir = self.shared.executions.spool_dir();
+        tokio::task::spawn_blocking(move || {
+            let mut output = record.view();
+            let cut = output.stdout_omitted_chars > 0 || output.stderr_omitted_chars > 0;
+            if let (None, Some(dir)) = (&output.spool, dir) {
+                if cut || !record.is_finished() {
+                    output.spool = Some(crate::executions::spool_info(&dir, &record));
+                }
+            }
+            output
+        })
+        .await
+        .ok()
     }
 
     /// Changes each time the kernel is replaced (the epoch advances); closes with the session.
@@ -642,7 +650,7 @@ impl SessionHandle {
             Ok(path) => path,
             Err(error) => return Some(Err(*error)),
         };
-        let complete = record.is_finished();
+        let complete = record.is_finished() && record.spool_written();
         let page = tokio::task::spawn_blocking(move || {
             crate::executions::read_page(path.as_deref(), &request, complete)
         })
@@ -863,6 +871,9 @@ struct Actor {
     /// Set when the kernel was replaced between calls (it died while idle): the next call's
     /// result says so, since nothing else would tell the agent its state is gone.
     unreported_reset: Option<String>,
+    /// The last answer's spool work outlasted its wait: the disk is behind, so answers wait
+    /// only briefly until spool work finishes within that again.
+    spool_lagging: bool,
 }
 
 /// Runs the session's actor and outlives it: the inbox lives here, so when the actor panics,
@@ -906,6 +917,7 @@ impl Actor {
             spares: std::collections::VecDeque::new(),
             epoch: 0,
             unreported_reset: None,
+            spool_lagging: false,
         }
     }
 
@@ -995,6 +1007,12 @@ impl Actor {
             });
             self.shared.epoch.send_replace(epoch);
             self.shared.failed.store(false, Ordering::Release);
+        }
+        // The spool directory first: the helper is told where it is (a respawned actor finds
+        // it open already).
+        tokio::select! {
+            () = self.shared.executions.open() => {}
+            _ = shutdown.cancelled() => {}
         }
         if self.environment.is_none() {
             self.environment = tokio::select! {
@@ -1117,7 +1135,7 @@ impl Actor {
                 continue; // abandoned: its caller already answered queue_timeout or cancelled
             }
             let (mut output, helper_reply) = self
-                .execute(&ticket, &args, helper.as_ref(), record.as_deref())
+                .execute(&ticket, &args, helper.as_ref(), record.as_ref())
                 .await;
             if let Some(notice) = self.unreported_reset.take() {
                 output
@@ -1128,11 +1146,33 @@ impl Actor {
             }
             // Recorded before the caller hears, so a caller that stopped waiting loses nothing.
             if let Some(record) = &record {
-                if output.stdout_omitted_chars > 0 || output.stderr_omitted_chars > 0 {
-                    output.spool = self.shared.executions.spool_info(record);
-                }
                 record.finish(&output);
-                self.shared.executions.enforce_total();
+                // Then, on the spool queue and before the answer too: the upkeep (retention,
+                // large parts to disk) and the server's own spool writes of this execution (a
+                // page read after the answer sees everything), then the spool summary. A disk
+                // slower than the bound delays only this answer, by at most the bound; pages
+                // then say `complete: false` until the writes land.
+                let wait = if self.spool_lagging {
+                    SPOOL_LAGGING_WAIT
+                } else {
+                    SPOOL_FLUSH_WAIT
+                };
+                let settled = tokio::select! {
+                    settled = tokio::time::timeout(wait, self.shared.executions.settle(record)) => settled.ok(),
+                    _ = shutdown.cancelled() => None,
+                };
+                self.spool_lagging = settled.is_none() && !shutdown.is_cancelled();
+                let omitted = output.stdout_omitted_chars > 0 || output.stderr_omitted_chars > 0;
+                match settled {
+                    Some(Some(info)) if omitted => {
+                        record.set_spool(info.clone());
+                        output.spool = Some(info);
+                    }
+                    Some(_) => {}
+                    None => {
+                        tracing::warn!(kernel_id = %self.shared.options.kernel_id, "spool work still pending when answering");
+                    }
+                }
             }
             let _ = reply.send((output, helper_reply));
             self.shared.operations_done.send_modify(|done| *done += 1);
@@ -1289,7 +1329,7 @@ impl Actor {
         ticket: &Ticket,
         args: &ExecuteArgs,
         helper: Option<&HelperRequest>,
-        record: Option<&Record>,
+        record: Option<&Arc<Record>>,
     ) -> Outcome {
         let options = self.shared.options.clone();
         let queue_wait_ms = ticket.enqueued_at.elapsed().as_millis() as u64;
@@ -1401,10 +1441,9 @@ impl Actor {
                 }
                 // The helper spools its kernel's streams itself; other kernels' output is
                 // spooled here as it arrives.
-                let mut spool_writer = match (&running.helper_comm, self.shared.executions.spool())
-                {
-                    (None, Some((dir, limit))) if record.is_some() => {
-                        Some(SpoolWriter::new(dir, &msg_id, limit))
+                let mut spool_writer = match (&running.helper_comm, record) {
+                    (None, Some(record)) => {
+                        SpoolWriter::new(&self.shared.executions, record, &msg_id)
                     }
                     _ => None,
                 };
@@ -1500,8 +1539,8 @@ impl Actor {
                         };
                     }
                 }
-                if let (Some(record), Some(writer)) = (record, &spool_writer) {
-                    record.add_spool_dropped(writer.dropped);
+                if let (Some(record), Some(writer)) = (record, spool_writer) {
+                    writer.finish(Arc::clone(record));
                 }
                 running.kernel.forget(&msg_id);
             }
@@ -1989,6 +2028,15 @@ const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
 /// would cut the output's tail.
 const IDLE_AFTER_REPLY: Duration = Duration::from_secs(5);
 
+/// How long an answer waits for the spool work of its execution (upkeep, the server's own
+/// writes for kernels without the helper, the summary); a slower disk delays only this
+/// session's answer, by at most this, and its pages say `complete: false` until the writes land.
+const SPOOL_FLUSH_WAIT: Duration = Duration::from_secs(5);
+
+/// The wait instead, while the disk is known to be behind (so a hung disk costs one answer
+/// the full wait, not every answer).
+const SPOOL_LAGGING_WAIT: Duration = Duration::from_millis(200);
+
 /// Where an operation's interrupt is.
 #[derive(Debug, Clone, Copy)]
 enum InterruptState {
@@ -2438,5 +2486,130 @@ mod tests {
         done.ok = true;
         reply.send((done, None)).expect("caller waits");
         assert!(caller.await.expect("join").ok);
+    }
+
+    /// A real kernel's session: the Python the integration tests provision into the target
+    /// directory (this test binary is `target/<profile>/deps/<name>`), found or provisioned
+    /// the product's own way.
+    fn kernel_options(kernel_id: &str) -> SessionOptions {
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let target_tmp = exe.ancestors().nth(3).expect("the target dir").join("tmp");
+        SessionOptions {
+            kernel_id: kernel_id.into(),
+            queue_wait_timeout: Duration::from_secs(600),
+            resolver: Resolver {
+                working_dir: target_tmp.clone(),
+                path_var: std::env::var_os("PATH"),
+                cache_dir: target_tmp.join("ipython-mcp-cache"),
+                install_timeout: Duration::from_secs(600),
+                ..options(4, Duration::ZERO).resolver
+            },
+            spool: SpoolLimits::default(),
+            ..options(4, Duration::ZERO)
+        }
+    }
+
+    async fn ready(session: &SessionHandle) {
+        let deadline = Instant::now() + Duration::from_secs(900);
+        let mut done = session.status().state;
+        while done != SessionState::Ready {
+            assert!(
+                !matches!(done, SessionState::Unavailable | SessionState::Closed),
+                "{:?}",
+                session.status()
+            );
+            assert!(
+                Instant::now() < deadline,
+                "no kernel: {:?}",
+                session.status()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            done = session.status().state;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stalled_spool_disk_stalls_neither_status_nor_another_session() {
+        let stalled = SessionHandle::start(kernel_options("stalled"));
+        let other = SessionHandle::start(kernel_options("other"));
+        ready(&stalled).await;
+        ready(&other).await;
+        let cancel = CancellationToken::new();
+        let release = crate::spool::tests::stall(stalled.shared.executions.queue()).await;
+        // Cut output: its answer wants the spool's summary, which waits for the stalled disk.
+        let cut = tokio::spawn({
+            let stalled = stalled.clone();
+            let args = args("print('x' * 100_000)", &cancel);
+            async move { stalled.execute(args).await }
+        });
+        for n in 0..3 {
+            let answered = tokio::time::timeout(
+                Duration::from_secs(120),
+                other.execute(args(&format!("{n} + 1"), &cancel)),
+            )
+            .await
+            .expect("another session answers while this one's spool is stalled");
+            assert!(answered.ok, "{answered:?}");
+            assert_eq!(
+                answered
+                    .result
+                    .as_ref()
+                    .map(|result| result["text/plain"].clone()),
+                Some(serde_json::json!((n + 1).to_string()))
+            );
+            // Its status is a snapshot: answered, and it still says the session works.
+            let state = stalled.status().state;
+            assert!(
+                matches!(state, SessionState::Busy | SessionState::Ready),
+                "{state:?}"
+            );
+        }
+        // The stalled session answers too, once its wait for the disk is over, without the
+        // summary it could not read.
+        let output = tokio::time::timeout(SPOOL_FLUSH_WAIT + Duration::from_secs(120), cut)
+            .await
+            .expect("the answer does not wait for the disk past its bound")
+            .expect("the execute task");
+        assert!(output.ok, "{output:?}");
+        assert!(output.stdout_omitted_chars > 0, "{output:?}");
+        assert_eq!(output.spool, None);
+        // And so does its next call, the disk still stalled.
+        let next = tokio::time::timeout(
+            Duration::from_secs(120),
+            stalled.execute(args("2 * 21", &cancel)),
+        )
+        .await
+        .expect("the next call is answered while the spool is still stalled");
+        assert_eq!(
+            next.result
+                .as_ref()
+                .map(|result| result["text/plain"].clone()),
+            Some(serde_json::json!("42"))
+        );
+        // Nothing is lost: once the disk is back, the summary and the whole stream are there.
+        release.send(()).expect("the stall waits");
+        let id = output.execution_id.clone();
+        let later = stalled
+            .output(Some(&id), Duration::ZERO)
+            .await
+            .expect("remembered");
+        assert_eq!(later.spool.map(|spool| spool.stdout_bytes), Some(100_001));
+        let request = PageRequest {
+            stream: crate::StreamName::Stdout,
+            start_line: 1,
+            max_lines: 10,
+            pattern: None,
+            max_chars: 1_000_000,
+        };
+        let page = stalled
+            .page(Some(&id), request)
+            .await
+            .expect("remembered")
+            .expect("a page");
+        assert_eq!(page.lines.len(), 1, "{:?}", page.total_lines);
+        assert_eq!(page.lines[0].text.len(), 100_000);
+        assert!(page.complete);
+        stalled.shutdown().await;
+        other.shutdown().await;
     }
 }

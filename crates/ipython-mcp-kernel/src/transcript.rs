@@ -16,14 +16,16 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::io::{BufRead as _, BufReader, Read as _, Seek as _, SeekFrom, Write as _};
+use std::io::{BufRead as _, BufReader, Read as _, Seek as _, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use ipython_mcp_jupyter::protocol::{JupyterMessageContent, Stdio};
 use ipython_mcp_jupyter::Routed;
 use serde_json::{json, Value};
 
 use crate::collect::media_map;
+use crate::spool::{SpoolFile, SpoolQueue};
 
 /// The log of an execution's outputs in the spool directory `dir`.
 pub(crate) fn log_path(dir: &Path, msg_id: &str) -> PathBuf {
@@ -235,10 +237,10 @@ fn rendered(text: &str) -> String {
     out
 }
 
-/// Writes the output log from iopub, for kernels without the helper (which writes its own).
+/// Writes the output log from iopub, for kernels without the helper (which writes its own),
+/// through the session's spool queue.
 pub(crate) struct LogWriter {
-    path: PathBuf,
-    file: Option<File>,
+    file: Arc<SpoolFile>,
     written: u64,
     limit: u64,
     full: bool,
@@ -249,8 +251,7 @@ pub(crate) struct LogWriter {
 impl LogWriter {
     pub(crate) fn new(dir: &Path, msg_id: &str, limit: u64) -> Self {
         LogWriter {
-            path: log_path(dir, msg_id),
-            file: None,
+            file: SpoolFile::new(log_path(dir, msg_id)),
             written: 0,
             limit,
             full: false,
@@ -258,9 +259,14 @@ impl LogWriter {
         }
     }
 
+    /// The log file (to release it, and to read what the disk refused).
+    pub(crate) fn file(&self) -> &Arc<SpoolFile> {
+        &self.file
+    }
+
     /// Logs `routed` if it is an output; `stream_offsets` are the bytes each stream's spool
     /// file held before this message.
-    pub(crate) fn absorb(&mut self, routed: &Routed, stream_offsets: [u64; 2]) {
+    pub(crate) fn absorb(&mut self, routed: &Routed, stream_offsets: [u64; 2], queue: &SpoolQueue) {
         let entry = match &routed.message.content {
             JupyterMessageContent::StreamContent(stream) => {
                 let (index, name) = match stream.name {
@@ -269,7 +275,10 @@ impl LogWriter {
                 };
                 if self.last_stream != Some(index) {
                     let offset = stream_offsets[index];
-                    self.add(json!({"output_type": "stream", "name": name, "offset": offset}));
+                    self.add(
+                        json!({"output_type": "stream", "name": name, "offset": offset}),
+                        queue,
+                    );
                     self.last_stream = Some(index);
                 }
                 return;
@@ -303,10 +312,11 @@ impl LogWriter {
             _ => return,
         };
         self.last_stream = None;
-        self.add(entry);
+        self.add(entry, queue);
     }
 
-    fn add(&mut self, entry: Value) {
+    fn add(&mut self, entry: Value, queue: &SpoolQueue) {
+        const OMITTED: &[u8] = b"{\"output_type\":\"omitted\"}\n";
         if self.full {
             return;
         }
@@ -314,25 +324,17 @@ impl LogWriter {
         line.push(b'\n');
         if self.written + line.len() as u64 > self.limit {
             self.full = true;
-            line = b"{\"output_type\":\"omitted\"}\n".to_vec();
+            line = OMITTED.to_vec();
         }
-        if self.file.is_none() {
-            use std::os::unix::fs::OpenOptionsExt as _;
-            self.file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&self.path)
-                .ok();
-        }
-        let written = match &mut self.file {
-            Some(file) => file.write_all(&line).is_ok(),
-            None => false,
-        };
-        if written {
+        if queue.append(&self.file, &line) {
             self.written += line.len() as u64;
         } else {
+            // The disk is behind by the whole backlog: the rest of the log is not kept, which
+            // the marker says (when even it fits).
             self.full = true;
+            if line != OMITTED && queue.append(&self.file, OMITTED) {
+                self.written += OMITTED.len() as u64;
+            }
         }
     }
 }

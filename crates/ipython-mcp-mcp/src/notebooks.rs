@@ -778,7 +778,7 @@ async fn outputs_to_save(session: &SessionHandle, output: &ExecutionOutput) -> V
 impl IpythonMcp {
     /// The session a tool names by `kernel` id or by `notebook` path (at most one of them;
     /// neither: `default`).
-    pub(crate) fn session_for_notebook(
+    pub(crate) async fn session_for_notebook(
         &self,
         kernel: Option<&str>,
         notebook: Option<&str>,
@@ -789,7 +789,7 @@ impl IpythonMcp {
         if kernel.is_some() {
             return Err(invalid("give either kernel or notebook, not both"));
         }
-        let (_workspace, path) = self.notebook_path(notebook)?;
+        let (_workspace, path) = self.notebook_path(notebook).await?;
         match self.sessions().notebook_session(&path.absolute) {
             Some((_, handle)) => Ok(handle),
             None => Err(render::request_error(
@@ -811,10 +811,15 @@ impl IpythonMcp {
             .map_err(|error| render::request_error(&error))
     }
 
-    /// The workspace and the checked path, or the result refusing the call.
-    fn notebook_path(&self, path: &str) -> Result<(Arc<Workspace>, NotebookPath), CallToolResult> {
+    /// The workspace and the checked path, or the result refusing the call. Resolving reads
+    /// the file system (canonical directories, symlinks): on the blocking pool.
+    async fn notebook_path(
+        &self,
+        path: &str,
+    ) -> Result<(Arc<Workspace>, NotebookPath), CallToolResult> {
         let workspace = self.workspace()?;
-        let resolved = workspace.resolve(path).map_err(|error| failed(&error))?;
+        let (resolver, path) = (Arc::clone(&workspace), path.to_owned());
+        let resolved = Self::blocking(move || resolver.resolve(&path)).await?;
         Ok((workspace, resolved))
     }
 
@@ -851,7 +856,7 @@ impl IpythonMcp {
             + Send
             + 'static,
     ) -> CallToolResult {
-        let (workspace, path) = match self.notebook_path(&path) {
+        let (workspace, path) = match self.notebook_path(&path).await {
             Ok(found) => found,
             Err(refused) => return refused,
         };
@@ -1120,7 +1125,7 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<CreateParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let (workspace, path) = match self.notebook_path(&params.path) {
+        let (workspace, path) = match self.notebook_path(&params.path).await {
             Ok(found) => found,
             Err(refused) => return Ok(refused),
         };
@@ -1193,7 +1198,7 @@ impl IpythonMcp {
                 "max_cells must be between 1 and {MAX_READ_CELLS}, got {max_cells}"
             )));
         }
-        let (workspace, path) = match self.notebook_path(&params.path) {
+        let (workspace, path) = match self.notebook_path(&params.path).await {
             Ok(found) => found,
             Err(refused) => return Ok(refused),
         };
@@ -1306,7 +1311,7 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<PathParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let (_workspace, path) = match self.notebook_path(&params.path) {
+        let (_workspace, path) = match self.notebook_path(&params.path).await {
             Ok(found) => found,
             Err(refused) => return Ok(refused),
         };
@@ -1413,7 +1418,7 @@ impl IpythonMcp {
             Ok(reference) => reference,
             Err(refused) => return Ok(refused),
         };
-        let (workspace, path) = match self.notebook_path(&params.path) {
+        let (workspace, path) = match self.notebook_path(&params.path).await {
             Ok(found) => found,
             Err(refused) => return Ok(refused),
         };
@@ -1564,7 +1569,7 @@ impl IpythonMcp {
             Ok(timeout) => timeout,
             Err(refused) => return Ok(refused),
         };
-        let (workspace, path) = match self.notebook_path(&params.path) {
+        let (workspace, path) = match self.notebook_path(&params.path).await {
             Ok(found) => found,
             Err(refused) => return Ok(refused),
         };
@@ -1643,7 +1648,7 @@ impl IpythonMcp {
             Ok(timeout) => timeout,
             Err(refused) => return Ok(refused),
         };
-        let (workspace, path) = match self.notebook_path(&params.path) {
+        let (workspace, path) = match self.notebook_path(&params.path).await {
             Ok(found) => found,
             Err(refused) => return Ok(refused),
         };
@@ -1711,7 +1716,7 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<SessionParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let (workspace, path) = match self.notebook_path(&params.path) {
+        let (workspace, path) = match self.notebook_path(&params.path).await {
             Ok(found) => found,
             Err(refused) => return Ok(refused),
         };
@@ -1774,7 +1779,7 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<PathParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let (_workspace, path) = match self.notebook_path(&params.path) {
+        let (_workspace, path) = match self.notebook_path(&params.path).await {
             Ok(found) => found,
             Err(refused) => return Ok(refused),
         };
@@ -2041,10 +2046,9 @@ impl IpythonMcp {
             .workspace()
             .map_err(|error| invalid(&error.code, error.message.clone()))?
             .clone();
-        let path = workspace
-            .resolve(&relative)
-            .map_err(|error| invalid(error.code(), error.to_string()))?;
+        // Resolving reads the file system too: all of it on the blocking pool.
         let read = tokio::task::spawn_blocking(move || {
+            let path = workspace.resolve(&relative)?;
             let metadata = std::fs::metadata(&path.absolute).map_err(|_| {
                 ipython_mcp_notebook::Error::NotFound {
                     path: path.relative.clone(),

@@ -357,11 +357,13 @@ reads the output so far or waits for the end. Long output is kept in full on dis
         &self,
         Parameters(params): Parameters<StatusParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let session =
-            match self.session_for_notebook(params.kernel.as_deref(), params.notebook.as_deref()) {
-                Ok(session) => session,
-                Err(refused) => return Ok(refused),
-            };
+        let session = match self
+            .session_for_notebook(params.kernel.as_deref(), params.notebook.as_deref())
+            .await
+        {
+            Ok(session) => session,
+            Err(refused) => return Ok(refused),
+        };
         let (interrupted, status) = session.interrupt().await;
         tracing::info!(
             tool = "interrupt",
@@ -399,11 +401,13 @@ reads the output so far or waits for the end. Long output is kept in full on dis
         &self,
         Parameters(params): Parameters<StatusParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let session =
-            match self.session_for_notebook(params.kernel.as_deref(), params.notebook.as_deref()) {
-                Ok(session) => session,
-                Err(refused) => return Ok(refused),
-            };
+        let session = match self
+            .session_for_notebook(params.kernel.as_deref(), params.notebook.as_deref())
+            .await
+        {
+            Ok(session) => session,
+            Err(refused) => return Ok(refused),
+        };
         let restarted = session.restart().await;
         tracing::info!(
             tool = "kernel_restart",
@@ -436,7 +440,10 @@ answers runtime_unavailable or seems slow, or to learn which Python you are runn
         Parameters(params): Parameters<StatusParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
         Ok(
-            match self.session_for_notebook(params.kernel.as_deref(), params.notebook.as_deref()) {
+            match self
+                .session_for_notebook(params.kernel.as_deref(), params.notebook.as_deref())
+                .await
+            {
                 Ok(session) => render::status(&StatusResult {
                     ok: true,
                     status: session.status(),
