@@ -1169,6 +1169,8 @@ impl Actor {
                         output.spool = Some(info);
                     }
                     Some(_) => {}
+                    // At shutdown nobody reads the spool again: not worth a warning.
+                    None if shutdown.is_cancelled() => {}
                     None => {
                         tracing::warn!(kernel_id = %self.shared.options.kernel_id, "spool work still pending when answering");
                     }

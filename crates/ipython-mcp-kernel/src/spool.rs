@@ -214,6 +214,11 @@ async fn work(shared: Arc<QueueShared>) {
                 }
                 spare = batch;
             }
+            // Only a runtime shutting down cancels a blocking task: nothing more will run.
+            Err(error) if error.is_cancelled() => {
+                tracing::debug!("spool queue stopped by the runtime's shutdown");
+                return;
+            }
             Err(error) => {
                 // A job panicked: the rest of its batch is gone (its bytes too: the backlog
                 // is recounted from what is queued now); later jobs still run.
