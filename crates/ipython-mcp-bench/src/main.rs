@@ -19,6 +19,9 @@
 //! (i) the time the server takes to fit a 4 MB PNG into the default image bound (decode,
 //!     resize, re-encode); `ipython-mcp-bench images` runs only this;
 //!
+//! `ipython-mcp-bench execute` runs only (a) and the namespace calls, against the server in
+//! `IPYTHON_MCP_BENCH_SERVER` when it is set (to compare builds in interleaved runs).
+//!
 //! and prints p50/p99 and the ratios a/b and a/c. Figures are medians of one run on a noisy
 //! machine; compare ratios, not absolute numbers.
 
@@ -47,8 +50,25 @@ async fn main() -> anyhow::Result<()> {
         print_image_fit(&bench_image_fit().await?);
         return Ok(());
     }
-    let server_binary = sibling_binary("ipython-mcp")?;
+    // `IPYTHON_MCP_BENCH_SERVER` measures another build of the server with this same client,
+    // so two versions can be compared in interleaved runs.
+    let server_binary = match std::env::var_os("IPYTHON_MCP_BENCH_SERVER") {
+        Some(path) => PathBuf::from(path),
+        None => sibling_binary("ipython-mcp")?,
+    };
     match std::env::args().nth(1).as_deref() {
+        Some("execute") => {
+            let (mcp, _, namespace) = bench_mcp(&server_binary).await?;
+            for (name, samples) in [
+                ("(a) MCP stdio execute", &mcp),
+                ("inspect", &namespace.inspect),
+                ("call_function", &namespace.call),
+                ("dynamic tool call", &namespace.dynamic_call),
+            ] {
+                println!("{name:<24} p50 {:>7.3} ms", percentile(samples, 0.50));
+            }
+            return Ok(());
+        }
         Some("retained") => {
             print_retained(&bench_retained(&server_binary).await?);
             return Ok(());
