@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::bound::{self, JsonLimits};
-use crate::output::{DisplayItem, ErrorInfo, Truncated};
+use crate::output::{Code, DisplayItem, ErrorInfo, Truncated};
 use crate::payload::{self, MAX_FIT_PENDING_BYTES};
 use crate::sink::TerminalSink;
 
@@ -390,7 +390,7 @@ impl Collector {
             let mut message = format!("{ename}: {evalue}");
             bound::truncate_chars(&mut message, self.limits.max_text_chars);
             ErrorInfo {
-                code: "execution_error".to_owned(),
+                code: Code::ExecutionError,
                 message,
                 ename: Some(ename),
                 evalue: Some(evalue),

@@ -35,7 +35,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::collect::Collector;
-use crate::output::{ErrorInfo, ExecutionOutput, RuntimeInfo};
+use crate::output::{Code, ErrorInfo, ExecutionOutput, RuntimeInfo};
 use crate::spool::{SpoolFile, SpoolQueue};
 use crate::transcript::LogWriter;
 
@@ -332,14 +332,14 @@ impl Executions {
     ) -> Result<Option<PathBuf>, Box<ErrorInfo>> {
         if self.dir().is_none() {
             return Err(Box::new(ErrorInfo::new(
-                "invalid_arguments",
+                Code::InvalidArguments,
                 "the output spool is disabled on this server (IPYTHON_MCP_MAX_SPOOL_EXECUTION_BYTES=0), so only the bounded output is available",
             )));
         }
         let state = record.state();
         if state.evicted {
             return Err(Box::new(ErrorInfo::new(
-                "invalid_arguments",
+                Code::InvalidArguments,
                 "this execution's full output was deleted to keep the spool within its bound; only the bounded output is left",
             )));
         }

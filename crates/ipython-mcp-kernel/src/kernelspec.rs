@@ -14,7 +14,7 @@ use ipython_mcp_jupyter::{runs_ipykernel, InterruptMode};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::output::ErrorInfo;
+use crate::output::{Code, ErrorInfo};
 
 /// A registered kernelspec (`kernels/<name>/kernel.json`).
 #[derive(Debug, Clone, PartialEq)]
@@ -318,7 +318,7 @@ pub struct VenvPython {
 pub fn venv_python(path: &Path) -> Result<VenvPython, Box<ErrorInfo>> {
     if !path.is_absolute() {
         return Err(Box::new(ErrorInfo::new(
-            "invalid_arguments",
+            Code::InvalidArguments,
             format!(
                 "venv path {:?} must be absolute",
                 path.display().to_string()
@@ -338,7 +338,7 @@ pub fn venv_python(path: &Path) -> Result<VenvPython, Box<ErrorInfo>> {
         .iter()
         .any(|venv| venv.join("pyvenv.cfg").is_file());
     Err(Box::new(ErrorInfo::new(
-        "invalid_arguments",
+        Code::InvalidArguments,
         if has_venv {
             format!(
                 "the virtualenv at {} does not have ipykernel",

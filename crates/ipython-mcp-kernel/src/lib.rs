@@ -29,7 +29,7 @@ pub use executions::{
     Page, PageLine, PageRequest, SpoolInfo, SpoolLimits, StreamName, MAX_RECORDS,
 };
 pub use output::{
-    DisplayItem, ErrorInfo, ExecutionOutput, ExecutionStatus, Interruption, NamespaceOutcome,
+    Code, DisplayItem, ErrorInfo, ExecutionOutput, ExecutionStatus, Interruption, NamespaceOutcome,
     RuntimeInfo, Truncated,
 };
 pub use session::{ExecuteArgs, HelperCall, HelperOutput, Progress, SessionHandle, SessionOptions};

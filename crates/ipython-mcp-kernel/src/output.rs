@@ -39,10 +39,111 @@ pub enum NamespaceOutcome {
     Unknown,
 }
 
+/// Declares [`Code`] once: each variant with its wire name and its standard hint.
+macro_rules! codes {
+    ($($(#[$doc:meta])* $variant:ident = $wire:literal, hint: $hint:expr;)*) => {
+        /// Every stable error code an agent can see (README, "Errors"). Closed: a code is added
+        /// here, with its wire name and standard hint, or it does not exist.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum Code {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl Code {
+            /// Every code, in declaration order.
+            pub const ALL: &'static [Code] = &[$(Code::$variant),*];
+
+            /// The name agents see in `error.code`.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Code::$variant => $wire,)*
+                }
+            }
+
+            /// The code named `wire`, if there is one.
+            pub fn from_wire(wire: &str) -> Option<Code> {
+                match wire {
+                    $($wire => Some(Code::$variant),)*
+                    _ => None,
+                }
+            }
+
+            /// What an agent can do about it, when that does not depend on the call; a site that
+            /// knows better overrides it with [`ErrorInfo::with_hint`].
+            pub fn hint(self) -> Option<&'static str> {
+                match self {
+                    $(Code::$variant => $hint,)*
+                }
+            }
+        }
+    };
+}
+
+codes! {
+    /// User code raised (an outcome carried as an error field, not an infrastructure failure).
+    ExecutionError = "execution_error", hint: None;
+    OperationTimeout = "operation_timeout", hint: None;
+    OperationCancelled = "operation_cancelled", hint: None;
+    KernelDied = "kernel_died", hint: None;
+    RuntimeBusy = "runtime_busy", hint: None;
+    QueueTimeout = "queue_timeout", hint: None;
+    RuntimeUnavailable = "runtime_unavailable", hint: None;
+    RuntimeClosed = "runtime_closed", hint: None;
+    InvalidArguments = "invalid_arguments", hint: None;
+    InvalidName = "invalid_name", hint: None;
+    NameNotFound = "name_not_found", hint: None;
+    NotCallable = "not_callable", hint: None;
+    ResultNotJson = "result_not_json", hint: None;
+    ModuleNotFound = "module_not_found", hint: None;
+    ProtectedName = "protected_name", hint: None;
+    RegistrationConflict = "registration_conflict", hint: None;
+    UnsupportedSignature = "unsupported_signature", hint: None;
+    StaleRegistration = "stale_registration", hint: None;
+    LimitExceeded = "limit_exceeded", hint: None;
+    UnsupportedKernel = "unsupported_kernel", hint: None;
+    InvalidPath = "invalid_path", hint: Some(
+        "give a path relative to the workspace root, with '/' separators, ending in .ipynb (or .py for a percent script), without '..'",
+    );
+    NotebookNotFound = "notebook_not_found", hint: Some("notebook_create makes a new notebook");
+    NotebookExists = "notebook_exists", hint: None;
+    RevisionConflict = "revision_conflict", hint: Some(
+        "the file changed since you read it (another tool call, an editor, another process); nothing was changed: read it again, redo your change on the new content and pass the new revision",
+    );
+    InvalidNotebook = "invalid_notebook", hint: None;
+    CellNotFound = "cell_not_found", hint: Some("notebook_read lists the cells with their ids and indices");
+    IoError = "io_error", hint: None;
+    ResourceNotFound = "resource_not_found", hint: None;
+    InvalidConfiguration = "invalid_configuration", hint: None;
+    /// A bug in the server or its kernel helper: the request and its protocol did not match.
+    InternalError = "internal_error", hint: None;
+}
+
+impl std::fmt::Display for Code {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Code {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Code {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let wire = String::deserialize(deserializer)?;
+        Code::from_wire(&wire)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown error code `{wire}`")))
+    }
+}
+
 /// A structured failure, as the README lists them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ErrorInfo {
-    pub code: String,
+    // A string in the schema: the closed list lives in the README, not in every tools/list.
+    #[schemars(with = "String")]
+    pub code: Code,
     pub message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ename: Option<String>,
@@ -55,14 +156,15 @@ pub struct ErrorInfo {
 }
 
 impl ErrorInfo {
-    pub fn new(code: &str, message: impl Into<String>) -> Self {
+    /// An error with `code`'s standard hint, if it has one.
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
         ErrorInfo {
-            code: code.to_owned(),
+            code,
             message: message.into(),
             ename: None,
             evalue: None,
             traceback: None,
-            hint: None,
+            hint: code.hint().map(str::to_owned),
         }
     }
 
@@ -168,5 +270,53 @@ impl ExecutionOutput {
             notice: None,
             spool: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_round_trips_and_is_listed_in_the_readme() {
+        let readme = include_str!("../../../README.md");
+        let start = readme
+            .find("Errors carry a")
+            .expect("README lists the error codes");
+        let listing = &readme[start..start + readme[start..].find("\n\n").unwrap()];
+        for &code in Code::ALL {
+            assert_eq!(Code::from_wire(code.as_str()), Some(code));
+            let json = serde_json::to_value(code).unwrap();
+            assert_eq!(json, Value::String(code.as_str().to_owned()));
+            assert_eq!(serde_json::from_value::<Code>(json).unwrap(), code);
+            assert!(
+                listing.contains(&format!("`{code}`")),
+                "README's error-code list lacks `{code}`"
+            );
+        }
+        // And the README names no code the server does not have.
+        let listed = listing
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .filter(|word| word.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+            .filter(|word| word.contains('_') && *word != "code");
+        for word in listed {
+            assert!(
+                Code::from_wire(word).is_some(),
+                "README lists unknown code `{word}`"
+            );
+        }
+        assert!(serde_json::from_value::<Code>(Value::from("no_such_code")).is_err());
+    }
+
+    #[test]
+    fn a_code_brings_its_standard_hint_and_a_site_can_override_it() {
+        let conflict = ErrorInfo::new(Code::RevisionConflict, "changed");
+        assert_eq!(conflict.hint.as_deref(), Code::RevisionConflict.hint());
+        assert!(conflict.hint.is_some());
+        let busy = ErrorInfo::new(Code::RuntimeBusy, "busy");
+        assert_eq!(busy.hint, None);
+        assert_eq!(busy.with_hint("wait").hint.as_deref(), Some("wait"));
     }
 }

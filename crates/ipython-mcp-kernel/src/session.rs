@@ -32,7 +32,7 @@ use crate::collect::Collector;
 use crate::executions::{Executions, Page, PageRequest, Record, SpoolLimits, SpoolWriter};
 use crate::helper;
 use crate::output::{
-    ErrorInfo, ExecutionOutput, ExecutionStatus, Interruption, NamespaceOutcome, RuntimeInfo,
+    Code, ErrorInfo, ExecutionOutput, ExecutionStatus, Interruption, NamespaceOutcome, RuntimeInfo,
 };
 use crate::payload::SpoolFiles;
 use crate::status::{EnvironmentStatus, KernelDescription, RuntimeStatus, SessionState};
@@ -402,7 +402,7 @@ impl SessionHandle {
         let Ok(permit) = Arc::clone(slots).try_acquire_owned() else {
             let error = match slot {
                 Slot::User => ErrorInfo::new(
-                    "runtime_busy",
+                    Code::RuntimeBusy,
                     format!(
                         "{} operations are already waiting for this kernel",
                         self.shared.options.max_pending
@@ -410,7 +410,7 @@ impl SessionHandle {
                 )
                 .with_hint("wait for earlier calls to finish, or check runtime_status"),
                 Slot::Reserved => ErrorInfo::new(
-                    "runtime_busy",
+                    Code::RuntimeBusy,
                     "a bookkeeping call is already waiting for this kernel",
                 ),
             };
@@ -480,7 +480,7 @@ impl SessionHandle {
                     if self.shared.shutdown.is_cancelled() {
                         return self.not_run(&ticket, &args, record, closed_error());
                     }
-                    let error = ErrorInfo::new("operation_cancelled", "cancelled by the client while queued; nothing ran");
+                    let error = ErrorInfo::new(Code::OperationCancelled, "cancelled by the client while queued; nothing ran");
                     let mut outcome = self.not_run(&ticket, &args, None, error);
                     outcome.0.status = ExecutionStatus::Cancelled;
                     if let Some(record) = record {
@@ -498,13 +498,13 @@ impl SessionHandle {
                             format!("Python environment {} for {:.0}s", environment.phase, environment.elapsed_seconds)
                         });
                         ErrorInfo::new(
-                            "queue_timeout",
+                            Code::QueueTimeout,
                             format!("waited {:.1}s for the kernel to start ({phase}); nothing ran", queue_wait.as_secs_f64()),
                         )
                         .with_hint("the first start creates a Python environment and can take a minute; retry shortly, or watch runtime_status")
                     } else {
                         ErrorInfo::new(
-                            "queue_timeout",
+                            Code::QueueTimeout,
                             format!("waited {:.1}s in the queue behind earlier operations; nothing ran", queue_wait.as_secs_f64()),
                         )
                         .with_hint("the kernel is busy with earlier work; check runtime_status")
@@ -655,7 +655,7 @@ impl SessionHandle {
             crate::executions::read_page(path.as_deref(), &request, complete)
         })
         .await;
-        Some(page.map_err(|error| ErrorInfo::new("internal_error", error.to_string())))
+        Some(page.map_err(|error| ErrorInfo::new(Code::InternalError, error.to_string())))
     }
 
     /// A finished execution's outputs as a notebook saves them: everything the kernel
@@ -683,7 +683,7 @@ impl SessionHandle {
             SessionState::Closed => return Err(closed_error()),
             SessionState::Starting => {
                 return Err(ErrorInfo::new(
-                    "runtime_unavailable",
+                    Code::RuntimeUnavailable,
                     "the kernel is still starting; nothing to restart yet",
                 ))
             }
@@ -699,7 +699,7 @@ impl SessionHandle {
             Ok(Ok(status)) => Ok(status),
             Ok(Err(_)) => Err(closed_error()),
             Err(_) => Err(ErrorInfo::new(
-                "queue_timeout",
+                Code::QueueTimeout,
                 "the restart waited too long behind earlier operations",
             )
             .with_hint("interrupt the running code first, then restart")),
@@ -778,8 +778,13 @@ fn helper_output(output: ExecutionOutput, reply: Option<serde_json::Value>) -> H
                     .and_then(serde_json::Value::as_str)
                     .map(str::to_owned)
             };
+            // A code the server does not know means the helper and server disagree: a bug.
+            let code = match text("code") {
+                None => Code::ExecutionError,
+                Some(wire) => Code::from_wire(&wire).unwrap_or(Code::InternalError),
+            };
             let mut info = ErrorInfo::new(
-                &text("code").unwrap_or_else(|| "execution_error".to_owned()),
+                code,
                 text("message").unwrap_or_else(|| "the helper reported an error".to_owned()),
             );
             info.ename = text("ename");
@@ -805,9 +810,9 @@ fn helper_output(output: ExecutionOutput, reply: Option<serde_json::Value>) -> H
             }
         }
         None => {
-            let error = output
-                .error
-                .unwrap_or_else(|| ErrorInfo::new("execution_error", "the helper did not answer"));
+            let error = output.error.unwrap_or_else(|| {
+                ErrorInfo::new(Code::ExecutionError, "the helper did not answer")
+            });
             HelperOutput {
                 ok: false,
                 result: None,
@@ -819,12 +824,15 @@ fn helper_output(output: ExecutionOutput, reply: Option<serde_json::Value>) -> H
 }
 
 fn closed_error() -> ErrorInfo {
-    ErrorInfo::new("runtime_closed", "the server is shutting down; nothing ran")
+    ErrorInfo::new(
+        Code::RuntimeClosed,
+        "the server is shutting down; nothing ran",
+    )
 }
 
 fn closing_error() -> ErrorInfo {
     ErrorInfo::new(
-        "runtime_closed",
+        Code::RuntimeClosed,
         "the server shut down while this was running; it was interrupted",
     )
 }
@@ -832,7 +840,7 @@ fn closing_error() -> ErrorInfo {
 /// What every call gets after the actor panicked, until `kernel_restart`.
 fn failed_error(what_happened: &str) -> ErrorInfo {
     ErrorInfo::new(
-        "runtime_unavailable",
+        Code::RuntimeUnavailable,
         format!("an internal error stopped this kernel session; {what_happened}"),
     )
     .with_hint(
@@ -847,7 +855,7 @@ fn unavailable_error(status: &RuntimeStatus) -> ErrorInfo {
         .map_or("the kernel could not be started".to_owned(), |error| {
             error.message.clone()
         });
-    ErrorInfo::new("runtime_unavailable", format!("the kernel is unavailable: {reason}"))
+    ErrorInfo::new(Code::RuntimeUnavailable, format!("the kernel is unavailable: {reason}"))
         .with_hint("see runtime_status for details; fix the cause (e.g. set IPYTHON_MCP_PYTHON) and restart the server")
 }
 
@@ -1287,7 +1295,7 @@ impl Actor {
                     }
                 });
                 let message = format!("environment {phase} phase failed: {error}");
-                self.set_unavailable(ErrorInfo::new("runtime_unavailable", message));
+                self.set_unavailable(ErrorInfo::new(Code::RuntimeUnavailable, message));
                 let logged = self
                     .shared
                     .status
@@ -1374,7 +1382,7 @@ impl Actor {
                 Some((request_id, message))
             }
             (Some(_), None) => {
-                let error = ErrorInfo::new("unsupported_kernel", "this kernel has no ipython-mcp helper (not a Python kernel); only execute works here");
+                let error = ErrorInfo::new(Code::UnsupportedKernel, "this kernel has no ipython-mcp helper (not a Python kernel); only execute works here");
                 return (
                     ExecutionOutput::not_run(
                         ticket.execution_id.clone(),
@@ -1621,7 +1629,7 @@ impl Actor {
                         ExecutionStatus::Timeout,
                         Some(
                             ErrorInfo::new(
-                                "operation_timeout",
+                                Code::OperationTimeout,
                                 format!(
                                     "execution exceeded its {:.1}s deadline and was interrupted",
                                     timeout.as_secs_f64()
@@ -1634,7 +1642,7 @@ impl Actor {
                         ExecutionStatus::Cancelled,
                         Some(
                             ErrorInfo::new(
-                                "operation_cancelled",
+                                Code::OperationCancelled,
                                 "cancelled by the client; the kernel was interrupted",
                             )
                             .with_hint(kept),
@@ -1643,8 +1651,11 @@ impl Actor {
                     Cause::Interrupted => (
                         ExecutionStatus::Cancelled,
                         Some(
-                            ErrorInfo::new("operation_cancelled", "stopped by an interrupt call")
-                                .with_hint(kept),
+                            ErrorInfo::new(
+                                Code::OperationCancelled,
+                                "stopped by an interrupt call",
+                            )
+                            .with_hint(kept),
                         ),
                     ),
                     Cause::Closing => (ExecutionStatus::Cancelled, Some(closing_error())),
@@ -1670,17 +1681,17 @@ impl Actor {
                 namespace = Some(NamespaceOutcome::Reset);
                 let grace = options.timeouts.interruption_grace.as_secs_f64();
                 let (code, message) = match (&ended, cause) {
-                    (End::Died(exit), _) => ("kernel_died", format!("the kernel process died during execution ({exit})")),
+                    (End::Died(exit), _) => (Code::KernelDied, format!("the kernel process died during execution ({exit})")),
                     (_, Some(Cause::Cancelled)) => (
-                        "operation_cancelled",
+                        Code::OperationCancelled,
                         format!("cancelled by the client; the code did not stop within {grace:.1}s of an interrupt, so the kernel was killed"),
                     ),
                     (_, Some(Cause::Interrupted)) => (
-                        "operation_cancelled",
+                        Code::OperationCancelled,
                         format!("stopped by an interrupt call; the code did not stop within {grace:.1}s, so the kernel was killed"),
                     ),
                     _ => (
-                        "operation_timeout",
+                        Code::OperationTimeout,
                         format!(
                             "execution exceeded its {:.1}s deadline and did not stop within {grace:.1}s of an interrupt; the kernel was killed",
                             timeout.as_secs_f64()
@@ -1926,7 +1937,7 @@ async fn prepare(
     let spec = with_variables(spec, &options.namespace.variables);
     let kernel = Kernel::launch(&spec, options.timeouts.kernel_startup)
         .await
-        .map_err(|error| ErrorInfo::new("runtime_unavailable", error.to_string()))?;
+        .map_err(|error| ErrorInfo::new(Code::RuntimeUnavailable, error.to_string()))?;
     let remaining = options
         .timeouts
         .kernel_startup
@@ -1949,14 +1960,14 @@ async fn prepare(
                 Ok(comm) => comm,
                 Err(error @ helper::InstallError::Namespace { .. }) => {
                     kernel.shutdown(Duration::from_millis(200)).await;
-                    let error = ErrorInfo::new("runtime_unavailable", error.to_string())
+                    let error = ErrorInfo::new(Code::RuntimeUnavailable, error.to_string())
                 .with_hint("check IPYTHON_MCP_LIBRARY_PATHS, IPYTHON_MCP_PRELOAD_MODULES and IPYTHON_MCP_MODULE_ALIASES, then restart the server");
                     return Err(error);
                 }
                 Err(error) => {
                     let message = format!("{error}; kernel stderr: {}", kernel.stderr_tail());
                     kernel.shutdown(Duration::from_millis(200)).await;
-                    return Err(ErrorInfo::new("runtime_unavailable", message));
+                    return Err(ErrorInfo::new(Code::RuntimeUnavailable, message));
                 }
             },
         )
@@ -2304,7 +2315,7 @@ mod tests {
         let mut done = ExecutionOutput::not_run(
             ticket.execution_id.clone(),
             runtime,
-            ErrorInfo::new("x", "y"),
+            ErrorInfo::new(Code::InternalError, "unused"),
         );
         done.error = None;
         done.ok = true;
@@ -2354,7 +2365,7 @@ mod tests {
         // The reserved slot is taken: a second bookkeeping call is refused at once…
         let refused = handle.helper_reserved(helper_call("tool_catalog")).await;
         assert_eq!(
-            refused.error.map(|error| error.code).as_deref(),
+            refused.error.map(|error| error.code.as_str()),
             Some("runtime_busy")
         );
         assert!(!reserved.is_finished());
@@ -2373,7 +2384,7 @@ mod tests {
         // A bookkeeping call that gives up frees the reserved slot for the next.
         let gave_up = reserved.await.expect("join");
         assert_eq!(
-            gave_up.error.map(|error| error.code).as_deref(),
+            gave_up.error.map(|error| error.code.as_str()),
             Some("queue_timeout")
         );
         assert_eq!(handle.status().queue_depth, 0);
@@ -2482,7 +2493,7 @@ mod tests {
         let mut done = ExecutionOutput::not_run(
             ticket.execution_id.clone(),
             runtime,
-            ErrorInfo::new("x", "y"),
+            ErrorInfo::new(Code::InternalError, "unused"),
         );
         done.error = None;
         done.ok = true;

@@ -5,19 +5,15 @@
 //! wrong type, a missing field or an unknown one becomes an `invalid_arguments` error that
 //! names the field and says what was expected. rmcp would answer those with a bare text line
 //! and no `structuredContent`; this extractor hands the error back as a JSON-RPC error carrying
-//! [`INVALID_ARGUMENTS`], which `call_tool` turns into the tool's own structured result
+//! an `invalid_arguments` [`ErrorInfo`], which `call_tool` turns into the tool's own structured result
 //! ([`IpythonMcp::invalid_arguments`](crate::server::IpythonMcp)).
 
-use ipython_mcp_kernel::ErrorInfo;
+use ipython_mcp_kernel::{Code, ErrorInfo};
 use rmcp::handler::server::common::FromContextPart;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::schemars::{self, JsonSchema};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-
-/// The `data.code` of the JSON-RPC error that carries a rejected call's arguments problem from
-/// the extractor to `call_tool`.
-pub(crate) const INVALID_ARGUMENTS: &str = "invalid_arguments";
 
 /// Longest message about one bad argument: serde quotes the offending value, which may be
 /// megabytes.
@@ -52,13 +48,11 @@ impl<S, P: DeserializeOwned> FromContextPart<ToolCallContext<'_, S>> for Paramet
 
 /// The problem a [`Parameters`] extractor rejected a call for, if that is what `error` is.
 pub(crate) fn rejected(error: &rmcp::ErrorData) -> Option<ErrorInfo> {
-    let data = error.data.as_ref()?;
-    if error.code != rmcp::model::ErrorCode::INVALID_PARAMS
-        || data.get("code").and_then(Value::as_str) != Some(INVALID_ARGUMENTS)
-    {
+    if error.code != rmcp::model::ErrorCode::INVALID_PARAMS {
         return None;
     }
-    serde_json::from_value(data.clone()).ok()
+    let info: ErrorInfo = serde_json::from_value(error.data.clone()?).ok()?;
+    (info.code == Code::InvalidArguments).then_some(info)
 }
 
 /// Deserializes `arguments` as `P`, or says which field is wrong and what was expected.
@@ -74,7 +68,7 @@ pub(crate) fn parse<P: DeserializeOwned>(arguments: Value) -> Result<P, Box<Erro
         };
         Box::new(
             ErrorInfo::new(
-                INVALID_ARGUMENTS,
+                Code::InvalidArguments,
                 crate::render::shorten(&message, MAX_MESSAGE_CHARS),
             )
             .with_hint("nothing ran; check the call against the tool's inputSchema"),

@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use ipython_mcp_kernel::{ErrorInfo, HelperCall, HelperOutput, RuntimeInfo, SessionHandle};
+use ipython_mcp_kernel::{Code, ErrorInfo, HelperCall, HelperOutput, RuntimeInfo, SessionHandle};
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -336,7 +336,7 @@ impl Catalog {
             if output
                 .error
                 .as_ref()
-                .is_some_and(|error| error.code == "unsupported_kernel")
+                .is_some_and(|error| error.code == Code::UnsupportedKernel)
             {
                 self.drop_session(kernel, peers).await;
             }
@@ -529,7 +529,7 @@ impl crate::server::IpythonMcp {
         .any(|text| text.chars().count() > MAX_ARGUMENT_CHARS);
         if too_long {
             return Ok(refuse(ErrorInfo::new(
-                "invalid_arguments",
+                Code::InvalidArguments,
                 format!("name, tool_name and description are limited to {MAX_ARGUMENT_CHARS} characters"),
             )));
         }
@@ -547,7 +547,7 @@ impl crate::server::IpythonMcp {
         if room == 0 {
             return Ok(refuse(
                 ErrorInfo::new(
-                    "limit_exceeded",
+                    Code::LimitExceeded,
                     format!(
                         "{} dynamic tools are registered; the limit is {}",
                         elsewhere.len(),
@@ -589,7 +589,7 @@ impl crate::server::IpythonMcp {
             tracing::info!(tool = "register_tool", kernel = %kernel, ok = false, "tool call");
             return Ok(refuse(output.error.unwrap_or_else(|| {
                 ErrorInfo::new(
-                    "execution_error",
+                    Code::ExecutionError,
                     "the kernel helper answered in an unexpected shape",
                 )
             })));
@@ -635,7 +635,7 @@ impl crate::server::IpythonMcp {
     ) -> Result<rmcp::model::CallToolResult, rmcp::ErrorData> {
         if params.names.len() > 1000 || params.names.iter().any(|name| name.chars().count() > 512) {
             return Ok(crate::render::request_error(&ErrorInfo::new(
-                "invalid_arguments",
+                Code::InvalidArguments,
                 "at most 1000 names of at most 512 characters",
             )));
         }
@@ -739,12 +739,12 @@ impl crate::server::IpythonMcp {
             // A replaced kernel has no registrations: say why, and unlist them.
             if replaced {
                 *error = ErrorInfo::new(
-                    "stale_registration",
+                    Code::StaleRegistration,
                     format!("the kernel behind {tool_name:?} was replaced, and its dynamic tools with it"),
                 )
                 .with_hint("define the function again and call register_tool");
             }
-            if error.code == "stale_registration" {
+            if error.code == Code::StaleRegistration {
                 if replaced {
                     catalog.drop_session(&kernel, self.peers()).await;
                 } else {

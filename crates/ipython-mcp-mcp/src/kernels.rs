@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::argument::Parameters;
 use ipython_mcp_kernel::kernelspec;
 use ipython_mcp_kernel::{
-    ErrorInfo, ExecutionOutput, Page, PageRequest, RuntimeStatus, SessionState, StreamName,
+    Code, ErrorInfo, ExecutionOutput, Page, PageRequest, RuntimeStatus, SessionState, StreamName,
 };
 use rmcp::handler::server::tool::schema_for_output;
 use rmcp::model::CallToolResult;
@@ -179,7 +179,7 @@ pub struct KernelListResult {
 fn working_dir(cwd: &str) -> Result<PathBuf, Box<ErrorInfo>> {
     let refuse = |why: &str| {
         Box::new(ErrorInfo::new(
-            "invalid_arguments",
+            Code::InvalidArguments,
             format!("cwd {:?} {why}", render::shorten(cwd, 200)),
         ))
     };
@@ -205,7 +205,7 @@ impl IpythonMcp {
         if params.stream.is_none() && params.start_line.is_none() && params.pattern.is_none() {
             if params.max_lines.is_some() {
                 return Err(Box::new(ErrorInfo::new(
-                    "invalid_arguments",
+                    Code::InvalidArguments,
                     "max_lines needs stream, start_line or pattern",
                 )));
             }
@@ -215,7 +215,7 @@ impl IpythonMcp {
             None => None,
             Some(pattern) if pattern.chars().count() > MAX_PATTERN_CHARS => {
                 return Err(Box::new(ErrorInfo::new(
-                    "invalid_arguments",
+                    Code::InvalidArguments,
                     format!("pattern is longer than {MAX_PATTERN_CHARS} characters"),
                 )))
             }
@@ -225,7 +225,7 @@ impl IpythonMcp {
                     .build()
                     .map_err(|error| {
                         Box::new(ErrorInfo::new(
-                            "invalid_arguments",
+                            Code::InvalidArguments,
                             format!(
                                 "pattern is not a valid regular expression: {}",
                                 render::shorten(&error.to_string(), 500)
@@ -237,13 +237,13 @@ impl IpythonMcp {
         let max_lines = params.max_lines.unwrap_or(DEFAULT_LINES);
         if max_lines == 0 || max_lines > MAX_LINES {
             return Err(Box::new(ErrorInfo::new(
-                "invalid_arguments",
+                Code::InvalidArguments,
                 format!("max_lines must be between 1 and {MAX_LINES}, got {max_lines}"),
             )));
         }
         if params.start_line == Some(0) {
             return Err(Box::new(ErrorInfo::new(
-                "invalid_arguments",
+                Code::InvalidArguments,
                 "start_line is 1-based (or negative to count from the end); 0 is not a line",
             )));
         }
@@ -276,7 +276,7 @@ impl IpythonMcp {
             }
             Some(seconds) => {
                 return Ok(render::request_error(&ErrorInfo::new(
-                    "invalid_arguments",
+                    Code::InvalidArguments,
                     format!("wait_seconds must be between 0 and {MAX_WAIT_SECONDS}, got {seconds}"),
                 )))
             }
@@ -291,7 +291,7 @@ impl IpythonMcp {
                 None => {
                     return Ok(render::request_error(
                         &ErrorInfo::new(
-                            "invalid_arguments",
+                            Code::InvalidArguments,
                             format!("no execution with id {:?}", render::shorten(id, 64)),
                         )
                         .with_hint(format!(
@@ -309,7 +309,7 @@ impl IpythonMcp {
         let execution_id = params.execution_id.as_deref();
         let Some(output) = session.output(execution_id, wait).await else {
             return Ok(render::request_error(&ErrorInfo::new(
-                "invalid_arguments",
+                Code::InvalidArguments,
                 format!("kernel {:?} has run nothing yet", session.kernel_id()),
             )));
         };
@@ -349,7 +349,7 @@ impl IpythonMcp {
             let directory = match params.directory.as_deref().map(PathBuf::from) {
                 Some(path) if !path.is_absolute() || !path.is_dir() => {
                     return Err(Box::new(ErrorInfo::new(
-                        "invalid_arguments",
+                        Code::InvalidArguments,
                         format!(
                             "directory {:?} is not an absolute path to a directory",
                             path.display().to_string()
@@ -369,7 +369,7 @@ impl IpythonMcp {
         .await
         .unwrap_or_else(|_| {
             Err(Box::new(ErrorInfo::new(
-                "internal_error",
+                Code::InternalError,
                 "discovery failed",
             )))
         });
@@ -419,7 +419,7 @@ impl IpythonMcp {
         .await
         .unwrap_or_else(|_| {
             Err(Box::new(ErrorInfo::new(
-                "internal_error",
+                Code::InternalError,
                 "kernelspec lookup failed",
             )))
         });
@@ -434,7 +434,7 @@ impl IpythonMcp {
         let (id, session) =
             match sessions.start(params.spec.trim(), spec, params.kernel.as_deref(), cwd) {
                 Ok(started) => started,
-                Err(error) => return Ok(render::request_error(&error)),
+                Err(error) => return Ok(render::request_error(&error.into())),
             };
         let bound = self.config().timeouts.kernel_startup + self.config().timeouts.provision;
         let deadline = tokio::time::Instant::now() + bound;

@@ -6,7 +6,7 @@
 //! gets always matches what `tools/list` promised.
 
 use crate::argument::Parameters;
-use ipython_mcp_kernel::{ErrorInfo, HelperCall, HelperOutput};
+use ipython_mcp_kernel::{Code, ErrorInfo, HelperCall, HelperOutput};
 use rmcp::handler::server::tool::schema_for_output;
 use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
@@ -280,7 +280,7 @@ pub struct ResetResult {
 fn too_long(what: &str, text: &str) -> Option<ErrorInfo> {
     (text.chars().count() > MAX_NAME_CHARS).then(|| {
         ErrorInfo::new(
-            "invalid_arguments",
+            Code::InvalidArguments,
             format!("{what} is longer than {MAX_NAME_CHARS} characters"),
         )
     })
@@ -289,7 +289,7 @@ fn too_long(what: &str, text: &str) -> Option<ErrorInfo> {
 fn too_many(what: &str, items: &[String]) -> Option<ErrorInfo> {
     if items.len() > MAX_NAMES {
         return Some(ErrorInfo::new(
-            "invalid_arguments",
+            Code::InvalidArguments,
             format!("at most {MAX_NAMES} {what} per call, got {}", items.len()),
         ));
     }
@@ -355,7 +355,7 @@ fn typed<T: Serialize + DeserializeOwned + Default>(
     let mut result = match (output.ok, output.result, output.error) {
         (true, Some(result), _) if result.is_object() => result,
         (_, partial, error) => {
-            let error = error.unwrap_or_else(|| ErrorInfo::new("execution_error", "no result"));
+            let error = error.unwrap_or_else(|| ErrorInfo::new(Code::ExecutionError, "no result"));
             let mut result = partial
                 .filter(Value::is_object)
                 .unwrap_or_else(|| json!({}));
@@ -371,7 +371,7 @@ fn typed<T: Serialize + DeserializeOwned + Default>(
         Err(error) => {
             tracing::error!(tool, %error, "helper reply does not match the result schema");
             let error = ErrorInfo::new(
-                "execution_error",
+                Code::ExecutionError,
                 format!("internal: the kernel helper answered {tool} in an unexpected shape"),
             );
             json!({"ok": false, "error": error})

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::argument::Parameters;
 use ipython_mcp_kernel::{
-    ErrorInfo, ExecuteArgs, ExecutionOutput, ExecutionStatus, PageRequest, RuntimeStatus,
+    Code, ErrorInfo, ExecuteArgs, ExecutionOutput, ExecutionStatus, PageRequest, RuntimeStatus,
     SessionHandle, StreamName,
 };
 use ipython_mcp_notebook::{
@@ -26,7 +26,7 @@ use serde_json::{Map, Value};
 
 use crate::render;
 use crate::server::{IpythonMcp, MAX_CODE_BYTES};
-use crate::sessions::StartSpec;
+use crate::sessions::{StartError, StartSpec};
 
 /// Characters of each stream an execution saves in the notebook (read back from the spool);
 /// the agent still gets only `max_text_chars`.
@@ -67,7 +67,7 @@ impl NotebookState {
         self.workspace.as_ref().map_err(|problem| {
             Box::new(
                 ErrorInfo::new(
-                    "invalid_configuration",
+                    Code::InvalidConfiguration,
                     format!("the notebook workspace root is unusable: {problem}"),
                 )
                 .with_hint(
@@ -460,21 +460,26 @@ fn structured<T: Serialize>(tool: &str, value: &T) -> CallToolResult {
 
 /// An `ipython-mcp-notebook` error as the agent sees it.
 pub(crate) fn notebook_error(error: &ipython_mcp_notebook::Error) -> ErrorInfo {
-    let info = ErrorInfo::new(error.code(), render::shorten(&error.to_string(), 1000));
+    ErrorInfo::new(
+        notebook_code(error),
+        render::shorten(&error.to_string(), 1000),
+    )
+}
+
+/// The stable code of an `ipython-mcp-notebook` error (its hint comes with the code).
+fn notebook_code(error: &ipython_mcp_notebook::Error) -> Code {
+    use ipython_mcp_notebook::Error;
     match error {
-        ipython_mcp_notebook::Error::RevisionConflict { .. } => info.with_hint(
-            "the file changed since you read it (another tool call, an editor, another process); nothing was changed: read it again, redo your change on the new content and pass the new revision",
-        ),
-        ipython_mcp_notebook::Error::InvalidPath { .. } => info.with_hint(
-            "give a path relative to the workspace root, with '/' separators, ending in .ipynb (or .py for a percent script), without '..'",
-        ),
-        ipython_mcp_notebook::Error::NotFound { .. } => {
-            info.with_hint("notebook_create makes a new notebook")
-        }
-        ipython_mcp_notebook::Error::CellNotFound { .. } => {
-            info.with_hint("notebook_read lists the cells with their ids and indices")
-        }
-        _ => info,
+        Error::InvalidPath { .. } => Code::InvalidPath,
+        Error::NotFound { .. } => Code::NotebookNotFound,
+        Error::AlreadyExists { .. } => Code::NotebookExists,
+        Error::RevisionConflict { .. } => Code::RevisionConflict,
+        Error::InvalidNotebook { .. } => Code::InvalidNotebook,
+        Error::CellNotFound { .. } => Code::CellNotFound,
+        Error::InvalidArguments { .. } => Code::InvalidArguments,
+        Error::Io { .. } => Code::IoError,
+        // A variant added to the notebook crate and not mapped here yet.
+        _ => Code::InternalError,
     }
 }
 
@@ -483,7 +488,7 @@ fn failed(error: &ipython_mcp_notebook::Error) -> CallToolResult {
 }
 
 fn invalid(message: impl Into<String>) -> CallToolResult {
-    render::request_error(&ErrorInfo::new("invalid_arguments", message))
+    render::request_error(&ErrorInfo::new(Code::InvalidArguments, message))
 }
 
 /// Exactly one of `cell_id` and `index`.
@@ -665,7 +670,10 @@ fn saved_outputs(output: &ExecutionOutput) -> Vec<Output> {
     }
     if let Some(error) = &output.error {
         outputs.push(Output::Error {
-            ename: error.ename.clone().unwrap_or_else(|| error.code.clone()),
+            ename: error
+                .ename
+                .clone()
+                .unwrap_or_else(|| error.code.to_string()),
             evalue: error
                 .evalue
                 .clone()
@@ -794,7 +802,7 @@ impl IpythonMcp {
             Some((_, handle)) => Ok(handle),
             None => Err(render::request_error(
                 &ErrorInfo::new(
-                    "invalid_arguments",
+                    Code::InvalidArguments,
                     format!("notebook {:?} has no kernel session", path.relative),
                 )
                 .with_hint(
@@ -840,7 +848,7 @@ impl IpythonMcp {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(error)) => Err(notebook_error(&error)),
             Err(_) => Err(ErrorInfo::new(
-                "internal_error",
+                Code::InternalError,
                 "the file operation failed",
             )),
         }
@@ -933,7 +941,7 @@ impl IpythonMcp {
         .await
         .unwrap_or_else(|_| {
             Err(Box::new(ErrorInfo::new(
-                "internal_error",
+                Code::InternalError,
                 "kernelspec lookup failed",
             )))
         })
@@ -985,7 +993,7 @@ impl IpythonMcp {
                     tracing::info!(kernel = %id, "notebook session started");
                     return Ok((id, handle, true));
                 }
-                Err(error) if error.code == "invalid_arguments" => {
+                Err(error @ StartError::IdTaken { .. }) => {
                     // A concurrent first run of the same notebook may have just started and
                     // bound its session under this id: use that one.
                     if let Some((id, handle)) = sessions.notebook_session(&path.absolute) {
@@ -993,14 +1001,13 @@ impl IpythonMcp {
                     }
                     last_error = Some(error);
                 }
-                Err(error) => return Err(render::request_error(&error)),
+                Err(error) => return Err(render::request_error(&error.into())),
             }
         }
-        Err(render::request_error(
-            &last_error
-                .map(|error| *error)
-                .unwrap_or_else(|| ErrorInfo::new("internal_error", "no free session id")),
-        ))
+        Err(render::request_error(&last_error.map_or_else(
+            || ErrorInfo::new(Code::InternalError, "no free session id"),
+            ErrorInfo::from,
+        )))
     }
 
     /// Runs code for a notebook and saves the outcome with `save` (given the file's revision
@@ -2025,7 +2032,7 @@ impl IpythonMcp {
             KERNELS_URI => return Ok(json_text(self.kernels_json())),
             _ => {}
         }
-        let invalid = |code: &str, message: String| {
+        let invalid = |code: Code, message: String| {
             rmcp::ErrorData::invalid_params(
                 message.clone(),
                 Some(
@@ -2040,11 +2047,11 @@ impl IpythonMcp {
             ));
         }
         let relative = ipython_mcp_notebook::path_from_uri(uri)
-            .map_err(|error| invalid(error.code(), error.to_string()))?;
+            .map_err(|error| invalid(notebook_code(&error), error.to_string()))?;
         let workspace = self
             .notebook_state()
             .workspace()
-            .map_err(|error| invalid(&error.code, error.message.clone()))?
+            .map_err(|error| invalid(error.code, error.message.clone()))?
             .clone();
         // Resolving reads the file system too: all of it on the blocking pool.
         let read = tokio::task::spawn_blocking(move || {
@@ -2077,7 +2084,7 @@ impl IpythonMcp {
                     Some(serde_json::json!({"uri": render::shorten(uri, 200)})),
                 ))
             }
-            Err(error) => Err(invalid(error.code(), error.to_string())),
+            Err(error) => Err(invalid(notebook_code(&error), error.to_string())),
         }
     }
 }
@@ -2122,7 +2129,7 @@ mod tests {
             ename: Some("ValueError".into()),
             evalue: Some("boom".into()),
             traceback: Some("line 1\nline 2".into()),
-            ..ErrorInfo::new("execution_error", "ValueError: boom")
+            ..ErrorInfo::new(Code::ExecutionError, "ValueError: boom")
         });
         let saved = saved_outputs(&run);
         assert_eq!(saved.len(), 5);

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::argument::Parameters;
 use ipython_mcp_config::Config;
-use ipython_mcp_kernel::{ErrorInfo, ExecuteArgs, RuntimeStatus, SessionHandle};
+use ipython_mcp_kernel::{Code, ErrorInfo, ExecuteArgs, RuntimeStatus, SessionHandle};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::schema_for_output;
 use rmcp::model::SubscriptionFilter;
@@ -235,7 +235,7 @@ impl IpythonMcp {
         if params.code.len() > MAX_CODE_BYTES {
             return Err(Box::new(
                 ErrorInfo::new(
-                    "invalid_arguments",
+                    Code::InvalidArguments,
                     format!(
                         "code is {} bytes; the limit is {MAX_CODE_BYTES} bytes",
                         params.code.len()
@@ -255,7 +255,7 @@ impl IpythonMcp {
                 Ok(Some(Duration::from_secs_f64(seconds)))
             }
             Some(seconds) => Err(Box::new(ErrorInfo::new(
-                "invalid_arguments",
+                Code::InvalidArguments,
                 format!(
                     "timeout_seconds must be a positive number of seconds up to {}, got {seconds}",
                     max.as_secs_f64()

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ipython_mcp_config::KernelLimits;
 use ipython_mcp_kernel::kernelspec::{self, KernelSpec};
-use ipython_mcp_kernel::{ErrorInfo, SessionHandle, SessionOptions, SessionState};
+use ipython_mcp_kernel::{Code, ErrorInfo, SessionHandle, SessionOptions, SessionState};
 use tokio::time::Instant;
 
 use crate::dynamic::Catalog;
@@ -192,7 +192,7 @@ impl Sessions {
             let path = Path::new(spec);
             if !path.is_absolute() || !path.is_file() {
                 return Err(Box::new(ErrorInfo::new(
-                    "invalid_arguments",
+                    Code::InvalidArguments,
                     format!("{spec:?} is not an absolute path to a Python interpreter"),
                 )));
             }
@@ -208,7 +208,7 @@ impl Sessions {
             None => {
                 Err(Box::new(
                     ErrorInfo::new(
-                        "invalid_arguments",
+                        Code::InvalidArguments,
                         format!("no kernelspec named {:?}", render::shorten(spec, 64)),
                     )
                     .with_hint(format!(
@@ -232,12 +232,9 @@ impl Sessions {
         spec: StartSpec,
         id: Option<&str>,
         working_dir: Option<PathBuf>,
-    ) -> Result<(String, SessionHandle), Box<ErrorInfo>> {
+    ) -> Result<(String, SessionHandle), StartError> {
         let Some(template) = &self.inner.template else {
-            return Err(Box::new(ErrorInfo::new(
-                "invalid_arguments",
-                "this server cannot start more kernels",
-            )));
+            return Err(StartError::Disabled);
         };
         if let Some(id) = id {
             check_id(id)?;
@@ -257,28 +254,14 @@ impl Sessions {
             },
         };
         if entries.contains_key(&id) {
-            return Err(Box::new(
-                ErrorInfo::new(
-                    "invalid_arguments",
-                    format!("a kernel session named {id:?} is already running"),
-                )
-                .with_hint("pick another id, or kernel_stop it first"),
-            ));
+            return Err(StartError::IdTaken { id });
         }
         let max = self.inner.limits.max_kernels;
         if entries.len() >= max {
-            return Err(Box::new(
-                ErrorInfo::new(
-                    "limit_exceeded",
-                    format!(
-                        "{} kernel sessions are running; the limit is {max}",
-                        entries.len()
-                    ),
-                )
-                .with_hint(
-                    "kernel_stop one you no longer need (IPYTHON_MCP_MAX_KERNELS raises the limit)",
-                ),
-            ));
+            return Err(StartError::LimitReached {
+                running: entries.len(),
+                max,
+            });
         }
         let mut options = template.clone();
         options.kernel_id = id.clone();
@@ -361,10 +344,11 @@ impl Sessions {
     pub async fn stop(&self, id: &str) -> Result<SessionHandle, Box<ErrorInfo>> {
         if id == Self::DEFAULT {
             return Err(Box::new(
-                ErrorInfo::new("invalid_arguments", "the default session cannot be stopped")
-                    .with_hint(
-                        "use kernel_restart for a fresh kernel, or reset to clear its names",
-                    ),
+                ErrorInfo::new(
+                    Code::InvalidArguments,
+                    "the default session cannot be stopped",
+                )
+                .with_hint("use kernel_restart for a fresh kernel, or reset to clear its names"),
             ));
         }
         let removed = {
@@ -440,7 +424,7 @@ impl Sessions {
 fn unknown_session(id: &str, entries: &BTreeMap<String, Entry>) -> Box<ErrorInfo> {
     Box::new(
         ErrorInfo::new(
-            "invalid_arguments",
+            Code::InvalidArguments,
             format!("no kernel session named {:?}", render::shorten(id, 64)),
         )
         .with_hint(format!(
@@ -450,7 +434,7 @@ fn unknown_session(id: &str, entries: &BTreeMap<String, Entry>) -> Box<ErrorInfo
     )
 }
 
-fn check_id(id: &str) -> Result<(), Box<ErrorInfo>> {
+fn check_id(id: &str) -> Result<(), StartError> {
     let valid = !id.is_empty()
         && id.chars().count() <= MAX_ID_CHARS
         && id.starts_with(|c: char| c.is_ascii_alphanumeric())
@@ -460,12 +444,40 @@ fn check_id(id: &str) -> Result<(), Box<ErrorInfo>> {
     if valid {
         Ok(())
     } else {
-        Err(Box::new(ErrorInfo::new(
-            "invalid_arguments",
-            format!(
-                "kernel id {:?} must be 1-{MAX_ID_CHARS} letters, digits, '_', '-' or '.', starting with a letter or digit",
-                render::shorten(id, 80)
-            ),
-        )))
+        Err(StartError::InvalidId { id: id.to_owned() })
+    }
+}
+
+/// Why [`Sessions::start`] started nothing.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    #[error("this server cannot start more kernels")]
+    Disabled,
+    #[error(
+        "kernel id {:?} must be 1-{MAX_ID_CHARS} letters, digits, '_', '-' or '.', starting with a letter or digit",
+        render::shorten(.id, 80)
+    )]
+    InvalidId { id: String },
+    #[error("a kernel session named {id:?} is already running")]
+    IdTaken { id: String },
+    #[error("{running} kernel sessions are running; the limit is {max}")]
+    LimitReached { running: usize, max: usize },
+}
+
+impl From<StartError> for ErrorInfo {
+    fn from(error: StartError) -> Self {
+        let message = error.to_string();
+        match error {
+            StartError::Disabled | StartError::InvalidId { .. } => {
+                ErrorInfo::new(Code::InvalidArguments, message)
+            }
+            StartError::IdTaken { .. } => ErrorInfo::new(Code::InvalidArguments, message)
+                .with_hint("pick another id, or kernel_stop it first"),
+            StartError::LimitReached { .. } => ErrorInfo::new(Code::LimitExceeded, message)
+                .with_hint(
+                    "kernel_stop one you no longer need (IPYTHON_MCP_MAX_KERNELS raises the limit)",
+                ),
+        }
     }
 }
