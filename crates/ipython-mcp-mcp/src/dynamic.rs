@@ -632,12 +632,11 @@ impl crate::server::IpythonMcp {
         &self,
         crate::argument::Parameters(params): crate::argument::Parameters<UnregisterParams>,
         context: rmcp::service::RequestContext<rmcp::RoleServer>,
-    ) -> Result<rmcp::model::CallToolResult, rmcp::ErrorData> {
+    ) -> crate::error::ToolResult {
         if params.names.len() > 1000 || params.names.iter().any(|name| name.chars().count() > 512) {
-            return Ok(crate::render::request_error(&ErrorInfo::new(
-                Code::InvalidArguments,
+            return Err(crate::error::ToolError::invalid(
                 "at most 1000 names of at most 512 characters",
-            )));
+            ));
         }
         let catalog = self.sessions().catalog();
         let stable = self.stable_tool_names();

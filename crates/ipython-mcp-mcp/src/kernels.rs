@@ -15,6 +15,7 @@ use rmcp::model::CallToolResult;
 use rmcp::{schemars, tool, tool_router};
 use serde::{Deserialize, Serialize};
 
+use crate::error::{ToolError, ToolResult};
 use crate::render;
 use crate::server::IpythonMcp;
 use crate::sessions::StartSpec;
@@ -265,61 +266,45 @@ impl IpythonMcp {
         output_schema = schema_for_output::<GetOutputResult>(),
         annotations(title = "Get execution output", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn get_output(
-        &self,
-        Parameters(params): Parameters<GetOutputParams>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
+    async fn get_output(&self, Parameters(params): Parameters<GetOutputParams>) -> ToolResult {
         let wait = match params.wait_seconds {
             None => Duration::ZERO,
             Some(seconds) if seconds.is_finite() && (0.0..=MAX_WAIT_SECONDS).contains(&seconds) => {
                 Duration::from_secs_f64(seconds)
             }
             Some(seconds) => {
-                return Ok(render::request_error(&ErrorInfo::new(
-                    Code::InvalidArguments,
-                    format!("wait_seconds must be between 0 and {MAX_WAIT_SECONDS}, got {seconds}"),
+                return Err(ToolError::invalid(format!(
+                    "wait_seconds must be between 0 and {MAX_WAIT_SECONDS}, got {seconds}"
                 )))
             }
         };
-        let page_request = match self.page_request(&params) {
-            Ok(request) => request,
-            Err(error) => return Ok(render::request_error(&error)),
-        };
+        let page_request = self.page_request(&params)?;
         let session = match &params.execution_id {
-            Some(id) => match self.sessions().find_execution(id) {
-                Some(session) => session,
-                None => {
-                    return Ok(render::request_error(
-                        &ErrorInfo::new(
-                            Code::InvalidArguments,
-                            format!("no execution with id {:?}", render::shorten(id, 64)),
-                        )
-                        .with_hint(format!(
-                            "each kernel remembers its latest {} executions (kernel_list shows their ids); a stopped kernel forgets its executions",
-                            ipython_mcp_kernel::MAX_RECORDS
-                        )),
-                    ))
-                }
-            },
-            None => match self.session_for(params.kernel.as_deref()) {
-                Ok(session) => session,
-                Err(refused) => return Ok(refused),
-            },
+            Some(id) => self.sessions().find_execution(id).ok_or_else(|| {
+                ToolError::invalid(format!(
+                    "no execution with id {:?}",
+                    render::shorten(id, 64)
+                ))
+                .with_hint(format!(
+                    "each kernel remembers its latest {} executions (kernel_list shows their ids); a stopped kernel forgets its executions",
+                    ipython_mcp_kernel::MAX_RECORDS
+                ))
+            })?,
+            None => self.session(params.kernel.as_deref())?,
         };
         let execution_id = params.execution_id.as_deref();
         let Some(output) = session.output(execution_id, wait).await else {
-            return Ok(render::request_error(&ErrorInfo::new(
-                Code::InvalidArguments,
-                format!("kernel {:?} has run nothing yet", session.kernel_id()),
+            return Err(ToolError::invalid(format!(
+                "kernel {:?} has run nothing yet",
+                session.kernel_id()
             )));
         };
         let page = match page_request {
             None => None,
-            Some(request) => match session.page(Some(&output.execution_id), request).await {
-                Some(Ok(page)) => Some(page),
-                Some(Err(error)) => return Ok(render::request_error(&error)),
-                None => None,
-            },
+            Some(request) => session
+                .page(Some(&output.execution_id), request)
+                .await
+                .transpose()?,
         };
         let finished = output.status != ipython_mcp_kernel::ExecutionStatus::Pending;
         let extra_text = page.as_ref().map(render::page_text).unwrap_or_default();
@@ -340,10 +325,7 @@ impl IpythonMcp {
         output_schema = schema_for_output::<DiscoverResult>(),
         annotations(title = "Discover kernels", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn kernel_discover(
-        &self,
-        Parameters(params): Parameters<DiscoverParams>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
+    async fn kernel_discover(&self, Parameters(params): Parameters<DiscoverParams>) -> ToolResult {
         let python = self.sessions().default_python();
         let found = tokio::task::spawn_blocking(move || {
             let directory = match params.directory.as_deref().map(PathBuf::from) {
@@ -373,10 +355,7 @@ impl IpythonMcp {
                 "discovery failed",
             )))
         });
-        let (dirs, specs, venvs) = match found {
-            Ok(found) => found,
-            Err(error) => return Ok(render::request_error(&error)),
-        };
+        let (dirs, specs, venvs) = found?;
         let result = DiscoverResult {
             ok: true,
             kernelspecs: specs
@@ -404,10 +383,7 @@ impl IpythonMcp {
         output_schema = schema_for_output::<StartResult>(),
         annotations(title = "Start a kernel", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
-    async fn kernel_start(
-        &self,
-        Parameters(params): Parameters<StartParams>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
+    async fn kernel_start(&self, Parameters(params): Parameters<StartParams>) -> ToolResult {
         let sessions = self.sessions();
         // Kernelspecs, venvs and the cwd are files: read them off the async threads.
         let parsing = sessions.clone();
@@ -423,19 +399,13 @@ impl IpythonMcp {
                 "kernelspec lookup failed",
             )))
         });
-        let (spec, cwd) = match parsed {
-            Ok(parsed) => parsed,
-            Err(error) => return Ok(render::request_error(&error)),
-        };
+        let (spec, cwd) = parsed?;
         let language_hint = match &spec {
             StartSpec::KernelSpec(spec) => spec.language.clone(),
             StartSpec::Python { .. } | StartSpec::Default => "python".to_owned(),
         };
         let (id, session) =
-            match sessions.start(params.spec.trim(), spec, params.kernel.as_deref(), cwd) {
-                Ok(started) => started,
-                Err(error) => return Ok(render::request_error(&error.into())),
-            };
+            sessions.start(params.spec.trim(), spec, params.kernel.as_deref(), cwd)?;
         let bound = self.config().timeouts.kernel_startup + self.config().timeouts.provision;
         let deadline = tokio::time::Instant::now() + bound;
         while session.status().state == SessionState::Starting
@@ -465,10 +435,7 @@ impl IpythonMcp {
         output_schema = schema_for_output::<KernelListResult>(),
         annotations(title = "List kernels", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn kernel_list(
-        &self,
-        Parameters(_params): Parameters<ListParams>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
+    async fn kernel_list(&self, Parameters(_params): Parameters<ListParams>) -> ToolResult {
         let sessions = self.sessions();
         let kernels = sessions
             .all()
@@ -512,28 +479,21 @@ impl IpythonMcp {
         output_schema = schema_for_output::<StopResult>(),
         annotations(title = "Stop a kernel", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
-    async fn kernel_stop(
-        &self,
-        Parameters(params): Parameters<StopParams>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
-        Ok(match self.sessions().stop(&params.kernel).await {
-            Ok(handle) => {
-                tracing::info!(tool = "kernel_stop", kernel = %params.kernel, "tool call");
-                self.sessions()
-                    .catalog()
-                    .drop_session(&params.kernel, self.peers())
-                    .await;
-                structured(
-                    "kernel_stop",
-                    &StopResult {
-                        ok: true,
-                        kernel: params.kernel,
-                        state: handle.status().state,
-                    },
-                    true,
-                )
-            }
-            Err(error) => render::request_error(&error),
-        })
+    async fn kernel_stop(&self, Parameters(params): Parameters<StopParams>) -> ToolResult {
+        let handle = self.sessions().stop(&params.kernel).await?;
+        tracing::info!(tool = "kernel_stop", kernel = %params.kernel, "tool call");
+        self.sessions()
+            .catalog()
+            .drop_session(&params.kernel, self.peers())
+            .await;
+        Ok(structured(
+            "kernel_stop",
+            &StopResult {
+                ok: true,
+                kernel: params.kernel,
+                state: handle.status().state,
+            },
+            true,
+        ))
     }
 }

@@ -9,6 +9,7 @@
 
 mod argument;
 mod dynamic;
+mod error;
 pub mod fixtures;
 mod kernels;
 mod namespace;

@@ -15,6 +15,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::error::{ToolError, ToolResult};
 use crate::render;
 use crate::server::IpythonMcp;
 
@@ -277,23 +278,23 @@ pub struct ResetResult {
     pub error: Option<ErrorInfo>,
 }
 
-fn too_long(what: &str, text: &str) -> Option<ErrorInfo> {
-    (text.chars().count() > MAX_NAME_CHARS).then(|| {
-        ErrorInfo::new(
-            Code::InvalidArguments,
-            format!("{what} is longer than {MAX_NAME_CHARS} characters"),
-        )
-    })
+fn check_length(what: &str, text: &str) -> Result<(), ToolError> {
+    if text.chars().count() > MAX_NAME_CHARS {
+        return Err(ToolError::invalid(format!(
+            "{what} is longer than {MAX_NAME_CHARS} characters"
+        )));
+    }
+    Ok(())
 }
 
-fn too_many(what: &str, items: &[String]) -> Option<ErrorInfo> {
+fn check_names(what: &str, items: &[String]) -> Result<(), ToolError> {
     if items.len() > MAX_NAMES {
-        return Some(ErrorInfo::new(
-            Code::InvalidArguments,
-            format!("at most {MAX_NAMES} {what} per call, got {}", items.len()),
-        ));
+        return Err(ToolError::invalid(format!(
+            "at most {MAX_NAMES} {what} per call, got {}",
+            items.len()
+        )));
     }
-    items.iter().find_map(|item| too_long(what, item))
+    items.iter().try_for_each(|item| check_length(what, item))
 }
 
 impl IpythonMcp {
@@ -399,7 +400,7 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<KernelParams>,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
+    ) -> ToolResult {
         Ok(self
             .namespace_call::<ListResult>(
                 "list",
@@ -421,10 +422,8 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<SearchParams>,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
-        if let Some(error) = too_long("query", &params.query) {
-            return Ok(render::request_error(&error));
-        }
+    ) -> ToolResult {
+        check_length("query", &params.query)?;
         let body = json!({"query": params.query, "exact": params.exact, "limit": params.limit});
         Ok(self
             .namespace_call::<SearchResult>(
@@ -447,10 +446,8 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<NameParams>,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
-        if let Some(error) = too_long("name", &params.name) {
-            return Ok(render::request_error(&error));
-        }
+    ) -> ToolResult {
+        check_length("name", &params.name)?;
         Ok(self
             .namespace_call::<InspectResult>(
                 "inspect",
@@ -472,10 +469,8 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<CallParams>,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
-        if let Some(error) = too_long("name", &params.name) {
-            return Ok(render::request_error(&error));
-        }
+    ) -> ToolResult {
+        check_length("name", &params.name)?;
         let name = params.name.clone();
         let body = json!({"name": params.name, "arguments": params.arguments.unwrap_or_default()});
         Ok(self
@@ -503,10 +498,8 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<ModulesParams>,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
-        if let Some(error) = too_many("modules", &params.modules) {
-            return Ok(render::request_error(&error));
-        }
+    ) -> ToolResult {
+        check_names("modules", &params.modules)?;
         Ok(self
             .namespace_call::<ReloadResult>(
                 "reload",
@@ -541,10 +534,8 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<NamesParams>,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
-        if let Some(error) = too_many("names", &params.names) {
-            return Ok(render::request_error(&error));
-        }
+    ) -> ToolResult {
+        check_names("names", &params.names)?;
         Ok(self
             .namespace_call::<RemoveResult>(
                 "remove",
@@ -566,7 +557,7 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<KernelParams>,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
+    ) -> ToolResult {
         let result = self
             .namespace_call::<ResetResult>(
                 "reset",

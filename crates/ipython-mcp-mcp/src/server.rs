@@ -16,6 +16,7 @@ use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{schemars, tool, tool_handler, tool_router, RoleServer, ServerHandler};
 use serde::{Deserialize, Serialize};
 
+use crate::error::{ToolError, ToolResult};
 use crate::peers::Peers;
 use crate::render;
 pub use crate::sessions::Sessions;
@@ -226,9 +227,12 @@ impl IpythonMcp {
         &self,
         kernel: Option<&str>,
     ) -> Result<SessionHandle, CallToolResult> {
-        self.sessions
-            .get(kernel)
-            .map_err(|error| render::request_error(&error))
+        self.session(kernel).map_err(CallToolResult::from)
+    }
+
+    /// The session `kernel` names (`default` when omitted).
+    pub(crate) fn session(&self, kernel: Option<&str>) -> Result<SessionHandle, ToolError> {
+        Ok(self.sessions.get(kernel)?)
     }
 
     fn check_execute(&self, params: &ExecuteParams) -> Result<Option<Duration>, Box<ErrorInfo>> {
@@ -397,10 +401,7 @@ reads the output so far or waits for the end. Long output is kept in full on dis
         output_schema = schema_for_output::<StatusResult>(),
         annotations(title = "Restart the kernel", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
-    async fn kernel_restart(
-        &self,
-        Parameters(params): Parameters<StatusParams>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
+    async fn kernel_restart(&self, Parameters(params): Parameters<StatusParams>) -> ToolResult {
         let session = match self
             .session_for_notebook(params.kernel.as_deref(), params.notebook.as_deref())
             .await
@@ -415,13 +416,9 @@ reads the output so far or waits for the end. Long output is kept in full on dis
             ok = restarted.is_ok(),
             "tool call"
         );
-        Ok(match restarted {
-            Ok(status) => {
-                let ok = status.state == ipython_mcp_kernel::SessionState::Ready;
-                render::status(&StatusResult { ok, status })
-            }
-            Err(error) => render::request_error(&error),
-        })
+        let status = restarted?;
+        let ok = status.state == ipython_mcp_kernel::SessionState::Ready;
+        Ok(render::status(&StatusResult { ok, status }))
     }
 
     #[tool(

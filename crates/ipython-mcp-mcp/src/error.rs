@@ -1,0 +1,71 @@
+//! The one place errors become what agents see.
+//!
+//! Tool bodies return [`ToolResult`] and use `?`: every typed error of the crates below
+//! (`StartError`, the notebook crate's `Error`, an [`ErrorInfo`] built on the spot) converts
+//! into a [`ToolError`], and rmcp turns that into the tool's structured error result
+//! (`{"ok": false, "error"}` with `isError: true`) through [`IntoCallToolResult`]. The code an
+//! agent sees is a [`Code`]; its standard hint comes with it.
+
+use ipython_mcp_kernel::{Code, ErrorInfo};
+use rmcp::handler::server::tool::IntoCallToolResult;
+use rmcp::model::{CallToolResponse, CallToolResult};
+
+use crate::render;
+
+/// A tool call that failed before it produced its normal result.
+#[derive(Debug, Clone)]
+pub(crate) struct ToolError(Box<ErrorInfo>);
+
+/// What a tool body returns.
+pub(crate) type ToolResult = Result<CallToolResult, ToolError>;
+
+impl ToolError {
+    pub(crate) fn new(code: Code, message: impl Into<String>) -> Self {
+        ToolError(Box::new(ErrorInfo::new(code, message)))
+    }
+
+    /// An `invalid_arguments` error: the call was refused and nothing ran.
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
+        ToolError::new(Code::InvalidArguments, message)
+    }
+
+    pub(crate) fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.0.hint = Some(hint.into());
+        self
+    }
+
+    /// The tool result an agent sees.
+    pub(crate) fn into_result(self) -> CallToolResult {
+        render::request_error(&self.0)
+    }
+}
+
+impl From<ErrorInfo> for ToolError {
+    fn from(info: ErrorInfo) -> Self {
+        ToolError(Box::new(info))
+    }
+}
+
+impl From<Box<ErrorInfo>> for ToolError {
+    fn from(info: Box<ErrorInfo>) -> Self {
+        ToolError(info)
+    }
+}
+
+impl From<crate::sessions::StartError> for ToolError {
+    fn from(error: crate::sessions::StartError) -> Self {
+        ToolError::from(ErrorInfo::from(error))
+    }
+}
+
+impl From<ToolError> for CallToolResult {
+    fn from(error: ToolError) -> Self {
+        error.into_result()
+    }
+}
+
+impl IntoCallToolResult for ToolError {
+    fn into_call_tool_result(self) -> Result<CallToolResponse, rmcp::ErrorData> {
+        Ok(self.into_result().into())
+    }
+}
