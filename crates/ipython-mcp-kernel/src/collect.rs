@@ -20,7 +20,7 @@ use crate::sink::TerminalSink;
 /// Characters of the latest output line kept for progress notifications.
 const LATEST_LINE_CHARS: usize = 200;
 
-/// The helper's end-of-execution report (see `python/ipython_mcp_helper.py`).
+/// The helper's end-of-execution report (see `python/ipython_mcp_helper/installation.py`).
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct HelperReport {
     pub stdout: StreamReport,

@@ -1,10 +1,11 @@
 //! The bundled Python helper: installed into every Python kernel right after start.
 //!
-//! The helper is real Python (`python/ipython_mcp_helper.py`, with its own pytest tests),
-//! embedded here with `include_str!`. It is installed by one silent execute whose code is a
-//! fixed bootstrap: the module source and its configuration travel base64-encoded, so nothing
-//! is ever spliced into code as text, and nothing is bound in the user's namespace. After that
-//! the server talks to it over a Jupyter comm (target `ipython_mcp`).
+//! The helper is real Python, a package of modules (`python/ipython_mcp_helper/`, with its own
+//! pytest tests), embedded here file by file in [`HELPER_MODULES`]. It is installed by one
+//! silent execute whose code is a fixed bootstrap: the modules' sources and the configuration
+//! travel base64-encoded, so nothing is ever spliced into code as text, and nothing is bound in
+//! the user's namespace. After that the server talks to it over a Jupyter comm (target
+//! `ipython_mcp`).
 
 use std::time::Duration;
 
@@ -17,8 +18,29 @@ use ipython_mcp_jupyter::protocol::{
 use ipython_mcp_jupyter::{Channel, Kernel};
 use serde_json::{json, Value};
 
-/// The helper module's source.
-pub const HELPER_SOURCE: &str = include_str!("../python/ipython_mcp_helper.py");
+/// One module of the helper package: `(name, source)`, `__init__` for the package itself.
+macro_rules! helper_module {
+    ($name:literal) => {
+        (
+            $name,
+            include_str!(concat!("../python/ipython_mcp_helper/", $name, ".py")),
+        )
+    };
+}
+
+/// The helper package, module by module, in the order the bootstrap executes them: every module
+/// after the ones it imports, the package's `__init__` (which imports them all) last. A test
+/// checks this table against the directory and that order against the modules' imports.
+pub const HELPER_MODULES: &[(&str, &str)] = &[
+    helper_module!("bounds"),
+    helper_module!("sink"),
+    helper_module!("rpc"),
+    helper_module!("jsonconv"),
+    helper_module!("namespace"),
+    helper_module!("tools"),
+    helper_module!("installation"),
+    helper_module!("__init__"),
+];
 
 /// The comm target the helper registers.
 pub const COMM_TARGET: &str = "ipython_mcp";
@@ -27,12 +49,32 @@ pub const COMM_TARGET: &str = "ipython_mcp";
 /// the helper only counts (its end-of-execution report carries the bounded text).
 pub const RAW_FORWARD_CHARS: usize = 65_536;
 
-const BOOTSTRAP: &str = r#"import base64, json, sys, types
-mod = types.ModuleType("ipython_mcp_helper")
-mod.__file__ = "<ipython-mcp-helper>"
-sys.modules["ipython_mcp_helper"] = mod
-exec(compile(base64.b64decode(SOURCE_B64).decode("utf-8"), "<ipython-mcp-helper>", "exec"), mod.__dict__)
-mod.install(json.loads(base64.b64decode(CONFIG_B64).decode("utf-8")))
+/// Builds the package in `sys.modules` by hand, as the import system would from files: the
+/// package module first (empty, with `__path__`, so relative imports find their parent), then
+/// each module of the table executed in its own module object (registered before it runs and
+/// bound on the package after, like an import), `__init__` into the package itself. Each
+/// module is compiled under its own file name (`<ipython-mcp-helper/sink.py>`), so tracebacks
+/// name it. `__spec__` carries the parent package, which is what relative imports read.
+const BOOTSTRAP: &str = r#"import base64, importlib.machinery, json, sys, types
+package = types.ModuleType("ipython_mcp_helper")
+package.__spec__ = importlib.machinery.ModuleSpec(package.__name__, None, origin="<ipython-mcp-helper/__init__.py>", is_package=True)
+package.__package__ = package.__name__
+package.__path__ = []
+package.__file__ = package.__spec__.origin
+sys.modules[package.__name__] = package
+for name, source in json.loads(base64.b64decode(MODULES_B64).decode("utf-8")):
+    if name == "__init__":
+        module = package
+    else:
+        module = types.ModuleType(package.__name__ + "." + name)
+        module.__spec__ = importlib.machinery.ModuleSpec(module.__name__, None, origin="<ipython-mcp-helper/%s.py>" % name)
+        module.__package__ = package.__name__
+        module.__file__ = module.__spec__.origin
+        sys.modules[module.__name__] = module
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
+    if module is not package:
+        setattr(package, name, module)
+package.install(json.loads(base64.b64decode(CONFIG_B64).decode("utf-8")))
 "#;
 
 /// The code of the silent install execute.
@@ -69,9 +111,9 @@ pub fn install_code(
     });
     // The bootstrap runs in a fresh globals dict: the user namespace stays untouched.
     format!(
-        "exec(compile(__import__('base64').b64decode('{boot}').decode('utf-8'), '<ipython-mcp-boot>', 'exec'), {{'__name__': '__ipython_mcp_boot__', 'SOURCE_B64': '{source}', 'CONFIG_B64': '{config}'}})",
+        "exec(compile(__import__('base64').b64decode('{boot}').decode('utf-8'), '<ipython-mcp-boot>', 'exec'), {{'__name__': '__ipython_mcp_boot__', 'MODULES_B64': '{modules}', 'CONFIG_B64': '{config}'}})",
         boot = engine.encode(BOOTSTRAP),
-        source = engine.encode(HELPER_SOURCE),
+        modules = engine.encode(json!(HELPER_MODULES).to_string()),
         config = engine.encode(config.to_string()),
     )
 }
@@ -248,12 +290,84 @@ impl Waiter<'_> {
 mod tests {
     use super::*;
 
+    fn module_source(name: &str) -> &'static str {
+        HELPER_MODULES
+            .iter()
+            .find(|(module, _)| *module == name)
+            .map(|(_, source)| *source)
+            .unwrap_or_else(|| panic!("no helper module {name}"))
+    }
+
     #[test]
     fn install_code_carries_no_raw_text() {
         let code = install_code(&OutputLimits::default(), &Namespace::default(), None);
         // Only the fixed frame and base64 payloads: no quotes or newlines from the source.
         assert!(!code.contains('\n'));
         assert!(code.starts_with("exec(compile(__import__('base64')"));
-        assert!(HELPER_SOURCE.contains("def install("));
+        assert!(module_source("installation").contains("def install("));
+    }
+
+    #[test]
+    fn helper_modules_are_exactly_the_package_directory() {
+        let directory =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("python/ipython_mcp_helper");
+        let mut on_disk: Vec<String> = std::fs::read_dir(&directory)
+            .expect("the helper package directory exists")
+            .map(|entry| entry.expect("readable directory entry").path())
+            .filter(|path| path.extension().is_some_and(|extension| extension == "py"))
+            .map(|path| {
+                let stem = path.file_stem().expect("a .py file has a stem");
+                stem.to_string_lossy().into_owned()
+            })
+            .collect();
+        on_disk.sort();
+        let mut in_table: Vec<String> = HELPER_MODULES
+            .iter()
+            .map(|(name, _)| (*name).to_owned())
+            .collect();
+        in_table.sort();
+        assert_eq!(
+            in_table, on_disk,
+            "HELPER_MODULES must name every .py file of python/ipython_mcp_helper, once"
+        );
+    }
+
+    #[test]
+    fn helper_modules_come_after_the_modules_they_import() {
+        let position = |name: &str| {
+            HELPER_MODULES
+                .iter()
+                .position(|(module, _)| *module == name)
+        };
+        assert_eq!(
+            position("__init__"),
+            Some(HELPER_MODULES.len() - 1),
+            "the package's __init__ imports every module, so it runs last"
+        );
+        for (index, (name, source)) in HELPER_MODULES.iter().enumerate() {
+            for line in source.lines() {
+                // `from . import a, b` and `from .a import x`; only top-level imports run
+                // while the bootstrap executes the module.
+                let imported: Vec<&str> = if let Some(names) = line.strip_prefix("from . import ") {
+                    names.split(',').map(str::trim).collect()
+                } else if let Some(rest) = line.strip_prefix("from .") {
+                    rest.split_whitespace().next().into_iter().collect()
+                } else {
+                    assert!(
+                        !line.trim_start().starts_with("from ."),
+                        "{name}: a relative import inside a function bypasses the table's order: {line}"
+                    );
+                    continue;
+                };
+                for dependency in imported {
+                    let found = position(dependency)
+                        .unwrap_or_else(|| panic!("{name} imports {dependency}, not in the table"));
+                    assert!(
+                        found < index,
+                        "{name} imports {dependency}, which the table puts after it"
+                    );
+                }
+            }
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! A bounded model of one output stream as a Jupyter front end renders it.
 //!
-//! The same model runs inside the kernel (the bundled helper, `python/ipython_mcp_helper.py`,
-//! class `TerminalSink`) so that a 200 MB print never crosses the wire; this Rust copy bounds
+//! The same model runs inside the kernel (the bundled helper's `TerminalSink`, in
+//! `python/ipython_mcp_helper/sink.py`) so that a 200 MB print never crosses the wire; this Rust copy bounds
 //! what the server holds when a kernel has no helper or the helper's report is missing. Both are
 //! checked against the same cases (`python/tests/sink_cases.json`).
 //!

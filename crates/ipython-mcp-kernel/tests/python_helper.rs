@@ -1,6 +1,8 @@
 //! Runs the Python helper's own pytest suite (`python/tests`) as part of `cargo test`, with the
 //! interpreter the product provisions (the managed default environment, shared with the other
 //! tests of this run) and pytest installed beside it in the target directory, never into it.
+//! The suite's kernels install the helper with the server's own install code (bootstrap and
+//! embedded package), which this test writes to a file for them.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -54,10 +56,19 @@ async fn python_helper_pytest_suite_passes() {
     let deps = target_tmp().join("pytest-deps");
     ensure_pytest(&python, &deps);
     let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("python/tests");
+    let install_code = tempfile::NamedTempFile::new_in(target_tmp()).expect("create a temp file");
+    let code = ipython_mcp_kernel::helper::install_code(
+        &ipython_mcp_config::OutputLimits::default(),
+        &ipython_mcp_config::Namespace::default(),
+        None,
+    );
+    std::fs::write(install_code.path(), code).expect("write the install code");
     let output = Command::new(&python)
         .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
         .arg(&tests)
         .env("PYTHONPATH", &deps)
+        // Read by tests/harness.py: the kernel tests install the helper exactly as the server does.
+        .env("IPYTHON_MCP_HELPER_INSTALL_CODE", install_code.path())
         // Under this test the kernel tests must run, not skip.
         .env("CI", "true")
         .output()

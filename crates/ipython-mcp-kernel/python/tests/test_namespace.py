@@ -1,16 +1,16 @@
 """Unit tests of the helper's namespace methods, without a kernel.
 
-The methods read ``_current()``: a fake installation (a shell with ``user_ns``,
-``user_ns_hidden`` and ``execution_count``, a config, the configured binding names) stands in
-for a running kernel. End-to-end tests through a real kernel are in test_helper.py.
+The methods read ``rpc.current()``: a fake installation (a shell with ``user_ns``,
+``user_ns_hidden`` and ``execution_count``, a config, the configured binding names), passed to
+``rpc.serve``, stands in for a running kernel. The same methods run end to end through a real
+kernel at the end of this file.
 
 Run from the workspace root:  python -m pytest crates/ipython-mcp-kernel/python/tests -q
 """
 
-import collections
+import ast
 import gc
 import json
-import math
 import os
 import sys
 import types
@@ -18,18 +18,8 @@ import warnings
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-with open(os.path.join(HERE, os.pardir, "ipython_mcp_helper.py"), encoding="utf-8") as _file:
-    SOURCE = _file.read()
-
-
-def load_helper():
-    """Loads the module exactly as the server's bootstrap does: no file, no package."""
-    module = types.ModuleType("ipython_mcp_helper")
-    module.__file__ = "<ipython-mcp-helper>"
-    exec(compile(SOURCE, "<ipython-mcp-helper>", "exec"), module.__dict__)
-    return module
-
+from harness import CONFIG as KERNEL_CONFIG
+from harness import LIBDIR, needs_kernel, write_module
 
 CONFIG = {
     "max_text_chars": 200,
@@ -92,19 +82,21 @@ class Fixture:
 
     def __init__(self, helper, user_ns, hidden=None, bindings=(), config=None, namespace=None):
         config = dict(CONFIG if config is None else config)
-        config["namespace"] = helper.validated_namespace(namespace)
+        config["namespace"] = helper.namespace.validated_namespace(namespace)
         self.helper = helper
         self.shell = types.SimpleNamespace(user_ns=user_ns, user_ns_hidden=hidden or {}, execution_count=7)
-        helper._installation = types.SimpleNamespace(
-            shell=self.shell,
-            config=config,
-            bindings=frozenset(bindings) | helper.configured_bindings(config["namespace"]),
-            namespace_errors=[],
-            info={"version": "1"},
+        helper.rpc.serve(
+            types.SimpleNamespace(
+                shell=self.shell,
+                config=config,
+                bindings=frozenset(bindings) | helper.namespace.configured_bindings(config["namespace"]),
+                namespace_errors=[],
+                info={"version": "1"},
+            )
         )
 
     def call(self, method, **params):
-        reply = self.helper.handle_request({"id": "t", "method": method, "params": params})
+        reply = self.helper.rpc.handle_request({"id": "t", "method": method, "params": params})
         json.dumps(reply)  # every reply is JSON as it stands
         return reply
 
@@ -117,11 +109,6 @@ class Fixture:
         reply = self.call(method, **params)
         assert reply["ok"] is False, reply
         return reply["error"]
-
-
-@pytest.fixture
-def helper():
-    return load_helper()
 
 
 def ipython_like_namespace():
@@ -150,17 +137,17 @@ def ipython_like_namespace():
 def test_protected_names(helper):
     bindings = {"js"}
     for name in ("_", "_x", "__name__", "In", "Out", "get_ipython", "exit", "quit", "open", "js"):
-        assert helper.is_protected(name, bindings), name
+        assert helper.namespace.is_protected(name, bindings), name
     for name in ("x", "json", "in_", "Open"):
-        assert not helper.is_protected(name, bindings), name
+        assert not helper.namespace.is_protected(name, bindings), name
 
 
 def test_user_names_skip_protected_and_hidden_unless_rebound(helper):
     user_ns, hidden = ipython_like_namespace()
     user_ns.update(b=1, a=2, js=json)
-    assert helper.user_names(user_ns, hidden, {"js"}) == ["a", "b"]
+    assert helper.namespace.user_names(user_ns, hidden, {"js"}) == ["a", "b"]
     user_ns["np"] = "the user's own np"  # a hidden name rebound by the user is the user's
-    assert helper.user_names(user_ns, hidden, {"js"}) == ["a", "b", "np"]
+    assert helper.namespace.user_names(user_ns, hidden, {"js"}) == ["a", "b", "np"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -359,66 +346,8 @@ def test_inspect_flags_every_text_field_and_qualifies_builtins(helper):
 
 
 # --------------------------------------------------------------------------------------------
-# call_function and JSON conversion
+# call_function
 # --------------------------------------------------------------------------------------------
-
-
-def test_to_json_keeps_json_data():
-    helper = load_helper()
-    value = {"a": [1, 2.5, None, True, "s"], "b": (1, 2), "c": {"d": False}}
-    assert helper.to_json(value, 6, 100, 100) == ({"a": [1, 2.5, None, True, "s"], "b": [1, 2], "c": {"d": False}}, False)
-    Point = collections.namedtuple("Point", "x y")
-
-    class Text(str):
-        def __str__(self):
-            raise AssertionError("never called")
-
-    data, truncated = helper.to_json([Point(1, 2), collections.OrderedDict(k=Text("v")), True, 3], 6, 100, 100)
-    assert (data, truncated) == ([[1, 2], {"k": "v"}, True, 3], False)
-    assert type(data[1]["k"]) is str and type(data[2]) is bool
-
-
-def test_to_json_bounds_set_truncated():
-    helper = load_helper()
-    assert helper.to_json(list(range(10)), 6, 3, 100) == ([0, 1, 2], True)
-    assert helper.to_json({str(i): i for i in range(5)}, 6, 2, 100) == ({"0": 0, "1": 1}, True)
-    assert helper.to_json("abcdef", 6, 100, 4) == ("abcd", True)
-    assert helper.to_json([[[1]], [[]]], 2, 100, 100) == ([[[]], [[]]], True)
-    assert helper.to_json([[[]]], 2, 100, 100) == ([[[]]], False)  # an empty cut loses nothing
-    assert helper.to_json({"a": {"b": {"c": 1}}}, 2, 100, 100) == ({"a": {"b": {}}}, True)
-    assert helper.to_json([1], 0, 100, 100) == ([], True)
-    assert helper.to_json({"k" * 10: 1}, 6, 100, 4) == ({"kkkk": 1}, True)
-    cycle = []
-    cycle.append(cycle)
-    assert helper.to_json(cycle, 3, 100, 100) == ([[[[]]]], True)  # levels 1-3 kept, the 4th cut
-    # Shared children cannot multiply the work: the number of values is bounded.
-    wide = [list(range(100))] * 100
-    nested = [wide] * 100
-    data, truncated = helper.to_json(nested, 6, 100, 100)
-    assert truncated and sum(len(row) for block in data for row in block) < 100_000
-    # Strings share one budget of max_chars * max_items characters.
-    data, truncated = helper.to_json(["x" * 10] * 5, 6, 2, 10)
-    assert truncated and data == ["x" * 10, "x" * 10]
-
-
-@pytest.mark.parametrize(
-    "value, where",
-    [
-        ({1, 2}, "the result is a set"),
-        ([1, float("nan")], "the result[1] is the float nan"),
-        ({"a": [math.inf]}, "the result['a'][0] is the float inf"),
-        ({1: "x"}, "the result is a dict with a key of type int"),
-        ([b"bytes"], "the result[0] is a bytes"),
-        ({"w": Widget()}, "the result['w'] is a %s.Widget" % __name__),
-        (10 ** 5000, "the result is an int of"),
-    ],
-    ids=["set", "nan", "inf", "int-key", "bytes", "object", "huge-int"],
-)
-def test_to_json_refuses_what_json_cannot_carry(value, where):
-    helper = load_helper()
-    with pytest.raises(helper.NotJson) as raised:
-        helper.to_json(value, 6, 100, 100)
-    assert str(raised.value).startswith(where), str(raised.value)
 
 
 def test_call_function_happy_path_invokes_once(helper):
@@ -546,22 +475,6 @@ def test_reset_removes_user_names_restores_bindings_keeps_count(helper):
 # --------------------------------------------------------------------------------------------
 
 
-def test_config_defaults_and_namespace_normalized(helper, tmp_path):
-    base = {key: CONFIG[key] for key in helper.CONFIG_KEYS}
-    checked = helper._validated(base)
-    assert (checked["max_repr_chars"], checked["max_results"], checked["max_json_depth"]) == (1024, 100, 6)
-    assert checked["namespace"] == {"library_paths": [], "preload_modules": [], "module_aliases": {}}
-    namespace = {"library_paths": [str(tmp_path), str(tmp_path)], "preload_modules": ["os.path", "os", "os.path"],
-                 "module_aliases": {"json": "js", "os": "os"}}
-    assert helper._validated(dict(base, namespace=namespace))["namespace"] == {
-        "library_paths": [str(tmp_path)],
-        "preload_modules": ["os.path", "os"],
-        "module_aliases": {"json": "js", "os": "os"},
-    }
-    with pytest.raises(ValueError, match="max_results"):
-        helper._validated(dict(base, max_results=-1))
-
-
 @pytest.mark.parametrize(
     "namespace, message",
     [
@@ -582,14 +495,14 @@ def test_config_defaults_and_namespace_normalized(helper, tmp_path):
 )
 def test_bad_namespace_config_is_rejected(helper, namespace, message):
     with pytest.raises(ValueError, match=message):
-        helper.validated_namespace(namespace)
+        helper.namespace.validated_namespace(namespace)
 
 
 def test_bind_configured_reports_failures_per_module(helper, tmp_path, monkeypatch):
     (tmp_path / "mcp_unit_raises.py").write_text("raise RuntimeError('at import')\n")
     (tmp_path / "mcp_unit_needs.py").write_text("import mcp_unit_absent_dependency\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    namespace = helper.validated_namespace(
+    namespace = helper.namespace.validated_namespace(
         {
             "preload_modules": ["mcp_unit_missing.sub", "mcp_unit_raises", "os.path"],
             "module_aliases": {"mcp_unit_needs": "needs", "json": "js"},
@@ -597,7 +510,7 @@ def test_bind_configured_reports_failures_per_module(helper, tmp_path, monkeypat
     )
     user_ns = {}
     try:
-        errors = helper.bind_configured(user_ns, namespace)
+        errors = helper.namespace.bind_configured(user_ns, namespace)
     finally:
         for name in ("mcp_unit_raises", "mcp_unit_needs"):
             sys.modules.pop(name, None)
@@ -619,36 +532,27 @@ def test_failed_reload_restores_the_module(helper, tmp_path, monkeypatch):
     try:
         f = mcp_unit_reloaded.f
         user_ns = {"f": f, "mod": mcp_unit_reloaded, "also": f, "_": f}
-        config = helper._validated(CONFIG)
+        config = helper.installation._validated(CONFIG)
         path.write_text("def f():\n    return 2\nraise RuntimeError('half way')\n")
-        entry = helper.reload_module(user_ns, "mcp_unit_reloaded", config)
+        entry = helper.namespace.reload_module(user_ns, "mcp_unit_reloaded", config)
         assert (entry["ok"], entry["rebound"], entry["error"]["code"]) == (False, [], "execution_error")
         assert entry["error"]["ename"] == "RuntimeError"
         assert mcp_unit_reloaded.f is f and sys.modules["mcp_unit_reloaded"] is mcp_unit_reloaded
         path.write_text("def f():\n    return 3\n")
-        entry = helper.reload_module(user_ns, "mcp_unit_reloaded", config)
+        entry = helper.namespace.reload_module(user_ns, "mcp_unit_reloaded", config)
         # "also" holds the function defined in the module under another name: rebound too; "_"
         # (IPython's output cache) is not.
         assert entry == {"module": "mcp_unit_reloaded", "ok": True, "rebound": ["also", "f", "mod"], "error": None}
         assert user_ns["f"]() == 3 and user_ns["also"] is user_ns["f"] and user_ns["_"] is f
-        missing = helper.reload_module(user_ns, "mcp_unit_never_imported", config)
+        missing = helper.namespace.reload_module(user_ns, "mcp_unit_never_imported", config)
         assert (missing["ok"], missing["error"]["code"]) == (False, "module_not_found")
     finally:
         sys.modules.pop("mcp_unit_reloaded", None)
 
 
-def test_error_fields_travel_in_the_reply(helper):
-    def raising(params):
-        raise helper.RequestError("execution_error", "m", ename="E", evalue="v", traceback=["t"])
-
-    helper.METHODS["raising"] = raising
-    reply = helper.handle_request({"id": "1", "method": "raising", "params": {}})
-    assert reply["error"] == {"code": "execution_error", "message": "m", "ename": "E", "evalue": "v", "traceback": ["t"]}
-
-
 def test_namespace_methods_need_an_installation(helper):
     for method in ("list", "search", "inspect", "call_function", "reload", "remove", "reset", "install_info"):
-        reply = helper.handle_request({"id": "1", "method": method, "params": {}})
+        reply = helper.rpc.handle_request({"id": "1", "method": method, "params": {}})
         assert reply["error"]["code"] == "not_installed", method
 
 
@@ -686,7 +590,274 @@ def test_reload_sees_a_same_size_edit_within_the_second(helper, tmp_path, monkey
         assert os.path.exists(mcp_unit_same_size.__cached__)
         path.write_text("def f():\n    return 2\n")
         user_ns = {"f": mcp_unit_same_size.f}
-        entry = helper.reload_module(user_ns, "mcp_unit_same_size", helper._validated(CONFIG))
+        entry = helper.namespace.reload_module(user_ns, "mcp_unit_same_size", helper.installation._validated(CONFIG))
         assert (entry["ok"], entry["rebound"], user_ns["f"]()) == (True, ["f"], 2)
     finally:
         sys.modules.pop("mcp_unit_same_size", None)
+
+
+# --------------------------------------------------------------------------------------------
+# The namespace methods, end to end (unit tests of the same are in test_namespace.py)
+# --------------------------------------------------------------------------------------------
+
+NAMESPACE_SETUP = '''
+def add(a, b=1):
+    """Adds two numbers.
+
+    A second paragraph.
+    """
+    return a + b
+
+class Box:
+    """A box."""
+
+    def __init__(self, value=0):
+        self.value = value
+
+class Hostile:
+    def __repr__(self):
+        raise RuntimeError("no repr")
+
+    @property
+    def boom(self):
+        raise ZeroDivisionError("no boom")
+
+def fail(message):
+    raise ValueError(message)
+
+async def later():
+    return 1
+
+def make(kind):
+    return {"set": {1}, "nan": float("nan"), "long": list(range(100)), "deep": [[[[[1]]]]]}[kind]
+
+box = Box(3)
+hostile = Hostile()
+data = list(range(1000))
+import math
+'''
+
+
+@needs_kernel
+class TestKernelNamespace:
+    def setup_fresh(self, kernel, code=NAMESPACE_SETUP):
+        assert kernel.request("reset")["ok"] is True
+        run = kernel.execute(code)
+        assert run.reply["content"]["status"] == "ok", run.reply["content"]
+
+    def ok(self, kernel, method, params=None):
+        reply = kernel.request(method, params)
+        assert reply["ok"] is True, reply
+        return reply["result"]
+
+    def error(self, kernel, method, params=None):
+        reply = kernel.request(method, params)
+        assert reply["ok"] is False, reply
+        return reply["error"]
+
+    def test_configured_namespace_is_applied(self, kernel):
+        info = self.ok(kernel, "install_info")
+        assert (info["version"], info["bindings"], info["namespace_errors"]) == ("1", ["js", "mcp_testlib"], [])
+        # Installed three times by the fixture: the library path is first, and there once.
+        assert kernel.user_expression("__import__('sys').path[0]") == repr(LIBDIR)
+        assert kernel.user_expression("__import__('sys').path.count(%r)" % LIBDIR) == "1"
+        assert kernel.user_expression("(js.__name__, mcp_testlib.greet())") == repr(("json", "hello world"))
+
+    def test_failed_preloads_are_reported_not_raised(self, kernel):
+        write_module("mcp_testlib_broken", "raise RuntimeError('broken at import')\n")
+        bad = dict(KERNEL_CONFIG, namespace=dict(KERNEL_CONFIG["namespace"], preload_modules=["mcp_no_such_module", "mcp_testlib"],
+                                          module_aliases={"mcp_testlib_broken": "broken"}))
+        install = "__import__('sys').modules['ipython_mcp_helper'].install(%r)"
+        try:
+            info = ast.literal_eval(kernel.user_expression(install % bad))
+            expected = [
+                {"module": "mcp_no_such_module", "code": "module_not_found",
+                 "message": "ModuleNotFoundError: No module named 'mcp_no_such_module'"},
+                {"module": "mcp_testlib_broken", "code": "execution_error", "message": "RuntimeError: broken at import"},
+            ]
+            assert info["namespace_errors"] == expected
+            status = self.ok(kernel, "install_info")
+            assert status["bindings"] == ["broken", "mcp_no_such_module", "mcp_testlib"]
+            assert status["namespace_errors"] == expected
+            invalid = dict(KERNEL_CONFIG, namespace={"module_aliases": {"json": "not an identifier"}})
+            reply = kernel.execute("__import__('sys').modules['ipython_mcp_helper'].install(%r)" % invalid, silent=True)
+            assert (reply.reply["content"]["ename"], "not an identifier" in reply.reply["content"]["evalue"]) == (
+                "ValueError",
+                True,
+            )
+            assert self.ok(kernel, "install_info")["bindings"] == ["broken", "mcp_no_such_module", "mcp_testlib"]
+        finally:
+            ast.literal_eval(kernel.user_expression(install % KERNEL_CONFIG))
+        restored = self.ok(kernel, "install_info")
+        assert (restored["bindings"], restored["namespace_errors"]) == (["js", "mcp_testlib"], [])
+
+    def test_list(self, kernel):
+        self.setup_fresh(kernel)
+        result = self.ok(kernel, "list")
+        assert [(f["name"], f["kind"]) for f in result["functions"]] == [
+            ("Box", "class"),
+            ("Hostile", "class"),
+            ("add", "function"),
+            ("fail", "function"),
+            ("later", "function"),
+            ("make", "function"),
+        ]
+        assert (result["total"], result["truncated"]) == (6, False)
+        add = result["functions"][2]
+        assert add == {
+            "name": "add",
+            "kind": "function",
+            "signature": "(a, b=1)",
+            "module": "__main__",
+            "doc": "Adds two numbers.",
+            "truncated": {"signature": False, "module": False, "doc": False},
+        }
+        # More callables than max_results (10): sorted, cut, flagged.
+        kernel.execute("for _i in range(12):\n    globals()['f%02d' % _i] = lambda: _i")
+        result = self.ok(kernel, "list")
+        assert [f["name"] for f in result["functions"]] == ["Box", "Hostile", "add", "f00", "f01", "f02", "f03",
+                                                           "f04", "f05", "f06"]
+        assert (result["total"], result["truncated"]) == (18, True)
+
+    def test_search(self, kernel):
+        self.setup_fresh(kernel, NAMESPACE_SETUP + "Data = 1\nmetadata = {'a': 1}\n")
+        result = self.ok(kernel, "search", {"query": "data"})
+        assert [r["name"] for r in result["results"]] == ["data", "Data", "metadata"]
+        data = result["results"][0]
+        assert data == {
+            "name": "data",
+            "kind": "variable",
+            "qualified_type": "builtins.list",
+            "module": None,
+            "representation": repr(list(range(1000)))[:64],
+            "truncated": {"qualified_type": False, "module": False, "representation": True},
+        }
+        assert [r["name"] for r in self.ok(kernel, "search", {"query": "Data", "exact": True})["results"]] == ["Data"]
+        (hostile,) = self.ok(kernel, "search", {"query": "hostile", "exact": True})["results"]
+        assert (hostile["representation"], hostile["qualified_type"]) == ("<repr failed: RuntimeError>", "__main__.Hostile")
+        (math_entry,) = self.ok(kernel, "search", {"query": "math"})["results"]
+        assert (math_entry["kind"], math_entry["module"]) == ("module", "math")
+        everything = self.ok(kernel, "search", {"query": "", "limit": 3})
+        assert [r["name"] for r in everything["results"]] == ["Box", "Data", "Hostile"]
+        assert (everything["total"], everything["truncated"]) == (12, True)
+        # Protected names are never user names: configured bindings, IPython's, _-names.
+        for name in ("js", "mcp_testlib", "In", "get_ipython", "_"):
+            assert self.ok(kernel, "search", {"query": name, "exact": True})["total"] == 0, name
+        assert self.error(kernel, "search", {"query": 3})["code"] == "invalid_request"
+
+    def test_inspect(self, kernel):
+        self.setup_fresh(kernel)
+        result = self.ok(kernel, "inspect", {"name": "box.value"})
+        assert result == {
+            "name": "box.value",
+            "kind": "variable",
+            "qualified_type": "builtins.int",
+            "callable": False,
+            "signature": "",
+            "module": None,
+            "documentation": result["documentation"],
+            "representation": "3",
+            "truncated": {
+                "qualified_type": False,
+                "signature": False,
+                "module": False,
+                "documentation": False,
+                "representation": False,
+            },
+        }
+        greet = self.ok(kernel, "inspect", {"name": "mcp_testlib.greet"})
+        assert (greet["kind"], greet["callable"], greet["signature"], greet["module"]) == (
+            "function", True, "(name='world')", "mcp_testlib")
+        assert greet["documentation"] == "Says hello.\n\nA second paragraph."
+        assert self.ok(kernel, "inspect", {"name": "js"})["kind"] == "module"
+        assert self.error(kernel, "inspect", {"name": "box..value"})["code"] == "invalid_name"
+        assert self.error(kernel, "inspect", {"name": ""})["code"] == "invalid_name"
+        missing = self.error(kernel, "inspect", {"name": "box.nothing"})
+        assert missing["code"] == "name_not_found" and "'nothing'" in missing["message"]
+        assert self.error(kernel, "inspect", {"name": "undefined_thing"})["code"] == "name_not_found"
+        raised = self.error(kernel, "inspect", {"name": "hostile.boom"})
+        assert (raised["code"], raised["ename"], raised["evalue"]) == ("execution_error", "ZeroDivisionError", "no boom")
+        assert raised["traceback"][-1] == "ZeroDivisionError: no boom\n"
+        assert kernel.request("inspect", {"name": "hostile.boom"})["result"] == {"name": "hostile.boom", "resolved": "hostile"}
+        unrepresentable = kernel.request("inspect", {"name": "hostile"})
+        assert (unrepresentable["ok"], unrepresentable["error"]["ename"]) == (False, "RuntimeError")
+        assert unrepresentable["result"]["representation"] is None
+        assert unrepresentable["result"]["qualified_type"] == "__main__.Hostile"
+
+    def test_call_function(self, kernel):
+        self.setup_fresh(kernel)
+        call = lambda name, arguments: kernel.request("call_function", {"name": name, "arguments": arguments})  # noqa: E731
+        assert call("add", {"a": 2, "b": 3})["result"] == {"result": 5, "truncated": False}
+        assert call("mcp_testlib.greet", {"name": "mcp"})["result"] == {"result": "hello mcp", "truncated": False}
+        assert call("js.dumps", {"obj": {"k": [1]}})["result"] == {"result": '{"k": [1]}', "truncated": False}
+        assert call("make", {"kind": "long"})["result"] == {"result": list(range(10)), "truncated": True}
+        assert call("make", {"kind": "deep"})["result"] == {"result": [[[[[]]]]], "truncated": True}
+        assert call("box", {})["error"]["code"] == "not_callable"
+        assert call("nothing", {})["error"]["code"] == "name_not_found"
+        assert call("add(1)", {})["error"]["code"] == "invalid_name"
+        wrong = call("add", {"a": 1, "c": 2})["error"]
+        assert wrong["code"] == "invalid_arguments" and "'c'" in wrong["message"]
+        assert call("add", [1])["error"]["code"] == "invalid_arguments"
+        raised = call("fail", {"message": "\x1b[1mboom\x1b[0m"})["error"]
+        assert (raised["code"], raised["ename"], raised["evalue"]) == ("execution_error", "ValueError", "\x1b[1mboom\x1b[0m")
+        assert raised["traceback"][-1] == "ValueError: boom\n"  # the traceback is ANSI-free
+        assert any("in fail" in entry for entry in raised["traceback"])
+        for kind, what in (("set", "a set"), ("nan", "nan")):
+            error = call("make", {"kind": kind})["error"]
+            assert error["code"] == "result_not_json" and what in error["message"], error
+        later = call("later", {})["error"]
+        assert later["code"] == "result_not_json" and "coroutine" in later["message"]
+
+    def test_build_import_edit_reload(self, kernel):
+        self.setup_fresh(kernel, "x = 1")
+        write_module("mcp_buildmod", "def f():\n    return 1\n")
+        # As in a server's kernel, imports write bytecode (this test run may have turned it off).
+        code = "import sys\n_dont_write, sys.dont_write_bytecode = sys.dont_write_bytecode, False\n"
+        code += "try:\n    import mcp_buildmod\nfinally:\n    sys.dont_write_bytecode = _dont_write\n"
+        run = kernel.execute(code + "from mcp_buildmod import f\nalias = mcp_buildmod")
+        assert run.reply["content"]["status"] == "ok", run.reply["content"]
+        assert os.path.exists(kernel.user_expression("mcp_buildmod.__cached__").strip("'"))
+        call = lambda name: kernel.request("call_function", {"name": name, "arguments": {}})["result"]  # noqa: E731
+        assert call("f") == {"result": 1, "truncated": False}
+
+        # Same size, same second: the bytecode cache alone would not notice this edit.
+        write_module("mcp_buildmod", "def f():\n    return 2\n")
+        result = self.ok(kernel, "reload", {"modules": ["mcp_buildmod", "mcp_buildmod", "mcp_never_imported"]})
+        assert result["results"][0] == {"module": "mcp_buildmod", "ok": True, "rebound": ["alias", "f", "mcp_buildmod"],
+                                        "error": None}
+        missing = result["results"][1]
+        assert (missing["module"], missing["ok"], missing["rebound"], missing["error"]["code"]) == (
+            "mcp_never_imported", False, [], "module_not_found")
+        assert len(result["results"]) == 2
+        assert call("f") == {"result": 2, "truncated": False}
+        assert call("mcp_buildmod.f") == {"result": 2, "truncated": False}
+
+        write_module("mcp_buildmod", "def f(:\n    return 3\n")
+        (failed,) = self.ok(kernel, "reload", {"modules": ["mcp_buildmod"]})["results"]
+        assert (failed["ok"], failed["rebound"], failed["error"]["code"], failed["error"]["ename"]) == (
+            False, [], "execution_error", "SyntaxError")
+        assert call("f") == {"result": 2, "truncated": False}
+        assert kernel.user_expression("(f(), mcp_buildmod.f(), alias.f is f)") == "(2, 2, True)"
+
+        (preload,) = self.ok(kernel, "reload", {"modules": ["mcp_testlib"]})["results"]
+        assert (preload["ok"], preload["rebound"]) == (True, ["mcp_testlib"])
+
+    def test_remove_and_reset(self, kernel):
+        self.setup_fresh(kernel, "a = 1\nb = 2\njs = 'shadowed'\nimport os")
+        names = ["b", "a", "a", "In", "_", "js", "mcp_testlib", "nope", "get_ipython"]
+        assert self.ok(kernel, "remove", {"names": names}) == {
+            "removed": ["a", "b"],
+            "refused": ["In", "_", "get_ipython", "js", "mcp_testlib"],
+            "unknown": ["nope"],
+        }
+        assert self.ok(kernel, "remove", {"names": names})["removed"] == []
+        assert self.ok(kernel, "remove", {"names": names})["unknown"] == ["a", "b", "nope"]
+
+        run = kernel.execute("c = 3")  # counted: the next execution_count is one more
+        count = run.reply["content"]["execution_count"]
+        assert kernel.user_expression("get_ipython().execution_count") == str(count + 1)
+        assert self.ok(kernel, "reset") == {"removed": ["c", "os"], "execution_count": count, "tools_dropped": 0}
+        assert kernel.user_expression("(js.__name__, mcp_testlib.__name__)") == repr(("json", "mcp_testlib"))
+        assert self.ok(kernel, "reset") == {"removed": [], "execution_count": count, "tools_dropped": 0}
+        assert kernel.user_expression("get_ipython().execution_count") == str(count + 1)
+        assert self.ok(kernel, "list") == {"functions": [], "total": 0, "truncated": False}

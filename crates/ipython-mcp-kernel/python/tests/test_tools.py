@@ -14,7 +14,6 @@ import functools
 import hashlib
 import inspect
 import json
-import os
 import sys
 import types
 import typing
@@ -22,18 +21,8 @@ from typing import Annotated, Any, Dict, FrozenSet, List, Literal, Optional, Set
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-with open(os.path.join(HERE, os.pardir, "ipython_mcp_helper.py"), encoding="utf-8") as _file:
-    SOURCE = _file.read()
-
-
-def load_helper():
-    """Loads the module exactly as the server's bootstrap does: no file, no package."""
-    module = types.ModuleType("ipython_mcp_helper")
-    module.__file__ = "<ipython-mcp-helper>"
-    exec(compile(SOURCE, "<ipython-mcp-helper>", "exec"), module.__dict__)
-    return module
-
+from harness import CONFIG as KERNEL_CONFIG
+from harness import load_helper, needs_kernel
 
 CONFIG = {
     "max_text_chars": 200,
@@ -57,20 +46,22 @@ class Fixture:
 
     def __init__(self, helper, user_ns, hidden=None, namespace=None):
         config = dict(CONFIG)
-        config["namespace"] = helper.validated_namespace(namespace)
+        config["namespace"] = helper.namespace.validated_namespace(namespace)
         self.helper = helper
         self.user_ns = user_ns
         self.shell = types.SimpleNamespace(user_ns=user_ns, user_ns_hidden=hidden or {}, execution_count=3)
-        helper._installation = types.SimpleNamespace(
-            shell=self.shell,
-            config=config,
-            bindings=helper.configured_bindings(config["namespace"]),
-            namespace_errors=[],
-            info={"version": "1"},
+        helper.rpc.serve(
+            types.SimpleNamespace(
+                shell=self.shell,
+                config=config,
+                bindings=helper.namespace.configured_bindings(config["namespace"]),
+                namespace_errors=[],
+                info={"version": "1"},
+            )
         )
 
     def call(self, method, **params):
-        reply = self.helper.handle_request({"id": "t", "method": method, "params": params})
+        reply = self.helper.rpc.handle_request({"id": "t", "method": method, "params": params})
         json.dumps(reply, allow_nan=False)  # every reply is JSON as it stands
         return reply
 
@@ -107,11 +98,6 @@ class Fixture:
         return self.error("call_tool", tool_name=tool_name, arguments=arguments)
 
 
-@pytest.fixture
-def helper():
-    return load_helper()
-
-
 NO_DEFAULT = object()
 
 
@@ -128,7 +114,7 @@ def one_parameter(annotation, default=NO_DEFAULT, name="x"):
 
 def schema_of(helper, annotation):
     """The schema ``annotation`` gets as the one required parameter ``x``."""
-    schema = helper.tool_signature(one_parameter(annotation)).schema
+    schema = helper.tools.tool_signature(one_parameter(annotation)).schema
     assert schema["required"] == ["x"] and schema["additionalProperties"] is False, schema
     return schema["properties"]["x"]
 
@@ -272,7 +258,7 @@ def test_input_schema_layout_order_and_defaults(helper):
     def f(a: int, b: str = "x", *, c: float, d: Optional[List[int]] = None) -> "ignored":
         return a
 
-    schema = helper.tool_signature(f).schema
+    schema = helper.tools.tool_signature(f).schema
     assert schema == {
         "type": "object",
         "properties": {
@@ -293,12 +279,12 @@ def test_input_schema_layout_order_and_defaults(helper):
         return 1
 
     # "required" is left out when no parameter is required.
-    assert helper.tool_signature(nothing_required).schema == {
+    assert helper.tools.tool_signature(nothing_required).schema == {
         "type": "object",
         "properties": {"a": {"type": "integer", "default": 1}},
         "additionalProperties": False,
     }
-    assert helper.tool_signature(no_parameters).schema == {
+    assert helper.tools.tool_signature(no_parameters).schema == {
         "type": "object",
         "properties": {},
         "additionalProperties": False,
@@ -328,7 +314,7 @@ JSON_DEFAULTS = [
 
 @pytest.mark.parametrize("annotation, default, expected", JSON_DEFAULTS)
 def test_defaults_are_advertised_as_their_exact_json(helper, annotation, default, expected):
-    schema = helper.tool_signature(one_parameter(annotation, default)).schema
+    schema = helper.tools.tool_signature(one_parameter(annotation, default)).schema
     assert "required" not in schema
     prop = schema["properties"]["x"]
     assert prop["default"] == expected and type(prop["default"]) is type(expected)
@@ -383,15 +369,15 @@ def test_fingerprint_is_sha256_of_sorted_compact_utf8_json(helper):
 
     registration = Fixture(helper, {"f": f}).register("f")
     schema = registration["input_schema"]
-    assert registration["fingerprint"] == fingerprint(schema) == helper.schema_fingerprint(schema)
+    assert registration["fingerprint"] == fingerprint(schema) == helper.tools.schema_fingerprint(schema)
     # A golden value, so the Rust side can check its own recipe against the same bytes:
     # {"additionalProperties":false,"properties":{"a":{"type":"integer"},"b":{"default":"é","type":"string"}},
     #  "required":["a"],"type":"object"} (é as the two UTF-8 bytes c3 a9, not \u00e9).
     assert registration["fingerprint"] == "271306de9cd0e857346172c9795bb7e6757d0ea6ab32126badf36279770c181d"
     # Key order of the dict does not matter; any difference in content does.
     reordered = {key: schema[key] for key in reversed(list(schema))}
-    assert helper.schema_fingerprint(reordered) == registration["fingerprint"]
-    assert helper.schema_fingerprint(dict(schema, required=[])) != registration["fingerprint"]
+    assert helper.tools.schema_fingerprint(reordered) == registration["fingerprint"]
+    assert helper.tools.schema_fingerprint(dict(schema, required=[])) != registration["fingerprint"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -609,14 +595,14 @@ def resolving_helper(request):
     """The helper as Python >= 3.10 runs it (inspect's eval_str), and as 3.9 does (each string
     evaluated in the function's globals)."""
     helper = load_helper()
-    helper._SIGNATURE_EVAL_STR = request.param == "eval_str"
+    helper.tools._SIGNATURE_EVAL_STR = request.param == "eval_str"
     return helper
 
 
 def test_postponed_annotations_are_resolved(resolving_helper):
     helper = resolving_helper
     module = exec_module(FUTURE_MODULE)
-    assert helper.tool_signature(module["future"]).schema == {
+    assert helper.tools.tool_signature(module["future"]).schema == {
         "type": "object",
         "properties": {
             "a": INTEGER,
@@ -627,7 +613,7 @@ def test_postponed_annotations_are_resolved(resolving_helper):
         "required": ["a"],
         "additionalProperties": False,
     }
-    assert helper.tool_signature(module["Built"]).schema == {
+    assert helper.tools.tool_signature(module["Built"]).schema == {
         "type": "object",
         "properties": {
             "size": INTEGER,
@@ -636,12 +622,12 @@ def test_postponed_annotations_are_resolved(resolving_helper):
         "required": ["size"],
         "additionalProperties": False,
     }
-    assert helper.tool_signature(module["Point"]).schema["properties"] == {
+    assert helper.tools.tool_signature(module["Point"]).schema["properties"] == {
         "x": NUMBER,
         "y": {"type": "number", "default": 0.0},
     }
     plain = exec_module(PLAIN_MODULE)
-    assert helper.tool_signature(plain["quoted"]).schema["properties"] == {
+    assert helper.tools.tool_signature(plain["quoted"]).schema["properties"] == {
         "a": INTEGER,
         "b": {"anyOf": [{"type": "array", "items": STRING}, NULL], "default": None},
     }
@@ -726,7 +712,7 @@ class NoInit:
 
 def test_class_constructors(helper):
     def props(value):
-        schema = helper.tool_signature(value).schema
+        schema = helper.tools.tool_signature(value).schema
         return schema["properties"], schema.get("required", [])
 
     assert props(Plain) == ({"size": INTEGER, "label": {"type": "string", "default": "box"}}, ["size"])
@@ -888,7 +874,7 @@ def test_wrapped_functions_follow_the_wrapped_signature(helper):
 def test_unchanged_bindings_take_the_cheap_path(helper, monkeypatch):
     """Same object + same signature token: the schema is not generated again."""
     calls = []
-    real = helper.tool_signature
+    real = helper.tools.tool_signature
 
     def counting(value):
         calls.append(value)
@@ -907,7 +893,7 @@ def test_unchanged_bindings_take_the_cheap_path(helper, monkeypatch):
     })
     for name in list(fixture.user_ns):
         fixture.register(name)
-    monkeypatch.setattr(helper, "tool_signature", counting)
+    monkeypatch.setattr(helper.tools, "tool_signature", counting)
     assert fixture.liveness()[0] == dict.fromkeys(["C", "bound", "f", "m", "o", "p", "w"], "live")
     assert calls == []
 
@@ -1508,8 +1494,6 @@ def test_call_tool_uses_the_live_binding(helper):
 # End to end through a real kernel
 # --------------------------------------------------------------------------------------------
 
-from test_helper import CONFIG as KERNEL_CONFIG  # noqa: E402
-from test_helper import kernel, needs_kernel  # noqa: E402,F401  (the module-scoped fixture)
 
 KERNEL_SETUP = '''
 calls = []

@@ -1,0 +1,425 @@
+"""Output sinks: the terminal model of a stream, the bounded stream capture, the output log.
+
+``TerminalSink`` is what a Jupyter front end shows for one stream, in O(limit) memory (the
+server's ``sink.rs`` is the same model, checked against the same cases). ``StreamChannel``
+puts one in front of each ipykernel ``OutStream`` and forwards only a raw budget of characters
+per execution, spooling the full text. ``OutputLog`` records every output unbounded, for
+notebook saving.
+"""
+
+import json
+import os
+import threading
+import time
+
+from .bounds import sanitize_text
+
+# How often, at most, a stream's spool file is flushed while an execution writes to it.
+SPOOL_FLUSH_SECONDS = 0.25
+
+
+class TerminalSink:
+    """What a Jupyter front end shows for one output stream, in O(limit) memory.
+
+    Rendering follows Jupyter's ``fixCarriageReturn``: ``\\n`` commits the current line, ``\\r``
+    moves the cursor to column 0 of the current line and later characters overwrite from there
+    (the line keeps its longer length). ``\\r\\n`` therefore renders as ``\\n``, also when split
+    across writes. ``text()`` is the first ``limit`` characters of the rendering and
+    ``omitted()`` counts the rest exactly, however much was written.
+
+    Only the first ``limit`` rendered characters are stored: the committed head and the stored
+    prefix of the current line. The rest is lengths and the cursor, as ints. The work is done by
+    ``str`` methods (``in``, ``find``, ``split``, slicing), so a huge write costs a few C-speed
+    passes, not a Python loop per character. Python-level work is per *line* only before the
+    head is full, and afterwards only for lines that contain a ``\r``.
+    """
+
+    # Huge writes are processed in slices of this many characters, so the temporary lists made
+    # by ``str.split`` stay small whatever one write holds.
+    _CHUNK = 1 << 20
+
+    def __init__(self, limit):
+        self._limit = limit
+        self.clear()
+
+    def clear(self):
+        """Forgets everything written so far, text and counts."""
+        self._head = []  # stored committed text, at most `limit` characters in total
+        self._committed = 0  # length of the committed rendering (may exceed `limit`)
+        self._line = ""  # stored prefix of the current line
+        self._line_len = 0  # length of the current line
+        self._cursor = 0  # column where the next character goes
+        self._written = 0
+
+    def write(self, text):
+        """Renders ``text`` after everything written before (a str; any length)."""
+        self._written += len(text)
+        has_cr = "\r" in text
+        if not has_cr and "\n" not in text:
+            self._put(text)  # the common case: more characters on the current line
+            return
+        start = 0
+        while start < len(text):
+            if not has_cr and self._committed >= self._limit:
+                self._count_lines(text, start)
+                return
+            self._feed(text[start : start + self._CHUNK] if len(text) > self._CHUNK else text)
+            start += self._CHUNK
+
+    def text(self):
+        """The first `limit` characters of the rendered output."""
+        if self._committed >= self._limit:
+            return "".join(self._head)
+        return "".join(self._head) + self._line
+
+    def omitted(self):
+        """How many rendered characters ``text()`` leaves out."""
+        total = self._committed + self._line_len
+        return total - min(total, self._limit)
+
+    def total_written(self):
+        """Raw characters written since creation or the last ``clear()``."""
+        return self._written
+
+    def _feed(self, text):
+        if "\r" in text:
+            # "\r\n" renders exactly as "\n" (the "\r" only moves the cursor and "\n" commits
+            # the line intact); replacing it keeps ordinary CRLF output on the fast paths.
+            text = text.replace("\r\n", "\n")
+        has_cr = "\r" in text
+        if not has_cr and self._committed >= self._limit:
+            self._count_lines(text, 0)
+            return
+        lines = text.split("\n")
+        self._put(lines[0])
+        for index in range(1, len(lines)):
+            self._commit()
+            if self._committed >= self._limit:
+                # Nothing more can be stored: the remaining complete lines only add lengths.
+                middle = lines[index:-1]
+                width = _rendered_width if has_cr else len
+                self._committed += sum(map(width, middle)) + len(middle)
+                self._put(lines[-1])
+                return
+            self._put(lines[index])
+
+    def _count_lines(self, text, start):
+        """Counts ``text[start:]``, which has no "\\r", once the head is full: arithmetic on
+        the positions of its first and last newline, without copying or splitting it."""
+        first = text.find("\n", start)
+        if first < 0:
+            self._cursor += len(text) - start
+            self._line_len = max(self._line_len, self._cursor)
+            return
+        last = text.rfind("\n", start)
+        # text[start:first] completes the current line; every character after the first
+        # newline up to and including the last one is rendered as it is.
+        self._committed += max(self._line_len, self._cursor + first - start) + 1 + (last - first)
+        self._line = ""
+        self._line_len = self._cursor = len(text) - last - 1
+
+    def _put(self, segment):
+        """Writes a segment with no newline at the cursor; each "\\r" in it returns to column 0."""
+        pieces = segment.split("\r") if "\r" in segment else (segment,)
+        room = self._limit - self._committed
+        first = pieces[0]
+        if room > 0 and self._cursor < room and first:
+            end = self._cursor + len(first)
+            self._line = self._line[: self._cursor] + first[: room - self._cursor] + self._line[end:]
+        self._cursor += len(first)
+        self._line_len = max(self._line_len, self._cursor)
+        if len(pieces) == 1:
+            return
+        rest = pieces[1:]
+        widest = max(map(len, rest))
+        if room > 0 and widest > 0:
+            self._line = _overlay_from_column_zero(self._line, rest, min(room, widest))
+        self._line_len = max(self._line_len, widest)
+        self._cursor = len(rest[-1])
+
+    def _commit(self):
+        room = self._limit - self._committed
+        if room > 0:
+            self._head.append(self._line)
+            if self._line_len < room:
+                self._head.append("\n")
+        self._committed += self._line_len + 1
+        self._line = ""
+        self._line_len = self._cursor = 0
+
+
+def _rendered_width(line):
+    """Rendered length of a complete line that starts empty (its widest "\\r" piece)."""
+    if "\r" not in line:
+        return len(line)
+    return max(map(len, line.split("\r")))
+
+
+def _overlay_from_column_zero(stored, pieces, reach):
+    """``stored`` after writing each piece from column 0, in order, kept to ``reach`` chars.
+
+    A character shows the last piece that reaches its column, so walking the pieces backwards
+    only the ones longer than everything after them matter, and the walk stops as soon as
+    ``reach`` (the widest piece, capped at the room left) is covered. A tqdm bar rewritten
+    thousands of times in one write costs one step, not thousands.
+    """
+    parts = []
+    covered = 0
+    for piece in reversed(pieces):
+        if len(piece) > covered:
+            end = min(len(piece), reach)
+            parts.append(piece[covered:end])
+            covered = end
+            if covered >= reach:
+                break
+    return "".join(parts) + stored[covered:]
+
+
+def _log_json_default(value):
+    """What ipykernel's JSON cleaning does to the few non-JSON values a bundle may hold."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        import base64
+
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    return repr(value)
+
+
+class OutputLog:
+    """One execution's outputs, unbounded, as nbformat outputs in arrival order, appended to
+    ``path`` (one compact JSON object a line, created 0600 with O_EXCL on first use).
+
+    Lines: ``{"output_type": "display_data" | "update_display_data", "data", "metadata",
+    "transient"}``, ``{"output_type": "execute_result", "data", "metadata"}``, ``{"output_type":
+    "error", "ename", "evalue", "traceback"}``, ``{"output_type": "clear_output", "wait"}``, and
+    ``{"output_type": "stream", "name", "offset"}``: stream output continues here, from that byte
+    offset of the stream's spool file (logged only when the stream changes, not per write).
+    At most ``limit`` bytes; the first line that does not fit is replaced by ``{"output_type":
+    "omitted"}`` and nothing more is logged for the execution.
+    """
+
+    def __init__(self, path, limit):
+        self.path = path
+        self.limit = limit
+        self.file = None
+        self.written = 0
+        self.full = path is None
+        self.last_stream = None
+
+    def add(self, entry):
+        if self.full:
+            return
+        if entry.get("output_type") != "stream":
+            self.last_stream = None
+        try:
+            line = json.dumps(entry, default=_log_json_default, separators=(",", ":")) + "\n"
+            line = line.encode("utf-8", "replace")
+        except Exception:
+            line = None  # e.g. a circular structure: say something is missing, log no more
+        if line is None or self.written + len(line) > self.limit:
+            self.full = True
+            line = b'{"output_type":"omitted"}\n'
+        try:
+            if self.file is None:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                self.file = os.fdopen(fd, "wb")
+            self.file.write(line)
+            self.written += len(line)
+        except (OSError, ValueError):
+            self.full = True  # unwritable: stop for this execution
+
+    def stream(self, name, offset):
+        """Stream ``name`` is written at ``offset`` of its spool file now."""
+        if self.last_stream != name:
+            self.add({"output_type": "stream", "name": name, "offset": offset})
+            self.last_stream = name
+
+    def close(self):
+        file, self.file = self.file, None
+        self.full = True
+        if file is not None:
+            try:
+                file.close()
+            except Exception:
+                pass
+
+
+# Attributes the helper keeps on a bounded OutStream (its class and its instance dict).
+_BOUNDED_MARKER = "_ipython_mcp_bounded"
+_CHANNEL = "_ipython_mcp_channel"
+_INNER = "_ipython_mcp_inner"
+_LOCAL = "_ipython_mcp_local"
+
+
+class StreamChannel:
+    """Bounds one ipykernel ``OutStream``: a ``TerminalSink`` sees every write, and only the
+    first ``raw_forward_chars`` characters per execution reach the real stream (and iopub).
+
+    The stream's class is swapped for a subclass whose ``write`` is a property (see
+    ``_bounded_stream_class``), so this channel stays the outermost writer: for Python-level
+    writes, for ipykernel's fd-capture thread (which calls ``self.write``), and across IPython
+    9's per-cell tee, which assigns ``stream.write`` for each cell and would otherwise record
+    (and keep in memory) every unbounded write in the history.
+    """
+
+    def __init__(self, installation, stream, name):
+        self.installation = installation
+        self.stream = stream
+        self.name = name
+        self.sink = TerminalSink(installation.config["max_text_chars"])
+        self.budget = installation.config["raw_forward_chars"]
+        self.written = 0
+        self.forwarded = 0
+        self.spool_limit = installation.config["spool_max_bytes"]
+        self.spool_path = None
+        self.spool_file = None
+        self.spooled = 0
+        self.spool_dropped = 0
+        self.spool_flushed_at = 0.0
+        stream_class = type(stream)
+        if not stream_class.__dict__.get(_BOUNDED_MARKER):
+            stream.__class__ = _bounded_stream_class(stream_class)
+            # A writer assigned before the swap (IPython's tee of the running cell) is still in
+            # the instance dict; the property would hide it, so hand it to the setter.
+            assigned = stream.__dict__.pop("write", None)
+            stream.__dict__[_INNER] = None
+            if assigned is not None:
+                stream.write = assigned
+        self.local = stream.__dict__.setdefault(_LOCAL, threading.local())
+        self.base_write = type(stream).__mro__[1].write
+        stream.__dict__[_CHANNEL] = self
+
+    def detach(self):
+        if self.stream.__dict__.get(_CHANNEL) is self:
+            self.stream.__dict__[_CHANNEL] = None
+
+    def new_execution(self, spool_path=None):
+        self.written = 0
+        self.forwarded = 0
+        self.close_spool()
+        self.spool_path = spool_path
+        self.spooled = 0
+        self.spool_dropped = 0
+
+    def close_spool(self):
+        spool_file, self.spool_file = self.spool_file, None
+        if spool_file is not None:
+            try:
+                spool_file.close()
+            except Exception:
+                pass
+
+    def _spool(self, string):
+        """Appends ``string`` to this execution's spool file (opened on first write), up to
+        ``spool_limit`` bytes; counts the rest. Flushed at most every SPOOL_FLUSH_SECONDS, so
+        a reader sees a running execution's output without a system call per write."""
+        if self.spool_path is None:
+            return
+        data = string.encode("utf-8", "replace")
+        room = self.spool_limit - self.spooled
+        if len(data) > room:
+            self.spool_dropped += len(data) - max(room, 0)
+            data = data[: max(room, 0)]
+        if not data:
+            return
+        self.installation.outputs.stream(self.name, self.spooled)
+        if self.spool_file is None:
+            try:
+                # O_EXCL: never follow or reuse a file someone else put there.
+                fd = os.open(self.spool_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                self.spool_file = os.fdopen(fd, "wb")
+            except OSError:
+                self.spool_path = None  # unwritable: stop trying for this execution
+                return
+        self.spool_file.write(data)
+        self.spooled += len(data)
+        now = time.monotonic()
+        if now - self.spool_flushed_at >= SPOOL_FLUSH_SECONDS:
+            self.spool_flushed_at = now
+            self.spool_file.flush()
+
+    def write(self, string):
+        if (
+            getattr(self.local, "busy", False)
+            or not isinstance(string, str)
+            or self.stream.__dict__.get(_CHANNEL) is not self
+        ):
+            # Plain OutStream behaviour when called back by an inner writer (IPython's tee
+            # calls the write it replaced: a channel's), for a non-str (OutStream raises
+            # TypeError), or through a reference kept from before a re-install.
+            return self.base_write(self.stream, string)
+        # Forwarding under the lock too keeps concurrent writers (threads, the fd-capture
+        # thread) in the same order in the stream as in the sink. OutStream.write only buffers
+        # and schedules a flush, so nothing it does waits for this lock.
+        with self.installation.lock:
+            try:
+                forward = self._account(string)
+            except Exception:
+                forward = string  # never lose output to a helper bug
+            if forward:
+                self._forward(forward)
+        return len(string)
+
+    def _account(self, string):
+        """Feeds the sink; returns the sanitized part of ``string`` still within the budget."""
+        self.installation.note_output()
+        self.written += len(string)
+        self.sink.write(string)
+        try:
+            self._spool(string)
+        except Exception:
+            self.spool_path = None  # a full disk must not break the user's print
+        room = self.budget - self.forwarded
+        if room <= 0:
+            return ""
+        part = string if len(string) <= room else string[:room]
+        self.forwarded += len(part)
+        return sanitize_text(part)
+
+    def _forward(self, text):
+        inner = self.stream.__dict__.get(_INNER)
+        if inner is None:
+            self.base_write(self.stream, text)
+            return
+        self.local.busy = True
+        try:
+            inner(text)
+        finally:
+            self.local.busy = False
+
+
+def _bounded_stream_class(base):
+    """A subclass of an OutStream class whose ``write`` attribute is a property.
+
+    Reading ``stream.write`` gives the current channel's bounded write. Assigning it (IPython's
+    tee does, for the duration of each cell) does not replace the channel: the assigned writer
+    becomes the *inner* writer the channel forwards its bounded output to, and assigning the
+    channel's own write back (the tee restoring) removes it. A property on the class wins over
+    the instance dict, which is what keeps the channel outermost.
+    """
+
+    def get_write(stream):
+        channel = stream.__dict__.get(_CHANNEL)
+        if channel is not None:
+            return channel.write
+        inner = stream.__dict__.get(_INNER)
+        return inner if inner is not None else base.write.__get__(stream)
+
+    def set_write(stream, writer):
+        channel = stream.__dict__.get(_CHANNEL)
+        restoring = channel is not None and writer == channel.write
+        stream.__dict__[_INNER] = None if restoring else writer
+
+    def delete_write(stream):
+        stream.__dict__[_INNER] = None
+
+    return type(
+        base.__name__,
+        (base,),
+        {
+            "write": property(get_write, set_write, delete_write),
+            _BOUNDED_MARKER: True,
+            "__module__": base.__module__,
+        },
+    )
