@@ -18,6 +18,7 @@
 //! - A request's receiver yields messages until the kernel exits; after that it is closed, so
 //!   no caller waits on a dead kernel.
 
+pub mod kernelspec;
 mod launch;
 mod route;
 

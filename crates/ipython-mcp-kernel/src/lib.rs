@@ -11,7 +11,8 @@ mod bound;
 mod collect;
 mod executions;
 pub mod helper;
-pub mod kernelspec;
+// Kernelspec discovery lives with the rest of Jupyter's conventions; re-exported for the MCP crate.
+pub use ipython_mcp_jupyter::kernelspec;
 mod output;
 mod payload;
 pub mod raster;

@@ -6,6 +6,7 @@
 //! (`{"ok": false, "error"}` with `isError: true`) through [`IntoCallToolResult`]. The code an
 //! agent sees is a [`Code`]; its standard hint comes with it.
 
+use ipython_mcp_kernel::kernelspec;
 use ipython_mcp_kernel::{Code, ErrorInfo};
 use rmcp::handler::server::tool::IntoCallToolResult;
 use rmcp::model::{CallToolResponse, CallToolResult};
@@ -55,6 +56,20 @@ impl From<Box<ErrorInfo>> for ToolError {
 impl From<crate::sessions::StartError> for ToolError {
     fn from(error: crate::sessions::StartError) -> Self {
         ToolError::from(ErrorInfo::from(error))
+    }
+}
+
+/// A `venv:` spec that names no usable interpreter, as the agent sees it.
+pub(crate) fn venv_error(error: &kernelspec::VenvError) -> ErrorInfo {
+    let info = ErrorInfo::new(Code::InvalidArguments, error.to_string());
+    match error {
+        kernelspec::VenvError::NoIpykernel { .. } => info.with_hint(
+            "install it there (`<venv>/bin/python -m pip install ipykernel`, or `uv pip install ipykernel`) and call kernel_start again",
+        ),
+        kernelspec::VenvError::NoVenv { .. } => info.with_hint(
+            "pass the project directory that holds .venv, or the venv itself; kernel_discover lists what it finds",
+        ),
+        _ => info,
     }
 }
 

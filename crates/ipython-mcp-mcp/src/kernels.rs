@@ -94,12 +94,35 @@ pub struct KernelSpecInfo {
     pub resource_dir: String,
 }
 
+/// A Python virtualenv with ipykernel, found under a directory.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct VenvKernel {
+    /// What `kernel_start` accepts: `venv:<project dir>`.
+    pub name: String,
+    /// The project directory holding the venv.
+    pub project: String,
+    pub python: String,
+    /// `python3.X` from the venv's `lib/` directory.
+    pub python_version: Option<String>,
+}
+
+impl From<kernelspec::VenvKernel> for VenvKernel {
+    fn from(venv: kernelspec::VenvKernel) -> Self {
+        VenvKernel {
+            name: venv.name,
+            project: venv.project,
+            python: venv.python,
+            python_version: venv.python_version,
+        }
+    }
+}
+
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct DiscoverResult {
     pub ok: bool,
     pub kernelspecs: Vec<KernelSpecInfo>,
     /// Virtualenvs with ipykernel under `directory`.
-    pub venvs: Vec<kernelspec::VenvKernel>,
+    pub venvs: Vec<VenvKernel>,
     /// The directories searched for kernelspecs.
     pub searched: Vec<String>,
 }
@@ -368,7 +391,7 @@ impl IpythonMcp {
                     resource_dir: spec.resource_dir.display().to_string(),
                 })
                 .collect(),
-            venvs,
+            venvs: venvs.into_iter().map(VenvKernel::from).collect(),
             searched: dirs
                 .iter()
                 .map(|dir| dir.join("kernels").display().to_string())

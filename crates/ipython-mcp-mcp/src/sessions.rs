@@ -183,10 +183,12 @@ impl Sessions {
     pub fn parse_spec(&self, spec: &str) -> Result<StartSpec, Box<ErrorInfo>> {
         let spec = spec.trim();
         if let Some(path) = spec.strip_prefix("venv:") {
-            return kernelspec::venv_python(Path::new(path)).map(|venv| StartSpec::Python {
-                python: venv.python,
-                project: Some(venv.project),
-            });
+            return kernelspec::venv_python(Path::new(path))
+                .map(|venv| StartSpec::Python {
+                    python: venv.python,
+                    project: Some(venv.project),
+                })
+                .map_err(|error| Box::new(crate::error::venv_error(&error)));
         }
         if spec.contains('/') {
             let path = Path::new(spec);

@@ -10,11 +10,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use ipython_mcp_jupyter::{runs_ipykernel, InterruptMode};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-use crate::output::{Code, ErrorInfo};
+use crate::{runs_ipykernel, InterruptMode};
 
 /// A registered kernelspec (`kernels/<name>/kernel.json`).
 #[derive(Debug, Clone, PartialEq)]
@@ -239,7 +237,7 @@ fn project_of_spec(spec_dir: &Path) -> Option<PathBuf> {
 }
 
 /// A Python virtualenv with ipykernel, found under a directory.
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct VenvKernel {
     /// What `kernel_start` accepts: `venv:<project dir>`.
     pub name: String,
@@ -314,16 +312,24 @@ pub struct VenvPython {
     pub project: PathBuf,
 }
 
+/// Why a `venv:` spec names no usable interpreter.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum VenvError {
+    #[error("venv path {path:?} must be absolute")]
+    NotAbsolute { path: PathBuf },
+    #[error("the virtualenv at {} does not have ipykernel", .path.display())]
+    NoIpykernel { path: PathBuf },
+    #[error("no virtualenv (.venv or venv) at {}", .path.display())]
+    NoVenv { path: PathBuf },
+}
+
 /// The interpreter a `venv:` spec names: the venv itself, or a project's `.venv` / `venv`.
-pub fn venv_python(path: &Path) -> Result<VenvPython, Box<ErrorInfo>> {
+pub fn venv_python(path: &Path) -> Result<VenvPython, VenvError> {
     if !path.is_absolute() {
-        return Err(Box::new(ErrorInfo::new(
-            Code::InvalidArguments,
-            format!(
-                "venv path {:?} must be absolute",
-                path.display().to_string()
-            ),
-        )));
+        return Err(VenvError::NotAbsolute {
+            path: path.to_owned(),
+        });
     }
     for venv in [path.to_owned(), path.join(".venv"), path.join("venv")] {
         if ipykernel_site(&venv).is_some() {
@@ -337,22 +343,12 @@ pub fn venv_python(path: &Path) -> Result<VenvPython, Box<ErrorInfo>> {
     let has_venv = [path.to_owned(), path.join(".venv"), path.join("venv")]
         .iter()
         .any(|venv| venv.join("pyvenv.cfg").is_file());
-    Err(Box::new(ErrorInfo::new(
-        Code::InvalidArguments,
-        if has_venv {
-            format!(
-                "the virtualenv at {} does not have ipykernel",
-                path.display()
-            )
-        } else {
-            format!("no virtualenv (.venv or venv) at {}", path.display())
-        },
-    )
-    .with_hint(if has_venv {
-        "install it there (`<venv>/bin/python -m pip install ipykernel`, or `uv pip install ipykernel`) and call kernel_start again"
+    let path = path.to_owned();
+    Err(if has_venv {
+        VenvError::NoIpykernel { path }
     } else {
-        "pass the project directory that holds .venv, or the venv itself; kernel_discover lists what it finds"
-    })))
+        VenvError::NoVenv { path }
+    })
 }
 
 #[cfg(test)]
@@ -444,11 +440,11 @@ mod tests {
         assert_eq!(venv_python(&beta.join("venv")).unwrap().project, beta);
         let error = venv_python(&root.path().join("gamma")).unwrap_err();
         assert!(
-            error.message.contains("does not have ipykernel"),
+            error.to_string().contains("does not have ipykernel"),
             "{error:?}"
         );
         let error = venv_python(&root.path().join("nothing")).unwrap_err();
-        assert!(error.message.contains("no virtualenv"), "{error:?}");
+        assert!(error.to_string().contains("no virtualenv"), "{error:?}");
         assert!(venv_python(Path::new("relative")).is_err());
     }
 
