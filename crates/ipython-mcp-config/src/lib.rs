@@ -926,11 +926,7 @@ fn existing_directory(raw: &RawConfig, setting: Setting) -> Result<Option<PathBu
 
 /// Keeps a bad value short in the one-line error.
 pub(crate) fn bounded(value: &str) -> String {
-    const MAX: usize = 64;
-    match value.char_indices().nth(MAX) {
-        Some((cut, _)) => format!("{}…", &value[..cut]),
-        None => value.to_owned(),
-    }
+    ipython_mcp_text::shorten(value, 64)
 }
 
 #[cfg(test)]

@@ -23,17 +23,6 @@ pub struct JsonLimits {
     pub max_chars: usize,
 }
 
-/// Cuts `text` to at most `max` characters; returns whether it cut.
-pub fn truncate_chars(text: &mut String, max: usize) -> bool {
-    match text.char_indices().nth(max) {
-        Some((index, _)) => {
-            text.truncate(index);
-            true
-        }
-        None => false,
-    }
-}
-
 /// At most `max` characters of a message, keeping its start (what failed) and its end (an
 /// installer's reason comes last), joined by `…`.
 pub fn bound_message(text: &str, max: usize) -> String {
@@ -104,7 +93,7 @@ pub fn bound_traceback(entries: &[String], max: usize) -> (String, bool) {
     let head: String = text.chars().take(head_chars).collect();
     let tail: String = text.chars().skip(total - tail_chars).collect();
     let mut marker = format!("\n... {omitted} characters of traceback omitted ...\n");
-    truncate_chars(&mut marker, marker_reserve);
+    ipython_mcp_text::truncate(&mut marker, marker_reserve);
     (format!("{head}{marker}{tail}"), true)
 }
 
@@ -116,7 +105,7 @@ pub fn bound_json(value: &mut Value, limits: JsonLimits) -> bool {
 
 fn bound_at(value: &mut Value, limits: JsonLimits, depth: usize) -> bool {
     match value {
-        Value::String(text) => truncate_chars(text, limits.max_chars),
+        Value::String(text) => ipython_mcp_text::truncate(text, limits.max_chars) > 0,
         Value::Array(_) | Value::Object(_) if depth >= limits.max_depth => {
             *value = Value::String("…".to_owned());
             true

@@ -203,7 +203,7 @@ impl Collector {
                     .find(|line| !line.is_empty())
                 {
                     let mut line = bound::strip_ansi(line);
-                    bound::truncate_chars(&mut line, LATEST_LINE_CHARS);
+                    ipython_mcp_text::truncate(&mut line, LATEST_LINE_CHARS);
                     self.latest_line = Some(line);
                 }
                 match stream.name {
@@ -360,8 +360,10 @@ impl Collector {
                 Some(report) => {
                     let mut stdout = report.stdout.text;
                     let mut stderr = report.stderr.text;
-                    let stdout_extra = cut_count(&mut stdout, self.limits.max_text_chars);
-                    let stderr_extra = cut_count(&mut stderr, self.limits.max_text_chars);
+                    let stdout_extra =
+                        ipython_mcp_text::truncate(&mut stdout, self.limits.max_text_chars);
+                    let stderr_extra =
+                        ipython_mcp_text::truncate(&mut stderr, self.limits.max_text_chars);
                     (
                         stdout,
                         report.stdout.omitted_chars + stdout_extra,
@@ -386,9 +388,9 @@ impl Collector {
                 bound::bound_traceback(&traceback, self.limits.max_traceback_chars);
             truncated.traceback = cut;
             let mut evalue = bound::strip_ansi(&evalue);
-            bound::truncate_chars(&mut evalue, self.limits.max_text_chars);
+            ipython_mcp_text::truncate(&mut evalue, self.limits.max_text_chars);
             let mut message = format!("{ename}: {evalue}");
-            bound::truncate_chars(&mut message, self.limits.max_text_chars);
+            ipython_mcp_text::truncate(&mut message, self.limits.max_text_chars);
             ErrorInfo {
                 code: Code::ExecutionError,
                 message,
@@ -439,16 +441,6 @@ impl Collected {
         self.truncated.result |= settled.result_cut;
         self.withheld = settled.withheld;
     }
-}
-
-/// Cuts to `max` characters and returns how many were cut.
-fn cut_count(text: &mut String, max: usize) -> u64 {
-    let before = text.chars().count();
-    if before <= max {
-        return 0;
-    }
-    bound::truncate_chars(text, max);
-    (before - max) as u64
 }
 
 pub(crate) fn media_map(media: &ipython_mcp_jupyter::protocol::Media) -> Map<String, Value> {

@@ -537,10 +537,8 @@ fn summary(notebook: &Notebook, index: usize) -> CellSummary {
 
 /// `text` cut to `max` characters, and how many were cut.
 fn bounded(text: &str, max: usize) -> (String, u64) {
-    match text.char_indices().nth(max) {
-        Some((cut, _)) => (text[..cut].to_owned(), text[cut..].chars().count() as u64),
-        None => (text.to_owned(), 0),
-    }
+    let cut = ipython_mcp_text::cut(text, max);
+    (cut.kept.to_owned(), cut.omitted)
 }
 
 /// A JSON object kept only if its compact form fits in `max` characters.

@@ -21,12 +21,7 @@ pub(crate) fn request_id(id: &RequestId) -> String {
     }
 }
 
-pub(crate) fn shorten(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        Some((index, _)) => format!("{}…", &text[..index]),
-        None => text.to_owned(),
-    }
-}
+pub(crate) use ipython_mcp_text::shorten;
 
 /// An `execute` that was refused before reaching a session.
 pub(crate) fn rejected_execute(request_id: String, error: ErrorInfo) -> CallToolResult {

@@ -76,9 +76,4 @@ impl Error {
 }
 
 /// Keeps a user-supplied value short inside an error message.
-pub(crate) fn shorten(value: &str, max: usize) -> String {
-    match value.char_indices().nth(max) {
-        Some((cut, _)) => format!("{}…", &value[..cut]),
-        None => value.to_owned(),
-    }
-}
+pub(crate) use ipython_mcp_text::shorten;

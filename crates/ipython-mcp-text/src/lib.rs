@@ -1,0 +1,111 @@
+//! Cutting text to a number of characters, written once for every crate.
+//!
+//! Every bound the server states is in characters (Unicode scalar values), never bytes, and a
+//! cut always lands on a character boundary. Three shapes cover every use: [`cut`] (the kept
+//! part and the exact count left out, for results that report `*_omitted_chars`),
+//! [`truncate`] (the same, in place), and [`shorten`] (a value quoted inside a message, marked
+//! with `…` when cut).
+
+/// `text` cut to at most `max` characters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cut<'a> {
+    /// The first `max` characters (all of `text` when it fits).
+    pub kept: &'a str,
+    /// How many characters were left out; 0 when nothing was.
+    pub omitted: u64,
+}
+
+impl Cut<'_> {
+    /// True when something was left out.
+    pub fn was_cut(&self) -> bool {
+        self.omitted > 0
+    }
+}
+
+/// The first `max` characters of `text` and how many characters follow them.
+pub fn cut(text: &str, max: usize) -> Cut<'_> {
+    match text.char_indices().nth(max) {
+        Some((index, _)) => Cut {
+            kept: &text[..index],
+            omitted: text[index..].chars().count() as u64,
+        },
+        None => Cut {
+            kept: text,
+            omitted: 0,
+        },
+    }
+}
+
+/// Cuts `text` to at most `max` characters in place; returns how many characters it removed.
+pub fn truncate(text: &mut String, max: usize) -> u64 {
+    let Cut { kept, omitted } = cut(text, max);
+    let keep = kept.len();
+    text.truncate(keep);
+    omitted
+}
+
+/// `text` for quoting inside a message: at most `max` characters, then `…` when it was cut.
+pub fn shorten(text: &str, max: usize) -> String {
+    let Cut { kept, omitted } = cut(text, max);
+    if omitted == 0 {
+        kept.to_owned()
+    } else {
+        format!("{kept}…")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuts_count_characters_and_land_on_boundaries() {
+        assert_eq!(
+            cut("héllo", 2),
+            Cut {
+                kept: "hé",
+                omitted: 3
+            }
+        );
+        assert_eq!(
+            cut("héllo", 5),
+            Cut {
+                kept: "héllo",
+                omitted: 0
+            }
+        );
+        assert_eq!(
+            cut("héllo", 9),
+            Cut {
+                kept: "héllo",
+                omitted: 0
+            }
+        );
+        assert_eq!(
+            cut("", 0),
+            Cut {
+                kept: "",
+                omitted: 0
+            }
+        );
+        assert_eq!(
+            cut("分析", 0),
+            Cut {
+                kept: "",
+                omitted: 2
+            }
+        );
+        assert!(cut("ab", 1).was_cut());
+        assert!(!cut("ab", 2).was_cut());
+    }
+
+    #[test]
+    fn truncate_and_shorten_agree_with_cut() {
+        let mut text = "👍👍👍 ok".to_owned();
+        assert_eq!(truncate(&mut text, 2), 4);
+        assert_eq!(text, "👍👍");
+        assert_eq!(truncate(&mut text, 2), 0);
+        assert_eq!(shorten("abcdef", 3), "abc…");
+        assert_eq!(shorten("abc", 3), "abc");
+    }
+}
