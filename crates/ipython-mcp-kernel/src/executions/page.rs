@@ -1,0 +1,110 @@
+//! Paging a spooled stream for `get_output`.
+
+use super::*;
+
+/// Reads one page of a spooled stream (blocking: run it off the async threads).
+pub(crate) fn read_page(path: Option<&Path>, request: &PageRequest, complete: bool) -> Page {
+    let mut page = Page {
+        stream: request.stream,
+        pattern: request
+            .pattern
+            .as_ref()
+            .map(|pattern| pattern.as_str().to_owned()),
+        lines: Vec::new(),
+        total_lines: 0,
+        total_matches: request.pattern.as_ref().map(|_| 0),
+        next_line: None,
+        truncated: false,
+        complete,
+    };
+    let Some(file) = path.and_then(|path| File::open(path).ok()) else {
+        return page;
+    };
+    // A negative start counts from the end, which needs the line count first.
+    let start = if request.start_line < 0 {
+        let total = count_lines(&file);
+        if std::io::Seek::rewind(&mut &file).is_err() {
+            return page;
+        }
+        (total + 1)
+            .saturating_sub(request.start_line.unsigned_abs())
+            .max(1)
+    } else {
+        (request.start_line as u64).max(1)
+    };
+    let mut reader = BufReader::with_capacity(256 * 1024, file);
+    let mut budget = request.max_chars;
+    let mut buffer = Vec::new();
+    let mut number = 0u64;
+    loop {
+        buffer.clear();
+        match reader.read_until(b'\n', &mut buffer) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        number += 1;
+        if number < start {
+            continue;
+        }
+        let full = page.lines.len() >= request.max_lines || budget == 0;
+        if full && page.next_line.is_some() && request.pattern.is_none() {
+            continue; // only counting lines now
+        }
+        let text = rendered_line(&buffer);
+        if let Some(pattern) = &request.pattern {
+            if !pattern.is_match(&text) {
+                continue;
+            }
+            if let Some(matches) = page.total_matches.as_mut() {
+                *matches += 1;
+            }
+        }
+        if full {
+            page.next_line.get_or_insert(number);
+            continue;
+        }
+        let mut text = text.into_owned();
+        let chars = text.chars().count();
+        if chars > budget {
+            text = text.chars().take(budget).collect();
+            page.truncated = true;
+        }
+        budget -= chars.min(budget);
+        page.lines.push(PageLine { line: number, text });
+    }
+    page.total_lines = number;
+    page
+}
+
+/// Lines in the file from its current position (a last line without its newline counts).
+pub(super) fn count_lines(file: &File) -> u64 {
+    let mut reader = BufReader::with_capacity(256 * 1024, file);
+    let mut count = 0u64;
+    let mut ended_with_newline = true;
+    loop {
+        let buffer = match reader.fill_buf() {
+            Ok([]) | Err(_) => break,
+            Ok(buffer) => buffer,
+        };
+        count += buffer.iter().filter(|byte| **byte == b'\n').count() as u64;
+        ended_with_newline = buffer.last() == Some(&b'\n');
+        let length = buffer.len();
+        reader.consume(length);
+    }
+    if !ended_with_newline {
+        count += 1; // a last line without its newline yet
+    }
+    count
+}
+
+/// A spooled line as a terminal shows it: without its newline, carriage-return overwrites
+/// (progress bars) resolved to the last non-empty segment, invalid UTF-8 replaced.
+pub(super) fn rendered_line(raw: &[u8]) -> std::borrow::Cow<'_, str> {
+    let raw = raw.strip_suffix(b"\n").unwrap_or(raw);
+    let raw = raw.strip_suffix(b"\r").unwrap_or(raw);
+    let shown = raw
+        .rsplit(|byte| *byte == b'\r')
+        .find(|segment| !segment.is_empty())
+        .unwrap_or(raw);
+    String::from_utf8_lossy(shown)
+}
