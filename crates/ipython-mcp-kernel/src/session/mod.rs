@@ -18,12 +18,14 @@
 //!
 //! Files by concern: `handle` (the public handle, admission and waiting), `actor` (the owner
 //! task: its inbox, supervision, kernel replacement and spares), `operation` (running one
-//! operation: deadline, interrupt, grace, cancellation), `prepare` (starting a kernel and
+//! operation: deadline, interrupt, grace, cancellation), `outcome` (the end-of-operation
+//! decision, a pure function), `prepare` (starting a kernel and
 //! installing the helper).
 
 mod actor;
 mod handle;
 mod operation;
+mod outcome;
 mod prepare;
 #[cfg(test)]
 mod tests;

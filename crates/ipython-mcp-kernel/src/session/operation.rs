@@ -9,10 +9,11 @@ use ipython_mcp_jupyter::Channel;
 use tokio::time::Instant;
 
 use super::actor::Actor;
+use super::outcome::{self, Cause, Checked, Decision, End, Ending, FollowUp};
 use super::*;
 use crate::collect::Collector;
 use crate::executions::SpoolWriter;
-use crate::output::{ExecutionStatus, Interruption, NamespaceOutcome};
+use crate::output::ExecutionStatus;
 use crate::payload::SpoolFiles;
 use crate::status::SessionState;
 
@@ -284,116 +285,30 @@ impl Actor {
                 collected.reply.as_ref().map(|reply| &reply.status),
                 Some(ReplyStatus::Ok)
             );
-        let mut status = if finished_ok {
-            ExecutionStatus::Ok
-        } else {
-            ExecutionStatus::Error
+        // Confirming a cooperative stop or replacing the kernel is the only I/O the decision
+        // needs; which one is itself part of the decision.
+        let checked = match outcome::follow_up(&ended, cause, finished_ok) {
+            FollowUp::None => Checked::Nothing,
+            FollowUp::ConfirmHealth => {
+                Checked::Healthy(running.kernel.heartbeat(COOPERATIVE_HEARTBEAT).await)
+            }
+            FollowUp::KillAndReplace => Checked::Replaced(self.replace().await),
         };
-        let mut error = collected.error.clone();
-        let mut interruption = cause.map(|_| Interruption::Cooperative);
-        let mut namespace = None;
-        match (&ended, cause) {
-            (End::Completed, None) => {}
-            // The code finished by itself before the interrupt could matter.
-            (End::Completed, Some(_)) if finished_ok => {
-                namespace = Some(NamespaceOutcome::Preserved)
-            }
-            (End::Completed, Some(cause)) => {
-                // Cooperative stop: confirm the kernel still answers before promising anything.
-                let healthy = running.kernel.heartbeat(COOPERATIVE_HEARTBEAT).await;
-                namespace = Some(if healthy {
-                    NamespaceOutcome::Preserved
-                } else {
-                    NamespaceOutcome::Unknown
-                });
-                let kept = "the namespace was preserved: anything defined before the interrupt is still there";
-                (status, error) = match cause {
-                    Cause::Deadline => (
-                        ExecutionStatus::Timeout,
-                        Some(
-                            ErrorInfo::new(
-                                Code::OperationTimeout,
-                                format!(
-                                    "execution exceeded its {:.1}s deadline and was interrupted",
-                                    timeout.as_secs_f64()
-                                ),
-                            )
-                            .with_hint(kept),
-                        ),
-                    ),
-                    Cause::Cancelled => (
-                        ExecutionStatus::Cancelled,
-                        Some(
-                            ErrorInfo::new(
-                                Code::OperationCancelled,
-                                "cancelled by the client; the kernel was interrupted",
-                            )
-                            .with_hint(kept),
-                        ),
-                    ),
-                    Cause::Interrupted => (
-                        ExecutionStatus::Cancelled,
-                        Some(
-                            ErrorInfo::new(
-                                Code::OperationCancelled,
-                                "stopped by an interrupt call",
-                            )
-                            .with_hint(kept),
-                        ),
-                    ),
-                    Cause::Closing => (ExecutionStatus::Cancelled, Some(closing_error())),
-                };
-            }
-            (End::Killed, Some(Cause::Closing)) => {
-                // Shutting down: the kernel is stopped by close(), never replaced.
-                status = ExecutionStatus::Cancelled;
-                interruption = Some(Interruption::Terminated);
-                namespace = Some(NamespaceOutcome::Reset);
-                error = Some(closing_error());
-            }
-            (End::Killed, cause) | (End::Died(_), cause) => {
-                let died = matches!(ended, End::Died(_));
-                let replaced = self.replace().await;
-                let hint = if replaced {
-                    "a fresh kernel replaced it: every variable, import and function is gone; re-run your setup"
-                } else if shutdown.is_cancelled() {
-                    "the server is shutting down"
-                } else {
-                    "no replacement kernel could be started; see runtime_status"
-                };
-                namespace = Some(NamespaceOutcome::Reset);
-                let grace = options.timeouts.interruption_grace.as_secs_f64();
-                let (code, message) = match (&ended, cause) {
-                    (End::Died(exit), _) => (Code::KernelDied, format!("the kernel process died during execution ({exit})")),
-                    (_, Some(Cause::Cancelled)) => (
-                        Code::OperationCancelled,
-                        format!("cancelled by the client; the code did not stop within {grace:.1}s of an interrupt, so the kernel was killed"),
-                    ),
-                    (_, Some(Cause::Interrupted)) => (
-                        Code::OperationCancelled,
-                        format!("stopped by an interrupt call; the code did not stop within {grace:.1}s, so the kernel was killed"),
-                    ),
-                    _ => (
-                        Code::OperationTimeout,
-                        format!(
-                            "execution exceeded its {:.1}s deadline and did not stop within {grace:.1}s of an interrupt; the kernel was killed",
-                            timeout.as_secs_f64()
-                        ),
-                    ),
-                };
-                status = match (died, cause) {
-                    (true, _) => ExecutionStatus::Error,
-                    (false, Some(Cause::Cancelled | Cause::Interrupted)) => {
-                        ExecutionStatus::Cancelled
-                    }
-                    _ => ExecutionStatus::Timeout,
-                };
-                if !died {
-                    interruption = Some(Interruption::Terminated);
-                }
-                error = Some(ErrorInfo::new(code, message).with_hint(hint));
-            }
-        }
+        let Decision {
+            status,
+            error,
+            interruption,
+            namespace,
+        } = outcome::decide(&Ending {
+            end: ended,
+            cause,
+            finished_ok,
+            reported_error: collected.error.clone(),
+            timeout,
+            grace: options.timeouts.interruption_grace,
+            checked,
+            shutting_down: shutdown.is_cancelled(),
+        });
         *self.shared.active.lock().expect("active lock") = None;
         self.update(|status_record| {
             if status_record.state == SessionState::Busy {
@@ -487,24 +402,4 @@ impl InterruptState {
             Self::Delivered { grace_until } => Some(grace_until),
         }
     }
-}
-
-/// How the wait for an operation ended.
-pub(super) enum End {
-    /// Reply and idle arrived (possibly after an interrupt).
-    Completed,
-    /// It did not stop within the grace period after an interrupt.
-    Killed,
-    /// The kernel process exited.
-    Died(String),
-}
-
-/// Why an operation was interrupted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Cause {
-    Deadline,
-    Cancelled,
-    /// An `interrupt` call, from any client.
-    Interrupted,
-    Closing,
 }
