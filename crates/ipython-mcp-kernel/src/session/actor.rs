@@ -6,19 +6,17 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ipython_mcp_env::{Phase, PythonEnvironment};
-use ipython_mcp_jupyter::Kernel;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::prepare::prepare;
+use super::transport::{KernelTransport, Launcher};
 use super::*;
 use crate::output::{Interruption, NamespaceOutcome};
-use crate::status::{EnvironmentStatus, KernelDescription, SessionState};
+use crate::status::{KernelDescription, SessionState};
 
 /// The running kernel and what we know about it.
 pub(super) struct Running {
-    pub(super) kernel: Kernel,
+    pub(super) kernel: Box<dyn KernelTransport>,
     pub(super) helper_comm: Option<String>,
     pub(super) description: KernelDescription,
 }
@@ -29,7 +27,9 @@ pub(super) type Spare = tokio::task::JoinHandle<Result<Running, ErrorInfo>>;
 pub(super) struct Actor {
     pub(super) shared: Arc<Shared>,
     pub(super) commands: mpsc::UnboundedReceiver<Command>,
-    pub(super) environment: Option<PythonEnvironment>,
+    /// Starts kernels (see `transport`); `provisioned` once its provisioning succeeded.
+    pub(super) launcher: Arc<dyn Launcher>,
+    pub(super) provisioned: bool,
     pub(super) kernel: Option<Running>,
     pub(super) spares: std::collections::VecDeque<Spare>,
     pub(super) epoch: u64,
@@ -45,12 +45,16 @@ pub(super) struct Actor {
 /// `fail` can answer every caller and wait for `kernel_restart`, which starts a fresh actor on
 /// the same inbox. Without this, a panic would drop the inbox and leave callers told the server
 /// is shutting down.
-pub(super) async fn supervise(shared: Arc<Shared>, commands: mpsc::UnboundedReceiver<Command>) {
+pub(super) async fn supervise(
+    shared: Arc<Shared>,
+    commands: mpsc::UnboundedReceiver<Command>,
+    launcher: Arc<dyn Launcher>,
+) {
     use futures_util::FutureExt as _;
-    let mut actor = Actor::new(Arc::clone(&shared), commands);
+    let mut actor = Actor::new(Arc::clone(&shared), commands, launcher);
     let mut restart = None;
     loop {
-        // The actor's state is thrown away after a panic (only its inbox, environment and epoch
+        // The actor's state is thrown away after a panic (only its inbox, launcher and epoch
         // are kept, and its kernels are killed), so nothing observes it half-updated.
         let ran = std::panic::AssertUnwindSafe(actor.run(restart.take()))
             .catch_unwind()
@@ -73,11 +77,16 @@ pub(super) async fn supervise(shared: Arc<Shared>, commands: mpsc::UnboundedRece
 }
 
 impl Actor {
-    pub(super) fn new(shared: Arc<Shared>, commands: mpsc::UnboundedReceiver<Command>) -> Actor {
+    pub(super) fn new(
+        shared: Arc<Shared>,
+        commands: mpsc::UnboundedReceiver<Command>,
+        launcher: Arc<dyn Launcher>,
+    ) -> Actor {
         Actor {
             shared,
             commands,
-            environment: None,
+            launcher,
+            provisioned: false,
             kernel: None,
             spares: std::collections::VecDeque::new(),
             epoch: 0,
@@ -147,11 +156,11 @@ impl Actor {
         }
     }
 
-    /// A fresh actor on the same inbox, for `kernel_restart` after a panic: the environment is
-    /// kept (no new provisioning), and it starts its kernel in the next epoch.
+    /// A fresh actor on the same inbox, for `kernel_restart` after a panic: the launcher is
+    /// kept, provisioned as it was (no new provisioning), and it starts its kernel in the next epoch.
     pub(super) fn respawn(self) -> Actor {
-        let mut actor = Actor::new(Arc::clone(&self.shared), self.commands);
-        actor.environment = self.environment;
+        let mut actor = Actor::new(Arc::clone(&self.shared), self.commands, self.launcher);
+        actor.provisioned = self.provisioned;
         actor.epoch = self.epoch;
         actor
     }
@@ -179,16 +188,21 @@ impl Actor {
             () = self.shared.executions.open() => {}
             _ = shutdown.cancelled() => {}
         }
-        if self.environment.is_none() {
-            self.environment = tokio::select! {
-                environment = self.provision() => environment,
+        if !self.provisioned {
+            let provisioned = tokio::select! {
+                provisioned = self.launcher.provision() => Some(provisioned),
                 _ = shutdown.cancelled() => None,
             };
+            match provisioned {
+                Some(Ok(())) => self.provisioned = true,
+                Some(Err(error)) => self.set_unavailable(error),
+                None => {}
+            }
         }
-        if let Some(environment) = self.environment.clone() {
+        if self.provisioned {
             let started = Instant::now();
             let launched = tokio::select! {
-                launched = prepare(Arc::clone(&self.shared), environment) => Some(launched),
+                launched = self.launcher.launch() => Some(launched),
                 _ = shutdown.cancelled() => None,
             };
             match launched {
@@ -355,23 +369,23 @@ impl Actor {
 
     /// Starts background preparation of spares until `spare_kernels` are ready or in flight.
     pub(super) fn refill_spares(&mut self) {
-        let Some(environment) = &self.environment else {
+        if !self.provisioned {
             return;
-        };
+        }
         while self.spares.len() < self.shared.options.spare_kernels
             && !self.shared.shutdown.is_cancelled()
         {
             let shared = Arc::clone(&self.shared);
-            let environment = environment.clone();
+            let launching = self.launcher.launch();
             self.spares.push_back(tokio::spawn(async move {
-                let spare = prepare(Arc::clone(&shared), environment).await;
+                let spare = launching.await;
                 if let Ok(running) = &spare {
                     shared
                         .status
                         .lock()
                         .expect("status lock")
                         .spare_kernel_pids
-                        .push(running.kernel.pid());
+                        .push(running.description.pid);
                 }
                 spare
             }));
@@ -382,7 +396,7 @@ impl Actor {
     pub(super) async fn take_spare(&mut self) -> Option<Running> {
         while let Some(spare) = self.spares.pop_front() {
             if let Ok(Ok(running)) = spare.await {
-                let pid = running.kernel.pid();
+                let pid = running.description.pid;
                 self.update(|status| {
                     status
                         .spare_kernel_pids
@@ -396,90 +410,10 @@ impl Actor {
         None
     }
 
-    pub(super) async fn provision(&mut self) -> Option<PythonEnvironment> {
-        let started = std::time::Instant::now();
-        let shared = Arc::clone(&self.shared);
-        let progress = move |phase: Phase| {
-            let (name, tool) = phase_name(&phase);
-            let mut status = shared.status.lock().expect("status lock");
-            status.environment = Some(EnvironmentStatus {
-                phase: name.to_owned(),
-                elapsed_seconds: started.elapsed().as_secs_f64(),
-                source: None,
-                tool,
-                created: false,
-                failed_phase: None,
-            });
-        };
-        // Elapsed time keeps moving in runtime_status during a long install.
-        let resolving = self.shared.options.resolver.resolve(&progress);
-        tokio::pin!(resolving);
-        let mut tick = tokio::time::interval(Duration::from_secs(1));
-        let resolved = loop {
-            tokio::select! {
-                resolved = &mut resolving => break resolved,
-                _ = tick.tick() => self.update(|status| {
-                    if let Some(environment) = &mut status.environment {
-                        environment.elapsed_seconds = started.elapsed().as_secs_f64();
-                    }
-                }),
-            }
-        };
-        match resolved {
-            Ok(environment) => {
-                self.update(|status| {
-                    status.environment = Some(EnvironmentStatus {
-                        phase: "ready".to_owned(),
-                        elapsed_seconds: started.elapsed().as_secs_f64(),
-                        source: serde_json::to_value(environment.source)
-                            .ok()
-                            .and_then(|v| v.as_str().map(str::to_owned)),
-                        tool: status.environment.as_ref().and_then(|e| e.tool.clone()),
-                        created: environment.created,
-                        failed_phase: None,
-                    });
-                });
-                tracing::info!(python = %environment.executable.display(), created = environment.created, "python environment ready");
-                Some(environment)
-            }
-            Err(error) => {
-                let phase = error.phase();
-                self.update(|status| {
-                    if let Some(environment) = &mut status.environment {
-                        environment.phase = "failed".to_owned();
-                        environment.failed_phase = Some(phase.to_owned());
-                        environment.elapsed_seconds = started.elapsed().as_secs_f64();
-                    }
-                });
-                let message = format!("environment {phase} phase failed: {error}");
-                self.set_unavailable(ErrorInfo::new(Code::RuntimeUnavailable, message));
-                let logged = self
-                    .shared
-                    .status
-                    .lock()
-                    .expect("status lock")
-                    .error
-                    .as_ref()
-                    .map(|error| error.message.clone());
-                tracing::error!(
-                    phase,
-                    error = logged.unwrap_or_default(),
-                    "python environment unavailable"
-                );
-                None
-            }
-        }
-    }
-
     /// The one place an unavailable session's error is stored: configured variable values and
     /// URL credentials are masked, and the message is bounded by `max_text_chars`.
-    pub(super) fn set_unavailable(&self, mut error: ErrorInfo) {
-        let options = &self.shared.options;
-        let redactor = options.namespace.variables.redactor();
-        error.message = crate::bound::bound_message(
-            &redactor.redact(&error.message),
-            options.limits.max_text_chars,
-        );
+    pub(super) fn set_unavailable(&self, error: ErrorInfo) {
+        let error = shown_error(&self.shared.options, error);
         self.update(|status| {
             status.state = SessionState::Unavailable;
             status.kernel = None;
@@ -507,12 +441,12 @@ impl Actor {
             status.kernel = None;
         });
         self.shared.epoch.send_replace(epoch);
-        let Some(environment) = self.environment.clone() else {
-            // No Python environment (provisioning failed): nothing can start, so the session
+        if !self.provisioned {
+            // Provisioning failed (no Python environment): nothing can start, so the session
             // stays unavailable with the provisioning error instead of `recovering` forever.
             self.update(|status| status.state = SessionState::Unavailable);
             return false;
-        };
+        }
         if self.shared.shutdown.is_cancelled() {
             return false;
         }
@@ -522,7 +456,7 @@ impl Actor {
             launched = async {
                 match self.take_spare().await {
                     Some(running) => Ok(running),
-                    None => prepare(Arc::clone(&self.shared), environment).await,
+                    None => self.launcher.launch().await,
                 }
             } => launched,
             _ = shutdown.cancelled() => return false,
@@ -656,17 +590,3 @@ pub(super) const SPOOL_FLUSH_WAIT: Duration = Duration::from_secs(5);
 /// The wait instead, while the disk is known to be behind (so a hung disk costs one answer
 /// the full wait, not every answer).
 pub(super) const SPOOL_LAGGING_WAIT: Duration = Duration::from_millis(200);
-
-pub(super) fn phase_name(phase: &Phase) -> (&'static str, Option<String>) {
-    match phase {
-        Phase::Probing => ("probing", None),
-        Phase::Validating => ("validating", None),
-        Phase::Locking => ("locking", None),
-        Phase::Creating { tool } => ("creating", Some(tool.clone())),
-        Phase::Installing { tool } => ("installing", Some(tool.clone())),
-        Phase::Verifying => ("verifying", None),
-        Phase::Ready => ("ready", None),
-        #[allow(unreachable_patterns)]
-        _ => ("working", None),
-    }
-}

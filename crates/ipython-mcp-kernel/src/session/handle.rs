@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::actor::supervise;
+use super::prepare::Local;
 use super::*;
 use crate::executions::{Page, PageRequest};
 use crate::output::{ExecutionStatus, Interruption, NamespaceOutcome};
@@ -26,7 +27,8 @@ impl SessionHandle {
     /// Creates the session and starts its kernel in the background; returns at once.
     pub fn start(options: SessionOptions) -> SessionHandle {
         let (handle, commands) = SessionHandle::detached(options);
-        tokio::spawn(supervise(Arc::clone(&handle.shared), commands));
+        let launcher = Arc::new(Local::new(Arc::clone(&handle.shared)));
+        tokio::spawn(supervise(Arc::clone(&handle.shared), commands, launcher));
         handle
     }
 

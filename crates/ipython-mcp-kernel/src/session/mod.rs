@@ -19,8 +19,8 @@
 //! Files by concern: `handle` (the public handle, admission and waiting), `actor` (the owner
 //! task: its inbox, supervision, kernel replacement and spares), `operation` (running one
 //! operation: deadline, interrupt, grace, cancellation), `outcome` (the end-of-operation
-//! decision, a pure function), `prepare` (starting a kernel and
-//! installing the helper).
+//! decision, a pure function), `prepare` (starting a local kernel
+//! and installing the helper), `transport` (the seam between the actor and a kernel).
 
 mod actor;
 mod handle;
@@ -29,6 +29,7 @@ mod outcome;
 mod prepare;
 #[cfg(test)]
 mod tests;
+mod transport;
 
 pub use handle::SessionHandle;
 
@@ -269,4 +270,15 @@ fn unavailable_error(status: &RuntimeStatus) -> ErrorInfo {
         });
     ErrorInfo::new(Code::RuntimeUnavailable, format!("the kernel is unavailable: {reason}"))
         .with_hint("see runtime_status for details; fix the cause (e.g. set IPYTHON_MCP_PYTHON) and restart the server")
+}
+
+/// An error as the session stores and shows it: configured variable values and URL credentials
+/// masked, the message bounded by `max_text_chars`.
+fn shown_error(options: &SessionOptions, mut error: ErrorInfo) -> ErrorInfo {
+    let redactor = options.namespace.variables.redactor();
+    error.message = crate::bound::bound_message(
+        &redactor.redact(&error.message),
+        options.limits.max_text_chars,
+    );
+    error
 }

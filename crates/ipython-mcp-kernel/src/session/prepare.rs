@@ -1,21 +1,132 @@
-//! Starting a kernel and installing the helper into it, for the session's kernel and its
-//! spares alike.
+//! The local launcher: finding or provisioning the Python environment, starting an ipykernel
+//! and installing the helper into it, for the session's kernel and its spares alike.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use ipython_mcp_env::PythonEnvironment;
+use futures_util::future::BoxFuture;
+use ipython_mcp_env::{Phase, PythonEnvironment};
 use ipython_mcp_jupyter::{Kernel, LaunchSpec};
 use tokio::time::Instant;
 
 use super::actor::Running;
+use super::transport::Launcher;
 use super::Shared;
 use crate::helper;
 use crate::output::{Code, ErrorInfo};
-use crate::status::KernelDescription;
+use crate::status::{EnvironmentStatus, KernelDescription};
+
+/// Local ipykernels over ZeroMQ: the Python environment is found or provisioned once, then
+/// every kernel is a child process of ours (see `ipython_mcp_jupyter::Kernel`).
+pub(super) struct Local {
+    shared: Arc<Shared>,
+    environment: OnceLock<PythonEnvironment>,
+}
+
+impl Local {
+    pub(super) fn new(shared: Arc<Shared>) -> Local {
+        Local {
+            shared,
+            environment: OnceLock::new(),
+        }
+    }
+
+    async fn provision(&self) -> Result<(), ErrorInfo> {
+        let started = std::time::Instant::now();
+        let shared = Arc::clone(&self.shared);
+        let progress = move |phase: Phase| {
+            let (name, tool) = phase_name(&phase);
+            let mut status = shared.status.lock().expect("status lock");
+            status.environment = Some(EnvironmentStatus {
+                phase: name.to_owned(),
+                elapsed_seconds: started.elapsed().as_secs_f64(),
+                source: None,
+                tool,
+                created: false,
+                failed_phase: None,
+            });
+        };
+        // Elapsed time keeps moving in runtime_status during a long install.
+        let resolving = self.shared.options.resolver.resolve(&progress);
+        tokio::pin!(resolving);
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let resolved = loop {
+            tokio::select! {
+                resolved = &mut resolving => break resolved,
+                _ = tick.tick() => update(&self.shared, |status| {
+                    if let Some(environment) = &mut status.environment {
+                        environment.elapsed_seconds = started.elapsed().as_secs_f64();
+                    }
+                }),
+            }
+        };
+        match resolved {
+            Ok(environment) => {
+                update(&self.shared, |status| {
+                    status.environment = Some(EnvironmentStatus {
+                        phase: "ready".to_owned(),
+                        elapsed_seconds: started.elapsed().as_secs_f64(),
+                        source: serde_json::to_value(environment.source)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_owned)),
+                        tool: status.environment.as_ref().and_then(|e| e.tool.clone()),
+                        created: environment.created,
+                        failed_phase: None,
+                    });
+                });
+                tracing::info!(python = %environment.executable.display(), created = environment.created, "python environment ready");
+                let _ = self.environment.set(environment);
+                Ok(())
+            }
+            Err(error) => {
+                let phase = error.phase();
+                update(&self.shared, |status| {
+                    if let Some(environment) = &mut status.environment {
+                        environment.phase = "failed".to_owned();
+                        environment.failed_phase = Some(phase.to_owned());
+                        environment.elapsed_seconds = started.elapsed().as_secs_f64();
+                    }
+                });
+                let message = format!("environment {phase} phase failed: {error}");
+                let error = ErrorInfo::new(Code::RuntimeUnavailable, message);
+                let shown = super::shown_error(&self.shared.options, error.clone());
+                tracing::error!(
+                    phase,
+                    error = shown.message,
+                    "python environment unavailable"
+                );
+                Err(error)
+            }
+        }
+    }
+}
+
+impl Launcher for Local {
+    fn provision(&self) -> BoxFuture<'_, Result<(), ErrorInfo>> {
+        Box::pin(Local::provision(self))
+    }
+
+    fn launch(&self) -> BoxFuture<'static, Result<Running, ErrorInfo>> {
+        let shared = Arc::clone(&self.shared);
+        let environment = self.environment.get().cloned();
+        Box::pin(async move {
+            match environment {
+                Some(environment) => prepare(shared, environment).await,
+                None => Err(ErrorInfo::new(
+                    Code::RuntimeUnavailable,
+                    "no Python environment to start a kernel with",
+                )),
+            }
+        })
+    }
+}
+
+fn update(shared: &Shared, change: impl FnOnce(&mut crate::status::RuntimeStatus)) {
+    change(&mut shared.status.lock().expect("status lock"));
+}
 
 /// Starts a kernel and installs the helper; touches no session state, so spares use it too.
-pub(super) async fn prepare(
+async fn prepare(
     shared: Arc<Shared>,
     environment: PythonEnvironment,
 ) -> Result<Running, ErrorInfo> {
@@ -119,7 +230,7 @@ pub(super) async fn prepare(
         "kernel prepared"
     );
     Ok(Running {
-        kernel,
+        kernel: Box::new(kernel),
         helper_comm,
         description,
     })
@@ -137,4 +248,18 @@ pub(super) fn with_variables(
             .map(|(name, value)| (name.into(), value.into())),
     );
     spec
+}
+
+fn phase_name(phase: &Phase) -> (&'static str, Option<String>) {
+    match phase {
+        Phase::Probing => ("probing", None),
+        Phase::Validating => ("validating", None),
+        Phase::Locking => ("locking", None),
+        Phase::Creating { tool } => ("creating", Some(tool.clone())),
+        Phase::Installing { tool } => ("installing", Some(tool.clone())),
+        Phase::Verifying => ("verifying", None),
+        Phase::Ready => ("ready", None),
+        #[allow(unreachable_patterns)]
+        _ => ("working", None),
+    }
 }

@@ -1,11 +1,12 @@
 //! Admission logic with paused time and no kernel: the test plays the actor.
 use super::actor::{supervise, SPOOL_FLUSH_WAIT};
+use super::prepare::Local;
 use super::*;
 use crate::executions::PageRequest;
 use crate::output::{ExecutionStatus, Interruption, NamespaceOutcome};
 use crate::status::SessionState;
 
-fn options(max_pending: usize, queue_wait: Duration) -> SessionOptions {
+pub(super) fn options(max_pending: usize, queue_wait: Duration) -> SessionOptions {
     SessionOptions {
         kernel_id: "test".into(),
         limits: OutputLimits::default(),
@@ -281,7 +282,8 @@ async fn a_panicking_actor_answers_its_queue_unavailable_and_restart_respawns_it
     assert!(handle.inject_panic());
     let queued = spawn_execute(&handle, "queued");
     until_queued(&handle, 1).await;
-    tokio::spawn(supervise(Arc::clone(&handle.shared), commands));
+    let launcher = Arc::new(Local::new(Arc::clone(&handle.shared)));
+    tokio::spawn(supervise(Arc::clone(&handle.shared), commands, launcher));
     let queued = queued.await.expect("join");
     assert_eq!(code(&queued), Some("runtime_unavailable"));
     assert_eq!(queued.status, ExecutionStatus::Rejected);
