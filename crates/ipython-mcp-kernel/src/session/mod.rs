@@ -23,6 +23,8 @@
 //! and installing the helper), `transport` (the seam between the actor and a kernel).
 
 mod actor;
+#[cfg(test)]
+mod fake;
 mod handle;
 mod operation;
 mod outcome;
