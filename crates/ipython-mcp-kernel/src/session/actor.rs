@@ -1,0 +1,592 @@
+//! The session's owner task: it serves the inbox in admission order, keeps the kernel and its
+//! warm spares, replaces a kernel that dies or stops answering, and is supervised so that a
+//! panic marks the session unavailable instead of taking the server down.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+use super::transport::{KernelTransport, Launcher};
+use super::*;
+use crate::output::{Interruption, NamespaceOutcome};
+use crate::status::{KernelDescription, SessionState};
+
+/// The running kernel and what we know about it.
+pub(super) struct Running {
+    pub(super) kernel: Box<dyn KernelTransport>,
+    pub(super) helper_comm: Option<String>,
+    pub(super) description: KernelDescription,
+}
+
+/// A spare kernel being prepared (or ready) in the background.
+pub(super) type Spare = tokio::task::JoinHandle<Result<Running, ErrorInfo>>;
+
+pub(super) struct Actor {
+    pub(super) shared: Arc<Shared>,
+    pub(super) commands: mpsc::UnboundedReceiver<Command>,
+    /// Starts kernels (see `transport`); `provisioned` once its provisioning succeeded.
+    pub(super) launcher: Arc<dyn Launcher>,
+    pub(super) provisioned: bool,
+    pub(super) kernel: Option<Running>,
+    pub(super) spares: std::collections::VecDeque<Spare>,
+    pub(super) epoch: u64,
+    /// Set when the kernel was replaced between calls (it died while idle): the next call's
+    /// result says so, since nothing else would tell the agent its state is gone.
+    pub(super) unreported_reset: Option<String>,
+    /// The last answer's spool work outlasted its wait: the disk is behind, so answers wait
+    /// only briefly until spool work finishes within that again.
+    pub(super) spool_lagging: bool,
+}
+
+/// Runs the session's actor and outlives it: the inbox lives here, so when the actor panics,
+/// `fail` can answer every caller and wait for `kernel_restart`, which starts a fresh actor on
+/// the same inbox. Without this, a panic would drop the inbox and leave callers told the server
+/// is shutting down.
+pub(super) async fn supervise(
+    shared: Arc<Shared>,
+    commands: mpsc::UnboundedReceiver<Command>,
+    launcher: Arc<dyn Launcher>,
+) {
+    use futures_util::FutureExt as _;
+    let mut actor = Actor::new(Arc::clone(&shared), commands, launcher);
+    let mut restart = None;
+    loop {
+        // The actor's state is thrown away after a panic (only its inbox, launcher and epoch
+        // are kept, and its kernels are killed), so nothing observes it half-updated.
+        let ran = std::panic::AssertUnwindSafe(actor.run(restart.take()))
+            .catch_unwind()
+            .await;
+        if ran.is_ok() {
+            return; // closed
+        }
+        tracing::error!(kernel_id = %shared.options.kernel_id, "session actor panicked; the session is unavailable until kernel_restart");
+        match actor.fail().await {
+            Some(reply) => {
+                actor = actor.respawn();
+                restart = Some(reply);
+            }
+            None => {
+                actor.close().await;
+                return;
+            }
+        }
+    }
+}
+
+impl Actor {
+    pub(super) fn new(
+        shared: Arc<Shared>,
+        commands: mpsc::UnboundedReceiver<Command>,
+        launcher: Arc<dyn Launcher>,
+    ) -> Actor {
+        Actor {
+            shared,
+            commands,
+            launcher,
+            provisioned: false,
+            kernel: None,
+            spares: std::collections::VecDeque::new(),
+            epoch: 0,
+            unreported_reset: None,
+            spool_lagging: false,
+        }
+    }
+
+    /// After a panic: kills the kernels, marks the session unavailable, answers every caller
+    /// (the dropped replies of the operation it was running, and every queued one) and waits
+    /// for a restart, which it returns; `None` when the session closes first.
+    pub(super) async fn fail(&mut self) -> Option<oneshot::Sender<RuntimeStatus>> {
+        // A panic while a lock was held must not turn every later call into a panic too.
+        self.shared.status.clear_poison();
+        self.shared.active.clear_poison();
+        self.shared.admission.clear_poison();
+        *self.shared.active.lock().expect("active lock") = None;
+        self.shared.failed.store(true, Ordering::Release);
+        // Its kernel is gone, as in a replacement: the epoch advances (which also unlists its
+        // dynamic tools), and again when a restart brings a new one.
+        self.epoch += 1;
+        let epoch = self.epoch;
+        self.update(|status| {
+            status.state = SessionState::Unavailable;
+            status.epoch = epoch;
+            status.kernel = None;
+            status.operation_active = false;
+            status.latest_interruption_kind = None;
+            status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
+            status.error = Some(failed_error("calls fail until it is restarted"));
+        });
+        self.shared.epoch.send_replace(epoch);
+        // Wakes the callers whose replies the panic dropped (see `SessionHandle::lost`).
+        self.shared.failures.send_modify(|count| *count += 1);
+        self.shared.operations_done.send_modify(|done| *done += 1);
+        if let Some(running) = self.kernel.take() {
+            running.kernel.kill().await;
+        }
+        self.drop_spares().await;
+        let shutdown = self.shared.shutdown.clone();
+        loop {
+            let command = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return None,
+                command = self.commands.recv() => command,
+            };
+            match command {
+                Some(Command::Execute {
+                    ticket,
+                    args,
+                    record,
+                    reply,
+                    ..
+                }) => {
+                    self.refuse(
+                        &ticket,
+                        &args,
+                        record.as_deref(),
+                        reply,
+                        failed_error("nothing ran"),
+                    );
+                }
+                Some(Command::Restart { reply }) => return Some(reply),
+                Some(Command::Panic) => {}
+                None => return None,
+            }
+        }
+    }
+
+    /// A fresh actor on the same inbox, for `kernel_restart` after a panic: the launcher is
+    /// kept, provisioned as it was (no new provisioning), and it starts its kernel in the next epoch.
+    pub(super) fn respawn(self) -> Actor {
+        let mut actor = Actor::new(Arc::clone(&self.shared), self.commands, self.launcher);
+        actor.provisioned = self.provisioned;
+        actor.epoch = self.epoch;
+        actor
+    }
+
+    /// Starts the kernel and serves the inbox until shutdown. `restart` is set for a respawned
+    /// actor: the restart it answers once its kernel is up, in a new epoch.
+    pub(super) async fn run(&mut self, restart: Option<oneshot::Sender<RuntimeStatus>>) {
+        let shutdown = self.shared.shutdown.clone();
+        if restart.is_some() {
+            self.epoch += 1;
+            let epoch = self.epoch;
+            self.update(|status| {
+                status.state = SessionState::Recovering;
+                status.epoch = epoch;
+                status.error = None;
+                status.latest_interruption_kind = None;
+                status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
+            });
+            self.shared.epoch.send_replace(epoch);
+            self.shared.failed.store(false, Ordering::Release);
+        }
+        // The spool directory first: the helper is told where it is (a respawned actor finds
+        // it open already).
+        tokio::select! {
+            () = self.shared.executions.open() => {}
+            _ = shutdown.cancelled() => {}
+        }
+        if !self.provisioned {
+            let provisioned = tokio::select! {
+                provisioned = self.launcher.provision() => Some(provisioned),
+                _ = shutdown.cancelled() => None,
+            };
+            match provisioned {
+                Some(Ok(())) => self.provisioned = true,
+                Some(Err(error)) => self.set_unavailable(error),
+                None => {}
+            }
+        }
+        if self.provisioned {
+            let started = Instant::now();
+            let launched = tokio::select! {
+                launched = self.launcher.launch() => Some(launched),
+                _ = shutdown.cancelled() => None,
+            };
+            match launched {
+                Some(Ok(running)) => {
+                    let elapsed = started.elapsed().as_secs_f64();
+                    self.adopt(running);
+                    self.update(|status| {
+                        status.state = SessionState::Ready;
+                        status.startup_seconds = Some(elapsed);
+                        status.error = None;
+                    });
+                    self.refill_spares();
+                }
+                Some(Err(error)) => self.set_unavailable(error),
+                None => {}
+            }
+        }
+        if let Some(reply) = restart {
+            let _ = reply.send(self.shared.status.lock().expect("status lock").clone());
+        }
+        if !shutdown.is_cancelled() {
+            self.serve().await;
+        }
+        self.close().await;
+    }
+
+    pub(super) async fn serve(&mut self) {
+        let shutdown = self.shared.shutdown.clone();
+        let mut heartbeat = tokio::time::interval(HEARTBEAT_INTERVAL);
+        heartbeat.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut missed_heartbeats = 0;
+        loop {
+            let exit = self
+                .kernel
+                .as_ref()
+                .map(|running| running.kernel.exit_watch());
+            // Biased: once shutdown starts, nothing more is dispatched.
+            let command = tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return,
+                // A kernel that dies while idle is replaced at once, not on the next call.
+                _ = kernel_exit(exit) => {
+                    let exit = self.kernel.as_ref().and_then(|running| running.kernel.exit_watch().borrow().clone());
+                    let detail = exit.map_or("it exited".to_owned(), |exit| exit.to_string());
+                    tracing::warn!(%detail, "kernel died while idle; replacing it");
+                    self.replace().await;
+                    self.update(|status| {
+                        status.latest_interruption_kind = None;
+                        status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
+                    });
+                    self.unreported_reset = Some(format!(
+                        "the kernel died between calls ({detail}) and was replaced before this one: earlier variables, imports and functions are gone"
+                    ));
+                    continue;
+                }
+                // An idle kernel that stops answering heartbeats (stopped, deadlocked in C) is
+                // replaced too; a busy one is governed by its operation's deadline instead.
+                _ = heartbeat.tick(), if self.kernel.is_some() => {
+                    let alive = match &self.kernel {
+                        Some(running) => running.kernel.heartbeat(HEARTBEAT_TIMEOUT).await,
+                        None => true,
+                    };
+                    missed_heartbeats = if alive { 0 } else { missed_heartbeats + 1 };
+                    if missed_heartbeats >= HEARTBEAT_MISSES {
+                        missed_heartbeats = 0;
+                        tracing::warn!(misses = HEARTBEAT_MISSES, "idle kernel stopped answering heartbeats; replacing it");
+                        self.replace().await;
+                        self.update(|status| {
+                            status.latest_interruption_kind = Some(Interruption::Terminated);
+                            status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
+                        });
+                        self.unreported_reset = Some(
+                            "the kernel stopped answering heartbeats between calls and was replaced before this one: earlier variables, imports and functions are gone".to_owned(),
+                        );
+                    }
+                    continue;
+                }
+                command = self.commands.recv() => command,
+            };
+            let (ticket, args, helper, record, reply) = match command {
+                Some(Command::Execute {
+                    ticket,
+                    args,
+                    helper,
+                    record,
+                    reply,
+                }) => (ticket, args, helper, record, reply),
+                Some(Command::Restart { reply }) => {
+                    if shutdown.is_cancelled() {
+                        return;
+                    }
+                    self.replace().await;
+                    self.update(|status| {
+                        status.latest_interruption_kind = None;
+                        status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
+                    });
+                    // The caller asked for it: no need to tell the next call.
+                    self.unreported_reset = None;
+                    let _ = reply.send(self.shared.status.lock().expect("status lock").clone());
+                    continue;
+                }
+                Some(Command::Panic) => panic!("panic requested by the test mode"),
+                None => return,
+            };
+            if shutdown.is_cancelled() {
+                return;
+            }
+            if !ticket.dispatch(&self.shared) {
+                continue; // abandoned: its caller already answered queue_timeout or cancelled
+            }
+            let (mut output, helper_reply) = self
+                .execute(&ticket, &args, helper.as_ref(), record.as_ref())
+                .await;
+            if let Some(notice) = self.unreported_reset.take() {
+                output
+                    .runtime
+                    .namespace
+                    .get_or_insert(NamespaceOutcome::Reset);
+                output.notice = Some(notice);
+            }
+            // Recorded before the caller hears, so a caller that stopped waiting loses nothing.
+            if let Some(record) = &record {
+                record.finish(&output);
+                // Then, on the spool queue and before the answer too: the upkeep (retention,
+                // large parts to disk) and the server's own spool writes of this execution (a
+                // page read after the answer sees everything), then the spool summary. A disk
+                // slower than the bound delays only this answer, by at most the bound; pages
+                // then say `complete: false` until the writes land.
+                let wait = if self.spool_lagging {
+                    SPOOL_LAGGING_WAIT
+                } else {
+                    SPOOL_FLUSH_WAIT
+                };
+                let settled = tokio::select! {
+                    settled = tokio::time::timeout(wait, self.shared.executions.settle(record)) => settled.ok(),
+                    _ = shutdown.cancelled() => None,
+                };
+                self.spool_lagging = settled.is_none() && !shutdown.is_cancelled();
+                let omitted = output.stdout_omitted_chars > 0 || output.stderr_omitted_chars > 0;
+                match settled {
+                    Some(Some(info)) if omitted => {
+                        record.set_spool(info.clone());
+                        output.spool = Some(info);
+                    }
+                    Some(_) => {}
+                    // At shutdown nobody reads the spool again: not worth a warning.
+                    None if shutdown.is_cancelled() => {}
+                    None => {
+                        tracing::warn!(kernel_id = %self.shared.options.kernel_id, "spool work still pending when answering");
+                    }
+                }
+            }
+            let _ = reply.send((output, helper_reply));
+            self.shared.operations_done.send_modify(|done| *done += 1);
+        }
+    }
+
+    /// Makes `running` the session's kernel.
+    pub(super) fn adopt(&mut self, running: Running) {
+        let description = running.description.clone();
+        self.kernel = Some(running);
+        self.update(|status| status.kernel = Some(description));
+    }
+
+    /// Starts background preparation of spares until `spare_kernels` are ready or in flight.
+    pub(super) fn refill_spares(&mut self) {
+        if !self.provisioned {
+            return;
+        }
+        while self.spares.len() < self.shared.options.spare_kernels
+            && !self.shared.shutdown.is_cancelled()
+        {
+            let shared = Arc::clone(&self.shared);
+            let launching = self.launcher.launch();
+            self.spares.push_back(tokio::spawn(async move {
+                let spare = launching.await;
+                if let Ok(running) = &spare {
+                    shared
+                        .status
+                        .lock()
+                        .expect("status lock")
+                        .spare_kernel_pids
+                        .push(running.description.pid);
+                }
+                spare
+            }));
+        }
+    }
+
+    /// A ready (or soon ready) spare, if any survives.
+    pub(super) async fn take_spare(&mut self) -> Option<Running> {
+        while let Some(spare) = self.spares.pop_front() {
+            if let Ok(Ok(running)) = spare.await {
+                let pid = running.description.pid;
+                self.update(|status| {
+                    status
+                        .spare_kernel_pids
+                        .retain(|spare_pid| *spare_pid != pid)
+                });
+                if running.kernel.exit_watch().borrow().is_none() {
+                    return Some(running);
+                }
+            }
+        }
+        None
+    }
+
+    /// The one place an unavailable session's error is stored: configured variable values and
+    /// URL credentials are masked, and the message is bounded by `max_text_chars`.
+    pub(super) fn set_unavailable(&self, error: ErrorInfo) {
+        let error = shown_error(&self.shared.options, error);
+        self.update(|status| {
+            status.state = SessionState::Unavailable;
+            status.kernel = None;
+            status.error = Some(error);
+        });
+    }
+
+    pub(super) fn update(&self, change: impl FnOnce(&mut RuntimeStatus)) {
+        change(&mut self.shared.status.lock().expect("status lock"));
+    }
+}
+
+impl Actor {
+    /// Kills the current kernel and promotes a spare (or starts a fresh kernel); the epoch
+    /// advances either way.
+    pub(super) async fn replace(&mut self) -> bool {
+        self.update(|status| status.state = SessionState::Recovering);
+        if let Some(running) = self.kernel.take() {
+            running.kernel.kill().await;
+        }
+        self.epoch += 1;
+        let epoch = self.epoch;
+        self.update(|status| {
+            status.epoch = epoch;
+            status.kernel = None;
+        });
+        self.shared.epoch.send_replace(epoch);
+        if !self.provisioned {
+            // Provisioning failed (no Python environment): nothing can start, so the session
+            // stays unavailable with the provisioning error instead of `recovering` forever.
+            self.update(|status| status.state = SessionState::Unavailable);
+            return false;
+        }
+        if self.shared.shutdown.is_cancelled() {
+            return false;
+        }
+        let started = Instant::now();
+        let shutdown = self.shared.shutdown.clone();
+        let launched = tokio::select! {
+            launched = async {
+                match self.take_spare().await {
+                    Some(running) => Ok(running),
+                    None => self.launcher.launch().await,
+                }
+            } => launched,
+            _ = shutdown.cancelled() => return false,
+        };
+        match launched {
+            Ok(running) => {
+                self.adopt(running);
+                let elapsed = started.elapsed().as_secs_f64();
+                tracing::info!(
+                    epoch,
+                    elapsed_ms = (elapsed * 1000.0) as u64,
+                    "kernel replaced"
+                );
+                self.update(|status| {
+                    status.state = SessionState::Ready;
+                    status.replacement_startup_seconds = Some(elapsed);
+                    status.error = None;
+                });
+                self.refill_spares();
+                true
+            }
+            Err(error) => {
+                let redactor = self.shared.options.namespace.variables.redactor();
+                tracing::error!(message = %redactor.redact(&error.message), "kernel replacement failed");
+                self.set_unavailable(error);
+                false
+            }
+        }
+    }
+
+    /// Answers a queued request that will never run (unless its caller already gave up), and
+    /// records it for `get_output`.
+    pub(super) fn refuse(
+        &self,
+        ticket: &Ticket,
+        args: &ExecuteArgs,
+        record: Option<&Record>,
+        reply: oneshot::Sender<Outcome>,
+        error: ErrorInfo,
+    ) {
+        if !ticket.abandon(&self.shared) {
+            return;
+        }
+        let runtime = RuntimeInfo {
+            request_id: args.request_id.clone(),
+            admission_seq: ticket.seq,
+            epoch: self.epoch,
+            queue_wait_ms: ticket.enqueued_at.elapsed().as_millis() as u64,
+            run_ms: 0,
+            interruption: None,
+            namespace: None,
+        };
+        let output = ExecutionOutput::not_run(ticket.execution_id.clone(), runtime, error);
+        if let Some(record) = record {
+            record.finish(&output);
+        }
+        let _ = reply.send((output, None));
+    }
+
+    /// Spares never ran user code: a kill is enough. One still starting is aborted, which
+    /// drops its launch and kills its process.
+    pub(super) async fn drop_spares(&mut self) {
+        while let Some(spare) = self.spares.pop_front() {
+            spare.abort();
+            if let Ok(Ok(running)) = spare.await {
+                running.kernel.kill().await;
+            }
+        }
+        self.update(|status| status.spare_kernel_pids.clear());
+    }
+
+    pub(super) async fn close(&mut self) {
+        self.update(|status| {
+            status.state = SessionState::Closed;
+            status.operation_active = false;
+        });
+        self.commands.close();
+        while let Ok(command) = self.commands.try_recv() {
+            let Command::Execute {
+                ticket,
+                args,
+                record,
+                reply,
+                ..
+            } = command
+            else {
+                continue;
+            };
+            self.refuse(&ticket, &args, record.as_deref(), reply, closed_error());
+        }
+        if let Some(running) = self.kernel.take() {
+            running
+                .kernel
+                .shutdown(
+                    self.shared
+                        .options
+                        .timeouts
+                        .interruption_grace
+                        .min(Duration::from_secs(2)),
+                )
+                .await;
+        }
+        self.drop_spares().await;
+        self.shared.finished.send_replace(true);
+        tracing::debug!(kernel_id = %self.shared.options.kernel_id, "session closed");
+    }
+}
+
+/// Resolves when the watched kernel has exited; never, when there is no kernel.
+pub(super) async fn kernel_exit(
+    exit: Option<watch::Receiver<Option<ipython_mcp_jupyter::KernelExit>>>,
+) {
+    match exit {
+        Some(mut exit) => {
+            let _ = exit.wait_for(Option::is_some).await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Idle kernels are pinged this often; `HEARTBEAT_MISSES` missed pings in a row replace them.
+pub(super) const HEARTBEAT_INTERVAL: Duration = Duration::from_secs(5);
+pub(super) const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(2);
+pub(super) const HEARTBEAT_MISSES: u32 = 3;
+
+/// How long an answer waits for the spool work of its execution (upkeep, the server's own
+/// writes for kernels without the helper, the summary); a slower disk delays only this
+/// session's answer, by at most this, and its pages say `complete: false` until the writes land.
+pub(super) const SPOOL_FLUSH_WAIT: Duration = Duration::from_secs(5);
+
+/// The wait instead, while the disk is known to be behind (so a hung disk costs one answer
+/// the full wait, not every answer).
+pub(super) const SPOOL_LAGGING_WAIT: Duration = Duration::from_millis(200);

@@ -1,0 +1,286 @@
+//! One kernel session: a [`SessionHandle`] (cheap to clone, async methods) and the private
+//! actor that owns the kernel process, runs operations one at a time in admission order,
+//! enforces deadlines and replaces the kernel when it dies or will not stop.
+//!
+//! Admission: a request must take one of `max_pending` permits (the active operation holds
+//! none), so a full queue answers `runtime_busy` at once. Each request carries a ticket that
+//! moves from queued to dispatched or abandoned exactly once, and whoever moves it releases its
+//! permit: a caller that waited longer than `queue_wait_timeout` (or was cancelled) abandons its
+//! ticket, gets `queue_timeout` (or `operation_cancelled`) and frees its slot at once; the actor
+//! skips abandoned tickets. Neither runs code. The deadline starts at dispatch. The server's
+//! own bookkeeping calls (`helper_reserved`) take the one reserved slot instead, never a
+//! user's.
+//!
+//! Supervision: the actor runs inside `supervise`, which owns the inbox. If the actor panics,
+//! its kernels are killed, the session turns `unavailable` (every caller, running or queued, is
+//! answered so) and stays so until `kernel_restart` starts a fresh actor and kernel on the same
+//! inbox, in a new epoch.
+//!
+//! Files by concern: `handle` (the public handle, admission and waiting), `actor` (the owner
+//! task: its inbox, supervision, kernel replacement and spares), `operation` (running one
+//! operation: deadline, interrupt, grace, cancellation), `outcome` (the end-of-operation
+//! decision, a pure function), `prepare` (starting a local kernel
+//! and installing the helper), `transport` (the seam between the actor and a kernel).
+
+mod actor;
+#[cfg(test)]
+mod fake;
+mod handle;
+mod operation;
+mod outcome;
+mod prepare;
+#[cfg(test)]
+mod tests;
+mod transport;
+
+pub use handle::SessionHandle;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ipython_mcp_config::{OutputLimits, Timeouts};
+use ipython_mcp_env::Resolver;
+use tokio::sync::{mpsc, oneshot, watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::executions::{Executions, Record, SpoolLimits};
+use crate::output::{Code, ErrorInfo, ExecutionOutput, RuntimeInfo};
+use crate::status::RuntimeStatus;
+
+/// Everything a session needs to start and run kernels.
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    pub kernel_id: String,
+    pub limits: OutputLimits,
+    pub timeouts: Timeouts,
+    /// Items kept per JSON array/object in displays and results.
+    pub max_json_items: usize,
+    pub max_pending: usize,
+    pub queue_wait_timeout: Duration,
+    /// Warm spare kernels kept ready for replacements (0 disables).
+    pub spare_kernels: usize,
+    /// Library paths, preloads and aliases every kernel gets.
+    pub namespace: ipython_mcp_config::Namespace,
+    pub resolver: Resolver,
+    /// Bounds of the on-disk spool of full output.
+    pub spool: SpoolLimits,
+    /// A kernelspec to start instead of our ipykernel launch (`kernel_start` with a spec name).
+    pub kernel_spec: Option<crate::kernelspec::KernelSpec>,
+    /// Where kernels start; `None`: the server's working directory.
+    pub working_dir: Option<std::path::PathBuf>,
+}
+
+/// A progress update for a running execution (at most one a second).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    /// Seconds since the code started running.
+    pub elapsed_seconds: f64,
+    /// The latest line of output, or a note that it is still running.
+    pub message: String,
+}
+
+/// One `execute` request.
+#[derive(Debug, Clone, Default)]
+pub struct ExecuteArgs {
+    pub code: String,
+    /// Deadline from dispatch; `None` uses the configured default.
+    pub timeout: Option<Duration>,
+    /// Correlates logs with the MCP request.
+    pub request_id: String,
+    /// Cancelled when the client cancels the request: a queued request is withdrawn, a running
+    /// one is interrupted (the timeout path).
+    pub cancel: CancellationToken,
+    /// Where to send progress while the code runs (when the client asked for progress).
+    pub progress: Option<mpsc::UnboundedSender<Progress>>,
+}
+
+struct Shared {
+    options: SessionOptions,
+    executions: Executions,
+    status: Mutex<RuntimeStatus>,
+    queue_depth: AtomicUsize,
+    capacity: Arc<Semaphore>,
+    /// One slot beside the `max_pending` ones, for the server's own bookkeeping calls.
+    reserved: Arc<Semaphore>,
+    admission: Mutex<()>,
+    next_seq: AtomicU64,
+    shutdown: CancellationToken,
+    /// The admission sequence of the operation running now, if any; `interrupt()` reads it
+    /// and names its target under this lock, so an interrupt meant for an operation that just
+    /// ended can never hit the next one.
+    active: Mutex<Option<u64>>,
+    /// The sequence `interrupt()` last aimed at; the operation with that sequence takes the
+    /// interrupt path.
+    interrupts: watch::Sender<Option<u64>>,
+    /// Bumped each time an operation ends, so `interrupt()` can wait for the one it stopped.
+    operations_done: watch::Sender<u64>,
+    /// Becomes true once the actor has stopped its kernel.
+    finished: watch::Sender<bool>,
+    /// The epoch, for watchers of kernel replacement (dynamic tools die with their kernel).
+    epoch: watch::Sender<u64>,
+    /// How many times the actor has panicked; a caller whose reply was dropped waits for this
+    /// to pass the count it saw at admission (or for shutdown) to know which happened.
+    failures: watch::Sender<u64>,
+    /// True from an actor's panic until `kernel_restart` replaces it.
+    failed: AtomicBool,
+}
+
+enum Command {
+    Execute {
+        ticket: Arc<Ticket>,
+        args: ExecuteArgs,
+        helper: Option<HelperRequest>,
+        /// Executes are remembered for `get_output`; helper calls are not.
+        record: Option<Arc<Record>>,
+        reply: oneshot::Sender<Outcome>,
+    },
+    /// Replace the kernel with a fresh one (a promoted spare), in queue order.
+    Restart {
+        reply: oneshot::Sender<RuntimeStatus>,
+    },
+    /// Makes the actor panic when it gets here (the test mode's trigger; see `inject_panic`).
+    Panic,
+}
+
+/// Which slots a request may take: a user's (`max_pending`), or the one reserved for the
+/// server's bookkeeping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    User,
+    Reserved,
+}
+
+/// A call into the kernel's helper module (namespace tools), queued like an execute.
+#[derive(Debug, Clone)]
+pub struct HelperCall {
+    pub method: String,
+    pub params: serde_json::Value,
+    /// Deadline from dispatch; `None` uses the configured default.
+    pub timeout: Option<Duration>,
+    pub request_id: String,
+    pub cancel: CancellationToken,
+}
+
+/// What a helper call returned: its `result`, or a structured error (from the helper, or from
+/// the session: busy, timed out, kernel died…).
+#[derive(Debug, Clone)]
+pub struct HelperOutput {
+    pub ok: bool,
+    pub result: Option<serde_json::Value>,
+    pub error: Option<ErrorInfo>,
+    pub runtime: RuntimeInfo,
+}
+
+#[derive(Debug, Clone)]
+struct HelperRequest {
+    method: String,
+    params: serde_json::Value,
+}
+
+/// An operation's output, plus the helper's reply for helper calls.
+type Outcome = (ExecutionOutput, Option<serde_json::Value>);
+
+/// A request handed to the actor, whose caller has not yet got its answer.
+struct Admitted {
+    ticket: Arc<Ticket>,
+    args: ExecuteArgs,
+    record: Option<Arc<Record>>,
+    result: oneshot::Receiver<Outcome>,
+    /// `Shared::failures` when it was admitted.
+    failures_seen: u64,
+}
+
+const QUEUED: u8 = 0;
+const DISPATCHED: u8 = 1;
+const ABANDONED: u8 = 2;
+
+/// A queued request's admission record; it leaves the queued state exactly once, and whoever
+/// moves it out releases its queue slot.
+struct Ticket {
+    seq: u64,
+    execution_id: String,
+    enqueued_at: Instant,
+    state: AtomicU8,
+    dispatched: Notify,
+    permit: Mutex<Option<OwnedSemaphorePermit>>,
+    cancel: CancellationToken,
+}
+
+impl Ticket {
+    fn dispatch(&self, shared: &Shared) -> bool {
+        let won = self
+            .state
+            .compare_exchange(QUEUED, DISPATCHED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if won {
+            self.leave_queue(shared);
+            self.dispatched.notify_one();
+        }
+        won
+    }
+
+    fn abandon(&self, shared: &Shared) -> bool {
+        let won = self
+            .state
+            .compare_exchange(QUEUED, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        if won {
+            self.leave_queue(shared);
+        }
+        won
+    }
+
+    fn leave_queue(&self, shared: &Shared) {
+        shared.queue_depth.fetch_sub(1, Ordering::AcqRel);
+        drop(self.permit.lock().expect("permit lock").take());
+    }
+}
+
+fn closed_error() -> ErrorInfo {
+    ErrorInfo::new(
+        Code::RuntimeClosed,
+        "the server is shutting down; nothing ran",
+    )
+}
+
+fn closing_error() -> ErrorInfo {
+    ErrorInfo::new(
+        Code::RuntimeClosed,
+        "the server shut down while this was running; it was interrupted",
+    )
+}
+
+/// What every call gets after the actor panicked, until `kernel_restart`.
+fn failed_error(what_happened: &str) -> ErrorInfo {
+    ErrorInfo::new(
+        Code::RuntimeUnavailable,
+        format!("an internal error stopped this kernel session; {what_happened}"),
+    )
+    .with_hint(
+        "call kernel_restart for this kernel: it starts a fresh one (earlier variables are gone)",
+    )
+}
+
+fn unavailable_error(status: &RuntimeStatus) -> ErrorInfo {
+    let reason = status
+        .error
+        .as_ref()
+        .map_or("the kernel could not be started".to_owned(), |error| {
+            error.message.clone()
+        });
+    ErrorInfo::new(Code::RuntimeUnavailable, format!("the kernel is unavailable: {reason}"))
+        .with_hint("see runtime_status for details; fix the cause (e.g. set IPYTHON_MCP_PYTHON) and restart the server")
+}
+
+/// An error as the session stores and shows it: configured variable values and URL credentials
+/// masked, the message bounded by `max_text_chars`.
+fn shown_error(options: &SessionOptions, mut error: ErrorInfo) -> ErrorInfo {
+    let redactor = options.namespace.variables.redactor();
+    error.message = crate::bound::bound_message(
+        &redactor.redact(&error.message),
+        options.limits.max_text_chars,
+    );
+    error
+}

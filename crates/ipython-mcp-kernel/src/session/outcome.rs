@@ -1,0 +1,493 @@
+//! The end-of-operation decision: from how an operation ended and why it was interrupted, the
+//! status, error, interruption and namespace outcome the caller is told.
+//!
+//! Pure: no I/O, no clock. The one step between "how it ended" and "what the caller hears" that
+//! needs the kernel — confirming that a cooperatively stopped kernel still answers, or killing
+//! and replacing one that did not stop — is named by [`follow_up`] and performed by the actor,
+//! whose result comes back as [`Checked`]. Both are tested as a table below.
+
+use std::time::Duration;
+
+use crate::output::{Code, ErrorInfo, ExecutionStatus, Interruption, NamespaceOutcome};
+
+use super::closing_error;
+
+/// How the wait for an operation ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum End {
+    /// Reply and idle arrived (possibly after an interrupt).
+    Completed,
+    /// It did not stop within the grace period after an interrupt.
+    Killed,
+    /// The kernel process exited (its exit, for the message).
+    Died(String),
+}
+
+/// Why an operation was interrupted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Cause {
+    Deadline,
+    Cancelled,
+    /// An `interrupt` call, from any client.
+    Interrupted,
+    /// The server is shutting down.
+    Closing,
+}
+
+/// What the actor must find out from the kernel before the decision can be made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FollowUp {
+    /// Nothing: the decision needs no more facts.
+    None,
+    /// A cooperative stop: confirm with a heartbeat that the kernel still answers before its
+    /// namespace is called preserved.
+    ConfirmHealth,
+    /// The kernel did not stop, or died: kill it and start (or promote) a replacement.
+    KillAndReplace,
+}
+
+/// What the follow-up found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Checked {
+    Nothing,
+    /// The heartbeat after a cooperative stop: answered or not.
+    Healthy(bool),
+    /// Whether a replacement kernel is running now.
+    Replaced(bool),
+}
+
+/// Everything the decision depends on, as plain values.
+#[derive(Debug, Clone)]
+pub(super) struct Ending {
+    pub(super) end: End,
+    pub(super) cause: Option<Cause>,
+    /// The operation finished by itself: an `ok` execute_reply, or a helper reply with `ok`.
+    pub(super) finished_ok: bool,
+    /// The error the kernel reported (user code raising), if any.
+    pub(super) reported_error: Option<ErrorInfo>,
+    /// The operation's deadline and the configured grace, for the messages.
+    pub(super) timeout: Duration,
+    pub(super) grace: Duration,
+    /// The result of [`follow_up`]'s step.
+    pub(super) checked: Checked,
+    pub(super) shutting_down: bool,
+}
+
+/// What the caller is told.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Decision {
+    pub(super) status: ExecutionStatus,
+    pub(super) error: Option<ErrorInfo>,
+    pub(super) interruption: Option<Interruption>,
+    pub(super) namespace: Option<NamespaceOutcome>,
+}
+
+/// Which step the actor takes with the kernel before [`decide`].
+pub(super) fn follow_up(end: &End, cause: Option<Cause>, finished_ok: bool) -> FollowUp {
+    match (end, cause) {
+        (End::Completed, None) => FollowUp::None,
+        // The code finished by itself before the interrupt could matter.
+        (End::Completed, Some(_)) if finished_ok => FollowUp::None,
+        (End::Completed, Some(_)) => FollowUp::ConfirmHealth,
+        // Shutting down: the kernel is stopped by the actor's close, never replaced.
+        (End::Killed, Some(Cause::Closing)) => FollowUp::None,
+        (End::Killed, _) | (End::Died(_), _) => FollowUp::KillAndReplace,
+    }
+}
+
+/// The end-of-operation decision (see the module's documentation).
+pub(super) fn decide(ending: &Ending) -> Decision {
+    let Ending {
+        end,
+        cause,
+        finished_ok,
+        reported_error,
+        timeout,
+        grace,
+        checked,
+        shutting_down,
+    } = ending;
+    let cause = *cause;
+    let mut decision = Decision {
+        status: if *finished_ok {
+            ExecutionStatus::Ok
+        } else {
+            ExecutionStatus::Error
+        },
+        error: reported_error.clone(),
+        interruption: cause.map(|_| Interruption::Cooperative),
+        namespace: None,
+    };
+    match follow_up(end, cause, *finished_ok) {
+        FollowUp::None => match (end, cause) {
+            (End::Completed, None) => {}
+            (End::Completed, Some(_)) => decision.namespace = Some(NamespaceOutcome::Preserved),
+            // Killed while shutting down.
+            _ => {
+                decision.status = ExecutionStatus::Cancelled;
+                decision.interruption = Some(Interruption::Terminated);
+                decision.namespace = Some(NamespaceOutcome::Reset);
+                decision.error = Some(closing_error());
+            }
+        },
+        FollowUp::ConfirmHealth => {
+            let cause = cause.expect("only an interrupted operation is confirmed");
+            decision.namespace = Some(if *checked == Checked::Healthy(true) {
+                NamespaceOutcome::Preserved
+            } else {
+                NamespaceOutcome::Unknown
+            });
+            let kept =
+                "the namespace was preserved: anything defined before the interrupt is still there";
+            let (status, error) = match cause {
+                Cause::Deadline => (
+                    ExecutionStatus::Timeout,
+                    ErrorInfo::new(
+                        Code::OperationTimeout,
+                        format!(
+                            "execution exceeded its {:.1}s deadline and was interrupted",
+                            timeout.as_secs_f64()
+                        ),
+                    )
+                    .with_hint(kept),
+                ),
+                Cause::Cancelled => (
+                    ExecutionStatus::Cancelled,
+                    ErrorInfo::new(
+                        Code::OperationCancelled,
+                        "cancelled by the client; the kernel was interrupted",
+                    )
+                    .with_hint(kept),
+                ),
+                Cause::Interrupted => (
+                    ExecutionStatus::Cancelled,
+                    ErrorInfo::new(Code::OperationCancelled, "stopped by an interrupt call")
+                        .with_hint(kept),
+                ),
+                Cause::Closing => (ExecutionStatus::Cancelled, closing_error()),
+            };
+            decision.status = status;
+            decision.error = Some(error);
+        }
+        FollowUp::KillAndReplace => {
+            let died = matches!(end, End::Died(_));
+            let hint = if *checked == Checked::Replaced(true) {
+                "a fresh kernel replaced it: every variable, import and function is gone; re-run your setup"
+            } else if *shutting_down {
+                "the server is shutting down"
+            } else {
+                "no replacement kernel could be started; see runtime_status"
+            };
+            decision.namespace = Some(NamespaceOutcome::Reset);
+            let grace = grace.as_secs_f64();
+            let (code, message) = match (end, cause) {
+                (End::Died(exit), _) => (
+                    Code::KernelDied,
+                    format!("the kernel process died during execution ({exit})"),
+                ),
+                (_, Some(Cause::Cancelled)) => (
+                    Code::OperationCancelled,
+                    format!("cancelled by the client; the code did not stop within {grace:.1}s of an interrupt, so the kernel was killed"),
+                ),
+                (_, Some(Cause::Interrupted)) => (
+                    Code::OperationCancelled,
+                    format!("stopped by an interrupt call; the code did not stop within {grace:.1}s, so the kernel was killed"),
+                ),
+                _ => (
+                    Code::OperationTimeout,
+                    format!(
+                        "execution exceeded its {:.1}s deadline and did not stop within {grace:.1}s of an interrupt; the kernel was killed",
+                        timeout.as_secs_f64()
+                    ),
+                ),
+            };
+            decision.status = match (died, cause) {
+                (true, _) => ExecutionStatus::Error,
+                (false, Some(Cause::Cancelled | Cause::Interrupted)) => ExecutionStatus::Cancelled,
+                _ => ExecutionStatus::Timeout,
+            };
+            if !died {
+                decision.interruption = Some(Interruption::Terminated);
+            }
+            decision.error = Some(ErrorInfo::new(code, message).with_hint(hint));
+        }
+    }
+    decision
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use Cause::{Cancelled, Closing, Deadline, Interrupted};
+    use Checked::{Healthy, Nothing, Replaced};
+    use ExecutionStatus as S;
+    use Interruption::{Cooperative, Terminated};
+    use NamespaceOutcome::{Preserved, Reset, Unknown};
+
+    const FRESH: &str = "a fresh kernel replaced it";
+    const KEPT: &str = "the namespace was preserved";
+    const NO_SPARE: &str = "no replacement kernel could be started";
+    const GOING: &str = "the server is shutting down";
+
+    fn died() -> End {
+        End::Died("killed by signal 9".into())
+    }
+
+    /// One row: the inputs, then what the caller must be told.
+    struct Row {
+        end: End,
+        cause: Option<Cause>,
+        finished_ok: bool,
+        checked: Checked,
+        shutting_down: bool,
+        follow_up: FollowUp,
+        status: ExecutionStatus,
+        code: Option<Code>,
+        interruption: Option<Interruption>,
+        namespace: Option<NamespaceOutcome>,
+        /// A fragment of the hint, or `None` for no hint.
+        hint: Option<&'static str>,
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn row(
+        (end, cause, finished_ok, checked, shutting_down): (
+            End,
+            Option<Cause>,
+            bool,
+            Checked,
+            bool,
+        ),
+        follow_up: FollowUp,
+        status: ExecutionStatus,
+        code: Option<Code>,
+        interruption: Option<Interruption>,
+        namespace: Option<NamespaceOutcome>,
+        hint: Option<&'static str>,
+    ) -> Row {
+        Row {
+            end,
+            cause,
+            finished_ok,
+            checked,
+            shutting_down,
+            follow_up,
+            status,
+            code,
+            interruption,
+            namespace,
+            hint,
+        }
+    }
+
+    /// What the kernel reported when the code did not finish by itself (user code raising, or
+    /// the KeyboardInterrupt it was stopped with).
+    fn reported(finished_ok: bool) -> Option<ErrorInfo> {
+        (!finished_ok).then(|| ErrorInfo::new(Code::ExecutionError, "KeyboardInterrupt"))
+    }
+
+    fn ending(row: &Row) -> Ending {
+        Ending {
+            end: row.end.clone(),
+            cause: row.cause,
+            finished_ok: row.finished_ok,
+            reported_error: reported(row.finished_ok),
+            timeout: Duration::from_secs(30),
+            grace: Duration::from_secs(3),
+            checked: row.checked,
+            shutting_down: row.shutting_down,
+        }
+    }
+
+    #[test]
+    fn every_ending_is_decided_as_the_table_says() {
+        use FollowUp::{ConfirmHealth, KillAndReplace, None as Done};
+        let c = End::Completed;
+        let k = End::Killed;
+        let exec = Some(Code::ExecutionError);
+        let timeout = Some(Code::OperationTimeout);
+        let cancelled = Some(Code::OperationCancelled);
+        let closed = Some(Code::RuntimeClosed);
+        let dead = Some(Code::KernelDied);
+        #[rustfmt::skip]
+        let table = [
+            // Finished with no interrupt: whatever the kernel said.
+            row((c.clone(), None, true, Nothing, false), Done, S::Ok, None, None, None, None),
+            row((c.clone(), None, false, Nothing, false), Done, S::Error, exec, None, None, None),
+            // Finished by itself before the interrupt could matter.
+            row((c.clone(), Some(Deadline), true, Nothing, false), Done, S::Ok, None, Some(Cooperative), Some(Preserved), None),
+            row((c.clone(), Some(Cancelled), true, Nothing, false), Done, S::Ok, None, Some(Cooperative), Some(Preserved), None),
+            row((c.clone(), Some(Interrupted), true, Nothing, false), Done, S::Ok, None, Some(Cooperative), Some(Preserved), None),
+            row((c.clone(), Some(Closing), true, Nothing, true), Done, S::Ok, None, Some(Cooperative), Some(Preserved), None),
+            // Stopped cooperatively: preserved only if the kernel still answers.
+            row((c.clone(), Some(Deadline), false, Healthy(true), false), ConfirmHealth, S::Timeout, timeout, Some(Cooperative), Some(Preserved), Some(KEPT)),
+            row((c.clone(), Some(Deadline), false, Healthy(false), false), ConfirmHealth, S::Timeout, timeout, Some(Cooperative), Some(Unknown), Some(KEPT)),
+            row((c.clone(), Some(Cancelled), false, Healthy(true), false), ConfirmHealth, S::Cancelled, cancelled, Some(Cooperative), Some(Preserved), Some(KEPT)),
+            row((c.clone(), Some(Cancelled), false, Healthy(false), false), ConfirmHealth, S::Cancelled, cancelled, Some(Cooperative), Some(Unknown), Some(KEPT)),
+            row((c.clone(), Some(Interrupted), false, Healthy(true), false), ConfirmHealth, S::Cancelled, cancelled, Some(Cooperative), Some(Preserved), Some(KEPT)),
+            row((c.clone(), Some(Interrupted), false, Healthy(false), false), ConfirmHealth, S::Cancelled, cancelled, Some(Cooperative), Some(Unknown), Some(KEPT)),
+            row((c.clone(), Some(Closing), false, Healthy(true), true), ConfirmHealth, S::Cancelled, closed, Some(Cooperative), Some(Preserved), None),
+            row((c.clone(), Some(Closing), false, Healthy(false), true), ConfirmHealth, S::Cancelled, closed, Some(Cooperative), Some(Unknown), None),
+            // Did not stop within the grace: killed and replaced.
+            row((k.clone(), Some(Deadline), false, Replaced(true), false), KillAndReplace, S::Timeout, timeout, Some(Terminated), Some(Reset), Some(FRESH)),
+            row((k.clone(), Some(Deadline), false, Replaced(false), false), KillAndReplace, S::Timeout, timeout, Some(Terminated), Some(Reset), Some(NO_SPARE)),
+            row((k.clone(), Some(Deadline), false, Replaced(false), true), KillAndReplace, S::Timeout, timeout, Some(Terminated), Some(Reset), Some(GOING)),
+            row((k.clone(), Some(Cancelled), false, Replaced(true), false), KillAndReplace, S::Cancelled, cancelled, Some(Terminated), Some(Reset), Some(FRESH)),
+            row((k.clone(), Some(Cancelled), false, Replaced(false), true), KillAndReplace, S::Cancelled, cancelled, Some(Terminated), Some(Reset), Some(GOING)),
+            row((k.clone(), Some(Interrupted), false, Replaced(true), false), KillAndReplace, S::Cancelled, cancelled, Some(Terminated), Some(Reset), Some(FRESH)),
+            row((k.clone(), Some(Interrupted), false, Replaced(false), false), KillAndReplace, S::Cancelled, cancelled, Some(Terminated), Some(Reset), Some(NO_SPARE)),
+            // Shutting down: killed by the close, never replaced.
+            row((k.clone(), Some(Closing), false, Nothing, true), Done, S::Cancelled, closed, Some(Terminated), Some(Reset), None),
+            // The kernel died: replaced, whatever the cause; an interrupt already sent stays
+            // cooperative (the kill was not ours).
+            row((died(), None, false, Replaced(true), false), KillAndReplace, S::Error, dead, None, Some(Reset), Some(FRESH)),
+            row((died(), None, true, Replaced(true), false), KillAndReplace, S::Error, dead, None, Some(Reset), Some(FRESH)),
+            row((died(), None, false, Replaced(false), false), KillAndReplace, S::Error, dead, None, Some(Reset), Some(NO_SPARE)),
+            row((died(), Some(Deadline), false, Replaced(true), false), KillAndReplace, S::Error, dead, Some(Cooperative), Some(Reset), Some(FRESH)),
+            row((died(), Some(Cancelled), false, Replaced(true), false), KillAndReplace, S::Error, dead, Some(Cooperative), Some(Reset), Some(FRESH)),
+            row((died(), Some(Interrupted), false, Replaced(true), false), KillAndReplace, S::Error, dead, Some(Cooperative), Some(Reset), Some(FRESH)),
+            row((died(), Some(Closing), false, Replaced(false), true), KillAndReplace, S::Error, dead, Some(Cooperative), Some(Reset), Some(GOING)),
+        ];
+        for (index, row) in table.iter().enumerate() {
+            let at = format!(
+                "row {index}: {:?} {:?} ok={} {:?}",
+                row.end, row.cause, row.finished_ok, row.checked
+            );
+            assert_eq!(
+                follow_up(&row.end, row.cause, row.finished_ok),
+                row.follow_up,
+                "{at}"
+            );
+            let decision = decide(&ending(row));
+            assert_eq!(decision.status, row.status, "{at}");
+            assert_eq!(
+                decision.error.as_ref().map(|error| error.code),
+                row.code,
+                "{at}"
+            );
+            assert_eq!(decision.interruption, row.interruption, "{at}");
+            assert_eq!(decision.namespace, row.namespace, "{at}");
+            let hint = decision.error.as_ref().and_then(|error| error.hint.clone());
+            match row.hint {
+                Some(fragment) => assert!(
+                    hint.as_deref().is_some_and(|hint| hint.contains(fragment)),
+                    "{at}: {hint:?}"
+                ),
+                None => assert_eq!(
+                    hint,
+                    decision
+                        .error
+                        .as_ref()
+                        .and_then(|error| error.code.hint().map(str::to_owned)),
+                    "{at}: only the code's standard hint, if any"
+                ),
+            }
+        }
+    }
+
+    #[test]
+    fn messages_name_the_deadline_the_grace_and_the_exit() {
+        let decided = |end: End, cause: Option<Cause>, checked: Checked| {
+            let ending = Ending {
+                end,
+                cause,
+                finished_ok: false,
+                reported_error: reported(false),
+                timeout: Duration::from_millis(1500),
+                grace: Duration::from_millis(400),
+                checked,
+                shutting_down: false,
+            };
+            decide(&ending).error.expect("an error").message
+        };
+        assert_eq!(
+            decided(End::Completed, Some(Deadline), Healthy(true)),
+            "execution exceeded its 1.5s deadline and was interrupted"
+        );
+        assert_eq!(
+            decided(End::Killed, Some(Deadline), Replaced(true)),
+            "execution exceeded its 1.5s deadline and did not stop within 0.4s of an interrupt; the kernel was killed"
+        );
+        assert_eq!(
+            decided(End::Killed, Some(Cancelled), Replaced(true)),
+            "cancelled by the client; the code did not stop within 0.4s of an interrupt, so the kernel was killed"
+        );
+        assert_eq!(
+            decided(End::Killed, Some(Interrupted), Replaced(true)),
+            "stopped by an interrupt call; the code did not stop within 0.4s, so the kernel was killed"
+        );
+        assert_eq!(
+            decided(died(), None, Replaced(true)),
+            "the kernel process died during execution (killed by signal 9)"
+        );
+        assert_eq!(
+            decided(End::Completed, Some(Interrupted), Healthy(true)),
+            "stopped by an interrupt call"
+        );
+    }
+
+    /// Over every input, not only those the table lists (the actor never kills without a
+    /// cause, for one): an answer is ok exactly when a finished operation says so, the
+    /// namespace is reset exactly when the kernel went away, and an interruption is reported
+    /// exactly when there was a cause or a kill.
+    #[test]
+    fn every_combination_is_consistent() {
+        let ends = [End::Completed, End::Killed, died()];
+        let causes = [
+            None,
+            Some(Deadline),
+            Some(Cancelled),
+            Some(Interrupted),
+            Some(Closing),
+        ];
+        let checks = [
+            Nothing,
+            Healthy(true),
+            Healthy(false),
+            Replaced(true),
+            Replaced(false),
+        ];
+        for end in &ends {
+            for cause in causes {
+                for finished_ok in [false, true] {
+                    for checked in checks {
+                        for shutting_down in [false, true] {
+                            let ending = Ending {
+                                end: end.clone(),
+                                cause,
+                                finished_ok,
+                                reported_error: reported(finished_ok),
+                                timeout: Duration::from_secs(1),
+                                grace: Duration::from_secs(1),
+                                checked,
+                                shutting_down,
+                            };
+                            let at = format!("{ending:?}");
+                            let decision = decide(&ending);
+                            let step = follow_up(end, cause, finished_ok);
+                            let gone = step == FollowUp::KillAndReplace
+                                || (*end == End::Killed && cause == Some(Closing));
+                            assert_eq!(
+                                decision.namespace == Some(Reset),
+                                gone,
+                                "{at}: {decision:?}"
+                            );
+                            let ok = decision.status == S::Ok && decision.error.is_none();
+                            assert_eq!(
+                                ok,
+                                *end == End::Completed && finished_ok,
+                                "{at}: {decision:?}"
+                            );
+                            assert_eq!(
+                                decision.interruption.is_some(),
+                                cause.is_some() || *end == End::Killed,
+                                "{at}: {decision:?}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

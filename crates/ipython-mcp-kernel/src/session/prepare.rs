@@ -1,0 +1,265 @@
+//! The local launcher: finding or provisioning the Python environment, starting an ipykernel
+//! and installing the helper into it, for the session's kernel and its spares alike.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use ipython_mcp_env::{Phase, PythonEnvironment};
+use ipython_mcp_jupyter::{Kernel, LaunchSpec};
+use tokio::time::Instant;
+
+use super::actor::Running;
+use super::transport::Launcher;
+use super::Shared;
+use crate::helper;
+use crate::output::{Code, ErrorInfo};
+use crate::status::{EnvironmentStatus, KernelDescription};
+
+/// Local ipykernels over ZeroMQ: the Python environment is found or provisioned once, then
+/// every kernel is a child process of ours (see `ipython_mcp_jupyter::Kernel`).
+pub(super) struct Local {
+    shared: Arc<Shared>,
+    environment: OnceLock<PythonEnvironment>,
+}
+
+impl Local {
+    pub(super) fn new(shared: Arc<Shared>) -> Local {
+        Local {
+            shared,
+            environment: OnceLock::new(),
+        }
+    }
+
+    async fn provision(&self) -> Result<(), ErrorInfo> {
+        let started = std::time::Instant::now();
+        let shared = Arc::clone(&self.shared);
+        let progress = move |phase: Phase| {
+            let (name, tool) = phase_name(&phase);
+            let mut status = shared.status.lock().expect("status lock");
+            status.environment = Some(EnvironmentStatus {
+                phase: name.to_owned(),
+                elapsed_seconds: started.elapsed().as_secs_f64(),
+                source: None,
+                tool,
+                created: false,
+                failed_phase: None,
+            });
+        };
+        // Elapsed time keeps moving in runtime_status during a long install.
+        let resolving = self.shared.options.resolver.resolve(&progress);
+        tokio::pin!(resolving);
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let resolved = loop {
+            tokio::select! {
+                resolved = &mut resolving => break resolved,
+                _ = tick.tick() => update(&self.shared, |status| {
+                    if let Some(environment) = &mut status.environment {
+                        environment.elapsed_seconds = started.elapsed().as_secs_f64();
+                    }
+                }),
+            }
+        };
+        match resolved {
+            Ok(environment) => {
+                update(&self.shared, |status| {
+                    status.environment = Some(EnvironmentStatus {
+                        phase: "ready".to_owned(),
+                        elapsed_seconds: started.elapsed().as_secs_f64(),
+                        source: serde_json::to_value(environment.source)
+                            .ok()
+                            .and_then(|v| v.as_str().map(str::to_owned)),
+                        tool: status.environment.as_ref().and_then(|e| e.tool.clone()),
+                        created: environment.created,
+                        failed_phase: None,
+                    });
+                });
+                tracing::info!(python = %environment.executable.display(), created = environment.created, "python environment ready");
+                let _ = self.environment.set(environment);
+                Ok(())
+            }
+            Err(error) => {
+                let phase = error.phase();
+                update(&self.shared, |status| {
+                    if let Some(environment) = &mut status.environment {
+                        environment.phase = "failed".to_owned();
+                        environment.failed_phase = Some(phase.to_owned());
+                        environment.elapsed_seconds = started.elapsed().as_secs_f64();
+                    }
+                });
+                let message = format!("environment {phase} phase failed: {error}");
+                let error = ErrorInfo::new(Code::RuntimeUnavailable, message);
+                let shown = super::shown_error(&self.shared.options, error.clone());
+                tracing::error!(
+                    phase,
+                    error = shown.message,
+                    "python environment unavailable"
+                );
+                Err(error)
+            }
+        }
+    }
+}
+
+impl Launcher for Local {
+    fn provision(&self) -> BoxFuture<'_, Result<(), ErrorInfo>> {
+        Box::pin(Local::provision(self))
+    }
+
+    fn launch(&self) -> BoxFuture<'static, Result<Running, ErrorInfo>> {
+        let shared = Arc::clone(&self.shared);
+        let environment = self.environment.get().cloned();
+        Box::pin(async move {
+            match environment {
+                Some(environment) => prepare(shared, environment).await,
+                None => Err(ErrorInfo::new(
+                    Code::RuntimeUnavailable,
+                    "no Python environment to start a kernel with",
+                )),
+            }
+        })
+    }
+}
+
+fn update(shared: &Shared, change: impl FnOnce(&mut crate::status::RuntimeStatus)) {
+    change(&mut shared.status.lock().expect("status lock"));
+}
+
+/// Starts a kernel and installs the helper; touches no session state, so spares use it too.
+async fn prepare(
+    shared: Arc<Shared>,
+    environment: PythonEnvironment,
+) -> Result<Running, ErrorInfo> {
+    let options = &shared.options;
+    // Our own ipykernel launch by default. A kernelspec is launched with exactly its argv, env
+    // and interrupt mode (the launcher adds our ipykernel options only where the argv runs
+    // ipykernel); an ipykernel spec gets the helper, any other kernel none.
+    let (spec, with_helper, spec_name) = match &options.kernel_spec {
+        None => (
+            LaunchSpec {
+                python: environment.executable.clone(),
+                env: Vec::new(),
+                working_dir: options.working_dir.clone(),
+                interrupt_mode: Default::default(),
+                argv: None,
+                kernel_name: None,
+            },
+            true,
+            "python3".to_owned(),
+        ),
+        Some(kernel_spec) => {
+            let command = kernel_spec.command(&environment.executable, &environment.python_version);
+            let spec = LaunchSpec {
+                python: std::path::PathBuf::from(&command[0]),
+                env: kernel_spec
+                    .environment()
+                    .into_iter()
+                    .map(|(key, value)| (key.into(), value.into()))
+                    .collect(),
+                working_dir: options.working_dir.clone(),
+                interrupt_mode: kernel_spec.interrupt_mode,
+                argv: Some(command),
+                kernel_name: Some(kernel_spec.name.clone()),
+            };
+            (spec, kernel_spec.is_ipykernel(), kernel_spec.name.clone())
+        }
+    };
+    let started = Instant::now();
+    let spec = with_variables(spec, &options.namespace.variables);
+    let kernel = Kernel::launch(&spec, options.timeouts.kernel_startup)
+        .await
+        .map_err(|error| ErrorInfo::new(Code::RuntimeUnavailable, error.to_string()))?;
+    let remaining = options
+        .timeouts
+        .kernel_startup
+        .saturating_sub(started.elapsed())
+        .max(Duration::from_secs(1));
+    let spool = shared.executions.spool();
+    let helper_comm = if !with_helper {
+        None
+    } else {
+        Some(
+            match helper::install(
+                &kernel,
+                &options.limits,
+                &options.namespace,
+                spool,
+                remaining,
+            )
+            .await
+            {
+                Ok(comm) => comm,
+                Err(error @ helper::InstallError::Namespace { .. }) => {
+                    kernel.shutdown(Duration::from_millis(200)).await;
+                    let error = ErrorInfo::new(Code::RuntimeUnavailable, error.to_string())
+                .with_hint("check IPYTHON_MCP_LIBRARY_PATHS, IPYTHON_MCP_PRELOAD_MODULES and IPYTHON_MCP_MODULE_ALIASES, then restart the server");
+                    return Err(error);
+                }
+                Err(error) => {
+                    let message = format!("{error}; kernel stderr: {}", kernel.stderr_tail());
+                    kernel.shutdown(Duration::from_millis(200)).await;
+                    return Err(ErrorInfo::new(Code::RuntimeUnavailable, message));
+                }
+            },
+        )
+    };
+    let info = kernel.info();
+    let description = KernelDescription {
+        pid: kernel.pid(),
+        python: spec.python.display().to_string(),
+        language: info.language_info.name.clone(),
+        python_version: info.language_info.version.clone(),
+        ipykernel_version: if options.kernel_spec.is_none() {
+            environment.ipykernel_version.clone()
+        } else {
+            String::new()
+        },
+        implementation: format!("{} {}", info.implementation, info.implementation_version),
+        spec: spec_name,
+        helper: helper_comm.is_some(),
+        working_dir: match &spec.working_dir {
+            Some(dir) => dir.display().to_string(),
+            None => std::env::current_dir()
+                .map(|dir| dir.display().to_string())
+                .unwrap_or_default(),
+        },
+    };
+    tracing::debug!(
+        pid = description.pid,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "kernel prepared"
+    );
+    Ok(Running {
+        kernel: Box::new(kernel),
+        helper_comm,
+        description,
+    })
+}
+
+/// Configured variables go into the kernel process's environment (after a kernelspec's own),
+/// so they exist before the helper adds library paths and imports preloads.
+pub(super) fn with_variables(
+    mut spec: LaunchSpec,
+    variables: &ipython_mcp_config::Variables,
+) -> LaunchSpec {
+    spec.env.extend(
+        variables
+            .iter()
+            .map(|(name, value)| (name.into(), value.into())),
+    );
+    spec
+}
+
+fn phase_name(phase: &Phase) -> (&'static str, Option<String>) {
+    match phase {
+        Phase::Probing => ("probing", None),
+        Phase::Validating => ("validating", None),
+        Phase::Locking => ("locking", None),
+        Phase::Creating { tool } => ("creating", Some(tool.clone())),
+        Phase::Installing { tool } => ("installing", Some(tool.clone())),
+        Phase::Verifying => ("verifying", None),
+        Phase::Ready => ("ready", None),
+        #[allow(unreachable_patterns)]
+        _ => ("working", None),
+    }
+}

@@ -1,0 +1,506 @@
+//! Admission logic with paused time and no kernel: the test plays the actor.
+use super::actor::{supervise, SPOOL_FLUSH_WAIT};
+use super::prepare::Local;
+use super::*;
+use crate::executions::PageRequest;
+use crate::output::{ExecutionStatus, Interruption, NamespaceOutcome};
+use crate::status::SessionState;
+
+pub(super) fn options(max_pending: usize, queue_wait: Duration) -> SessionOptions {
+    SessionOptions {
+        kernel_id: "test".into(),
+        limits: OutputLimits::default(),
+        timeouts: Timeouts::default(),
+        max_json_items: 100,
+        max_pending,
+        queue_wait_timeout: queue_wait,
+        spare_kernels: 0,
+        namespace: Default::default(),
+        resolver: Resolver {
+            explicit_python: None,
+            virtual_env: None,
+            working_dir: std::env::temp_dir(),
+            path_var: None,
+            cache_dir: std::env::temp_dir(),
+            install_timeout: Duration::from_secs(1),
+            named: None,
+        },
+        spool: SpoolLimits {
+            max_execution_bytes: 0,
+            max_total_bytes: 1,
+            ..SpoolLimits::default()
+        },
+        kernel_spec: None,
+        working_dir: None,
+    }
+}
+
+fn args(code: &str, cancel: &CancellationToken) -> ExecuteArgs {
+    ExecuteArgs {
+        code: code.into(),
+        request_id: code.into(),
+        cancel: cancel.clone(),
+        ..Default::default()
+    }
+}
+
+fn code(output: &ExecutionOutput) -> Option<&str> {
+    output.error.as_ref().map(|error| error.code.as_str())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_nobody_dispatches_times_out_and_frees_its_slot() {
+    let (handle, _inbox) = SessionHandle::detached(options(1, Duration::from_secs(30)));
+    let started = Instant::now();
+    let output = handle
+        .execute(args("x = 1", &CancellationToken::new()))
+        .await;
+    assert_eq!(code(&output), Some("queue_timeout"));
+    assert_eq!(output.status, ExecutionStatus::Rejected);
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_secs(30),
+        "exactly the queue wait"
+    );
+    assert!(output
+        .error
+        .as_ref()
+        .is_some_and(|error| error.message.contains("for the kernel to start")));
+    assert_eq!(handle.status().queue_depth, 0);
+    // The slot is free again: the next request is admitted (and times out in turn).
+    let output = handle
+        .execute(args("x = 2", &CancellationToken::new()))
+        .await;
+    assert_eq!(code(&output), Some("queue_timeout"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_background_request_waits_for_its_turn_past_the_queue_wait() {
+    let (handle, _inbox) = SessionHandle::detached(options(1, Duration::from_secs(30)));
+    let output = handle.execute_background(args("x = 1", &CancellationToken::new()));
+    assert_eq!(output.status, ExecutionStatus::Pending);
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    assert_eq!(
+        handle.status().queue_depth,
+        1,
+        "still queued, not timed out"
+    );
+    let latest = handle.output(None, Duration::ZERO).await.expect("recorded");
+    assert_eq!(latest.status, ExecutionStatus::Pending);
+    // Its slot is still held: the pending bound applies to background work too.
+    let refused = handle.execute_background(args("x = 2", &CancellationToken::new()));
+    assert_eq!(code(&refused), Some("runtime_busy"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_late_interrupt_never_reaches_the_next_operation() {
+    let (handle, _inbox) = SessionHandle::detached(options(1, Duration::from_secs(30)));
+    let mut targets = handle.shared.interrupts.subscribe();
+    *handle.shared.active.lock().expect("active") = Some(1);
+    let interrupting = tokio::spawn({
+        let handle = handle.clone();
+        async move { handle.interrupt().await }
+    });
+    targets
+        .wait_for(|target| *target == Some(1))
+        .await
+        .expect("aimed");
+    // Operation 1 ends and operation 2 begins before the interrupt lands anywhere.
+    *handle.shared.active.lock().expect("active") = None;
+    handle.shared.operations_done.send_modify(|done| *done += 1);
+    *handle.shared.active.lock().expect("active") = Some(2);
+    let (interrupted, _) = interrupting.await.expect("join");
+    assert!(interrupted);
+    assert_eq!(*targets.borrow(), Some(1), "operation 2 is not the target");
+    // An interrupt issued now is for operation 2.
+    let interrupting = tokio::spawn({
+        let handle = handle.clone();
+        async move { handle.interrupt().await }
+    });
+    targets
+        .wait_for(|target| *target == Some(2))
+        .await
+        .expect("aimed at 2");
+    *handle.shared.active.lock().expect("active") = None;
+    handle.shared.operations_done.send_modify(|done| *done += 1);
+    assert!(interrupting.await.expect("join").0);
+    // Nothing active: nothing to interrupt.
+    assert!(!handle.interrupt().await.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_queue_is_busy_and_cancellation_withdraws() {
+    let (handle, mut inbox) = SessionHandle::detached(options(2, Duration::from_secs(30)));
+    let first_cancel = CancellationToken::new();
+    let first = tokio::spawn({
+        let (handle, cancel) = (handle.clone(), first_cancel.clone());
+        async move { handle.execute(args("first", &cancel)).await }
+    });
+    let second = tokio::spawn({
+        let handle = handle.clone();
+        async move {
+            handle
+                .execute(args("second", &CancellationToken::new()))
+                .await
+        }
+    });
+    while handle.status().queue_depth < 2 {
+        tokio::task::yield_now().await;
+    }
+    let busy = handle
+        .execute(args("third", &CancellationToken::new()))
+        .await;
+    assert_eq!(code(&busy), Some("runtime_busy"));
+
+    first_cancel.cancel();
+    let first = first.await.expect("join");
+    assert_eq!(code(&first), Some("operation_cancelled"));
+    assert_eq!(first.status, ExecutionStatus::Cancelled);
+    assert_eq!(handle.status().queue_depth, 1);
+
+    // Play the actor: the withdrawn ticket cannot be dispatched; the second can.
+    let Some(Command::Execute { ticket, .. }) = inbox.recv().await else {
+        panic!("first command")
+    };
+    assert!(
+        !ticket.dispatch(&handle.shared),
+        "an abandoned ticket is never dispatched"
+    );
+    let Some(Command::Execute {
+        ticket,
+        args,
+        reply,
+        ..
+    }) = inbox.recv().await
+    else {
+        panic!("second command")
+    };
+    assert_eq!(args.code, "second");
+    assert!(ticket.dispatch(&handle.shared));
+    assert!(
+        !ticket.abandon(&handle.shared),
+        "a dispatched ticket cannot be abandoned"
+    );
+    let runtime = RuntimeInfo {
+        request_id: args.request_id,
+        admission_seq: ticket.seq,
+        epoch: 0,
+        queue_wait_ms: 0,
+        run_ms: 0,
+        interruption: None,
+        namespace: None,
+    };
+    let mut done = ExecutionOutput::not_run(
+        ticket.execution_id.clone(),
+        runtime,
+        ErrorInfo::new(Code::InternalError, "unused"),
+    );
+    done.error = None;
+    done.ok = true;
+    reply.send((done, None)).expect("caller waits");
+    let second = second.await.expect("join");
+    assert!(second.ok);
+    assert_eq!(
+        second.runtime.admission_seq, 2,
+        "sequence numbers follow admission order"
+    );
+    assert_eq!(handle.status().queue_depth, 0);
+}
+
+fn spawn_execute(
+    handle: &SessionHandle,
+    code: &'static str,
+) -> tokio::task::JoinHandle<ExecutionOutput> {
+    let handle = handle.clone();
+    tokio::spawn(async move { handle.execute(args(code, &CancellationToken::new())).await })
+}
+
+async fn until_queued(handle: &SessionHandle, depth: usize) {
+    while handle.status().queue_depth < depth {
+        tokio::task::yield_now().await;
+    }
+}
+
+fn helper_call(method: &str) -> HelperCall {
+    HelperCall {
+        method: method.into(),
+        params: serde_json::json!({}),
+        timeout: None,
+        request_id: method.into(),
+        cancel: CancellationToken::new(),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_bookkeeping_call_takes_the_reserved_slot_never_a_users() {
+    let (handle, _inbox) = SessionHandle::detached(options(2, Duration::from_secs(30)));
+    let _first = spawn_execute(&handle, "first");
+    let reserved = tokio::spawn({
+        let handle = handle.clone();
+        async move { handle.helper_reserved(helper_call("tool_catalog")).await }
+    });
+    until_queued(&handle, 2).await;
+    // The reserved slot is taken: a second bookkeeping call is refused at once…
+    let refused = handle.helper_reserved(helper_call("tool_catalog")).await;
+    assert_eq!(
+        refused.error.map(|error| error.code.as_str()),
+        Some("runtime_busy")
+    );
+    assert!(!reserved.is_finished());
+    // …while the user still has both of the `max_pending` slots: one is free.
+    let _second = spawn_execute(&handle, "second");
+    until_queued(&handle, 3).await;
+    let busy = handle
+        .execute(args("third", &CancellationToken::new()))
+        .await;
+    assert_eq!(code(&busy), Some("runtime_busy"));
+    assert_eq!(
+        handle.status().queue_depth,
+        3,
+        "the users' two and the reserved one"
+    );
+    // A bookkeeping call that gives up frees the reserved slot for the next.
+    let gave_up = reserved.await.expect("join");
+    assert_eq!(
+        gave_up.error.map(|error| error.code.as_str()),
+        Some("queue_timeout")
+    );
+    assert_eq!(handle.status().queue_depth, 0);
+}
+
+/// A session whose Python cannot be found: its actor runs with no kernel.
+fn kernelless(max_pending: usize) -> SessionOptions {
+    let mut options = options(max_pending, Duration::from_secs(30));
+    options.resolver.explicit_python = Some(std::env::temp_dir().join("no-such-python-here"));
+    options
+}
+
+#[tokio::test]
+async fn a_panicking_actor_answers_its_queue_unavailable_and_restart_respawns_it() {
+    let (handle, commands) = SessionHandle::detached(kernelless(4));
+    // Queued before the actor starts: the panic, then a call behind it.
+    assert!(handle.inject_panic());
+    let queued = spawn_execute(&handle, "queued");
+    until_queued(&handle, 1).await;
+    let launcher = Arc::new(Local::new(Arc::clone(&handle.shared)));
+    tokio::spawn(supervise(Arc::clone(&handle.shared), commands, launcher));
+    let queued = queued.await.expect("join");
+    assert_eq!(code(&queued), Some("runtime_unavailable"));
+    assert_eq!(queued.status, ExecutionStatus::Rejected);
+    let message = &queued.error.as_ref().expect("error").message;
+    assert!(message.contains("an internal error stopped"), "{message}");
+    let status = handle.status();
+    assert_eq!(status.state, SessionState::Unavailable);
+    assert_eq!(status.queue_depth, 0);
+    assert_eq!(
+        status.error,
+        Some(failed_error("calls fail until it is restarted"))
+    );
+    let refused = handle
+        .execute(args("after", &CancellationToken::new()))
+        .await;
+    assert_eq!(refused.error, Some(failed_error("nothing ran")));
+    // The restart starts a fresh actor in a new epoch; this one cannot find its Python
+    // either, so the session is unavailable for that reason now, not for the panic.
+    assert_eq!(status.epoch, 1, "its kernel is gone");
+    let restarted = handle.restart().await.expect("restart answered");
+    assert_eq!(restarted.epoch, 2);
+    assert_eq!(restarted.state, SessionState::Unavailable);
+    let reason = restarted.error.expect("reason").message;
+    assert!(!reason.contains("internal error"), "{reason}");
+    let refused = handle
+        .execute(args("later", &CancellationToken::new()))
+        .await;
+    assert_ne!(refused.error, Some(failed_error("nothing ran")));
+    handle.shutdown().await;
+    assert_eq!(handle.status().state, SessionState::Closed);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_call_running_when_the_actor_panics_is_told_so_and_its_record_finished() {
+    let (handle, mut inbox) = SessionHandle::detached(options(1, Duration::from_secs(30)));
+    let caller = spawn_execute(&handle, "running");
+    let Some(Command::Execute { ticket, reply, .. }) = inbox.recv().await else {
+        panic!("command")
+    };
+    assert!(ticket.dispatch(&handle.shared));
+    // What a panic does to it: the reply is dropped, then the supervisor counts a failure.
+    drop(reply);
+    tokio::task::yield_now().await;
+    handle.shared.failures.send_modify(|count| *count += 1);
+    let output = caller.await.expect("join");
+    assert_eq!(code(&output), Some("runtime_unavailable"));
+    assert_eq!(output.status, ExecutionStatus::Error);
+    assert_eq!(output.runtime.namespace, Some(NamespaceOutcome::Reset));
+    assert_eq!(output.runtime.interruption, Some(Interruption::Terminated));
+    let recorded = handle.output(None, Duration::ZERO).await.expect("recorded");
+    assert_eq!(recorded.status, ExecutionStatus::Error, "get_output agrees");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dispatched_request_outlives_the_queue_wait() {
+    let (handle, mut inbox) = SessionHandle::detached(options(1, Duration::from_secs(1)));
+    let caller = tokio::spawn({
+        let handle = handle.clone();
+        async move {
+            handle
+                .execute(args("slow", &CancellationToken::new()))
+                .await
+        }
+    });
+    let Some(Command::Execute {
+        ticket,
+        args,
+        reply,
+        ..
+    }) = inbox.recv().await
+    else {
+        panic!("command")
+    };
+    assert!(ticket.dispatch(&handle.shared));
+    // Running for longer than the queue wait is fine: the deadline, not the queue, bounds it.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let runtime = RuntimeInfo {
+        request_id: args.request_id,
+        admission_seq: ticket.seq,
+        epoch: 0,
+        queue_wait_ms: 0,
+        run_ms: 10_000,
+        interruption: None,
+        namespace: None,
+    };
+    let mut done = ExecutionOutput::not_run(
+        ticket.execution_id.clone(),
+        runtime,
+        ErrorInfo::new(Code::InternalError, "unused"),
+    );
+    done.error = None;
+    done.ok = true;
+    reply.send((done, None)).expect("caller waits");
+    assert!(caller.await.expect("join").ok);
+}
+
+/// A real kernel's session: the Python the integration tests provision into the target
+/// directory (this test binary is `target/<profile>/deps/<name>`), found or provisioned
+/// the product's own way.
+fn kernel_options(kernel_id: &str) -> SessionOptions {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let target_tmp = exe.ancestors().nth(3).expect("the target dir").join("tmp");
+    SessionOptions {
+        kernel_id: kernel_id.into(),
+        queue_wait_timeout: Duration::from_secs(600),
+        resolver: Resolver {
+            working_dir: target_tmp.clone(),
+            path_var: std::env::var_os("PATH"),
+            cache_dir: target_tmp.join("ipython-mcp-cache"),
+            install_timeout: Duration::from_secs(600),
+            ..options(4, Duration::ZERO).resolver
+        },
+        spool: SpoolLimits::default(),
+        ..options(4, Duration::ZERO)
+    }
+}
+
+async fn ready(session: &SessionHandle) {
+    let deadline = Instant::now() + Duration::from_secs(900);
+    let mut done = session.status().state;
+    while done != SessionState::Ready {
+        assert!(
+            !matches!(done, SessionState::Unavailable | SessionState::Closed),
+            "{:?}",
+            session.status()
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no kernel: {:?}",
+            session.status()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        done = session.status().state;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_spool_disk_stalls_neither_status_nor_another_session() {
+    let stalled = SessionHandle::start(kernel_options("stalled"));
+    let other = SessionHandle::start(kernel_options("other"));
+    ready(&stalled).await;
+    ready(&other).await;
+    let cancel = CancellationToken::new();
+    let release = crate::spool::tests::stall(stalled.shared.executions.queue()).await;
+    // Cut output: its answer wants the spool's summary, which waits for the stalled disk.
+    let cut = tokio::spawn({
+        let stalled = stalled.clone();
+        let args = args("print('x' * 100_000)", &cancel);
+        async move { stalled.execute(args).await }
+    });
+    for n in 0..3 {
+        let answered = tokio::time::timeout(
+            Duration::from_secs(120),
+            other.execute(args(&format!("{n} + 1"), &cancel)),
+        )
+        .await
+        .expect("another session answers while this one's spool is stalled");
+        assert!(answered.ok, "{answered:?}");
+        assert_eq!(
+            answered
+                .result
+                .as_ref()
+                .map(|result| result["text/plain"].clone()),
+            Some(serde_json::json!((n + 1).to_string()))
+        );
+        // Its status is a snapshot: answered, and it still says the session works.
+        let state = stalled.status().state;
+        assert!(
+            matches!(state, SessionState::Busy | SessionState::Ready),
+            "{state:?}"
+        );
+    }
+    // The stalled session answers too, once its wait for the disk is over, without the
+    // summary it could not read.
+    let output = tokio::time::timeout(SPOOL_FLUSH_WAIT + Duration::from_secs(120), cut)
+        .await
+        .expect("the answer does not wait for the disk past its bound")
+        .expect("the execute task");
+    assert!(output.ok, "{output:?}");
+    assert!(output.stdout_omitted_chars > 0, "{output:?}");
+    assert_eq!(output.spool, None);
+    // And so does its next call, the disk still stalled.
+    let next = tokio::time::timeout(
+        Duration::from_secs(120),
+        stalled.execute(args("2 * 21", &cancel)),
+    )
+    .await
+    .expect("the next call is answered while the spool is still stalled");
+    assert_eq!(
+        next.result
+            .as_ref()
+            .map(|result| result["text/plain"].clone()),
+        Some(serde_json::json!("42"))
+    );
+    // Nothing is lost: once the disk is back, the summary and the whole stream are there.
+    release.send(()).expect("the stall waits");
+    let id = output.execution_id.clone();
+    let later = stalled
+        .output(Some(&id), Duration::ZERO)
+        .await
+        .expect("remembered");
+    assert_eq!(later.spool.map(|spool| spool.stdout_bytes), Some(100_001));
+    let request = PageRequest {
+        stream: crate::StreamName::Stdout,
+        start_line: 1,
+        max_lines: 10,
+        pattern: None,
+        max_chars: 1_000_000,
+    };
+    let page = stalled
+        .page(Some(&id), request)
+        .await
+        .expect("remembered")
+        .expect("a page");
+    assert_eq!(page.lines.len(), 1, "{:?}", page.total_lines);
+    assert_eq!(page.lines[0].text.len(), 100_000);
+    assert!(page.complete);
+    stalled.shutdown().await;
+    other.shutdown().await;
+}
