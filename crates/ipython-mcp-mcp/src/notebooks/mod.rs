@@ -1,0 +1,243 @@
+//! The notebooks toolset: create, read, edit and execute `.ipynb` files inside the
+//! workspace root, with SHA-256 revisions for optimistic concurrency and one kernel session per
+//! notebook. File work happens in `ipython-mcp-notebook` (on the blocking pool); this module
+//! checks arguments, picks sessions, turns executions into saved outputs and bounds what goes
+//! back to the agent.
+
+mod params;
+mod resources;
+mod save;
+mod tools;
+mod views;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ipython_mcp_kernel::{Code, ErrorInfo};
+use ipython_mcp_notebook::{uri_for_path, CellRef, Notebook, NotebookPath, Workspace};
+use rmcp::model::CallToolResult;
+use serde::Serialize;
+
+use crate::render;
+use crate::server::IpythonMcp;
+use views::{summary_in, WriteResult};
+
+/// Largest `max_cells` of one `notebook_read`.
+const MAX_READ_CELLS: usize = 1000;
+const DEFAULT_READ_CELLS: usize = 100;
+
+/// The workspace of this server, or why it is unusable.
+pub(crate) struct NotebookState {
+    workspace: Result<Arc<Workspace>, String>,
+}
+
+impl NotebookState {
+    pub(crate) fn new(root: Option<PathBuf>) -> NotebookState {
+        let root = root.or_else(|| std::env::current_dir().ok());
+        let workspace = match root {
+            Some(root) => Workspace::new(&root)
+                .map(Arc::new)
+                .map_err(|error| error.to_string()),
+            None => Err("no working directory".to_owned()),
+        };
+        NotebookState { workspace }
+    }
+
+    pub(crate) fn workspace(&self) -> Result<&Arc<Workspace>, Box<ErrorInfo>> {
+        self.workspace.as_ref().map_err(|problem| {
+            Box::new(
+                ErrorInfo::new(
+                    Code::InvalidConfiguration,
+                    format!("the notebook workspace root is unusable: {problem}"),
+                )
+                .with_hint(
+                    "set IPYTHON_MCP_WORKSPACE_ROOT (--workspace-root) to an existing directory",
+                ),
+            )
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+fn structured<T: Serialize>(tool: &str, value: &T) -> CallToolResult {
+    render::namespace(tool, serde_json::to_value(value).unwrap_or_default(), true)
+}
+
+/// An `ipython-mcp-notebook` error as the agent sees it.
+pub(crate) fn notebook_error(error: &ipython_mcp_notebook::Error) -> ErrorInfo {
+    ErrorInfo::new(
+        notebook_code(error),
+        render::shorten(&error.to_string(), 1000),
+    )
+}
+
+/// The stable code of an `ipython-mcp-notebook` error (its hint comes with the code).
+fn notebook_code(error: &ipython_mcp_notebook::Error) -> Code {
+    use ipython_mcp_notebook::Error;
+    match error {
+        Error::InvalidPath { .. } => Code::InvalidPath,
+        Error::NotFound { .. } => Code::NotebookNotFound,
+        Error::AlreadyExists { .. } => Code::NotebookExists,
+        Error::RevisionConflict { .. } => Code::RevisionConflict,
+        Error::InvalidNotebook { .. } => Code::InvalidNotebook,
+        Error::CellNotFound { .. } => Code::CellNotFound,
+        Error::InvalidArguments { .. } => Code::InvalidArguments,
+        Error::Io { .. } => Code::IoError,
+        // A variant added to the notebook crate and not mapped here yet.
+        _ => Code::InternalError,
+    }
+}
+
+fn failed(error: &ipython_mcp_notebook::Error) -> CallToolResult {
+    render::request_error(&notebook_error(error))
+}
+
+fn invalid(message: impl Into<String>) -> CallToolResult {
+    render::request_error(&ErrorInfo::new(Code::InvalidArguments, message))
+}
+
+/// Exactly one of `cell_id` and `index`.
+fn cell_ref(cell_id: Option<String>, index: Option<usize>) -> Result<CellRef, CallToolResult> {
+    match (cell_id, index) {
+        (Some(id), None) => Ok(CellRef::Id(id)),
+        (None, Some(index)) => Ok(CellRef::Index(index)),
+        (Some(_), Some(_)) => Err(invalid("give either cell_id or index, not both")),
+        (None, None) => Err(invalid("give the cell's cell_id or its index")),
+    }
+}
+
+/// Zero or one of `cell_id` and `index`.
+fn optional_cell_ref(
+    cell_id: Option<String>,
+    index: Option<usize>,
+) -> Result<Option<CellRef>, CallToolResult> {
+    match (&cell_id, index) {
+        (None, None) => Ok(None),
+        _ => cell_ref(cell_id, index).map(Some),
+    }
+}
+
+impl IpythonMcp {
+    fn workspace(&self) -> Result<Arc<Workspace>, CallToolResult> {
+        self.notebook_state()
+            .workspace()
+            .cloned()
+            .map_err(|error| render::request_error(&error))
+    }
+
+    /// The workspace and the checked path, or the result refusing the call. Resolving reads
+    /// the file system (canonical directories, symlinks): on the blocking pool.
+    async fn notebook_path(
+        &self,
+        path: &str,
+    ) -> Result<(Arc<Workspace>, NotebookPath), CallToolResult> {
+        let workspace = self.workspace()?;
+        let (resolver, path) = (Arc::clone(&workspace), path.to_owned());
+        let resolved = Self::blocking(move || resolver.resolve(&path)).await?;
+        Ok((workspace, resolved))
+    }
+
+    /// Runs file work on the blocking pool.
+    async fn blocking<T: Send + 'static>(
+        work: impl FnOnce() -> Result<T, ipython_mcp_notebook::Error> + Send + 'static,
+    ) -> Result<T, CallToolResult> {
+        Self::blocking_info(work)
+            .await
+            .map_err(|error| render::request_error(&error))
+    }
+
+    /// Like `blocking`, with the error as the agent would see it.
+    async fn blocking_info<T: Send + 'static>(
+        work: impl FnOnce() -> Result<T, ipython_mcp_notebook::Error> + Send + 'static,
+    ) -> Result<T, ErrorInfo> {
+        match tokio::task::spawn_blocking(work).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(notebook_error(&error)),
+            Err(_) => Err(ErrorInfo::new(
+                Code::InternalError,
+                "the file operation failed",
+            )),
+        }
+    }
+
+    /// A read-modify-write of one notebook, answered as a `WriteResult`.
+    async fn edit(
+        &self,
+        tool: &'static str,
+        path: String,
+        expected_revision: Option<String>,
+        change: impl FnOnce(&mut Notebook) -> Result<Option<usize>, ipython_mcp_notebook::Error>
+            + Send
+            + 'static,
+    ) -> CallToolResult {
+        let (workspace, path) = match self.notebook_path(&path).await {
+            Ok(found) => found,
+            Err(refused) => return refused,
+        };
+        let relative = path.relative.clone();
+        let format = path.format;
+        let edited = Self::blocking(move || {
+            workspace.update(&path, expected_revision.as_deref(), |notebook| {
+                let index = change(notebook)?;
+                Ok((
+                    index.map(|index| summary_in(format, notebook, index)),
+                    notebook.cells().len(),
+                ))
+            })
+        })
+        .await;
+        match edited {
+            Ok(((cell, cell_count), revision)) => {
+                tracing::info!(tool, "tool call");
+                structured(
+                    tool,
+                    &WriteResult {
+                        ok: true,
+                        uri: uri_for_path(&relative),
+                        path: relative,
+                        revision,
+                        cell_count,
+                        cell,
+                    },
+                )
+            }
+            Err(refused) => refused,
+        }
+    }
+
+    fn check_timeout(&self, timeout: Option<f64>) -> Result<Option<Duration>, CallToolResult> {
+        let max = self.config().timeouts.max_operation;
+        match timeout {
+            None => Ok(None),
+            Some(seconds)
+                if seconds.is_finite() && seconds > 0.0 && seconds <= max.as_secs_f64() =>
+            {
+                Ok(Some(Duration::from_secs_f64(seconds)))
+            }
+            Some(seconds) => Err(invalid(format!(
+                "timeout_seconds must be a positive number of seconds up to {}, got {seconds}",
+                max.as_secs_f64()
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exactly_one_cell_reference() {
+        assert_eq!(
+            cell_ref(Some("a".into()), None).ok(),
+            Some(CellRef::Id("a".into()))
+        );
+        assert_eq!(cell_ref(None, Some(3)).ok(), Some(CellRef::Index(3)));
+        assert!(cell_ref(Some("a".into()), Some(3)).is_err());
+        assert!(cell_ref(None, None).is_err());
+        assert_eq!(optional_cell_ref(None, None).ok(), Some(None));
+    }
+}

@@ -1,0 +1,282 @@
+//! What the agent sees of a notebook: the tools' results, cells and saved outputs, bounded.
+
+use ipython_mcp_kernel::{ErrorInfo, ExecutionOutput, RuntimeStatus};
+use ipython_mcp_notebook::{cell_id, joined_text, Format, Notebook};
+use rmcp::schemars;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+// ---------------------------------------------------------------------------------------------
+// Results
+
+/// A cell's place in the notebook.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct CellSummary {
+    pub index: usize,
+    /// Stable id (nbformat 4.5). Null only in files older than 4.5 not yet written by us.
+    pub id: Option<String>,
+    pub cell_type: String,
+}
+
+/// The result of a tool that wrote the notebook.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct WriteResult {
+    pub ok: bool,
+    pub path: String,
+    /// `notebook:///…` resource URI of the file.
+    pub uri: String,
+    /// The file's revision after the write: pass it as `expected_revision` next time.
+    pub revision: String,
+    pub cell_count: usize,
+    /// The cell this call added or changed (null for notebook-wide changes).
+    pub cell: Option<CellSummary>,
+}
+
+/// The result of `notebook_revision`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct RevisionResult {
+    pub ok: bool,
+    pub path: String,
+    pub uri: String,
+    /// SHA-256 (hex) of the file's bytes.
+    pub revision: String,
+    /// File size in bytes.
+    pub bytes: usize,
+}
+
+/// One cell as notebook_read returns it.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct CellView {
+    pub index: usize,
+    pub id: Option<String>,
+    pub cell_type: String,
+    /// The cell's text, bounded: `source_omitted_chars` more characters were cut.
+    pub source: String,
+    pub source_omitted_chars: u64,
+    /// Null when it was too large (`metadata_omitted` then true).
+    pub metadata: Option<Map<String, Value>>,
+    pub metadata_omitted: bool,
+    /// Code cells only.
+    pub execution_count: Option<u64>,
+    /// Saved outputs (bounded), when `include_outputs`; null otherwise.
+    pub outputs: Option<Vec<Value>>,
+    /// How many saved outputs the cell has.
+    pub output_count: usize,
+}
+
+/// The result of `notebook_read`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ReadResult {
+    pub ok: bool,
+    pub path: String,
+    pub uri: String,
+    pub revision: String,
+    pub nbformat: u64,
+    pub nbformat_minor: u64,
+    /// Notebook metadata (kernelspec, language_info, …); null when too large.
+    pub metadata: Option<Map<String, Value>>,
+    pub metadata_omitted: bool,
+    pub cell_count: usize,
+    pub cells: Vec<CellView>,
+    /// Where to continue (`start_index`) when not every requested cell fitted; null when done.
+    pub next_index: Option<usize>,
+}
+
+/// The result of notebook_execute_cell and notebook_execute: execute's fields plus where the
+/// outputs went.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct NotebookExecuteResult {
+    #[serde(flatten)]
+    pub output: ExecutionOutput,
+    pub path: String,
+    /// The kernel session that ran it (usable as `kernel` with interrupt, runtime_status …).
+    pub kernel: String,
+    /// True when the notebook's session was started by this call (a fresh namespace).
+    pub session_started: bool,
+    /// True when the outputs (and the new cell) were written to the file.
+    pub saved: bool,
+    /// The file's revision after saving (the one before, when nothing was saved).
+    pub revision: Option<String>,
+    /// The executed (or created) cell.
+    pub cell: Option<CellSummary>,
+    /// Why the outputs were not saved (e.g. `revision_conflict`: the file changed meanwhile).
+    pub save_error: Option<ErrorInfo>,
+}
+
+/// The result of `notebook_session`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct SessionResult {
+    pub ok: bool,
+    pub path: String,
+    /// The session id: pass it as `kernel` to interrupt, kernel_restart, runtime_status.
+    pub kernel: String,
+    /// True when this call started the session.
+    pub started: bool,
+    /// Other notebooks (workspace-relative) bound to the same session.
+    pub shared_with: Vec<String>,
+    pub status: RuntimeStatus,
+}
+
+/// The result of `notebook_session_close`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct CloseResult {
+    pub ok: bool,
+    pub path: String,
+    /// The session the notebook was bound to (null: it had none).
+    pub kernel: Option<String>,
+    /// True when that session was stopped (no other notebook used it).
+    pub stopped: bool,
+}
+/// `summary` for a file of `format`: a percent script stores no ids, so its cells are known by
+/// their positional id (`cell-<index>`), the one the next read gives them.
+pub(super) fn summary_in(format: Format, notebook: &Notebook, index: usize) -> CellSummary {
+    let mut cell = summary(notebook, index);
+    if format == Format::Percent {
+        cell.id = Some(format!("cell-{index}"));
+    }
+    cell
+}
+
+fn summary(notebook: &Notebook, index: usize) -> CellSummary {
+    let cell = &notebook.cells()[index];
+    CellSummary {
+        index,
+        id: cell_id(cell).map(str::to_owned),
+        cell_type: cell
+            .get("cell_type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+    }
+}
+
+/// `text` cut to `max` characters, and how many were cut.
+pub(super) fn bounded(text: &str, max: usize) -> (String, u64) {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => (text[..cut].to_owned(), text[cut..].chars().count() as u64),
+        None => (text.to_owned(), 0),
+    }
+}
+
+/// A JSON object kept only if its compact form fits in `max` characters.
+pub(super) fn bounded_object(
+    value: Option<&Value>,
+    max: usize,
+) -> (Option<Map<String, Value>>, bool) {
+    match value.and_then(Value::as_object) {
+        None => (Some(Map::new()), false),
+        Some(map) => {
+            let size = serde_json::to_string(map)
+                .map(|text| text.len())
+                .unwrap_or(0);
+            if size <= max {
+                (Some(map.clone()), false)
+            } else {
+                (None, true)
+            }
+        }
+    }
+}
+
+/// A saved output, bounded for the agent: text cut, images described, big JSON omitted.
+pub(super) fn output_view(output: &Value, max_chars: usize, max_traceback: usize) -> Value {
+    let mut view = Map::new();
+    let kind = output
+        .get("output_type")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown");
+    view.insert("output_type".into(), kind.into());
+    match kind {
+        "stream" => {
+            let (text, omitted) = bounded(&joined_text(output.get("text")), max_chars);
+            view.insert(
+                "name".into(),
+                output.get("name").cloned().unwrap_or(Value::Null),
+            );
+            view.insert("text".into(), text.into());
+            view.insert("text_omitted_chars".into(), omitted.into());
+        }
+        "error" => {
+            for key in ["ename", "evalue"] {
+                let text = output.get(key).and_then(Value::as_str).unwrap_or_default();
+                view.insert(key.into(), bounded(text, max_chars).0.into());
+            }
+            let lines: Vec<&str> = output
+                .get("traceback")
+                .and_then(Value::as_array)
+                .map(|lines| lines.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let (traceback, omitted) = bounded(&lines.join("\n"), max_traceback);
+            view.insert("traceback".into(), traceback.into());
+            view.insert("traceback_omitted_chars".into(), omitted.into());
+        }
+        _ => {
+            if let Some(count) = output.get("execution_count") {
+                view.insert("execution_count".into(), count.clone());
+            }
+            let mut data = Map::new();
+            if let Some(bundle) = output.get("data").and_then(Value::as_object) {
+                for (mime, value) in bundle {
+                    let described = if mime.starts_with("image/") && mime != "image/svg+xml" {
+                        let size = joined_text(Some(value)).len();
+                        Value::String(format!(
+                            "<{mime} image, {size} base64 characters, saved in the file>"
+                        ))
+                    } else if mime == "application/json" || mime.ends_with("+json") {
+                        let text = value.to_string();
+                        if text.len() <= max_chars {
+                            value.clone()
+                        } else {
+                            Value::String(format!("<{mime}, {} characters, omitted>", text.len()))
+                        }
+                    } else {
+                        let (text, omitted) = bounded(&joined_text(Some(value)), max_chars);
+                        if omitted > 0 {
+                            Value::String(format!("{text}… [{omitted} more characters]"))
+                        } else {
+                            Value::String(text)
+                        }
+                    };
+                    data.insert(mime.clone(), described);
+                }
+            }
+            view.insert("data".into(), Value::Object(data));
+        }
+    }
+    Value::Object(view)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn saved_outputs_are_bounded_for_the_agent() {
+        let stream =
+            json!({"output_type": "stream", "name": "stdout", "text": ["x".repeat(50), "\n"]});
+        let view = output_view(&stream, 10, 10);
+        assert_eq!(view["text"], "xxxxxxxxxx");
+        assert_eq!(view["text_omitted_chars"], 41);
+        let display = json!({"output_type": "display_data", "metadata": {}, "data": {
+            "image/png": "iVBORw0KGgo=",
+            "text/html": ["<b>", "long html here</b>"],
+            "application/json": {"big": "y".repeat(100)},
+        }});
+        let view = output_view(&display, 10, 10);
+        assert_eq!(
+            view["data"]["image/png"],
+            "<image/png image, 12 base64 characters, saved in the file>"
+        );
+        assert_eq!(
+            view["data"]["text/html"],
+            "<b>long ht… [11 more characters]"
+        );
+        assert!(view["data"]["application/json"]
+            .as_str()
+            .expect("described")
+            .starts_with("<application/json"));
+        let error = json!({"output_type": "error", "ename": "E", "evalue": "v", "traceback": ["a".repeat(30)]});
+        assert_eq!(output_view(&error, 10, 5)["traceback_omitted_chars"], 25);
+    }
+}
