@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use crate::render;
 use crate::server::IpythonMcp;
-use views::{summary_in, WriteResult};
+use views::{CellSummary, WriteResult};
 
 /// Largest `max_cells` of one `notebook_read`.
 const MAX_READ_CELLS: usize = 1000;
@@ -163,44 +163,37 @@ impl IpythonMcp {
         }
     }
 
-    /// A read-modify-write of one notebook, answered as a `WriteResult`.
+    /// A read-modify-write of one notebook (`Workspace::mutate`, on the blocking pool),
+    /// answered as a `WriteResult`.
     async fn edit(
         &self,
         tool: &'static str,
         path: String,
         expected_revision: Option<String>,
-        change: impl FnOnce(&mut Notebook) -> Result<Option<usize>, ipython_mcp_notebook::Error>
+        change: impl FnOnce(&mut Notebook) -> Result<Option<CellSummary>, ipython_mcp_notebook::Error>
             + Send
             + 'static,
     ) -> CallToolResult {
-        let (workspace, path) = match self.notebook_path(&path).await {
-            Ok(found) => found,
+        let workspace = match self.workspace() {
+            Ok(workspace) => workspace,
             Err(refused) => return refused,
         };
-        let relative = path.relative.clone();
-        let format = path.format;
-        let edited = Self::blocking(move || {
-            workspace.update(&path, expected_revision.as_deref(), |notebook| {
-                let index = change(notebook)?;
-                Ok((
-                    index.map(|index| summary_in(format, notebook, index)),
-                    notebook.cells().len(),
-                ))
-            })
-        })
-        .await;
+        let edited =
+            Self::blocking(move || workspace.mutate(&path, expected_revision.as_deref(), change))
+                .await;
         match edited {
-            Ok(((cell, cell_count), revision)) => {
+            Ok(mutated) => {
                 tracing::info!(tool, "tool call");
+                let format = mutated.path.format;
                 structured(
                     tool,
                     &WriteResult {
                         ok: true,
-                        uri: uri_for_path(&relative),
-                        path: relative,
-                        revision,
-                        cell_count,
-                        cell,
+                        uri: uri_for_path(&mutated.path.relative),
+                        path: mutated.path.relative,
+                        revision: mutated.revision,
+                        cell_count: mutated.cell_count,
+                        cell: mutated.value.map(|cell| cell.in_format(format)),
                     },
                 )
             }

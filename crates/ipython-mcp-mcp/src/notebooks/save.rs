@@ -15,7 +15,7 @@ use rmcp::RoleServer;
 use serde_json::{Map, Value};
 
 use super::invalid;
-use super::views::{summary_in, NotebookExecuteResult};
+use super::views::{summary, NotebookExecuteResult};
 use crate::render;
 use crate::server::IpythonMcp;
 use crate::sessions::{StartError, StartSpec};
@@ -354,19 +354,18 @@ impl IpythonMcp {
         if let (Some(save), true) = (save, output.status != ExecutionStatus::Rejected) {
             let outputs = outputs_to_save(&session, &output).await;
             let execution_count = output.execution_count;
-            let format = path.format;
             let saved = Self::blocking_info(move || {
-                workspace.update(&path, Some(&revision), |notebook| {
+                workspace.mutate(&path.relative, Some(&revision), |notebook| {
                     let index = save(notebook, execution_count, &outputs)?;
-                    Ok(summary_in(format, notebook, index))
+                    Ok(summary(notebook, index))
                 })
             })
             .await;
             match saved {
-                Ok((cell, new_revision)) => {
+                Ok(mutated) => {
                     result.saved = true;
-                    result.revision = Some(new_revision);
-                    result.cell = Some(cell);
+                    result.revision = Some(mutated.revision);
+                    result.cell = Some(mutated.value.in_format(mutated.path.format));
                 }
                 Err(error) => {
                     // A failure like any other (in `error`), unless the code itself failed;

@@ -17,7 +17,7 @@ use super::params::{
 };
 use super::save::SaveCell;
 use super::views::{
-    bounded, bounded_object, output_view, summary_in, CellView, CloseResult, NotebookExecuteResult,
+    bounded, bounded_object, output_view, summary, CellView, CloseResult, NotebookExecuteResult,
     ReadResult, RevisionResult, SessionResult, WriteResult,
 };
 use super::{
@@ -284,7 +284,10 @@ impl IpythonMcp {
                 "notebook_insert_cell",
                 params.path,
                 params.expected_revision,
-                move |notebook| notebook.insert(index, cell).map(|(index, _)| Some(index)),
+                move |notebook| {
+                    let (index, _) = notebook.insert(index, cell)?;
+                    Ok(Some(summary(notebook, index)))
+                },
             )
             .await)
     }
@@ -315,7 +318,7 @@ impl IpythonMcp {
                 move |notebook| {
                     let index = notebook.locate(&reference)?;
                     notebook.update(index, source, metadata, cell_type);
-                    Ok(Some(index))
+                    Ok(Some(summary(notebook, index)))
                 },
             )
             .await)
@@ -335,36 +338,19 @@ impl IpythonMcp {
             Ok(reference) => reference,
             Err(refused) => return Ok(refused),
         };
-        let (workspace, path) = match self.notebook_path(&params.path).await {
-            Ok(found) => found,
-            Err(refused) => return Ok(refused),
-        };
-        let relative = path.relative.clone();
-        let format = path.format;
-        let expected = params.expected_revision;
-        let deleted = Self::blocking(move || {
-            workspace.update(&path, expected.as_deref(), |notebook| {
-                let index = notebook.locate(&reference)?;
-                let cell = summary_in(format, notebook, index);
-                notebook.delete(index);
-                Ok((cell, notebook.cells().len()))
-            })
-        })
-        .await;
-        Ok(match deleted {
-            Ok(((cell, cell_count), revision)) => structured(
+        Ok(self
+            .edit(
                 "notebook_delete_cell",
-                &WriteResult {
-                    ok: true,
-                    uri: uri_for_path(&relative),
-                    path: relative,
-                    revision,
-                    cell_count,
-                    cell: Some(cell),
+                params.path,
+                params.expected_revision,
+                move |notebook| {
+                    let index = notebook.locate(&reference)?;
+                    let cell = summary(notebook, index);
+                    notebook.delete(index);
+                    Ok(Some(cell))
                 },
-            ),
-            Err(refused) => refused,
-        })
+            )
+            .await)
     }
 
     #[tool(
@@ -390,7 +376,7 @@ impl IpythonMcp {
                 move |notebook| {
                     let from = notebook.locate(&reference)?;
                     notebook.move_cell(from, to)?;
-                    Ok(Some(to))
+                    Ok(Some(summary(notebook, to)))
                 },
             )
             .await)
@@ -419,7 +405,7 @@ impl IpythonMcp {
                     Some(reference) => {
                         let index = notebook.locate(&reference)?;
                         notebook.clear_outputs(index);
-                        Ok(Some(index))
+                        Ok(Some(summary(notebook, index)))
                     }
                     None => {
                         for index in 0..notebook.cells().len() {
@@ -456,7 +442,7 @@ impl IpythonMcp {
                     Some(reference) => {
                         let index = notebook.locate(&reference)?;
                         notebook.set_cell_metadata(index, metadata);
-                        Ok(Some(index))
+                        Ok(Some(summary(notebook, index)))
                     }
                     None => {
                         notebook.set_metadata(metadata);
@@ -486,25 +472,17 @@ impl IpythonMcp {
             Ok(timeout) => timeout,
             Err(refused) => return Ok(refused),
         };
-        let (workspace, path) = match self.notebook_path(&params.path).await {
-            Ok(found) => found,
+        let workspace = match self.workspace() {
+            Ok(workspace) => workspace,
             Err(refused) => return Ok(refused),
         };
-        let reader = Arc::clone(&workspace);
-        let read_path = path.clone();
-        let loaded = match Self::blocking(move || reader.read(&read_path)).await {
-            Ok(loaded) => loaded,
-            Err(refused) => return Ok(refused),
-        };
-        if let Some(expected) = &params.expected_revision {
-            if !expected.eq_ignore_ascii_case(&loaded.revision) {
-                return Ok(failed(&ipython_mcp_notebook::Error::RevisionConflict {
-                    path: path.relative.clone(),
-                    expected: expected.clone(),
-                    actual: loaded.revision,
-                }));
-            }
-        }
+        let (reader, relative) = (Arc::clone(&workspace), params.path.clone());
+        let expected = params.expected_revision.clone();
+        let (path, loaded) =
+            match Self::blocking(move || reader.load(&relative, expected.as_deref())).await {
+                Ok(found) => found,
+                Err(refused) => return Ok(refused),
+            };
         let index = match loaded.notebook.locate(&reference) {
             Ok(index) => index,
             Err(error) => return Ok(failed(&error)),
@@ -565,25 +543,17 @@ impl IpythonMcp {
             Ok(timeout) => timeout,
             Err(refused) => return Ok(refused),
         };
-        let (workspace, path) = match self.notebook_path(&params.path).await {
-            Ok(found) => found,
+        let workspace = match self.workspace() {
+            Ok(workspace) => workspace,
             Err(refused) => return Ok(refused),
         };
-        let reader = Arc::clone(&workspace);
-        let read_path = path.clone();
-        let loaded = match Self::blocking(move || reader.read(&read_path)).await {
-            Ok(loaded) => loaded,
-            Err(refused) => return Ok(refused),
-        };
-        if let Some(expected) = &params.expected_revision {
-            if !expected.eq_ignore_ascii_case(&loaded.revision) {
-                return Ok(failed(&ipython_mcp_notebook::Error::RevisionConflict {
-                    path: path.relative.clone(),
-                    expected: expected.clone(),
-                    actual: loaded.revision,
-                }));
-            }
-        }
+        let (reader, relative) = (Arc::clone(&workspace), params.path.clone());
+        let expected = params.expected_revision.clone();
+        let (path, loaded) =
+            match Self::blocking(move || reader.load(&relative, expected.as_deref())).await {
+                Ok(found) => found,
+                Err(refused) => return Ok(refused),
+            };
         let length = loaded.notebook.cells().len();
         if let Some(index) = params.index.filter(|index| *index > length) {
             return Ok(invalid(format!(

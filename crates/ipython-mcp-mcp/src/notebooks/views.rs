@@ -127,17 +127,20 @@ pub struct CloseResult {
     /// True when that session was stopped (no other notebook used it).
     pub stopped: bool,
 }
-/// `summary` for a file of `format`: a percent script stores no ids, so its cells are known by
-/// their positional id (`cell-<index>`), the one the next read gives them.
-pub(super) fn summary_in(format: Format, notebook: &Notebook, index: usize) -> CellSummary {
-    let mut cell = summary(notebook, index);
-    if format == Format::Percent {
-        cell.id = Some(format!("cell-{index}"));
+impl CellSummary {
+    /// The summary as an agent knows the cell in a file of `format`: a percent script stores
+    /// no ids, so its cells are known by their positional id (`cell-<index>`), the one the
+    /// next read gives them.
+    pub(super) fn in_format(mut self, format: Format) -> CellSummary {
+        if format == Format::Percent {
+            self.id = Some(format!("cell-{}", self.index));
+        }
+        self
     }
-    cell
 }
 
-fn summary(notebook: &Notebook, index: usize) -> CellSummary {
+/// The place, id and type of the cell at `index`.
+pub(super) fn summary(notebook: &Notebook, index: usize) -> CellSummary {
     let cell = &notebook.cells()[index];
     CellSummary {
         index,
