@@ -100,6 +100,12 @@ impl Workspace {
         })
     }
 
+    /// The current revision of a notebook file and its size in bytes (without parsing it).
+    pub fn revision_and_size(&self, path: &NotebookPath) -> Result<(String, usize), Error> {
+        let bytes = read_bytes(path)?;
+        Ok((revision_of(&bytes), bytes.len()))
+    }
+
     /// The current revision of a notebook file (without parsing it).
     pub fn revision(&self, path: &NotebookPath) -> Result<String, Error> {
         Ok(revision_of(&read_bytes(path)?))

@@ -10,12 +10,13 @@ mod save;
 mod tools;
 mod views;
 
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ipython_mcp_kernel::{Code, ErrorInfo};
-use ipython_mcp_notebook::{uri_for_path, CellRef, Notebook, NotebookPath, Workspace};
+use ipython_mcp_notebook::{uri_for_path, CellRef, Loaded, Notebook, NotebookPath, Workspace};
 use rmcp::model::CallToolResult;
 use serde::Serialize;
 
@@ -62,6 +63,53 @@ impl NotebookState {
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
+/// Why a notebook tool call did nothing, as the agent will be told. Every failure on the way
+/// converts into one with `?` (the notebook crate's errors through `notebook_error`, the
+/// sessions' as they are), and `answer` is the one place it becomes the tool's result.
+pub(crate) struct Refusal(Box<ErrorInfo>);
+
+impl Refusal {
+    fn invalid(message: impl Into<String>) -> Refusal {
+        ErrorInfo::new(Code::InvalidArguments, message).into()
+    }
+
+    fn into_result(self) -> CallToolResult {
+        render::request_error(&self.0)
+    }
+}
+
+impl From<ErrorInfo> for Refusal {
+    fn from(error: ErrorInfo) -> Refusal {
+        Refusal(Box::new(error))
+    }
+}
+
+impl From<Box<ErrorInfo>> for Refusal {
+    fn from(error: Box<ErrorInfo>) -> Refusal {
+        Refusal(error)
+    }
+}
+
+impl From<ipython_mcp_notebook::Error> for Refusal {
+    fn from(error: ipython_mcp_notebook::Error) -> Refusal {
+        notebook_error(&error).into()
+    }
+}
+
+impl From<crate::sessions::StartError> for Refusal {
+    fn from(error: crate::sessions::StartError) -> Refusal {
+        ErrorInfo::from(error).into()
+    }
+}
+
+/// A notebook tool's answer: what `work` built, or its refusal rendered as an error result
+/// (a refusal is a tool result, never a protocol error).
+async fn answer(
+    work: impl Future<Output = Result<CallToolResult, Refusal>>,
+) -> Result<CallToolResult, rmcp::ErrorData> {
+    Ok(work.await.unwrap_or_else(Refusal::into_result))
+}
+
 fn structured<T: Serialize>(tool: &str, value: &T) -> CallToolResult {
     render::namespace(tool, serde_json::to_value(value).unwrap_or_default(), true)
 }
@@ -91,21 +139,13 @@ fn notebook_code(error: &ipython_mcp_notebook::Error) -> Code {
     }
 }
 
-fn failed(error: &ipython_mcp_notebook::Error) -> CallToolResult {
-    render::request_error(&notebook_error(error))
-}
-
-fn invalid(message: impl Into<String>) -> CallToolResult {
-    render::request_error(&ErrorInfo::new(Code::InvalidArguments, message))
-}
-
 /// Exactly one of `cell_id` and `index`.
-fn cell_ref(cell_id: Option<String>, index: Option<usize>) -> Result<CellRef, CallToolResult> {
+fn cell_ref(cell_id: Option<String>, index: Option<usize>) -> Result<CellRef, Refusal> {
     match (cell_id, index) {
         (Some(id), None) => Ok(CellRef::Id(id)),
         (None, Some(index)) => Ok(CellRef::Index(index)),
-        (Some(_), Some(_)) => Err(invalid("give either cell_id or index, not both")),
-        (None, None) => Err(invalid("give the cell's cell_id or its index")),
+        (Some(_), Some(_)) => Err(Refusal::invalid("give either cell_id or index, not both")),
+        (None, None) => Err(Refusal::invalid("give the cell's cell_id or its index")),
     }
 }
 
@@ -113,7 +153,7 @@ fn cell_ref(cell_id: Option<String>, index: Option<usize>) -> Result<CellRef, Ca
 fn optional_cell_ref(
     cell_id: Option<String>,
     index: Option<usize>,
-) -> Result<Option<CellRef>, CallToolResult> {
+) -> Result<Option<CellRef>, Refusal> {
     match (&cell_id, index) {
         (None, None) => Ok(None),
         _ => cell_ref(cell_id, index).map(Some),
@@ -121,36 +161,35 @@ fn optional_cell_ref(
 }
 
 impl IpythonMcp {
-    fn workspace(&self) -> Result<Arc<Workspace>, CallToolResult> {
-        self.notebook_state()
-            .workspace()
-            .cloned()
-            .map_err(|error| render::request_error(&error))
+    fn workspace(&self) -> Result<Arc<Workspace>, Refusal> {
+        Ok(self.notebook_state().workspace()?.clone())
     }
 
-    /// The workspace and the checked path, or the result refusing the call. Resolving reads
-    /// the file system (canonical directories, symlinks): on the blocking pool.
-    async fn notebook_path(
-        &self,
-        path: &str,
-    ) -> Result<(Arc<Workspace>, NotebookPath), CallToolResult> {
+    /// The workspace and the checked path. Resolving reads the file system (canonical
+    /// directories, symlinks): on the blocking pool.
+    async fn notebook_path(&self, path: &str) -> Result<(Arc<Workspace>, NotebookPath), Refusal> {
         let workspace = self.workspace()?;
         let (resolver, path) = (Arc::clone(&workspace), path.to_owned());
         let resolved = Self::blocking(move || resolver.resolve(&path)).await?;
         Ok((workspace, resolved))
     }
 
-    /// Runs file work on the blocking pool.
-    async fn blocking<T: Send + 'static>(
-        work: impl FnOnce() -> Result<T, ipython_mcp_notebook::Error> + Send + 'static,
-    ) -> Result<T, CallToolResult> {
-        Self::blocking_info(work)
-            .await
-            .map_err(|error| render::request_error(&error))
+    /// The workspace, the checked path and the notebook, read on the blocking pool and
+    /// checked against `expected_revision` when one is given (`Workspace::load`).
+    async fn load(
+        &self,
+        path: &str,
+        expected_revision: Option<String>,
+    ) -> Result<(Arc<Workspace>, NotebookPath, Loaded), Refusal> {
+        let workspace = self.workspace()?;
+        let (reader, path) = (Arc::clone(&workspace), path.to_owned());
+        let (path, loaded) =
+            Self::blocking(move || reader.load(&path, expected_revision.as_deref())).await?;
+        Ok((workspace, path, loaded))
     }
 
-    /// Like `blocking`, with the error as the agent would see it.
-    async fn blocking_info<T: Send + 'static>(
+    /// Runs file work on the blocking pool; the error is as the agent would see it.
+    async fn blocking<T: Send + 'static>(
         work: impl FnOnce() -> Result<T, ipython_mcp_notebook::Error> + Send + 'static,
     ) -> Result<T, ErrorInfo> {
         match tokio::task::spawn_blocking(work).await {
@@ -164,7 +203,7 @@ impl IpythonMcp {
     }
 
     /// A read-modify-write of one notebook (`Workspace::mutate`, on the blocking pool),
-    /// answered as a `WriteResult`.
+    /// answered as a `WriteResult` with the cell `change` names.
     async fn edit(
         &self,
         tool: &'static str,
@@ -173,35 +212,27 @@ impl IpythonMcp {
         change: impl FnOnce(&mut Notebook) -> Result<Option<CellSummary>, ipython_mcp_notebook::Error>
             + Send
             + 'static,
-    ) -> CallToolResult {
-        let workspace = match self.workspace() {
-            Ok(workspace) => workspace,
-            Err(refused) => return refused,
-        };
-        let edited =
+    ) -> Result<CallToolResult, Refusal> {
+        let workspace = self.workspace()?;
+        let mutated =
             Self::blocking(move || workspace.mutate(&path, expected_revision.as_deref(), change))
-                .await;
-        match edited {
-            Ok(mutated) => {
-                tracing::info!(tool, "tool call");
-                let format = mutated.path.format;
-                structured(
-                    tool,
-                    &WriteResult {
-                        ok: true,
-                        uri: uri_for_path(&mutated.path.relative),
-                        path: mutated.path.relative,
-                        revision: mutated.revision,
-                        cell_count: mutated.cell_count,
-                        cell: mutated.value.map(|cell| cell.in_format(format)),
-                    },
-                )
-            }
-            Err(refused) => refused,
-        }
+                .await?;
+        tracing::info!(tool, "tool call");
+        let format = mutated.path.format;
+        Ok(structured(
+            tool,
+            &WriteResult {
+                ok: true,
+                uri: uri_for_path(&mutated.path.relative),
+                path: mutated.path.relative,
+                revision: mutated.revision,
+                cell_count: mutated.cell_count,
+                cell: mutated.value.map(|cell| cell.in_format(format)),
+            },
+        ))
     }
 
-    fn check_timeout(&self, timeout: Option<f64>) -> Result<Option<Duration>, CallToolResult> {
+    fn check_timeout(&self, timeout: Option<f64>) -> Result<Option<Duration>, Refusal> {
         let max = self.config().timeouts.max_operation;
         match timeout {
             None => Ok(None),
@@ -210,7 +241,7 @@ impl IpythonMcp {
             {
                 Ok(Some(Duration::from_secs_f64(seconds)))
             }
-            Some(seconds) => Err(invalid(format!(
+            Some(seconds) => Err(Refusal::invalid(format!(
                 "timeout_seconds must be a positive number of seconds up to {}, got {seconds}",
                 max.as_secs_f64()
             ))),

@@ -1,6 +1,6 @@
 //! The notebook tools' arguments: what an agent may send, with the descriptions its schema shows.
 
-use ipython_mcp_notebook::CellType;
+use ipython_mcp_notebook::{CellType, NewCell};
 use rmcp::schemars;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -17,6 +17,16 @@ pub struct CellInput {
     /// The cell's metadata (a JSON object); default `{}`.
     #[serde(default)]
     pub metadata: Option<Map<String, Value>>,
+}
+
+impl From<CellInput> for NewCell {
+    fn from(cell: CellInput) -> NewCell {
+        NewCell {
+            cell_type: cell.cell_type.unwrap_or(CellType::Code),
+            source: cell.source,
+            metadata: cell.metadata.unwrap_or_default(),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]

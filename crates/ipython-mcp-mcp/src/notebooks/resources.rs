@@ -5,6 +5,7 @@ use ipython_mcp_kernel::Code;
 use ipython_mcp_notebook::uri_for_path;
 use serde_json::Value;
 
+use super::views::shown;
 use super::{notebook_code, MAX_READ_CELLS};
 use crate::render;
 use crate::server::{IpythonMcp, MAX_CODE_BYTES};
@@ -135,10 +136,7 @@ impl IpythonMcp {
                     .notebooks_of(&kernel)
                     .into_iter()
                     .map(|path| match &root {
-                        Some(root) => path
-                            .strip_prefix(root)
-                            .map(|relative| relative.display().to_string())
-                            .unwrap_or_else(|_| path.display().to_string()),
+                        Some(root) => shown(root, &path),
                         None => path.display().to_string(),
                     })
                     .collect();

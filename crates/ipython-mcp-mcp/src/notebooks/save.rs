@@ -14,8 +14,8 @@ use rmcp::service::RequestContext;
 use rmcp::RoleServer;
 use serde_json::{Map, Value};
 
-use super::invalid;
 use super::views::{summary, NotebookExecuteResult};
+use super::Refusal;
 use crate::render;
 use crate::server::IpythonMcp;
 use crate::sessions::{StartError, StartSpec};
@@ -34,6 +34,22 @@ pub(super) type SaveCell = Box<
     dyn FnOnce(&mut Notebook, Option<u64>, &[Output]) -> Result<usize, ipython_mcp_notebook::Error>
         + Send,
 >;
+
+/// Code to run for a notebook, and where its outputs go.
+pub(super) struct Run {
+    pub(super) tool: &'static str,
+    pub(super) workspace: Arc<Workspace>,
+    pub(super) path: NotebookPath,
+    /// The file's revision when it was read for this run: the save expects it.
+    pub(super) revision: String,
+    /// The notebook's `metadata.kernelspec` name, for a session it has yet to start.
+    pub(super) kernel_name: Option<String>,
+    pub(super) code: String,
+    pub(super) timeout: Option<Duration>,
+    /// How the outputs are saved; `None` runs without touching the file.
+    pub(super) save: Option<SaveCell>,
+}
+
 /// What an execution saves in the notebook, as Jupyter would: streams, displays, the result
 /// and the error. Streams longer than what the agent got have been filled in from the spool
 /// (`with_full_streams`); what is still missing is named in a last line.
@@ -200,22 +216,22 @@ impl IpythonMcp {
         let Some(notebook) = notebook else {
             return self.session_for(kernel);
         };
-        if kernel.is_some() {
-            return Err(invalid("give either kernel or notebook, not both"));
-        }
-        let (_workspace, path) = self.notebook_path(notebook).await?;
-        match self.sessions().notebook_session(&path.absolute) {
-            Some((_, handle)) => Ok(handle),
-            None => Err(render::request_error(
-                &ErrorInfo::new(
+        let found = async {
+            if kernel.is_some() {
+                return Err(Refusal::invalid("give either kernel or notebook, not both"));
+            }
+            let (_workspace, path) = self.notebook_path(notebook).await?;
+            match self.sessions().notebook_session(&path.absolute) {
+                Some((_, handle)) => Ok(handle),
+                None => Err(ErrorInfo::new(
                     Code::InvalidArguments,
                     format!("notebook {:?} has no kernel session", path.relative),
                 )
-                .with_hint(
-                    "notebook_execute, notebook_execute_cell or notebook_session starts one",
-                ),
-            )),
-        }
+                .with_hint("notebook_execute, notebook_execute_cell or notebook_session starts one")
+                .into()),
+            }
+        };
+        found.await.map_err(Refusal::into_result)
     }
 
     /// The session of a notebook: its bound one, or a new one started from its kernelspec.
@@ -225,7 +241,7 @@ impl IpythonMcp {
         &self,
         path: &NotebookPath,
         kernel_name: Option<String>,
-    ) -> Result<(String, SessionHandle, bool), CallToolResult> {
+    ) -> Result<(String, SessionHandle, bool), Refusal> {
         let sessions = self.sessions();
         if let Some((id, handle)) = sessions.notebook_session(&path.absolute) {
             return Ok((id, handle, false));
@@ -248,15 +264,13 @@ impl IpythonMcp {
                 "kernelspec lookup failed",
             )))
         })
-        .map_err(|error| {
-            render::request_error(&ErrorInfo {
-                message: format!(
-                    "cannot start the notebook's kernel {:?}: {}",
-                    render::shorten(&name, 64),
-                    error.message
-                ),
-                ..*error
-            })
+        .map_err(|error| ErrorInfo {
+            message: format!(
+                "cannot start the notebook's kernel {:?}: {}",
+                render::shorten(&name, 64),
+                error.message
+            ),
+            ..*error
         })?;
         let stem = path
             .relative
@@ -304,34 +318,34 @@ impl IpythonMcp {
                     }
                     last_error = Some(error);
                 }
-                Err(error) => return Err(render::request_error(&error.into())),
+                Err(error) => return Err(error.into()),
             }
         }
-        Err(render::request_error(&last_error.map_or_else(
-            || ErrorInfo::new(Code::InternalError, "no free session id"),
-            ErrorInfo::from,
-        )))
+        Err(last_error.map_or_else(
+            || ErrorInfo::new(Code::InternalError, "no free session id").into(),
+            Refusal::from,
+        ))
     }
 
-    /// Runs code for a notebook and saves the outcome with `save` (given the file's revision
-    /// from before the run, so a change made meanwhile is a conflict).
-    #[allow(clippy::too_many_arguments)]
+    /// Runs a notebook's code in its session and saves the outcome with `run.save`, expecting
+    /// the file's revision from before the run, so a change made meanwhile is a conflict
+    /// (reported in `save_error`, the outputs still returned).
     pub(super) async fn run_and_save(
         &self,
-        tool: &'static str,
-        path: NotebookPath,
-        workspace: Arc<Workspace>,
-        revision: String,
-        kernel_name: Option<String>,
-        code: String,
-        timeout: Option<Duration>,
+        run: Run,
         context: &RequestContext<RoleServer>,
-        save: Option<SaveCell>,
-    ) -> CallToolResult {
-        let (kernel, session, started) = match self.session_of(&path, kernel_name).await {
-            Ok(found) => found,
-            Err(refused) => return refused,
-        };
+    ) -> Result<CallToolResult, Refusal> {
+        let Run {
+            tool,
+            workspace,
+            path,
+            revision,
+            kernel_name,
+            code,
+            timeout,
+            save,
+        } = run;
+        let (kernel, session, started) = self.session_of(&path, kernel_name).await?;
         let args = ExecuteArgs {
             code,
             timeout,
@@ -354,7 +368,7 @@ impl IpythonMcp {
         if let (Some(save), true) = (save, output.status != ExecutionStatus::Rejected) {
             let outputs = outputs_to_save(&session, &output).await;
             let execution_count = output.execution_count;
-            let saved = Self::blocking_info(move || {
+            let saved = Self::blocking(move || {
                 workspace.mutate(&path.relative, Some(&revision), |notebook| {
                     let index = save(notebook, execution_count, &outputs)?;
                     Ok(summary(notebook, index))
@@ -415,7 +429,7 @@ impl IpythonMcp {
             )),
             (None, None) => {}
         }
-        render::execution_with(&output, extra, text)
+        Ok(render::execution_with(&output, extra, text))
     }
 }
 

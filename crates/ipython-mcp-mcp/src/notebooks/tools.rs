@@ -1,6 +1,5 @@
-//! The notebook tools.
-
-use std::sync::Arc;
+//! The notebook tools: argument checks and the calls that do the work, each body one `?`
+//! chain whose refusal `answer` turns into the tool's result.
 
 use ipython_mcp_notebook::{
     cell_id, joined_text, uri_for_path, CellRef, CellType, NewCell, Notebook,
@@ -15,20 +14,16 @@ use super::params::{
     CellParams, ClearParams, CreateParams, ExecuteCellParams, InsertParams, MetadataParams,
     MoveParams, NotebookExecuteParams, PathParams, ReadParams, SessionParams, UpdateParams,
 };
-use super::save::SaveCell;
+use super::save::{Run, SaveCell};
 use super::views::{
-    bounded, bounded_object, output_view, summary, CellView, CloseResult, NotebookExecuteResult,
-    ReadResult, RevisionResult, SessionResult, WriteResult,
+    read_result, shown, summary, CloseResult, NotebookExecuteResult, ReadResult, ReadScope,
+    RevisionResult, SessionResult, WriteResult,
 };
 use super::{
-    cell_ref, failed, invalid, optional_cell_ref, structured, DEFAULT_READ_CELLS, MAX_READ_CELLS,
+    answer, cell_ref, optional_cell_ref, structured, Refusal, DEFAULT_READ_CELLS, MAX_READ_CELLS,
 };
 use crate::argument::Parameters;
-use crate::render;
 use crate::server::{IpythonMcp, MAX_CODE_BYTES};
-
-// ---------------------------------------------------------------------------------------------
-// Tools
 
 #[tool_router(router = notebooks_router, vis = "pub(crate)")]
 impl IpythonMcp {
@@ -42,57 +37,42 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<CreateParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let (workspace, path) = match self.notebook_path(&params.path).await {
-            Ok(found) => found,
-            Err(refused) => return Ok(refused),
-        };
-        let kernel_name = params.kernel_name.unwrap_or_else(|| "python3".to_owned());
-        let display_name = params.display_name.unwrap_or_else(|| {
-            if kernel_name == "python3" {
-                "Python 3".to_owned()
-            } else {
-                kernel_name.clone()
+        answer(async move {
+            let (workspace, path) = self.notebook_path(&params.path).await?;
+            let kernel_name = params.kernel_name.unwrap_or_else(|| "python3".to_owned());
+            let display_name = params.display_name.unwrap_or_else(|| {
+                if kernel_name == "python3" {
+                    "Python 3".to_owned()
+                } else {
+                    kernel_name.clone()
+                }
+            });
+            let language = params.language.unwrap_or_else(|| "python".to_owned());
+            let mut notebook = Notebook::new(&kernel_name, &display_name, &language);
+            for cell in params.cells {
+                notebook.insert(None, cell.into())?;
             }
-        });
-        let language = params.language.unwrap_or_else(|| "python".to_owned());
-        let mut notebook = Notebook::new(&kernel_name, &display_name, &language);
-        for cell in params.cells {
-            if let Err(error) = notebook.insert(
-                None,
-                NewCell {
-                    cell_type: cell.cell_type.unwrap_or(CellType::Code),
-                    source: cell.source,
-                    metadata: cell.metadata.unwrap_or_default(),
+            let cell_count = notebook.cells().len();
+            let relative = path.relative.clone();
+            let (overwrite, expected) = (params.overwrite, params.expected_revision);
+            let revision = Self::blocking(move || {
+                workspace.create(&path, &notebook, overwrite, expected.as_deref())
+            })
+            .await?;
+            tracing::info!(tool = "notebook_create", "tool call");
+            Ok(structured(
+                "notebook_create",
+                &WriteResult {
+                    ok: true,
+                    uri: uri_for_path(&relative),
+                    path: relative,
+                    revision,
+                    cell_count,
+                    cell: None,
                 },
-            ) {
-                return Ok(failed(&error));
-            }
-        }
-        let cell_count = notebook.cells().len();
-        let relative = path.relative.clone();
-        let overwrite = params.overwrite;
-        let expected = params.expected_revision;
-        let created = Self::blocking(move || {
-            workspace.create(&path, &notebook, overwrite, expected.as_deref())
+            ))
         })
-        .await;
-        Ok(match created {
-            Ok(revision) => {
-                tracing::info!(tool = "notebook_create", "tool call");
-                structured(
-                    "notebook_create",
-                    &WriteResult {
-                        ok: true,
-                        uri: uri_for_path(&relative),
-                        path: relative,
-                        revision,
-                        cell_count,
-                        cell: None,
-                    },
-                )
-            }
-            Err(refused) => refused,
-        })
+        .await
     }
 
     #[tool(
@@ -105,117 +85,30 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<ReadParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let only = match optional_cell_ref(params.cell_id, params.index) {
-            Ok(only) => only,
-            Err(refused) => return Ok(refused),
-        };
-        let max_cells = params.max_cells.unwrap_or(DEFAULT_READ_CELLS);
-        if max_cells == 0 || max_cells > MAX_READ_CELLS {
-            return Ok(invalid(format!(
-                "max_cells must be between 1 and {MAX_READ_CELLS}, got {max_cells}"
-            )));
-        }
-        let (workspace, path) = match self.notebook_path(&params.path).await {
-            Ok(found) => found,
-            Err(refused) => return Ok(refused),
-        };
-        let relative = path.relative.clone();
-        let loaded = match Self::blocking(move || workspace.read(&path)).await {
-            Ok(loaded) => loaded,
-            Err(refused) => return Ok(refused),
-        };
-        let notebook = &loaded.notebook;
-        let limits = self.config().limits;
-        let max_chars = limits.max_text_chars;
-        let (indices, start) = match &only {
-            Some(reference) => match notebook.locate(reference) {
-                Ok(index) => (index..index + 1, index),
-                Err(error) => return Ok(failed(&error)),
-            },
-            None => {
-                let start = params.start_index.unwrap_or(0).min(notebook.cells().len());
-                let end = (start + max_cells).min(notebook.cells().len());
-                (start..end, start)
+        answer(async move {
+            let only = optional_cell_ref(params.cell_id, params.index)?;
+            let max_cells = params.max_cells.unwrap_or(DEFAULT_READ_CELLS);
+            if max_cells == 0 || max_cells > MAX_READ_CELLS {
+                return Err(Refusal::invalid(format!(
+                    "max_cells must be between 1 and {MAX_READ_CELLS}, got {max_cells}"
+                )));
             }
-        };
-        // The whole answer stays within a few times max_text_chars of text.
-        let budget = max_chars.saturating_mul(4);
-        let mut used = 0usize;
-        let mut cells = Vec::new();
-        let mut next_index = None;
-        for index in indices.clone() {
-            if used >= budget && index > start {
-                next_index = Some(index);
-                break;
-            }
-            let cell = &notebook.cells()[index];
-            let (source, source_omitted_chars) =
-                bounded(&joined_text(cell.get("source")), max_chars);
-            let (metadata, metadata_omitted) = bounded_object(cell.get("metadata"), max_chars);
-            let saved = cell.get("outputs").and_then(Value::as_array);
-            let outputs = params.include_outputs.then(|| {
-                saved
-                    .map(|outputs| {
-                        outputs
-                            .iter()
-                            .map(|output| {
-                                output_view(
-                                    output,
-                                    limits.max_repr_chars,
-                                    limits.max_traceback_chars,
-                                )
-                            })
-                            .collect::<Vec<_>>()
-                    })
-                    .unwrap_or_default()
-            });
-            used += source.len()
-                + metadata.as_ref().map_or(0, |metadata| {
-                    Value::Object(metadata.clone()).to_string().len()
-                })
-                + outputs
-                    .as_ref()
-                    .map(|outputs| outputs.iter().map(|output| output.to_string().len()).sum())
-                    .unwrap_or(0);
-            cells.push(CellView {
-                index,
-                id: cell_id(cell).map(str::to_owned),
-                cell_type: cell
-                    .get("cell_type")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned(),
-                source,
-                source_omitted_chars,
-                metadata,
-                metadata_omitted,
-                execution_count: cell.get("execution_count").and_then(Value::as_u64),
-                output_count: saved.map_or(0, Vec::len),
-                outputs,
-            });
-        }
-        if only.is_none() && next_index.is_none() && indices.end < notebook.cells().len() {
-            next_index = Some(indices.end);
-        }
-        let (metadata, metadata_omitted) =
-            bounded_object(Some(&Value::Object(notebook.metadata().clone())), max_chars);
-        tracing::info!(tool = "notebook_read", cells = cells.len(), "tool call");
-        Ok(structured(
-            "notebook_read",
-            &ReadResult {
-                ok: true,
-                uri: uri_for_path(&relative),
-                path: relative,
-                revision: loaded.revision,
-                nbformat: 4,
-                nbformat_minor: notebook.nbformat_minor(),
-                metadata,
-                metadata_omitted,
-                cell_count: notebook.cells().len(),
-                cells,
-                next_index,
-            },
-        ))
+            let (_workspace, path, loaded) = self.load(&params.path, None).await?;
+            let scope = ReadScope {
+                only,
+                start_index: params.start_index.unwrap_or(0),
+                max_cells,
+                include_outputs: params.include_outputs,
+            };
+            let read = read_result(path.relative, loaded, &scope, &self.config().limits)?;
+            tracing::info!(
+                tool = "notebook_read",
+                cells = read.cells.len(),
+                "tool call"
+            );
+            Ok(structured("notebook_read", &read))
+        })
+        .await
     }
 
     #[tool(
@@ -228,39 +121,23 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<PathParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let (_workspace, path) = match self.notebook_path(&params.path).await {
-            Ok(found) => found,
-            Err(refused) => return Ok(refused),
-        };
-        let relative = path.relative.clone();
-        let read = Self::blocking(move || {
-            std::fs::read(&path.absolute).map_err(|error| {
-                if error.kind() == std::io::ErrorKind::NotFound {
-                    ipython_mcp_notebook::Error::NotFound {
-                        path: path.relative.clone(),
-                    }
-                } else {
-                    ipython_mcp_notebook::Error::Io {
-                        path: path.relative.clone(),
-                        message: error.to_string(),
-                    }
-                }
-            })
-        })
-        .await;
-        Ok(match read {
-            Ok(bytes) => structured(
+        answer(async move {
+            let (workspace, path) = self.notebook_path(&params.path).await?;
+            let relative = path.relative.clone();
+            let (revision, bytes) =
+                Self::blocking(move || workspace.revision_and_size(&path)).await?;
+            Ok(structured(
                 "notebook_revision",
                 &RevisionResult {
                     ok: true,
                     uri: uri_for_path(&relative),
                     path: relative,
-                    revision: ipython_mcp_notebook::revision_of(&bytes),
-                    bytes: bytes.len(),
+                    revision,
+                    bytes,
                 },
-            ),
-            Err(refused) => refused,
+            ))
         })
+        .await
     }
 
     #[tool(
@@ -279,17 +156,17 @@ impl IpythonMcp {
             metadata: params.metadata.unwrap_or_default(),
         };
         let index = params.index;
-        Ok(self
-            .edit(
-                "notebook_insert_cell",
-                params.path,
-                params.expected_revision,
-                move |notebook| {
-                    let (index, _) = notebook.insert(index, cell)?;
-                    Ok(Some(summary(notebook, index)))
-                },
-            )
-            .await)
+        let change = move |notebook: &mut Notebook| {
+            let (index, _) = notebook.insert(index, cell)?;
+            Ok(Some(summary(notebook, index)))
+        };
+        answer(self.edit(
+            "notebook_insert_cell",
+            params.path,
+            params.expected_revision,
+            change,
+        ))
+        .await
     }
 
     #[tool(
@@ -302,26 +179,28 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<UpdateParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let reference = match cell_ref(params.cell_id, params.index) {
-            Ok(reference) => reference,
-            Err(refused) => return Ok(refused),
-        };
-        if params.source.is_none() && params.metadata.is_none() && params.cell_type.is_none() {
-            return Ok(invalid("give source, metadata and/or cell_type to change"));
-        }
-        let (source, metadata, cell_type) = (params.source, params.metadata, params.cell_type);
-        Ok(self
-            .edit(
+        answer(async move {
+            let reference = cell_ref(params.cell_id, params.index)?;
+            if params.source.is_none() && params.metadata.is_none() && params.cell_type.is_none() {
+                return Err(Refusal::invalid(
+                    "give source, metadata and/or cell_type to change",
+                ));
+            }
+            let (source, metadata, cell_type) = (params.source, params.metadata, params.cell_type);
+            let change = move |notebook: &mut Notebook| {
+                let index = notebook.locate(&reference)?;
+                notebook.update(index, source, metadata, cell_type);
+                Ok(Some(summary(notebook, index)))
+            };
+            self.edit(
                 "notebook_update_cell",
                 params.path,
                 params.expected_revision,
-                move |notebook| {
-                    let index = notebook.locate(&reference)?;
-                    notebook.update(index, source, metadata, cell_type);
-                    Ok(Some(summary(notebook, index)))
-                },
+                change,
             )
-            .await)
+            .await
+        })
+        .await
     }
 
     #[tool(
@@ -334,23 +213,23 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<CellParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let reference = match cell_ref(params.cell_id, params.index) {
-            Ok(reference) => reference,
-            Err(refused) => return Ok(refused),
-        };
-        Ok(self
-            .edit(
+        answer(async move {
+            let reference = cell_ref(params.cell_id, params.index)?;
+            let change = move |notebook: &mut Notebook| {
+                let index = notebook.locate(&reference)?;
+                let cell = summary(notebook, index);
+                notebook.delete(index);
+                Ok(Some(cell))
+            };
+            self.edit(
                 "notebook_delete_cell",
                 params.path,
                 params.expected_revision,
-                move |notebook| {
-                    let index = notebook.locate(&reference)?;
-                    let cell = summary(notebook, index);
-                    notebook.delete(index);
-                    Ok(Some(cell))
-                },
+                change,
             )
-            .await)
+            .await
+        })
+        .await
     }
 
     #[tool(
@@ -363,23 +242,23 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<MoveParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let reference = match cell_ref(params.cell_id, params.index) {
-            Ok(reference) => reference,
-            Err(refused) => return Ok(refused),
-        };
-        let to = params.to_index;
-        Ok(self
-            .edit(
+        answer(async move {
+            let reference = cell_ref(params.cell_id, params.index)?;
+            let to = params.to_index;
+            let change = move |notebook: &mut Notebook| {
+                let from = notebook.locate(&reference)?;
+                notebook.move_cell(from, to)?;
+                Ok(Some(summary(notebook, to)))
+            };
+            self.edit(
                 "notebook_move_cell",
                 params.path,
                 params.expected_revision,
-                move |notebook| {
-                    let from = notebook.locate(&reference)?;
-                    notebook.move_cell(from, to)?;
-                    Ok(Some(summary(notebook, to)))
-                },
+                change,
             )
-            .await)
+            .await
+        })
+        .await
     }
 
     #[tool(
@@ -392,30 +271,30 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<ClearParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let reference = match optional_cell_ref(params.cell_id, params.index) {
-            Ok(reference) => reference,
-            Err(refused) => return Ok(refused),
-        };
-        Ok(self
-            .edit(
+        answer(async move {
+            let reference = optional_cell_ref(params.cell_id, params.index)?;
+            let change = move |notebook: &mut Notebook| match reference {
+                Some(reference) => {
+                    let index = notebook.locate(&reference)?;
+                    notebook.clear_outputs(index);
+                    Ok(Some(summary(notebook, index)))
+                }
+                None => {
+                    for index in 0..notebook.cells().len() {
+                        notebook.clear_outputs(index);
+                    }
+                    Ok(None)
+                }
+            };
+            self.edit(
                 "notebook_clear_outputs",
                 params.path,
                 params.expected_revision,
-                move |notebook| match reference {
-                    Some(reference) => {
-                        let index = notebook.locate(&reference)?;
-                        notebook.clear_outputs(index);
-                        Ok(Some(summary(notebook, index)))
-                    }
-                    None => {
-                        for index in 0..notebook.cells().len() {
-                            notebook.clear_outputs(index);
-                        }
-                        Ok(None)
-                    }
-                },
+                change,
             )
-            .await)
+            .await
+        })
+        .await
     }
 
     #[tool(
@@ -428,29 +307,29 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<MetadataParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let reference = match optional_cell_ref(params.cell_id, params.index) {
-            Ok(reference) => reference,
-            Err(refused) => return Ok(refused),
-        };
-        let metadata = params.metadata;
-        Ok(self
-            .edit(
+        answer(async move {
+            let reference = optional_cell_ref(params.cell_id, params.index)?;
+            let metadata = params.metadata;
+            let change = move |notebook: &mut Notebook| match reference {
+                Some(reference) => {
+                    let index = notebook.locate(&reference)?;
+                    notebook.set_cell_metadata(index, metadata);
+                    Ok(Some(summary(notebook, index)))
+                }
+                None => {
+                    notebook.set_metadata(metadata);
+                    Ok(None)
+                }
+            };
+            self.edit(
                 "notebook_set_metadata",
                 params.path,
                 params.expected_revision,
-                move |notebook| match reference {
-                    Some(reference) => {
-                        let index = notebook.locate(&reference)?;
-                        notebook.set_cell_metadata(index, metadata);
-                        Ok(Some(summary(notebook, index)))
-                    }
-                    None => {
-                        notebook.set_metadata(metadata);
-                        Ok(None)
-                    }
-                },
+                change,
             )
-            .await)
+            .await
+        })
+        .await
     }
 
     #[tool(
@@ -464,62 +343,45 @@ impl IpythonMcp {
         Parameters(params): Parameters<ExecuteCellParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let reference = match cell_ref(params.cell_id, params.index) {
-            Ok(reference) => reference,
-            Err(refused) => return Ok(refused),
-        };
-        let timeout = match self.check_timeout(params.timeout_seconds) {
-            Ok(timeout) => timeout,
-            Err(refused) => return Ok(refused),
-        };
-        let workspace = match self.workspace() {
-            Ok(workspace) => workspace,
-            Err(refused) => return Ok(refused),
-        };
-        let (reader, relative) = (Arc::clone(&workspace), params.path.clone());
-        let expected = params.expected_revision.clone();
-        let (path, loaded) =
-            match Self::blocking(move || reader.load(&relative, expected.as_deref())).await {
-                Ok(found) => found,
-                Err(refused) => return Ok(refused),
+        answer(async move {
+            let reference = cell_ref(params.cell_id, params.index)?;
+            let timeout = self.check_timeout(params.timeout_seconds)?;
+            let (workspace, path, loaded) =
+                self.load(&params.path, params.expected_revision).await?;
+            let index = loaded.notebook.locate(&reference)?;
+            let cell = &loaded.notebook.cells()[index];
+            if cell.get("cell_type").and_then(Value::as_str) != Some("code") {
+                return Err(Refusal::invalid(format!(
+                    "cell {index} is a {} cell; only code cells run",
+                    cell.get("cell_type").and_then(Value::as_str).unwrap_or("?")
+                )));
+            }
+            let code = joined_text(cell.get("source"));
+            // Found again by id after the run when it has one (ids are assigned on the first
+            // write of an older notebook; its index is then still valid, the revision being
+            // unchanged).
+            let target = match cell_id(cell) {
+                Some(id) => CellRef::Id(id.to_owned()),
+                None => CellRef::Index(index),
             };
-        let index = match loaded.notebook.locate(&reference) {
-            Ok(index) => index,
-            Err(error) => return Ok(failed(&error)),
-        };
-        let cell = &loaded.notebook.cells()[index];
-        if cell.get("cell_type").and_then(Value::as_str) != Some("code") {
-            return Ok(invalid(format!(
-                "cell {index} is a {} cell; only code cells run",
-                cell.get("cell_type").and_then(Value::as_str).unwrap_or("?")
-            )));
-        }
-        let code = joined_text(cell.get("source"));
-        // Found again by id after the run when it has one (ids are assigned on the first write
-        // of an older notebook; its index is then still valid, the revision being unchanged).
-        let target = match cell_id(cell) {
-            Some(id) => CellRef::Id(id.to_owned()),
-            None => CellRef::Index(index),
-        };
-        let kernel_name = loaded.notebook.kernel_name().map(str::to_owned);
-        let save: SaveCell = Box::new(move |notebook, execution_count, outputs| {
-            let index = notebook.locate(&target)?;
-            notebook.set_outputs(index, execution_count, outputs);
-            Ok(index)
-        });
-        Ok(self
-            .run_and_save(
-                "notebook_execute_cell",
-                path,
+            let save: SaveCell = Box::new(move |notebook, execution_count, outputs| {
+                let index = notebook.locate(&target)?;
+                notebook.set_outputs(index, execution_count, outputs);
+                Ok(index)
+            });
+            let run = Run {
+                tool: "notebook_execute_cell",
                 workspace,
-                loaded.revision,
-                kernel_name,
+                path,
+                kernel_name: loaded.notebook.kernel_name().map(str::to_owned),
+                revision: loaded.revision,
                 code,
                 timeout,
-                &context,
-                Some(save),
-            )
-            .await)
+                save: Some(save),
+            };
+            self.run_and_save(run, &context).await
+        })
+        .await
     }
 
     #[tool(
@@ -533,64 +395,49 @@ impl IpythonMcp {
         Parameters(params): Parameters<NotebookExecuteParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        if params.code.len() > MAX_CODE_BYTES {
-            return Ok(invalid(format!(
-                "code is {} bytes; the limit is {MAX_CODE_BYTES} bytes",
-                params.code.len()
-            )));
-        }
-        let timeout = match self.check_timeout(params.timeout_seconds) {
-            Ok(timeout) => timeout,
-            Err(refused) => return Ok(refused),
-        };
-        let workspace = match self.workspace() {
-            Ok(workspace) => workspace,
-            Err(refused) => return Ok(refused),
-        };
-        let (reader, relative) = (Arc::clone(&workspace), params.path.clone());
-        let expected = params.expected_revision.clone();
-        let (path, loaded) =
-            match Self::blocking(move || reader.load(&relative, expected.as_deref())).await {
-                Ok(found) => found,
-                Err(refused) => return Ok(refused),
-            };
-        let length = loaded.notebook.cells().len();
-        if let Some(index) = params.index.filter(|index| *index > length) {
-            return Ok(invalid(format!(
-                "index {index} is past the end (the notebook has {length} cells)"
-            )));
-        }
-        let kernel_name = loaded.notebook.kernel_name().map(str::to_owned);
-        let save = params.persist.then(|| {
-            let code = params.code.clone();
-            let position = params.index;
-            let save: SaveCell = Box::new(move |notebook, execution_count, outputs| {
-                let (index, _) = notebook.insert(
-                    position,
-                    NewCell {
+        answer(async move {
+            if params.code.len() > MAX_CODE_BYTES {
+                return Err(Refusal::invalid(format!(
+                    "code is {} bytes; the limit is {MAX_CODE_BYTES} bytes",
+                    params.code.len()
+                )));
+            }
+            let timeout = self.check_timeout(params.timeout_seconds)?;
+            let (workspace, path, loaded) =
+                self.load(&params.path, params.expected_revision).await?;
+            let length = loaded.notebook.cells().len();
+            if let Some(index) = params.index.filter(|index| *index > length) {
+                return Err(Refusal::invalid(format!(
+                    "index {index} is past the end (the notebook has {length} cells)"
+                )));
+            }
+            let save = params.persist.then(|| {
+                let (code, position) = (params.code.clone(), params.index);
+                let save: SaveCell = Box::new(move |notebook, execution_count, outputs| {
+                    let cell = NewCell {
                         cell_type: CellType::Code,
                         source: code,
                         metadata: Map::new(),
-                    },
-                )?;
-                notebook.set_outputs(index, execution_count, outputs);
-                Ok(index)
+                    };
+                    let (index, _) = notebook.insert(position, cell)?;
+                    notebook.set_outputs(index, execution_count, outputs);
+                    Ok(index)
+                });
+                save
             });
-            save
-        });
-        Ok(self
-            .run_and_save(
-                "notebook_execute",
-                path,
+            let run = Run {
+                tool: "notebook_execute",
                 workspace,
-                loaded.revision,
-                kernel_name,
-                params.code,
+                path,
+                kernel_name: loaded.notebook.kernel_name().map(str::to_owned),
+                revision: loaded.revision,
+                code: params.code,
                 timeout,
-                &context,
                 save,
-            )
-            .await)
+            };
+            self.run_and_save(run, &context).await
+        })
+        .await
     }
 
     #[tool(
@@ -603,57 +450,43 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<SessionParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let (workspace, path) = match self.notebook_path(&params.path).await {
-            Ok(found) => found,
-            Err(refused) => return Ok(refused),
-        };
-        let (kernel, handle, started) = match params.kernel {
-            Some(kernel) => match self.sessions().get(Some(&kernel)) {
-                Ok(handle) => {
+        answer(async move {
+            let (workspace, path, kernel, handle, started) = match params.kernel {
+                Some(kernel) => {
+                    let (workspace, path) = self.notebook_path(&params.path).await?;
+                    let handle = self.sessions().get(Some(&kernel))?;
                     self.sessions()
                         .bind_notebook(path.absolute.clone(), kernel.clone());
-                    (kernel, handle, false)
+                    (workspace, path, kernel, handle, false)
                 }
-                Err(error) => return Ok(render::request_error(&error)),
-            },
-            None => {
-                let reader = Arc::clone(&workspace);
-                let read_path = path.clone();
-                let kernel_name = match Self::blocking(move || reader.read(&read_path)).await {
-                    Ok(loaded) => loaded.notebook.kernel_name().map(str::to_owned),
-                    Err(refused) => return Ok(refused),
-                };
-                match self.session_of(&path, kernel_name).await {
-                    Ok(found) => found,
-                    Err(refused) => return Ok(refused),
+                None => {
+                    let (workspace, path, loaded) = self.load(&params.path, None).await?;
+                    let kernel_name = loaded.notebook.kernel_name().map(str::to_owned);
+                    let (kernel, handle, started) = self.session_of(&path, kernel_name).await?;
+                    (workspace, path, kernel, handle, started)
                 }
-            }
-        };
-        let root = workspace.root().to_owned();
-        let shared_with = self
-            .sessions()
-            .notebooks_of(&kernel)
-            .into_iter()
-            .filter(|other| *other != path.absolute)
-            .map(|other| {
-                other
-                    .strip_prefix(&root)
-                    .map(|relative| relative.display().to_string())
-                    .unwrap_or_else(|_| other.display().to_string())
-            })
-            .collect();
-        tracing::info!(tool = "notebook_session", kernel = %kernel, started, "tool call");
-        Ok(structured(
-            "notebook_session",
-            &SessionResult {
-                ok: true,
-                path: path.relative,
-                kernel,
-                started,
-                shared_with,
-                status: handle.status(),
-            },
-        ))
+            };
+            let shared_with = self
+                .sessions()
+                .notebooks_of(&kernel)
+                .into_iter()
+                .filter(|other| *other != path.absolute)
+                .map(|other| shown(workspace.root(), &other))
+                .collect();
+            tracing::info!(tool = "notebook_session", kernel = %kernel, started, "tool call");
+            Ok(structured(
+                "notebook_session",
+                &SessionResult {
+                    ok: true,
+                    path: path.relative,
+                    kernel,
+                    started,
+                    shared_with,
+                    status: handle.status(),
+                },
+            ))
+        })
+        .await
     }
 
     #[tool(
@@ -666,32 +499,32 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<PathParams>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let (_workspace, path) = match self.notebook_path(&params.path).await {
-            Ok(found) => found,
-            Err(refused) => return Ok(refused),
-        };
-        let released = self.sessions().unbind_notebook(&path.absolute);
-        let mut stopped = false;
-        if let Some((kernel, others)) = &released {
-            if others.is_empty() && kernel != crate::sessions::Sessions::DEFAULT {
-                stopped = self.sessions().stop(kernel).await.is_ok();
-                if stopped {
-                    self.sessions()
-                        .catalog()
-                        .drop_session(kernel, self.peers())
-                        .await;
+        answer(async move {
+            let (_workspace, path) = self.notebook_path(&params.path).await?;
+            let released = self.sessions().unbind_notebook(&path.absolute);
+            let mut stopped = false;
+            if let Some((kernel, others)) = &released {
+                if others.is_empty() && kernel != crate::sessions::Sessions::DEFAULT {
+                    stopped = self.sessions().stop(kernel).await.is_ok();
+                    if stopped {
+                        self.sessions()
+                            .catalog()
+                            .drop_session(kernel, self.peers())
+                            .await;
+                    }
                 }
             }
-        }
-        tracing::info!(tool = "notebook_session_close", stopped, "tool call");
-        Ok(structured(
-            "notebook_session_close",
-            &CloseResult {
-                ok: true,
-                path: path.relative,
-                kernel: released.map(|(kernel, _)| kernel),
-                stopped,
-            },
-        ))
+            tracing::info!(tool = "notebook_session_close", stopped, "tool call");
+            Ok(structured(
+                "notebook_session_close",
+                &CloseResult {
+                    ok: true,
+                    path: path.relative,
+                    kernel: released.map(|(kernel, _)| kernel),
+                    stopped,
+                },
+            ))
+        })
+        .await
     }
 }

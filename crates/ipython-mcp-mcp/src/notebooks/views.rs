@@ -1,7 +1,10 @@
 //! What the agent sees of a notebook: the tools' results, cells and saved outputs, bounded.
 
 use ipython_mcp_kernel::{ErrorInfo, ExecutionOutput, RuntimeStatus};
-use ipython_mcp_notebook::{cell_id, joined_text, Format, Notebook};
+use std::path::Path;
+
+use ipython_mcp_config::OutputLimits;
+use ipython_mcp_notebook::{cell_id, joined_text, uri_for_path, CellRef, Format, Loaded, Notebook};
 use rmcp::schemars;
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -153,8 +156,127 @@ pub(super) fn summary(notebook: &Notebook, index: usize) -> CellSummary {
     }
 }
 
+/// A notebook path as an agent knows it: relative to the workspace root (outside it, as is).
+pub(super) fn shown(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root)
+        .map(|relative| relative.display().to_string())
+        .unwrap_or_else(|_| path.display().to_string())
+}
+
+/// Which cells `notebook_read` returns.
+pub(super) struct ReadScope {
+    /// One cell; `None`: up to `max_cells` cells from `start_index`.
+    pub(super) only: Option<CellRef>,
+    pub(super) start_index: usize,
+    pub(super) max_cells: usize,
+    pub(super) include_outputs: bool,
+}
+
+/// The answer of `notebook_read`: the cells of `scope`, each bounded by `max_text_chars`
+/// (saved outputs by the repr and traceback bounds), the whole within a few times
+/// `max_text_chars` of text, `next_index` saying where to continue.
+pub(super) fn read_result(
+    relative: String,
+    loaded: Loaded,
+    scope: &ReadScope,
+    limits: &OutputLimits,
+) -> Result<ReadResult, ipython_mcp_notebook::Error> {
+    let notebook = &loaded.notebook;
+    let max_chars = limits.max_text_chars;
+    let indices = match &scope.only {
+        Some(reference) => {
+            let index = notebook.locate(reference)?;
+            index..index + 1
+        }
+        None => {
+            let start = scope.start_index.min(notebook.cells().len());
+            start..(start + scope.max_cells).min(notebook.cells().len())
+        }
+    };
+    let budget = max_chars.saturating_mul(4);
+    let mut used = 0usize;
+    let mut cells = Vec::new();
+    let mut next_index = None;
+    for index in indices.clone() {
+        if used >= budget && index > indices.start {
+            next_index = Some(index);
+            break;
+        }
+        let cell = cell_view(
+            &notebook.cells()[index],
+            index,
+            scope.include_outputs,
+            limits,
+        );
+        used += cell.source.len()
+            + cell.metadata.as_ref().map_or(0, |metadata| {
+                Value::Object(metadata.clone()).to_string().len()
+            })
+            + cell
+                .outputs
+                .as_ref()
+                .map(|outputs| outputs.iter().map(|output| output.to_string().len()).sum())
+                .unwrap_or(0);
+        cells.push(cell);
+    }
+    if scope.only.is_none() && next_index.is_none() && indices.end < notebook.cells().len() {
+        next_index = Some(indices.end);
+    }
+    let (metadata, metadata_omitted) =
+        bounded_object(Some(&Value::Object(notebook.metadata().clone())), max_chars);
+    Ok(ReadResult {
+        ok: true,
+        uri: uri_for_path(&relative),
+        path: relative,
+        revision: loaded.revision,
+        nbformat: 4,
+        nbformat_minor: notebook.nbformat_minor(),
+        metadata,
+        metadata_omitted,
+        cell_count: notebook.cells().len(),
+        cells,
+        next_index,
+    })
+}
+
+/// One cell as `notebook_read` shows it.
+fn cell_view(cell: &Value, index: usize, include_outputs: bool, limits: &OutputLimits) -> CellView {
+    let max_chars = limits.max_text_chars;
+    let (source, source_omitted_chars) = bounded(&joined_text(cell.get("source")), max_chars);
+    let (metadata, metadata_omitted) = bounded_object(cell.get("metadata"), max_chars);
+    let saved = cell.get("outputs").and_then(Value::as_array);
+    let outputs = include_outputs.then(|| {
+        saved
+            .map(|outputs| {
+                outputs
+                    .iter()
+                    .map(|output| {
+                        output_view(output, limits.max_repr_chars, limits.max_traceback_chars)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    });
+    CellView {
+        index,
+        id: cell_id(cell).map(str::to_owned),
+        cell_type: cell
+            .get("cell_type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        source,
+        source_omitted_chars,
+        metadata,
+        metadata_omitted,
+        execution_count: cell.get("execution_count").and_then(Value::as_u64),
+        output_count: saved.map_or(0, Vec::len),
+        outputs,
+    }
+}
+
 /// `text` cut to `max` characters, and how many were cut.
-pub(super) fn bounded(text: &str, max: usize) -> (String, u64) {
+fn bounded(text: &str, max: usize) -> (String, u64) {
     match text.char_indices().nth(max) {
         Some((cut, _)) => (text[..cut].to_owned(), text[cut..].chars().count() as u64),
         None => (text.to_owned(), 0),
@@ -162,10 +284,7 @@ pub(super) fn bounded(text: &str, max: usize) -> (String, u64) {
 }
 
 /// A JSON object kept only if its compact form fits in `max` characters.
-pub(super) fn bounded_object(
-    value: Option<&Value>,
-    max: usize,
-) -> (Option<Map<String, Value>>, bool) {
+fn bounded_object(value: Option<&Value>, max: usize) -> (Option<Map<String, Value>>, bool) {
     match value.and_then(Value::as_object) {
         None => (Some(Map::new()), false),
         Some(map) => {
@@ -182,7 +301,7 @@ pub(super) fn bounded_object(
 }
 
 /// A saved output, bounded for the agent: text cut, images described, big JSON omitted.
-pub(super) fn output_view(output: &Value, max_chars: usize, max_traceback: usize) -> Value {
+fn output_view(output: &Value, max_chars: usize, max_traceback: usize) -> Value {
     let mut view = Map::new();
     let kind = output
         .get("output_type")
