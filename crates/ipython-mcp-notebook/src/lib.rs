@@ -10,6 +10,8 @@
 //!   was computed from and fails with [`Error::RevisionConflict`] — writing nothing — when the
 //!   file changed in between. Writes are atomic: a temp file in the same directory, fsync,
 //!   rename, fsync of the directory; the file keeps its permissions.
+//! - [`Workspace::mutate`] is the one read-modify-write (resolve, lock, read, check the
+//!   revision, change, write); every edit and every save of outputs goes through it.
 //!
 //! Invariants:
 //! - No file is read or written before its path was checked against the workspace root.

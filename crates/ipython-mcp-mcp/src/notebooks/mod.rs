@@ -3,6 +3,12 @@
 //! notebook. File work happens in `ipython-mcp-notebook` (on the blocking pool); this module
 //! checks arguments, picks sessions, turns executions into saved outputs and bounds what goes
 //! back to the agent.
+//!
+//! - `params`: the tools' arguments; `views`: the results and what the agent sees of cells and
+//!   saved outputs; `save`: a notebook's kernel session and saving an execution's outputs;
+//!   `tools`: the tool bodies; `resources`: `notebook:///` and the server's JSON resources.
+//! - Every failure of a tool becomes a [`Refusal`] through `?`, and `answer` alone turns it
+//!   into the tool's result; `notebook_error` alone maps the notebook crate's errors to codes.
 
 mod params;
 mod resources;

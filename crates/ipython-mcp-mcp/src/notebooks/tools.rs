@@ -16,8 +16,8 @@ use super::params::{
 };
 use super::save::{Run, SaveCell};
 use super::views::{
-    read_result, shown, summary, CloseResult, NotebookExecuteResult, ReadResult, ReadScope,
-    RevisionResult, SessionResult, WriteResult,
+    cell_type_of, read_result, shown, summary, CloseResult, NotebookExecuteResult, ReadResult,
+    ReadScope, RevisionResult, SessionResult, WriteResult,
 };
 use super::{
     answer, cell_ref, optional_cell_ref, structured, Refusal, DEFAULT_READ_CELLS, MAX_READ_CELLS,
@@ -350,7 +350,7 @@ impl IpythonMcp {
                 self.load(&params.path, params.expected_revision).await?;
             let index = loaded.notebook.locate(&reference)?;
             let cell = &loaded.notebook.cells()[index];
-            if cell.get("cell_type").and_then(Value::as_str) != Some("code") {
+            if cell_type_of(cell) != "code" {
                 return Err(Refusal::invalid(format!(
                     "cell {index} is a {} cell; only code cells run",
                     cell.get("cell_type").and_then(Value::as_str).unwrap_or("?")

@@ -142,17 +142,20 @@ impl CellSummary {
     }
 }
 
+/// A cell's `cell_type` (empty when the file has none).
+pub(super) fn cell_type_of(cell: &Value) -> &str {
+    cell.get("cell_type")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
 /// The place, id and type of the cell at `index`.
 pub(super) fn summary(notebook: &Notebook, index: usize) -> CellSummary {
     let cell = &notebook.cells()[index];
     CellSummary {
         index,
         id: cell_id(cell).map(str::to_owned),
-        cell_type: cell
-            .get("cell_type")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned(),
+        cell_type: cell_type_of(cell).to_owned(),
     }
 }
 
@@ -260,11 +263,7 @@ fn cell_view(cell: &Value, index: usize, include_outputs: bool, limits: &OutputL
     CellView {
         index,
         id: cell_id(cell).map(str::to_owned),
-        cell_type: cell
-            .get("cell_type")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned(),
+        cell_type: cell_type_of(cell).to_owned(),
         source,
         source_omitted_chars,
         metadata,
@@ -372,6 +371,23 @@ fn output_view(output: &Value, max_chars: usize, max_traceback: usize) -> Value 
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_percent_scripts_cells_are_known_by_their_positional_id() {
+        let cell = CellSummary {
+            index: 3,
+            id: Some("abc".into()),
+            cell_type: "code".into(),
+        };
+        assert_eq!(
+            cell.clone().in_format(Format::Ipynb).id.as_deref(),
+            Some("abc")
+        );
+        assert_eq!(
+            cell.in_format(Format::Percent).id.as_deref(),
+            Some("cell-3")
+        );
+    }
 
     #[test]
     fn saved_outputs_are_bounded_for_the_agent() {
