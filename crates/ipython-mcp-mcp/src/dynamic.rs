@@ -533,9 +533,9 @@ impl crate::server::IpythonMcp {
                 format!("name, tool_name and description are limited to {MAX_ARGUMENT_CHARS} characters"),
             )));
         }
-        let session = match self.session_for(params.kernel.as_deref()) {
+        let session = match self.session(params.kernel.as_deref()) {
             Ok(session) => session,
-            Err(refused) => return Ok(refused),
+            Err(error) => return Ok(error.into_result()),
         };
         let kernel = session.kernel_id().to_owned();
         let catalog = self.sessions().catalog();

@@ -73,6 +73,37 @@ pub(crate) fn venv_error(error: &kernelspec::VenvError) -> ErrorInfo {
     }
 }
 
+/// An `ipython-mcp-notebook` error as the agent sees it.
+pub(crate) fn notebook_error(error: &ipython_mcp_notebook::Error) -> ErrorInfo {
+    ErrorInfo::new(
+        notebook_code(error),
+        render::shorten(&error.to_string(), 1000),
+    )
+}
+
+/// The stable code of an `ipython-mcp-notebook` error (its hint comes with the code).
+pub(crate) fn notebook_code(error: &ipython_mcp_notebook::Error) -> Code {
+    use ipython_mcp_notebook::Error;
+    match error {
+        Error::InvalidPath { .. } => Code::InvalidPath,
+        Error::NotFound { .. } => Code::NotebookNotFound,
+        Error::AlreadyExists { .. } => Code::NotebookExists,
+        Error::RevisionConflict { .. } => Code::RevisionConflict,
+        Error::InvalidNotebook { .. } => Code::InvalidNotebook,
+        Error::CellNotFound { .. } => Code::CellNotFound,
+        Error::InvalidArguments { .. } => Code::InvalidArguments,
+        Error::Io { .. } => Code::IoError,
+        // A variant added to the notebook crate and not mapped here yet.
+        _ => Code::InternalError,
+    }
+}
+
+impl From<ipython_mcp_notebook::Error> for ToolError {
+    fn from(error: ipython_mcp_notebook::Error) -> Self {
+        ToolError::from(notebook_error(&error))
+    }
+}
+
 impl From<ToolError> for CallToolResult {
     fn from(error: ToolError) -> Self {
         error.into_result()

@@ -307,9 +307,9 @@ impl IpythonMcp {
         context: &RequestContext<RoleServer>,
         extra: impl FnOnce(&mut Value),
     ) -> CallToolResult {
-        let session = match self.session_for(kernel) {
+        let session = match self.session(kernel) {
             Ok(session) => session,
-            Err(refused) => return refused,
+            Err(error) => return error.into_result(),
         };
         let call = HelperCall {
             method: tool.to_owned(),

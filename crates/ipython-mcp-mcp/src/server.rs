@@ -223,13 +223,6 @@ impl IpythonMcp {
     }
 
     /// The session a tool call names, or the result that refuses the call.
-    pub(crate) fn session_for(
-        &self,
-        kernel: Option<&str>,
-    ) -> Result<SessionHandle, CallToolResult> {
-        self.session(kernel).map_err(CallToolResult::from)
-    }
-
     /// The session `kernel` names (`default` when omitted).
     pub(crate) fn session(&self, kernel: Option<&str>) -> Result<SessionHandle, ToolError> {
         Ok(self.sessions.get(kernel)?)
@@ -357,17 +350,10 @@ reads the output so far or waits for the end. Long output is kept in full on dis
         output_schema = schema_for_output::<InterruptResult>(),
         annotations(title = "Interrupt the kernel", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn interrupt(
-        &self,
-        Parameters(params): Parameters<StatusParams>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let session = match self
+    async fn interrupt(&self, Parameters(params): Parameters<StatusParams>) -> ToolResult {
+        let session = self
             .session_for_notebook(params.kernel.as_deref(), params.notebook.as_deref())
-            .await
-        {
-            Ok(session) => session,
-            Err(refused) => return Ok(refused),
-        };
+            .await?;
         let (interrupted, status) = session.interrupt().await;
         tracing::info!(
             tool = "interrupt",
@@ -402,13 +388,9 @@ reads the output so far or waits for the end. Long output is kept in full on dis
         annotations(title = "Restart the kernel", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
     async fn kernel_restart(&self, Parameters(params): Parameters<StatusParams>) -> ToolResult {
-        let session = match self
+        let session = self
             .session_for_notebook(params.kernel.as_deref(), params.notebook.as_deref())
-            .await
-        {
-            Ok(session) => session,
-            Err(refused) => return Ok(refused),
-        };
+            .await?;
         let restarted = session.restart().await;
         tracing::info!(
             tool = "kernel_restart",
@@ -432,22 +414,14 @@ answers runtime_unavailable or seems slow, or to learn which Python you are runn
         output_schema = schema_for_output::<StatusResult>(),
         annotations(title = "Runtime status", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn runtime_status(
-        &self,
-        Parameters(params): Parameters<StatusParams>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
-        Ok(
-            match self
-                .session_for_notebook(params.kernel.as_deref(), params.notebook.as_deref())
-                .await
-            {
-                Ok(session) => render::status(&StatusResult {
-                    ok: true,
-                    status: session.status(),
-                }),
-                Err(refused) => refused,
-            },
-        )
+    async fn runtime_status(&self, Parameters(params): Parameters<StatusParams>) -> ToolResult {
+        let session = self
+            .session_for_notebook(params.kernel.as_deref(), params.notebook.as_deref())
+            .await?;
+        Ok(render::status(&StatusResult {
+            ok: true,
+            status: session.status(),
+        }))
     }
 }
 

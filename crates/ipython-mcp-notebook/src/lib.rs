@@ -10,6 +10,8 @@
 //!   was computed from and fails with [`Error::RevisionConflict`] — writing nothing — when the
 //!   file changed in between. Writes are atomic: a temp file in the same directory, fsync,
 //!   rename, fsync of the directory; the file keeps its permissions.
+//! - [`Workspace::mutate`] is the one read-modify-write (resolve, lock, read, check the
+//!   revision, change, write); every edit and every save of outputs goes through it.
 //!
 //! Invariants:
 //! - No file is read or written before its path was checked against the workspace root.
@@ -24,7 +26,7 @@ mod uri;
 pub use model::{cell_id, joined_text, CellRef, CellType, NewCell, Notebook, Output};
 pub use path::{Format, NotebookPath, Workspace};
 pub use percent::{parse_percent, to_percent};
-pub use store::{encode, revision_of, Loaded};
+pub use store::{encode, revision_of, Loaded, Mutated};
 pub use uri::{path_from_uri, uri_for_path, URI_PREFIX};
 
 /// A notebook operation that could not be done. Each variant has a stable [`Error::code`].

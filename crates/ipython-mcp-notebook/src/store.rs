@@ -19,6 +19,19 @@ pub struct Loaded {
     pub bytes: usize,
 }
 
+/// What [`Workspace::mutate`] wrote.
+#[derive(Debug, Clone)]
+pub struct Mutated<T> {
+    /// The checked path of the file.
+    pub path: NotebookPath,
+    /// What the change returned.
+    pub value: T,
+    /// The file's revision after the write.
+    pub revision: String,
+    /// Cells in the notebook after the change.
+    pub cell_count: usize,
+}
+
 /// The revision of some file bytes: lowercase hex SHA-256.
 pub fn revision_of(bytes: &[u8]) -> String {
     Sha256::digest(bytes)
@@ -87,6 +100,12 @@ impl Workspace {
         })
     }
 
+    /// The current revision of a notebook file and its size in bytes (without parsing it).
+    pub fn revision_and_size(&self, path: &NotebookPath) -> Result<(String, usize), Error> {
+        let bytes = read_bytes(path)?;
+        Ok((revision_of(&bytes), bytes.len()))
+    }
+
     /// The current revision of a notebook file (without parsing it).
     pub fn revision(&self, path: &NotebookPath) -> Result<String, Error> {
         Ok(revision_of(&read_bytes(path)?))
@@ -120,11 +139,52 @@ impl Workspace {
         Ok(revision_of(&bytes))
     }
 
-    /// Read, change, write: `change` gets the notebook (with ids ensured) and its result is
-    /// returned with the new revision. Fails with `RevisionConflict`, writing nothing, when
-    /// the file is not at `expected_revision` (if given) when read, or changed by anyone
-    /// before the replacement. A `change` that fails writes nothing either.
-    pub fn update<T>(
+    /// Resolves `relative`, reads and parses the notebook, and checks that the file is at
+    /// `expected_revision` when one is given: what a run needs before it starts. The check
+    /// comes after the read, so a missing or unreadable file is reported as such first.
+    pub fn load(
+        &self,
+        relative: &str,
+        expected_revision: Option<&str>,
+    ) -> Result<(NotebookPath, Loaded), Error> {
+        let path = self.resolve(relative)?;
+        let loaded = self.read(&path)?;
+        check_revision(&path, expected_revision, &loaded.revision)?;
+        Ok((path, loaded))
+    }
+
+    /// The one read-modify-write of a notebook file, for every edit and every save of
+    /// outputs: resolve `relative` in the workspace, take the file's lock, read it and check
+    /// it is at `expected_revision` (when given), apply `change` to the notebook (ids
+    /// ensured), write it atomically and return the new revision with what `change`
+    /// returned. When any step fails nothing is written: the file stays byte for byte as it
+    /// was (see `update`).
+    pub fn mutate<T>(
+        &self,
+        relative: &str,
+        expected_revision: Option<&str>,
+        change: impl FnOnce(&mut Notebook) -> Result<T, Error>,
+    ) -> Result<Mutated<T>, Error> {
+        let path = self.resolve(relative)?;
+        let ((value, cell_count), revision) =
+            self.update(&path, expected_revision, |notebook| {
+                let value = change(notebook)?;
+                Ok((value, notebook.cells().len()))
+            })?;
+        Ok(Mutated {
+            path,
+            value,
+            revision,
+            cell_count,
+        })
+    }
+
+    /// Read, change, write on a checked path, under the file's lock: `change` gets the
+    /// notebook (with ids ensured) and its result is returned with the new revision. Fails
+    /// with `RevisionConflict`, writing nothing, when the file is not at `expected_revision`
+    /// (if given) when read, or changed by anyone before the replacement. A `change` that
+    /// fails writes nothing either.
+    fn update<T>(
         &self,
         path: &NotebookPath,
         expected_revision: Option<&str>,
@@ -322,6 +382,130 @@ mod tests {
         assert_eq!(error.code(), "revision_conflict");
         let text = std::fs::read_to_string(&path.absolute).expect("read");
         assert!(text.contains("theirs") && !text.contains("ours"));
+    }
+
+    /// The workspace's files and their bytes, temp files included.
+    fn files(dir: &tempfile::TempDir) -> Vec<(std::ffi::OsString, Vec<u8>)> {
+        let mut files: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("ls")
+            .map(|entry| {
+                let entry = entry.expect("entry");
+                (
+                    entry.file_name(),
+                    std::fs::read(entry.path()).expect("read"),
+                )
+            })
+            .collect();
+        files.sort();
+        files
+    }
+
+    fn created(workspace: &Workspace, path: &NotebookPath) -> String {
+        let notebook = Notebook::new("python3", "Python 3", "python");
+        workspace
+            .create(path, &notebook, false, None)
+            .expect("create")
+    }
+
+    #[test]
+    fn mutate_writes_the_change_and_returns_the_new_revision() {
+        let (dir, workspace, path) = setup();
+        let first = created(&workspace, &path);
+        let mutated = workspace
+            .mutate("n.ipynb", Some(&first), |notebook| {
+                notebook
+                    .insert(None, markdown("# hi"))
+                    .map(|(index, _)| index)
+            })
+            .expect("mutate");
+        assert_eq!(mutated.value, 0);
+        assert_eq!(mutated.cell_count, 1);
+        assert_eq!(mutated.path, path);
+        assert_ne!(mutated.revision, first);
+        let bytes = std::fs::read(&path.absolute).expect("read");
+        assert_eq!(mutated.revision, revision_of(&bytes));
+        let loaded = workspace.read(&path).expect("read back");
+        assert_eq!(joined_source(&loaded.notebook, 0), "# hi");
+        assert_eq!(
+            files(&dir).len(),
+            1,
+            "no temp file is left beside the notebook"
+        );
+    }
+
+    #[test]
+    fn mutate_at_a_stale_revision_is_a_conflict_and_writes_nothing() {
+        let (dir, workspace, path) = setup();
+        let first = created(&workspace, &path);
+        workspace
+            .mutate("n.ipynb", None, |notebook| {
+                notebook.insert(None, markdown("a")).map(|_| ())
+            })
+            .expect("mutate");
+        let before = files(&dir);
+        let mut called = false;
+        let error = workspace
+            .mutate("n.ipynb", Some(&first), |_| {
+                called = true;
+                Ok(())
+            })
+            .expect_err("stale");
+        assert_eq!(error.code(), "revision_conflict");
+        assert!(!called, "the change is not applied to a stale notebook");
+        assert_eq!(files(&dir), before);
+    }
+
+    #[test]
+    fn mutate_of_a_missing_file_or_a_bad_path_creates_nothing() {
+        let (dir, workspace, _path) = setup();
+        let error = workspace
+            .mutate("absent.ipynb", None, |_| Ok(()))
+            .expect_err("missing");
+        assert_eq!(error.code(), "notebook_not_found");
+        let error = workspace
+            .mutate("../outside.ipynb", None, |_| Ok(()))
+            .expect_err("outside");
+        assert_eq!(error.code(), "invalid_path");
+        assert!(files(&dir).is_empty(), "{:?}", files(&dir));
+    }
+
+    #[test]
+    fn a_failing_mutation_leaves_the_file_byte_identical() {
+        let (dir, workspace, path) = setup();
+        created(&workspace, &path);
+        // An older notebook without ids: a write would add them, so any write would show.
+        std::fs::write(
+            &path.absolute,
+            br#"{"cells": [{"cell_type": "markdown", "metadata": {}, "source": "x"}], "metadata": {}, "nbformat": 4, "nbformat_minor": 4}"#,
+        )
+        .expect("write");
+        let before = files(&dir);
+        let error = workspace
+            .mutate("n.ipynb", None, |notebook| {
+                notebook.delete(0);
+                notebook.locate(&crate::CellRef::Id("gone".into()))
+            })
+            .expect_err("no cell");
+        assert_eq!(error.code(), "cell_not_found");
+        assert_eq!(files(&dir), before);
+    }
+
+    #[test]
+    fn load_checks_the_revision_after_reading() {
+        let (_dir, workspace, path) = setup();
+        let first = created(&workspace, &path);
+        let (loaded_path, loaded) = workspace.load("n.ipynb", Some(&first)).expect("load");
+        assert_eq!((loaded_path, loaded.revision), (path.clone(), first));
+        let error = workspace.load("n.ipynb", Some("0000")).expect_err("stale");
+        assert_eq!(error.code(), "revision_conflict");
+        let error = workspace
+            .load("absent.ipynb", Some("0000"))
+            .expect_err("missing");
+        assert_eq!(error.code(), "notebook_not_found");
+    }
+
+    fn joined_source(notebook: &Notebook, index: usize) -> String {
+        crate::joined_text(notebook.cells()[index].get("source"))
     }
 
     #[test]

@@ -1,0 +1,209 @@
+//! The notebooks toolset: create, read, edit and execute `.ipynb` files inside the
+//! workspace root, with SHA-256 revisions for optimistic concurrency and one kernel session per
+//! notebook. File work happens in `ipython-mcp-notebook` (on the blocking pool); this module
+//! checks arguments, picks sessions, turns executions into saved outputs and bounds what goes
+//! back to the agent.
+//!
+//! - `params`: the tools' arguments; `views`: the results and what the agent sees of cells and
+//!   saved outputs; `save`: a notebook's kernel session and saving an execution's outputs;
+//!   `tools`: the tool bodies; `resources`: `notebook:///` and the server's JSON resources.
+//! - Every failure of a tool becomes a [`ToolError`] through `?` (the crate's one conversion
+//!   point, `error.rs`, which also maps the notebook crate's errors to codes), and `answer`
+//!   runs a tool body and renders its error.
+
+mod params;
+mod resources;
+mod save;
+mod tools;
+mod views;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ipython_mcp_kernel::{Code, ErrorInfo};
+use ipython_mcp_notebook::{uri_for_path, CellRef, Loaded, Notebook, NotebookPath, Workspace};
+use rmcp::model::CallToolResult;
+use serde::Serialize;
+
+use crate::error::{notebook_error, ToolError, ToolResult};
+use crate::render;
+use crate::server::IpythonMcp;
+use views::{CellSummary, WriteResult};
+
+/// Largest `max_cells` of one `notebook_read`.
+const MAX_READ_CELLS: usize = 1000;
+const DEFAULT_READ_CELLS: usize = 100;
+
+/// The workspace of this server, or why it is unusable.
+pub(crate) struct NotebookState {
+    workspace: Result<Arc<Workspace>, String>,
+}
+
+impl NotebookState {
+    pub(crate) fn new(root: Option<PathBuf>) -> NotebookState {
+        let root = root.or_else(|| std::env::current_dir().ok());
+        let workspace = match root {
+            Some(root) => Workspace::new(&root)
+                .map(Arc::new)
+                .map_err(|error| error.to_string()),
+            None => Err("no working directory".to_owned()),
+        };
+        NotebookState { workspace }
+    }
+
+    pub(crate) fn workspace(&self) -> Result<&Arc<Workspace>, Box<ErrorInfo>> {
+        self.workspace.as_ref().map_err(|problem| {
+            Box::new(
+                ErrorInfo::new(
+                    Code::InvalidConfiguration,
+                    format!("the notebook workspace root is unusable: {problem}"),
+                )
+                .with_hint(
+                    "set IPYTHON_MCP_WORKSPACE_ROOT (--workspace-root) to an existing directory",
+                ),
+            )
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+/// A notebook tool's answer: what `work` built, or its refusal rendered as an error result
+/// (a refusal is a tool result, never a protocol error).
+async fn answer(work: impl Future<Output = ToolResult>) -> Result<CallToolResult, rmcp::ErrorData> {
+    Ok(work.await.unwrap_or_else(ToolError::into_result))
+}
+
+fn structured<T: Serialize>(tool: &str, value: &T) -> CallToolResult {
+    render::namespace(tool, serde_json::to_value(value).unwrap_or_default(), true)
+}
+
+/// Exactly one of `cell_id` and `index`.
+fn cell_ref(cell_id: Option<String>, index: Option<usize>) -> Result<CellRef, ToolError> {
+    match (cell_id, index) {
+        (Some(id), None) => Ok(CellRef::Id(id)),
+        (None, Some(index)) => Ok(CellRef::Index(index)),
+        (Some(_), Some(_)) => Err(ToolError::invalid("give either cell_id or index, not both")),
+        (None, None) => Err(ToolError::invalid("give the cell's cell_id or its index")),
+    }
+}
+
+/// Zero or one of `cell_id` and `index`.
+fn optional_cell_ref(
+    cell_id: Option<String>,
+    index: Option<usize>,
+) -> Result<Option<CellRef>, ToolError> {
+    match (&cell_id, index) {
+        (None, None) => Ok(None),
+        _ => cell_ref(cell_id, index).map(Some),
+    }
+}
+
+impl IpythonMcp {
+    fn workspace(&self) -> Result<Arc<Workspace>, ToolError> {
+        Ok(self.notebook_state().workspace()?.clone())
+    }
+
+    /// The workspace and the checked path. Resolving reads the file system (canonical
+    /// directories, symlinks): on the blocking pool.
+    async fn notebook_path(&self, path: &str) -> Result<(Arc<Workspace>, NotebookPath), ToolError> {
+        let workspace = self.workspace()?;
+        let (resolver, path) = (Arc::clone(&workspace), path.to_owned());
+        let resolved = Self::blocking(move || resolver.resolve(&path)).await?;
+        Ok((workspace, resolved))
+    }
+
+    /// The workspace, the checked path and the notebook, read on the blocking pool and
+    /// checked against `expected_revision` when one is given (`Workspace::load`).
+    async fn load(
+        &self,
+        path: &str,
+        expected_revision: Option<String>,
+    ) -> Result<(Arc<Workspace>, NotebookPath, Loaded), ToolError> {
+        let workspace = self.workspace()?;
+        let (reader, path) = (Arc::clone(&workspace), path.to_owned());
+        let (path, loaded) =
+            Self::blocking(move || reader.load(&path, expected_revision.as_deref())).await?;
+        Ok((workspace, path, loaded))
+    }
+
+    /// Runs file work on the blocking pool; the error is as the agent would see it.
+    async fn blocking<T: Send + 'static>(
+        work: impl FnOnce() -> Result<T, ipython_mcp_notebook::Error> + Send + 'static,
+    ) -> Result<T, ErrorInfo> {
+        match tokio::task::spawn_blocking(work).await {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(error)) => Err(notebook_error(&error)),
+            Err(_) => Err(ErrorInfo::new(
+                Code::InternalError,
+                "the file operation failed",
+            )),
+        }
+    }
+
+    /// A read-modify-write of one notebook (`Workspace::mutate`, on the blocking pool),
+    /// answered as a `WriteResult` with the cell `change` names.
+    async fn edit(
+        &self,
+        tool: &'static str,
+        path: String,
+        expected_revision: Option<String>,
+        change: impl FnOnce(&mut Notebook) -> Result<Option<CellSummary>, ipython_mcp_notebook::Error>
+            + Send
+            + 'static,
+    ) -> Result<CallToolResult, ToolError> {
+        let workspace = self.workspace()?;
+        let mutated =
+            Self::blocking(move || workspace.mutate(&path, expected_revision.as_deref(), change))
+                .await?;
+        tracing::info!(tool, "tool call");
+        let format = mutated.path.format;
+        Ok(structured(
+            tool,
+            &WriteResult {
+                ok: true,
+                uri: uri_for_path(&mutated.path.relative),
+                path: mutated.path.relative,
+                revision: mutated.revision,
+                cell_count: mutated.cell_count,
+                cell: mutated.value.map(|cell| cell.in_format(format)),
+            },
+        ))
+    }
+
+    fn check_timeout(&self, timeout: Option<f64>) -> Result<Option<Duration>, ToolError> {
+        let max = self.config().timeouts.max_operation;
+        match timeout {
+            None => Ok(None),
+            Some(seconds)
+                if seconds.is_finite() && seconds > 0.0 && seconds <= max.as_secs_f64() =>
+            {
+                Ok(Some(Duration::from_secs_f64(seconds)))
+            }
+            Some(seconds) => Err(ToolError::invalid(format!(
+                "timeout_seconds must be a positive number of seconds up to {}, got {seconds}",
+                max.as_secs_f64()
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exactly_one_cell_reference() {
+        assert_eq!(
+            cell_ref(Some("a".into()), None).ok(),
+            Some(CellRef::Id("a".into()))
+        );
+        assert_eq!(cell_ref(None, Some(3)).ok(), Some(CellRef::Index(3)));
+        assert!(cell_ref(Some("a".into()), Some(3)).is_err());
+        assert!(cell_ref(None, None).is_err());
+        assert_eq!(optional_cell_ref(None, None).ok(), Some(None));
+    }
+}

@@ -1,0 +1,282 @@
+//! The `notebook:///` resources and the server's JSON resources (capabilities, kernelspecs,
+//! kernels).
+
+use ipython_mcp_kernel::Code;
+use ipython_mcp_notebook::uri_for_path;
+use serde_json::Value;
+
+use super::views::shown;
+use super::MAX_READ_CELLS;
+use crate::error::notebook_code;
+use crate::render;
+use crate::server::{IpythonMcp, MAX_CODE_BYTES};
+
+// ---------------------------------------------------------------------------------------------
+// Resources
+
+/// The capabilities resource (effective limits, formats, kernels).
+pub(crate) const CAPABILITIES_URI: &str = "ipython-mcp://capabilities";
+/// Registered kernelspecs.
+pub(crate) const KERNELSPECS_URI: &str = "ipython-mcp://kernelspecs";
+/// Running kernel sessions and the notebooks bound to them.
+pub(crate) const KERNELS_URI: &str = "ipython-mcp://kernels";
+/// Largest notebook served as a resource.
+const MAX_RESOURCE_BYTES: usize = 64 * 1024 * 1024;
+/// Notebooks listed by resources/list (a bounded scan of the workspace).
+const MAX_LISTED_NOTEBOOKS: usize = 200;
+const MAX_SCAN_DEPTH: usize = 4;
+const MAX_SCANNED_ENTRIES: usize = 10_000;
+
+/// Workspace-relative paths of `.ipynb` files: hidden directories skipped, symlinks not
+/// followed, bounded in depth, entries and results.
+fn scan_notebooks(root: &std::path::Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut pending = vec![(root.to_owned(), 0usize)];
+    let mut scanned = 0usize;
+    while let Some((directory, depth)) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&directory) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            scanned += 1;
+            if scanned > MAX_SCANNED_ENTRIES || found.len() >= MAX_LISTED_NOTEBOOKS {
+                found.sort();
+                return found;
+            }
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            let path = entry.path();
+            if kind.is_dir() && depth + 1 < MAX_SCAN_DEPTH {
+                pending.push((path, depth + 1));
+            } else if kind.is_file() && name.ends_with(".ipynb") {
+                if let Ok(relative) = path.strip_prefix(root) {
+                    found.push(relative.to_string_lossy().into_owned());
+                }
+            }
+        }
+    }
+    found.sort();
+    found
+}
+
+impl IpythonMcp {
+    pub(crate) async fn notebook_resources(&self) -> Vec<rmcp::model::Resource> {
+        use rmcp::model::Resource;
+        let mut resources = vec![
+            Resource::new(CAPABILITIES_URI, "capabilities")
+                .with_description("Effective limits, timeouts, notebook formats and kernelspecs of this server")
+                .with_mime_type("application/json"),
+            Resource::new(KERNELSPECS_URI, "kernelspecs")
+                .with_description("Registered Jupyter kernelspecs (names usable in a notebook's metadata.kernelspec and kernel_start)")
+                .with_mime_type("application/json"),
+            Resource::new(KERNELS_URI, "kernels")
+                .with_description("Running kernel sessions and the notebooks bound to them")
+                .with_mime_type("application/json"),
+        ];
+        if let Ok(workspace) = self.notebook_state().workspace() {
+            let root = workspace.root().to_owned();
+            let notebooks = tokio::task::spawn_blocking(move || scan_notebooks(&root))
+                .await
+                .unwrap_or_default();
+            resources.extend(notebooks.into_iter().map(|relative| {
+                Resource::new(uri_for_path(&relative), relative)
+                    .with_mime_type("application/x-ipynb+json")
+            }));
+        }
+        resources
+    }
+
+    pub(crate) fn notebook_resource_templates(&self) -> Vec<rmcp::model::ResourceTemplate> {
+        vec![rmcp::model::ResourceTemplate::new("notebook:///{+path}", "notebook")
+            .with_description("A notebook file by its workspace-relative path, RFC 3986 percent-encoded per segment (spaces as %20, non-ASCII as UTF-8 escapes)")
+            .with_mime_type("application/x-ipynb+json")]
+    }
+
+    /// The kernelspecs as JSON, sorted by name.
+    async fn kernelspecs_json(&self) -> Value {
+        let python = self.sessions().default_python();
+        let specs = tokio::task::spawn_blocking(move || {
+            let dirs = ipython_mcp_kernel::kernelspec::data_dirs(python.as_deref());
+            ipython_mcp_kernel::kernelspec::discover(&dirs)
+        })
+        .await
+        .unwrap_or_default();
+        let mut specs: Vec<Value> = specs
+            .into_iter()
+            .map(|spec| {
+                serde_json::json!({
+                    "name": spec.name,
+                    "display_name": spec.display_name,
+                    "language": spec.language,
+                })
+            })
+            .collect();
+        specs.sort_by(|left, right| left["name"].as_str().cmp(&right["name"].as_str()));
+        Value::Array(specs)
+    }
+
+    fn kernels_json(&self) -> Value {
+        let root = self
+            .notebook_state()
+            .workspace()
+            .ok()
+            .map(|workspace| workspace.root().to_owned());
+        let kernels: Vec<Value> = self
+            .sessions()
+            .all()
+            .into_iter()
+            .map(|(kernel, spec, handle, idle)| {
+                let status = handle.status();
+                let notebooks: Vec<String> = self
+                    .sessions()
+                    .notebooks_of(&kernel)
+                    .into_iter()
+                    .map(|path| match &root {
+                        Some(root) => shown(root, &path),
+                        None => path.display().to_string(),
+                    })
+                    .collect();
+                serde_json::json!({
+                    "kernel": kernel,
+                    "spec": spec,
+                    "state": status.state,
+                    "epoch": status.epoch,
+                    "idle_seconds": idle.as_secs_f64(),
+                    "notebooks": notebooks,
+                })
+            })
+            .collect();
+        Value::Array(kernels)
+    }
+
+    async fn capabilities_json(&self) -> Value {
+        let config = self.config();
+        let limits = config.limits;
+        let timeouts = config.timeouts;
+        let workspace_root = self
+            .notebook_state()
+            .workspace()
+            .ok()
+            .map(|workspace| workspace.root().display().to_string());
+        serde_json::json!({
+            "schema_version": "1.0",
+            "server": {"name": "ipython-mcp", "version": env!("CARGO_PKG_VERSION")},
+            "limits": {
+                "max_text_chars": limits.max_text_chars,
+                "max_traceback_chars": limits.max_traceback_chars,
+                "max_repr_chars": limits.max_repr_chars,
+                "max_results": limits.max_results,
+                "max_display_items": limits.max_display_items,
+                "max_json_depth": limits.max_json_depth,
+                "max_image_bytes": limits.max_image_bytes,
+                "max_reply_bytes": limits.max_reply_bytes,
+                "max_code_bytes": MAX_CODE_BYTES,
+                "operation_timeout_seconds": timeouts.operation.as_secs_f64(),
+                "max_timeout_seconds": timeouts.max_operation.as_secs_f64(),
+                "interruption_grace_seconds": timeouts.interruption_grace.as_secs_f64(),
+                "queue_wait_timeout_seconds": config.queue.queue_wait.as_secs_f64(),
+                "max_pending_operations": config.queue.max_pending,
+                "max_kernels": config.kernels.max_kernels,
+                "kernel_idle_timeout_seconds": config.kernels.idle_timeout.as_secs_f64(),
+                "max_dynamic_tools": config.tools.max_tools,
+                "max_notebook_read_cells": MAX_READ_CELLS,
+                "max_notebook_resource_bytes": MAX_RESOURCE_BYTES,
+            },
+            "notebooks": {
+                "workspace_root": workspace_root,
+                "formats": ["ipynb", "py:percent"],
+                "nbformat": "4.5",
+                "revision": "sha256 of the file bytes",
+            },
+            "transport": {
+                "active": match config.transport {
+                    ipython_mcp_config::Transport::Stdio => "stdio",
+                    ipython_mcp_config::Transport::Http => "http",
+                },
+                "supported": ["stdio", "http"],
+            },
+            "kernelspecs": self.kernelspecs_json().await,
+            "sessions": self.sessions().all().into_iter().map(|(kernel, ..)| kernel).collect::<Vec<_>>(),
+        })
+    }
+
+    /// `resources/read`.
+    pub(crate) async fn read_notebook_resource(
+        &self,
+        uri: &str,
+    ) -> Result<rmcp::model::ResourceContents, rmcp::ErrorData> {
+        use rmcp::model::ResourceContents;
+        let json_text = |value: Value| {
+            ResourceContents::text(
+                serde_json::to_string_pretty(&value).unwrap_or_default(),
+                uri,
+            )
+            .with_mime_type("application/json")
+        };
+        match uri {
+            CAPABILITIES_URI => return Ok(json_text(self.capabilities_json().await)),
+            KERNELSPECS_URI => return Ok(json_text(self.kernelspecs_json().await)),
+            KERNELS_URI => return Ok(json_text(self.kernels_json())),
+            _ => {}
+        }
+        let invalid = |code: Code, message: String| {
+            rmcp::ErrorData::invalid_params(
+                message.clone(),
+                Some(
+                    serde_json::json!({"code": code, "message": message, "uri": render::shorten(uri, 200)}),
+                ),
+            )
+        };
+        if !uri.starts_with("notebook:") {
+            return Err(rmcp::ErrorData::resource_not_found(
+                "resource_not_found",
+                Some(serde_json::json!({"uri": render::shorten(uri, 200)})),
+            ));
+        }
+        let relative = ipython_mcp_notebook::path_from_uri(uri)
+            .map_err(|error| invalid(notebook_code(&error), error.to_string()))?;
+        let workspace = self
+            .notebook_state()
+            .workspace()
+            .map_err(|error| invalid(error.code, error.message.clone()))?
+            .clone();
+        // Resolving reads the file system too: all of it on the blocking pool.
+        let read = tokio::task::spawn_blocking(move || {
+            let path = workspace.resolve(&relative)?;
+            let metadata = std::fs::metadata(&path.absolute).map_err(|_| {
+                ipython_mcp_notebook::Error::NotFound {
+                    path: path.relative.clone(),
+                }
+            })?;
+            if metadata.len() as usize > MAX_RESOURCE_BYTES {
+                return Err(ipython_mcp_notebook::Error::InvalidArguments {
+                    message: format!(
+                        "the notebook is {} bytes; resources serve at most {MAX_RESOURCE_BYTES} (use notebook_read)",
+                        metadata.len()
+                    ),
+                });
+            }
+            let loaded = workspace.read(&path)?;
+            Ok(String::from_utf8_lossy(&loaded.notebook.to_bytes()).into_owned())
+        })
+        .await
+        .map_err(|_| rmcp::ErrorData::internal_error("reading the notebook failed", None))?;
+        match read {
+            Ok(text) => {
+                Ok(ResourceContents::text(text, uri).with_mime_type("application/x-ipynb+json"))
+            }
+            Err(ipython_mcp_notebook::Error::NotFound { .. }) => {
+                Err(rmcp::ErrorData::resource_not_found(
+                    "resource_not_found",
+                    Some(serde_json::json!({"uri": render::shorten(uri, 200)})),
+                ))
+            }
+            Err(error) => Err(invalid(notebook_code(&error), error.to_string())),
+        }
+    }
+}

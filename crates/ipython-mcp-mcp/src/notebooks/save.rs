@@ -1,0 +1,509 @@
+//! Running code for a notebook: the notebook's kernel session (bound or started) and saving an
+//! execution's outputs into the file.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ipython_mcp_kernel::{
+    Code, ErrorInfo, ExecuteArgs, ExecutionOutput, ExecutionStatus, PageRequest, SessionHandle,
+    StreamName,
+};
+use ipython_mcp_notebook::{Notebook, NotebookPath, Output, Workspace};
+use rmcp::model::CallToolResult;
+use rmcp::service::RequestContext;
+use rmcp::RoleServer;
+use serde_json::{Map, Value};
+
+use super::views::{summary, NotebookExecuteResult};
+use super::ToolError;
+use crate::render;
+use crate::server::IpythonMcp;
+use crate::sessions::{StartError, StartSpec};
+
+/// Characters of each stream an execution saves in the notebook (read back from the spool);
+/// the agent still gets only `max_text_chars`.
+const MAX_SAVED_STREAM_CHARS: usize = 1 << 20;
+
+/// Bytes of outputs one cell saves in the notebook (everything the kernel produced, up to
+/// this); what does not fit is named in a note. The agent still gets the bounded view.
+const MAX_SAVED_CELL_BYTES: u64 = 64 << 20;
+
+/// Writes an execution's saved outputs (and its execution count) into the notebook; returns
+/// the cell's index.
+pub(super) type SaveCell = Box<
+    dyn FnOnce(&mut Notebook, Option<u64>, &[Output]) -> Result<usize, ipython_mcp_notebook::Error>
+        + Send,
+>;
+
+/// Code to run for a notebook, and where its outputs go.
+pub(super) struct Run {
+    pub(super) tool: &'static str,
+    pub(super) workspace: Arc<Workspace>,
+    pub(super) path: NotebookPath,
+    /// The file's revision when it was read for this run: the save expects it.
+    pub(super) revision: String,
+    /// The notebook's `metadata.kernelspec` name, for a session it has yet to start.
+    pub(super) kernel_name: Option<String>,
+    pub(super) code: String,
+    pub(super) timeout: Option<Duration>,
+    /// How the outputs are saved; `None` runs without touching the file.
+    pub(super) save: Option<SaveCell>,
+}
+
+/// What an execution saves in the notebook, as Jupyter would: streams, displays, the result
+/// and the error. Streams longer than what the agent got have been filled in from the spool
+/// (`with_full_streams`); what is still missing is named in a last line.
+fn saved_outputs(output: &ExecutionOutput) -> Vec<Output> {
+    let mut outputs = Vec::new();
+    for (name, text, omitted) in [
+        ("stdout", &output.stdout, output.stdout_omitted_chars),
+        ("stderr", &output.stderr, output.stderr_omitted_chars),
+    ] {
+        if text.is_empty() && omitted == 0 {
+            continue;
+        }
+        let mut text = text.clone();
+        if omitted > 0 {
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(&format!(
+                "[ipython-mcp: about {omitted} more characters of {name} not saved; get_output with execution_id {} pages the full text while the kernel keeps it]\n",
+                output.execution_id
+            ));
+        }
+        outputs.push(Output::Stream {
+            name: name.to_owned(),
+            text,
+        });
+    }
+    for item in &output.display_data {
+        outputs.push(Output::DisplayData {
+            data: item.data.clone(),
+            metadata: item.metadata.clone(),
+        });
+    }
+    if let Some(result) = &output.result {
+        outputs.push(Output::ExecuteResult {
+            execution_count: output.execution_count,
+            data: result.clone(),
+            metadata: Map::new(),
+        });
+    }
+    if let Some(error) = &output.error {
+        outputs.push(Output::Error {
+            ename: error
+                .ename
+                .clone()
+                .unwrap_or_else(|| error.code.to_string()),
+            evalue: error
+                .evalue
+                .clone()
+                .unwrap_or_else(|| error.message.clone()),
+            traceback: error
+                .traceback
+                .as_deref()
+                .map(|traceback| traceback.lines().map(str::to_owned).collect())
+                .unwrap_or_default(),
+        });
+    }
+    outputs
+}
+
+/// The execution's output with its streams as complete as the spool has them (up to
+/// `MAX_SAVED_STREAM_CHARS` each), for saving; unchanged when nothing was cut or the spool is
+/// unavailable.
+async fn with_full_streams(session: &SessionHandle, output: &ExecutionOutput) -> ExecutionOutput {
+    let mut full = output.clone();
+    let dropped = output
+        .spool
+        .as_ref()
+        .is_some_and(|spool| spool.dropped_bytes > 0);
+    for stream in [StreamName::Stdout, StreamName::Stderr] {
+        let (text, omitted) = match stream {
+            StreamName::Stdout => (&mut full.stdout, &mut full.stdout_omitted_chars),
+            StreamName::Stderr => (&mut full.stderr, &mut full.stderr_omitted_chars),
+        };
+        if *omitted == 0 {
+            continue;
+        }
+        let request = PageRequest {
+            stream,
+            start_line: 1,
+            max_lines: usize::MAX,
+            pattern: None,
+            max_chars: MAX_SAVED_STREAM_CHARS,
+        };
+        let Some(Ok(page)) = session.page(Some(&output.execution_id), request).await else {
+            continue;
+        };
+        if page.lines.is_empty() {
+            continue;
+        }
+        let total = text.chars().count() as u64 + *omitted;
+        let mut saved = String::new();
+        for line in &page.lines {
+            saved.push_str(&line.text);
+            saved.push('\n');
+        }
+        let complete = page.next_line.is_none() && !page.truncated && !dropped;
+        *omitted = if complete {
+            0
+        } else {
+            total.saturating_sub(saved.chars().count() as u64).max(1)
+        };
+        *text = saved;
+    }
+    full
+}
+
+/// What an execution saves in its cell: everything the kernel produced, from the session's
+/// output log, within `MAX_SAVED_CELL_BYTES` (a last stream output names what did not fit);
+/// without a log (the spool is off or was evicted), the bounded view with full streams.
+async fn outputs_to_save(session: &SessionHandle, output: &ExecutionOutput) -> Vec<Output> {
+    let Some(saved) = session
+        .saved_outputs(
+            &output.execution_id,
+            output.execution_count,
+            MAX_SAVED_CELL_BYTES,
+        )
+        .await
+    else {
+        return saved_outputs(&with_full_streams(session, output).await);
+    };
+    let mut outputs: Vec<Output> = saved
+        .outputs
+        .into_iter()
+        .filter_map(|output| match output {
+            Value::Object(map) => Some(Output::Raw(map)),
+            _ => None,
+        })
+        .collect();
+    let spool_dropped = output.spool.as_ref().map_or(0, |spool| spool.dropped_bytes);
+    if saved.omitted_outputs > 0 || saved.spool_incomplete || spool_dropped > 0 {
+        let mut note = String::from("[ipython-mcp: this cell's outputs are incomplete:");
+        if saved.omitted_outputs > 0 {
+            note.push_str(&format!(
+                " {} outputs or parts ({} bytes) were left out to keep the cell within {} MiB;",
+                saved.omitted_outputs,
+                saved.omitted_bytes,
+                MAX_SAVED_CELL_BYTES >> 20
+            ));
+        }
+        if saved.spool_incomplete || spool_dropped > 0 {
+            note.push_str(" the kernel produced more than the output spool keeps per execution (IPYTHON_MCP_MAX_SPOOL_EXECUTION_BYTES);");
+        }
+        note.push_str(&format!(
+            " get_output with execution_id {} pages the streams while the kernel keeps them]\n",
+            output.execution_id
+        ));
+        outputs.push(Output::Stream {
+            name: "stderr".to_owned(),
+            text: note,
+        });
+    }
+    outputs
+}
+
+impl IpythonMcp {
+    /// The session a tool names by `kernel` id or by `notebook` path (at most one of them;
+    /// neither: `default`).
+    pub(crate) async fn session_for_notebook(
+        &self,
+        kernel: Option<&str>,
+        notebook: Option<&str>,
+    ) -> Result<SessionHandle, ToolError> {
+        let Some(notebook) = notebook else {
+            return self.session(kernel);
+        };
+        if kernel.is_some() {
+            return Err(ToolError::invalid(
+                "give either kernel or notebook, not both",
+            ));
+        }
+        let (_workspace, path) = self.notebook_path(notebook).await?;
+        match self.sessions().notebook_session(&path.absolute) {
+            Some((_, handle)) => Ok(handle),
+            None => Err(ToolError::invalid(format!(
+                "notebook {:?} has no kernel session",
+                path.relative
+            ))
+            .with_hint("notebook_execute, notebook_execute_cell or notebook_session starts one")),
+        }
+    }
+
+    /// The session of a notebook: its bound one, or a new one started from its kernelspec.
+    /// `python3` (and a notebook without a kernelspec) runs on the server's own Python, like
+    /// the default session; any other name must be a registered kernelspec.
+    pub(super) async fn session_of(
+        &self,
+        path: &NotebookPath,
+        kernel_name: Option<String>,
+    ) -> Result<(String, SessionHandle, bool), ToolError> {
+        let sessions = self.sessions();
+        if let Some((id, handle)) = sessions.notebook_session(&path.absolute) {
+            return Ok((id, handle, false));
+        }
+        let name = kernel_name.unwrap_or_else(|| "python3".to_owned());
+        let sessions_for_spec = sessions.clone();
+        let spec_name = name.clone();
+        let spec = tokio::task::spawn_blocking(move || {
+            if spec_name == "python3" {
+                // The generic name: the server's own Python, found exactly as for `default`.
+                Ok(StartSpec::Default)
+            } else {
+                sessions_for_spec.parse_spec(&spec_name)
+            }
+        })
+        .await
+        .unwrap_or_else(|_| {
+            Err(Box::new(ErrorInfo::new(
+                Code::InternalError,
+                "kernelspec lookup failed",
+            )))
+        })
+        .map_err(|error| ErrorInfo {
+            message: format!(
+                "cannot start the notebook's kernel {:?}: {}",
+                render::shorten(&name, 64),
+                error.message
+            ),
+            ..*error
+        })?;
+        let stem = path
+            .relative
+            .rsplit('/')
+            .next()
+            .unwrap_or("notebook")
+            .trim_end_matches(".ipynb");
+        let base: String = stem
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '-'
+                }
+            })
+            .take(40)
+            .collect();
+        let base = format!("nb-{base}");
+        let mut last_error = None;
+        for attempt in 1..=20 {
+            let id = if attempt == 1 {
+                base.clone()
+            } else {
+                format!("{base}-{attempt}")
+            };
+            // As in Jupyter, a notebook's kernel starts in the notebook's directory, so its
+            // relative paths mean what they mean beside the file.
+            match sessions.start(
+                &format!("notebook {}", path.relative),
+                spec.clone(),
+                Some(&id),
+                path.absolute.parent().map(std::path::Path::to_owned),
+            ) {
+                Ok((id, handle)) => {
+                    sessions.bind_notebook(path.absolute.clone(), id.clone());
+                    tracing::info!(kernel = %id, "notebook session started");
+                    return Ok((id, handle, true));
+                }
+                Err(error @ StartError::IdTaken { .. }) => {
+                    // A concurrent first run of the same notebook may have just started and
+                    // bound its session under this id: use that one.
+                    if let Some((id, handle)) = sessions.notebook_session(&path.absolute) {
+                        return Ok((id, handle, false));
+                    }
+                    last_error = Some(error);
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Err(last_error.map_or_else(
+            || ErrorInfo::new(Code::InternalError, "no free session id").into(),
+            ToolError::from,
+        ))
+    }
+
+    /// Runs a notebook's code in its session and saves the outcome with `run.save`, expecting
+    /// the file's revision from before the run, so a change made meanwhile is a conflict
+    /// (reported in `save_error`, the outputs still returned).
+    pub(super) async fn run_and_save(
+        &self,
+        run: Run,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ToolError> {
+        let Run {
+            tool,
+            workspace,
+            path,
+            revision,
+            kernel_name,
+            code,
+            timeout,
+            save,
+        } = run;
+        let (kernel, session, started) = self.session_of(&path, kernel_name).await?;
+        let args = ExecuteArgs {
+            code,
+            timeout,
+            request_id: render::request_id(&context.id),
+            cancel: context.ct.clone(),
+            progress: None,
+        };
+        let began = std::time::Instant::now();
+        let mut output = session.execute(args).await;
+        let mut result = NotebookExecuteResult {
+            output: output.clone(),
+            path: path.relative.clone(),
+            kernel,
+            session_started: started,
+            saved: false,
+            revision: Some(revision.clone()),
+            cell: None,
+            save_error: None,
+        };
+        if let (Some(save), true) = (save, output.status != ExecutionStatus::Rejected) {
+            let outputs = outputs_to_save(&session, &output).await;
+            let execution_count = output.execution_count;
+            let saved = Self::blocking(move || {
+                workspace.mutate(&path.relative, Some(&revision), |notebook| {
+                    let index = save(notebook, execution_count, &outputs)?;
+                    Ok(summary(notebook, index))
+                })
+            })
+            .await;
+            match saved {
+                Ok(mutated) => {
+                    result.saved = true;
+                    result.revision = Some(mutated.revision);
+                    result.cell = Some(mutated.value.in_format(mutated.path.format));
+                }
+                Err(error) => {
+                    // A failure like any other (in `error`), unless the code itself failed;
+                    // `save_error` says why the file was not written either way.
+                    if output.error.is_none() {
+                        output.error = Some(error.clone());
+                        result.output.error = Some(error.clone());
+                    }
+                    result.save_error = Some(error);
+                    output.ok = false;
+                }
+            }
+        }
+        tracing::info!(
+            tool,
+            kernel = %result.kernel,
+            status = ?output.status,
+            saved = result.saved,
+            ms = began.elapsed().as_millis() as u64,
+            "tool call"
+        );
+        let mut extra = Map::new();
+        let full = serde_json::to_value(&result).unwrap_or_default();
+        for key in [
+            "path",
+            "kernel",
+            "session_started",
+            "saved",
+            "revision",
+            "cell",
+            "save_error",
+        ] {
+            extra.insert(key.into(), full.get(key).cloned().unwrap_or(Value::Null));
+        }
+        extra.insert("ok".into(), output.ok.into());
+        let mut text = String::new();
+        match (&result.save_error, &result.cell) {
+            (Some(error), _) => text.push_str(&format!(
+                "\n[not saved: {} — {}]",
+                error.code, error.message
+            )),
+            (None, Some(cell)) => text.push_str(&format!(
+                "\n[saved in cell {} (id {}); revision {}]",
+                cell.index,
+                cell.id.as_deref().unwrap_or("-"),
+                result.revision.as_deref().unwrap_or("-")
+            )),
+            (None, None) => {}
+        }
+        Ok(render::execution_with(&output, extra, text))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipython_mcp_kernel::{DisplayItem, RuntimeInfo};
+    use serde_json::json;
+
+    fn output() -> ExecutionOutput {
+        let runtime = RuntimeInfo {
+            request_id: "1".into(),
+            admission_seq: 1,
+            epoch: 0,
+            queue_wait_ms: 0,
+            run_ms: 1,
+            interruption: None,
+            namespace: None,
+        };
+        let mut output = ExecutionOutput::pending("e1".into(), runtime);
+        output.status = ExecutionStatus::Ok;
+        output
+    }
+
+    #[test]
+    fn outputs_are_saved_in_jupyter_order_with_a_note_for_what_is_missing() {
+        let mut run = output();
+        run.execution_count = Some(7);
+        run.stdout = "a\nb".into();
+        run.stdout_omitted_chars = 10;
+        run.stderr = "warn\n".into();
+        run.display_data = vec![DisplayItem {
+            data: json!({"text/plain": "<Figure>"})
+                .as_object()
+                .cloned()
+                .expect("object"),
+            metadata: Map::new(),
+        }];
+        run.result = json!({"text/plain": "42"}).as_object().cloned();
+        run.error = Some(ErrorInfo {
+            ename: Some("ValueError".into()),
+            evalue: Some("boom".into()),
+            traceback: Some("line 1\nline 2".into()),
+            ..ErrorInfo::new(Code::ExecutionError, "ValueError: boom")
+        });
+        let saved = saved_outputs(&run);
+        assert_eq!(saved.len(), 5);
+        match &saved[0] {
+            Output::Stream { name, text } => {
+                assert_eq!(name, "stdout");
+                assert!(text.starts_with("a\nb\n[ipython-mcp: about 10 more characters of stdout not saved; get_output with execution_id e1"), "{text}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            saved[1],
+            Output::Stream {
+                name: "stderr".into(),
+                text: "warn\n".into()
+            }
+        );
+        assert!(matches!(saved[2], Output::DisplayData { .. }));
+        assert!(matches!(
+            saved[3],
+            Output::ExecuteResult {
+                execution_count: Some(7),
+                ..
+            }
+        ));
+        assert_eq!(
+            saved[4],
+            Output::Error {
+                ename: "ValueError".into(),
+                evalue: "boom".into(),
+                traceback: vec!["line 1".into(), "line 2".into()]
+            }
+        );
+    }
+}
