@@ -13,6 +13,7 @@ mod executions;
 pub mod helper;
 // Kernelspec discovery lives with the rest of Jupyter's conventions; re-exported for the MCP crate.
 pub use ipython_mcp_jupyter::kernelspec;
+pub mod manager;
 mod output;
 mod payload;
 pub mod raster;
@@ -29,6 +30,7 @@ pub use bound::{base64_decoded_len, BINARY_IMAGE_TYPES, SVG_TYPE};
 pub use executions::{
     Page, PageLine, PageRequest, SpoolInfo, SpoolLimits, StreamName, MAX_RECORDS,
 };
+pub use manager::{KernelManager, Listing, ManagerError, SessionId, StartSpec};
 pub use output::{
     Code, DisplayItem, ErrorInfo, ExecutionOutput, ExecutionStatus, Interruption, NamespaceOutcome,
     RuntimeInfo, Truncated,

@@ -538,7 +538,7 @@ impl crate::server::IpythonMcp {
             Err(error) => return Ok(error.into_result()),
         };
         let kernel = session.kernel_id().to_owned();
-        let catalog = self.sessions().catalog();
+        let catalog = self.catalog();
         let limits = self.config().tools;
         let mut reserved: Vec<String> = self.stable_tool_names();
         let elsewhere = catalog.names_outside(&kernel);
@@ -638,7 +638,7 @@ impl crate::server::IpythonMcp {
                 "at most 1000 names of at most 512 characters",
             ));
         }
-        let catalog = self.sessions().catalog();
+        let catalog = self.catalog();
         let stable = self.stable_tool_names();
         let mut names: Vec<String> = params.names.clone();
         names.sort();
@@ -659,7 +659,7 @@ impl crate::server::IpythonMcp {
         for (kernel, names) in by_kernel {
             // The kernel forgets them on its queue; the server's view drops them either way
             // (a kernel that is gone or busy has nothing that could still be listed).
-            if let Ok(session) = self.sessions().get(Some(&kernel)) {
+            if let Ok(session) = self.kernels().get(Some(&kernel)) {
                 let _ = session
                     .helper(HelperCall {
                         method: "unregister_tool".to_owned(),
@@ -701,14 +701,14 @@ impl crate::server::IpythonMcp {
         context: rmcp::service::RequestContext<rmcp::RoleServer>,
     ) -> Result<rmcp::model::CallToolResult, rmcp::ErrorData> {
         let tool_name = request.name.to_string();
-        let catalog = self.sessions().catalog();
+        let catalog = self.catalog();
         let Some((kernel, _)) = catalog.lookup(&tool_name) else {
             return Err(rmcp::ErrorData::invalid_params(
                 format!("tool not found: {}", crate::render::shorten(&tool_name, 64)),
                 None,
             ));
         };
-        let session = match self.sessions().get(Some(&kernel)) {
+        let session = match self.kernels().get(Some(&kernel)) {
             Ok(session) => session,
             Err(_) => {
                 catalog.drop_session(&kernel, self.peers()).await;

@@ -1,13 +1,13 @@
 //! The one place errors become what agents see.
 //!
 //! Tool bodies return [`ToolResult`] and use `?`: every typed error of the crates below
-//! (`StartError`, the notebook crate's `Error`, an [`ErrorInfo`] built on the spot) converts
+//! (`ManagerError`, the notebook crate's `Error`, an [`ErrorInfo`] built on the spot) converts
 //! into a [`ToolError`], and rmcp turns that into the tool's structured error result
 //! (`{"ok": false, "error"}` with `isError: true`) through [`IntoCallToolResult`]. The code an
 //! agent sees is a [`Code`]; its standard hint comes with it.
 
 use ipython_mcp_kernel::kernelspec;
-use ipython_mcp_kernel::{Code, ErrorInfo};
+use ipython_mcp_kernel::{Code, ErrorInfo, ManagerError, SessionId};
 use rmcp::handler::server::tool::IntoCallToolResult;
 use rmcp::model::{CallToolResponse, CallToolResult};
 
@@ -53,23 +53,54 @@ impl From<Box<ErrorInfo>> for ToolError {
     }
 }
 
-impl From<crate::sessions::StartError> for ToolError {
-    fn from(error: crate::sessions::StartError) -> Self {
-        ToolError::from(ErrorInfo::from(error))
+impl From<ManagerError> for ToolError {
+    fn from(error: ManagerError) -> Self {
+        ToolError::from(manager_error(&error))
     }
 }
 
-/// A `venv:` spec that names no usable interpreter, as the agent sees it.
-pub(crate) fn venv_error(error: &kernelspec::VenvError) -> ErrorInfo {
-    let info = ErrorInfo::new(Code::InvalidArguments, error.to_string());
-    match error {
-        kernelspec::VenvError::NoIpykernel { .. } => info.with_hint(
-            "install it there (`<venv>/bin/python -m pip install ipykernel`, or `uv pip install ipykernel`) and call kernel_start again",
+/// A kernel manager error as the agent sees it, with what to do next.
+pub(crate) fn manager_error(error: &ManagerError) -> ErrorInfo {
+    let message = error.to_string();
+    let hint = match error {
+        ManagerError::Internal { .. } => return ErrorInfo::new(Code::InternalError, message),
+        ManagerError::LimitReached { .. } => {
+            return ErrorInfo::new(Code::LimitExceeded, message).with_hint(
+                "kernel_stop one you no longer need (IPYTHON_MCP_MAX_KERNELS raises the limit)",
+            )
+        }
+        ManagerError::IdTaken { .. } => Some("pick another id, or kernel_stop it first".to_owned()),
+        ManagerError::NotFound { running, .. } => Some(format!(
+            "running sessions: {} (kernel_list shows them; kernel_start starts one)",
+            running
+                .iter()
+                .map(SessionId::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        ManagerError::DefaultIsPermanent => Some(
+            "use kernel_restart for a fresh kernel, or reset to clear its names".to_owned(),
         ),
-        kernelspec::VenvError::NoVenv { .. } => info.with_hint(
-            "pass the project directory that holds .venv, or the venv itself; kernel_discover lists what it finds",
+        ManagerError::Venv(kernelspec::VenvError::NoIpykernel { .. }) => Some(
+            "install it there (`<venv>/bin/python -m pip install ipykernel`, or `uv pip install ipykernel`) and call kernel_start again".to_owned(),
         ),
-        _ => info,
+        ManagerError::Venv(kernelspec::VenvError::NoVenv { .. }) => Some(
+            "pass the project directory that holds .venv, or the venv itself; kernel_discover lists what it finds".to_owned(),
+        ),
+        ManagerError::UnknownKernelspec { known, .. } => Some(format!(
+            "known kernelspecs: {}; or pass venv:/path/to/project or an interpreter path",
+            if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            }
+        )),
+        _ => None,
+    };
+    let info = ErrorInfo::new(Code::InvalidArguments, message);
+    match hint {
+        Some(hint) => info.with_hint(hint),
+        None => info,
     }
 }
 

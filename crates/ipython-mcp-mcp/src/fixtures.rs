@@ -276,12 +276,12 @@ impl Fixtures {
             }
             "test_panic_session" => {
                 let kernel = arguments.get("kernel").and_then(Value::as_str);
-                match self.product.sessions().get(kernel) {
+                match self.product.kernels().get(kernel) {
                     Ok(session) if session.inject_panic() => CallToolResult::success(vec![text(
                         "the session's actor panics when it reaches this in its queue",
                     )]),
                     Ok(_) => CallToolResult::error(vec![text("the session's inbox is closed")]),
-                    Err(error) => CallToolResult::error(vec![text(&error.message)]),
+                    Err(error) => CallToolResult::error(vec![text(&error.to_string())]),
                 }
             }
             _ => return None,

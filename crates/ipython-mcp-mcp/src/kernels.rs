@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{ToolError, ToolResult};
 use crate::render;
 use crate::server::IpythonMcp;
-use crate::sessions::StartSpec;
+use ipython_mcp_kernel::{Listing, StartSpec};
 
 /// Longest `wait_seconds` of one `get_output` call.
 const MAX_WAIT_SECONDS: f64 = 300.0;
@@ -303,7 +303,7 @@ impl IpythonMcp {
         };
         let page_request = self.page_request(&params)?;
         let session = match &params.execution_id {
-            Some(id) => self.sessions().find_execution(id).ok_or_else(|| {
+            Some(id) => self.kernels().find_execution(id).ok_or_else(|| {
                 ToolError::invalid(format!(
                     "no execution with id {:?}",
                     render::shorten(id, 64)
@@ -349,7 +349,7 @@ impl IpythonMcp {
         annotations(title = "Discover kernels", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn kernel_discover(&self, Parameters(params): Parameters<DiscoverParams>) -> ToolResult {
-        let python = self.sessions().default_python();
+        let python = self.kernels().default_python();
         let found = tokio::task::spawn_blocking(move || {
             let directory = match params.directory.as_deref().map(PathBuf::from) {
                 Some(path) if !path.is_absolute() || !path.is_dir() => {
@@ -407,20 +407,20 @@ impl IpythonMcp {
         annotations(title = "Start a kernel", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
     async fn kernel_start(&self, Parameters(params): Parameters<StartParams>) -> ToolResult {
-        let sessions = self.sessions();
+        let sessions = self.kernels();
         // Kernelspecs, venvs and the cwd are files: read them off the async threads.
         let parsing = sessions.clone();
         let (spec_text, cwd) = (params.spec.clone(), params.cwd.clone());
         let parsed = tokio::task::spawn_blocking(move || {
             let cwd = cwd.as_deref().map(working_dir).transpose()?;
-            Ok((parsing.parse_spec(&spec_text)?, cwd))
+            Ok::<_, ToolError>((parsing.parse_spec(&spec_text)?, cwd))
         })
         .await
         .unwrap_or_else(|_| {
-            Err(Box::new(ErrorInfo::new(
+            Err(ToolError::new(
                 Code::InternalError,
                 "kernelspec lookup failed",
-            )))
+            ))
         });
         let (spec, cwd) = parsed?;
         let language_hint = match &spec {
@@ -437,7 +437,7 @@ impl IpythonMcp {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         // Idle time counts from now, not from the start request (a slow start is not idleness).
-        let _ = sessions.get(Some(&id));
+        let _ = sessions.get(Some(id.as_str()));
         let status = session.status();
         let ok = matches!(status.state, SessionState::Ready | SessionState::Busy);
         tracing::info!(tool = "kernel_start", kernel = %id, language = %language_hint, ok, "tool call");
@@ -445,7 +445,7 @@ impl IpythonMcp {
             "kernel_start",
             &StartResult {
                 ok,
-                kernel: id,
+                kernel: id.into(),
                 status,
             },
             ok,
@@ -459,29 +459,36 @@ impl IpythonMcp {
         annotations(title = "List kernels", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn kernel_list(&self, Parameters(_params): Parameters<ListParams>) -> ToolResult {
-        let sessions = self.sessions();
+        let sessions = self.kernels();
         let kernels = sessions
             .all()
             .into_iter()
-            .map(|(kernel, spec, handle, idle)| {
-                let status = handle.status();
-                KernelEntry {
-                    kernel,
-                    spec,
-                    state: status.state,
-                    epoch: status.epoch,
-                    pid: status.kernel.as_ref().map(|kernel| kernel.pid),
-                    language: status.kernel.as_ref().map(|kernel| kernel.language.clone()),
-                    working_dir: status
-                        .kernel
-                        .as_ref()
-                        .map(|kernel| kernel.working_dir.clone()),
-                    operation_active: status.operation_active,
-                    queue_depth: status.queue_depth,
-                    idle_seconds: idle.as_secs_f64(),
-                    executions: handle.execution_ids(),
-                }
-            })
+            .map(
+                |Listing {
+                     id,
+                     spec,
+                     handle,
+                     idle,
+                 }| {
+                    let status = handle.status();
+                    KernelEntry {
+                        kernel: id.into(),
+                        spec,
+                        state: status.state,
+                        epoch: status.epoch,
+                        pid: status.kernel.as_ref().map(|kernel| kernel.pid),
+                        language: status.kernel.as_ref().map(|kernel| kernel.language.clone()),
+                        working_dir: status
+                            .kernel
+                            .as_ref()
+                            .map(|kernel| kernel.working_dir.clone()),
+                        operation_active: status.operation_active,
+                        queue_depth: status.queue_depth,
+                        idle_seconds: idle.as_secs_f64(),
+                        executions: handle.execution_ids(),
+                    }
+                },
+            )
             .collect();
         let limits = sessions.limits();
         Ok(structured(
@@ -503,10 +510,9 @@ impl IpythonMcp {
         annotations(title = "Stop a kernel", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
     async fn kernel_stop(&self, Parameters(params): Parameters<StopParams>) -> ToolResult {
-        let handle = self.sessions().stop(&params.kernel).await?;
+        let handle = self.state().stop_kernel(&params.kernel).await?;
         tracing::info!(tool = "kernel_stop", kernel = %params.kernel, "tool call");
-        self.sessions()
-            .catalog()
+        self.catalog()
             .drop_session(&params.kernel, self.peers())
             .await;
         Ok(structured(

@@ -17,9 +17,10 @@ mod notebooks;
 mod peers;
 mod render;
 mod server;
-mod sessions;
+mod state;
 
 pub use fixtures::Fixtures;
+pub use ipython_mcp_kernel::{KernelManager, SessionId, StartSpec};
 pub use peers::Peers;
 pub use server::{IpythonMcp, MAX_CODE_BYTES};
-pub use sessions::{Sessions, StartSpec};
+pub use state::ServerState;

@@ -569,11 +569,11 @@ impl IpythonMcp {
             .await;
         if result.is_error != Some(true) {
             // The helper dropped this kernel's catalog; so does the server's view of it.
-            let kernel = params.kernel.as_deref().unwrap_or(crate::Sessions::DEFAULT);
-            self.sessions()
-                .catalog()
-                .drop_session(kernel, self.peers())
-                .await;
+            let kernel = params
+                .kernel
+                .as_deref()
+                .unwrap_or(ipython_mcp_kernel::SessionId::DEFAULT);
+            self.catalog().drop_session(kernel, self.peers()).await;
         }
         Ok(result)
     }

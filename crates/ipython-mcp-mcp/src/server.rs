@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{ToolError, ToolResult};
 use crate::peers::Peers;
 use crate::render;
-pub use crate::sessions::Sessions;
+use crate::state::ServerState;
 
 /// The toolset a built-in tool belongs to (`None`: a core tool, always offered).
 fn toolset_of(tool: &str) -> Option<&'static str> {
@@ -104,28 +104,21 @@ pub struct InterruptResult {
     pub queue_depth: usize,
 }
 
-/// The ipython-mcp server: one instance per MCP connection, sharing the sessions.
+/// The ipython-mcp server: one instance per MCP connection, sharing the server's state.
 #[derive(Clone)]
 pub struct IpythonMcp {
-    sessions: Sessions,
+    state: ServerState,
     config: Arc<Config>,
-    peers: Peers,
-    notebooks: Arc<crate::notebooks::NotebookState>,
     tool_router: ToolRouter<IpythonMcp>,
 }
 
 impl IpythonMcp {
-    /// A handler for one connection. `sessions` and `peers` are shared by every connection.
-    pub fn new(sessions: Sessions, config: Arc<Config>, peers: Peers) -> Self {
-        // One workspace for every connection, so its per-file write locks are shared too.
-        let notebooks = sessions
-            .notebook_state(|| crate::notebooks::NotebookState::new(config.workspace_root.clone()));
+    /// A handler for one connection; `state` is shared by every connection.
+    pub fn new(state: ServerState, config: Arc<Config>) -> Self {
         IpythonMcp {
-            sessions,
+            state,
             tool_router: Self::offered_tools(&config.toolsets),
             config,
-            peers,
-            notebooks,
         }
     }
 
@@ -179,7 +172,7 @@ impl IpythonMcp {
     /// most `RECONCILE_WAIT` from the start of each session's pending reconciliation; what does
     /// not answer in time keeps its last snapshot and finishes in the background.
     async fn reconcile_dynamic(&self) {
-        let catalog = self.sessions.catalog().clone();
+        let catalog = self.state.catalog().clone();
         let kernels = catalog.kernels();
         if kernels.is_empty() {
             return;
@@ -187,8 +180,8 @@ impl IpythonMcp {
         let mut tasks = tokio::task::JoinSet::new();
         for kernel in kernels {
             let catalog = catalog.clone();
-            let peers = self.peers.clone();
-            match self.sessions.get(Some(&kernel)) {
+            let peers = self.state.peers().clone();
+            match self.kernels().get(Some(&kernel)) {
                 Ok(session) => {
                     let wait = Some(crate::dynamic::RECONCILE_WAIT);
                     tasks.spawn(
@@ -205,12 +198,20 @@ impl IpythonMcp {
         while tasks.join_next().await.is_some() {}
     }
 
-    pub(crate) fn sessions(&self) -> &Sessions {
-        &self.sessions
+    pub(crate) fn kernels(&self) -> &ipython_mcp_kernel::KernelManager {
+        self.state.kernels()
+    }
+
+    pub(crate) fn catalog(&self) -> &crate::dynamic::Catalog {
+        self.state.catalog()
+    }
+
+    pub(crate) fn state(&self) -> &ServerState {
+        &self.state
     }
 
     pub(crate) fn notebook_state(&self) -> &crate::notebooks::NotebookState {
-        &self.notebooks
+        self.state.notebooks()
     }
 
     pub(crate) fn config(&self) -> &Config {
@@ -219,13 +220,13 @@ impl IpythonMcp {
 
     /// Every connected client, for `notifications/tools/list_changed`.
     pub fn peers(&self) -> &Peers {
-        &self.peers
+        self.state.peers()
     }
 
     /// The session a tool call names, or the result that refuses the call.
     /// The session `kernel` names (`default` when omitted).
     pub(crate) fn session(&self, kernel: Option<&str>) -> Result<SessionHandle, ToolError> {
-        Ok(self.sessions.get(kernel)?)
+        Ok(self.kernels().get(kernel)?)
     }
 
     fn check_execute(&self, params: &ExecuteParams) -> Result<Option<Duration>, Box<ErrorInfo>> {
@@ -288,9 +289,14 @@ reads the output so far or waits for the end. Long output is kept in full on dis
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
         let request_id = render::request_id(&context.id);
-        let session = match self.sessions.get(params.kernel.as_deref()) {
+        let session = match self.kernels().get(params.kernel.as_deref()) {
             Ok(session) => session,
-            Err(error) => return Ok(render::rejected_execute(request_id, *error)),
+            Err(error) => {
+                return Ok(render::rejected_execute(
+                    request_id,
+                    crate::error::manager_error(&error),
+                ))
+            }
         };
         let timeout = match self.check_execute(&params) {
             Ok(timeout) => timeout,
@@ -450,7 +456,7 @@ to check the kernel without running code. This is not a sandbox: code runs with 
     ) -> Result<rmcp::model::ListToolsResult, rmcp::ErrorData> {
         self.reconcile_dynamic().await;
         let mut tools = self.tool_router.list_all();
-        tools.extend(self.sessions.catalog().listed());
+        tools.extend(self.state.catalog().listed());
         let modern = context
             .protocol_version()
             .is_some_and(|version| version >= rmcp::model::ProtocolVersion::V_2026_07_28);
@@ -494,7 +500,7 @@ to check the kernel without running code. This is not a sandbox: code runs with 
         self.tool_router
             .get(name)
             .cloned()
-            .or_else(|| self.sessions.catalog().get_tool(name))
+            .or_else(|| self.state.catalog().get_tool(name))
     }
 
     async fn list_resources(
@@ -527,7 +533,7 @@ to check the kernel without running code. This is not a sandbox: code runs with 
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        self.peers.add_legacy(context.peer);
+        self.state.peers().add_legacy(context.peer);
     }
 
     fn accepted_subscription_filter(
@@ -540,9 +546,9 @@ to check the kernel without running code. This is not a sandbox: code runs with 
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), rmcp::ErrorData> {
         let sink = context.sink().clone();
-        self.peers.add_sink(sink.clone());
+        self.state.peers().add_sink(sink.clone());
         context.cancelled().await;
-        self.peers.remove_sink(&sink);
+        self.state.peers().remove_sink(&sink);
         Ok(())
     }
 }

@@ -8,7 +8,7 @@
 //!    allowed origins (a browser page elsewhere); both answer 403.
 //!
 //! Every HTTP session gets its own handler from the factory, but all of them share the one
-//! [`Sessions`] (so every client sees the `default` kernel) and the one [`Peers`] list (so
+//! [`ServerState`] (so every client sees the `default` kernel) and its one `Peers` list (so
 //! `tools/list_changed` reaches every client of both protocol families).
 
 use std::net::SocketAddr;
@@ -23,7 +23,7 @@ use axum::response::{IntoResponse as _, Response};
 use axum::serve::ListenerExt as _;
 use axum::Router;
 use ipython_mcp_config::{Config, Token, TokenSource};
-use ipython_mcp_mcp::{Fixtures, IpythonMcp, Peers, Sessions};
+use ipython_mcp_mcp::{Fixtures, IpythonMcp, ServerState};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use subtle::ConstantTimeEq as _;
@@ -99,7 +99,7 @@ pub fn credentials(source: &TokenSource) -> Result<Credentials, String> {
 
 pub async fn run(
     config: Arc<Config>,
-    sessions: Sessions,
+    state: ServerState,
     credentials: Option<Credentials>,
     test_mode: TestMode,
 ) -> anyhow::Result<ExitCode> {
@@ -108,7 +108,7 @@ pub async fn run(
         Ok(listener) => listener,
         Err(error) => {
             // The default kernel is already starting: close it before giving up.
-            sessions.shutdown().await;
+            state.shutdown().await;
             let address = SocketAddr::new(http.host, http.port);
             return Err(anyhow::anyhow!("cannot listen on {address}: {error}"));
         }
@@ -123,10 +123,9 @@ pub async fn run(
         .with_allowed_origins(http.allowed_origins.clone())
         // An empty origin list rejects every browser origin instead of allowing all.
         .enforce_origin_validation();
-    let peers = Peers::default();
     let product = {
-        let (sessions, config, peers) = (sessions.clone(), Arc::clone(&config), peers.clone());
-        move || IpythonMcp::new(sessions.clone(), Arc::clone(&config), peers.clone())
+        let (state, config) = (state.clone(), Arc::clone(&config));
+        move || IpythonMcp::new(state.clone(), Arc::clone(&config))
     };
     let mcp = if test_mode.fixtures() {
         mcp_router(move || Fixtures::new(product()), service_config)
@@ -185,7 +184,7 @@ pub async fn run(
     // Close the kernels while clients are still connected, so they hear why: queued calls end
     // runtime_closed, the running one is interrupted, kernels are terminated. Then stop
     // accepting and end every MCP session and stream (rmcp's token).
-    sessions.shutdown().await;
+    state.shutdown().await;
     shutdown.cancel();
     match failed {
         Some(Ok(Ok(()))) => Ok(ExitCode::SUCCESS),

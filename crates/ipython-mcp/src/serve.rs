@@ -10,7 +10,7 @@ use std::sync::Arc;
 use ipython_mcp_config::{Config, Transport};
 use ipython_mcp_env::Resolver;
 use ipython_mcp_kernel::{SessionHandle, SessionOptions};
-use ipython_mcp_mcp::{Fixtures, IpythonMcp, Peers, Sessions};
+use ipython_mcp_mcp::{Fixtures, IpythonMcp, KernelManager, Peers, ServerState, SessionId};
 use rmcp::ServiceExt as _;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -30,14 +30,15 @@ pub async fn run(
             crate::test_mode::VARIABLE
         );
     }
-    let options = session_options(&config, Sessions::DEFAULT)?;
+    let options = session_options(&config, SessionId::DEFAULT)?;
     let default = SessionHandle::start(options.clone());
-    let sessions = Sessions::with_template(default, options, config.kernels);
+    let kernels = KernelManager::with_template(default, options, config.kernels);
+    let sessions = ServerState::new(kernels, &config, Peers::default());
     sessions.spawn_reaper();
     if config.transport == Transport::Http {
         return crate::http::run(config, sessions, credentials, test_mode).await;
     }
-    let product = IpythonMcp::new(sessions.clone(), Arc::clone(&config), Peers::default());
+    let product = IpythonMcp::new(sessions.clone(), Arc::clone(&config));
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving MCP on stdio");
     if test_mode.fixtures() {
         serve_stdio(Fixtures::new(product), sessions).await
@@ -48,7 +49,7 @@ pub async fn run(
 
 async fn serve_stdio<S: rmcp::ServerHandler>(
     server: S,
-    sessions: Sessions,
+    sessions: ServerState,
 ) -> anyhow::Result<ExitCode> {
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;

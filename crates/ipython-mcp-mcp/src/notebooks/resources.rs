@@ -99,7 +99,7 @@ impl IpythonMcp {
 
     /// The kernelspecs as JSON, sorted by name.
     async fn kernelspecs_json(&self) -> Value {
-        let python = self.sessions().default_python();
+        let python = self.kernels().default_python();
         let specs = tokio::task::spawn_blocking(move || {
             let dirs = ipython_mcp_kernel::kernelspec::data_dirs(python.as_deref());
             ipython_mcp_kernel::kernelspec::discover(&dirs)
@@ -127,14 +127,20 @@ impl IpythonMcp {
             .ok()
             .map(|workspace| workspace.root().to_owned());
         let kernels: Vec<Value> = self
-            .sessions()
+            .kernels()
             .all()
             .into_iter()
-            .map(|(kernel, spec, handle, idle)| {
+            .map(|listing| {
+                let ipython_mcp_kernel::Listing {
+                    id: kernel,
+                    spec,
+                    handle,
+                    idle,
+                } = listing;
                 let status = handle.status();
                 let notebooks: Vec<String> = self
-                    .sessions()
-                    .notebooks_of(&kernel)
+                    .kernels()
+                    .notebooks_of(kernel.as_str())
                     .into_iter()
                     .map(|path| match &root {
                         Some(root) => shown(root, &path),
@@ -201,7 +207,7 @@ impl IpythonMcp {
                 "supported": ["stdio", "http"],
             },
             "kernelspecs": self.kernelspecs_json().await,
-            "sessions": self.sessions().all().into_iter().map(|(kernel, ..)| kernel).collect::<Vec<_>>(),
+            "sessions": self.kernels().all().into_iter().map(|listing| listing.id.to_string()).collect::<Vec<_>>(),
         })
     }
 

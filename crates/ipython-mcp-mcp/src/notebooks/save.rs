@@ -18,7 +18,7 @@ use super::views::{summary, NotebookExecuteResult};
 use super::ToolError;
 use crate::render;
 use crate::server::IpythonMcp;
-use crate::sessions::{StartError, StartSpec};
+use ipython_mcp_kernel::{ManagerError, SessionId, StartSpec};
 
 /// Characters of each stream an execution saves in the notebook (read back from the spool);
 /// the agent still gets only `max_text_chars`.
@@ -205,6 +205,24 @@ async fn outputs_to_save(session: &SessionHandle, output: &ExecutionOutput) -> V
     outputs
 }
 
+/// The session that runs a notebook's cells.
+pub(super) struct NotebookSession {
+    pub(super) id: SessionId,
+    pub(super) handle: SessionHandle,
+    /// True when this call started it.
+    pub(super) started: bool,
+}
+
+impl NotebookSession {
+    fn found(id: SessionId, handle: SessionHandle) -> Self {
+        NotebookSession {
+            id,
+            handle,
+            started: false,
+        }
+    }
+}
+
 impl IpythonMcp {
     /// The session a tool names by `kernel` id or by `notebook` path (at most one of them;
     /// neither: `default`).
@@ -222,7 +240,7 @@ impl IpythonMcp {
             ));
         }
         let (_workspace, path) = self.notebook_path(notebook).await?;
-        match self.sessions().notebook_session(&path.absolute) {
+        match self.kernels().notebook_session(&path.absolute) {
             Some((_, handle)) => Ok(handle),
             None => Err(ToolError::invalid(format!(
                 "notebook {:?} has no kernel session",
@@ -239,10 +257,10 @@ impl IpythonMcp {
         &self,
         path: &NotebookPath,
         kernel_name: Option<String>,
-    ) -> Result<(String, SessionHandle, bool), ToolError> {
-        let sessions = self.sessions();
+    ) -> Result<NotebookSession, ToolError> {
+        let sessions = self.kernels();
         if let Some((id, handle)) = sessions.notebook_session(&path.absolute) {
-            return Ok((id, handle, false));
+            return Ok(NotebookSession::found(id, handle));
         }
         let name = kernel_name.unwrap_or_else(|| "python3".to_owned());
         let sessions_for_spec = sessions.clone();
@@ -256,19 +274,19 @@ impl IpythonMcp {
             }
         })
         .await
-        .unwrap_or_else(|_| {
-            Err(Box::new(ErrorInfo::new(
-                Code::InternalError,
-                "kernelspec lookup failed",
-            )))
-        })
-        .map_err(|error| ErrorInfo {
-            message: format!(
-                "cannot start the notebook's kernel {:?}: {}",
-                render::shorten(&name, 64),
-                error.message
-            ),
-            ..*error
+        .unwrap_or(Err(ManagerError::Internal {
+            what: "kernelspec lookup failed",
+        }))
+        .map_err(|error| {
+            let error = crate::error::manager_error(&error);
+            ErrorInfo {
+                message: format!(
+                    "cannot start the notebook's kernel {:?}: {}",
+                    render::shorten(&name, 64),
+                    error.message
+                ),
+                ..error
+            }
         })?;
         let stem = path
             .relative
@@ -306,13 +324,17 @@ impl IpythonMcp {
                 Ok((id, handle)) => {
                     sessions.bind_notebook(path.absolute.clone(), id.clone());
                     tracing::info!(kernel = %id, "notebook session started");
-                    return Ok((id, handle, true));
+                    return Ok(NotebookSession {
+                        id,
+                        handle,
+                        started: true,
+                    });
                 }
-                Err(error @ StartError::IdTaken { .. }) => {
+                Err(error @ ManagerError::IdTaken { .. }) => {
                     // A concurrent first run of the same notebook may have just started and
                     // bound its session under this id: use that one.
                     if let Some((id, handle)) = sessions.notebook_session(&path.absolute) {
-                        return Ok((id, handle, false));
+                        return Ok(NotebookSession::found(id, handle));
                     }
                     last_error = Some(error);
                 }
@@ -343,7 +365,12 @@ impl IpythonMcp {
             timeout,
             save,
         } = run;
-        let (kernel, session, started) = self.session_of(&path, kernel_name).await?;
+        let NotebookSession {
+            id: kernel,
+            handle: session,
+            started,
+        } = self.session_of(&path, kernel_name).await?;
+        let kernel = String::from(kernel);
         let args = ExecuteArgs {
             code,
             timeout,

@@ -1,6 +1,7 @@
 //! The notebook tools: argument checks and the calls that do the work, each body one `?`
 //! chain whose refusal `answer` turns into the tool's result.
 
+use ipython_mcp_kernel::SessionId;
 use ipython_mcp_notebook::{
     cell_id, joined_text, uri_for_path, CellRef, CellType, NewCell, Notebook,
 };
@@ -454,20 +455,26 @@ impl IpythonMcp {
             let (workspace, path, kernel, handle, started) = match params.kernel {
                 Some(kernel) => {
                     let (workspace, path) = self.notebook_path(&params.path).await?;
-                    let handle = self.sessions().get(Some(&kernel))?;
-                    self.sessions()
-                        .bind_notebook(path.absolute.clone(), kernel.clone());
+                    let handle = self.kernels().get(Some(&kernel))?;
+                    self.kernels()
+                        .bind_notebook(path.absolute.clone(), SessionId::parse(&kernel)?);
                     (workspace, path, kernel, handle, false)
                 }
                 None => {
                     let (workspace, path, loaded) = self.load(&params.path, None).await?;
                     let kernel_name = loaded.notebook.kernel_name().map(str::to_owned);
-                    let (kernel, handle, started) = self.session_of(&path, kernel_name).await?;
-                    (workspace, path, kernel, handle, started)
+                    let session = self.session_of(&path, kernel_name).await?;
+                    (
+                        workspace,
+                        path,
+                        session.id.into(),
+                        session.handle,
+                        session.started,
+                    )
                 }
             };
             let shared_with = self
-                .sessions()
+                .kernels()
                 .notebooks_of(&kernel)
                 .into_iter()
                 .filter(|other| *other != path.absolute)
@@ -501,15 +508,14 @@ impl IpythonMcp {
     ) -> Result<CallToolResult, rmcp::ErrorData> {
         answer(async move {
             let (_workspace, path) = self.notebook_path(&params.path).await?;
-            let released = self.sessions().unbind_notebook(&path.absolute);
+            let released = self.kernels().unbind_notebook(&path.absolute);
             let mut stopped = false;
             if let Some((kernel, others)) = &released {
-                if others.is_empty() && kernel != crate::sessions::Sessions::DEFAULT {
-                    stopped = self.sessions().stop(kernel).await.is_ok();
+                if others.is_empty() && !kernel.is_default() {
+                    stopped = self.state().stop_kernel(kernel.as_str()).await.is_ok();
                     if stopped {
-                        self.sessions()
-                            .catalog()
-                            .drop_session(kernel, self.peers())
+                        self.catalog()
+                            .drop_session(kernel.as_str(), self.peers())
                             .await;
                     }
                 }
@@ -520,7 +526,7 @@ impl IpythonMcp {
                 &CloseResult {
                     ok: true,
                     path: path.relative,
-                    kernel: released.map(|(kernel, _)| kernel),
+                    kernel: released.map(|(kernel, _)| kernel.into()),
                     stopped,
                 },
             ))

@@ -1,0 +1,524 @@
+//! The kernel sessions a server holds, by [`SessionId`]: `default` (started with the server)
+//! and the ones started later, bounded by `max_kernels`; started sessions idle for longer than
+//! the idle timeout are stopped by a reaper task. Notebook files are bound to the session that
+//! runs their cells here too, so a stopped session's bindings go with it.
+//!
+//! What the MCP layer keeps beside each session (its dynamic tools) is not known here: removing
+//! a session ([`KernelManager::remove`]) and shutting its kernel down are two steps, so the
+//! caller can forget its own state in between, and the reaper stops sessions through a
+//! function the caller gives it.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use ipython_mcp_config::KernelLimits;
+use ipython_mcp_jupyter::kernelspec::{self, KernelSpec, VenvError};
+use tokio::time::Instant;
+
+use crate::{SessionHandle, SessionOptions, SessionState};
+
+/// Longest session id.
+const MAX_ID_CHARS: usize = 64;
+
+/// A session's id: `default`, one given to `kernel_start` (letters, digits, `_`, `-`, `.`,
+/// starting with a letter or digit, at most 64 characters), or a generated `k<n>`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize)]
+#[serde(transparent)]
+pub struct SessionId(String);
+
+impl SessionId {
+    /// The id of the session started with the server.
+    pub const DEFAULT: &'static str = "default";
+
+    /// `id`, if it is a valid session id.
+    pub fn parse(id: &str) -> Result<SessionId, ManagerError> {
+        let valid = !id.is_empty()
+            && id.chars().count() <= MAX_ID_CHARS
+            && id.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.');
+        if valid {
+            Ok(SessionId(id.to_owned()))
+        } else {
+            Err(ManagerError::InvalidId { id: id.to_owned() })
+        }
+    }
+
+    /// The `default` session's id.
+    pub fn default_session() -> SessionId {
+        SessionId(Self::DEFAULT.to_owned())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_default(&self) -> bool {
+        self.0 == Self::DEFAULT
+    }
+}
+
+impl std::fmt::Display for SessionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::borrow::Borrow<str> for SessionId {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<SessionId> for String {
+    fn from(id: SessionId) -> String {
+        id.0
+    }
+}
+
+impl PartialEq<str> for SessionId {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
+/// How a session starts its kernels.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StartSpec {
+    /// Like the `default` session: the configured interpreter or environment, found the same
+    /// way (used for notebooks whose kernelspec is the generic `python3`).
+    Default,
+    /// `venv:/path` or an interpreter path: ipykernel with that Python; a venv's kernels
+    /// start in its project.
+    Python {
+        python: PathBuf,
+        project: Option<PathBuf>,
+    },
+    /// A registered kernelspec.
+    KernelSpec(KernelSpec),
+}
+
+impl StartSpec {
+    /// Where the session's kernels start unless the caller names a directory: the project
+    /// directory of a venv or of a kernelspec installed in one; otherwise the server's.
+    pub fn project(&self) -> Option<&Path> {
+        match self {
+            StartSpec::Default => None,
+            StartSpec::Python { project, .. } => project.as_deref(),
+            StartSpec::KernelSpec(spec) => spec.project.as_deref(),
+        }
+    }
+}
+
+/// Why the manager did not do what was asked.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ManagerError {
+    #[error("this server cannot start more kernels")]
+    Disabled,
+    #[error(
+        "kernel id {:?} must be 1-{MAX_ID_CHARS} letters, digits, '_', '-' or '.', starting with a letter or digit",
+        ipython_mcp_text::shorten(.id, 80)
+    )]
+    InvalidId { id: String },
+    #[error("a kernel session named {:?} is already running", .id.as_str())]
+    IdTaken { id: SessionId },
+    #[error("{running} kernel sessions are running; the limit is {max}")]
+    LimitReached { running: usize, max: usize },
+    #[error("no kernel session named {:?}", ipython_mcp_text::shorten(.id, 64))]
+    NotFound {
+        id: String,
+        /// The sessions that are running, for the agent's next try.
+        running: Vec<SessionId>,
+    },
+    #[error("the default session cannot be stopped")]
+    DefaultIsPermanent,
+    #[error("{:?} is not an absolute path to a Python interpreter", .spec)]
+    NotAnInterpreter { spec: String },
+    #[error(transparent)]
+    Venv(#[from] VenvError),
+    /// A task the manager ran on the blocking pool did not finish (it panicked).
+    #[error("{what}")]
+    Internal { what: &'static str },
+    #[error("no kernelspec named {:?}", ipython_mcp_text::shorten(.name, 64))]
+    UnknownKernelspec {
+        name: String,
+        /// The kernelspecs that exist.
+        known: Vec<String>,
+    },
+}
+
+/// One running session, as [`KernelManager::all`] lists it.
+#[derive(Clone)]
+pub struct Listing {
+    pub id: SessionId,
+    /// What the session was started from (`default` for the default session).
+    pub spec: String,
+    pub handle: SessionHandle,
+    /// Since a tool call last named it or it last worked.
+    pub idle: Duration,
+}
+
+/// The kernel sessions, shared by every connection.
+#[derive(Clone)]
+pub struct KernelManager {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    entries: Mutex<BTreeMap<SessionId, Entry>>,
+    /// Options of the `default` session: started sessions copy them, with their own kernel.
+    template: Option<SessionOptions>,
+    limits: KernelLimits,
+    next_id: std::sync::atomic::AtomicU64,
+    /// Notebook file (canonical path) → the session that runs its cells.
+    notebooks: Mutex<BTreeMap<PathBuf, SessionId>>,
+}
+
+#[derive(Clone)]
+struct Entry {
+    handle: SessionHandle,
+    spec: String,
+    last_used: Instant,
+}
+
+impl KernelManager {
+    /// `default` only and no way to start more (tests, embedding).
+    pub fn new(default: SessionHandle) -> Self {
+        Self::build(default, None, KernelLimits::default())
+    }
+
+    /// Sessions that can start more like `template` (the default session's options).
+    pub fn with_template(
+        default: SessionHandle,
+        template: SessionOptions,
+        limits: KernelLimits,
+    ) -> Self {
+        Self::build(default, Some(template), limits)
+    }
+
+    fn build(
+        default: SessionHandle,
+        template: Option<SessionOptions>,
+        limits: KernelLimits,
+    ) -> Self {
+        let mut entries = BTreeMap::new();
+        entries.insert(
+            SessionId::default_session(),
+            Entry {
+                handle: default,
+                spec: SessionId::DEFAULT.to_owned(),
+                last_used: Instant::now(),
+            },
+        );
+        KernelManager {
+            inner: Arc::new(Inner {
+                entries: Mutex::new(entries),
+                template,
+                limits,
+                next_id: std::sync::atomic::AtomicU64::new(1),
+                notebooks: Mutex::default(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<SessionId, Entry>> {
+        self.inner
+            .entries
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The session `kernel` names (`None`: default), marked as used now.
+    pub fn get(&self, kernel: Option<&str>) -> Result<SessionHandle, ManagerError> {
+        let id = kernel.unwrap_or(SessionId::DEFAULT);
+        let mut entries = self.lock();
+        match entries.get_mut(id) {
+            Some(entry) => {
+                entry.last_used = Instant::now();
+                Ok(entry.handle.clone())
+            }
+            None => Err(not_found(id, &entries)),
+        }
+    }
+
+    /// Every session, by id.
+    pub fn all(&self) -> Vec<Listing> {
+        self.lock()
+            .iter()
+            .map(|(id, entry)| Listing {
+                id: id.clone(),
+                spec: entry.spec.clone(),
+                handle: entry.handle.clone(),
+                idle: entry.last_used.elapsed(),
+            })
+            .collect()
+    }
+
+    /// The session that remembers an execution.
+    pub fn find_execution(&self, execution_id: &str) -> Option<SessionHandle> {
+        self.lock()
+            .values()
+            .find(|entry| entry.handle.knows(execution_id))
+            .map(|entry| entry.handle.clone())
+    }
+
+    pub fn limits(&self) -> KernelLimits {
+        self.inner.limits
+    }
+
+    /// The Python the default session's kernels use (for kernelspec `python` and discovery).
+    pub fn default_python(&self) -> Option<PathBuf> {
+        let entries = self.lock();
+        let status = entries.get(SessionId::DEFAULT)?.handle.status();
+        status.kernel.map(|kernel| PathBuf::from(kernel.python))
+    }
+
+    /// Turns a start request's `spec` text (`venv:/path`, an interpreter path, or a
+    /// kernelspec name) into how to start the session. Reads files (kernelspecs, venvs): call
+    /// it from a blocking thread.
+    pub fn parse_spec(&self, spec: &str) -> Result<StartSpec, ManagerError> {
+        let spec = spec.trim();
+        if let Some(path) = spec.strip_prefix("venv:") {
+            let venv = kernelspec::venv_python(Path::new(path))?;
+            return Ok(StartSpec::Python {
+                python: venv.python,
+                project: Some(venv.project),
+            });
+        }
+        if spec.contains('/') {
+            let path = Path::new(spec);
+            if !path.is_absolute() || !path.is_file() {
+                return Err(ManagerError::NotAnInterpreter {
+                    spec: spec.to_owned(),
+                });
+            }
+            return Ok(StartSpec::Python {
+                python: path.to_owned(),
+                project: None,
+            });
+        }
+        let python = self.default_python();
+        let specs = kernelspec::discover(&kernelspec::data_dirs(python.as_deref()));
+        match specs.iter().find(|candidate| candidate.name == spec) {
+            Some(found) => Ok(StartSpec::KernelSpec(found.clone())),
+            None => Err(ManagerError::UnknownKernelspec {
+                name: spec.to_owned(),
+                known: specs.into_iter().map(|spec| spec.name).collect(),
+            }),
+        }
+    }
+
+    /// Starts a session (in the background; it is `starting` until its kernel is ready), its
+    /// kernels in `working_dir`, else in the spec's project, else in the server's directory.
+    pub fn start(
+        &self,
+        spec_text: &str,
+        spec: StartSpec,
+        id: Option<&str>,
+        working_dir: Option<PathBuf>,
+    ) -> Result<(SessionId, SessionHandle), ManagerError> {
+        let Some(template) = &self.inner.template else {
+            return Err(ManagerError::Disabled);
+        };
+        let id = id.map(SessionId::parse).transpose()?;
+        let mut entries = self.lock();
+        let id = match id {
+            Some(id) => id,
+            None => loop {
+                let n = self
+                    .inner
+                    .next_id
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let candidate = SessionId(format!("k{n}"));
+                if !entries.contains_key(&candidate) {
+                    break candidate;
+                }
+            },
+        };
+        if entries.contains_key(&id) {
+            return Err(ManagerError::IdTaken { id });
+        }
+        let max = self.inner.limits.max_kernels;
+        if entries.len() >= max {
+            return Err(ManagerError::LimitReached {
+                running: entries.len(),
+                max,
+            });
+        }
+        let mut options = template.clone();
+        options.kernel_id = id.to_string();
+        options.working_dir = working_dir.or_else(|| spec.project().map(Path::to_owned));
+        match spec {
+            StartSpec::Default => {}
+            StartSpec::Python { python, .. } => {
+                options.resolver.explicit_python = Some(python);
+                options.kernel_spec = None;
+            }
+            StartSpec::KernelSpec(kernel_spec) => options.kernel_spec = Some(kernel_spec),
+        }
+        let handle = SessionHandle::start(options);
+        entries.insert(
+            id.clone(),
+            Entry {
+                handle: handle.clone(),
+                spec: spec_text.to_owned(),
+                last_used: Instant::now(),
+            },
+        );
+        Ok((id, handle))
+    }
+
+    fn notebook_lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<PathBuf, SessionId>> {
+        self.inner
+            .notebooks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The session bound to a notebook file, if it is still running.
+    pub fn notebook_session(&self, notebook: &Path) -> Option<(SessionId, SessionHandle)> {
+        let id = self.notebook_lock().get(notebook).cloned()?;
+        match self.get(Some(id.as_str())) {
+            Ok(handle) => Some((id, handle)),
+            Err(_) => {
+                // Stopped (by a caller or the idle reaper): forget the binding.
+                self.notebook_lock().remove(notebook);
+                None
+            }
+        }
+    }
+
+    /// Binds a notebook file to a session (replacing an earlier binding).
+    pub fn bind_notebook(&self, notebook: PathBuf, id: SessionId) {
+        self.notebook_lock().insert(notebook, id);
+    }
+
+    /// Forgets a notebook's binding; returns the session and the notebooks still bound to it.
+    pub fn unbind_notebook(&self, notebook: &Path) -> Option<(SessionId, Vec<PathBuf>)> {
+        let mut bindings = self.notebook_lock();
+        let id = bindings.remove(notebook)?;
+        let others = bindings
+            .iter()
+            .filter(|(_, bound)| **bound == id)
+            .map(|(path, _)| path.clone())
+            .collect();
+        Some((id, others))
+    }
+
+    /// The notebooks bound to a session.
+    pub fn notebooks_of(&self, id: &str) -> Vec<PathBuf> {
+        self.notebook_lock()
+            .iter()
+            .filter(|(_, bound)| bound.as_str() == id)
+            .map(|(path, _)| path.clone())
+            .collect()
+    }
+
+    /// Forgets a started session without stopping it: the caller drops what it keeps for
+    /// the session, then calls [`SessionHandle::shutdown`] on the returned handle.
+    pub fn remove(&self, id: &str) -> Result<SessionHandle, ManagerError> {
+        if id == SessionId::DEFAULT {
+            return Err(ManagerError::DefaultIsPermanent);
+        }
+        let mut entries = self.lock();
+        entries
+            .remove(id)
+            .map(|entry| entry.handle)
+            .ok_or_else(|| not_found(id, &entries))
+    }
+
+    /// Marks every session as shutting down at once (no waiting), before the transport cancels
+    /// the requests it holds; `shutdown` finishes the job.
+    pub fn begin_shutdown(&self) {
+        for entry in self.lock().values() {
+            entry.handle.begin_shutdown();
+        }
+    }
+
+    /// Shuts every session down, all at once: each is bounded on its own, so the whole takes
+    /// as long as the slowest one rather than their sum.
+    pub async fn shutdown(&self) {
+        let mut stopping = tokio::task::JoinSet::new();
+        for entry in self.lock().values() {
+            let handle = entry.handle.clone();
+            stopping.spawn(async move { handle.shutdown().await });
+        }
+        while stopping.join_next().await.is_some() {}
+    }
+
+    /// Stops started sessions idle for longer than the idle timeout with `stop` (given this
+    /// manager, so it holds no reference that would keep it alive), until the manager is
+    /// dropped. A session counts as idle when nothing runs or waits in it and no
+    /// caller named it for that long.
+    pub fn spawn_reaper<F, Fut>(&self, stop: F)
+    where
+        F: Fn(KernelManager, SessionId) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send,
+    {
+        let weak: Weak<Inner> = Arc::downgrade(&self.inner);
+        let timeout = self.inner.limits.idle_timeout;
+        let period = (timeout / 4).clamp(Duration::from_millis(250), Duration::from_secs(30));
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(inner) = weak.upgrade() else { return };
+                let manager = KernelManager { inner };
+                let idle: Vec<SessionId> = manager
+                    .lock()
+                    .iter_mut()
+                    .filter(|(id, _)| !id.is_default())
+                    .filter_map(|(id, entry)| {
+                        let status = entry.handle.status();
+                        let working = status.operation_active || status.queue_depth > 0;
+                        if working {
+                            entry.last_used = Instant::now();
+                        }
+                        (!working
+                            && status.state != SessionState::Starting
+                            && entry.last_used.elapsed() >= timeout)
+                            .then(|| id.clone())
+                    })
+                    .collect();
+                for id in idle {
+                    tracing::info!(kernel = %id, idle_seconds = timeout.as_secs(), "stopping idle kernel session");
+                    stop(manager.clone(), id).await;
+                }
+            }
+        });
+    }
+}
+
+/// The error for a session id that is not running, listing the ones that are.
+fn not_found(id: &str, entries: &BTreeMap<SessionId, Entry>) -> ManagerError {
+    ManagerError::NotFound {
+        id: id.to_owned(),
+        running: entries.keys().cloned().collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn session_ids_are_checked_once() {
+        for good in ["default", "k1", "my-kernel_2.x", &"a".repeat(64)] {
+            assert_eq!(SessionId::parse(good).unwrap().as_str(), good);
+        }
+        for bad in ["", "-x", ".x", "a b", "a/b", "ä", &"a".repeat(65)] {
+            assert!(
+                matches!(SessionId::parse(bad), Err(ManagerError::InvalidId { .. })),
+                "{bad:?}"
+            );
+        }
+        assert!(SessionId::default_session().is_default());
+        assert!(!SessionId::parse("k1").unwrap().is_default());
+    }
+}

@@ -1,0 +1,85 @@
+//! What every connection of one server shares: the kernel sessions, their dynamic tools, the
+//! notebook workspace and the clients to notify. Each MCP connection's [`IpythonMcp`] holds a
+//! clone (HTTP serves many connections, stdio one).
+//!
+//! [`IpythonMcp`]: crate::IpythonMcp
+
+use std::sync::Arc;
+
+use ipython_mcp_config::Config;
+use ipython_mcp_kernel::{KernelManager, ManagerError, SessionHandle};
+
+use crate::dynamic::Catalog;
+use crate::notebooks::NotebookState;
+use crate::peers::Peers;
+
+/// The state one server shares across its connections.
+#[derive(Clone)]
+pub struct ServerState {
+    kernels: KernelManager,
+    /// Every session's dynamic tools.
+    catalog: Catalog,
+    /// One workspace for every connection, so its per-file write locks are shared too.
+    notebooks: Arc<NotebookState>,
+    peers: Peers,
+}
+
+impl ServerState {
+    pub fn new(kernels: KernelManager, config: &Config, peers: Peers) -> Self {
+        ServerState {
+            kernels,
+            catalog: Catalog::default(),
+            notebooks: Arc::new(NotebookState::new(config.workspace_root.clone())),
+            peers,
+        }
+    }
+
+    pub fn kernels(&self) -> &KernelManager {
+        &self.kernels
+    }
+
+    pub(crate) fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    pub(crate) fn notebooks(&self) -> &NotebookState {
+        &self.notebooks
+    }
+
+    pub fn peers(&self) -> &Peers {
+        &self.peers
+    }
+
+    /// Stops and forgets a started session: its dynamic tools are forgotten before its kernel
+    /// goes, so no listing offers a tool of a session being stopped.
+    pub(crate) async fn stop_kernel(&self, id: &str) -> Result<SessionHandle, ManagerError> {
+        let handle = self.kernels.remove(id)?;
+        self.catalog.forget_session(id).await;
+        handle.shutdown().await;
+        Ok(handle)
+    }
+
+    /// Stops started sessions that stay idle past the idle timeout (see `KernelManager`).
+    pub fn spawn_reaper(&self) {
+        let catalog = self.catalog.clone();
+        self.kernels.spawn_reaper(move |kernels, id| {
+            let catalog = catalog.clone();
+            async move {
+                if let Ok(handle) = kernels.remove(id.as_str()) {
+                    catalog.forget_session(id.as_str()).await;
+                    handle.shutdown().await;
+                }
+            }
+        });
+    }
+
+    /// Marks every session as shutting down at once (see `KernelManager::begin_shutdown`).
+    pub fn begin_shutdown(&self) {
+        self.kernels.begin_shutdown();
+    }
+
+    /// Shuts every session down (see `KernelManager::shutdown`).
+    pub async fn shutdown(&self) {
+        self.kernels.shutdown().await;
+    }
+}
