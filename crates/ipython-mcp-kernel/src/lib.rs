@@ -35,7 +35,9 @@ pub use output::{
     Code, DisplayItem, ErrorInfo, ExecutionOutput, ExecutionStatus, Interruption, NamespaceOutcome,
     RuntimeInfo, Truncated,
 };
-pub use session::{ExecuteArgs, HelperCall, HelperOutput, Progress, SessionHandle, SessionOptions};
+pub use session::{
+    ExecuteArgs, HelperCall, HelperOutput, Interrupted, Progress, SessionHandle, SessionOptions,
+};
 pub use sink::TerminalSink;
 pub use status::{EnvironmentStatus, KernelDescription, RuntimeStatus, SessionState};
 pub use tokio_util::sync::CancellationToken;

@@ -112,12 +112,12 @@ impl Catalog {
             .collect()
     }
 
-    /// The session a tool lives in, and whether it is listed now.
-    pub fn lookup(&self, tool_name: &str) -> Option<(String, bool)> {
+    /// The session a tool lives in.
+    pub fn kernel_of(&self, tool_name: &str) -> Option<String> {
         self.lock()
             .tools
             .get(tool_name)
-            .map(|entry| (entry.registration.kernel.clone(), entry.live))
+            .map(|entry| entry.registration.kernel.clone())
     }
 
     pub fn kernels(&self) -> Vec<String> {
@@ -649,7 +649,7 @@ impl crate::server::IpythonMcp {
         for name in names {
             if stable.contains(&name) {
                 refused.push(name);
-            } else if let Some((kernel, _)) = catalog.lookup(&name) {
+            } else if let Some(kernel) = catalog.kernel_of(&name) {
                 by_kernel.entry(kernel).or_default().push(name);
             } else {
                 unknown.push(name);
@@ -702,7 +702,7 @@ impl crate::server::IpythonMcp {
     ) -> Result<rmcp::model::CallToolResult, rmcp::ErrorData> {
         let tool_name = request.name.to_string();
         let catalog = self.catalog();
-        let Some((kernel, _)) = catalog.lookup(&tool_name) else {
+        let Some(kernel) = catalog.kernel_of(&tool_name) else {
             return Err(rmcp::ErrorData::invalid_params(
                 format!("tool not found: {}", crate::render::shorten(&tool_name, 64)),
                 None,

@@ -360,7 +360,10 @@ reads the output so far or waits for the end. Long output is kept in full on dis
         let session = self
             .session_for_notebook(params.kernel.as_deref(), params.notebook.as_deref())
             .await?;
-        let (interrupted, status) = session.interrupt().await;
+        let ipython_mcp_kernel::Interrupted {
+            interrupted,
+            status,
+        } = session.interrupt().await;
         tracing::info!(
             tool = "interrupt",
             kernel = session.kernel_id(),

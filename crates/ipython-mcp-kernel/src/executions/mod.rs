@@ -503,13 +503,11 @@ fn delete_prefixed(dir: &Path, msg_id: &str) {
     }
 }
 
-/// (total bytes, per stream) on disk for a record. Blocking.
-fn spooled(dir: &Path, record: &Record) -> (u64, [u64; 2]) {
+/// Bytes on disk of a record's stdout and stderr files. Blocking.
+fn stream_sizes(dir: &Path, record: &Record) -> [u64; 2] {
     let msg_id = record.state().msg_id.clone();
     let mut sizes = [0; 2];
-    let mut total = 0;
     for (path, size) in files(dir, record) {
-        total += size;
         for stream in [StreamName::Stdout, StreamName::Stderr] {
             if msg_id
                 .as_deref()
@@ -521,12 +519,12 @@ fn spooled(dir: &Path, record: &Record) -> (u64, [u64; 2]) {
             }
         }
     }
-    (total, sizes)
+    sizes
 }
 
 /// The spool summary for a record. Blocking.
 pub(crate) fn spool_info(dir: &Path, record: &Record) -> SpoolInfo {
-    let (_, sizes) = spooled(dir, record);
+    let sizes = stream_sizes(dir, record);
     let state = record.state();
     SpoolInfo {
         stdout_bytes: sizes[0],

@@ -446,7 +446,10 @@ mod tests {
             async move { handle.execute(run(LOOP, Duration::from_secs(60))).await }
         });
         reached(&events.started, 1).await;
-        let (interrupted, status) = handle.interrupt().await;
+        let Interrupted {
+            interrupted,
+            status,
+        } = handle.interrupt().await;
         assert!(interrupted);
         // `interrupt` returns once the operation has ended.
         assert!(!status.operation_active, "{status:?}");
@@ -463,7 +466,7 @@ mod tests {
         assert_eq!(output.runtime.namespace, Some(NamespaceOutcome::Preserved));
         assert_eq!(*events.interrupts.borrow(), 1);
         // Nothing runs now: nothing to interrupt, and no interrupt reaches the kernel.
-        assert!(!handle.interrupt().await.0);
+        assert!(!handle.interrupt().await.interrupted);
         assert_eq!(*events.interrupts.borrow(), 1);
     }
 

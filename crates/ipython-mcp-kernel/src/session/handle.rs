@@ -502,13 +502,16 @@ impl SessionHandle {
     /// Interrupts the operation running now (queued ones are untouched) and waits until it has
     /// ended — stopped cooperatively, or its kernel replaced after the grace period. Returns the
     /// status afterwards, and whether anything was running.
-    pub async fn interrupt(&self) -> (bool, RuntimeStatus) {
+    pub async fn interrupt(&self) -> Interrupted {
         let mut done = self.shared.operations_done.subscribe();
         done.mark_unchanged();
         {
             let active = self.shared.active.lock().expect("active lock");
             let Some(seq) = *active else {
-                return (false, self.status());
+                return Interrupted {
+                    interrupted: false,
+                    status: self.status(),
+                };
             };
             self.shared.interrupts.send_replace(Some(seq));
         }
@@ -518,7 +521,10 @@ impl SessionHandle {
             + self.shared.options.timeouts.interruption_grace
             + Duration::from_secs(2);
         let _ = tokio::time::timeout(bound, done.changed()).await;
-        (true, self.status())
+        Interrupted {
+            interrupted: true,
+            status: self.status(),
+        }
     }
 
     /// Makes the session's actor panic when it reaches this in its queue. Only the test mode
@@ -617,4 +623,13 @@ pub(super) fn helper_output(
             }
         }
     }
+}
+
+/// What [`SessionHandle::interrupt`] did.
+#[derive(Debug, Clone)]
+pub struct Interrupted {
+    /// Something was running (and has now ended).
+    pub interrupted: bool,
+    /// The session's status after the interrupt.
+    pub status: RuntimeStatus,
 }

@@ -33,7 +33,7 @@ mod prepare;
 mod tests;
 mod transport;
 
-pub use handle::SessionHandle;
+pub use handle::{Interrupted, SessionHandle};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

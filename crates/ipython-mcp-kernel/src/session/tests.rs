@@ -109,7 +109,7 @@ async fn a_late_interrupt_never_reaches_the_next_operation() {
     *handle.shared.active.lock().expect("active") = None;
     handle.shared.operations_done.send_modify(|done| *done += 1);
     *handle.shared.active.lock().expect("active") = Some(2);
-    let (interrupted, _) = interrupting.await.expect("join");
+    let Interrupted { interrupted, .. } = interrupting.await.expect("join");
     assert!(interrupted);
     assert_eq!(*targets.borrow(), Some(1), "operation 2 is not the target");
     // An interrupt issued now is for operation 2.
@@ -123,9 +123,9 @@ async fn a_late_interrupt_never_reaches_the_next_operation() {
         .expect("aimed at 2");
     *handle.shared.active.lock().expect("active") = None;
     handle.shared.operations_done.send_modify(|done| *done += 1);
-    assert!(interrupting.await.expect("join").0);
+    assert!(interrupting.await.expect("join").interrupted);
     // Nothing active: nothing to interrupt.
-    assert!(!handle.interrupt().await.0);
+    assert!(!handle.interrupt().await.interrupted);
 }
 
 #[tokio::test(start_paused = true)]
