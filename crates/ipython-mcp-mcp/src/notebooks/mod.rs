@@ -7,9 +7,9 @@
 //! - `params`: the tools' arguments; `views`: the results and what the agent sees of cells and
 //!   saved outputs; `save`: a notebook's kernel session and saving an execution's outputs;
 //!   `tools`: the tool bodies; `resources`: `notebook:///` and the server's JSON resources.
-//! - Every failure of a tool becomes a [`ToolError`] through `?` (the crate's one conversion
-//!   point, `error.rs`, which also maps the notebook crate's errors to codes), and `answer`
-//!   runs a tool body and renders its error.
+//! - Tool bodies return `ToolResult`: every failure becomes a [`ToolError`] through `?` (the
+//!   crate's one conversion point, `error.rs`, which also maps the notebook crate's errors to
+//!   codes).
 
 mod params;
 mod resources;
@@ -17,7 +17,6 @@ mod save;
 mod tools;
 mod views;
 
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,7 +26,7 @@ use ipython_mcp_notebook::{uri_for_path, CellRef, Loaded, Notebook, NotebookPath
 use rmcp::model::CallToolResult;
 use serde::Serialize;
 
-use crate::error::{notebook_error, ToolError, ToolResult};
+use crate::error::{notebook_error, ToolError};
 use crate::render;
 use crate::server::IpythonMcp;
 use views::{CellSummary, WriteResult};
@@ -70,12 +69,6 @@ impl NotebookState {
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
-
-/// A notebook tool's answer: what `work` built, or its refusal rendered as an error result
-/// (a refusal is a tool result, never a protocol error).
-async fn answer(work: impl Future<Output = ToolResult>) -> Result<CallToolResult, rmcp::ErrorData> {
-    Ok(work.await.unwrap_or_else(ToolError::into_result))
-}
 
 fn structured<T: Serialize>(tool: &str, value: &T) -> CallToolResult {
     render::namespace(tool, serde_json::to_value(value).unwrap_or_default(), true)

@@ -1,12 +1,12 @@
 //! The notebook tools: argument checks and the calls that do the work, each body one `?`
 //! chain whose refusal `answer` turns into the tool's result.
 
+use crate::error::ToolResult;
 use ipython_mcp_kernel::SessionId;
 use ipython_mcp_notebook::{
     cell_id, joined_text, uri_for_path, CellRef, CellType, NewCell, Notebook,
 };
 use rmcp::handler::server::tool::schema_for_output;
-use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
 use serde_json::{Map, Value};
@@ -21,7 +21,7 @@ use super::views::{
     ReadScope, RevisionResult, SessionResult, WriteResult,
 };
 use super::{
-    answer, cell_ref, optional_cell_ref, structured, ToolError, DEFAULT_READ_CELLS, MAX_READ_CELLS,
+    cell_ref, optional_cell_ref, structured, ToolError, DEFAULT_READ_CELLS, MAX_READ_CELLS,
 };
 use crate::argument::Parameters;
 use crate::server::{IpythonMcp, MAX_CODE_BYTES};
@@ -34,46 +34,40 @@ impl IpythonMcp {
         output_schema = schema_for_output::<WriteResult>(),
         annotations(title = "Create a notebook", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
-    async fn notebook_create(
-        &self,
-        Parameters(params): Parameters<CreateParams>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
-        answer(async move {
-            let (workspace, path) = self.notebook_path(&params.path).await?;
-            let kernel_name = params.kernel_name.unwrap_or_else(|| "python3".to_owned());
-            let display_name = params.display_name.unwrap_or_else(|| {
-                if kernel_name == "python3" {
-                    "Python 3".to_owned()
-                } else {
-                    kernel_name.clone()
-                }
-            });
-            let language = params.language.unwrap_or_else(|| "python".to_owned());
-            let mut notebook = Notebook::new(&kernel_name, &display_name, &language);
-            for cell in params.cells {
-                notebook.insert(None, cell.into())?;
+    async fn notebook_create(&self, Parameters(params): Parameters<CreateParams>) -> ToolResult {
+        let (workspace, path) = self.notebook_path(&params.path).await?;
+        let kernel_name = params.kernel_name.unwrap_or_else(|| "python3".to_owned());
+        let display_name = params.display_name.unwrap_or_else(|| {
+            if kernel_name == "python3" {
+                "Python 3".to_owned()
+            } else {
+                kernel_name.clone()
             }
-            let cell_count = notebook.cells().len();
-            let relative = path.relative.clone();
-            let (overwrite, expected) = (params.overwrite, params.expected_revision);
-            let revision = Self::blocking(move || {
-                workspace.create(&path, &notebook, overwrite, expected.as_deref())
-            })
-            .await?;
-            tracing::info!(tool = "notebook_create", "tool call");
-            Ok(structured(
-                "notebook_create",
-                &WriteResult {
-                    ok: true,
-                    uri: uri_for_path(&relative),
-                    path: relative,
-                    revision,
-                    cell_count,
-                    cell: None,
-                },
-            ))
+        });
+        let language = params.language.unwrap_or_else(|| "python".to_owned());
+        let mut notebook = Notebook::new(&kernel_name, &display_name, &language);
+        for cell in params.cells {
+            notebook.insert(None, cell.into())?;
+        }
+        let cell_count = notebook.cells().len();
+        let relative = path.relative.clone();
+        let (overwrite, expected) = (params.overwrite, params.expected_revision);
+        let revision = Self::blocking(move || {
+            workspace.create(&path, &notebook, overwrite, expected.as_deref())
         })
-        .await
+        .await?;
+        tracing::info!(tool = "notebook_create", "tool call");
+        Ok(structured(
+            "notebook_create",
+            &WriteResult {
+                ok: true,
+                uri: uri_for_path(&relative),
+                path: relative,
+                revision,
+                cell_count,
+                cell: None,
+            },
+        ))
     }
 
     #[tool(
@@ -82,34 +76,28 @@ impl IpythonMcp {
         output_schema = schema_for_output::<ReadResult>(),
         annotations(title = "Read a notebook", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn notebook_read(
-        &self,
-        Parameters(params): Parameters<ReadParams>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
-        answer(async move {
-            let only = optional_cell_ref(params.cell_id, params.index)?;
-            let max_cells = params.max_cells.unwrap_or(DEFAULT_READ_CELLS);
-            if max_cells == 0 || max_cells > MAX_READ_CELLS {
-                return Err(ToolError::invalid(format!(
-                    "max_cells must be between 1 and {MAX_READ_CELLS}, got {max_cells}"
-                )));
-            }
-            let (_workspace, path, loaded) = self.load(&params.path, None).await?;
-            let scope = ReadScope {
-                only,
-                start_index: params.start_index.unwrap_or(0),
-                max_cells,
-                include_outputs: params.include_outputs,
-            };
-            let read = read_result(path.relative, loaded, &scope, &self.config().limits)?;
-            tracing::info!(
-                tool = "notebook_read",
-                cells = read.cells.len(),
-                "tool call"
-            );
-            Ok(structured("notebook_read", &read))
-        })
-        .await
+    async fn notebook_read(&self, Parameters(params): Parameters<ReadParams>) -> ToolResult {
+        let only = optional_cell_ref(params.cell_id, params.index)?;
+        let max_cells = params.max_cells.unwrap_or(DEFAULT_READ_CELLS);
+        if max_cells == 0 || max_cells > MAX_READ_CELLS {
+            return Err(ToolError::invalid(format!(
+                "max_cells must be between 1 and {MAX_READ_CELLS}, got {max_cells}"
+            )));
+        }
+        let (_workspace, path, loaded) = self.load(&params.path, None).await?;
+        let scope = ReadScope {
+            only,
+            start_index: params.start_index.unwrap_or(0),
+            max_cells,
+            include_outputs: params.include_outputs,
+        };
+        let read = read_result(path.relative, loaded, &scope, &self.config().limits)?;
+        tracing::info!(
+            tool = "notebook_read",
+            cells = read.cells.len(),
+            "tool call"
+        );
+        Ok(structured("notebook_read", &read))
     }
 
     #[tool(
@@ -118,27 +106,20 @@ impl IpythonMcp {
         output_schema = schema_for_output::<RevisionResult>(),
         annotations(title = "Notebook revision", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn notebook_revision(
-        &self,
-        Parameters(params): Parameters<PathParams>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
-        answer(async move {
-            let (workspace, path) = self.notebook_path(&params.path).await?;
-            let relative = path.relative.clone();
-            let (revision, bytes) =
-                Self::blocking(move || workspace.revision_and_size(&path)).await?;
-            Ok(structured(
-                "notebook_revision",
-                &RevisionResult {
-                    ok: true,
-                    uri: uri_for_path(&relative),
-                    path: relative,
-                    revision,
-                    bytes,
-                },
-            ))
-        })
-        .await
+    async fn notebook_revision(&self, Parameters(params): Parameters<PathParams>) -> ToolResult {
+        let (workspace, path) = self.notebook_path(&params.path).await?;
+        let relative = path.relative.clone();
+        let (revision, bytes) = Self::blocking(move || workspace.revision_and_size(&path)).await?;
+        Ok(structured(
+            "notebook_revision",
+            &RevisionResult {
+                ok: true,
+                uri: uri_for_path(&relative),
+                path: relative,
+                revision,
+                bytes,
+            },
+        ))
     }
 
     #[tool(
@@ -150,7 +131,7 @@ impl IpythonMcp {
     async fn notebook_insert_cell(
         &self,
         Parameters(params): Parameters<InsertParams>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
+    ) -> ToolResult {
         let cell = NewCell {
             cell_type: params.cell_type.unwrap_or(CellType::Code),
             source: params.source,
@@ -161,12 +142,12 @@ impl IpythonMcp {
             let (index, _) = notebook.insert(index, cell)?;
             Ok(Some(summary(notebook, index)))
         };
-        answer(self.edit(
+        self.edit(
             "notebook_insert_cell",
             params.path,
             params.expected_revision,
             change,
-        ))
+        )
         .await
     }
 
@@ -179,28 +160,25 @@ impl IpythonMcp {
     async fn notebook_update_cell(
         &self,
         Parameters(params): Parameters<UpdateParams>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
-        answer(async move {
-            let reference = cell_ref(params.cell_id, params.index)?;
-            if params.source.is_none() && params.metadata.is_none() && params.cell_type.is_none() {
-                return Err(ToolError::invalid(
-                    "give source, metadata and/or cell_type to change",
-                ));
-            }
-            let (source, metadata, cell_type) = (params.source, params.metadata, params.cell_type);
-            let change = move |notebook: &mut Notebook| {
-                let index = notebook.locate(&reference)?;
-                notebook.update(index, source, metadata, cell_type);
-                Ok(Some(summary(notebook, index)))
-            };
-            self.edit(
-                "notebook_update_cell",
-                params.path,
-                params.expected_revision,
-                change,
-            )
-            .await
-        })
+    ) -> ToolResult {
+        let reference = cell_ref(params.cell_id, params.index)?;
+        if params.source.is_none() && params.metadata.is_none() && params.cell_type.is_none() {
+            return Err(ToolError::invalid(
+                "give source, metadata and/or cell_type to change",
+            ));
+        }
+        let (source, metadata, cell_type) = (params.source, params.metadata, params.cell_type);
+        let change = move |notebook: &mut Notebook| {
+            let index = notebook.locate(&reference)?;
+            notebook.update(index, source, metadata, cell_type);
+            Ok(Some(summary(notebook, index)))
+        };
+        self.edit(
+            "notebook_update_cell",
+            params.path,
+            params.expected_revision,
+            change,
+        )
         .await
     }
 
@@ -210,26 +188,20 @@ impl IpythonMcp {
         output_schema = schema_for_output::<WriteResult>(),
         annotations(title = "Delete a cell", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
-    async fn notebook_delete_cell(
-        &self,
-        Parameters(params): Parameters<CellParams>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
-        answer(async move {
-            let reference = cell_ref(params.cell_id, params.index)?;
-            let change = move |notebook: &mut Notebook| {
-                let index = notebook.locate(&reference)?;
-                let cell = summary(notebook, index);
-                notebook.delete(index);
-                Ok(Some(cell))
-            };
-            self.edit(
-                "notebook_delete_cell",
-                params.path,
-                params.expected_revision,
-                change,
-            )
-            .await
-        })
+    async fn notebook_delete_cell(&self, Parameters(params): Parameters<CellParams>) -> ToolResult {
+        let reference = cell_ref(params.cell_id, params.index)?;
+        let change = move |notebook: &mut Notebook| {
+            let index = notebook.locate(&reference)?;
+            let cell = summary(notebook, index);
+            notebook.delete(index);
+            Ok(Some(cell))
+        };
+        self.edit(
+            "notebook_delete_cell",
+            params.path,
+            params.expected_revision,
+            change,
+        )
         .await
     }
 
@@ -239,26 +211,20 @@ impl IpythonMcp {
         output_schema = schema_for_output::<WriteResult>(),
         annotations(title = "Move a cell", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn notebook_move_cell(
-        &self,
-        Parameters(params): Parameters<MoveParams>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
-        answer(async move {
-            let reference = cell_ref(params.cell_id, params.index)?;
-            let to = params.to_index;
-            let change = move |notebook: &mut Notebook| {
-                let from = notebook.locate(&reference)?;
-                notebook.move_cell(from, to)?;
-                Ok(Some(summary(notebook, to)))
-            };
-            self.edit(
-                "notebook_move_cell",
-                params.path,
-                params.expected_revision,
-                change,
-            )
-            .await
-        })
+    async fn notebook_move_cell(&self, Parameters(params): Parameters<MoveParams>) -> ToolResult {
+        let reference = cell_ref(params.cell_id, params.index)?;
+        let to = params.to_index;
+        let change = move |notebook: &mut Notebook| {
+            let from = notebook.locate(&reference)?;
+            notebook.move_cell(from, to)?;
+            Ok(Some(summary(notebook, to)))
+        };
+        self.edit(
+            "notebook_move_cell",
+            params.path,
+            params.expected_revision,
+            change,
+        )
         .await
     }
 
@@ -271,30 +237,27 @@ impl IpythonMcp {
     async fn notebook_clear_outputs(
         &self,
         Parameters(params): Parameters<ClearParams>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
-        answer(async move {
-            let reference = optional_cell_ref(params.cell_id, params.index)?;
-            let change = move |notebook: &mut Notebook| match reference {
-                Some(reference) => {
-                    let index = notebook.locate(&reference)?;
+    ) -> ToolResult {
+        let reference = optional_cell_ref(params.cell_id, params.index)?;
+        let change = move |notebook: &mut Notebook| match reference {
+            Some(reference) => {
+                let index = notebook.locate(&reference)?;
+                notebook.clear_outputs(index);
+                Ok(Some(summary(notebook, index)))
+            }
+            None => {
+                for index in 0..notebook.cells().len() {
                     notebook.clear_outputs(index);
-                    Ok(Some(summary(notebook, index)))
                 }
-                None => {
-                    for index in 0..notebook.cells().len() {
-                        notebook.clear_outputs(index);
-                    }
-                    Ok(None)
-                }
-            };
-            self.edit(
-                "notebook_clear_outputs",
-                params.path,
-                params.expected_revision,
-                change,
-            )
-            .await
-        })
+                Ok(None)
+            }
+        };
+        self.edit(
+            "notebook_clear_outputs",
+            params.path,
+            params.expected_revision,
+            change,
+        )
         .await
     }
 
@@ -307,29 +270,26 @@ impl IpythonMcp {
     async fn notebook_set_metadata(
         &self,
         Parameters(params): Parameters<MetadataParams>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
-        answer(async move {
-            let reference = optional_cell_ref(params.cell_id, params.index)?;
-            let metadata = params.metadata;
-            let change = move |notebook: &mut Notebook| match reference {
-                Some(reference) => {
-                    let index = notebook.locate(&reference)?;
-                    notebook.set_cell_metadata(index, metadata);
-                    Ok(Some(summary(notebook, index)))
-                }
-                None => {
-                    notebook.set_metadata(metadata);
-                    Ok(None)
-                }
-            };
-            self.edit(
-                "notebook_set_metadata",
-                params.path,
-                params.expected_revision,
-                change,
-            )
-            .await
-        })
+    ) -> ToolResult {
+        let reference = optional_cell_ref(params.cell_id, params.index)?;
+        let metadata = params.metadata;
+        let change = move |notebook: &mut Notebook| match reference {
+            Some(reference) => {
+                let index = notebook.locate(&reference)?;
+                notebook.set_cell_metadata(index, metadata);
+                Ok(Some(summary(notebook, index)))
+            }
+            None => {
+                notebook.set_metadata(metadata);
+                Ok(None)
+            }
+        };
+        self.edit(
+            "notebook_set_metadata",
+            params.path,
+            params.expected_revision,
+            change,
+        )
         .await
     }
 
@@ -343,46 +303,42 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<ExecuteCellParams>,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
-        answer(async move {
-            let reference = cell_ref(params.cell_id, params.index)?;
-            let timeout = self.check_timeout(params.timeout_seconds)?;
-            let (workspace, path, loaded) =
-                self.load(&params.path, params.expected_revision).await?;
-            let index = loaded.notebook.locate(&reference)?;
-            let cell = &loaded.notebook.cells()[index];
-            if cell_type_of(cell) != "code" {
-                return Err(ToolError::invalid(format!(
-                    "cell {index} is a {} cell; only code cells run",
-                    cell.get("cell_type").and_then(Value::as_str).unwrap_or("?")
-                )));
-            }
-            let code = joined_text(cell.get("source"));
-            // Found again by id after the run when it has one (ids are assigned on the first
-            // write of an older notebook; its index is then still valid, the revision being
-            // unchanged).
-            let target = match cell_id(cell) {
-                Some(id) => CellRef::Id(id.to_owned()),
-                None => CellRef::Index(index),
-            };
-            let save: SaveCell = Box::new(move |notebook, execution_count, outputs| {
-                let index = notebook.locate(&target)?;
-                notebook.set_outputs(index, execution_count, outputs);
-                Ok(index)
-            });
-            let run = Run {
-                tool: "notebook_execute_cell",
-                workspace,
-                path,
-                kernel_name: loaded.notebook.kernel_name().map(str::to_owned),
-                revision: loaded.revision,
-                code,
-                timeout,
-                save: Some(save),
-            };
-            self.run_and_save(run, &context).await
-        })
-        .await
+    ) -> ToolResult {
+        let reference = cell_ref(params.cell_id, params.index)?;
+        let timeout = self.check_timeout(params.timeout_seconds)?;
+        let (workspace, path, loaded) = self.load(&params.path, params.expected_revision).await?;
+        let index = loaded.notebook.locate(&reference)?;
+        let cell = &loaded.notebook.cells()[index];
+        if cell_type_of(cell) != "code" {
+            return Err(ToolError::invalid(format!(
+                "cell {index} is a {} cell; only code cells run",
+                cell.get("cell_type").and_then(Value::as_str).unwrap_or("?")
+            )));
+        }
+        let code = joined_text(cell.get("source"));
+        // Found again by id after the run when it has one (ids are assigned on the first
+        // write of an older notebook; its index is then still valid, the revision being
+        // unchanged).
+        let target = match cell_id(cell) {
+            Some(id) => CellRef::Id(id.to_owned()),
+            None => CellRef::Index(index),
+        };
+        let save: SaveCell = Box::new(move |notebook, execution_count, outputs| {
+            let index = notebook.locate(&target)?;
+            notebook.set_outputs(index, execution_count, outputs);
+            Ok(index)
+        });
+        let run = Run {
+            tool: "notebook_execute_cell",
+            workspace,
+            path,
+            kernel_name: loaded.notebook.kernel_name().map(str::to_owned),
+            revision: loaded.revision,
+            code,
+            timeout,
+            save: Some(save),
+        };
+        self.run_and_save(run, &context).await
     }
 
     #[tool(
@@ -395,50 +351,46 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<NotebookExecuteParams>,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
-        answer(async move {
-            if params.code.len() > MAX_CODE_BYTES {
-                return Err(ToolError::invalid(format!(
-                    "code is {} bytes; the limit is {MAX_CODE_BYTES} bytes",
-                    params.code.len()
-                )));
-            }
-            let timeout = self.check_timeout(params.timeout_seconds)?;
-            let (workspace, path, loaded) =
-                self.load(&params.path, params.expected_revision).await?;
-            let length = loaded.notebook.cells().len();
-            if let Some(index) = params.index.filter(|index| *index > length) {
-                return Err(ToolError::invalid(format!(
-                    "index {index} is past the end (the notebook has {length} cells)"
-                )));
-            }
-            let save = params.persist.then(|| {
-                let (code, position) = (params.code.clone(), params.index);
-                let save: SaveCell = Box::new(move |notebook, execution_count, outputs| {
-                    let cell = NewCell {
-                        cell_type: CellType::Code,
-                        source: code,
-                        metadata: Map::new(),
-                    };
-                    let (index, _) = notebook.insert(position, cell)?;
-                    notebook.set_outputs(index, execution_count, outputs);
-                    Ok(index)
-                });
-                save
+    ) -> ToolResult {
+        if params.code.len() > MAX_CODE_BYTES {
+            return Err(ToolError::invalid(format!(
+                "code is {} bytes; the limit is {MAX_CODE_BYTES} bytes",
+                params.code.len()
+            )));
+        }
+        let timeout = self.check_timeout(params.timeout_seconds)?;
+        let (workspace, path, loaded) = self.load(&params.path, params.expected_revision).await?;
+        let length = loaded.notebook.cells().len();
+        if let Some(index) = params.index.filter(|index| *index > length) {
+            return Err(ToolError::invalid(format!(
+                "index {index} is past the end (the notebook has {length} cells)"
+            )));
+        }
+        let save = params.persist.then(|| {
+            let (code, position) = (params.code.clone(), params.index);
+            let save: SaveCell = Box::new(move |notebook, execution_count, outputs| {
+                let cell = NewCell {
+                    cell_type: CellType::Code,
+                    source: code,
+                    metadata: Map::new(),
+                };
+                let (index, _) = notebook.insert(position, cell)?;
+                notebook.set_outputs(index, execution_count, outputs);
+                Ok(index)
             });
-            let run = Run {
-                tool: "notebook_execute",
-                workspace,
-                path,
-                kernel_name: loaded.notebook.kernel_name().map(str::to_owned),
-                revision: loaded.revision,
-                code: params.code,
-                timeout,
-                save,
-            };
-            self.run_and_save(run, &context).await
-        })
-        .await
+            save
+        });
+        let run = Run {
+            tool: "notebook_execute",
+            workspace,
+            path,
+            kernel_name: loaded.notebook.kernel_name().map(str::to_owned),
+            revision: loaded.revision,
+            code: params.code,
+            timeout,
+            save,
+        };
+        self.run_and_save(run, &context).await
     }
 
     #[tool(
@@ -447,53 +399,47 @@ impl IpythonMcp {
         output_schema = schema_for_output::<SessionResult>(),
         annotations(title = "Notebook session", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
-    async fn notebook_session(
-        &self,
-        Parameters(params): Parameters<SessionParams>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
-        answer(async move {
-            let (workspace, path, kernel, handle, started) = match params.kernel {
-                Some(kernel) => {
-                    let (workspace, path) = self.notebook_path(&params.path).await?;
-                    let handle = self.kernels().get(Some(&kernel))?;
-                    self.kernels()
-                        .bind_notebook(path.absolute.clone(), SessionId::parse(&kernel)?);
-                    (workspace, path, kernel, handle, false)
-                }
-                None => {
-                    let (workspace, path, loaded) = self.load(&params.path, None).await?;
-                    let kernel_name = loaded.notebook.kernel_name().map(str::to_owned);
-                    let session = self.session_of(&path, kernel_name).await?;
-                    (
-                        workspace,
-                        path,
-                        session.id.into(),
-                        session.handle,
-                        session.started,
-                    )
-                }
-            };
-            let shared_with = self
-                .kernels()
-                .notebooks_of(&kernel)
-                .into_iter()
-                .filter(|other| *other != path.absolute)
-                .map(|other| shown(workspace.root(), &other))
-                .collect();
-            tracing::info!(tool = "notebook_session", kernel = %kernel, started, "tool call");
-            Ok(structured(
-                "notebook_session",
-                &SessionResult {
-                    ok: true,
-                    path: path.relative,
-                    kernel,
-                    started,
-                    shared_with,
-                    status: handle.status(),
-                },
-            ))
-        })
-        .await
+    async fn notebook_session(&self, Parameters(params): Parameters<SessionParams>) -> ToolResult {
+        let (workspace, path, kernel, handle, started) = match params.kernel {
+            Some(kernel) => {
+                let (workspace, path) = self.notebook_path(&params.path).await?;
+                let handle = self.kernels().get(Some(&kernel))?;
+                self.kernels()
+                    .bind_notebook(path.absolute.clone(), SessionId::parse(&kernel)?);
+                (workspace, path, kernel, handle, false)
+            }
+            None => {
+                let (workspace, path, loaded) = self.load(&params.path, None).await?;
+                let kernel_name = loaded.notebook.kernel_name().map(str::to_owned);
+                let session = self.session_of(&path, kernel_name).await?;
+                (
+                    workspace,
+                    path,
+                    session.id.into(),
+                    session.handle,
+                    session.started,
+                )
+            }
+        };
+        let shared_with = self
+            .kernels()
+            .notebooks_of(&kernel)
+            .into_iter()
+            .filter(|other| *other != path.absolute)
+            .map(|other| shown(workspace.root(), &other))
+            .collect();
+        tracing::info!(tool = "notebook_session", kernel = %kernel, started, "tool call");
+        Ok(structured(
+            "notebook_session",
+            &SessionResult {
+                ok: true,
+                path: path.relative,
+                kernel,
+                started,
+                shared_with,
+                status: handle.status(),
+            },
+        ))
     }
 
     #[tool(
@@ -505,32 +451,29 @@ impl IpythonMcp {
     async fn notebook_session_close(
         &self,
         Parameters(params): Parameters<PathParams>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
-        answer(async move {
-            let (_workspace, path) = self.notebook_path(&params.path).await?;
-            let released = self.kernels().unbind_notebook(&path.absolute);
-            let mut stopped = false;
-            if let Some((kernel, others)) = &released {
-                if others.is_empty() && !kernel.is_default() {
-                    stopped = self.state().stop_kernel(kernel.as_str()).await.is_ok();
-                    if stopped {
-                        self.catalog()
-                            .drop_session(kernel.as_str(), self.peers())
-                            .await;
-                    }
+    ) -> ToolResult {
+        let (_workspace, path) = self.notebook_path(&params.path).await?;
+        let released = self.kernels().unbind_notebook(&path.absolute);
+        let mut stopped = false;
+        if let Some((kernel, others)) = &released {
+            if others.is_empty() && !kernel.is_default() {
+                stopped = self.state().stop_kernel(kernel.as_str()).await.is_ok();
+                if stopped {
+                    self.catalog()
+                        .drop_session(kernel.as_str(), self.peers())
+                        .await;
                 }
             }
-            tracing::info!(tool = "notebook_session_close", stopped, "tool call");
-            Ok(structured(
-                "notebook_session_close",
-                &CloseResult {
-                    ok: true,
-                    path: path.relative,
-                    kernel: released.map(|(kernel, _)| kernel.into()),
-                    stopped,
-                },
-            ))
-        })
-        .await
+        }
+        tracing::info!(tool = "notebook_session_close", stopped, "tool call");
+        Ok(structured(
+            "notebook_session_close",
+            &CloseResult {
+                ok: true,
+                path: path.relative,
+                kernel: released.map(|(kernel, _)| kernel.into()),
+                stopped,
+            },
+        ))
     }
 }
