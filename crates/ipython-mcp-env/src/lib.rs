@@ -18,7 +18,7 @@
 //! Python version and requirements fingerprint match.
 //!
 //! "Has ipykernel" means a probe — `python -c <script>` printing one JSON line with the Python
-//! version, the ipykernel version and `sys.executable` — succeeded within 10 s.
+//! version, the ipykernel version and `sys.executable` — succeeded within `probe::PROBE_TIMEOUT`.
 //!
 //! This crate knows nothing of MCP, Jupyter messaging or sessions. It reads no environment
 //! variables itself: the caller passes `$VIRTUAL_ENV`, `$PATH` and the cache directory in.
