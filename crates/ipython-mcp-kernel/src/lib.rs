@@ -35,6 +35,7 @@ pub use output::{
     Code, DisplayItem, ErrorInfo, ExecutionOutput, ExecutionStatus, Interruption, NamespaceOutcome,
     RuntimeInfo, Truncated,
 };
+pub use payload::Withheld;
 pub use session::{
     ExecuteArgs, HelperCall, HelperOutput, Interrupted, Progress, SessionHandle, SessionOptions,
 };

@@ -1,12 +1,11 @@
 //! What an execution produced, bounded and ready to serialize: the `execute` result shape
 //! (README, "Tools"), independent of MCP.
 
-use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// How an execution ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ExecutionStatus {
     Ok,
@@ -18,7 +17,7 @@ pub enum ExecutionStatus {
 }
 
 /// What happened to the kernel when an operation was interrupted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Interruption {
     /// The kernel stopped the operation itself after SIGINT.
@@ -28,7 +27,7 @@ pub enum Interruption {
 }
 
 /// The state of the user's namespace after an interrupted or failed operation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum NamespaceOutcome {
     /// Everything defined before (and during) the operation is still there.
@@ -139,10 +138,8 @@ impl<'de> Deserialize<'de> for Code {
 }
 
 /// A structured failure, as the README lists them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorInfo {
-    // A string in the schema: the closed list lives in the README, not in every tools/list.
-    #[schemars(with = "String")]
     pub code: Code,
     pub message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -175,14 +172,14 @@ impl ErrorInfo {
 }
 
 /// One rich display: a mime bundle and its metadata.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DisplayItem {
     pub data: Map<String, Value>,
     pub metadata: Map<String, Value>,
 }
 
 /// Per-field truncation flags.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Truncated {
     pub stdout: bool,
     pub stderr: bool,
@@ -192,7 +189,7 @@ pub struct Truncated {
 }
 
 /// Where and how an operation ran.
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RuntimeInfo {
     pub request_id: String,
     pub admission_seq: u64,
@@ -204,7 +201,7 @@ pub struct RuntimeInfo {
 }
 
 /// The bounded result of one `execute`.
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ExecutionOutput {
     pub ok: bool,
     pub status: ExecutionStatus,

@@ -11,7 +11,6 @@
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
-use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -30,7 +29,7 @@ pub(crate) const MAX_FIT_PENDING_BYTES: usize = 64 * 1024 * 1024;
 const MIN_WITHHELD_BYTES: usize = 1024;
 
 /// A display payload left out of the reply to keep it within its byte budget.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Withheld {
     /// Index in `display_data`, or none for the `result`.
     pub display: Option<usize>,

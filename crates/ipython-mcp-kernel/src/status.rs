@@ -1,13 +1,12 @@
 //! The out-of-band view of a session (`runtime_status`). Never holds code, arguments, results
 //! or namespace values.
 
-use schemars::JsonSchema;
 use serde::Serialize;
 
 use crate::output::{ErrorInfo, Interruption, NamespaceOutcome};
 
 /// Life stage of a session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SessionState {
     Starting,
@@ -19,7 +18,7 @@ pub enum SessionState {
 }
 
 /// The kernel process behind a session.
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct KernelDescription {
     pub pid: u32,
     /// The interpreter (or, for a non-Python kernelspec, the program) running the kernel.
@@ -37,7 +36,7 @@ pub struct KernelDescription {
 }
 
 /// Where the kernel's Python comes from, and provisioning progress.
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct EnvironmentStatus {
     /// `probing`, `validating`, `locking`, `creating`, `installing`, `verifying`, `ready`, or
     /// `failed`.
@@ -55,7 +54,7 @@ pub struct EnvironmentStatus {
 }
 
 /// What `runtime_status` returns for one session.
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RuntimeStatus {
     pub kernel_id: String,
     pub state: SessionState,

@@ -45,6 +45,7 @@ pub struct GetOutputParams {
     /// Read the full text of this stream from the on-disk spool (`stdout` or `stderr`) instead
     /// of only the bounded head. Implied `stdout` when `start_line` or `pattern` is given.
     #[serde(default)]
+    #[schemars(with = "Option<crate::wire::StreamNameSchema>")]
     pub stream: Option<StreamName>,
     /// First line of the page, 1-based; negative counts from the end (-50: the last 50 lines).
     #[serde(default)]
@@ -63,12 +64,14 @@ pub struct GetOutputParams {
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct GetOutputResult {
     #[serde(flatten)]
+    #[schemars(with = "crate::wire::ExecutionOutputSchema")]
     pub output: ExecutionOutput,
     /// False while it is still queued or running (`status: pending`).
     pub finished: bool,
     /// The kernel session it runs in.
     pub kernel: String,
     /// The requested page of the full stdout/stderr.
+    #[schemars(with = "Option<crate::wire::PageSchema>")]
     pub page: Option<Page>,
 }
 
@@ -148,6 +151,7 @@ pub struct StartResult {
     /// The new session id: pass it as `kernel` to the other tools.
     pub kernel: String,
     /// The session's status once its kernel is ready (or why it is not).
+    #[schemars(with = "crate::wire::RuntimeStatusSchema")]
     pub status: RuntimeStatus,
 }
 
@@ -163,6 +167,7 @@ pub struct StopResult {
     pub ok: bool,
     pub kernel: String,
     /// `closed` once stopped.
+    #[schemars(with = "crate::wire::SessionStateSchema")]
     pub state: SessionState,
 }
 
@@ -175,6 +180,7 @@ pub struct KernelEntry {
     pub kernel: String,
     /// What it was started from (`default` for the server's own).
     pub spec: String,
+    #[schemars(with = "crate::wire::SessionStateSchema")]
     pub state: SessionState,
     pub epoch: u64,
     pub pid: Option<u32>,

@@ -18,6 +18,7 @@ mod peers;
 mod render;
 mod server;
 mod state;
+mod wire;
 
 pub use fixtures::Fixtures;
 pub use ipython_mcp_kernel::{KernelManager, SessionId, StartSpec};

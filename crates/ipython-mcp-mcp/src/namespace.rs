@@ -126,6 +126,7 @@ pub struct ListResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<crate::wire::ErrorInfoSchema>")]
     pub error: Option<ErrorInfo>,
 }
 
@@ -162,6 +163,7 @@ pub struct SearchResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<crate::wire::ErrorInfoSchema>")]
     pub error: Option<ErrorInfo>,
 }
 
@@ -202,6 +204,7 @@ pub struct InspectResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated: Option<InspectTruncated>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<crate::wire::ErrorInfoSchema>")]
     pub error: Option<ErrorInfo>,
 }
 
@@ -219,6 +222,7 @@ pub struct CallResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<crate::wire::ErrorInfoSchema>")]
     pub error: Option<ErrorInfo>,
 }
 
@@ -242,6 +246,7 @@ pub struct ReloadResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub results: Option<Vec<ReloadItem>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<crate::wire::ErrorInfoSchema>")]
     pub error: Option<ErrorInfo>,
 }
 
@@ -258,6 +263,7 @@ pub struct RemoveResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unknown: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<crate::wire::ErrorInfoSchema>")]
     pub error: Option<ErrorInfo>,
 }
 
@@ -275,6 +281,7 @@ pub struct ResetResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools_dropped: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<crate::wire::ErrorInfoSchema>")]
     pub error: Option<ErrorInfo>,
 }
 

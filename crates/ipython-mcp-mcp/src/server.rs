@@ -83,6 +83,7 @@ pub struct StatusResult {
     /// True: the status below describes the requested session.
     pub ok: bool,
     #[serde(flatten)]
+    #[schemars(with = "crate::wire::RuntimeStatusSchema")]
     pub status: RuntimeStatus,
 }
 
@@ -94,10 +95,13 @@ pub struct InterruptResult {
     pub interrupted: bool,
     /// What happened to the running code: `cooperative` (it stopped) or `terminated` (the
     /// kernel was killed and replaced); null when nothing was running.
+    #[schemars(with = "Option<crate::wire::InterruptionSchema>")]
     pub interruption: Option<ipython_mcp_kernel::Interruption>,
     /// `preserved`, `reset` or `unknown`; null when nothing was running.
+    #[schemars(with = "Option<crate::wire::NamespaceOutcomeSchema>")]
     pub namespace: Option<ipython_mcp_kernel::NamespaceOutcome>,
     /// The session's state and epoch after the interrupt.
+    #[schemars(with = "crate::wire::SessionStateSchema")]
     pub state: ipython_mcp_kernel::SessionState,
     pub epoch: u64,
     /// Calls still waiting in the queue (an interrupt does not remove them).
@@ -280,7 +284,7 @@ notification with the latest output line about once a second while the code runs
 check on the kernel without running code, interrupt to stop it. For anything longer than a few seconds \
 (training, downloads, big loops) pass background=true: it returns at once with an execution_id, and get_output \
 reads the output so far or waits for the end. Long output is kept in full on disk; get_output pages or greps it.",
-        output_schema = schema_for_output::<ipython_mcp_kernel::ExecutionOutput>(),
+        output_schema = schema_for_output::<crate::wire::ExecutionOutputSchema>(),
         annotations(title = "Execute Python", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
     )]
     async fn execute(

@@ -29,7 +29,6 @@ use std::time::Duration;
 
 use ipython_mcp_jupyter::protocol::{JupyterMessageContent, Stdio};
 use ipython_mcp_jupyter::Routed;
-use schemars::JsonSchema;
 use serde::Serialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -82,7 +81,7 @@ impl Default for SpoolLimits {
 }
 
 /// Which output stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StreamName {
     Stdout,
@@ -106,7 +105,7 @@ impl StreamName {
 }
 
 /// How much of an execution's full output is on disk, for paging with `get_output`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct SpoolInfo {
     /// Bytes of stdout kept on disk.
     pub stdout_bytes: u64,
@@ -119,7 +118,7 @@ pub struct SpoolInfo {
 }
 
 /// One page of a spooled stream.
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Page {
     pub stream: StreamName,
     /// The regular expression lines were filtered by, if any.
@@ -139,7 +138,7 @@ pub struct Page {
     pub complete: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PageLine {
     pub line: u64,
     pub text: String,
