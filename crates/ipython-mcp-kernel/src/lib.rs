@@ -37,7 +37,8 @@ pub use output::{
 };
 pub use payload::Withheld;
 pub use session::{
-    ExecuteArgs, HelperCall, HelperOutput, Interrupted, Progress, SessionHandle, SessionOptions,
+    ExecuteArgs, HelperCall, HelperOutput, Interrupted, Outcome, Progress, SessionHandle,
+    SessionOptions,
 };
 pub use sink::TerminalSink;
 pub use status::{EnvironmentStatus, KernelDescription, RuntimeStatus, SessionState};

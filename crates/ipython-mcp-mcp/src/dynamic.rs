@@ -18,7 +18,9 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use ipython_mcp_kernel::{Code, ErrorInfo, HelperCall, HelperOutput, RuntimeInfo, SessionHandle};
+use ipython_mcp_kernel::{
+    Code, ErrorInfo, HelperCall, HelperOutput, Outcome, RuntimeInfo, SessionHandle,
+};
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -329,13 +331,13 @@ impl Catalog {
             return true;
         }
         let Some(reply) = output
-            .result
-            .filter(|_| output.ok)
-            .and_then(|result| serde_json::from_value::<CatalogReply>(result).ok())
+            .outcome
+            .answer()
+            .and_then(|result| serde_json::from_value::<CatalogReply>(result.clone()).ok())
         else {
             if output
-                .error
-                .as_ref()
+                .outcome
+                .error()
                 .is_some_and(|error| error.code == Code::UnsupportedKernel)
             {
                 self.drop_session(kernel, peers).await;
@@ -399,18 +401,22 @@ pub struct DynamicCallResult {
 
 impl DynamicCallResult {
     pub fn from_output(tool_name: &str, output: HelperOutput) -> Self {
-        let result = output.result.unwrap_or(Value::Null);
+        let ok = output.outcome.answer().is_some();
+        let error = output.outcome.error().cloned();
+        let result = match output.outcome {
+            Outcome::Answered(result) => result,
+            Outcome::Raised { partial, .. } => partial.unwrap_or(Value::Null),
+            Outcome::Failed(_) => Value::Null,
+        };
         DynamicCallResult {
-            ok: output.ok,
+            ok,
             tool_name: tool_name.to_owned(),
             truncated: result
                 .get("truncated")
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
-            result: output
-                .ok
-                .then(|| result.get("result").cloned().unwrap_or(Value::Null)),
-            error: output.error,
+            result: ok.then(|| result.get("result").cloned().unwrap_or(Value::Null)),
+            error,
             runtime: Some(output.runtime),
         }
     }
@@ -583,19 +589,20 @@ impl crate::server::IpythonMcp {
             })
             .await;
         let registration = output
-            .result
-            .as_ref()
-            .filter(|_| output.ok)
+            .outcome
+            .answer()
             .and_then(|result| result.get("registration").cloned())
             .and_then(|value| serde_json::from_value::<HelperRegistration>(value).ok());
         let Some(registration) = registration else {
             tracing::info!(tool = "register_tool", kernel = %kernel, ok = false, "tool call");
-            return Ok(refuse(output.error.unwrap_or_else(|| {
-                ErrorInfo::new(
-                    Code::ExecutionError,
-                    "the kernel helper answered in an unexpected shape",
-                )
-            })));
+            return Ok(refuse(output.outcome.error().cloned().unwrap_or_else(
+                || {
+                    ErrorInfo::new(
+                        Code::ExecutionError,
+                        "the kernel helper answered in an unexpected shape",
+                    )
+                },
+            )));
         };
         let registration = catalog
             .insert(

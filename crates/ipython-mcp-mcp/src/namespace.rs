@@ -6,7 +6,7 @@
 //! gets always matches what `tools/list` promised.
 
 use crate::argument::Parameters;
-use ipython_mcp_kernel::{Code, ErrorInfo, HelperCall, HelperOutput};
+use ipython_mcp_kernel::{Code, ErrorInfo, HelperCall, HelperOutput, Outcome};
 use rmcp::handler::server::tool::schema_for_output;
 use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
@@ -330,7 +330,7 @@ impl IpythonMcp {
         tracing::info!(
             tool,
             kernel = session.kernel_id(),
-            ok = output.ok,
+            outcome = output.outcome.kind(),
             ms = started.elapsed().as_millis() as u64,
             "tool call"
         );
@@ -360,10 +360,14 @@ fn typed<T: Serialize + DeserializeOwned + Default>(
     output: HelperOutput,
     extra: impl FnOnce(&mut Value),
 ) -> CallToolResult {
-    let mut result = match (output.ok, output.result, output.error) {
-        (true, Some(result), _) if result.is_object() => result,
-        (_, partial, error) => {
-            let error = error.unwrap_or_else(|| ErrorInfo::new(Code::ExecutionError, "no result"));
+    let mut result = match output.outcome {
+        Outcome::Answered(result) if result.is_object() => result,
+        other => {
+            let (partial, error) = match other {
+                Outcome::Raised { error, partial } => (partial, error),
+                Outcome::Failed(error) => (None, error),
+                Outcome::Answered(_) => (None, ErrorInfo::new(Code::ExecutionError, "no result")),
+            };
             let mut result = partial
                 .filter(Value::is_object)
                 .unwrap_or_else(|| json!({}));

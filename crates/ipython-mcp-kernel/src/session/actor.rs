@@ -494,7 +494,7 @@ impl Actor {
         ticket: &Ticket,
         args: &ExecuteArgs,
         record: Option<&Record>,
-        reply: oneshot::Sender<Outcome>,
+        reply: oneshot::Sender<Ended>,
         error: ErrorInfo,
     ) {
         if !ticket.abandon(&self.shared) {

@@ -103,12 +103,7 @@ impl SessionHandle {
         helper_output(output, reply)
     }
 
-    async fn submit(
-        &self,
-        args: ExecuteArgs,
-        helper: Option<HelperRequest>,
-        slot: Slot,
-    ) -> Outcome {
+    async fn submit(&self, args: ExecuteArgs, helper: Option<HelperRequest>, slot: Slot) -> Ended {
         match self.admit(args, helper, slot) {
             Ok(admitted) => {
                 self.wait(admitted, Some(self.shared.options.queue_wait_timeout))
@@ -142,7 +137,7 @@ impl SessionHandle {
         args: ExecuteArgs,
         helper: Option<HelperRequest>,
         slot: Slot,
-    ) -> Result<Admitted, Box<Outcome>> {
+    ) -> Result<Admitted, Box<Ended>> {
         // Numbering and enqueueing happen under one lock, so admission order is sequence order
         // even for concurrent callers. Nothing awaits while it is held.
         let admission = self.shared.admission.lock().expect("admission lock");
@@ -246,7 +241,7 @@ impl SessionHandle {
 
     /// Waits for an admitted request's dispatch (bounded by `queue_wait` when a caller waits)
     /// and its outcome.
-    async fn wait(&self, admitted: Admitted, queue_wait: Option<Duration>) -> Outcome {
+    async fn wait(&self, admitted: Admitted, queue_wait: Option<Duration>) -> Ended {
         let Admitted {
             ticket,
             args,
@@ -320,7 +315,7 @@ impl SessionHandle {
         args: &ExecuteArgs,
         record: Option<&Record>,
         failures_seen: u64,
-    ) -> Outcome {
+    ) -> Ended {
         // Still queued (it was in the actor's hands when it panicked): free its slot.
         ticket.abandon(&self.shared);
         let ran = ticket.state.load(Ordering::Acquire) == DISPATCHED;
@@ -360,7 +355,7 @@ impl SessionHandle {
         args: &ExecuteArgs,
         record: Option<&Record>,
         error: ErrorInfo,
-    ) -> Outcome {
+    ) -> Ended {
         let status = self.status();
         let output = ExecutionOutput::not_run(
             ticket.execution_id.clone(),
@@ -566,9 +561,12 @@ pub(super) fn helper_output(
     match reply {
         Some(reply) if reply.get("ok").and_then(serde_json::Value::as_bool) == Some(true) => {
             HelperOutput {
-                ok: true,
-                result: reply.get("result").cloned(),
-                error: None,
+                outcome: Outcome::Answered(
+                    reply
+                        .get("result")
+                        .cloned()
+                        .unwrap_or(serde_json::Value::Null),
+                ),
                 runtime,
             }
         }
@@ -603,11 +601,12 @@ pub(super) fn helper_output(
                 _ => text("traceback"),
             };
             HelperOutput {
-                ok: false,
-                // What the helper worked out before it failed (e.g. the fields of an
-                // `inspect` whose repr raised), kept beside the error.
-                result: reply.get("result").cloned(),
-                error: Some(info),
+                outcome: Outcome::Raised {
+                    error: info,
+                    // What the helper worked out before it failed (e.g. the fields of an
+                    // `inspect` whose repr raised), kept beside the error.
+                    partial: reply.get("result").cloned(),
+                },
                 runtime,
             }
         }
@@ -616,9 +615,7 @@ pub(super) fn helper_output(
                 ErrorInfo::new(Code::ExecutionError, "the helper did not answer")
             });
             HelperOutput {
-                ok: false,
-                result: None,
-                error: Some(error),
+                outcome: Outcome::Failed(error),
                 runtime,
             }
         }

@@ -134,7 +134,7 @@ enum Command {
         helper: Option<HelperRequest>,
         /// Executes are remembered for `get_output`; helper calls are not.
         record: Option<Arc<Record>>,
-        reply: oneshot::Sender<Outcome>,
+        reply: oneshot::Sender<Ended>,
     },
     /// Replace the kernel with a fresh one (a promoted spare), in queue order.
     Restart {
@@ -163,14 +163,57 @@ pub struct HelperCall {
     pub cancel: CancellationToken,
 }
 
-/// What a helper call returned: its `result`, or a structured error (from the helper, or from
-/// the session: busy, timed out, kernel died…).
+/// What a helper call returned: how it ended, and what happened to the kernel meanwhile.
 #[derive(Debug, Clone)]
 pub struct HelperOutput {
-    pub ok: bool,
-    pub result: Option<serde_json::Value>,
-    pub error: Option<ErrorInfo>,
+    pub outcome: Outcome,
     pub runtime: RuntimeInfo,
+}
+
+/// How a call into the kernel ended. "The user's code or the request was wrong" and "the
+/// machinery failed" are different variants, so neither passes for the other: only `Failed`
+/// says the call did not complete (and `runtime` says whether the namespace survived).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The helper answered.
+    Answered(serde_json::Value),
+    /// The helper answered with an error: user code raised (`execution_error`), or the
+    /// request did not fit the namespace (a missing name, arguments that do not bind). The
+    /// kernel is as it was. `partial` is what the helper worked out before the error.
+    Raised {
+        error: ErrorInfo,
+        partial: Option<serde_json::Value>,
+    },
+    /// No answer: the call was refused, ran out of time, was cancelled, or its kernel died or
+    /// was unavailable.
+    Failed(ErrorInfo),
+}
+
+impl Outcome {
+    /// The answer, if the helper gave one.
+    pub fn answer(&self) -> Option<&serde_json::Value> {
+        match self {
+            Outcome::Answered(answer) => Some(answer),
+            Outcome::Raised { .. } | Outcome::Failed(_) => None,
+        }
+    }
+
+    /// The error, if there was one.
+    pub fn error(&self) -> Option<&ErrorInfo> {
+        match self {
+            Outcome::Answered(_) => None,
+            Outcome::Raised { error, .. } | Outcome::Failed(error) => Some(error),
+        }
+    }
+
+    /// A name for logs: `answered`, `raised` or `failed`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Outcome::Answered(_) => "answered",
+            Outcome::Raised { .. } => "raised",
+            Outcome::Failed(_) => "failed",
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -180,14 +223,14 @@ struct HelperRequest {
 }
 
 /// An operation's output, plus the helper's reply for helper calls.
-type Outcome = (ExecutionOutput, Option<serde_json::Value>);
+type Ended = (ExecutionOutput, Option<serde_json::Value>);
 
 /// A request handed to the actor, whose caller has not yet got its answer.
 struct Admitted {
     ticket: Arc<Ticket>,
     args: ExecuteArgs,
     record: Option<Arc<Record>>,
-    result: oneshot::Receiver<Outcome>,
+    result: oneshot::Receiver<Ended>,
     /// `Shared::failures` when it was admitted.
     failures_seen: u64,
 }

@@ -24,7 +24,7 @@ impl Actor {
         args: &ExecuteArgs,
         helper: Option<&HelperRequest>,
         record: Option<&Arc<Record>>,
-    ) -> Outcome {
+    ) -> Ended {
         let options = self.shared.options.clone();
         let queue_wait_ms = ticket.enqueued_at.elapsed().as_millis() as u64;
         let runtime = |epoch: u64, run_ms: u64| RuntimeInfo {

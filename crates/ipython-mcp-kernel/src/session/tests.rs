@@ -243,8 +243,12 @@ async fn a_bookkeeping_call_takes_the_reserved_slot_never_a_users() {
     // The reserved slot is taken: a second bookkeeping call is refused at once…
     let refused = handle.helper_reserved(helper_call("tool_catalog")).await;
     assert_eq!(
-        refused.error.map(|error| error.code.as_str()),
+        refused.outcome.error().map(|error| error.code.as_str()),
         Some("runtime_busy")
+    );
+    assert!(
+        matches!(refused.outcome, Outcome::Failed(_)),
+        "refusal is not an answer"
     );
     assert!(!reserved.is_finished());
     // …while the user still has both of the `max_pending` slots: one is free.
@@ -262,7 +266,7 @@ async fn a_bookkeeping_call_takes_the_reserved_slot_never_a_users() {
     // A bookkeeping call that gives up frees the reserved slot for the next.
     let gave_up = reserved.await.expect("join");
     assert_eq!(
-        gave_up.error.map(|error| error.code.as_str()),
+        gave_up.outcome.error().map(|error| error.code.as_str()),
         Some("queue_timeout")
     );
     assert_eq!(handle.status().queue_depth, 0);
@@ -503,4 +507,77 @@ async fn a_stalled_spool_disk_stalls_neither_status_nor_another_session() {
     assert!(page.complete);
     stalled.shutdown().await;
     other.shutdown().await;
+}
+
+/// A helper call's outcome says which side failed: the helper's error reply is `Raised` (with
+/// what it worked out first), no reply or a stopped operation is `Failed`, never the reverse.
+#[test]
+fn helper_outcomes_keep_user_errors_apart_from_failed_calls() {
+    let runtime = RuntimeInfo {
+        request_id: "r".into(),
+        admission_seq: 1,
+        epoch: 0,
+        queue_wait_ms: 0,
+        run_ms: 0,
+        interruption: None,
+        namespace: None,
+    };
+    let finished = || ExecutionOutput {
+        ok: true,
+        status: ExecutionStatus::Ok,
+        error: None,
+        ..ExecutionOutput::pending("e".into(), runtime.clone())
+    };
+    let answered = handle::helper_output(
+        finished(),
+        Some(serde_json::json!({"ok": true, "result": {"x": 1}})),
+    );
+    assert_eq!(
+        answered.outcome,
+        Outcome::Answered(serde_json::json!({"x": 1}))
+    );
+    let raised = handle::helper_output(
+        finished(),
+        Some(serde_json::json!({
+            "ok": false,
+            "error": {"code": "name_not_found", "message": "no name 'y'"},
+            "result": {"resolved": "a"},
+        })),
+    );
+    match &raised.outcome {
+        Outcome::Raised { error, partial } => {
+            assert_eq!(error.code, Code::NameNotFound);
+            assert_eq!(partial, &Some(serde_json::json!({"resolved": "a"})));
+        }
+        other => panic!("{other:?}"),
+    }
+    // A code the server does not know is the server's bug, still the helper's answer.
+    let unknown = handle::helper_output(
+        finished(),
+        Some(serde_json::json!({"ok": false, "error": {"code": "no_such", "message": "?"}})),
+    );
+    assert_eq!(
+        unknown.outcome.error().map(|error| error.code),
+        Some(Code::InternalError)
+    );
+    assert_eq!(unknown.outcome.kind(), "raised");
+    // Stopped by its deadline: the session's own error, even if the helper's
+    // KeyboardInterrupt reply arrived.
+    let mut timed_out = finished();
+    timed_out.ok = false;
+    timed_out.status = ExecutionStatus::Timeout;
+    timed_out.error = Some(ErrorInfo::new(Code::OperationTimeout, "deadline"));
+    let failed = handle::helper_output(
+        timed_out,
+        Some(
+            serde_json::json!({"ok": false, "error": {"code": "execution_error", "message": "KeyboardInterrupt"}}),
+        ),
+    );
+    assert_eq!(
+        failed.outcome,
+        Outcome::Failed(ErrorInfo::new(Code::OperationTimeout, "deadline"))
+    );
+    assert_eq!(failed.outcome.answer(), None);
+    let unanswered = handle::helper_output(finished(), None);
+    assert_eq!(unanswered.outcome.kind(), "failed");
 }
