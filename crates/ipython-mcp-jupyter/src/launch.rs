@@ -462,7 +462,7 @@ async fn connect_and_handshake(
     let startup_error = |process: &Process| startup_failure(process, startup_timeout);
 
     // Each attempt builds a fresh socket and is capped at 25 ms: zeromq's own backoff starts at
-    // 50 ms and doubles, which alone added ~120 ms to a cold start (notes §5.2).
+    // 50 ms and doubles, which alone added ~120 ms to a cold start.
     let (iopub, shell, control, heartbeat) = tokio::select! {
         sockets = async {
             tokio::join!(
@@ -481,7 +481,7 @@ async fn connect_and_handshake(
     };
 
     let welcome = router.welcome();
-    // A dead kernel's sockets never report an error (notes §5.5), so the readers are aborted
+    // A dead kernel's sockets never report an error, so the readers are aborted
     // when the Kernel is dropped rather than left to wait forever.
     let (shell_send, shell_recv) = shell.split();
     let (control_send, control_recv) = control.split();

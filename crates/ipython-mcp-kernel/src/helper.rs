@@ -100,7 +100,7 @@ pub fn install_code(
         "max_json_depth": limits.max_json_depth,
         // Oversized PNG/JPEG images come through whole: the server downscales them.
         "max_fit_input_bytes": crate::payload::MAX_FIT_INPUT_BYTES,
-        // Full stream text goes to <spool_dir>/<msg_id>.stdout|stderr (see executions.rs).
+        // Full stream text goes to <spool_dir>/<msg_id>.stdout|stderr (see the `executions` module).
         "spool_dir": spool.map(|(dir, _)| dir.display().to_string()),
         "spool_max_bytes": spool.map_or(0, |(_, max)| max),
         "namespace": {

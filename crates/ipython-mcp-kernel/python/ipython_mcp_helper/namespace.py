@@ -594,7 +594,7 @@ def _method_remove(params):
     for name in sorted(set(string_list_param(params, "names"))):
         value = user_ns.get(name, _MISSING)
         if is_protected(name, installation.bindings) or (value is not _MISSING and is_hidden(name, value, hidden)):
-            refused.append(name)  # hidden: IPython's own binding, even if SPEC does not name it
+            refused.append(name)  # hidden: IPython's own binding, even if the README's protected list does not name it
         elif value is _MISSING:
             unknown.append(name)
         else:

@@ -124,7 +124,7 @@ def ipython_like_namespace():
         "quit": object(),
         "get_ipython": lambda: None,
         "open": open,
-        "np": object(),  # e.g. %pylab's bindings: hidden but not in SPEC's protected list
+        "np": object(),  # e.g. %pylab's bindings: hidden but not in the documented protected list
     }
     return dict(hidden), hidden
 

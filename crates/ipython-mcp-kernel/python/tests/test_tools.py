@@ -1158,7 +1158,7 @@ def test_limit_exceeded(helper):
 
 
 def test_check_order(helper):
-    """Each check in SPEC order wins over the later ones."""
+    """Each check, in the documented order, wins over the later ones."""
     fixture = Fixture(helper, {"f": coroutine_function, "v": 1, "g": make_adder(), "h": make_adder()})
     # protected before name_not_found
     assert fixture.register_error("_nothing")["code"] == "protected_name"
@@ -1226,7 +1226,7 @@ def test_bad_request_params(helper):
         {"name": "add", "description": ["x"]},
     ):
         assert fixture.error("register_tool", **params)["code"] == "invalid_request", params
-    # The limits are optional: SPEC's defaults apply.
+    # The limits are optional: the documented defaults apply.
     assert fixture.ok("register_tool", name="add")["registration"]["tool_name"] == "add"
     assert fixture.error("tool_catalog", extra=1)["code"] == "invalid_request"
     assert fixture.error("unregister_tool", names="add")["code"] == "invalid_request"
