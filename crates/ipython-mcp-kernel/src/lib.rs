@@ -32,8 +32,8 @@ pub use executions::{
 };
 pub use manager::{KernelManager, Listing, ManagerError, SessionId, StartSpec};
 pub use output::{
-    Code, DisplayItem, ErrorInfo, ExecutionOutput, ExecutionStatus, Interruption, NamespaceOutcome,
-    RuntimeInfo, Truncated,
+    Code, DisplayItem, ErrorInfo, ExecutionId, ExecutionOutput, ExecutionStatus, Interruption,
+    NamespaceOutcome, RuntimeInfo, Truncated,
 };
 pub use payload::Withheld;
 pub use session::{

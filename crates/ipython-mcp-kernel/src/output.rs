@@ -38,6 +38,52 @@ pub enum NamespaceOutcome {
     Unknown,
 }
 
+/// An execution's id (a UUID), as `execute` returns it and `get_output` takes it back.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ExecutionId(String);
+
+impl ExecutionId {
+    /// A fresh, unique id.
+    pub fn generate() -> ExecutionId {
+        ExecutionId(uuid::Uuid::new_v4().to_string())
+    }
+
+    /// The id of a call refused before it became an execution (empty on the wire).
+    pub fn unassigned() -> ExecutionId {
+        ExecutionId(String::new())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// An id as text, e.g. one a client sent back; it names an execution only if one has it.
+impl From<&str> for ExecutionId {
+    fn from(id: &str) -> ExecutionId {
+        ExecutionId(id.to_owned())
+    }
+}
+
+impl From<ExecutionId> for String {
+    fn from(id: ExecutionId) -> String {
+        id.0
+    }
+}
+
+impl std::fmt::Display for ExecutionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl PartialEq<str> for ExecutionId {
+    fn eq(&self, other: &str) -> bool {
+        self.0 == other
+    }
+}
+
 /// Declares [`Code`] once: each variant with its wire name and its standard hint.
 macro_rules! codes {
     ($($(#[$doc:meta])* $variant:ident = $wire:literal, hint: $hint:expr;)*) => {
@@ -222,7 +268,7 @@ pub struct ExecutionOutput {
     pub withheld: Vec<crate::payload::Withheld>,
     pub error: Option<ErrorInfo>,
     pub truncated: Truncated,
-    pub execution_id: String,
+    pub execution_id: ExecutionId,
     pub runtime: RuntimeInfo,
     /// Something the agent must know that happened outside this call (e.g. the kernel died
     /// while idle and was replaced before it).
@@ -236,7 +282,7 @@ pub struct ExecutionOutput {
 
 impl ExecutionOutput {
     /// A result for an operation that never ran (rejected, unavailable, closed).
-    pub fn not_run(execution_id: String, runtime: RuntimeInfo, error: ErrorInfo) -> Self {
+    pub fn not_run(execution_id: ExecutionId, runtime: RuntimeInfo, error: ErrorInfo) -> Self {
         ExecutionOutput {
             ok: false,
             status: ExecutionStatus::Rejected,
@@ -246,7 +292,7 @@ impl ExecutionOutput {
     }
 
     /// An execution that has not finished yet (nothing collected).
-    pub fn pending(execution_id: String, runtime: RuntimeInfo) -> Self {
+    pub fn pending(execution_id: ExecutionId, runtime: RuntimeInfo) -> Self {
         ExecutionOutput {
             ok: true,
             status: ExecutionStatus::Pending,

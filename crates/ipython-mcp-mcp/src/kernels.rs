@@ -331,7 +331,7 @@ impl IpythonMcp {
         let page = match page_request {
             None => None,
             Some(request) => session
-                .page(Some(&output.execution_id), request)
+                .page(Some(output.execution_id.as_str()), request)
                 .await
                 .transpose()?,
         };
@@ -491,7 +491,11 @@ impl IpythonMcp {
                         operation_active: status.operation_active,
                         queue_depth: status.queue_depth,
                         idle_seconds: idle.as_secs_f64(),
-                        executions: handle.execution_ids(),
+                        executions: handle
+                            .execution_ids()
+                            .into_iter()
+                            .map(String::from)
+                            .collect(),
                     }
                 },
             )

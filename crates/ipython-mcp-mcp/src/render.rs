@@ -6,7 +6,7 @@
 
 use base64::Engine as _;
 use ipython_mcp_kernel::{
-    base64_decoded_len, ErrorInfo, ExecutionOutput, ExecutionStatus, RuntimeInfo,
+    base64_decoded_len, ErrorInfo, ExecutionId, ExecutionOutput, ExecutionStatus, RuntimeInfo,
     BINARY_IMAGE_TYPES, SVG_TYPE,
 };
 use rmcp::model::{CallToolResult, ContentBlock as Content, NumberOrString, RequestId};
@@ -34,7 +34,11 @@ pub(crate) fn rejected_execute(request_id: String, error: ErrorInfo) -> CallTool
         interruption: None,
         namespace: None,
     };
-    execution(&ExecutionOutput::not_run(String::new(), runtime, error))
+    execution(&ExecutionOutput::not_run(
+        ExecutionId::unassigned(),
+        runtime,
+        error,
+    ))
 }
 
 pub(crate) fn execution(output: &ExecutionOutput) -> CallToolResult {

@@ -34,7 +34,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::collect::Collector;
-use crate::output::{Code, ErrorInfo, ExecutionOutput, RuntimeInfo};
+use crate::output::{Code, ErrorInfo, ExecutionId, ExecutionOutput, RuntimeInfo};
 use crate::spool::{SpoolFile, SpoolQueue};
 use crate::transcript::LogWriter;
 
@@ -232,7 +232,7 @@ impl Executions {
 
     pub(crate) fn register(
         &self,
-        execution_id: String,
+        execution_id: ExecutionId,
         seq: u64,
         request_id: String,
     ) -> Arc<Record> {
@@ -308,7 +308,7 @@ impl Executions {
     pub(crate) fn find(&self, execution_id: &str) -> Option<Arc<Record>> {
         lock(&self.records)
             .iter()
-            .find(|record| record.execution_id == execution_id)
+            .find(|record| record.execution_id == *execution_id)
             .cloned()
     }
 
@@ -318,7 +318,7 @@ impl Executions {
     }
 
     /// The ids of the remembered executions, newest first.
-    pub(crate) fn ids(&self) -> Vec<String> {
+    pub(crate) fn ids(&self) -> Vec<ExecutionId> {
         lock(&self.records)
             .iter()
             .rev()
@@ -624,7 +624,7 @@ mod tests {
     async fn a_stream_faster_than_the_disk_is_cut_cleanly_and_counted() {
         let executions = Executions::new(SpoolLimits::default());
         executions.open().await;
-        let record = executions.register("e".into(), 1, "r".into());
+        let record = executions.register(ExecutionId::generate(), 1, "r".into());
         let collector = Collector::new(Default::default(), 10, None);
         record.dispatched("m", 0, Arc::new(Mutex::new(collector)));
         let release = crate::spool::tests::stall(executions.queue()).await;

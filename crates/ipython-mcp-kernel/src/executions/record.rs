@@ -5,7 +5,7 @@ use super::*;
 
 /// One execution: admitted, running, or finished.
 pub(crate) struct Record {
-    pub(crate) execution_id: String,
+    pub(crate) execution_id: ExecutionId,
     pub(crate) seq: u64,
     pub(crate) request_id: String,
     pub(crate) enqueued_at: Instant,

@@ -142,7 +142,7 @@ impl SessionHandle {
         // even for concurrent callers. Nothing awaits while it is held.
         let admission = self.shared.admission.lock().expect("admission lock");
         let seq = self.shared.next_seq.fetch_add(1, Ordering::AcqRel);
-        let execution_id = uuid::Uuid::new_v4().to_string();
+        let execution_id = ExecutionId::generate();
         // Executes are remembered (get_output); helper calls are not.
         let record = helper.is_none().then(|| {
             self.shared
@@ -420,7 +420,7 @@ impl SessionHandle {
     }
 
     /// The ids of the executions this session remembers, newest first.
-    pub fn execution_ids(&self) -> Vec<String> {
+    pub fn execution_ids(&self) -> Vec<ExecutionId> {
         self.shared.executions.ids()
     }
 

@@ -46,7 +46,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::executions::{Executions, Record, SpoolLimits};
-use crate::output::{Code, ErrorInfo, ExecutionOutput, RuntimeInfo};
+use crate::output::{Code, ErrorInfo, ExecutionId, ExecutionOutput, RuntimeInfo};
 use crate::status::RuntimeStatus;
 
 /// Everything a session needs to start and run kernels.
@@ -243,7 +243,7 @@ const ABANDONED: u8 = 2;
 /// moves it out releases its queue slot.
 struct Ticket {
     seq: u64,
-    execution_id: String,
+    execution_id: ExecutionId,
     enqueued_at: Instant,
     state: AtomicU8,
     dispatched: Notify,

@@ -486,7 +486,7 @@ async fn a_stalled_spool_disk_stalls_neither_status_nor_another_session() {
     release.send(()).expect("the stall waits");
     let id = output.execution_id.clone();
     let later = stalled
-        .output(Some(&id), Duration::ZERO)
+        .output(Some(id.as_str()), Duration::ZERO)
         .await
         .expect("remembered");
     assert_eq!(later.spool.map(|spool| spool.stdout_bytes), Some(100_001));
@@ -498,7 +498,7 @@ async fn a_stalled_spool_disk_stalls_neither_status_nor_another_session() {
         max_chars: 1_000_000,
     };
     let page = stalled
-        .page(Some(&id), request)
+        .page(Some(id.as_str()), request)
         .await
         .expect("remembered")
         .expect("a page");
@@ -526,7 +526,7 @@ fn helper_outcomes_keep_user_errors_apart_from_failed_calls() {
         ok: true,
         status: ExecutionStatus::Ok,
         error: None,
-        ..ExecutionOutput::pending("e".into(), runtime.clone())
+        ..ExecutionOutput::pending(ExecutionId::generate(), runtime.clone())
     };
     let answered = handle::helper_output(
         finished(),

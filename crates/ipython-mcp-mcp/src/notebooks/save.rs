@@ -134,7 +134,10 @@ async fn with_full_streams(session: &SessionHandle, output: &ExecutionOutput) ->
             pattern: None,
             max_chars: MAX_SAVED_STREAM_CHARS,
         };
-        let Some(Ok(page)) = session.page(Some(&output.execution_id), request).await else {
+        let Some(Ok(page)) = session
+            .page(Some(output.execution_id.as_str()), request)
+            .await
+        else {
             continue;
         };
         if page.lines.is_empty() {
@@ -163,7 +166,7 @@ async fn with_full_streams(session: &SessionHandle, output: &ExecutionOutput) ->
 async fn outputs_to_save(session: &SessionHandle, output: &ExecutionOutput) -> Vec<Output> {
     let Some(saved) = session
         .saved_outputs(
-            &output.execution_id,
+            output.execution_id.as_str(),
             output.execution_count,
             MAX_SAVED_CELL_BYTES,
         )
