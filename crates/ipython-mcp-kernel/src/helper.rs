@@ -15,8 +15,10 @@ use ipython_mcp_jupyter::protocol::{
     CommId, CommMsg, CommOpen, ExecuteRequest, ExecutionState, JupyterMessage,
     JupyterMessageContent, ReplyStatus,
 };
-use ipython_mcp_jupyter::{Channel, Kernel};
+use ipython_mcp_jupyter::Channel;
 use serde_json::{json, Value};
+
+use crate::session::KernelTransport;
 
 /// One module of the helper package: `(name, source)`, `__init__` for the package itself.
 macro_rules! helper_module {
@@ -134,9 +136,10 @@ pub enum InstallError {
     Kernel(#[from] ipython_mcp_jupyter::Error),
 }
 
-/// Installs the helper and opens its comm; returns the comm id.
-pub async fn install(
-    kernel: &Kernel,
+/// Installs the helper and opens its comm; returns the comm id. It only sends requests and reads
+/// their replies, so it works over any kernel transport.
+pub(crate) async fn install(
+    kernel: &dyn KernelTransport,
     limits: &OutputLimits,
     namespace: &Namespace,
     spool: Option<(&std::path::Path, u64)>,
@@ -246,7 +249,7 @@ pub async fn install(
 
 /// Request/reply exchanges during installation, all under one deadline.
 struct Waiter<'a> {
-    kernel: &'a Kernel,
+    kernel: &'a dyn KernelTransport,
     deadline: tokio::time::Instant,
     timeout: Duration,
 }

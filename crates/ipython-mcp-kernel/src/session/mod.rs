@@ -33,6 +33,8 @@ mod prepare;
 mod tests;
 mod transport;
 
+pub(crate) use transport::KernelTransport;
+
 pub use handle::{Interrupted, SessionHandle};
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
