@@ -80,12 +80,6 @@ impl From<SessionId> for String {
     }
 }
 
-impl PartialEq<str> for SessionId {
-    fn eq(&self, other: &str) -> bool {
-        self.0 == other
-    }
-}
-
 /// How a session starts its kernels.
 #[derive(Debug, Clone, PartialEq)]
 pub enum StartSpec {

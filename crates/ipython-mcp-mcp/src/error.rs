@@ -112,21 +112,10 @@ pub(crate) fn notebook_error(error: &ipython_mcp_notebook::Error) -> ErrorInfo {
     )
 }
 
-/// The stable code of an `ipython-mcp-notebook` error (its hint comes with the code).
+/// The stable code of an `ipython-mcp-notebook` error: the crate names it (`Error::code`), and
+/// a name this server does not list would be a bug (`every_notebook_error_has_a_known_code`).
 pub(crate) fn notebook_code(error: &ipython_mcp_notebook::Error) -> Code {
-    use ipython_mcp_notebook::Error;
-    match error {
-        Error::InvalidPath { .. } => Code::InvalidPath,
-        Error::NotFound { .. } => Code::NotebookNotFound,
-        Error::AlreadyExists { .. } => Code::NotebookExists,
-        Error::RevisionConflict { .. } => Code::RevisionConflict,
-        Error::InvalidNotebook { .. } => Code::InvalidNotebook,
-        Error::CellNotFound { .. } => Code::CellNotFound,
-        Error::InvalidArguments { .. } => Code::InvalidArguments,
-        Error::Io { .. } => Code::IoError,
-        // A variant added to the notebook crate and not mapped here yet.
-        _ => Code::InternalError,
-    }
+    Code::from_wire(error.code()).unwrap_or(Code::InternalError)
 }
 
 impl From<ipython_mcp_notebook::Error> for ToolError {
@@ -135,14 +124,48 @@ impl From<ipython_mcp_notebook::Error> for ToolError {
     }
 }
 
-impl From<ToolError> for CallToolResult {
-    fn from(error: ToolError) -> Self {
-        error.into_result()
-    }
-}
-
 impl IntoCallToolResult for ToolError {
     fn into_call_tool_result(self) -> Result<CallToolResponse, rmcp::ErrorData> {
         Ok(self.into_result().into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_notebook_error_has_a_known_code() {
+        use ipython_mcp_notebook::Error;
+        let text = || "x".to_owned();
+        for error in [
+            Error::InvalidPath {
+                path: text(),
+                reason: text(),
+            },
+            Error::NotFound { path: text() },
+            Error::AlreadyExists { path: text() },
+            Error::RevisionConflict {
+                path: text(),
+                expected: text(),
+                actual: text(),
+            },
+            Error::InvalidNotebook {
+                path: text(),
+                problem: text(),
+            },
+            Error::CellNotFound {
+                reference: text(),
+                cells: 0,
+            },
+            Error::InvalidArguments { message: text() },
+            Error::Io {
+                path: text(),
+                message: text(),
+            },
+        ] {
+            assert!(Code::from_wire(error.code()).is_some(), "{error:?}");
+            assert_eq!(notebook_code(&error).as_str(), error.code());
+        }
     }
 }

@@ -53,10 +53,7 @@ impl ServerState {
     /// Stops and forgets a started session: its dynamic tools are forgotten before its kernel
     /// goes, so no listing offers a tool of a session being stopped.
     pub(crate) async fn stop_kernel(&self, id: &str) -> Result<SessionHandle, ManagerError> {
-        let handle = self.kernels.remove(id)?;
-        self.catalog.forget_session(id).await;
-        handle.shutdown().await;
-        Ok(handle)
+        stop(&self.kernels, &self.catalog, id).await
     }
 
     /// Stops started sessions that stay idle past the idle timeout (see `KernelManager`).
@@ -65,10 +62,8 @@ impl ServerState {
         self.kernels.spawn_reaper(move |kernels, id| {
             let catalog = catalog.clone();
             async move {
-                if let Ok(handle) = kernels.remove(id.as_str()) {
-                    catalog.forget_session(id.as_str()).await;
-                    handle.shutdown().await;
-                }
+                // Gone already (a kernel_stop got there first): nothing to do.
+                let _ = stop(&kernels, &catalog, id.as_str()).await;
             }
         });
     }
@@ -82,4 +77,16 @@ impl ServerState {
     pub async fn shutdown(&self) {
         self.kernels.shutdown().await;
     }
+}
+
+/// Removes a started session, forgets its dynamic tools, then shuts its kernel down.
+async fn stop(
+    kernels: &KernelManager,
+    catalog: &Catalog,
+    id: &str,
+) -> Result<SessionHandle, ManagerError> {
+    let handle = kernels.remove(id)?;
+    catalog.forget_session(id).await;
+    handle.shutdown().await;
+    Ok(handle)
 }
