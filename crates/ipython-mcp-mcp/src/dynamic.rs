@@ -443,17 +443,15 @@ fn to_tool(registration: &Registration) -> Tool {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegisterParams {
-    /// The top-level function or class in the kernel to publish (not a dotted path, not a
-    /// name starting with `_`).
+    /// Top-level function or class.
     pub name: String,
-    /// The MCP tool name: an ASCII letter, then letters, digits, `_` or `-` (default: `name`).
+    /// Tool name (default `name`).
     #[serde(default)]
     pub tool_name: Option<String>,
-    /// What the tool does, for the agents that will call it (default: the first paragraph of
-    /// the docstring).
+    /// Default: the docstring's first paragraph.
     #[serde(default)]
     pub description: Option<String>,
-    /// Kernel session id; omit for the `default` session.
+    /// Session id (default `default`).
     #[serde(default)]
     pub kernel: Option<String>,
 }
@@ -473,7 +471,7 @@ pub struct RegisterResult {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UnregisterParams {
-    /// Tool names to remove (as register_tool returned them).
+    /// Tool names.
     pub names: Vec<String>,
 }
 
@@ -507,7 +505,7 @@ const MAX_ARGUMENT_CHARS: usize = 65_536;
 impl crate::server::IpythonMcp {
     #[rmcp::tool(
         name = "register_tool",
-        description = "Publish a function (or class) you defined in the kernel as a new MCP tool, so you and any other client can call it like a built-in tool with validated JSON arguments. Its input schema is generated from the signature's type annotations (str, int, float, bool, None, list/set/tuple/dict[str, T], unions, Optional, Literal); every parameter needs one, and defaults must be JSON values. The tool appears in tools/list (clients are notified) and calls the live function, so redefining its body keeps it working; changing its signature, deleting it, reset, or a kernel restart unpublishes it (calls then get stale_registration: register again). Returns the registration with its input_schema and fingerprint. Use call_function for one-off calls instead.",
+        description = "Publish a top-level function or class as an MCP tool, its input schema from the annotations (str, int, float, bool, None, list/dict[str, T], unions, Literal; JSON defaults). Calls run the live function; a signature change, reset or restart unpublishes it (stale_registration).",
         output_schema = rmcp::handler::server::tool::schema_for_output::<RegisterResult>(),
         annotations(title = "Register a dynamic tool", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -634,7 +632,7 @@ impl crate::server::IpythonMcp {
 
     #[rmcp::tool(
         name = "unregister_tool",
-        description = "Remove dynamic tools you published with register_tool, by tool name; clients are notified that the tool list changed. Idempotent: names that are not registered are listed in `unknown`, built-in tools in `refused` (they cannot be removed). The Python functions themselves stay in the kernel. Returns the catalog `revision` afterwards.",
+        description = "Remove dynamic tools by name (the functions stay). Idempotent: answers `unregistered`, `unknown`, `refused` (built-ins) and the catalog `revision`.",
         output_schema = rmcp::handler::server::tool::schema_for_output::<UnregisterResult>(),
         annotations(title = "Unregister dynamic tools", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]

@@ -31,30 +31,26 @@ const MAX_PATTERN_CHARS: usize = 1000;
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GetOutputParams {
-    /// The `execution_id` from execute (background or not). Omit to get the latest execution
-    /// of `kernel` — e.g. after your call timed out before you saw its id.
+    /// From execute; default: the latest of `kernel`.
     #[serde(default)]
     pub execution_id: Option<String>,
-    /// Kernel session id, used only when `execution_id` is omitted; default `default`.
+    /// Session id (default `default`).
     #[serde(default)]
     pub kernel: Option<String>,
-    /// Wait up to this many seconds (max 300) for the execution to finish before answering;
-    /// 0 (default) answers at once with what has arrived so far.
+    /// Wait up to this long (max 300) for the end.
     #[serde(default)]
     pub wait_seconds: Option<f64>,
-    /// Read the full text of this stream from the on-disk spool (`stdout` or `stderr`) instead
-    /// of only the bounded head. Implied `stdout` when `start_line` or `pattern` is given.
+    /// Page this stream's full text.
     #[serde(default)]
     #[schemars(with = "Option<crate::wire::StreamNameSchema>")]
     pub stream: Option<StreamName>,
-    /// First line of the page, 1-based; negative counts from the end (-50: the last 50 lines).
+    /// First line, 1-based; negative counts from the end.
     #[serde(default)]
     pub start_line: Option<i64>,
-    /// Lines per page (default 200, max 5000); the page is also bounded in characters.
+    /// Lines per page (default 200, max 5000).
     #[serde(default)]
     pub max_lines: Option<usize>,
-    /// A regular expression (Rust regex syntax): return only the lines that match it, with
-    /// their line numbers, e.g. `(?i)error|warn` or `loss: 0\.0[0-4]`.
+    /// Regex: only matching lines, numbered.
     #[serde(default)]
     pub pattern: Option<String>,
 }
@@ -78,8 +74,7 @@ pub struct GetOutputResult {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DiscoverParams {
-    /// Also look for `.venv`/`venv` virtualenvs with ipykernel in this absolute directory and
-    /// its immediate subdirectories (e.g. your project or a folder of projects).
+    /// Absolute directory to scan for `.venv`/`venv`.
     #[serde(default)]
     pub directory: Option<String>,
 }
@@ -133,14 +128,12 @@ pub struct DiscoverResult {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StartParams {
-    /// Which kernel: a kernelspec name (`python3`, `bash`, … as kernel_discover lists),
-    /// `venv:/abs/path/to/project` (its `.venv` or `venv`, or the venv itself), or an absolute
-    /// path to a Python interpreter that has ipykernel.
+    /// Kernelspec name, `venv:/abs/project`, or a Python path with ipykernel.
     pub spec: String,
-    /// Session id to use (letters, digits, `_`, `-`, `.`); default: a generated one (`k1`, …).
+    /// Session id to use (default `k1`, `k2`…).
     #[serde(default)]
     pub kernel: Option<String>,
-    /// Kernel working directory (must exist); default: the venv's project, else the server's.
+    /// Working directory.
     #[serde(default)]
     pub cwd: Option<String>,
 }
@@ -158,7 +151,7 @@ pub struct StartResult {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StopParams {
-    /// The session id to stop (not `default`).
+    /// Session id.
     pub kernel: String,
 }
 
@@ -291,7 +284,7 @@ impl IpythonMcp {
 impl IpythonMcp {
     #[tool(
         name = "get_output",
-        description = "Read the output of an execution: one started with execute(background=true), one still running, or one whose call returned or timed out before you saw the result. Returns the same fields as execute plus `finished`; while it runs, `status` is `pending` and you get what has arrived so far. `wait_seconds` waits (up to 300 s) for it to finish first. Omit execution_id for the latest execution of the kernel. execute keeps only the first characters of long output; the full stdout/stderr is kept on disk for recent executions, and get_output pages it: `stream` + `start_line` (negative: from the end) + `max_lines`, or `pattern` (a regex) to get only matching lines with their numbers. Read-only: never runs code or waits in the kernel's queue.",
+        description = "An execution's output (default: the kernel's latest): execute's fields plus `finished`; can wait for the end. Pages the full stdout/stderr kept on disk by line or `pattern`. Never queues.",
         output_schema = schema_for_output::<GetOutputResult>(),
         annotations(title = "Get execution output", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -350,7 +343,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "kernel_discover",
-        description = "List the kernels kernel_start can start: registered Jupyter kernelspecs (name, language, display name) and, when you pass `directory`, the project virtualenvs (.venv/venv with ipykernel) in it and its subdirectories, named `venv:/path`. Use it before kernel_start to run code in a project's own environment or another language. Re-scans every call; changes nothing.",
+        description = "What kernel_start can start: Jupyter kernelspecs (name, language, helper support) and, with `directory`, virtualenvs with ipykernel in it and its subdirectories (`venv:/path`). Read-only.",
         output_schema = schema_for_output::<DiscoverResult>(),
         annotations(title = "Discover kernels", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -408,7 +401,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "kernel_start",
-        description = "Start another kernel session and return its id; pass that id as `kernel` to execute and every other tool. `spec` is a kernelspec name from kernel_discover, `venv:/path/to/project` to use a project's virtualenv, or an interpreter path. Sessions are independent: separate processes, namespaces and queues, so one can run a long job while you work in another. Waits until the kernel is ready (or reports why it is not). Limited to max_kernels sessions; started sessions idle for the idle timeout (15 min by default) are stopped.",
+        description = "Start another kernel session and wait until it is ready; pass its id as `kernel` to other tools. Sessions have separate processes, namespaces and queues; idle ones stop after 15 min.",
         output_schema = schema_for_output::<StartResult>(),
         annotations(title = "Start a kernel", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
@@ -460,7 +453,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "kernel_list",
-        description = "List the running kernel sessions: id, what each was started from, state, pid, language, working directory, whether it is busy, how long it has been idle, and its recent execution ids (for get_output). Answers without waiting on any kernel; changes nothing.",
+        description = "Running sessions: id, spec, state, pid, language, cwd, busy, idle seconds, recent execution ids.",
         output_schema = schema_for_output::<KernelListResult>(),
         annotations(title = "List kernels", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -515,7 +508,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "kernel_stop",
-        description = "Stop a kernel session started with kernel_start: its running code is interrupted, its queued calls end with runtime_closed, its process is terminated, and its variables and recorded outputs are gone. The `default` session cannot be stopped (use kernel_restart or reset).",
+        description = "Stop a session started with kernel_start: running code interrupted, queued calls runtime_closed, namespace gone. Not `default`.",
         output_schema = schema_for_output::<StopResult>(),
         annotations(title = "Stop a kernel", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]

@@ -16,6 +16,7 @@ mod namespace;
 mod notebooks;
 mod peers;
 mod render;
+mod schema;
 mod server;
 mod state;
 mod wire;

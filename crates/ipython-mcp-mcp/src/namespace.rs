@@ -27,7 +27,7 @@ const MAX_NAME_CHARS: usize = 512;
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KernelParams {
-    /// Kernel session id; omit for the `default` session.
+    /// Session id (default `default`).
     #[serde(default)]
     pub kernel: Option<String>,
 }
@@ -35,15 +35,15 @@ pub struct KernelParams {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchParams {
-    /// Text to look for in top-level names (case-insensitive substring unless `exact`).
+    /// Text to find in names.
     pub query: String,
-    /// Match the whole name exactly (default false).
+    /// Whole-name matches only.
     #[serde(default)]
     pub exact: bool,
-    /// Most results to return (default and maximum: the server's max_results).
+    /// Most results (default: the server's max).
     #[serde(default)]
     pub limit: Option<u32>,
-    /// Kernel session id; omit for the `default` session.
+    /// Session id (default `default`).
     #[serde(default)]
     pub kernel: Option<String>,
 }
@@ -51,10 +51,9 @@ pub struct SearchParams {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NameParams {
-    /// A top-level name or a dotted attribute path (`df.columns`, `mymod.helper`), resolved by
-    /// attribute access, never evaluated.
+    /// Name or dotted attribute path.
     pub name: String,
-    /// Kernel session id; omit for the `default` session.
+    /// Session id (default `default`).
     #[serde(default)]
     pub kernel: Option<String>,
 }
@@ -62,12 +61,12 @@ pub struct NameParams {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CallParams {
-    /// The callable: a top-level name or dotted attribute path, resolved by attribute access.
+    /// Callable name or dotted path.
     pub name: String,
-    /// Keyword arguments as a JSON object (`{"x": 1, "label": "a"}`); omit for none.
+    /// Keyword arguments.
     #[serde(default)]
     pub arguments: Option<serde_json::Map<String, Value>>,
-    /// Kernel session id; omit for the `default` session.
+    /// Session id (default `default`).
     #[serde(default)]
     pub kernel: Option<String>,
 }
@@ -75,9 +74,9 @@ pub struct CallParams {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModulesParams {
-    /// Names of already-imported modules to reload, e.g. `["mylib", "mylib.io"]`.
+    /// Imported module names.
     pub modules: Vec<String>,
-    /// Kernel session id; omit for the `default` session.
+    /// Session id (default `default`).
     #[serde(default)]
     pub kernel: Option<String>,
 }
@@ -85,9 +84,9 @@ pub struct ModulesParams {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NamesParams {
-    /// Top-level names to delete from the namespace.
+    /// Top-level names.
     pub names: Vec<String>,
-    /// Kernel session id; omit for the `default` session.
+    /// Session id (default `default`).
     #[serde(default)]
     pub kernel: Option<String>,
 }
@@ -403,7 +402,7 @@ fn typed<T: Serialize + DeserializeOwned + Default>(
 impl IpythonMcp {
     #[tool(
         name = "list",
-        description = "List the callables (functions, classes, other callables) defined at the top level of the kernel's namespace, sorted by name, each with its signature, module and the first paragraph of its docstring (bounded; `truncated` flags say what was cut). Use it to see what you can call with call_function or publish as a tool, without running code. Changes nothing. Use search to find variables and modules too, inspect for one object in depth.",
+        description = "Callables at the top level of the namespace, sorted: signature, module, first docstring paragraph. Read-only; search also finds variables, inspect goes deep.",
         output_schema = with_runtime(schema_for_output::<ListResult>()),
         annotations(title = "List callables", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -425,7 +424,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "search",
-        description = "Find top-level names in the kernel's namespace (variables, functions, classes, modules) whose name contains `query` (case-insensitive; `exact: true` for whole-name matches). Returns each match's kind, type, module and a bounded repr, exact matches first, then by name; `truncated` says when there were more than `limit`. Changes nothing and runs no user code except the objects' __repr__. Prefer it to printing dir() or globals().",
+        description = "Top-level names (variables, functions, classes, modules) containing `query`, case-insensitive: kind, type, module, bounded repr. Read-only. Better than printing dir().",
         output_schema = with_runtime(schema_for_output::<SearchResult>()),
         annotations(title = "Search the namespace", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -449,7 +448,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "inspect",
-        description = "Describe one object by name or dotted attribute path (e.g. `df`, `model.fit`, `np.linalg`): kind, qualified type, whether it is callable, signature, module, documentation and a bounded repr, with per-field `truncated` flags. The path is resolved attribute by attribute, never evaluated; a missing name is `name_not_found`; an attribute access, repr, docstring or signature that raises is `execution_error`, with `resolved` (how far the path got) or the fields that did work. Changes nothing. Use it before call_function to learn a signature.",
+        description = "One object by name or dotted path (`df.columns`), never evaluated: kind, qualified type, callable, signature, module, docs, bounded repr. Read-only; use it to learn a signature.",
         output_schema = with_runtime(schema_for_output::<InspectResult>()),
         annotations(title = "Inspect an object", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -472,7 +471,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "call_function",
-        description = "Call a live function (or class, or method via a dotted path) in the kernel with JSON keyword arguments, exactly once, and get its return value back as JSON (bounded in depth, items and characters; `truncated` says if it was cut). Errors: `name_not_found`, `not_callable`, `invalid_arguments` (the arguments do not bind to the signature; nothing ran), `execution_error` (it raised: ename, evalue, traceback), `result_not_json` (it returned something JSON cannot carry: return plain data instead). Use it instead of execute when you only need a function's result: no code string, no quoting. It runs user code, so it may change state.",
+        description = "Call a live callable (dotted path allowed) once with JSON keyword `arguments`; returns its value as bounded JSON. invalid_arguments means nothing ran. Simpler than execute for a result.",
         output_schema = with_runtime(schema_for_output::<CallResult>()),
         annotations(title = "Call a function", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
     )]
@@ -501,7 +500,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "reload",
-        description = "Reload already-imported modules after you edited their files (the build-import-edit-reload loop), and rebind every namespace name that pointed at them or at their attributes (`from mod import f` gets the new `f`). Reports per module: `ok`, `rebound` names, or an error (`module_not_found` if it was never imported; `execution_error` for a syntax error in the edited file, in which case the old module stays usable). Only the named modules are reloaded; dependencies are never guessed.",
+        description = "Reload imported modules after editing their files, and rebind names taken from them (`from m import f`). Per module: rebound names, or an error (a syntax error keeps the old module).",
         output_schema = with_runtime(schema_for_output::<ReloadResult>()),
         annotations(title = "Reload modules", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = true)
     )]
@@ -537,7 +536,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "remove",
-        description = "Delete top-level names from the kernel's namespace (to free memory or clean up). Answers with the unique requested names sorted into `removed`, `refused` (protected: names starting with `_`, IPython's In/Out/get_ipython/exit/quit/open, and configured preloaded or aliased modules) and `unknown` (not defined). Repeating it removes nothing more. Use reset to clear everything instead.",
+        description = "Delete top-level names. Answers `removed`, `refused` (protected: `_`-prefixed, In/Out/get_ipython/exit/quit/open, configured modules) and `unknown`.",
         output_schema = with_runtime(schema_for_output::<RemoveResult>()),
         annotations(title = "Remove names", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
@@ -560,7 +559,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "reset",
-        description = "Clear the kernel's namespace without restarting it: removes every name you created (sorted in `removed`), keeps protected names, re-imports configured preloaded and aliased modules, unregisters the kernel's dynamic tools, and keeps the execution count. Imported modules stay imported (sys.modules is untouched). A repeated reset removes nothing. Use remove for individual names.",
+        description = "Delete every name you created, in place: protected names stay, configured modules are re-imported, this kernel's dynamic tools go, the execution count stays. Returns `removed`.",
         output_schema = with_runtime(schema_for_output::<ResetResult>()),
         annotations(title = "Reset the namespace", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{ToolError, ToolResult};
 use crate::peers::Peers;
 use crate::render;
+use crate::schema;
 use crate::state::ServerState;
 
 /// The toolset a built-in tool belongs to (`None`: a core tool, always offered).
@@ -41,23 +42,15 @@ pub const MAX_CODE_BYTES: usize = 1024 * 1024;
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecuteParams {
-    /// Python source to run, exactly as in a notebook cell (IPython syntax: magics like
-    /// `%timeit` and `!ls` work). The value of a final expression is returned in `result`.
+    /// Python source, as in a notebook cell.
     pub code: String,
-    /// Kernel session id; omit for the `default` session.
+    /// Session id (default `default`).
     #[serde(default)]
     pub kernel: Option<String>,
-    /// Deadline in seconds, counted from when the code starts running (queue time excluded).
-    /// Defaults to the server's operation timeout (30 s unless configured); at most the
-    /// server's max timeout. On expiry the kernel is interrupted; if it does not stop within
-    /// the grace period it is replaced and the namespace is lost (see `runtime.namespace`).
-    /// With `background`, the default is the server's max timeout (1 hour unless configured).
+    /// Seconds from the start of the run (default 30; background: the max).
     #[serde(default)]
     pub timeout_seconds: Option<f64>,
-    /// Return at once with `status: pending` and an `execution_id` instead of waiting: for
-    /// training loops, downloads and anything longer than a few seconds. The code runs and its
-    /// output is collected as usual; poll it with get_output (which can also wait), stop it
-    /// with interrupt. Later calls to this kernel queue behind it.
+    /// Return at once with an execution_id; the code keeps running.
     #[serde(default)]
     pub background: bool,
 }
@@ -66,11 +59,10 @@ pub struct ExecuteParams {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StatusParams {
-    /// Kernel session id; omit for the `default` session.
+    /// Session id (default `default`).
     #[serde(default)]
     pub kernel: Option<String>,
-    /// Or a notebook path (relative to the workspace root): the session that runs that
-    /// notebook's cells. Exclusive with `kernel`.
+    /// Or the session of this notebook path.
     #[serde(default)]
     pub notebook: Option<String>,
 }
@@ -151,8 +143,14 @@ impl IpythonMcp {
             }
         }
         for route in router.map.values_mut() {
-            if let Some(schema) = &route.attr.output_schema {
-                route.attr.output_schema = Some(Arc::new(render::admitting_failure(schema)));
+            route.attr.input_schema = Arc::new(schema::compact(
+                &route.attr.input_schema,
+                schema::Side::Input,
+            ));
+            if let Some(output) = &route.attr.output_schema {
+                let output = render::admitting_failure(output);
+                route.attr.output_schema =
+                    Some(Arc::new(schema::compact(&output, schema::Side::Output)));
             }
         }
         router
@@ -233,6 +231,24 @@ impl IpythonMcp {
         Ok(self.kernels().get(kernel)?)
     }
 
+    /// Arguments sent as JSON strings where the tool's schema declares another type become
+    /// that type (see `schema::coerce`); the log names the fields, never their values.
+    fn coerce_arguments(&self, request: &mut rmcp::model::CallToolRequestParams) {
+        let Some(arguments) = request.arguments.as_mut() else {
+            return;
+        };
+        let changed = match self.tool_router.get(&request.name) {
+            Some(tool) => schema::coerce(arguments, &tool.input_schema),
+            None => match self.state.catalog().get_tool(&request.name) {
+                Some(tool) => schema::coerce(arguments, &tool.input_schema),
+                None => return,
+            },
+        };
+        if !changed.is_empty() {
+            tracing::debug!(tool = %request.name, fields = ?changed, "arguments sent as strings coerced");
+        }
+    }
+
     fn check_execute(&self, params: &ExecuteParams) -> Result<Option<Duration>, Box<ErrorInfo>> {
         if params.code.len() > MAX_CODE_BYTES {
             return Err(Box::new(
@@ -271,19 +287,7 @@ impl IpythonMcp {
 impl IpythonMcp {
     #[tool(
         name = "execute",
-        description = "Run Python code in a persistent IPython kernel and return its output. \
-Variables, functions, classes and imports persist between calls, so build state step by step \
-instead of re-running everything. Returns stdout/stderr (bounded: the first characters are kept \
-and `*_omitted_chars` says exactly how much was cut), rich displays (images come back as image \
-content), the final expression's value in `result`, and on failure a structured `error` \
-(`execution_error` with ename/evalue/traceback when your code raised). `ok` is false when the \
-code raised or did not finish; `runtime.namespace` then tells whether your variables survived \
-(`preserved`) or the kernel was replaced (`reset`: re-run your setup). Prefer printing summaries \
-(df.head(), len(x)) over whole objects. If your client sends a progress token, you get a progress \
-notification with the latest output line about once a second while the code runs. Use runtime_status to \
-check on the kernel without running code, interrupt to stop it. For anything longer than a few seconds \
-(training, downloads, big loops) pass background=true: it returns at once with an execution_id, and get_output \
-reads the output so far or waits for the end. Long output is kept in full on disk; get_output pages or greps it.",
+        description = "Run Python (IPython syntax) in a persistent kernel; state persists across calls. Returns bounded stdout/stderr (exact omitted counts), displays (images as image content), the last value in `result`, `error` if it raised; `runtime.namespace` says if state was `reset`. Long jobs: background=true returns an execution_id at once, for get_output.",
         output_schema = schema_for_output::<crate::wire::ExecutionOutputSchema>(),
         annotations(title = "Execute Python", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
     )]
@@ -356,7 +360,7 @@ reads the output so far or waits for the end. Long output is kept in full on dis
 
     #[tool(
         name = "interrupt",
-        description = "Stop the code running in a kernel right now, like Jupyter's interrupt button, and wait until it has stopped. Use it when an execute or call_function is taking too long (from another client, or when your client cannot cancel). The kernel gets SIGINT; code that stops keeps the namespace (`namespace: preserved`); code that ignores it is killed after the grace period and the kernel replaced (`reset`). The interrupted call itself answers `operation_cancelled`. Queued calls are not touched. Does nothing when the kernel is idle (`interrupted: false`).",
+        description = "Stop the running code and wait: namespace `preserved`, or `reset` if it ignored SIGINT and the kernel was replaced. That call answers operation_cancelled; queued calls stay.",
         output_schema = schema_for_output::<InterruptResult>(),
         annotations(title = "Interrupt the kernel", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
@@ -396,7 +400,7 @@ reads the output so far or waits for the end. Long output is kept in full on dis
 
     #[tool(
         name = "kernel_restart",
-        description = "Restart a kernel: replace it with a fresh one (a warm spare when ready, so it takes milliseconds) after the calls queued before it. Every variable, import and function is gone afterwards, the execution count starts over, the configured preloads and aliases are back, and `epoch` advances. Use it to start clean or to recover an `unavailable` session; use reset to clear names without a new process, and interrupt to stop running code. Returns the session's status after the restart.",
+        description = "Replace the kernel with a fresh one after the calls queued before it: names gone, count from 1, `epoch` + 1. Recovers an `unavailable` session. Returns the status.",
         output_schema = schema_for_output::<StatusResult>(),
         annotations(title = "Restart the kernel", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
@@ -418,12 +422,7 @@ reads the output so far or waits for the end. Long output is kept in full on dis
 
     #[tool(
         name = "runtime_status",
-        description = "Report the state of a kernel session without running code or waiting in its \
-queue (safe to call while an execute is running): state (starting/ready/busy/recovering/unavailable/closed), \
-epoch (advances each time the kernel is replaced), queue depth, the latest interruption and namespace \
-outcome, the kernel process (pid, Python, ipykernel, working directory), provisioning progress of the Python environment, \
-and the error that made it unavailable. Never returns code, arguments or values. Call it when execute \
-answers runtime_unavailable or seems slow, or to learn which Python you are running.",
+        description = "A session's state, epoch, queue, last interruption, kernel (pid, Python, cwd), environment setup, and why it is unavailable. Answers at once, even while code runs.",
         output_schema = schema_for_output::<StatusResult>(),
         annotations(title = "Runtime status", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -480,9 +479,10 @@ to check the kernel without running code. This is not a sandbox: code runs with 
 
     async fn call_tool(
         &self,
-        request: rmcp::model::CallToolRequestParams,
+        mut request: rmcp::model::CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+        self.coerce_arguments(&mut request);
         if self.tool_router.has_route(&request.name) {
             let tool = request.name.to_string();
             let request_id = render::request_id(&context.id);

@@ -147,8 +147,8 @@ async fn notebooks_are_edited_executed_and_saved_as_jupyter_would() {
     // Insert a code cell and run it: outputs saved, count set, id kept.
     let inserted = server
         .call(
-            "notebook_insert_cell",
-            json!({"path": nb, "source": "x = 21\nprint('hi')\nx * 2", "expected_revision": first_revision}),
+            "notebook_edit",
+            json!({"action": "insert", "path": nb, "source": "x = 21\nprint('hi')\nx * 2", "expected_revision": first_revision}),
         )
         .await;
     assert!(inserted.ok(), "{inserted:?}");
@@ -270,7 +270,10 @@ async fn notebooks_are_edited_executed_and_saved_as_jupyter_would() {
     assert_eq!(text[2999], format!("line 02999 {}\n", "x".repeat(40)));
     workspace.keep(nb);
     let removed = server
-        .call("notebook_delete_cell", json!({"path": nb, "index": 4}))
+        .call(
+            "notebook_edit",
+            json!({"action": "delete", "path": nb, "index": 4}),
+        )
         .await;
     assert!(removed.ok(), "{removed:?}");
     workspace.keep(nb);
@@ -278,8 +281,8 @@ async fn notebooks_are_edited_executed_and_saved_as_jupyter_would() {
     // Ids survive source edits, moves and re-execution.
     let updated = server
         .call(
-            "notebook_update_cell",
-            json!({"path": nb, "cell_id": code_id, "source": "x = 50\nx"}),
+            "notebook_edit",
+            json!({"action": "update", "path": nb, "cell_id": code_id, "source": "x = 50\nx"}),
         )
         .await;
     assert!(updated.ok(), "{updated:?}");
@@ -287,8 +290,8 @@ async fn notebooks_are_edited_executed_and_saved_as_jupyter_would() {
     workspace.keep(nb);
     let moved = server
         .call(
-            "notebook_move_cell",
-            json!({"path": nb, "index": 1, "to_index": 3}),
+            "notebook_edit",
+            json!({"action": "move", "path": nb, "index": 1, "to_index": 3}),
         )
         .await;
     assert!(moved.ok(), "{moved:?}");
@@ -312,8 +315,8 @@ async fn notebooks_are_edited_executed_and_saved_as_jupyter_would() {
     // Metadata of a cell and of the notebook.
     let tagged = server
         .call(
-            "notebook_set_metadata",
-            json!({"path": nb, "cell_id": code_id, "metadata": {"tags": ["answer"]}}),
+            "notebook_edit",
+            json!({"action": "set_metadata", "path": nb, "cell_id": code_id, "metadata": {"tags": ["answer"]}}),
         )
         .await;
     assert!(tagged.ok(), "{tagged:?}");
@@ -322,8 +325,8 @@ async fn notebooks_are_edited_executed_and_saved_as_jupyter_would() {
     metadata["x-project"] = json!({"owner": "agent"});
     let set = server
         .call(
-            "notebook_set_metadata",
-            json!({"path": nb, "metadata": metadata}),
+            "notebook_edit",
+            json!({"action": "set_metadata", "path": nb, "metadata": metadata}),
         )
         .await;
     assert!(set.ok(), "{set:?}");
@@ -339,7 +342,10 @@ async fn notebooks_are_edited_executed_and_saved_as_jupyter_would() {
 
     // Clear outputs, delete a cell.
     let cleared = server
-        .call("notebook_clear_outputs", json!({"path": nb}))
+        .call(
+            "notebook_edit",
+            json!({"action": "clear_outputs", "path": nb}),
+        )
         .await;
     assert!(cleared.ok(), "{cleared:?}");
     workspace.keep(nb);
@@ -351,7 +357,10 @@ async fn notebooks_are_edited_executed_and_saved_as_jupyter_would() {
         }
     }
     let deleted = server
-        .call("notebook_delete_cell", json!({"path": nb, "index": 1}))
+        .call(
+            "notebook_edit",
+            json!({"action": "delete", "path": nb, "index": 1}),
+        )
         .await;
     assert!(deleted.ok(), "{deleted:?}");
     assert_eq!(deleted.structured["cell_count"], 3);
@@ -361,28 +370,28 @@ async fn notebooks_are_edited_executed_and_saved_as_jupyter_would() {
     let before = workspace.read(nb);
     for (tool, arguments) in [
         (
-            "notebook_insert_cell",
-            json!({"path": nb, "source": "1", "expected_revision": first_revision}),
+            "notebook_edit",
+            json!({"action": "insert", "path": nb, "source": "1", "expected_revision": first_revision}),
         ),
         (
-            "notebook_update_cell",
-            json!({"path": nb, "index": 0, "source": "1", "expected_revision": first_revision}),
+            "notebook_edit",
+            json!({"action": "update", "path": nb, "index": 0, "source": "1", "expected_revision": first_revision}),
         ),
         (
-            "notebook_delete_cell",
-            json!({"path": nb, "index": 0, "expected_revision": first_revision}),
+            "notebook_edit",
+            json!({"action": "delete", "path": nb, "index": 0, "expected_revision": first_revision}),
         ),
         (
-            "notebook_move_cell",
-            json!({"path": nb, "index": 0, "to_index": 1, "expected_revision": first_revision}),
+            "notebook_edit",
+            json!({"action": "move", "path": nb, "index": 0, "to_index": 1, "expected_revision": first_revision}),
         ),
         (
-            "notebook_clear_outputs",
-            json!({"path": nb, "expected_revision": first_revision}),
+            "notebook_edit",
+            json!({"action": "clear_outputs", "path": nb, "expected_revision": first_revision}),
         ),
         (
-            "notebook_set_metadata",
-            json!({"path": nb, "metadata": {}, "expected_revision": first_revision}),
+            "notebook_edit",
+            json!({"action": "set_metadata", "path": nb, "metadata": {}, "expected_revision": first_revision}),
         ),
         (
             "notebook_execute_cell",
@@ -422,8 +431,8 @@ async fn notebooks_are_edited_executed_and_saved_as_jupyter_would() {
     );
     let slow = server
         .call(
-            "notebook_insert_cell",
-            json!({"path": nb, "source": source}),
+            "notebook_edit",
+            json!({"action": "insert", "path": nb, "source": source}),
         )
         .await;
     let slow_id = slow.structured["cell"]["id"]
@@ -624,23 +633,32 @@ async fn bad_paths_are_refused_before_any_file_access() {
             ("notebook_create", json!({"path": path})),
             ("notebook_read", json!({"path": path})),
             ("notebook_revision", json!({"path": path})),
-            ("notebook_insert_cell", json!({"path": path, "source": "1"})),
-            ("notebook_clear_outputs", json!({"path": path})),
             (
-                "notebook_set_metadata",
-                json!({"path": path, "metadata": {}}),
+                "notebook_edit",
+                json!({"action": "insert", "path": path, "source": "1"}),
+            ),
+            (
+                "notebook_edit",
+                json!({"action": "clear_outputs", "path": path}),
+            ),
+            (
+                "notebook_edit",
+                json!({"action": "set_metadata", "path": path, "metadata": {}}),
             ),
             ("notebook_execute", json!({"path": path, "code": "1"})),
             ("notebook_session", json!({"path": path})),
             ("notebook_session_close", json!({"path": path})),
             (
-                "notebook_update_cell",
-                json!({"path": path, "index": 0, "source": "1"}),
+                "notebook_edit",
+                json!({"action": "update", "path": path, "index": 0, "source": "1"}),
             ),
-            ("notebook_delete_cell", json!({"path": path, "index": 0})),
             (
-                "notebook_move_cell",
-                json!({"path": path, "index": 0, "to_index": 0}),
+                "notebook_edit",
+                json!({"action": "delete", "path": path, "index": 0}),
+            ),
+            (
+                "notebook_edit",
+                json!({"action": "move", "path": path, "index": 0, "to_index": 0}),
             ),
             ("notebook_execute_cell", json!({"path": path, "index": 0})),
             ("runtime_status", json!({"notebook": path})),
@@ -686,15 +704,15 @@ async fn bad_paths_are_refused_before_any_file_access() {
         .await;
     let both = server
         .call(
-            "notebook_delete_cell",
-            json!({"path": "n.ipynb", "index": 0, "cell_id": "x"}),
+            "notebook_edit",
+            json!({"action": "delete", "path": "n.ipynb", "index": 0, "cell_id": "x"}),
         )
         .await;
     assert_eq!(both.structured["error"]["code"], "invalid_arguments");
     let none = server
         .call(
-            "notebook_delete_cell",
-            json!({"path": "n.ipynb", "cell_id": "nope"}),
+            "notebook_edit",
+            json!({"action": "delete", "path": "n.ipynb", "cell_id": "nope"}),
         )
         .await;
     assert_eq!(none.structured["error"]["code"], "cell_not_found");
@@ -743,8 +761,8 @@ async fn older_notebooks_get_ids_on_first_write_and_keep_unknown_fields() {
 
     let updated = server
         .call(
-            "notebook_update_cell",
-            json!({"path": "old.ipynb", "index": 0, "source": "# Upgraded"}),
+            "notebook_edit",
+            json!({"action": "update", "path": "old.ipynb", "index": 0, "source": "# Upgraded"}),
         )
         .await;
     assert!(updated.ok(), "{updated:?}");
@@ -768,8 +786,8 @@ async fn older_notebooks_get_ids_on_first_write_and_keep_unknown_fields() {
     // The ids stay put from now on.
     let moved = server
         .call(
-            "notebook_move_cell",
-            json!({"path": "old.ipynb", "cell_id": ids[1], "to_index": 0}),
+            "notebook_edit",
+            json!({"action": "move", "path": "old.ipynb", "cell_id": ids[1], "to_index": 0}),
         )
         .await;
     assert!(moved.ok(), "{moved:?}");
@@ -863,8 +881,8 @@ async fn a_killed_write_leaves_the_old_file_intact() {
     let started = Instant::now();
     let timed = server
         .call(
-            "notebook_insert_cell",
-            json!({"path": "big.ipynb", "source": "timed", "index": 0}),
+            "notebook_edit",
+            json!({"action": "insert", "path": "big.ipynb", "source": "timed", "index": 0}),
         )
         .await;
     assert!(timed.ok(), "{timed:?}");
@@ -886,9 +904,8 @@ async fn a_killed_write_leaves_the_old_file_intact() {
         let server = Server::start_unready(Family::Handshake, &env).await;
         let peer = server.client.peer().clone();
         let mut writing = tokio::spawn(async move {
-            let arguments =
-                json!({"path": "big.ipynb", "source": format!("attempt {step}"), "index": 0});
-            let request = rmcp::model::CallToolRequestParams::new("notebook_insert_cell")
+            let arguments = json!({"action": "insert", "path": "big.ipynb", "source": format!("attempt {step}"), "index": 0});
+            let request = rmcp::model::CallToolRequestParams::new("notebook_edit")
                 .with_arguments(arguments.as_object().cloned().expect("object"));
             // The server may die under it: then an error is expected.
             peer.call_tool(request)
@@ -1173,8 +1190,8 @@ jupytext.write(nb, sys.argv[1], fmt="py:percent")
     assert_eq!(theirs["metadata"], ours["metadata"]);
     let updated = server
         .call(
-            "notebook_update_cell",
-            json!({"path": "theirs.py", "index": 1, "source": "# Changed\n\ntext"}),
+            "notebook_edit",
+            json!({"action": "update", "path": "theirs.py", "index": 1, "source": "# Changed\n\ntext"}),
         )
         .await;
     assert!(updated.ok(), "{updated:?}");
@@ -1513,8 +1530,8 @@ async fn percent_scripts_are_written_byte_for_byte_as_jupytext_writes_them() {
     {
         let set = server
             .call(
-                "notebook_set_metadata",
-                json!({"path": "quoted.py", "metadata": {"kernelspec": kernelspec}}),
+                "notebook_edit",
+                json!({"action": "set_metadata", "path": "quoted.py", "metadata": {"kernelspec": kernelspec}}),
             )
             .await;
         assert!(set.ok(), "{set:?}");
@@ -1573,5 +1590,61 @@ async fn an_oversized_image_is_downscaled_for_the_agent_and_saved_whole_in_the_n
         original,
         "the notebook keeps the original, as Jupyter would"
     );
+    server.stop().await;
+}
+
+/// `notebook_edit` takes only the fields its action uses: anything else, or a missing one, is
+/// `invalid_arguments` naming it, and the file stays byte for byte as it was.
+#[tokio::test]
+async fn notebook_edit_refuses_fields_its_action_does_not_use() {
+    let workspace = Workspace::new();
+    let server = Server::start_unready(
+        Family::Handshake,
+        &[("IPYTHON_MCP_WORKSPACE_ROOT", &workspace.env())],
+    )
+    .await;
+    let created = server
+        .call(
+            "notebook_create",
+            json!({"path": "e.ipynb", "cells": [{"source": "1"}]}),
+        )
+        .await;
+    assert!(created.ok(), "{created:?}");
+    let before = std::fs::read(workspace.root().join("e.ipynb")).expect("read");
+    for (arguments, named) in [
+        (json!({"action": "insert", "source": "2", "to_index": 1}), "to_index"),
+        (json!({"action": "insert", "source": "2", "cell_id": "x"}), "cell_id"),
+        (json!({"action": "insert"}), "source"),
+        (json!({"action": "update", "index": 0}), "source"),
+        (json!({"action": "delete", "index": 0, "source": "x"}), "source"),
+        (json!({"action": "move", "index": 0}), "to_index"),
+        (json!({"action": "clear_outputs", "metadata": {}}), "metadata"),
+        (json!({"action": "set_metadata", "index": 0}), "metadata"),
+        (json!({"action": "rename", "index": 0}), "action"),
+    ] {
+        let mut arguments = arguments;
+        arguments["path"] = json!("e.ipynb");
+        let refused = server.call("notebook_edit", arguments.clone()).await;
+        assert!(refused.is_error, "{arguments}: {refused:?}");
+        assert_eq!(
+            refused.structured["error"]["code"], "invalid_arguments",
+            "{arguments}: {refused:?}"
+        );
+        let message = refused.structured["error"]["message"]
+            .as_str()
+            .expect("message");
+        assert!(message.contains(named), "{arguments}: {message}");
+    }
+    let after = std::fs::read(workspace.root().join("e.ipynb")).expect("read");
+    assert_eq!(before, after, "nothing was written");
+    // The same fields with the action that uses them work.
+    let moved = server
+        .call(
+            "notebook_edit",
+            json!({"action": "insert", "path": "e.ipynb", "source": "2", "index": 0}),
+        )
+        .await;
+    assert_eq!(moved.structured["cell"]["index"], 0, "{moved:?}");
+    assert_eq!(moved.structured["cell_count"], 2);
     server.stop().await;
 }

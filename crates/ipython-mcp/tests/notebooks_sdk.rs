@@ -56,6 +56,14 @@ async fn the_python_sdk_validates_every_notebook_tool_result() {
             calls["notebook_read"][1]["structured"]["error"]["code"],
             "invalid_path"
         );
+        let coerced = &calls["notebook_read"][2];
+        assert_eq!(coerced["is_error"], false, "{run}");
+        assert_eq!(
+            coerced["structured"]["cells"].as_array().map(Vec::len),
+            Some(1),
+            "{run}"
+        );
+        assert_eq!(coerced["structured"]["next_index"], 1, "{run}");
         assert_eq!(
             calls["runtime_status"][0]["structured"]["kernel_id"],
             calls["notebook_session"][0]["structured"]["kernel"]
@@ -64,18 +72,13 @@ async fn the_python_sdk_validates_every_notebook_tool_result() {
             calls["notebook_session_close"][0]["structured"]["stopped"],
             true
         );
-        for tool in [
-            "notebook_create",
-            "notebook_insert_cell",
-            "notebook_update_cell",
-            "notebook_revision",
-            "notebook_move_cell",
-            "notebook_clear_outputs",
-            "notebook_set_metadata",
-            "notebook_delete_cell",
-            "notebook_session",
-        ] {
+        for tool in ["notebook_create", "notebook_revision", "notebook_session"] {
             assert_eq!(calls[tool][0]["is_error"], false, "{tool}: {run}");
+        }
+        let edits = calls["notebook_edit"].as_array().expect("edits");
+        assert_eq!(edits.len(), 6, "{run}");
+        for edit in edits {
+            assert_eq!(edit["is_error"], false, "{edit}: {run}");
         }
     }
 }

@@ -28,20 +28,22 @@ async def session(binary, mode):
     async with Client(params, mode=mode) as client:
         for tool, arguments in [
             ("notebook_create", {"path": notebook, "cells": [{"source": "1 + 1"}]}),
-            ("notebook_insert_cell", {"path": notebook, "cell_type": "markdown", "source": "# hi"}),
-            ("notebook_update_cell", {"path": notebook, "index": 1, "metadata": {"tags": ["t"]}}),
+            ("notebook_edit", {"action": "insert", "path": notebook, "cell_type": "markdown", "source": "# hi"}),
+            ("notebook_edit", {"action": "update", "path": notebook, "index": 1, "metadata": {"tags": ["t"]}}),
             ("notebook_execute_cell", {"path": notebook, "index": 0}),
             ("notebook_execute", {"path": notebook, "code": "print('nb')"}),
             ("notebook_read", {"path": notebook, "include_outputs": True}),
             ("notebook_revision", {"path": notebook}),
-            ("notebook_move_cell", {"path": notebook, "index": 0, "to_index": 1}),
-            ("notebook_clear_outputs", {"path": notebook}),
-            ("notebook_set_metadata", {"path": notebook, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3"}}}),
-            ("notebook_delete_cell", {"path": notebook, "index": 2}),
+            ("notebook_edit", {"action": "move", "path": notebook, "index": 0, "to_index": 1}),
+            ("notebook_edit", {"action": "clear_outputs", "path": notebook}),
+            ("notebook_edit", {"action": "set_metadata", "path": notebook, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3"}}}),
+            ("notebook_edit", {"action": "delete", "path": notebook, "index": 2}),
             ("notebook_session", {"path": notebook}),
             ("runtime_status", {"notebook": notebook}),
             ("notebook_session_close", {"path": notebook}),
             ("notebook_read", {"path": "../outside.ipynb"}),
+            # As Claude Code sends them: a boolean and a number as JSON strings.
+            ("notebook_read", {"path": notebook, "include_outputs": "true", "max_cells": "1"}),
         ]:
             result = await client.call_tool(tool, arguments)
             calls.setdefault(tool, []).append(

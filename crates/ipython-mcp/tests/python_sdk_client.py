@@ -46,14 +46,15 @@ def admitted_types(schema, defs):
 
 
 def wrong_values(types):
-    """Wrong-typed values: first as Claude Code sends booleans and numbers (strings)."""
+    """Wrong-typed values: strings that spell no boolean or number first (one that does is
+    taken as that value), then other types."""
     numeric = "number" in types or "integer" in types
     values = []
     if "string" not in types:
         if "boolean" in types:
-            values += ["true", "false"]
+            values += ["yes", "True"]
         if numeric:
-            values.append("5")
+            values.append("5 s")
         values.append("text")
     else:
         values.append(12345 if not numeric else [1])

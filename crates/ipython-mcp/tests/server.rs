@@ -2171,8 +2171,9 @@ fn admitted_types(schema: &Value, defs: &Value) -> Option<Vec<String>> {
     Some(all)
 }
 
-/// Values of the wrong JSON type for a property that admits `types`: the way Claude Code
-/// sends booleans and numbers (as strings) first, then one of each other type.
+/// Values of the wrong JSON type for a property that admits `types`: strings that spell no
+/// boolean or number first (a string that does spell one is taken as that value), then one
+/// of each other type.
 fn wrong_values(types: &[String]) -> Vec<Value> {
     let admits = |name: &str| {
         types.iter().any(|one| {
@@ -2183,10 +2184,10 @@ fn wrong_values(types: &[String]) -> Vec<Value> {
     };
     let mut values = Vec::new();
     if admits("boolean") && !admits("string") {
-        values.push(json!("true"));
+        values.push(json!("yes"));
     }
     if (admits("number") || admits("integer")) && !admits("string") {
-        values.push(json!("5"));
+        values.push(json!("five"));
     }
     for (name, value) in [
         ("string", json!(12345)),
@@ -2271,12 +2272,12 @@ async fn wrong_missing_or_unknown_arguments_get_a_structured_invalid_arguments_f
     let refused = server
         .call(
             "execute",
-            json!({"code": "ran = 1", "timeout_seconds": "5"}),
+            json!({"code": "ran = 1", "timeout_seconds": "5 s"}),
         )
         .await;
     assert_eq!(refused.structured["status"], "rejected");
     let refused = server
-        .call("execute", json!({"code": "ran = 1", "background": "true"}))
+        .call("execute", json!({"code": "ran = 1", "background": "True"}))
         .await;
     assert_eq!(refused.structured["error"]["code"], "invalid_arguments");
     let check_ran = server
@@ -2284,6 +2285,64 @@ async fn wrong_missing_or_unknown_arguments_get_a_structured_invalid_arguments_f
         .await;
     assert_eq!(check_ran.structured["result"]["text/plain"], "False");
     assert_eq!(check_ran.structured["execution_count"], 1);
+    server.stop().await;
+}
+
+/// Claude Code sends booleans, numbers and arrays as JSON strings: each is taken as the value
+/// it spells when the tool declares that type, and means what the plain value would.
+#[tokio::test]
+async fn arguments_sent_as_strings_are_taken_when_they_spell_the_declared_type() {
+    let server = Server::start(Family::Handshake, &[]).await;
+    let set = server
+        .call(
+            "execute",
+            json!({"code": "x = 41\ny = 1", "timeout_seconds": "20", "background": "false"}),
+        )
+        .await;
+    assert!(set.ok(), "{:?}", set.structured);
+    assert_eq!(set.structured["status"], "ok");
+    let background = server
+        .call("execute", json!({"code": "x + 1", "background": "true"}))
+        .await;
+    assert_eq!(
+        background.structured["status"], "pending",
+        "{:?}",
+        background.structured
+    );
+    let id = background.structured["execution_id"].clone();
+    let finished = server
+        .call(
+            "get_output",
+            json!({"execution_id": id, "wait_seconds": "60"}),
+        )
+        .await;
+    assert_eq!(
+        finished.structured["finished"], true,
+        "{:?}",
+        finished.structured
+    );
+    assert_eq!(finished.structured["result"]["text/plain"], "42");
+    let removed = server
+        .call("remove", json!({"names": "[\"y\", \"nope\"]"}))
+        .await;
+    assert_eq!(
+        removed.structured["removed"],
+        json!(["y"]),
+        "{:?}",
+        removed.structured
+    );
+    assert_eq!(removed.structured["unknown"], json!(["nope"]));
+    let found = server
+        .call(
+            "search",
+            json!({"query": "x", "exact": "true", "limit": "1"}),
+        )
+        .await;
+    assert!(found.ok(), "{:?}", found.structured);
+    assert_eq!(found.structured["results"][0]["name"], "x");
+    // A string parameter keeps the string, even one that spells a number.
+    let code = server.call("execute", json!({"code": "7"})).await;
+    assert_eq!(code.structured["result"]["text/plain"], "7");
     server.stop().await;
 }
 

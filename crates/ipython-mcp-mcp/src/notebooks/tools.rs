@@ -12,13 +12,13 @@ use rmcp::{tool, tool_router, RoleServer};
 use serde_json::{Map, Value};
 
 use super::params::{
-    CellParams, ClearParams, CreateParams, ExecuteCellParams, InsertParams, MetadataParams,
-    MoveParams, NotebookExecuteParams, PathParams, ReadParams, SessionParams, UpdateParams,
+    CreateParams, EditAction, EditParams, ExecuteCellParams, NotebookExecuteParams, PathParams,
+    ReadParams, SessionParams,
 };
 use super::save::{Run, SaveCell};
 use super::views::{
-    cell_type_of, read_result, shown, summary, CloseResult, NotebookExecuteResult, ReadResult,
-    ReadScope, RevisionResult, SessionResult, WriteResult,
+    cell_type_of, read_result, shown, summary, CellSummary, CloseResult, NotebookExecuteResult,
+    ReadResult, ReadScope, RevisionResult, SessionResult, WriteResult,
 };
 use super::{
     cell_ref, optional_cell_ref, structured, ToolError, DEFAULT_READ_CELLS, MAX_READ_CELLS,
@@ -30,7 +30,7 @@ use crate::server::{IpythonMcp, MAX_CODE_BYTES};
 impl IpythonMcp {
     #[tool(
         name = "notebook_create",
-        description = "Create a Jupyter notebook (.ipynb, nbformat 4.5; or a jupytext py:percent script when the path ends in .py: sources and metadata, no outputs) at a path relative to the workspace root, optionally with initial cells, and return its revision. The kernel it records (`kernel_name`, default python3) is the kernel its cells run in. Fails with notebook_exists if the file exists, unless `overwrite` (then `expected_revision` guards the replaced file). Use notebook_insert_cell to add cells to an existing notebook.",
+        description = "Create a notebook (.ipynb, nbformat 4.5; .py: jupytext percent script) with optional cells, recording the kernel its cells run in. An existing file is notebook_exists unless `overwrite`. Returns the revision.",
         output_schema = schema_for_output::<WriteResult>(),
         annotations(title = "Create a notebook", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
@@ -72,7 +72,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "notebook_read",
-        description = "Read a notebook as structured data: its revision (pass it as expected_revision to later edits), metadata (kernelspec …), and its cells with index, stable id, type, source, metadata and execution count; saved outputs too with include_outputs (text bounded, images described rather than returned). Give cell_id or index to read one cell; otherwise cells from start_index, at most max_cells and bounded in characters — continue from `next_index`. Read-only.",
+        description = "A notebook as data: revision, metadata, cells (index, id, type, source, metadata, execution count; bounded outputs with include_outputs). One cell by cell_id or index, or a page from start_index (continue at `next_index`). Read-only.",
         output_schema = schema_for_output::<ReadResult>(),
         annotations(title = "Read a notebook", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -102,7 +102,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "notebook_revision",
-        description = "Return a notebook's current revision (SHA-256 of the file's bytes) without reading its cells: cheap, to check whether it changed since you read it or to get an expected_revision for an edit. Read-only; works on any file size, and on a file another program is editing.",
+        description = "A notebook's revision (SHA-256 of its bytes) and size, without parsing it: cheap change check.",
         output_schema = schema_for_output::<RevisionResult>(),
         annotations(title = "Notebook revision", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -123,169 +123,15 @@ impl IpythonMcp {
     }
 
     #[tool(
-        name = "notebook_insert_cell",
-        description = "Add a cell (code by default, or markdown/raw) to a notebook: at `index` (0-based; later cells move down) or appended when index is omitted. The new cell gets a stable id, returned with the new revision. Does not run it: notebook_execute_cell runs an existing cell, notebook_execute runs code and saves it as a new cell in one step.",
+        name = "notebook_edit",
+        description = "Edit a notebook without running code: insert, update, delete or move a cell, clear outputs, set metadata. Cell ids are stable. Atomic; with expected_revision, a changed file is revision_conflict. Returns revision, cell_count, the cell.",
         output_schema = schema_for_output::<WriteResult>(),
-        annotations(title = "Insert a cell", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
+        annotations(title = "Edit a notebook", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
-    async fn notebook_insert_cell(
-        &self,
-        Parameters(params): Parameters<InsertParams>,
-    ) -> ToolResult {
-        let cell = NewCell {
-            cell_type: params.cell_type.unwrap_or(CellType::Code),
-            source: params.source,
-            metadata: params.metadata.unwrap_or_default(),
-        };
-        let index = params.index;
-        let change = move |notebook: &mut Notebook| {
-            let (index, _) = notebook.insert(index, cell)?;
-            Ok(Some(summary(notebook, index)))
-        };
+    async fn notebook_edit(&self, Parameters(params): Parameters<EditParams>) -> ToolResult {
+        let change = edit_of(&mut EditFields::from(&params), params.action)?;
         self.edit(
-            "notebook_insert_cell",
-            params.path,
-            params.expected_revision,
-            change,
-        )
-        .await
-    }
-
-    #[tool(
-        name = "notebook_update_cell",
-        description = "Change one cell (by cell_id or index): replace its source, its metadata and/or its type. Its id stays the same; outputs of a code cell are kept (clear them with notebook_clear_outputs, or re-run with notebook_execute_cell). Returns the new revision.",
-        output_schema = schema_for_output::<WriteResult>(),
-        annotations(title = "Update a cell", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
-    )]
-    async fn notebook_update_cell(
-        &self,
-        Parameters(params): Parameters<UpdateParams>,
-    ) -> ToolResult {
-        let reference = cell_ref(params.cell_id, params.index)?;
-        if params.source.is_none() && params.metadata.is_none() && params.cell_type.is_none() {
-            return Err(ToolError::invalid(
-                "give source, metadata and/or cell_type to change",
-            ));
-        }
-        let (source, metadata, cell_type) = (params.source, params.metadata, params.cell_type);
-        let change = move |notebook: &mut Notebook| {
-            let index = notebook.locate(&reference)?;
-            notebook.update(index, source, metadata, cell_type);
-            Ok(Some(summary(notebook, index)))
-        };
-        self.edit(
-            "notebook_update_cell",
-            params.path,
-            params.expected_revision,
-            change,
-        )
-        .await
-    }
-
-    #[tool(
-        name = "notebook_delete_cell",
-        description = "Delete one cell (by cell_id or index) from a notebook; later cells move up. Returns the new revision and the deleted cell's id and type. Cannot be undone except by re-inserting the cell (which gets a new id). To empty a cell's outputs but keep it, use notebook_clear_outputs instead.",
-        output_schema = schema_for_output::<WriteResult>(),
-        annotations(title = "Delete a cell", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
-    )]
-    async fn notebook_delete_cell(&self, Parameters(params): Parameters<CellParams>) -> ToolResult {
-        let reference = cell_ref(params.cell_id, params.index)?;
-        let change = move |notebook: &mut Notebook| {
-            let index = notebook.locate(&reference)?;
-            let cell = summary(notebook, index);
-            notebook.delete(index);
-            Ok(Some(cell))
-        };
-        self.edit(
-            "notebook_delete_cell",
-            params.path,
-            params.expected_revision,
-            change,
-        )
-        .await
-    }
-
-    #[tool(
-        name = "notebook_move_cell",
-        description = "Move one cell (by cell_id or index) so that it ends up at `to_index`; its id, source and outputs go with it, and the cells in between shift by one. Use it to reorder a notebook without deleting and re-inserting cells (which would give them new ids). Returns the new revision and the cell's new index.",
-        output_schema = schema_for_output::<WriteResult>(),
-        annotations(title = "Move a cell", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
-    )]
-    async fn notebook_move_cell(&self, Parameters(params): Parameters<MoveParams>) -> ToolResult {
-        let reference = cell_ref(params.cell_id, params.index)?;
-        let to = params.to_index;
-        let change = move |notebook: &mut Notebook| {
-            let from = notebook.locate(&reference)?;
-            notebook.move_cell(from, to)?;
-            Ok(Some(summary(notebook, to)))
-        };
-        self.edit(
-            "notebook_move_cell",
-            params.path,
-            params.expected_revision,
-            change,
-        )
-        .await
-    }
-
-    #[tool(
-        name = "notebook_clear_outputs",
-        description = "Clear saved outputs and execution counts: of one code cell (cell_id or index), or of every code cell when neither is given. Sources, ids and metadata are untouched, and the kernel is not involved (its variables stay). Use it before sharing or committing a notebook, or to drop stale results. Returns the new revision.",
-        output_schema = schema_for_output::<WriteResult>(),
-        annotations(title = "Clear outputs", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
-    )]
-    async fn notebook_clear_outputs(
-        &self,
-        Parameters(params): Parameters<ClearParams>,
-    ) -> ToolResult {
-        let reference = optional_cell_ref(params.cell_id, params.index)?;
-        let change = move |notebook: &mut Notebook| match reference {
-            Some(reference) => {
-                let index = notebook.locate(&reference)?;
-                notebook.clear_outputs(index);
-                Ok(Some(summary(notebook, index)))
-            }
-            None => {
-                for index in 0..notebook.cells().len() {
-                    notebook.clear_outputs(index);
-                }
-                Ok(None)
-            }
-        };
-        self.edit(
-            "notebook_clear_outputs",
-            params.path,
-            params.expected_revision,
-            change,
-        )
-        .await
-    }
-
-    #[tool(
-        name = "notebook_set_metadata",
-        description = "Replace the metadata of a notebook, or of one cell when cell_id or index is given (tags, collapsed, custom keys …). The object you send replaces the old one entirely: read it with notebook_read, change it, send it back. Changing metadata.kernelspec changes the kernel used by a notebook session started afterwards. Returns the new revision.",
-        output_schema = schema_for_output::<WriteResult>(),
-        annotations(title = "Set metadata", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
-    )]
-    async fn notebook_set_metadata(
-        &self,
-        Parameters(params): Parameters<MetadataParams>,
-    ) -> ToolResult {
-        let reference = optional_cell_ref(params.cell_id, params.index)?;
-        let metadata = params.metadata;
-        let change = move |notebook: &mut Notebook| match reference {
-            Some(reference) => {
-                let index = notebook.locate(&reference)?;
-                notebook.set_cell_metadata(index, metadata);
-                Ok(Some(summary(notebook, index)))
-            }
-            None => {
-                notebook.set_metadata(metadata);
-                Ok(None)
-            }
-        };
-        self.edit(
-            "notebook_set_metadata",
+            "notebook_edit",
             params.path,
             params.expected_revision,
             change,
@@ -295,7 +141,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "notebook_execute_cell",
-        description = "Run an existing code cell (by cell_id or index) in the notebook's kernel session and save its outputs in the file like Jupyter does (outputs replaced, execution_count set; the cell keeps its id). Returns the same fields as execute (bounded output, images as image content) plus `saved`, the new `revision` and the session id (`kernel`). The notebook's session is started on first use from its metadata.kernelspec and reused after, so state persists between its cells. If the file changed while the cell ran, the outputs are not saved (`save_error`: revision_conflict) but still returned.",
+        description = "Run a code cell in the notebook's session and save its outputs, as Jupyter does. Returns execute's fields plus `saved`, `revision`, `kernel`; if the file changed meanwhile, outputs are returned, not saved (save_error).",
         output_schema = schema_for_output::<NotebookExecuteResult>(),
         annotations(title = "Execute a notebook cell", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
     )]
@@ -343,7 +189,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "notebook_execute",
-        description = "Run code in a notebook's kernel session and save it as a new code cell with its outputs (appended, or at `index`), in one step: the way to grow a notebook while exploring. Returns the same fields as execute plus `saved`, the new `revision`, the new cell's id and index, and the session id. persist=false runs the code in the notebook's session without touching the file (for quick checks). Use notebook_execute_cell to re-run a cell that is already there; use execute for work unrelated to a notebook.",
+        description = "Run code in the notebook's session and save it as a new code cell with its outputs (persist=false: only run it). Returns execute's fields plus `saved`, `revision`, the cell, `kernel`. To re-run a cell: notebook_execute_cell.",
         output_schema = schema_for_output::<NotebookExecuteResult>(),
         annotations(title = "Execute code in a notebook", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
     )]
@@ -395,7 +241,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "notebook_session",
-        description = "Get the kernel session that runs a notebook's cells, starting it if it has none (from the notebook's metadata.kernelspec: python3 runs on the server's Python, other names must be registered kernelspecs). Each notebook gets its own session by default, reused by every notebook_execute(_cell). Pass `kernel` to bind the notebook to an existing session instead, e.g. another notebook's, to share variables. The returned `kernel` id works with interrupt, kernel_restart and runtime_status; notebook_session_close releases it.",
+        description = "The session running a notebook's cells, started from its kernelspec if it has none. With `kernel`, binds the notebook to that session (shared variables). Its id works with interrupt, kernel_restart, runtime_status.",
         output_schema = schema_for_output::<SessionResult>(),
         annotations(title = "Notebook session", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -444,7 +290,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "notebook_session_close",
-        description = "Release a notebook's kernel session: the notebook forgets it, and the session is stopped (its variables gone) unless another notebook still uses it or it is `default`. The next notebook_execute starts a fresh one. The file is not touched.",
+        description = "Release a notebook's session; it stops (variables gone) unless another notebook uses it or it is `default`.",
         output_schema = schema_for_output::<CloseResult>(),
         annotations(title = "Close a notebook session", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
@@ -476,4 +322,152 @@ impl IpythonMcp {
             },
         ))
     }
+}
+
+/// One `notebook_edit` change, run under the workspace's read-modify-write.
+type Change = Box<
+    dyn FnOnce(&mut Notebook) -> Result<Option<CellSummary>, ipython_mcp_notebook::Error> + Send,
+>;
+
+/// The optional fields of a `notebook_edit` call, taken one by one as the action uses them;
+/// whatever is left over does not apply to the action and is refused.
+struct EditFields {
+    cell_id: Option<String>,
+    index: Option<usize>,
+    source: Option<String>,
+    cell_type: Option<CellType>,
+    metadata: Option<Map<String, Value>>,
+    to_index: Option<usize>,
+}
+
+impl From<&EditParams> for EditFields {
+    fn from(params: &EditParams) -> EditFields {
+        EditFields {
+            cell_id: params.cell_id.clone(),
+            index: params.index,
+            source: params.source.clone(),
+            cell_type: params.cell_type,
+            metadata: params.metadata.clone(),
+            to_index: params.to_index,
+        }
+    }
+}
+
+impl EditFields {
+    /// Refuses any field the action did not take.
+    fn rest(&self, action: EditAction) -> Result<(), ToolError> {
+        let given: Vec<&str> = [
+            ("cell_id", self.cell_id.is_some()),
+            ("index", self.index.is_some()),
+            ("source", self.source.is_some()),
+            ("cell_type", self.cell_type.is_some()),
+            ("metadata", self.metadata.is_some()),
+            ("to_index", self.to_index.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, given)| given.then_some(name))
+        .collect();
+        match given.as_slice() {
+            [] => Ok(()),
+            fields => Err(ToolError::invalid(format!(
+                "{} not used by action {}",
+                fields.join(", "),
+                action.name()
+            ))),
+        }
+    }
+}
+
+/// The change `action` makes, or why the call's fields do not fit it (nothing is touched).
+fn edit_of(fields: &mut EditFields, action: EditAction) -> Result<Change, ToolError> {
+    let change: Change = match action {
+        EditAction::Insert => {
+            let Some(source) = fields.source.take() else {
+                return Err(ToolError::invalid("action insert needs source"));
+            };
+            let cell = NewCell {
+                cell_type: fields.cell_type.take().unwrap_or(CellType::Code),
+                source,
+                metadata: fields.metadata.take().unwrap_or_default(),
+            };
+            let index = fields.index.take();
+            Box::new(move |notebook: &mut Notebook| {
+                let (index, _) = notebook.insert(index, cell)?;
+                Ok(Some(summary(notebook, index)))
+            })
+        }
+        EditAction::Update => {
+            let reference = cell_ref(fields.cell_id.take(), fields.index.take())?;
+            let (source, metadata, cell_type) = (
+                fields.source.take(),
+                fields.metadata.take(),
+                fields.cell_type.take(),
+            );
+            if source.is_none() && metadata.is_none() && cell_type.is_none() {
+                return Err(ToolError::invalid(
+                    "action update needs source, metadata and/or cell_type",
+                ));
+            }
+            Box::new(move |notebook: &mut Notebook| {
+                let index = notebook.locate(&reference)?;
+                notebook.update(index, source, metadata, cell_type);
+                Ok(Some(summary(notebook, index)))
+            })
+        }
+        EditAction::Delete => {
+            let reference = cell_ref(fields.cell_id.take(), fields.index.take())?;
+            Box::new(move |notebook: &mut Notebook| {
+                let index = notebook.locate(&reference)?;
+                let cell = summary(notebook, index);
+                notebook.delete(index);
+                Ok(Some(cell))
+            })
+        }
+        EditAction::Move => {
+            let reference = cell_ref(fields.cell_id.take(), fields.index.take())?;
+            let Some(to) = fields.to_index.take() else {
+                return Err(ToolError::invalid("action move needs to_index"));
+            };
+            Box::new(move |notebook: &mut Notebook| {
+                let from = notebook.locate(&reference)?;
+                notebook.move_cell(from, to)?;
+                Ok(Some(summary(notebook, to)))
+            })
+        }
+        EditAction::ClearOutputs => {
+            let reference = optional_cell_ref(fields.cell_id.take(), fields.index.take())?;
+            Box::new(move |notebook: &mut Notebook| match reference {
+                Some(reference) => {
+                    let index = notebook.locate(&reference)?;
+                    notebook.clear_outputs(index);
+                    Ok(Some(summary(notebook, index)))
+                }
+                None => {
+                    for index in 0..notebook.cells().len() {
+                        notebook.clear_outputs(index);
+                    }
+                    Ok(None)
+                }
+            })
+        }
+        EditAction::SetMetadata => {
+            let reference = optional_cell_ref(fields.cell_id.take(), fields.index.take())?;
+            let Some(metadata) = fields.metadata.take() else {
+                return Err(ToolError::invalid("action set_metadata needs metadata"));
+            };
+            Box::new(move |notebook: &mut Notebook| match reference {
+                Some(reference) => {
+                    let index = notebook.locate(&reference)?;
+                    notebook.set_cell_metadata(index, metadata);
+                    Ok(Some(summary(notebook, index)))
+                }
+                None => {
+                    notebook.set_metadata(metadata);
+                    Ok(None)
+                }
+            })
+        }
+    };
+    fields.rest(action)?;
+    Ok(change)
 }

@@ -15,7 +15,7 @@ use tokio::process::{Child, Command};
 
 /// Every built-in tool, sorted: what `tools/list` shows with no dynamic tools registered (over
 /// stdio and HTTP alike, fixtures excluded).
-pub const TOOLS: [&str; 31] = [
+pub const TOOLS: [&str; 26] = [
     "call_function",
     "execute",
     "get_output",
@@ -27,19 +27,14 @@ pub const TOOLS: [&str; 31] = [
     "kernel_start",
     "kernel_stop",
     "list",
-    "notebook_clear_outputs",
     "notebook_create",
-    "notebook_delete_cell",
+    "notebook_edit",
     "notebook_execute",
     "notebook_execute_cell",
-    "notebook_insert_cell",
-    "notebook_move_cell",
     "notebook_read",
     "notebook_revision",
     "notebook_session",
     "notebook_session_close",
-    "notebook_set_metadata",
-    "notebook_update_cell",
     "register_tool",
     "reload",
     "remove",
