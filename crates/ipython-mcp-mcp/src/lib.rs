@@ -19,6 +19,7 @@ mod render;
 mod schema;
 mod server;
 mod state;
+mod tasks;
 mod wire;
 
 pub use fixtures::Fixtures;

@@ -249,6 +249,62 @@ impl IpythonMcp {
         }
     }
 
+    /// The session an `execute` runs in and its deadline, or the result that refuses it.
+    fn execute_session(
+        &self,
+        params: &ExecuteParams,
+        request_id: &str,
+    ) -> Result<(SessionHandle, Option<Duration>), Box<CallToolResult>> {
+        let rejected = |error| Box::new(render::rejected_execute(request_id.to_owned(), error));
+        let session = self
+            .kernels()
+            .get(params.kernel.as_deref())
+            .map_err(|error| rejected(crate::error::manager_error(&error)))?;
+        let timeout = self
+            .check_execute(params)
+            .map_err(|error| rejected(*error))?;
+        Ok((session, timeout))
+    }
+
+    /// A background `execute` for a client that declared the tasks extension: the execution
+    /// is started as `execute` would start it and answered as a task named by its
+    /// `execution_id`, cancelled through `tasks/cancel` (see tasks.rs).
+    fn execute_as_task(
+        &self,
+        params: ExecuteParams,
+        context: &RequestContext<RoleServer>,
+    ) -> rmcp::model::CallToolResponse {
+        let request_id = render::request_id(&context.id);
+        let (session, timeout) = match self.execute_session(&params, &request_id) {
+            Ok(admissible) => admissible,
+            Err(rejected) => return rmcp::model::CallToolResponse::Complete(*rejected),
+        };
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let output = session.execute_background(ExecuteArgs {
+            code: params.code,
+            timeout: timeout.or(Some(self.config.timeouts.max_operation)),
+            request_id,
+            cancel: cancel.clone(),
+            progress: None,
+        });
+        tracing::info!(
+            tool = "execute",
+            kernel = session.kernel_id(),
+            status = ?output.status,
+            task = true,
+            "tool call"
+        );
+        if output.status != ipython_mcp_kernel::ExecutionStatus::Pending {
+            // Refused at admission (busy, closed, unavailable): nothing to poll.
+            return rmcp::model::CallToolResponse::Complete(render::execution(&output));
+        }
+        let task = self
+            .state
+            .tasks()
+            .insert(output.execution_id.as_str(), cancel);
+        rmcp::model::CallToolResponse::Task(rmcp::model::CreateTaskResult::new(task))
+    }
+
     fn check_execute(&self, params: &ExecuteParams) -> Result<Option<Duration>, Box<ErrorInfo>> {
         if params.code.len() > MAX_CODE_BYTES {
             return Err(Box::new(
@@ -297,18 +353,9 @@ impl IpythonMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
         let request_id = render::request_id(&context.id);
-        let session = match self.kernels().get(params.kernel.as_deref()) {
-            Ok(session) => session,
-            Err(error) => {
-                return Ok(render::rejected_execute(
-                    request_id,
-                    crate::error::manager_error(&error),
-                ))
-            }
-        };
-        let timeout = match self.check_execute(&params) {
-            Ok(timeout) => timeout,
-            Err(error) => return Ok(render::rejected_execute(request_id, *error)),
+        let (session, timeout) = match self.execute_session(&params, &request_id) {
+            Ok(admissible) => admissible,
+            Err(rejected) => return Ok(*rejected),
         };
         let started = std::time::Instant::now();
         // Progress, when the client sent a token: the latest output line, at most once a second.
@@ -437,6 +484,12 @@ impl IpythonMcp {
     }
 }
 
+/// A `tasks/*` request naming no task this server remembers (invalid params, as the tasks
+/// extension asks).
+fn unknown_task(id: &str) -> rmcp::ErrorData {
+    rmcp::ErrorData::invalid_params(format!("unknown task {:?}", render::shorten(id, 64)), None)
+}
+
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for IpythonMcp {
     fn get_info(&self) -> ServerConfig {
@@ -445,6 +498,7 @@ impl ServerHandler for IpythonMcp {
                 .enable_resources()
                 .enable_tools()
                 .enable_tool_list_changed()
+                .enable_tasks()
                 .build(),
         )
             .with_server_info(Implementation::new("ipython-mcp", env!("CARGO_PKG_VERSION")))
@@ -483,6 +537,21 @@ to check the kernel without running code. This is not a sandbox: code runs with 
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
         self.coerce_arguments(&mut request);
+        if request.name == "execute"
+            && self.tool_router.has_route("execute")
+            && context
+                .client_capabilities()
+                .is_some_and(|capabilities| capabilities.supports_tasks())
+        {
+            let arguments =
+                serde_json::Value::Object(request.arguments.clone().unwrap_or_default());
+            // Arguments that do not parse take the usual path to their invalid_arguments result.
+            if let Ok(params) = crate::argument::parse::<ExecuteParams>(arguments) {
+                if params.background {
+                    return Ok(self.execute_as_task(params, &context));
+                }
+            }
+        }
         if self.tool_router.has_route(&request.name) {
             let tool = request.name.to_string();
             let request_id = render::request_id(&context.id);
@@ -501,6 +570,66 @@ to check the kernel without running code. This is not a sandbox: code runs with 
         Ok(rmcp::model::CallToolResponse::Complete(
             self.call_dynamic(request, context).await?,
         ))
+    }
+
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, rmcp::ErrorData> {
+        use rmcp::model::TaskPayload;
+        let id = request.task_id;
+        let remembered = self
+            .state
+            .tasks()
+            .get(&id)
+            .ok_or_else(|| unknown_task(&id))?;
+        let output = match self.kernels().find_execution(&id) {
+            Some(session) => session.output(Some(&id), Duration::ZERO).await,
+            None => None,
+        };
+        let payload = match output {
+            None => TaskPayload::Failed {
+                error: crate::tasks::object(rmcp::ErrorData::resource_not_found(
+                    "the execution is no longer kept: its kernel was stopped, or has run many executions since",
+                    None,
+                )),
+            },
+            Some(output) if output.status == ipython_mcp_kernel::ExecutionStatus::Pending => {
+                TaskPayload::Working
+            }
+            Some(output)
+                if output.status == ipython_mcp_kernel::ExecutionStatus::Cancelled
+                    && remembered.cancel.is_cancelled() =>
+            {
+                TaskPayload::Cancelled
+            }
+            Some(output) => TaskPayload::Completed {
+                result: crate::tasks::object(render::execution(&output)),
+            },
+        };
+        Ok(rmcp::model::GetTaskResult::new(crate::tasks::detailed(
+            &id,
+            remembered.created_at,
+            payload,
+        )))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), rmcp::ErrorData> {
+        let remembered = self
+            .state
+            .tasks()
+            .get(&request.task_id)
+            .ok_or_else(|| unknown_task(&request.task_id))?;
+        // As a client's notifications/cancelled would: withdrawn while queued, interrupted
+        // while running, nothing once finished.
+        remembered.cancel.cancel();
+        tracing::info!(task = true, "task cancel requested");
+        Ok(())
     }
 
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {

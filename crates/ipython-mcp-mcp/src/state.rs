@@ -12,6 +12,7 @@ use ipython_mcp_kernel::{KernelManager, ManagerError, SessionHandle};
 use crate::dynamic::Catalog;
 use crate::notebooks::NotebookState;
 use crate::peers::Peers;
+use crate::tasks::Tasks;
 
 /// The state one server shares across its connections.
 #[derive(Clone)]
@@ -22,6 +23,8 @@ pub struct ServerState {
     /// One workspace for every connection, so its per-file write locks are shared too.
     notebooks: Arc<NotebookState>,
     peers: Peers,
+    /// Background executions answered as MCP tasks.
+    tasks: Arc<Tasks>,
 }
 
 impl ServerState {
@@ -31,6 +34,7 @@ impl ServerState {
             catalog: Catalog::default(),
             notebooks: Arc::new(NotebookState::new(config.workspace_root.clone())),
             peers,
+            tasks: Arc::default(),
         }
     }
 
@@ -48,6 +52,10 @@ impl ServerState {
 
     pub fn peers(&self) -> &Peers {
         &self.peers
+    }
+
+    pub(crate) fn tasks(&self) -> &Tasks {
+        &self.tasks
     }
 
     /// Stops and forgets a started session: its dynamic tools are forgotten before its kernel

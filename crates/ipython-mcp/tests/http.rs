@@ -18,7 +18,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::{ClientHandler, RoleClient};
 use serde_json::json;
-use support::{call_peer, Family};
+use support::{call_peer, client_config, Family};
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
 use tokio::process::{Child, Command};
 
@@ -165,15 +165,6 @@ fn has_token(env: &[(&str, &str)]) -> bool {
             || *key == "IPYTHON_MCP_HTTP_TOKEN_FILE"
             || (*key == "IPYTHON_MCP_TEST_MODE" && *value == "conformance")
     })
-}
-
-fn client_config(family: Family) -> ClientConfig {
-    match family {
-        Family::Handshake => {
-            ClientConfig::default().with_protocol_version(ProtocolVersion::V_2025_11_25)
-        }
-        Family::Modern => ClientConfig::default(),
-    }
 }
 
 /// Waits until the default kernel has started (provisioning on a fresh machine takes a while).
@@ -347,6 +338,23 @@ async fn both_protocol_families_share_the_default_kernel_over_http() {
 
     let status = server.terminate().await;
     assert!(status.success(), "exit status {status}");
+}
+
+#[tokio::test]
+async fn a_tasks_client_gets_background_executions_as_tasks_over_http() {
+    let server = HttpServer::start(&[("IPYTHON_MCP_HTTP_TOKEN", TOKEN)]).await;
+    for family in [Family::Handshake, Family::Modern] {
+        let mut config = client_config(family);
+        config.capabilities = rmcp::model::ClientCapabilities::builder()
+            .enable_tasks()
+            .build();
+        let client = server.connect_with(family, Some(TOKEN), config).await;
+        wait_ready(&client).await;
+        support::tasks_follow_background_executions(client.peer()).await;
+        let _ = client.cancel().await;
+    }
+    let status = server.terminate().await;
+    assert!(status.success(), "{status}");
 }
 
 #[tokio::test]

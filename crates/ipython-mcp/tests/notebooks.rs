@@ -1612,13 +1612,25 @@ async fn notebook_edit_refuses_fields_its_action_does_not_use() {
     assert!(created.ok(), "{created:?}");
     let before = std::fs::read(workspace.root().join("e.ipynb")).expect("read");
     for (arguments, named) in [
-        (json!({"action": "insert", "source": "2", "to_index": 1}), "to_index"),
-        (json!({"action": "insert", "source": "2", "cell_id": "x"}), "cell_id"),
+        (
+            json!({"action": "insert", "source": "2", "to_index": 1}),
+            "to_index",
+        ),
+        (
+            json!({"action": "insert", "source": "2", "cell_id": "x"}),
+            "cell_id",
+        ),
         (json!({"action": "insert"}), "source"),
         (json!({"action": "update", "index": 0}), "source"),
-        (json!({"action": "delete", "index": 0, "source": "x"}), "source"),
+        (
+            json!({"action": "delete", "index": 0, "source": "x"}),
+            "source",
+        ),
         (json!({"action": "move", "index": 0}), "to_index"),
-        (json!({"action": "clear_outputs", "metadata": {}}), "metadata"),
+        (
+            json!({"action": "clear_outputs", "metadata": {}}),
+            "metadata",
+        ),
         (json!({"action": "set_metadata", "index": 0}), "metadata"),
         (json!({"action": "rename", "index": 0}), "action"),
     ] {

@@ -186,7 +186,24 @@ impl Server {
         Server::spawn(command, family).await
     }
 
-    async fn spawn(mut command: Command, family: Family) -> Server {
+    /// Starts a server (waiting for its kernel) with a client that declares the MCP tasks
+    /// extension.
+    pub async fn start_with_tasks(family: Family, extra_env: &[(&str, &str)]) -> Server {
+        let mut info = client_config(family);
+        info.capabilities = rmcp::model::ClientCapabilities::builder()
+            .enable_tasks()
+            .build();
+        let server = Server::spawn_as(command(extra_env), family, info).await;
+        let status = server.wait_settled().await;
+        assert_eq!(status["state"], "ready", "kernel did not start: {status}");
+        server
+    }
+
+    async fn spawn(command: Command, family: Family) -> Server {
+        Server::spawn_as(command, family, client_config(family)).await
+    }
+
+    async fn spawn_as(mut command: Command, family: Family, info: ClientConfig) -> Server {
         let mut child = command.spawn().expect("spawn ipython-mcp");
         let pid = child.id().expect("pid");
         let stdout = child.stdout.take().expect("stdout");
@@ -196,12 +213,6 @@ impl Server {
             Family::Modern => ClientLifecycleMode::Discover {
                 preferred_versions: vec![ProtocolVersion::V_2026_07_28],
             },
-        };
-        let info = match family {
-            Family::Handshake => {
-                ClientConfig::default().with_protocol_version(ProtocolVersion::V_2025_11_25)
-            }
-            Family::Modern => ClientConfig::default(),
         };
         // A generous bound: that the handshake never waits for the kernel is shown by
         // `a_first_start_provisions_python_in_the_background` (state `starting` after it).
@@ -296,6 +307,129 @@ impl Server {
             .expect("wait");
         assert!(status.success(), "server exit status {status}");
     }
+}
+
+/// What a client of `family` says of itself.
+pub fn client_config(family: Family) -> ClientConfig {
+    match family {
+        Family::Handshake => {
+            ClientConfig::default().with_protocol_version(ProtocolVersion::V_2025_11_25)
+        }
+        Family::Modern => ClientConfig::default(),
+    }
+}
+
+/// A background execute, as a client that declared the MCP tasks extension sees it: a task
+/// named by the execution id, working until the code ends, then completed with `execute`'s own
+/// result; `tasks/cancel` interrupts like a cancellation and keeps the namespace.
+pub async fn tasks_follow_background_executions(peer: &Peer<RoleClient>) {
+    use rmcp::model::{CallToolResponse, CancelTaskParams, GetTaskParams, TaskStatus};
+    let flag = tempfile::NamedTempFile::new().expect("flag file");
+    let flag_path = flag.path().display().to_string();
+    std::fs::remove_file(flag.path()).expect("remove the flag");
+    let code = format!(
+        "import os, time\nwhile not os.path.exists({flag_path:?}):\n    time.sleep(0.01)\nprint('done')\n6 * 7"
+    );
+    let started = |code: &str| {
+        let arguments = json!({"code": code, "background": true});
+        let request = CallToolRequestParams::new("execute")
+            .with_arguments(arguments.as_object().cloned().expect("object"));
+        let peer = peer.clone();
+        async move {
+            match peer.call_tool_once(request).await.expect("tools/call") {
+                CallToolResponse::Task(created) => created.task,
+                other => panic!("a task, not {other:?}"),
+            }
+        }
+    };
+    let task = started(&code).await;
+    assert_eq!(task.status, TaskStatus::Working);
+    let working = peer
+        .get_task(GetTaskParams::new(task.task_id.clone()))
+        .await
+        .expect("tasks/get");
+    assert_eq!(working.task.task.status, TaskStatus::Working, "{working:?}");
+    // The task id is the execution id: get_output reads the same execution.
+    let running = call_peer(peer, "get_output", json!({"execution_id": task.task_id})).await;
+    assert_eq!(
+        running.structured["finished"], false,
+        "{:?}",
+        running.structured
+    );
+    std::fs::write(&flag_path, "").expect("raise the flag");
+    let finished = call_peer(
+        peer,
+        "get_output",
+        json!({"execution_id": task.task_id, "wait_seconds": 120}),
+    )
+    .await;
+    assert_eq!(
+        finished.structured["finished"], true,
+        "{:?}",
+        finished.structured
+    );
+    let completed = peer
+        .get_task(GetTaskParams::new(task.task_id.clone()))
+        .await
+        .expect("tasks/get");
+    assert_eq!(completed.task.task.status, TaskStatus::Completed);
+    let rmcp::model::TaskPayload::Completed { result } = &completed.task.payload else {
+        panic!("a result: {completed:?}")
+    };
+    let structured = &result["structuredContent"];
+    assert_eq!(structured["ok"], true, "{result:?}");
+    assert_eq!(structured["stdout"], "done\n");
+    assert_eq!(structured["result"]["text/plain"], "42");
+    assert_eq!(structured["execution_id"], task.task_id.as_str());
+    assert_eq!(result["isError"], false);
+
+    // tasks/cancel interrupts the running code as a cancellation does.
+    let hang = started("import time\nstate = 'kept'\ntime.sleep(600)").await;
+    let cancelled_id = hang.task_id.clone();
+    peer.cancel_task(CancelTaskParams::new(cancelled_id.clone()))
+        .await
+        .expect("tasks/cancel");
+    let stopped = call_peer(
+        peer,
+        "get_output",
+        json!({"execution_id": cancelled_id, "wait_seconds": 120}),
+    )
+    .await;
+    assert_eq!(
+        stopped.structured["finished"], true,
+        "{:?}",
+        stopped.structured
+    );
+    assert_eq!(
+        stopped.structured["status"], "cancelled",
+        "{:?}",
+        stopped.structured
+    );
+    let cancelled = peer
+        .get_task(GetTaskParams::new(cancelled_id))
+        .await
+        .expect("tasks/get");
+    assert_eq!(
+        cancelled.task.task.status,
+        TaskStatus::Cancelled,
+        "{cancelled:?}"
+    );
+    let next = call_peer(peer, "execute", json!({"code": "6 * 7"})).await;
+    assert_eq!(
+        next.structured["result"]["text/plain"], "42",
+        "{:?}",
+        next.structured
+    );
+
+    // A task this server never made is invalid params.
+    let unknown = peer
+        .get_task(GetTaskParams::new("no-such-task"))
+        .await
+        .expect_err("unknown task");
+    assert!(unknown.to_string().contains("unknown task"), "{unknown}");
+    // Without background there is no task: the result comes back as always.
+    let plain = call_peer(peer, "execute", json!({"code": "1 + 1"})).await;
+    assert_eq!(plain.structured["result"]["text/plain"], "2");
 }
 
 pub async fn call_peer(peer: &Peer<RoleClient>, tool: &str, arguments: Value) -> ToolResult {

@@ -1,0 +1,117 @@
+//! MCP Tasks (the `io.modelcontextprotocol/tasks` extension): a background `execute` for a
+//! client that declared the extension answers with a task instead of a `pending` result.
+//!
+//! A task *is* its execution: the task id is the `execution_id`, its state is the execution's
+//! record (what `get_output` reads), and `tasks/get` renders the same structured result
+//! `execute` would have returned. The only thing kept here is what the record does not hold:
+//! when the task was created and the cancellation token `tasks/cancel` fires, which interrupts
+//! the execution exactly as an MCP cancellation of a waiting `execute` does.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use rmcp::model::{DetailedTask, JsonObject, Task, TaskPayload, TaskStatus};
+use tokio_util::sync::CancellationToken;
+
+/// Tasks remembered at once; the oldest is forgotten first. Each kernel keeps only its recent
+/// executions anyway, and a task whose execution is forgotten reports `failed`.
+const MAX_TASKS: usize = 1024;
+
+/// How often a client should poll `tasks/get`, in milliseconds.
+const POLL_INTERVAL_MS: u64 = 1_000;
+
+#[derive(Default)]
+pub(crate) struct Tasks {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    entries: HashMap<String, Entry>,
+    /// Insertion order, for forgetting the oldest.
+    order: VecDeque<String>,
+}
+
+#[derive(Clone)]
+struct Entry {
+    created_at: String,
+    cancel: CancellationToken,
+}
+
+/// What `tasks/get` needs of a remembered task.
+pub(crate) struct Remembered {
+    pub created_at: String,
+    pub cancel: CancellationToken,
+}
+
+impl Tasks {
+    /// Remembers the task of execution `id` (cancelled through `cancel`) and returns its seed
+    /// state for the `CreateTaskResult`.
+    pub fn insert(&self, id: &str, cancel: CancellationToken) -> Task {
+        let now = rmcp::task_manager::current_timestamp();
+        let mut inner = self.inner.lock().expect("tasks lock");
+        while inner.order.len() >= MAX_TASKS {
+            if let Some(oldest) = inner.order.pop_front() {
+                inner.entries.remove(&oldest);
+            }
+        }
+        inner.order.push_back(id.to_owned());
+        inner.entries.insert(
+            id.to_owned(),
+            Entry {
+                created_at: now.clone(),
+                cancel,
+            },
+        );
+        task(id, TaskStatus::Working, now)
+    }
+
+    pub fn get(&self, id: &str) -> Option<Remembered> {
+        let inner = self.inner.lock().expect("tasks lock");
+        inner.entries.get(id).map(|entry| Remembered {
+            created_at: entry.created_at.clone(),
+            cancel: entry.cancel.clone(),
+        })
+    }
+}
+
+/// A task's state as `tasks/get` reports it.
+pub(crate) fn detailed(id: &str, created_at: String, payload: TaskPayload) -> DetailedTask {
+    let mut task = task(id, payload.status(), created_at);
+    task.last_updated_at = rmcp::task_manager::current_timestamp();
+    DetailedTask::new(task, payload)
+}
+
+fn task(id: &str, status: TaskStatus, created_at: String) -> Task {
+    let mut task = Task::new(id, status, created_at.clone(), created_at);
+    // Kept as long as its kernel keeps the execution; there is no deadline to advertise.
+    task.ttl_ms = None;
+    task.poll_interval_ms = Some(POLL_INTERVAL_MS);
+    task
+}
+
+/// A value as the JSON object a task payload carries.
+pub(crate) fn object(value: impl serde::Serialize) -> JsonObject {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::Object(map)) => map,
+        _ => JsonObject::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Tasks, MAX_TASKS};
+    use tokio_util::sync::CancellationToken;
+
+    #[test]
+    fn the_oldest_task_is_forgotten_first() {
+        let tasks = Tasks::default();
+        for index in 0..=MAX_TASKS {
+            let task = tasks.insert(&format!("t{index}"), CancellationToken::new());
+            assert_eq!(task.task_id, format!("t{index}"));
+        }
+        assert!(tasks.get("t0").is_none(), "the first is gone");
+        assert!(tasks.get("t1").is_some());
+        assert!(tasks.get(&format!("t{MAX_TASKS}")).is_some());
+    }
+}
