@@ -249,6 +249,47 @@ impl IpythonMcp {
         }
     }
 
+    /// An execute task's state, read from its execution's record (`None`: forgotten).
+    fn execution_payload(
+        &self,
+        output: Option<ipython_mcp_kernel::ExecutionOutput>,
+        cancelled: impl Fn(&ipython_mcp_kernel::ExecutionOutput) -> bool,
+    ) -> rmcp::model::TaskPayload {
+        use rmcp::model::TaskPayload;
+        match output {
+            None => TaskPayload::Failed {
+                error: crate::tasks::object(rmcp::ErrorData::resource_not_found(
+                    "the execution is no longer kept: its kernel was stopped, or has run many executions since",
+                    None,
+                )),
+            },
+            Some(output) if output.status == ipython_mcp_kernel::ExecutionStatus::Pending => {
+                TaskPayload::Working
+            }
+            Some(output) if cancelled(&output) => TaskPayload::Cancelled,
+            Some(output) => TaskPayload::Completed {
+                result: crate::tasks::object(render::execution(&output)),
+            },
+        }
+    }
+
+    /// A background notebook run's `pending` answer as the task the run registered (a result
+    /// that is not one stays as it is).
+    fn as_task(&self, result: CallToolResult) -> rmcp::model::CallToolResponse {
+        let structured = result.structured_content.as_ref();
+        let pending = structured.is_some_and(|value| value["status"] == "pending");
+        let id = structured.and_then(|value| value["execution_id"].as_str());
+        match id
+            .filter(|_| pending)
+            .and_then(|id| self.state.tasks().seed(id))
+        {
+            Some(task) => {
+                rmcp::model::CallToolResponse::Task(rmcp::model::CreateTaskResult::new(task))
+            }
+            None => rmcp::model::CallToolResponse::Complete(result),
+        }
+    }
+
     /// The session an `execute` runs in and its deadline, or the result that refuses it.
     fn execute_session(
         &self,
@@ -537,12 +578,10 @@ to check the kernel without running code. This is not a sandbox: code runs with 
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
         self.coerce_arguments(&mut request);
-        if request.name == "execute"
-            && self.tool_router.has_route("execute")
-            && context
-                .client_capabilities()
-                .is_some_and(|capabilities| capabilities.supports_tasks())
-        {
+        let tasks_client = context
+            .client_capabilities()
+            .is_some_and(|capabilities| capabilities.supports_tasks());
+        if request.name == "execute" && self.tool_router.has_route("execute") && tasks_client {
             let arguments =
                 serde_json::Value::Object(request.arguments.clone().unwrap_or_default());
             // Arguments that do not parse take the usual path to their invalid_arguments result.
@@ -564,6 +603,11 @@ to check the kernel without running code. This is not a sandbox: code runs with 
                     }
                     None => Err(error),
                 },
+                Ok(rmcp::model::CallToolResponse::Complete(result))
+                    if tasks_client && tool.starts_with("notebook_execute") =>
+                {
+                    Ok(self.as_task(result))
+                }
                 answered => answered,
             };
         }
@@ -588,25 +632,19 @@ to check the kernel without running code. This is not a sandbox: code runs with 
             Some(session) => session.output(Some(&id), Duration::ZERO).await,
             None => None,
         };
-        let payload = match output {
-            None => TaskPayload::Failed {
-                error: crate::tasks::object(rmcp::ErrorData::resource_not_found(
-                    "the execution is no longer kept: its kernel was stopped, or has run many executions since",
-                    None,
-                )),
+        let cancelled = |output: &ipython_mcp_kernel::ExecutionOutput| {
+            output.status == ipython_mcp_kernel::ExecutionStatus::Cancelled
+                && remembered.cancel.is_cancelled()
+        };
+        // A notebook run has ended once its save has: until then it is working.
+        let notebook = remembered.outcome.as_ref().map(crate::tasks::Outcome::get);
+        let payload = match (output, notebook) {
+            (Some(output), Some(Some(_))) if cancelled(&output) => TaskPayload::Cancelled,
+            (_, Some(Some(result))) => TaskPayload::Completed {
+                result: crate::tasks::object(result),
             },
-            Some(output) if output.status == ipython_mcp_kernel::ExecutionStatus::Pending => {
-                TaskPayload::Working
-            }
-            Some(output)
-                if output.status == ipython_mcp_kernel::ExecutionStatus::Cancelled
-                    && remembered.cancel.is_cancelled() =>
-            {
-                TaskPayload::Cancelled
-            }
-            Some(output) => TaskPayload::Completed {
-                result: crate::tasks::object(render::execution(&output)),
-            },
+            (Some(_), Some(None)) => TaskPayload::Working,
+            (output, _) => self.execution_payload(output, cancelled),
         };
         Ok(rmcp::model::GetTaskResult::new(crate::tasks::detailed(
             &id,

@@ -1,16 +1,18 @@
-//! MCP Tasks (the `io.modelcontextprotocol/tasks` extension): a background `execute` for a
-//! client that declared the extension answers with a task instead of a `pending` result.
+//! MCP Tasks (the `io.modelcontextprotocol/tasks` extension): a background `execute`,
+//! `notebook_execute` or `notebook_execute_cell` for a client that declared the extension
+//! answers with a task instead of a `pending` result.
 //!
 //! A task *is* its execution: the task id is the `execution_id`, its state is the execution's
 //! record (what `get_output` reads), and `tasks/get` renders the same structured result
 //! `execute` would have returned. The only thing kept here is what the record does not hold:
 //! when the task was created and the cancellation token `tasks/cancel` fires, which interrupts
-//! the execution exactly as an MCP cancellation of a waiting `execute` does.
+//! the execution exactly as an MCP cancellation of a waiting `execute` does. A notebook run
+//! also keeps its final result here, saved or not, since the record holds only the execution.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use rmcp::model::{DetailedTask, JsonObject, Task, TaskPayload, TaskStatus};
+use rmcp::model::{CallToolResult, DetailedTask, JsonObject, Task, TaskPayload, TaskStatus};
 use tokio_util::sync::CancellationToken;
 
 /// Tasks remembered at once; the oldest is forgotten first. Each kernel keeps only its recent
@@ -36,18 +38,48 @@ struct Inner {
 struct Entry {
     created_at: String,
     cancel: CancellationToken,
+    /// A notebook run's final result (saved or not), which the execution's record does not
+    /// hold; `None` for an `execute`.
+    outcome: Option<Outcome>,
+}
+
+/// Where a background notebook run leaves its final result.
+#[derive(Clone, Default)]
+pub(crate) struct Outcome(Arc<Mutex<Option<CallToolResult>>>);
+
+impl Outcome {
+    pub fn set(&self, result: CallToolResult) {
+        *self.0.lock().expect("outcome lock") = Some(result);
+    }
+
+    pub fn get(&self) -> Option<CallToolResult> {
+        self.0.lock().expect("outcome lock").clone()
+    }
 }
 
 /// What `tasks/get` needs of a remembered task.
 pub(crate) struct Remembered {
     pub created_at: String,
     pub cancel: CancellationToken,
+    pub outcome: Option<Outcome>,
 }
 
 impl Tasks {
     /// Remembers the task of execution `id` (cancelled through `cancel`) and returns its seed
     /// state for the `CreateTaskResult`.
     pub fn insert(&self, id: &str, cancel: CancellationToken) -> Task {
+        self.remember(id, cancel, None)
+    }
+
+    /// Remembers a background notebook run of execution `id`; its final result goes in the
+    /// returned slot.
+    pub fn insert_notebook(&self, id: &str, cancel: CancellationToken) -> Outcome {
+        let outcome = Outcome::default();
+        self.remember(id, cancel, Some(outcome.clone()));
+        outcome
+    }
+
+    fn remember(&self, id: &str, cancel: CancellationToken, outcome: Option<Outcome>) -> Task {
         let now = rmcp::task_manager::current_timestamp();
         let mut inner = self.inner.lock().expect("tasks lock");
         while inner.order.len() >= MAX_TASKS {
@@ -61,9 +93,16 @@ impl Tasks {
             Entry {
                 created_at: now.clone(),
                 cancel,
+                outcome,
             },
         );
         task(id, TaskStatus::Working, now)
+    }
+
+    /// The seed state of a remembered task, for its `CreateTaskResult`.
+    pub fn seed(&self, id: &str) -> Option<Task> {
+        let created_at = self.get(id)?.created_at;
+        Some(task(id, TaskStatus::Working, created_at))
     }
 
     pub fn get(&self, id: &str) -> Option<Remembered> {
@@ -71,6 +110,7 @@ impl Tasks {
         inner.entries.get(id).map(|entry| Remembered {
             created_at: entry.created_at.clone(),
             cancel: entry.cancel.clone(),
+            outcome: entry.outcome.clone(),
         })
     }
 }

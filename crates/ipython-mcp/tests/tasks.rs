@@ -42,3 +42,138 @@ async fn a_client_without_the_tasks_extension_gets_a_pending_result() {
     assert!(!refused.to_string().is_empty());
     server.stop().await;
 }
+
+/// Polls `tasks/get` until the task leaves `working` (a notebook run also saves after its
+/// execution ends). Bounded well above any save.
+async fn settled(peer: &rmcp::Peer<rmcp::RoleClient>, id: &str) -> rmcp::model::GetTaskResult {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let got = peer
+            .get_task(rmcp::model::GetTaskParams::new(id))
+            .await
+            .expect("tasks/get");
+        if got.task.task.status != rmcp::model::TaskStatus::Working {
+            return got;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still working: {got:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn background_notebook_runs_are_tasks_for_a_tasks_client_and_pending_for_others() {
+    use rmcp::model::{CallToolRequestParams, CallToolResponse, TaskPayload, TaskStatus};
+    let root = tempfile::tempdir().expect("workspace");
+    let env = [(
+        "IPYTHON_MCP_WORKSPACE_ROOT",
+        root.path().to_str().expect("utf-8"),
+    )];
+    let server = Server::start_with_tasks(Family::Modern, &env).await;
+    let created = server
+        .call(
+            "notebook_create",
+            json!({"path": "t.ipynb", "cells": [{"source": "print('cell'); 6 * 7"}]}),
+        )
+        .await;
+    assert!(created.ok(), "{created:?}");
+    for (tool, arguments) in [
+        (
+            "notebook_execute",
+            json!({"path": "t.ipynb", "code": "print('new'); 2 + 2", "background": true}),
+        ),
+        (
+            "notebook_execute_cell",
+            json!({"path": "t.ipynb", "index": 0, "background": true}),
+        ),
+    ] {
+        let request = CallToolRequestParams::new(tool)
+            .with_arguments(arguments.as_object().cloned().expect("object"));
+        let task = match server
+            .client
+            .peer()
+            .call_tool_once(request)
+            .await
+            .expect("tools/call")
+        {
+            CallToolResponse::Task(created) => created.task,
+            other => panic!("{tool}: a task, not {other:?}"),
+        };
+        // The task id is the execution id.
+        let output = server
+            .call(
+                "get_output",
+                json!({"execution_id": task.task_id, "wait_seconds": 120}),
+            )
+            .await;
+        assert_eq!(
+            output.structured["finished"], true,
+            "{:?}",
+            output.structured
+        );
+        let done = settled(server.client.peer(), &task.task_id).await;
+        assert_eq!(done.task.task.status, TaskStatus::Completed, "{done:?}");
+        let TaskPayload::Completed { result } = &done.task.payload else {
+            panic!("a result: {done:?}")
+        };
+        let structured = &result["structuredContent"];
+        assert_eq!(structured["saved"], true, "{tool}: {result:?}");
+        assert_eq!(structured["execution_id"], task.task_id.as_str());
+        assert!(structured["revision"].is_string(), "{result:?}");
+    }
+    let read = server
+        .call(
+            "notebook_read",
+            json!({"path": "t.ipynb", "include_outputs": true}),
+        )
+        .await;
+    let cells = read.structured["cells"].as_array().expect("cells").clone();
+    assert_eq!(cells.len(), 2, "{:?}", read.structured);
+    for cell in &cells {
+        assert!(
+            cell["execution_count"].is_number(),
+            "saved with its count: {cell}"
+        );
+    }
+    server.stop().await;
+
+    // Without the extension, the same call answers pending and saves when it ends.
+    let server = Server::start(Family::Modern, &env).await;
+    let pending = server
+        .call(
+            "notebook_execute",
+            json!({"path": "t.ipynb", "code": "'third'", "background": true}),
+        )
+        .await;
+    assert_eq!(
+        pending.structured["status"], "pending",
+        "{:?}",
+        pending.structured
+    );
+    assert_eq!(pending.structured["saved"], false);
+    let id = pending.structured["execution_id"].clone();
+    let finished = server
+        .call(
+            "get_output",
+            json!({"execution_id": id, "wait_seconds": 120}),
+        )
+        .await;
+    assert_eq!(finished.structured["result"]["text/plain"], "'third'");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let read = server
+            .call("notebook_read", json!({"path": "t.ipynb"}))
+            .await;
+        if read.structured["cells"].as_array().map(Vec::len) == Some(3) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never saved: {read:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    server.stop().await;
+}

@@ -156,6 +156,9 @@ pub struct ExecuteCellParams {
     /// Run only if the file is at this revision.
     #[serde(default)]
     pub expected_revision: Option<String>,
+    /// Return at once with an execution_id (a task, for MCP-tasks clients); saved when done.
+    #[serde(default)]
+    pub background: bool,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -177,6 +180,9 @@ pub struct NotebookExecuteParams {
     /// Run only if the file is at this revision.
     #[serde(default)]
     pub expected_revision: Option<String>,
+    /// Return at once with an execution_id (a task, for MCP-tasks clients); saved when done.
+    #[serde(default)]
+    pub background: bool,
 }
 
 fn default_true() -> bool {

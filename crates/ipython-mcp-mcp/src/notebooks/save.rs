@@ -48,6 +48,8 @@ pub(super) struct Run {
     pub(super) timeout: Option<Duration>,
     /// How the outputs are saved; `None` runs without touching the file.
     pub(super) save: Option<SaveCell>,
+    /// Answer once the execution is admitted, and save when it ends.
+    pub(super) background: bool,
 }
 
 /// What an execution saves in the notebook, as Jupyter would: streams, displays, the result
@@ -352,37 +354,105 @@ impl IpythonMcp {
 
     /// Runs a notebook's code in its session and saves the outcome with `run.save`, expecting
     /// the file's revision from before the run, so a change made meanwhile is a conflict
-    /// (reported in `save_error`, the outputs still returned).
+    /// (reported in `save_error`, the outputs still returned). In the background the call
+    /// answers `pending` once the execution is admitted; the save happens when it ends, and the
+    /// final result is kept for `tasks/get` (see tasks.rs).
     pub(super) async fn run_and_save(
         &self,
         run: Run,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ToolError> {
+        let NotebookSession {
+            id: kernel,
+            handle: session,
+            started,
+        } = self.session_of(&run.path, run.kernel_name.clone()).await?;
+        let kernel = String::from(kernel);
+        let began = std::time::Instant::now();
+        if !run.background {
+            let args = ExecuteArgs {
+                code: run.code.clone(),
+                timeout: run.timeout,
+                request_id: render::request_id(&context.id),
+                cancel: context.ct.clone(),
+                progress: None,
+            };
+            let output = session.execute(args).await;
+            return Ok(self
+                .finish(run, &session, output, kernel, started, began)
+                .await);
+        }
+        // Nobody waits: the call's cancellation does not apply, tasks/cancel does.
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let pending = session.execute_background(ExecuteArgs {
+            code: run.code.clone(),
+            timeout: run.timeout.or(Some(self.config().timeouts.max_operation)),
+            request_id: render::request_id(&context.id),
+            cancel: cancel.clone(),
+            progress: None,
+        });
+        if pending.status != ExecutionStatus::Pending {
+            // Refused at admission: answered now, nothing to save.
+            return Ok(self
+                .finish(run, &session, pending, kernel, started, began)
+                .await);
+        }
+        let id = pending.execution_id.as_str().to_owned();
+        let relative = run.path.relative.clone();
+        let slot = self.state().tasks().insert_notebook(&id, cancel);
+        let server = self.clone();
+        let (background_session, background_kernel) = (session.clone(), kernel.clone());
+        tokio::spawn(async move {
+            let Some(output) = finished(&background_session, &id).await else {
+                return;
+            };
+            let result = server
+                .finish(
+                    run,
+                    &background_session,
+                    output,
+                    background_kernel,
+                    started,
+                    began,
+                )
+                .await;
+            slot.set(result);
+        });
+        let result = NotebookExecuteResult {
+            output: pending.clone(),
+            path: relative,
+            kernel,
+            session_started: started,
+            saved: false,
+            revision: None,
+            cell: None,
+            save_error: None,
+        };
+        Ok(render_result(
+            &pending,
+            &result,
+            "\n[running; saved in the notebook when it ends]",
+        ))
+    }
+
+    /// Saves a finished execution as `run` says and renders the tool's result.
+    async fn finish(
+        &self,
+        run: Run,
+        session: &SessionHandle,
+        mut output: ExecutionOutput,
+        kernel: String,
+        started: bool,
+        began: std::time::Instant,
+    ) -> CallToolResult {
         let Run {
             tool,
             workspace,
             path,
             revision,
-            kernel_name,
-            code,
-            timeout,
             save,
+            ..
         } = run;
-        let NotebookSession {
-            id: kernel,
-            handle: session,
-            started,
-        } = self.session_of(&path, kernel_name).await?;
-        let kernel = String::from(kernel);
-        let args = ExecuteArgs {
-            code,
-            timeout,
-            request_id: render::request_id(&context.id),
-            cancel: context.ct.clone(),
-            progress: None,
-        };
-        let began = std::time::Instant::now();
-        let mut output = session.execute(args).await;
         let mut result = NotebookExecuteResult {
             output: output.clone(),
             path: path.relative.clone(),
@@ -394,7 +464,7 @@ impl IpythonMcp {
             save_error: None,
         };
         if let (Some(save), true) = (save, output.status != ExecutionStatus::Rejected) {
-            let outputs = outputs_to_save(&session, &output).await;
+            let outputs = outputs_to_save(session, &output).await;
             let execution_count = output.execution_count;
             let saved = Self::blocking(move || {
                 workspace.mutate(&path.relative, Some(&revision), |notebook| {
@@ -429,36 +499,51 @@ impl IpythonMcp {
             ms = began.elapsed().as_millis() as u64,
             "tool call"
         );
-        let mut extra = Map::new();
-        let full = serde_json::to_value(&result).unwrap_or_default();
-        for key in [
-            "path",
-            "kernel",
-            "session_started",
-            "saved",
-            "revision",
-            "cell",
-            "save_error",
-        ] {
-            extra.insert(key.into(), full.get(key).cloned().unwrap_or(Value::Null));
-        }
-        extra.insert("ok".into(), output.ok.into());
-        let mut text = String::new();
-        match (&result.save_error, &result.cell) {
-            (Some(error), _) => text.push_str(&format!(
-                "\n[not saved: {} — {}]",
-                error.code, error.message
-            )),
-            (None, Some(cell)) => text.push_str(&format!(
+        let text = match (&result.save_error, &result.cell) {
+            (Some(error), _) => format!("\n[not saved: {} — {}]", error.code, error.message),
+            (None, Some(cell)) => format!(
                 "\n[saved in cell {} (id {}); revision {}]",
                 cell.index,
                 cell.id.as_deref().unwrap_or("-"),
                 result.revision.as_deref().unwrap_or("-")
-            )),
-            (None, None) => {}
-        }
-        Ok(render::execution_with(&output, extra, text))
+            ),
+            (None, None) => String::new(),
+        };
+        render_result(&output, &result, &text)
     }
+}
+
+/// The final output of execution `id`, once it has ended; `None` if the session forgot it.
+async fn finished(session: &SessionHandle, id: &str) -> Option<ExecutionOutput> {
+    loop {
+        let output = session.output(Some(id), Duration::from_secs(3600)).await?;
+        if output.status != ExecutionStatus::Pending {
+            return Some(output);
+        }
+    }
+}
+
+/// A notebook run's result: the execution's fields and the notebook's.
+fn render_result(
+    output: &ExecutionOutput,
+    result: &NotebookExecuteResult,
+    text: &str,
+) -> CallToolResult {
+    let mut extra = Map::new();
+    let full = serde_json::to_value(result).unwrap_or_default();
+    for key in [
+        "path",
+        "kernel",
+        "session_started",
+        "saved",
+        "revision",
+        "cell",
+        "save_error",
+    ] {
+        extra.insert(key.into(), full.get(key).cloned().unwrap_or(Value::Null));
+    }
+    extra.insert("ok".into(), output.ok.into());
+    render::execution_with(output, extra, text.to_owned())
 }
 
 #[cfg(test)]

@@ -183,6 +183,7 @@ impl IpythonMcp {
             code,
             timeout,
             save: Some(save),
+            background: params.background,
         };
         self.run_and_save(run, &context).await
     }
@@ -235,6 +236,7 @@ impl IpythonMcp {
             code: params.code,
             timeout,
             save,
+            background: params.background,
         };
         self.run_and_save(run, &context).await
     }
