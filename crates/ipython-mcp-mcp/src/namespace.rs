@@ -424,7 +424,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "search",
-        description = "Top-level names (variables, functions, classes, modules) containing `query`, case-insensitive: kind, type, module, bounded repr. Read-only. Better than printing dir().",
+        description = "Find top-level names (variables, callables, modules) containing `query`, case-insensitive: kind, type, module, bounded repr. Read-only; beats dir(); in depth: inspect.",
         output_schema = with_runtime(schema_for_output::<SearchResult>()),
         annotations(title = "Search the namespace", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -471,7 +471,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "call_function",
-        description = "Call a live callable (dotted path allowed) once with JSON keyword `arguments`; returns its value as bounded JSON. invalid_arguments means nothing ran. Simpler than execute for a result.",
+        description = "Call a live callable once with JSON keyword `arguments`, simpler than execute for a value: returns it as bounded JSON, or result_not_json. invalid_arguments means nothing ran.",
         output_schema = with_runtime(schema_for_output::<CallResult>()),
         annotations(title = "Call a function", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
     )]
@@ -536,7 +536,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "remove",
-        description = "Delete top-level names. Answers `removed`, `refused` (protected: `_`-prefixed, In/Out/get_ipython/exit/quit/open, configured modules) and `unknown`.",
+        description = "Delete top-level names (reset deletes all of yours). Answers removed, refused (`_`-prefixed, In/Out/get_ipython/exit/quit/open, configured modules), unknown.",
         output_schema = with_runtime(schema_for_output::<RemoveResult>()),
         annotations(title = "Remove names", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
@@ -559,7 +559,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "reset",
-        description = "Delete every name you created, in place: protected names stay, configured modules are re-imported, this kernel's dynamic tools go, the execution count stays. Returns `removed`.",
+        description = "Delete every name you created, in place, unlike kernel_restart: protected names stay, configured modules re-imported, this kernel's dynamic tools dropped, execution count kept.",
         output_schema = with_runtime(schema_for_output::<ResetResult>()),
         annotations(title = "Reset the namespace", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]

@@ -47,7 +47,7 @@ pub struct ExecuteParams {
     /// Session id (default `default`).
     #[serde(default)]
     pub kernel: Option<String>,
-    /// Seconds from the start of the run (default 30; background: the max).
+    /// Run deadline (s), then interrupt (default 30; background: the max).
     #[serde(default)]
     pub timeout_seconds: Option<f64>,
     /// Return at once with an execution_id; the code keeps running.
@@ -448,7 +448,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "interrupt",
-        description = "Stop the running code and wait: namespace `preserved`, or `reset` if it ignored SIGINT and the kernel was replaced. That call answers operation_cancelled; queued calls stay.",
+        description = "Stop the running code (hung, slow) and wait: namespace `preserved`, or `reset` if it ignored SIGINT (kernel replaced). Its call gets operation_cancelled; queued calls stay.",
         output_schema = schema_for_output::<InterruptResult>(),
         annotations(title = "Interrupt the kernel", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]
@@ -488,7 +488,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "kernel_restart",
-        description = "Replace the kernel with a fresh one after the calls queued before it: names gone, count from 1, `epoch` + 1. Recovers an `unavailable` session. Returns the status.",
+        description = "Replace the kernel after calls queued before it: names, dynamic tools gone, count from 1, `epoch` + 1. Recovers an `unavailable` session; reset keeps the process.",
         output_schema = schema_for_output::<StatusResult>(),
         annotations(title = "Restart the kernel", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]

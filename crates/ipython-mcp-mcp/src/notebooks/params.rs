@@ -34,7 +34,7 @@ impl From<CellInput> for NewCell {
 pub struct CreateParams {
     /// Workspace-relative `.ipynb` or `.py` path.
     pub path: String,
-    /// Kernelspec (default `python3`).
+    /// Kernelspec cells run in (default `python3`).
     #[serde(default)]
     pub kernel_name: Option<String>,
     /// Kernel display name.
@@ -113,8 +113,7 @@ impl EditAction {
 pub struct EditParams {
     /// Workspace-relative notebook path.
     pub path: String,
-    /// insert (at `index`, default end), update, delete, move (to `to_index`), clear_outputs /
-    /// set_metadata (of a cell, default all / the notebook).
+    /// insert (at `index`, default end), update, delete, move (to `to_index`), clear_outputs / set_metadata (the cell, else all / the notebook).
     pub action: EditAction,
     /// Target cell's id (or `index`).
     #[serde(default)]
@@ -168,7 +167,7 @@ pub struct NotebookExecuteParams {
     pub path: String,
     /// Code to run.
     pub code: String,
-    /// Save as a new cell (default true).
+    /// false: only run it.
     #[serde(default = "default_true")]
     pub persist: bool,
     /// The new cell's index (default end).

@@ -30,7 +30,7 @@ use crate::server::{IpythonMcp, MAX_CODE_BYTES};
 impl IpythonMcp {
     #[tool(
         name = "notebook_create",
-        description = "Create a notebook (.ipynb, nbformat 4.5; .py: jupytext percent script) with optional cells, recording the kernel its cells run in. An existing file is notebook_exists unless `overwrite`. Returns the revision.",
+        description = "Create a notebook (.ipynb, nbformat 4.5; .py: jupytext percent script) with optional cells; to edit: notebook_edit. An existing file is notebook_exists unless `overwrite`. Returns the revision.",
         output_schema = schema_for_output::<WriteResult>(),
         annotations(title = "Create a notebook", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
@@ -141,7 +141,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "notebook_execute_cell",
-        description = "Run a code cell in the notebook's session and save its outputs, as Jupyter does. Returns execute's fields plus `saved`, `revision`, `kernel`; if the file changed meanwhile, outputs are returned, not saved (save_error).",
+        description = "Run a code cell in the notebook's session (started if none) and save its outputs; new code: notebook_execute. Returns execute's fields plus `saved`, `revision`, `kernel`; file changed meanwhile: unsaved (save_error).",
         output_schema = schema_for_output::<NotebookExecuteResult>(),
         annotations(title = "Execute a notebook cell", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
     )]
@@ -190,7 +190,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "notebook_execute",
-        description = "Run code in the notebook's session and save it as a new code cell with its outputs (persist=false: only run it). Returns execute's fields plus `saved`, `revision`, the cell, `kernel`. To re-run a cell: notebook_execute_cell.",
+        description = "Run code in the notebook's session and save it as a new code cell with outputs. Returns execute's fields plus `saved`, `revision`, the cell, `kernel`; file changed meanwhile: unsaved (save_error). To re-run a cell: notebook_execute_cell.",
         output_schema = schema_for_output::<NotebookExecuteResult>(),
         annotations(title = "Execute code in a notebook", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
     )]
