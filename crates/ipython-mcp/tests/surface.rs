@@ -29,12 +29,13 @@ async fn tools_list_is_the_reviewed_surface() {
             .get("properties")
             .and_then(|p| p.as_object());
         for (field, schema) in properties.into_iter().flatten() {
+            // A wrapped doc comment would reach the model as a stray line break.
             assert!(
                 schema
                     .get("description")
                     .and_then(|d| d.as_str())
-                    .is_some_and(|d| !d.is_empty()),
-                "{}.{field} has a description",
+                    .is_some_and(|d| !d.is_empty() && !d.contains('\n')),
+                "{}.{field} has a one-line description",
                 tool.name
             );
         }
