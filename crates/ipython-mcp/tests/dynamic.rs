@@ -219,6 +219,20 @@ async fn a_registered_function_is_listed_called_and_goes_stale() {
         count.structured["result"]["text/plain"], "1",
         "invoked exactly once"
     );
+    // Arguments sent as JSON strings (as Claude Code sends them) are taken as what they spell
+    // where the generated schema declares that type.
+    let coerced = server
+        .call(
+            "summarize",
+            json!({"values": "[1, 2]", "scale": "2", "flag": "true", "label": "3"}),
+        )
+        .await;
+    assert!(coerced.ok(), "{coerced:?}");
+    assert_eq!(coerced.structured["result"]["value"], 6.0);
+    assert_eq!(
+        coerced.structured["result"]["label"], "3",
+        "a string stays a string"
+    );
     let bad = server.call("summarize", json!({"values": "nope"})).await;
     assert!(bad.is_error);
     assert_eq!(bad.structured["error"]["code"], "invalid_arguments");
