@@ -43,7 +43,7 @@ pub struct GetOutputParams {
     #[serde(default)]
     pub wait_seconds: Option<f64>,
     /// Read the full text of this stream from the on-disk spool (`stdout` or `stderr`) instead
-    /// of only the bounded head. Implied `stdout` when `start_line` or `pattern` is given.
+    /// of only the bounded head and tail. Implied `stdout` when `start_line` or `pattern` is given.
     #[serde(default)]
     #[schemars(with = "Option<crate::wire::StreamNameSchema>")]
     pub stream: Option<StreamName>,

@@ -264,16 +264,12 @@ fn execution_text(output: &ExecutionOutput) -> String {
         None => format!("[{:?}]", output.status),
     };
     text.push_str(&status.to_lowercase());
+    // A cut stream already carries its marker (the omitted count and where to page it).
     let mut section = |name: &str, body: &str, omitted: u64| {
         if body.is_empty() && omitted == 0 {
             return;
         }
         text.push_str(&format!("\n--- {name} ---\n{body}"));
-        if omitted > 0 {
-            text.push_str(&format!(
-                "\n[… {omitted} more characters of {name} omitted]"
-            ));
-        }
     };
     section("stdout", &output.stdout, output.stdout_omitted_chars);
     section("stderr", &output.stderr, output.stderr_omitted_chars);

@@ -273,7 +273,7 @@ impl IpythonMcp {
         name = "execute",
         description = "Run Python code in a persistent IPython kernel and return its output. \
 Variables, functions, classes and imports persist between calls, so build state step by step \
-instead of re-running everything. Returns stdout/stderr (bounded: the first characters are kept \
+instead of re-running everything. Returns stdout/stderr (bounded: the first and last characters are kept \
 and `*_omitted_chars` says exactly how much was cut), rich displays (images come back as image \
 content), the final expression's value in `result`, and on failure a structured `error` \
 (`execution_error` with ename/evalue/traceback when your code raised). `ok` is false when the \

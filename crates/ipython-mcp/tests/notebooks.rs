@@ -252,7 +252,8 @@ async fn notebooks_are_edited_executed_and_saved_as_jupyter_would() {
     assert_eq!(peek.structured["saved"], false);
     assert_eq!(workspace.read(nb), before);
 
-    // Long output: the agent gets the bounded head, the file gets all of it (from the spool).
+    // Long output: the agent gets the bounded head and tail, the file gets all of it (from the
+    // spool).
     let long = server
         .call(
             "notebook_execute",
@@ -261,7 +262,15 @@ async fn notebooks_are_edited_executed_and_saved_as_jupyter_would() {
         .await;
     assert!(long.ok(), "{long:?}");
     assert!(long.structured["stdout_omitted_chars"].as_u64() > Some(100_000));
-    assert!(long.structured["stdout"].as_str().expect("stdout").len() <= 8192);
+    let stdout = long.structured["stdout"].as_str().expect("stdout");
+    let (head, rest) = stdout.split_once("\n[… ").expect("a marker");
+    let (_, tail) = rest.split_once(" …]\n").expect("the marker's end");
+    assert!(head.len() + tail.len() <= 8192, "{stdout}");
+    assert!(head.starts_with("line 00000 "), "{stdout}");
+    assert!(
+        tail.ends_with(&format!("line 02999 {}\n", "x".repeat(40))),
+        "{stdout}"
+    );
     let file = workspace.json(nb);
     let text = file["cells"][4]["outputs"][0]["text"]
         .as_array()

@@ -626,7 +626,7 @@ mod tests {
         executions.open().await;
         let record = executions.register(ExecutionId::generate(), 1, "r".into());
         let collector = Collector::new(Default::default(), 10, None);
-        record.dispatched("m", 0, Arc::new(Mutex::new(collector)));
+        record.dispatched("m", 0, Arc::new(Mutex::new(collector)), true);
         let release = crate::spool::tests::stall(executions.queue()).await;
         let mut writer = SpoolWriter::new(&executions, &record, "m").expect("spool on");
         let chunk = "y".repeat(1 << 20);
