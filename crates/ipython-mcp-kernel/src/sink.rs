@@ -449,6 +449,28 @@ mod tests {
     }
 
     #[test]
+    fn what_is_stored_stays_within_the_limit_whatever_is_written() {
+        let mut sink = TerminalSink::new(100, 20);
+        for round in 0..2_000 {
+            sink.write(&"y".repeat(1_000));
+            sink.write("\r");
+            sink.write(&"z".repeat(500));
+            sink.write(if round % 2 == 0 { "\n" } else { "\r\n" });
+            sink.write(&"w".repeat(300));
+            let stored = sink.head.chars().count() + sink.line.len();
+            assert!(stored <= 100);
+            assert!(sink.tail.len() <= 81 && sink.tail_line.len() <= 81);
+        }
+        let kept = sink.kept();
+        assert_eq!(
+            (kept.head.as_str(), kept.tail.as_str()),
+            ("z".repeat(20).as_str(), "w".repeat(80).as_str())
+        );
+        assert_eq!(kept.omitted_chars, 1_001 + 1_999 * 1_301 + 300 - 100);
+        assert_eq!(kept.omitted_lines, 2_000);
+    }
+
+    #[test]
     fn the_marker_stands_on_its_own_line() {
         let kept = Kept {
             head: "ab".into(),

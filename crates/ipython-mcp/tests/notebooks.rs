@@ -841,9 +841,23 @@ async fn a_big_notebook_is_read_within_bounds_page_by_page() {
         pages += 1;
         for cell in page.structured["cells"].as_array().expect("cells") {
             seen.push(cell["id"].as_str().expect("id").to_owned());
-            let text = &cell["outputs"][0]["text"];
-            assert_eq!(text.as_str().expect("text").chars().count(), 1024);
-            assert!(cell["outputs"][0]["text_omitted_chars"].as_u64() > Some(38_000));
+            // max_repr_chars (1024) of the saved text: its beginning and its end, the exact
+            // count between them.
+            let text = cell["outputs"][0]["text"].as_str().expect("text");
+            let (head, rest) = text.split_once("\n[… ").expect("a marker");
+            let (count, tail) = rest.split_once(" …]\n").expect("the marker's end");
+            assert_eq!(head.chars().count() + tail.chars().count(), 1024, "{text}");
+            assert!(
+                head.starts_with(&format!("{} yyy", seen.len() - 1)),
+                "{text}"
+            );
+            assert!(tail.ends_with("yyy\n"), "{text}");
+            let omitted = cell["outputs"][0]["text_omitted_chars"].as_u64();
+            assert!(omitted > Some(38_000));
+            assert!(
+                count.starts_with(&format!("{} characters", omitted.unwrap_or_default())),
+                "{text}"
+            );
         }
         match page.structured["next_index"].as_u64() {
             Some(next) => start = next as usize,

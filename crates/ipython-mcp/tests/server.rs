@@ -143,6 +143,11 @@ async fn truncation_counts_are_exact() {
     assert_eq!(result.structured["truncated"]["stdout"], true);
     assert_eq!(result.structured["truncated"]["stderr"], true);
     assert!(result.text().contains(&marker), "{}", result.text());
+    assert!(
+        result.text().contains(&format!("read it with get_output(execution_id=\"{execution_id}\", stream=\"stdout\", start_line=N)")),
+        "{}",
+        result.text()
+    );
 
     // Many small writes and progress bars: the count stays exact, and the cuts fall between
     // lines (18 whole lines of the 200 head characters, 71 and the last two of the 800 tail).
