@@ -89,9 +89,6 @@ class TerminalSink:
             self._feed(text[start : start + self._CHUNK] if len(text) > self._CHUNK else text)
             start += self._CHUNK
 
-    def rendered_length(self):
-        return self._committed + self._line_len
-
     def kept(self):
         """``(head, tail, omitted_chars, omitted_lines, first_omitted_line)``.
 
@@ -137,15 +134,27 @@ class TerminalSink:
             return
         last = text.rfind("\n")
         if last < 0:
-            self._tail_put(text)
+            self._tail_range(text, 0, len(text))
             return
         self._newlines += text.count("\n")
         first = text.find("\n")
-        self._tail_put(text[:first])
+        self._tail_range(text, 0, first)
         self._tail_commit()
         if last > first:
             self._tail_lines(text, first + 1, last)
-        self._tail_put(text[last + 1 :])
+        self._tail_range(text, last + 1, len(text))
+
+    def _tail_range(self, text, start, end):
+        """Writes ``text[start:end]`` (no newline) at the tail's cursor, in slices of _CHUNK:
+        writing a segment is writing its parts one after the other, and no copy of a huge
+        write is made."""
+        if start == 0 and end == len(text) and end <= self._CHUNK:
+            self._tail_put(text)
+            return
+        while start < end:
+            stop = min(start + self._CHUNK, end)
+            self._tail_put(text[start:stop])
+            start = stop
 
     def _tail_lines(self, text, start, end):
         """Commits the complete lines of ``text[start:end+1]`` (which ends with a newline);
@@ -155,18 +164,19 @@ class TerminalSink:
             self._tail_append(text[max(start, end + 1 - room) : end + 1])
             return
         # Lines with carriage returns: render them from the last one back until the room is
-        # covered (a rendered line is never longer than its raw text).
+        # covered, each on the current-line machinery (which keeps only its last columns).
+        saved = (self._tail_line, self._tail_len, self._tail_cursor)
         rendered = []
         covered = 0
         stop = end
         while covered < room and stop >= start:
-            begin = text.rfind("\n", start, stop) + 1
-            if begin <= 0:
-                begin = start
-            line = _render_line(text[begin:stop])
-            rendered.append(line + "\n")
-            covered += len(line) + 1
+            begin = max(text.rfind("\n", start, stop) + 1, start)
+            self._tail_line, self._tail_len, self._tail_cursor = "", 0, 0
+            self._tail_range(text, begin, stop)
+            rendered.append(self._tail_line + "\n")
+            covered += self._tail_len + 1
             stop = begin - 1
+        self._tail_line, self._tail_len, self._tail_cursor = saved
         self._tail_append("".join(reversed(rendered)))
 
     def _tail_append(self, committed):
@@ -287,14 +297,6 @@ def _rendered_width(line):
     if "\r" not in line:
         return len(line)
     return max(map(len, line.split("\r")))
-
-
-def _render_line(line):
-    """A complete line that starts empty, as it is shown (its "\\r" pieces overlaid)."""
-    if "\r" not in line:
-        return line
-    pieces = line.split("\r")
-    return _overlay_from_column_zero("", pieces, max(map(len, pieces)))
 
 
 def keep(head, before_tail, tail_room):
