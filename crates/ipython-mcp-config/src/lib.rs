@@ -29,6 +29,8 @@ pub use settings::*;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OutputLimits {
     pub max_text_chars: usize,
+    /// Of `max_text_chars`, the percentage that keeps the beginning of a longer stream.
+    pub text_head_percent: usize,
     pub max_traceback_chars: usize,
     pub max_repr_chars: usize,
     pub max_results: usize,
@@ -36,6 +38,19 @@ pub struct OutputLimits {
     pub max_json_depth: usize,
     pub max_image_bytes: usize,
     pub max_reply_bytes: usize,
+}
+
+impl OutputLimits {
+    /// Characters of a longer stdout or stderr kept from its beginning; the rest of
+    /// `max_text_chars` keeps its end.
+    pub fn text_head_chars(&self) -> usize {
+        self.head_chars(self.max_text_chars)
+    }
+
+    /// Of a `budget` of characters for a longer text, how many keep its beginning.
+    pub fn head_chars(&self, budget: usize) -> usize {
+        budget / 100 * self.text_head_percent + budget % 100 * self.text_head_percent / 100
+    }
 }
 
 impl Default for OutputLimits {
@@ -397,6 +412,7 @@ impl Config {
     pub fn from_raw(raw: &RawConfig) -> Result<Config, Error> {
         let limits = OutputLimits {
             max_text_chars: positive_int(raw, MAX_TEXT_CHARS)?,
+            text_head_percent: percent(raw, TEXT_HEAD_PERCENT)?,
             max_traceback_chars: positive_int(raw, MAX_TRACEBACK_CHARS)?,
             max_repr_chars: positive_int(raw, MAX_REPR_CHARS)?,
             max_results: positive_int(raw, MAX_RESULTS)?,
@@ -589,6 +605,28 @@ mod tests {
             check(raw(" 100 "), Ok(())).map(|c| c.limits.max_text_chars),
             Some(100)
         );
+    }
+
+    #[test]
+    fn the_text_head_share_is_a_percentage() {
+        let raw = |v: &str| RawConfig::default().with(TEXT_HEAD_PERCENT, v);
+        for bad in ["101", "-1", "20%", "0.5", ""] {
+            check(
+                raw(bad),
+                Err(&format!("invalid configuration: IPYTHON_MCP_TEXT_HEAD_PERCENT (--text-head-percent): must be a whole number from 0 to 100, got {bad:?}")),
+            );
+        }
+        let head = |percent: &str, max: &str| {
+            let raw = raw(percent).with(MAX_TEXT_CHARS, max);
+            check(raw, Ok(())).map(|config| config.limits.text_head_chars())
+        };
+        assert_eq!(head("20", "8192"), Some(1638));
+        assert_eq!(head("0", "8192"), Some(0));
+        assert_eq!(head("100", "8192"), Some(8192));
+        assert_eq!(head("33", "10"), Some(3));
+        let huge = usize::MAX.to_string();
+        assert_eq!(head("100", &huge), Some(usize::MAX));
+        assert_eq!(OutputLimits::default().text_head_percent, 20);
     }
 
     #[test]

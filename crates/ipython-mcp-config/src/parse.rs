@@ -228,6 +228,22 @@ pub(crate) fn is_module_name(text: &str) -> bool {
     text.split('.').all(is_identifier)
 }
 
+/// A whole percentage, 0 to 100.
+pub(crate) fn percent(raw: &RawConfig, setting: Setting) -> Result<usize, Error> {
+    let value = given_or_default(raw, setting);
+    match value.trim().parse::<usize>() {
+        Ok(parsed) if parsed <= 100 => Ok(parsed),
+        _ => Err(Error::Invalid {
+            env: setting.env,
+            flag: setting.flag,
+            problem: format!(
+                "must be a whole number from 0 to 100, got {:?}",
+                bounded(value)
+            ),
+        }),
+    }
+}
+
 /// For counts where zero means "off".
 pub(crate) fn non_negative_int(raw: &RawConfig, setting: Setting) -> Result<usize, Error> {
     let value = given_or_default(raw, setting);

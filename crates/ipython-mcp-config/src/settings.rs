@@ -54,6 +54,8 @@ macro_rules! settings {
 settings! {
     MAX_TEXT_CHARS = ("max_text_chars", "IPYTHON_MCP_MAX_TEXT_CHARS", "max-text-chars", "8192", Value, "N",
         "Characters of stdout and of stderr kept per execution; the rest is counted, not returned");
+    TEXT_HEAD_PERCENT = ("text_head_percent", "IPYTHON_MCP_TEXT_HEAD_PERCENT", "text-head-percent", "20", Value, "PERCENT",
+        "Share of max_text_chars that keeps the beginning of a longer stdout or stderr; the rest keeps its end");
     MAX_TRACEBACK_CHARS = ("max_traceback_chars", "IPYTHON_MCP_MAX_TRACEBACK_CHARS", "max-traceback-chars", "4096", Value, "N",
         "Characters of an error traceback returned (ANSI escapes stripped)");
     MAX_REPR_CHARS = ("max_repr_chars", "IPYTHON_MCP_MAX_REPR_CHARS", "max-repr-chars", "1024", Value, "N",

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use crate::bound::{self, JsonLimits};
 use crate::output::{Code, DisplayItem, ErrorInfo, Truncated};
 use crate::payload::{self, MAX_FIT_PENDING_BYTES};
-use crate::sink::TerminalSink;
+use crate::sink::{Kept, TerminalSink};
 
 /// Characters of the latest output line kept for progress notifications.
 const LATEST_LINE_CHARS: usize = 200;
@@ -38,10 +38,39 @@ pub(crate) struct SpoolCount {
     pub dropped_bytes: u64,
 }
 
+/// One stream's kept view, as the helper's sink made it (see `sink::Kept`).
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct StreamReport {
     pub text: String,
+    #[serde(default)]
+    pub tail: String,
     pub omitted_chars: u64,
+    #[serde(default)]
+    pub omitted_lines: u64,
+    #[serde(default)]
+    pub first_omitted_line: u64,
+}
+
+impl StreamReport {
+    /// The report's view, held to the server's own bound as well.
+    fn kept(self, limit: usize) -> Kept {
+        let mut head = self.text;
+        let mut tail = self.tail;
+        let mut extra = ipython_mcp_text::truncate(&mut head, limit);
+        extra += ipython_mcp_text::truncate_front(&mut tail, limit - head.chars().count());
+        let omitted_chars = self.omitted_chars + extra;
+        Kept {
+            head,
+            tail,
+            omitted_chars,
+            omitted_lines: self.omitted_lines,
+            first_omitted_line: if omitted_chars > 0 {
+                self.first_omitted_line.max(1)
+            } else {
+                0
+            },
+        }
+    }
 }
 
 /// The kernel's `execute_reply`, reduced to what we use.
@@ -83,10 +112,8 @@ pub(crate) struct Collector {
 
 /// The collected parts, bounded.
 pub(crate) struct Collected {
-    pub stdout: String,
-    pub stderr: String,
-    pub stdout_omitted_chars: u64,
-    pub stderr_omitted_chars: u64,
+    pub stdout: Kept,
+    pub stderr: Kept,
     pub display_data: Vec<DisplayItem>,
     pub display_omitted: u64,
     pub result: Option<Map<String, Value>>,
@@ -111,8 +138,8 @@ impl Collector {
                 max_chars: limits.max_text_chars,
             },
             helper_comm,
-            stdout: TerminalSink::new(limits.max_text_chars),
-            stderr: TerminalSink::new(limits.max_text_chars),
+            stdout: TerminalSink::new(limits.max_text_chars, limits.text_head_chars()),
+            stderr: TerminalSink::new(limits.max_text_chars, limits.text_head_chars()),
             displays: Vec::new(),
             display_omitted: 0,
             displays_truncated: false,
@@ -354,34 +381,18 @@ impl Collector {
         let spool_dropped = self.report.as_ref().map_or(0, |report| {
             report.spool.values().map(|count| count.dropped_bytes).sum()
         });
-        let (stdout, stdout_omitted_chars, stderr, stderr_omitted_chars, kernel_display_omitted) =
-            match self.report {
-                // The helper saw every character; its text is already bounded by the same limit.
-                Some(report) => {
-                    let mut stdout = report.stdout.text;
-                    let mut stderr = report.stderr.text;
-                    let stdout_extra =
-                        ipython_mcp_text::truncate(&mut stdout, self.limits.max_text_chars);
-                    let stderr_extra =
-                        ipython_mcp_text::truncate(&mut stderr, self.limits.max_text_chars);
-                    (
-                        stdout,
-                        report.stdout.omitted_chars + stdout_extra,
-                        stderr,
-                        report.stderr.omitted_chars + stderr_extra,
-                        report.display_omitted,
-                    )
-                }
-                None => (
-                    self.stdout.text(),
-                    self.stdout.omitted(),
-                    self.stderr.text(),
-                    self.stderr.omitted(),
-                    0,
-                ),
-            };
-        truncated.stdout = stdout_omitted_chars > 0;
-        truncated.stderr = stderr_omitted_chars > 0;
+        let limit = self.limits.max_text_chars;
+        let (stdout, stderr, kernel_display_omitted) = match self.report {
+            // The helper saw every character; its view is already bounded by the same limits.
+            Some(report) => (
+                report.stdout.kept(limit),
+                report.stderr.kept(limit),
+                report.display_omitted,
+            ),
+            None => (self.stdout.kept(), self.stderr.kept(), 0),
+        };
+        truncated.stdout = stdout.omitted_chars > 0;
+        truncated.stderr = stderr.omitted_chars > 0;
         let display_omitted = self.display_omitted + kernel_display_omitted;
         let error = self.error.map(|(ename, evalue, traceback)| {
             let (traceback, cut) =
@@ -403,8 +414,6 @@ impl Collector {
         Collected {
             stdout,
             stderr,
-            stdout_omitted_chars,
-            stderr_omitted_chars,
             display_data: self.displays.into_iter().map(|(_, item)| item).collect(),
             display_omitted,
             result: self.result,
@@ -465,6 +474,7 @@ pub(crate) mod tests {
     /// Small limits so every bound is reachable with short inputs.
     const LIMITS: OutputLimits = OutputLimits {
         max_text_chars: 10,
+        text_head_percent: 100,
         max_traceback_chars: 100,
         max_repr_chars: 100,
         max_results: 100,
@@ -559,10 +569,11 @@ pub(crate) mod tests {
 
     fn summary(collected: Collected) -> Value {
         json!({
-            "stdout": collected.stdout,
-            "stderr": collected.stderr,
-            "stdout_omitted_chars": collected.stdout_omitted_chars,
-            "stderr_omitted_chars": collected.stderr_omitted_chars,
+            "stdout": collected.stdout.head,
+            "stderr": collected.stderr.head,
+            "stdout_tail": collected.stdout.tail,
+            "stdout_omitted_chars": collected.stdout.omitted_chars,
+            "stderr_omitted_chars": collected.stderr.omitted_chars,
             "display_data": collected.display_data,
             "display_omitted": collected.display_omitted,
             "result": collected.result,
@@ -658,6 +669,48 @@ pub(crate) mod tests {
             vec![],
             json!({"stdout": "", "stderr": "", "display_data": [], "result": null, "error": null, "reply": null, "truncated": truncated(&[])}),
         );
+    }
+
+    #[test]
+    fn long_streams_keep_a_head_and_a_tail() {
+        let limits = OutputLimits {
+            max_text_chars: 20,
+            text_head_percent: 35,
+            ..LIMITS
+        };
+        let mut collector = Collector::new(limits, 4, None);
+        for line in 0..1000 {
+            collector.absorb(out(&format!("step {line}\n")));
+        }
+        let collected = collector.finish();
+        let stdout = &collected.stdout;
+        assert_eq!(
+            (stdout.head.as_str(), stdout.tail.as_str()),
+            ("step 0\n", "step 999\n")
+        );
+        assert_eq!(stdout.omitted_lines, 998);
+        assert!(collected.truncated.stdout);
+        // The helper's report carries the same view; the server holds it to its own bound.
+        let report = json!({
+            "event": "execution_report",
+            "stdout": {"text": "0123456789", "tail": "abcdefghijklmnopq", "omitted_chars": 50, "omitted_lines": 4, "first_omitted_line": 2},
+            "stderr": {"text": "", "omitted_chars": 0},
+            "display_omitted": 0,
+        });
+        let mut collector = Collector::new(limits, 4, Some(HELPER.to_owned()));
+        collector.absorb(comm(HELPER, report));
+        let collected = collector.finish();
+        assert_eq!(
+            collected.stdout,
+            Kept {
+                head: "0123456789".into(),
+                tail: "hijklmnopq".into(),
+                omitted_chars: 57,
+                omitted_lines: 4,
+                first_omitted_line: 2,
+            }
+        );
+        assert_eq!(collected.stderr, Kept::default());
     }
 
     #[test]
@@ -1035,7 +1088,7 @@ pub(crate) mod tests {
         collector.absorb(comm(HELPER, report(("report", 0), ("", 0), 5)));
         let collected = collector.finish();
         assert_eq!(
-            (collected.stdout.as_str(), collected.display_omitted),
+            (collected.stdout.head.as_str(), collected.display_omitted),
             ("kernel", 0)
         );
     }

@@ -88,6 +88,7 @@ pub fn install_code(
     let engine = base64::engine::general_purpose::STANDARD;
     let config = json!({
         "max_text_chars": limits.max_text_chars,
+        "text_head_chars": limits.text_head_chars(),
         "max_display_items": limits.max_display_items,
         "max_image_bytes": limits.max_image_bytes,
         "max_traceback_chars": limits.max_traceback_chars,

@@ -40,7 +40,7 @@ pub use session::{
     ExecuteArgs, HelperCall, HelperOutput, Interrupted, Outcome, Progress, SessionHandle,
     SessionOptions,
 };
-pub use sink::TerminalSink;
+pub use sink::{Kept, TerminalSink};
 pub use status::{EnvironmentStatus, KernelDescription, RuntimeStatus, SessionState};
 pub use tokio_util::sync::CancellationToken;
 pub use transcript::SavedOutputs;

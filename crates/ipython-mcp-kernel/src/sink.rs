@@ -6,13 +6,78 @@
 //! checked against the same cases (`python/tests/sink_cases.json`).
 //!
 //! Semantics are Jupyter's `fixCarriageReturn`: `\n` commits the current line; `\r` moves the
-//! cursor to column 0 and later characters overwrite; `\r\n` is a newline. Memory is O(limit)
-//! whatever is written, and the omitted count is exact.
+//! cursor to column 0 and later characters overwrite; `\r\n` is a newline. A rendering longer
+//! than the limit keeps its first and its last characters, cut at line boundaries when one is
+//! near (see [`Kept`]). Memory is O(limit) whatever is written, and the omitted counts are exact.
 
-/// Keeps the first `limit` characters of the rendered stream and counts the rest exactly.
+use std::collections::VecDeque;
+
+/// What is kept of one stream's rendering.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Kept {
+    /// The whole rendering when nothing is omitted, else its beginning.
+    pub head: String,
+    /// The end of the rendering (empty when nothing is omitted).
+    pub tail: String,
+    /// Rendered characters between `head` and `tail`.
+    pub omitted_chars: u64,
+    /// Newlines among them.
+    pub omitted_lines: u64,
+    /// The 1-based number, in the execution's whole stream, of the line the omitted part
+    /// starts in (0 when nothing is omitted).
+    pub first_omitted_line: u64,
+}
+
+impl Kept {
+    /// The view of a complete text (a saved output, a traceback) that the sink would keep.
+    pub fn of(text: &str, limit: usize, head: usize) -> Kept {
+        let mut sink = TerminalSink::new(limit, head);
+        sink.write(text);
+        sink.kept()
+    }
+
+    /// The text an agent reads: the head, one marker line with the exact counts and, when the
+    /// full stream is kept on disk (`pager`: the execution id), the `get_output` call that
+    /// pages the middle, then the tail.
+    pub fn render(&self, stream: &str, pager: Option<&str>) -> String {
+        if self.omitted_chars == 0 {
+            let mut text = self.head.clone();
+            text.push_str(&self.tail);
+            return text;
+        }
+        let mut text = String::with_capacity(self.head.len() + self.tail.len() + 160);
+        text.push_str(&self.head);
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&format!(
+            "[… {} characters ({} lines) omitted",
+            self.omitted_chars, self.omitted_lines
+        ));
+        if let Some(execution_id) = pager {
+            text.push_str(&format!(
+                "; get_output(execution_id=\"{execution_id}\", stream=\"{stream}\", start_line={}) pages them",
+                self.first_omitted_line
+            ));
+        }
+        text.push_str(" …]");
+        if !self.tail.is_empty() {
+            text.push('\n');
+            text.push_str(&self.tail);
+        }
+        text
+    }
+}
+
+/// Keeps the first `limit` characters of the rendered stream and its last `limit - head`, and
+/// counts the rest exactly.
 #[derive(Debug, Clone)]
 pub struct TerminalSink {
     limit: usize,
+    /// Characters of a too-long rendering shown from its beginning.
+    head_limit: usize,
+    /// Characters kept from the end: the tail shown, and one more (does the tail start a line).
+    tail_room: usize,
     /// Committed text kept (at most `limit` characters).
     head: String,
     head_chars: usize,
@@ -22,18 +87,34 @@ pub struct TerminalSink {
     line: Vec<char>,
     line_len: u64,
     cursor: u64,
+    /// The last `tail_room` characters of the committed lines.
+    tail: VecDeque<char>,
+    /// The current line's last columns (at most `tail_room`), ending at `line_len`.
+    tail_line: VecDeque<char>,
+    newlines: u64,
+    /// Newlines before the latest `clear`: line numbers count the whole stream.
+    lines_before: u64,
 }
 
 impl TerminalSink {
-    pub fn new(limit: usize) -> Self {
+    /// `head` (at most `limit`) characters of a longer rendering keep its beginning, the rest of
+    /// `limit` its end.
+    pub fn new(limit: usize, head: usize) -> Self {
+        let head_limit = head.min(limit);
         TerminalSink {
             limit,
+            head_limit,
+            tail_room: limit - head_limit + 1,
             head: String::new(),
             head_chars: 0,
             committed_total: 0,
             line: Vec::new(),
             line_len: 0,
             cursor: 0,
+            tail: VecDeque::new(),
+            tail_line: VecDeque::new(),
+            newlines: 0,
+            lines_before: 0,
         }
     }
 
@@ -58,22 +139,45 @@ impl TerminalSink {
         }
     }
 
-    /// Forgets everything, as `clear_output` does in a front end.
+    /// Forgets what is shown, as `clear_output` does in a front end; line numbers go on.
     pub fn clear(&mut self) {
-        *self = TerminalSink::new(self.limit);
+        let lines_before = self.lines_before + self.newlines;
+        *self = TerminalSink::new(self.limit, self.head_limit);
+        self.lines_before = lines_before;
     }
 
-    /// The first `limit` characters of the rendered text.
-    pub fn text(&self) -> String {
-        let mut text = String::with_capacity(self.head.len() + self.line.len());
-        text.push_str(&self.head);
-        text.extend(self.line.iter());
-        text
-    }
-
-    /// Rendered characters not included in [`TerminalSink::text`].
-    pub fn omitted(&self) -> u64 {
-        self.committed_total + self.line_len - (self.head_chars + self.line.len()) as u64
+    /// The kept view (see [`Kept`]).
+    pub fn kept(&self) -> Kept {
+        let mut whole = String::with_capacity(self.head.len() + self.line.len());
+        whole.push_str(&self.head);
+        whole.extend(self.line.iter());
+        let total = self.committed_total + self.line_len;
+        if total <= self.limit as u64 {
+            return Kept {
+                head: whole,
+                ..Kept::default()
+            };
+        }
+        let head: String = whole.chars().take(self.head_limit).collect();
+        let ending: Vec<char> = self
+            .tail
+            .iter()
+            .chain(self.tail_line.iter())
+            .copied()
+            .collect();
+        let before_tail: String = ending[ending.len().saturating_sub(self.tail_room)..]
+            .iter()
+            .collect();
+        let (head, tail) = keep(head, &before_tail, self.tail_room - 1);
+        let head_lines = head.matches('\n').count() as u64;
+        let tail_lines = tail.matches('\n').count() as u64;
+        Kept {
+            omitted_chars: total - (head.chars().count() + tail.chars().count()) as u64,
+            omitted_lines: self.newlines - head_lines - tail_lines,
+            first_omitted_line: self.lines_before + head_lines + 1,
+            head,
+            tail,
+        }
     }
 
     fn room(&self) -> usize {
@@ -85,6 +189,7 @@ impl TerminalSink {
         if segment.is_empty() {
             return;
         }
+        self.put_tail(segment);
         let room = self.room() as u64;
         let cursor = self.cursor;
         let mut written = 0u64;
@@ -109,6 +214,28 @@ impl TerminalSink {
         self.line_len = self.line_len.max(self.cursor);
     }
 
+    /// Keeps the current line's last `tail_room` columns up to date (before `put` moves on).
+    fn put_tail(&mut self, segment: &str) {
+        if self.tail_room <= 1 {
+            return;
+        }
+        let mut length = self.line_len;
+        for (column, character) in (self.cursor..).zip(segment.chars()) {
+            if column < length {
+                let start = length - self.tail_line.len() as u64;
+                if column >= start {
+                    self.tail_line[(column - start) as usize] = character;
+                }
+            } else {
+                self.tail_line.push_back(character);
+                if self.tail_line.len() > self.tail_room {
+                    self.tail_line.pop_front();
+                }
+                length += 1;
+            }
+        }
+    }
+
     fn newline(&mut self) {
         self.head_chars += self.line.len();
         self.head.extend(self.line.drain(..));
@@ -116,10 +243,45 @@ impl TerminalSink {
             self.head.push('\n');
             self.head_chars += 1;
         }
+        if self.tail_room > 1 {
+            self.tail.extend(self.tail_line.drain(..));
+            self.tail.push_back('\n');
+            let excess = self.tail.len().saturating_sub(self.tail_room);
+            self.tail.drain(..excess);
+        }
+        self.newlines += 1;
         self.committed_total += self.line_len + 1;
         self.line_len = 0;
         self.cursor = 0;
     }
+}
+
+/// The head and the tail shown of a rendering too long to show whole. `head` is its first
+/// characters; `before_tail` its last `tail_room + 1` (fewer when it is shorter). A cut falls at
+/// a line boundary when one is near: the head ends after its last newline, and the tail starts
+/// after its first one, unless that would lose more than half of either.
+fn keep(mut head: String, before_tail: &str, tail_room: usize) -> (String, String) {
+    if let Some(newline) = head.rfind('\n') {
+        let kept = head[..newline].chars().count() + 1;
+        if 2 * kept >= head.chars().count() {
+            head.truncate(newline + 1);
+        }
+    }
+    if tail_room == 0 {
+        return (head, String::new());
+    }
+    let length = before_tail.chars().count();
+    let mut tail =
+        &before_tail[byte_offset(before_tail, length.saturating_sub(tail_room) as u64)..];
+    let starts_a_line = length <= tail_room || before_tail.starts_with('\n');
+    if !starts_a_line {
+        if let Some(newline) = tail.find('\n') {
+            if 2 * (tail[..newline].chars().count() + 1) <= tail_room {
+                tail = &tail[newline + 1..];
+            }
+        }
+    }
+    (head, tail.to_owned())
 }
 
 /// Byte offset of the `chars`-th character of `text`.
@@ -134,12 +296,13 @@ mod tests {
     use super::*;
 
     fn check(limit: usize, writes: &[&str], text: &str, omitted: u64) {
-        let mut sink = TerminalSink::new(limit);
+        let mut sink = TerminalSink::new(limit, limit);
         for write in writes {
             sink.write(write);
         }
+        let kept = sink.kept();
         assert_eq!(
-            (sink.text().as_str(), sink.omitted()),
+            (kept.head.as_str(), kept.omitted_chars),
             (text, omitted),
             "writes {writes:?}"
         );
@@ -148,7 +311,7 @@ mod tests {
     #[test]
     fn keeps_a_prefix_and_counts_the_rest() {
         check(5, &["hello world"], "hello", 6);
-        check(5, &["hi\n", "there\n"], "hi\nth", 4);
+        check(5, &["hi\n", "there\n"], "hi\n", 6);
         check(100, &["a\r\nb"], "a\nb", 0);
         check(100, &["a\r", "\nb"], "a\nb", 0);
     }
@@ -175,7 +338,10 @@ mod tests {
         assert!(cases.len() >= 25);
         for case in cases {
             let name = case["name"].as_str().expect("name");
-            let mut sink = TerminalSink::new(case["limit"].as_u64().expect("limit") as usize);
+            let mut sink = TerminalSink::new(
+                case["limit"].as_u64().expect("limit") as usize,
+                case["head_chars"].as_u64().expect("head_chars") as usize,
+            );
             let clear_after: Vec<u64> = case
                 .get("clear_after")
                 .and_then(|v| v.as_array())
@@ -202,25 +368,125 @@ mod tests {
                     sink.clear();
                 }
             }
-            assert_eq!(
-                sink.text(),
-                case["text"].as_str().expect("text"),
-                "case {name}"
+            let kept = sink.kept();
+            let expected = (
+                case["head"].as_str().expect("head"),
+                case["tail"].as_str().expect("tail"),
+                case["omitted"].as_u64().expect("omitted"),
+                case["omitted_lines"].as_u64().expect("omitted_lines"),
             );
             assert_eq!(
-                sink.omitted(),
-                case["omitted"].as_u64().expect("omitted"),
+                (
+                    kept.head.as_str(),
+                    kept.tail.as_str(),
+                    kept.omitted_chars,
+                    kept.omitted_lines
+                ),
+                expected,
                 "case {name}"
             );
         }
     }
 
     #[test]
-    fn clear_forgets_everything() {
-        let mut sink = TerminalSink::new(3);
+    fn clear_forgets_everything_but_line_numbers() {
+        let mut sink = TerminalSink::new(3, 3);
         sink.write("abcdef");
         sink.clear();
         sink.write("z");
-        assert_eq!((sink.text().as_str(), sink.omitted()), ("z", 0));
+        assert_eq!(sink.kept().head, "z");
+        let mut sink = TerminalSink::new(10, 4);
+        sink.write("a\nb\n");
+        sink.clear();
+        for line in 3..10 {
+            sink.write(&format!("{line}\n"));
+        }
+        let kept = sink.kept();
+        assert_eq!(
+            (kept.head.as_str(), kept.tail.as_str()),
+            ("3\n4\n", "7\n8\n9\n")
+        );
+        assert_eq!(
+            (
+                kept.omitted_chars,
+                kept.omitted_lines,
+                kept.first_omitted_line
+            ),
+            (4, 2, 5)
+        );
+    }
+
+    #[test]
+    fn a_hundred_thousand_lines_keep_their_first_and_last_lines() {
+        let mut sink = TerminalSink::new(8192, 1638);
+        let text: String = (0..100_000).map(|i| format!("line {i}\n")).collect();
+        sink.write(&text);
+        let kept = sink.kept();
+        assert!(kept.head.starts_with("line 0\nline 1\n") && kept.head.ends_with('\n'));
+        assert!(kept.tail.ends_with("line 99998\nline 99999\n"));
+        assert!(
+            kept.tail.starts_with("line "),
+            "whole lines: {:?}",
+            &kept.tail[..20]
+        );
+        let (head_lines, tail_lines) = (kept.head.lines().count(), kept.tail.lines().count());
+        assert_eq!(
+            kept.omitted_chars as usize,
+            text.len() - kept.head.len() - kept.tail.len()
+        );
+        assert_eq!(
+            kept.omitted_lines as usize,
+            100_000 - head_lines - tail_lines
+        );
+        assert_eq!(kept.first_omitted_line as usize, head_lines + 1);
+        let shown = kept.render("stdout", Some("abc"));
+        let marker = format!(
+            "[… {} characters ({} lines) omitted; get_output(execution_id=\"abc\", stream=\"stdout\", start_line={}) pages them …]",
+            kept.omitted_chars, kept.omitted_lines, kept.first_omitted_line
+        );
+        assert_eq!(shown, format!("{}{marker}\n{}", kept.head, kept.tail));
+        assert!(kept.head.len() + kept.tail.len() <= 8192);
+    }
+
+    #[test]
+    fn what_is_stored_stays_within_the_limit_whatever_is_written() {
+        let mut sink = TerminalSink::new(100, 20);
+        for round in 0..2_000 {
+            sink.write(&"y".repeat(1_000));
+            sink.write("\r");
+            sink.write(&"z".repeat(500));
+            sink.write(if round % 2 == 0 { "\n" } else { "\r\n" });
+            sink.write(&"w".repeat(300));
+            let stored = sink.head.chars().count() + sink.line.len();
+            assert!(stored <= 100);
+            assert!(sink.tail.len() <= 81 && sink.tail_line.len() <= 81);
+        }
+        let kept = sink.kept();
+        assert_eq!(
+            (kept.head.as_str(), kept.tail.as_str()),
+            ("z".repeat(20).as_str(), "w".repeat(80).as_str())
+        );
+        assert_eq!(kept.omitted_chars, 1_001 + 1_999 * 1_301 + 300 - 100);
+        assert_eq!(kept.omitted_lines, 2_000);
+    }
+
+    #[test]
+    fn the_marker_stands_on_its_own_line() {
+        let kept = Kept {
+            head: "ab".into(),
+            tail: "yz".into(),
+            omitted_chars: 7,
+            omitted_lines: 0,
+            first_omitted_line: 1,
+        };
+        assert_eq!(
+            kept.render("stderr", None),
+            "ab\n[… 7 characters (0 lines) omitted …]\nyz"
+        );
+        let whole = Kept {
+            head: "all".into(),
+            ..Kept::default()
+        };
+        assert_eq!(whole.render("stdout", Some("id")), "all");
     }
 }

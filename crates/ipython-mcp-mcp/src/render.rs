@@ -264,16 +264,12 @@ fn execution_text(output: &ExecutionOutput) -> String {
         None => format!("[{:?}]", output.status),
     };
     text.push_str(&status.to_lowercase());
+    // A cut stream already carries its marker (the omitted count and where to page it).
     let mut section = |name: &str, body: &str, omitted: u64| {
         if body.is_empty() && omitted == 0 {
             return;
         }
         text.push_str(&format!("\n--- {name} ---\n{body}"));
-        if omitted > 0 {
-            text.push_str(&format!(
-                "\n[… {omitted} more characters of {name} omitted]"
-            ));
-        }
     };
     section("stdout", &output.stdout, output.stdout_omitted_chars);
     section("stderr", &output.stderr, output.stderr_omitted_chars);
@@ -338,7 +334,7 @@ fn execution_text(output: &ExecutionOutput) -> String {
     if output.status == ExecutionStatus::Pending {
         text.push_str(&format!(
             "\n[still running as execution_id {:?}: call get_output with it (wait_seconds to wait for the end); interrupt stops it]",
-            output.execution_id
+            output.execution_id.as_str()
         ));
     }
     if let Some(spool) = &output.spool {
@@ -349,7 +345,7 @@ fn execution_text(output: &ExecutionOutput) -> String {
         } else if spool.stdout_bytes + spool.stderr_bytes > 0 {
             text.push_str(&format!(
                 "\n[full output kept: stdout {} bytes, stderr {} bytes; read it with get_output(execution_id={:?}, stream=\"stdout\", start_line=N) or search it with pattern=REGEX]",
-                spool.stdout_bytes, spool.stderr_bytes, output.execution_id
+                spool.stdout_bytes, spool.stderr_bytes, output.execution_id.as_str()
             ));
         }
     }

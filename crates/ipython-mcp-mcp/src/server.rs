@@ -384,7 +384,7 @@ impl IpythonMcp {
 impl IpythonMcp {
     #[tool(
         name = "execute",
-        description = "Run Python (IPython syntax) in a persistent kernel; state persists across calls. Returns bounded stdout/stderr (exact omitted counts), displays (images as image content), the last value in `result`, `error` if it raised; `runtime.namespace` says if state was `reset`. Long jobs: background=true returns an execution_id at once, for get_output.",
+        description = "Run Python (IPython syntax) in a persistent kernel; state persists across calls. Returns stdout/stderr cut to their start and end (exact omitted counts), displays (images as image content), the last value in `result`, `error` if it raised; `runtime.namespace` says if state was `reset`. Long jobs: background=true returns an execution_id at once, for get_output.",
         output_schema = schema_for_output::<crate::wire::ExecutionOutputSchema>(),
         annotations(title = "Execute Python", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
     )]

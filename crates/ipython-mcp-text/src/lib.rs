@@ -1,9 +1,9 @@
 //! Cutting text to a number of characters, written once for every crate.
 //!
 //! Every bound the server states is in characters (Unicode scalar values), never bytes, and a
-//! cut always lands on a character boundary. Three shapes cover every use: [`cut`] (the kept
+//! cut always lands on a character boundary. These shapes cover every use: [`cut`] (the kept
 //! part and the exact count left out, for results that report `*_omitted_chars`),
-//! [`truncate`] (the same, in place), and [`shorten`] (a value quoted inside a message, marked
+//! [`truncate`] (the same, in place; [`truncate_front`] keeps the end instead), and [`shorten`] (a value quoted inside a message, marked
 //! with `…` when cut).
 
 /// `text` cut to at most `max` characters.
@@ -42,6 +42,22 @@ pub fn truncate(text: &mut String, max: usize) -> u64 {
     let keep = kept.len();
     text.truncate(keep);
     omitted
+}
+
+/// Cuts `text` in place to its last `max` characters; returns how many characters it removed
+/// from the front.
+pub fn truncate_front(text: &mut String, max: usize) -> u64 {
+    let length = text.chars().count();
+    if length <= max {
+        return 0;
+    }
+    let omitted = length - max;
+    let start = text
+        .char_indices()
+        .nth(omitted)
+        .map_or(text.len(), |(index, _)| index);
+    text.drain(..start);
+    omitted as u64
 }
 
 /// `text` for quoting inside a message: at most `max` characters, then `…` when it was cut.
@@ -97,6 +113,16 @@ mod tests {
         );
         assert!(cut("ab", 1).was_cut());
         assert!(!cut("ab", 2).was_cut());
+    }
+
+    #[test]
+    fn truncate_front_keeps_the_last_characters() {
+        let mut text = "a€𝄞b".to_owned();
+        assert_eq!(truncate_front(&mut text, 2), 2);
+        assert_eq!(text, "𝄞b");
+        assert_eq!(truncate_front(&mut text, 5), 0);
+        assert_eq!(truncate_front(&mut text, 0), 2);
+        assert_eq!(text, "");
     }
 
     #[test]

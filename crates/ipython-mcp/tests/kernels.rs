@@ -50,7 +50,20 @@ async fn background_output_is_polled_to_completion_and_paged_from_the_spool() {
     assert_eq!(done["status"], "ok", "{done}");
     assert_eq!(done["execution_id"], id.as_str());
     let line_bytes = "line 0000000 ".len() as u64 + 40 + 1;
-    assert_eq!(done["stdout_omitted_chars"], 1_000_000 * line_bytes - 8192);
+    // Whole lines are kept: 30 of the 1638 head characters, 121 of the 6554 tail ones.
+    assert_eq!(
+        done["stdout_omitted_chars"],
+        1_000_000 * line_bytes - (30 + 121) * line_bytes
+    );
+    let stdout = done["stdout"].as_str().expect("stdout");
+    assert!(
+        stdout.ends_with(&format!("line 0999999 {}\n", "x".repeat(40))),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("(999849 lines) omitted; get_output(execution_id=\"{id}\", stream=\"stdout\", start_line=31) pages them …]")),
+        "{stdout}"
+    );
     assert_eq!(
         done["spool"]["stdout_bytes"],
         1_000_000 * line_bytes,
@@ -58,6 +71,17 @@ async fn background_output_is_polled_to_completion_and_paged_from_the_spool() {
     );
     assert_eq!(done["spool"]["stderr_bytes"], 5);
     assert_eq!(done["spool"]["dropped_bytes"], 0);
+    // The marker's pointer pages the middle from its first line.
+    let middle = server
+        .call(
+            "get_output",
+            json!({"execution_id": id, "stream": "stdout", "start_line": 31, "max_lines": 1}),
+        )
+        .await;
+    assert_eq!(
+        middle.structured["page"]["lines"][0]["text"],
+        format!("line 0000030 {}", "x".repeat(40))
+    );
 
     // A page from the middle, by line number.
     let page = server

@@ -252,7 +252,8 @@ async fn notebooks_are_edited_executed_and_saved_as_jupyter_would() {
     assert_eq!(peek.structured["saved"], false);
     assert_eq!(workspace.read(nb), before);
 
-    // Long output: the agent gets the bounded head, the file gets all of it (from the spool).
+    // Long output: the agent gets the bounded head and tail, the file gets all of it (from the
+    // spool).
     let long = server
         .call(
             "notebook_execute",
@@ -261,7 +262,15 @@ async fn notebooks_are_edited_executed_and_saved_as_jupyter_would() {
         .await;
     assert!(long.ok(), "{long:?}");
     assert!(long.structured["stdout_omitted_chars"].as_u64() > Some(100_000));
-    assert!(long.structured["stdout"].as_str().expect("stdout").len() <= 8192);
+    let stdout = long.structured["stdout"].as_str().expect("stdout");
+    let (head, rest) = stdout.split_once("\n[… ").expect("a marker");
+    let (_, tail) = rest.split_once(" …]\n").expect("the marker's end");
+    assert!(head.len() + tail.len() <= 8192, "{stdout}");
+    assert!(head.starts_with("line 00000 "), "{stdout}");
+    assert!(
+        tail.ends_with(&format!("line 02999 {}\n", "x".repeat(40))),
+        "{stdout}"
+    );
     let file = workspace.json(nb);
     let text = file["cells"][4]["outputs"][0]["text"]
         .as_array()
@@ -850,9 +859,23 @@ async fn a_big_notebook_is_read_within_bounds_page_by_page() {
         pages += 1;
         for cell in page.structured["cells"].as_array().expect("cells") {
             seen.push(cell["id"].as_str().expect("id").to_owned());
-            let text = &cell["outputs"][0]["text"];
-            assert_eq!(text.as_str().expect("text").chars().count(), 1024);
-            assert!(cell["outputs"][0]["text_omitted_chars"].as_u64() > Some(38_000));
+            // max_repr_chars (1024) of the saved text: its beginning and its end, the exact
+            // count between them.
+            let text = cell["outputs"][0]["text"].as_str().expect("text");
+            let (head, rest) = text.split_once("\n[… ").expect("a marker");
+            let (count, tail) = rest.split_once(" …]\n").expect("the marker's end");
+            assert_eq!(head.chars().count() + tail.chars().count(), 1024, "{text}");
+            assert!(
+                head.starts_with(&format!("{} yyy", seen.len() - 1)),
+                "{text}"
+            );
+            assert!(tail.ends_with("yyy\n"), "{text}");
+            let omitted = cell["outputs"][0]["text_omitted_chars"].as_u64();
+            assert!(omitted > Some(38_000));
+            assert!(
+                count.starts_with(&format!("{} characters", omitted.unwrap_or_default())),
+                "{text}"
+            );
         }
         match page.structured["next_index"].as_u64() {
             Some(next) => start = next as usize,

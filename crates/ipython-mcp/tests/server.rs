@@ -117,33 +117,56 @@ async fn truncation_counts_are_exact() {
         )
         .await;
     assert!(result.ok(), "{result:?}");
+    // A fifth of the budget keeps the beginning, the rest the end; one marker line between
+    // them gives the exact count and the get_output call that pages the middle.
     let stdout = result.structured["stdout"].as_str().expect("stdout");
-    assert_eq!(stdout, "a".repeat(1000));
-    assert_eq!(result.structured["stdout_omitted_chars"], 20001 - 1000);
+    let execution_id = result.structured["execution_id"].as_str().expect("an id");
+    let marker = format!("[… 19001 characters (0 lines) omitted; get_output(execution_id=\"{execution_id}\", stream=\"stdout\", start_line=1) pages them …]");
     assert_eq!(
-        result.structured["stderr"].as_str().map(str::len),
-        Some(1000)
+        stdout,
+        format!("{}\n{marker}\n{}\n", "a".repeat(200), "a".repeat(799))
+    );
+    assert_eq!(result.structured["stdout_omitted_chars"], 20001 - 1000);
+    let stderr = result.structured["stderr"].as_str().expect("stderr");
+    assert!(
+        stderr.starts_with(&format!(
+            "{}\n[… 500 characters (0 lines) omitted",
+            "e".repeat(200)
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.ends_with(&format!("…]\n{}", "e".repeat(800))),
+        "{stderr}"
     );
     assert_eq!(result.structured["stderr_omitted_chars"], 500);
     assert_eq!(result.structured["truncated"]["stdout"], true);
     assert_eq!(result.structured["truncated"]["stderr"], true);
+    assert!(result.text().contains(&marker), "{}", result.text());
     assert!(
-        result
-            .text()
-            .contains("19001 more characters of stdout omitted"),
+        result.text().contains(&format!("read it with get_output(execution_id=\"{execution_id}\", stream=\"stdout\", start_line=N)")),
         "{}",
         result.text()
     );
 
-    // Many small writes and progress bars: the count stays exact.
+    // Many small writes and progress bars: the count stays exact, and the cuts fall between
+    // lines (18 whole lines of the 200 head characters, 71 and the last two of the 800 tail).
     let result = server
         .call("execute", json!({"code": "for i in range(5000):\n    print(f'line {i:05d}')\nfor i in range(1000):\n    print(f'\\r{i:04d}', end='')\nprint('\\ndone')"}))
         .await;
     let total = 5000 * 11 + 4 + 1 + 5;
     let stdout = result.structured["stdout"].as_str().expect("stdout");
-    assert_eq!(stdout.len(), 1000);
-    assert!(stdout.starts_with("line 00000\nline 00001\n"));
-    assert_eq!(result.structured["stdout_omitted_chars"], total - 1000);
+    assert!(stdout.starts_with("line 00000\nline 00001\n"), "{stdout}");
+    assert!(
+        stdout.contains("line 00017\n[… 54021 characters (4911 lines) omitted; get_output("),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("start_line=19) pages them …]\nline 04929\n"),
+        "{stdout}"
+    );
+    assert!(stdout.ends_with("line 04999\n0999\ndone\n"), "{stdout}");
+    assert_eq!(result.structured["stdout_omitted_chars"], total - 198 - 791);
     server.stop().await;
 }
 

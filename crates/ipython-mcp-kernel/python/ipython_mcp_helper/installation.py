@@ -19,6 +19,8 @@ from .tools import ToolCatalog
 
 CONFIG_KEYS = (
     "max_text_chars",
+    # Of max_text_chars, how many keep the beginning of a long stream; the rest keep its end.
+    "text_head_chars",
     "max_display_items",
     "max_image_bytes",
     "max_traceback_chars",
@@ -286,13 +288,20 @@ class _Installation:
                 pass  # a stream that cannot flush must not cost the report
 
     def _report(self):
-        streams = {name: {"text": "", "omitted_chars": 0} for name in ("stdout", "stderr")}
+        streams = {
+            name: {"text": "", "tail": "", "omitted_chars": 0, "omitted_lines": 0, "first_omitted_line": 0}
+            for name in ("stdout", "stderr")
+        }
         raw_chars = {"stdout": 0, "stderr": 0}
         spool = {}
         for channel in self.channels:
+            head, tail, omitted, omitted_lines, first_omitted_line = channel.sink.kept()
             streams[channel.name] = {
-                "text": sanitize_text(channel.sink.text()),
-                "omitted_chars": channel.sink.omitted(),
+                "text": sanitize_text(head),
+                "tail": sanitize_text(tail),
+                "omitted_chars": omitted,
+                "omitted_lines": omitted_lines,
+                "first_omitted_line": first_omitted_line,
             }
             raw_chars[channel.name] = channel.written
             if channel.spool_path is not None:

@@ -24,36 +24,59 @@ class TerminalSink:
     Rendering follows Jupyter's ``fixCarriageReturn``: ``\\n`` commits the current line, ``\\r``
     moves the cursor to column 0 of the current line and later characters overwrite from there
     (the line keeps its longer length). ``\\r\\n`` therefore renders as ``\\n``, also when split
-    across writes. ``text()`` is the first ``limit`` characters of the rendering and
-    ``omitted()`` counts the rest exactly, however much was written.
+    across writes.
 
-    Only the first ``limit`` rendered characters are stored: the committed head and the stored
-    prefix of the current line. The rest is lengths and the cursor, as ints. The work is done by
-    ``str`` methods (``in``, ``find``, ``split``, slicing), so a huge write costs a few C-speed
-    passes, not a Python loop per character. Python-level work is per *line* only before the
-    head is full, and afterwards only for lines that contain a ``\r``.
+    ``kept()`` is the view: the whole rendering when it has at most ``limit`` characters,
+    otherwise its first ``head`` characters and its last ``limit - head``, each cut at a line
+    boundary when one is near (see ``keep``), with the exact count of characters and newlines
+    between them. Long output is read from the end (the final loss, the summary, the error),
+    so most of the budget usually goes to the tail.
+
+    Stored: the first ``limit`` rendered characters (the committed head and the stored prefix of
+    the current line), and the last ``limit - head + 1`` (the committed tail and the end of the
+    current line); the rest is lengths and the cursor, as ints. The work is done by ``str``
+    methods (``in``, ``find``, ``count``, ``split``, slicing), so a huge write costs a few
+    C-speed passes, not a Python loop per character.
     """
 
     # Huge writes are processed in slices of this many characters, so the temporary lists made
     # by ``str.split`` stay small whatever one write holds.
     _CHUNK = 1 << 20
 
-    def __init__(self, limit):
+    def __init__(self, limit, head=None):
         self._limit = limit
+        self._head_limit = limit if head is None else max(0, min(head, limit))
+        # One character more than the tail shows: whether the tail starts a line.
+        self._tail_room = limit - self._head_limit + 1
+        self._lines_before = 0
         self.clear()
 
     def clear(self):
-        """Forgets everything written so far, text and counts."""
+        """Forgets what is shown, as ``clear_output`` does. Line numbers keep counting (they
+        name lines of the whole stream, as ``get_output`` pages it)."""
+        self._lines_before += getattr(self, "_newlines", 0)
         self._head = []  # stored committed text, at most `limit` characters in total
         self._committed = 0  # length of the committed rendering (may exceed `limit`)
         self._line = ""  # stored prefix of the current line
         self._line_len = 0  # length of the current line
         self._cursor = 0  # column where the next character goes
         self._written = 0
+        self._newlines = 0
+        self._tail_parts = []  # the end of the committed rendering, oldest first
+        self._tail_chars = 0
+        self._tail_line = ""  # the current line's last columns (up to `_tail_room`)
+        self._tail_len = 0  # the current line's length, as the tail sees it
+        self._tail_cursor = 0
+
+    def reset(self):
+        """Forgets everything, line numbers too (a new execution)."""
+        self.clear()
+        self._lines_before = 0
 
     def write(self, text):
         """Renders ``text`` after everything written before (a str; any length)."""
         self._written += len(text)
+        self._tail_write(text)
         has_cr = "\r" in text
         if not has_cr and "\n" not in text:
             self._put(text)  # the common case: more characters on the current line
@@ -66,20 +89,141 @@ class TerminalSink:
             self._feed(text[start : start + self._CHUNK] if len(text) > self._CHUNK else text)
             start += self._CHUNK
 
+    def kept(self):
+        """``(head, tail, omitted_chars, omitted_lines, first_omitted_line)``.
+
+        ``head + tail`` is the whole rendering when nothing is omitted (``tail`` is then empty).
+        ``omitted_lines`` counts the newlines left out; ``first_omitted_line`` is the 1-based
+        number, in the stream since the execution began, of the line the omitted part starts in.
+        """
+        total = self._committed + self._line_len
+        if total <= self._limit:
+            return self._head_text(), "", 0, 0, 0
+        tail_room = self._tail_room - 1
+        before = "".join(self._tail_parts)[-self._tail_room :] + self._tail_line
+        before = before[-self._tail_room :] if tail_room else ""
+        head, tail = keep(self._head_text()[: self._head_limit], before, tail_room)
+        omitted = total - len(head) - len(tail)
+        head_lines = head.count("\n")
+        omitted_lines = self._newlines - head_lines - tail.count("\n")
+        return head, tail, omitted, omitted_lines, self._lines_before + head_lines + 1
+
     def text(self):
-        """The first `limit` characters of the rendered output."""
-        if self._committed >= self._limit:
-            return "".join(self._head)
-        return "".join(self._head) + self._line
+        """The kept text: the head and the tail joined (see ``kept``)."""
+        head, tail = self.kept()[:2]
+        return head + tail
 
     def omitted(self):
-        """How many rendered characters ``text()`` leaves out."""
-        total = self._committed + self._line_len
-        return total - min(total, self._limit)
+        """How many rendered characters ``kept()`` leaves out."""
+        return self.kept()[2]
 
     def total_written(self):
         """Raw characters written since creation or the last ``clear()``."""
         return self._written
+
+    def _head_text(self):
+        if self._committed >= self._limit:
+            return "".join(self._head)
+        return "".join(self._head) + self._line
+
+    # ---- the tail: the last `_tail_room` rendered characters --------------------------------
+
+    def _tail_write(self, text):
+        if self._tail_room <= 1:
+            self._newlines += text.count("\n")
+            return
+        last = text.rfind("\n")
+        if last < 0:
+            self._tail_range(text, 0, len(text))
+            return
+        self._newlines += text.count("\n")
+        first = text.find("\n")
+        self._tail_range(text, 0, first)
+        self._tail_commit()
+        if last > first:
+            self._tail_lines(text, first + 1, last)
+        self._tail_range(text, last + 1, len(text))
+
+    def _tail_range(self, text, start, end):
+        """Writes ``text[start:end]`` (no newline) at the tail's cursor, in slices of _CHUNK:
+        writing a segment is writing its parts one after the other, and no copy of a huge
+        write is made."""
+        if start == 0 and end == len(text) and end <= self._CHUNK:
+            self._tail_put(text)
+            return
+        while start < end:
+            stop = min(start + self._CHUNK, end)
+            self._tail_put(text[start:stop])
+            start = stop
+
+    def _tail_lines(self, text, start, end):
+        """Commits the complete lines of ``text[start:end+1]`` (which ends with a newline);
+        only the ones that reach the last `_tail_room` characters are looked at."""
+        room = self._tail_room
+        if text.find("\r", start, end) < 0:
+            self._tail_append(text[max(start, end + 1 - room) : end + 1])
+            return
+        # Lines with carriage returns: render them from the last one back until the room is
+        # covered, each on the current-line machinery (which keeps only its last columns).
+        saved = (self._tail_line, self._tail_len, self._tail_cursor)
+        rendered = []
+        covered = 0
+        stop = end
+        while covered < room and stop >= start:
+            begin = max(text.rfind("\n", start, stop) + 1, start)
+            self._tail_line, self._tail_len, self._tail_cursor = "", 0, 0
+            self._tail_range(text, begin, stop)
+            rendered.append(self._tail_line + "\n")
+            covered += self._tail_len + 1
+            stop = begin - 1
+        self._tail_line, self._tail_len, self._tail_cursor = saved
+        self._tail_append("".join(reversed(rendered)))
+
+    def _tail_append(self, committed):
+        self._tail_parts.append(committed)
+        self._tail_chars += len(committed)
+        if self._tail_chars > 2 * self._tail_room:
+            joined = "".join(self._tail_parts)[-self._tail_room :]
+            self._tail_parts = [joined]
+            self._tail_chars = len(joined)
+
+    def _tail_commit(self):
+        self._tail_append(self._tail_line + "\n")
+        self._tail_line = ""
+        self._tail_len = self._tail_cursor = 0
+
+    def _tail_put(self, segment):
+        """Writes a segment with no newline at the tail's cursor (see ``_put``)."""
+        if not segment:
+            return
+        if "\r" not in segment:
+            self._tail_at(self._tail_cursor, segment)
+            return
+        pieces = segment.split("\r")
+        self._tail_at(self._tail_cursor, pieces[0])
+        rest = pieces[1:]
+        widest = max(map(len, rest))
+        # Writing every piece from column 0 in turn leaves the overlay of them all, and the
+        # cursor after the last one.
+        self._tail_at(0, _overlay_from_column_zero("", rest, widest))
+        self._tail_cursor = len(rest[-1])
+
+    def _tail_at(self, column, segment):
+        """Writes ``segment`` (no control characters) from ``column``, keeping the line's last
+        `_tail_room` columns."""
+        end = column + len(segment)
+        length = max(self._tail_len, end)
+        old_start = self._tail_len - len(self._tail_line)
+        start = max(length - self._tail_room, 0)
+        parts = []
+        if column > start:
+            parts.append(self._tail_line[start - old_start : column - old_start])
+        parts.append(segment[max(column, start) - column :])
+        if end < length:
+            parts.append(self._tail_line[max(end, start) - old_start :])
+        self._tail_line = "".join(parts)
+        self._tail_len = length
+        self._tail_cursor = end
 
     def _feed(self, text):
         if "\r" in text:
@@ -153,6 +297,28 @@ def _rendered_width(line):
     if "\r" not in line:
         return len(line)
     return max(map(len, line.split("\r")))
+
+
+def keep(head, before_tail, tail_room):
+    """The head and the tail shown of a rendering that is too long to show whole.
+
+    ``head`` is its first characters; ``before_tail`` its last ``tail_room + 1`` (or fewer
+    when it is shorter). A cut falls at a line boundary when one is near: the head ends after
+    its last newline, and the tail starts after its first one, unless that would lose more
+    than half of either.
+    """
+    newline = head.rfind("\n")
+    if newline >= 0 and 2 * (newline + 1) >= len(head):
+        head = head[: newline + 1]
+    if tail_room <= 0:
+        return head, ""
+    tail = before_tail[-tail_room:]
+    starts_a_line = len(before_tail) <= tail_room or before_tail[0] == "\n"
+    if not starts_a_line:
+        newline = tail.find("\n")
+        if newline >= 0 and 2 * (newline + 1) <= tail_room:
+            tail = tail[newline + 1 :]
+    return head, tail
 
 
 def _overlay_from_column_zero(stored, pieces, reach):
@@ -267,7 +433,7 @@ class StreamChannel:
         self.installation = installation
         self.stream = stream
         self.name = name
-        self.sink = TerminalSink(installation.config["max_text_chars"])
+        self.sink = TerminalSink(installation.config["max_text_chars"], installation.config["text_head_chars"])
         self.budget = installation.config["raw_forward_chars"]
         self.written = 0
         self.forwarded = 0
@@ -295,6 +461,7 @@ class StreamChannel:
             self.stream.__dict__[_CHANNEL] = None
 
     def new_execution(self, spool_path=None):
+        self.sink.reset()
         self.written = 0
         self.forwarded = 0
         self.close_spool()

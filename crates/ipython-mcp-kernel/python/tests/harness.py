@@ -75,6 +75,7 @@ def greet(name="world"):
 
 CONFIG = {
     "max_text_chars": 8192,
+    "text_head_chars": 1638,
     "max_display_items": 20,
     "max_image_bytes": 1_048_576,
     "max_traceback_chars": 4096,

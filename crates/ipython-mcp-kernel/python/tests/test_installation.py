@@ -12,6 +12,9 @@ import pytest
 
 from harness import CONFIG, needs_kernel, private_exec
 
+# A stream's report when its whole text was kept.
+WHOLE = {"text": "", "tail": "", "omitted_chars": 0, "omitted_lines": 0, "first_omitted_line": 0}
+
 
 def test_config_defaults_and_namespace_normalized(helper, tmp_path):
     base = {key: CONFIG[key] for key in helper.installation.CONFIG_KEYS}
@@ -89,8 +92,14 @@ class TestKernel:
         report = run.report()
         assert report == {
             "event": "execution_report",
-            "stdout": {"text": "x" * 8192, "omitted_chars": 5_000_001 - 8192},
-            "stderr": {"text": "", "omitted_chars": 0},
+            "stdout": {
+                "text": "x" * 1638,
+                "tail": "x" * 6553 + "\n",
+                "omitted_chars": 5_000_001 - 8192,
+                "omitted_lines": 0,
+                "first_omitted_line": 1,
+            },
+            "stderr": {"text": "", "tail": "", "omitted_chars": 0, "omitted_lines": 0, "first_omitted_line": 0},
             "display_count": 0,
             "display_omitted": 0,
             "raw_chars": {"stdout": 5_000_001, "stderr": 0},
@@ -111,8 +120,12 @@ class TestKernel:
     def test_many_writes_and_stderr(self, kernel):
         code = "import sys\nfor i in range(50_000):\n    sys.stderr.write('%05d\\n' % i)"
         report = kernel.execute(code).report()
-        assert report["stderr"]["text"] == "".join("%05d\n" % i for i in range(50_000))[:8192]
-        assert report["stderr"]["omitted_chars"] == 300_000 - 8192
+        # 1638 head characters are 273 whole lines; the last 6554 hold 1092 whole lines.
+        full = "".join("%05d\n" % i for i in range(50_000))
+        assert (report["stderr"]["text"], report["stderr"]["tail"]) == (full[:1638], full[-6552:])
+        assert report["stderr"]["omitted_chars"] == 300_000 - 1638 - 6552
+        assert report["stderr"]["omitted_lines"] == 50_000 - 273 - 1092
+        assert report["stderr"]["first_omitted_line"] == 274
         assert report["raw_chars"] == {"stdout": 0, "stderr": 300_000}
 
     def test_progress_bar_collapses(self, kernel):
@@ -123,7 +136,7 @@ class TestKernel:
             "sys.stderr.write('\\ndone\\n')"
         )
         report = kernel.execute(code).report()
-        assert report["stderr"] == {"text": "3000/3000 |%s|\ndone\n" % ("#" * 30), "omitted_chars": 0}
+        assert report["stderr"] == dict(WHOLE, text="3000/3000 |%s|\ndone\n" % ("#" * 30))
 
     def test_clear_output(self, kernel):
         code = (
@@ -136,7 +149,7 @@ class TestKernel:
         )
         run = kernel.execute(code)
         report = run.report()
-        assert report["stdout"] == {"text": "39\n", "omitted_chars": 0}
+        assert report["stdout"] == dict(WHOLE, text="39\n")
         assert (report["display_count"], report["display_omitted"]) == (1, 0)
         assert len(run.of("display_data")) == 40
         assert len(run.of("clear_output")) == 41
@@ -338,8 +351,10 @@ class TestKernel:
         run = kernel.execute(code)
         report = run.report()
         assert report["raw_chars"]["stdout"] == 5 * 5_000 * 11
-        assert report["stdout"]["omitted_chars"] == 5 * 5_000 * 11 - 8192
-        assert report["stdout"]["text"] == ("0123456789\n" * 745)[:8192]
+        # Whole lines: 148 of the 1638 head characters, 595 of the 6554 tail ones.
+        assert report["stdout"]["omitted_chars"] == 5 * 5_000 * 11 - 11 * (148 + 595)
+        assert report["stdout"]["text"] == "0123456789\n" * 148
+        assert report["stdout"]["tail"] == "0123456789\n" * 595
         assert run.stream_text("stdout") == ("0123456789\n" * 5958)[:65536]
 
     def test_lone_surrogates_are_sanitized(self, kernel):

@@ -23,6 +23,7 @@ from harness import LIBDIR, needs_kernel, write_module
 
 CONFIG = {
     "max_text_chars": 200,
+    "text_head_chars": 40,
     "max_display_items": 20,
     "max_image_bytes": 1_048_576,
     "max_traceback_chars": 600,

@@ -575,11 +575,11 @@ mod tests {
     fn pages_by_line_range_and_counts_every_line() {
         let text: String = (1..=10).map(|n| format!("line {n}\n")).collect();
         let file = spooled(&text);
-        let page = read_page(Some(file.path()), &request(3, 4, None), true);
+        let page = read_page(Some(file.path()), &request(3, 4, None), true, 2);
         assert_eq!(numbers(&page), vec![3, 4, 5, 6]);
         assert_eq!(page.lines[0].text, "line 3");
         assert_eq!((page.total_lines, page.next_line), (10, Some(7)));
-        let last = read_page(Some(file.path()), &request(-2, 10, None), true);
+        let last = read_page(Some(file.path()), &request(-2, 10, None), true, 2);
         assert_eq!(numbers(&last), vec![9, 10]);
         assert_eq!(last.next_line, None);
     }
@@ -590,7 +590,7 @@ mod tests {
             .map(|n| format!("step {n} loss {}\n", n % 7))
             .collect();
         let file = spooled(&text);
-        let page = read_page(Some(file.path()), &request(1, 3, Some(r"loss 0$")), true);
+        let page = read_page(Some(file.path()), &request(1, 3, Some(r"loss 0$")), true, 2);
         assert_eq!(numbers(&page), vec![7, 14, 21]);
         assert_eq!(page.total_matches, Some(14));
         assert_eq!(page.next_line, Some(28));
@@ -600,24 +600,33 @@ mod tests {
     #[test]
     fn progress_bars_show_their_last_state_and_a_partial_line_counts() {
         let file = spooled("10%\r50%\r100%\ndone\r\nhalf a line");
-        let page = read_page(Some(file.path()), &request(1, 10, None), false);
+        let page = read_page(Some(file.path()), &request(1, 10, None), false, 2);
         let texts: Vec<&str> = page.lines.iter().map(|line| line.text.as_str()).collect();
         assert_eq!(texts, vec!["100%", "done", "half a line"]);
         assert!(!page.complete);
-        let last = read_page(Some(file.path()), &request(-1, 10, None), false);
+        let last = read_page(Some(file.path()), &request(-1, 10, None), false, 2);
         assert_eq!(numbers(&last), vec![3]);
     }
 
     #[test]
-    fn the_character_bound_cuts_and_flags() {
-        let file = spooled("aaaaaaaaaa\nbbbbbbbbbb\ncccc\n");
+    fn the_character_bound_ends_a_page_and_cuts_only_a_line_longer_than_a_page() {
+        let file = spooled("aaaaaaaaaa\nbbbbbbbbbb\n0123456789abcdefghij\ncccc\n");
         let mut small = request(1, 10, None);
         small.max_chars = 15;
-        let page = read_page(Some(file.path()), &small, true);
-        assert_eq!(page.lines.len(), 2);
-        assert_eq!(page.lines[1].text, "bbbbb");
+        // The second line does not fit what is left: the next page starts with it.
+        let page = read_page(Some(file.path()), &small, true, 2);
+        assert_eq!(page.lines.len(), 1);
+        assert!(!page.truncated);
+        assert_eq!(page.next_line, Some(2));
+        // A line longer than a whole page keeps its beginning and its end.
+        small.start_line = 3;
+        let page = read_page(Some(file.path()), &small, true, 2);
+        assert_eq!(
+            page.lines[0].text,
+            "01\n[… 5 characters (0 lines) omitted …]\n789abcdefghij"
+        );
         assert!(page.truncated);
-        assert_eq!(page.next_line, Some(3));
+        assert_eq!(page.next_line, Some(4));
     }
 
     #[tokio::test]
@@ -626,7 +635,7 @@ mod tests {
         executions.open().await;
         let record = executions.register(ExecutionId::generate(), 1, "r".into());
         let collector = Collector::new(Default::default(), 10, None);
-        record.dispatched("m", 0, Arc::new(Mutex::new(collector)));
+        record.dispatched("m", 0, Arc::new(Mutex::new(collector)), true);
         let release = crate::spool::tests::stall(executions.queue()).await;
         let mut writer = SpoolWriter::new(&executions, &record, "m").expect("spool on");
         let chunk = "y".repeat(1 << 20);
@@ -655,7 +664,7 @@ mod tests {
 
     #[test]
     fn a_missing_file_is_an_empty_stream() {
-        let page = read_page(None, &request(1, 10, None), true);
+        let page = read_page(None, &request(1, 10, None), true, 2);
         assert_eq!((page.lines.len(), page.total_lines), (0, 0));
     }
 }

@@ -2,8 +2,15 @@
 
 use super::*;
 
-/// Reads one page of a spooled stream (blocking: run it off the async threads).
-pub(crate) fn read_page(path: Option<&Path>, request: &PageRequest, complete: bool) -> Page {
+/// Reads one page of a spooled stream (blocking: run it off the async threads). A line longer
+/// than a whole page keeps its first `head_chars` characters and its end, as execute's streams
+/// do; a line that only lacks the room left starts the next page.
+pub(crate) fn read_page(
+    path: Option<&Path>,
+    request: &PageRequest,
+    complete: bool,
+    head_chars: usize,
+) -> Page {
     let mut page = Page {
         stream: request.stream,
         pattern: request
@@ -66,7 +73,13 @@ pub(crate) fn read_page(path: Option<&Path>, request: &PageRequest, complete: bo
         let mut text = text.into_owned();
         let chars = text.chars().count();
         if chars > budget {
-            text = text.chars().take(budget).collect();
+            if !page.lines.is_empty() {
+                page.next_line.get_or_insert(number);
+                budget = 0;
+                continue;
+            }
+            let kept = crate::sink::Kept::of(&text, budget, head_chars);
+            text = kept.render(request.stream.suffix(), None);
             page.truncated = true;
         }
         budget -= chars.min(budget);

@@ -20,6 +20,8 @@ pub(super) struct RecordState {
     pub(super) dispatched_at: Option<Instant>,
     pub(super) epoch: u64,
     pub(super) live: Option<Arc<Mutex<Collector>>>,
+    /// Its full streams go to the spool, where `get_output` pages them.
+    pub(super) pageable: bool,
     pub(super) output: Option<ExecutionOutput>,
     pub(super) spool_dropped: u64,
     pub(super) evicted: bool,
@@ -59,8 +61,15 @@ impl Record {
     }
 
     /// The actor started running it: `msg_id` names its spool files, `collector` is live.
-    pub(crate) fn dispatched(&self, msg_id: &str, epoch: u64, collector: Arc<Mutex<Collector>>) {
+    pub(crate) fn dispatched(
+        &self,
+        msg_id: &str,
+        epoch: u64,
+        collector: Arc<Mutex<Collector>>,
+        pageable: bool,
+    ) {
         let mut state = self.state();
+        state.pageable = pageable;
         state.msg_id = Some(msg_id.to_owned());
         state.dispatched_at = Some(Instant::now());
         state.epoch = epoch;
@@ -210,10 +219,11 @@ impl Record {
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .snapshot();
-            output.stdout = collected.stdout;
-            output.stderr = collected.stderr;
-            output.stdout_omitted_chars = collected.stdout_omitted_chars;
-            output.stderr_omitted_chars = collected.stderr_omitted_chars;
+            let pager = state.pageable.then(|| self.execution_id.as_str());
+            output.stdout = collected.stdout.render("stdout", pager);
+            output.stderr = collected.stderr.render("stderr", pager);
+            output.stdout_omitted_chars = collected.stdout.omitted_chars;
+            output.stderr_omitted_chars = collected.stderr.omitted_chars;
             output.display_data = collected.display_data;
             output.display_omitted = collected.display_omitted;
             output.withheld = collected.withheld;

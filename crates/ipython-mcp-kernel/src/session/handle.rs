@@ -439,8 +439,9 @@ impl SessionHandle {
             Err(error) => return Some(Err(*error)),
         };
         let complete = record.is_finished() && record.spool_written();
+        let head_chars = self.shared.options.limits.head_chars(request.max_chars);
         let page = tokio::task::spawn_blocking(move || {
-            crate::executions::read_page(path.as_deref(), &request, complete)
+            crate::executions::read_page(path.as_deref(), &request, complete, head_chars)
         })
         .await;
         Some(page.map_err(|error| ErrorInfo::new(Code::InternalError, error.to_string())))

@@ -130,7 +130,8 @@ impl Actor {
             Ok(Err(error)) => ended = End::Died(error.to_string()),
             Ok(Ok((msg_id, mut receiver))) => {
                 if let Some(record) = record {
-                    record.dispatched(&msg_id, self.epoch, Arc::clone(&collector));
+                    let pageable = self.shared.executions.spool().is_some();
+                    record.dispatched(&msg_id, self.epoch, Arc::clone(&collector), pageable);
                     spooled_as = Some(msg_id.clone());
                 }
                 // The helper spools its kernel's streams itself; other kernels' output is
@@ -244,6 +245,10 @@ impl Actor {
             let collector = locked(&collector);
             (collector.clone().finish(), collector.budget())
         };
+        // The marker between a stream's head and tail names the get_output call that pages
+        // the middle, when the full stream is on disk.
+        let pager = (spooled_as.is_some() && self.shared.executions.spool().is_some())
+            .then(|| ticket.execution_id.as_str().to_owned());
         let mut spool_files = spooled_as.and_then(|msg_id| {
             let (dir, _) = self.shared.executions.spool()?;
             Some(SpoolFiles::new(dir, &msg_id))
@@ -328,10 +333,10 @@ impl Actor {
                 .reply
                 .as_ref()
                 .and_then(|reply| reply.execution_count),
-            stdout: collected.stdout,
-            stderr: collected.stderr,
-            stdout_omitted_chars: collected.stdout_omitted_chars,
-            stderr_omitted_chars: collected.stderr_omitted_chars,
+            stdout: collected.stdout.render("stdout", pager.as_deref()),
+            stderr: collected.stderr.render("stderr", pager.as_deref()),
+            stdout_omitted_chars: collected.stdout.omitted_chars,
+            stderr_omitted_chars: collected.stderr.omitted_chars,
             display_data: collected.display_data,
             display_omitted: collected.display_omitted,
             result: collected.result,

@@ -1,6 +1,6 @@
 //! What the agent sees of a notebook: the tools' results, cells and saved outputs, bounded.
 
-use ipython_mcp_kernel::{ErrorInfo, ExecutionOutput, RuntimeStatus};
+use ipython_mcp_kernel::{ErrorInfo, ExecutionOutput, Kept, RuntimeStatus};
 use ipython_mcp_text::{cut, Cut};
 use std::path::Path;
 
@@ -261,9 +261,7 @@ fn cell_view(cell: &Value, index: usize, include_outputs: bool, limits: &OutputL
             .map(|outputs| {
                 outputs
                     .iter()
-                    .map(|output| {
-                        output_view(output, limits.max_repr_chars, limits.max_traceback_chars)
-                    })
+                    .map(|output| output_view(output, limits))
                     .collect::<Vec<_>>()
             })
             .unwrap_or_default()
@@ -299,8 +297,10 @@ fn bounded_object(value: Option<&Value>, max: usize) -> (Option<Map<String, Valu
     }
 }
 
-/// A saved output, bounded for the agent: text cut, images described, big JSON omitted.
-fn output_view(output: &Value, max_chars: usize, max_traceback: usize) -> Value {
+/// A saved output, bounded for the agent: stream text keeps its beginning and its end as
+/// execute's does, a traceback its last frames; images described, big JSON omitted.
+fn output_view(output: &Value, limits: &OutputLimits) -> Value {
+    let (max_chars, max_traceback) = (limits.max_repr_chars, limits.max_traceback_chars);
     let mut view = Map::new();
     let kind = output
         .get("output_type")
@@ -309,17 +309,18 @@ fn output_view(output: &Value, max_chars: usize, max_traceback: usize) -> Value 
     view.insert("output_type".into(), kind.into());
     match kind {
         "stream" => {
-            let text = joined_text(output.get("text"));
-            let Cut {
-                kept: text,
-                omitted,
-            } = cut(&text, max_chars);
+            let name = output.get("name").and_then(Value::as_str).unwrap_or("");
+            let kept = Kept::of(
+                &joined_text(output.get("text")),
+                max_chars,
+                limits.head_chars(max_chars),
+            );
             view.insert(
                 "name".into(),
                 output.get("name").cloned().unwrap_or(Value::Null),
             );
-            view.insert("text".into(), text.into());
-            view.insert("text_omitted_chars".into(), omitted.into());
+            view.insert("text".into(), kept.render(name, None).into());
+            view.insert("text_omitted_chars".into(), kept.omitted_chars.into());
         }
         "error" => {
             for key in ["ename", "evalue"] {
@@ -331,13 +332,10 @@ fn output_view(output: &Value, max_chars: usize, max_traceback: usize) -> Value 
                 .and_then(Value::as_array)
                 .map(|lines| lines.iter().filter_map(Value::as_str).collect())
                 .unwrap_or_default();
-            let traceback = lines.join("\n");
-            let Cut {
-                kept: traceback,
-                omitted,
-            } = cut(&traceback, max_traceback);
-            view.insert("traceback".into(), traceback.into());
-            view.insert("traceback_omitted_chars".into(), omitted.into());
+            // The raising frame and the exception line are at the end: most of it is kept.
+            let kept = Kept::of(&lines.join("\n"), max_traceback, max_traceback / 4);
+            view.insert("traceback".into(), kept.render("traceback", None).into());
+            view.insert("traceback_omitted_chars".into(), kept.omitted_chars.into());
         }
         _ => {
             if let Some(count) = output.get("execution_count") {
@@ -405,15 +403,30 @@ mod tests {
     fn saved_outputs_are_bounded_for_the_agent() {
         let stream =
             json!({"output_type": "stream", "name": "stdout", "text": ["x".repeat(50), "\n"]});
-        let view = output_view(&stream, 10, 10);
-        assert_eq!(view["text"], "xxxxxxxxxx");
+        let limits = OutputLimits {
+            max_repr_chars: 10,
+            max_traceback_chars: 20,
+            ..OutputLimits::default()
+        };
+        let view = output_view(&stream, &limits);
+        assert_eq!(
+            view["text"],
+            "xx\n[… 41 characters (0 lines) omitted …]\nxxxxxxx\n"
+        );
         assert_eq!(view["text_omitted_chars"], 41);
+        let lines: Vec<String> = (0..20).map(|line| format!("{line:02}\n")).collect();
+        let stream = json!({"output_type": "stream", "name": "stdout", "text": lines});
+        let view = output_view(&stream, &limits);
+        assert_eq!(
+            view["text"],
+            "00\n[… 52 characters (18 lines) omitted …]\n18\n19\n"
+        );
         let display = json!({"output_type": "display_data", "metadata": {}, "data": {
             "image/png": "iVBORw0KGgo=",
             "text/html": ["<b>", "long html here</b>"],
             "application/json": {"big": "y".repeat(100)},
         }});
-        let view = output_view(&display, 10, 10);
+        let view = output_view(&display, &limits);
         assert_eq!(
             view["data"]["image/png"],
             "<image/png image, 12 base64 characters, saved in the file>"
@@ -426,7 +439,14 @@ mod tests {
             .as_str()
             .expect("described")
             .starts_with("<application/json"));
-        let error = json!({"output_type": "error", "ename": "E", "evalue": "v", "traceback": ["a".repeat(30)]});
-        assert_eq!(output_view(&error, 10, 5)["traceback_omitted_chars"], 25);
+        let frames: Vec<String> = (0..10).map(|frame| format!("frame {frame}")).collect();
+        let error =
+            json!({"output_type": "error", "ename": "E", "evalue": "v", "traceback": frames});
+        let view = output_view(&error, &limits);
+        assert_eq!(view["traceback_omitted_chars"], 59);
+        assert_eq!(
+            view["traceback"],
+            "frame\n[… 59 characters (8 lines) omitted …]\nframe 8\nframe 9"
+        );
     }
 }
