@@ -429,3 +429,36 @@ pub(crate) fn page_text(page: &ipython_mcp_kernel::Page) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipython_mcp_kernel::{ExecutionId, RuntimeInfo, SpoolInfo};
+
+    #[test]
+    fn the_text_names_the_execution_id_as_a_plain_string() {
+        let runtime = RuntimeInfo {
+            request_id: "1".into(),
+            admission_seq: 1,
+            epoch: 0,
+            queue_wait_ms: 0,
+            run_ms: 0,
+            interruption: None,
+            namespace: None,
+        };
+        let mut output = ExecutionOutput::pending(ExecutionId::from("e-1"), runtime);
+        output.spool = Some(SpoolInfo {
+            stdout_bytes: 10,
+            ..SpoolInfo::default()
+        });
+        let text = execution_text(&output);
+        assert!(
+            text.contains("still running as execution_id \"e-1\":"),
+            "{text}"
+        );
+        assert!(
+            text.contains("get_output(execution_id=\"e-1\", stream=\"stdout\""),
+            "{text}"
+        );
+    }
+}
