@@ -97,6 +97,52 @@ pub enum StartSpec {
 }
 
 impl StartSpec {
+    /// Turns a spec's text (`venv:/path`, an absolute interpreter path, or a kernelspec name
+    /// found with `python`'s data directories) into how to start a session. Reads files
+    /// (kernelspecs, venvs): call it from a blocking thread.
+    pub fn parse(spec: &str, python: Option<&Path>) -> Result<StartSpec, ManagerError> {
+        let spec = spec.trim();
+        if let Some(path) = spec.strip_prefix("venv:") {
+            let venv = kernelspec::venv_python(Path::new(path))?;
+            return Ok(StartSpec::Python {
+                python: venv.python,
+                project: Some(venv.project),
+            });
+        }
+        if spec.contains('/') {
+            let path = Path::new(spec);
+            if !path.is_absolute() || !path.is_file() {
+                return Err(ManagerError::NotAnInterpreter {
+                    spec: spec.to_owned(),
+                });
+            }
+            return Ok(StartSpec::Python {
+                python: path.to_owned(),
+                project: None,
+            });
+        }
+        let specs = kernelspec::discover(&kernelspec::data_dirs(python));
+        match specs.iter().find(|candidate| candidate.name == spec) {
+            Some(found) => Ok(StartSpec::KernelSpec(found.clone())),
+            None => Err(ManagerError::UnknownKernelspec {
+                name: spec.to_owned(),
+                known: specs.into_iter().map(|spec| spec.name).collect(),
+            }),
+        }
+    }
+
+    /// Makes `options` (a copy of the default session's) start kernels this way.
+    pub fn apply(self, options: &mut SessionOptions) {
+        match self {
+            StartSpec::Default => {}
+            StartSpec::Python { python, .. } => {
+                options.resolver.explicit_python = Some(python);
+                options.kernel_spec = None;
+            }
+            StartSpec::KernelSpec(kernel_spec) => options.kernel_spec = Some(kernel_spec),
+        }
+    }
+
     /// Where the session's kernels start unless the caller names a directory: the project
     /// directory of a venv or of a kernelspec installed in one; otherwise the server's.
     pub fn project(&self) -> Option<&Path> {
@@ -276,35 +322,7 @@ impl KernelManager {
     /// kernelspec name) into how to start the session. Reads files (kernelspecs, venvs): call
     /// it from a blocking thread.
     pub fn parse_spec(&self, spec: &str) -> Result<StartSpec, ManagerError> {
-        let spec = spec.trim();
-        if let Some(path) = spec.strip_prefix("venv:") {
-            let venv = kernelspec::venv_python(Path::new(path))?;
-            return Ok(StartSpec::Python {
-                python: venv.python,
-                project: Some(venv.project),
-            });
-        }
-        if spec.contains('/') {
-            let path = Path::new(spec);
-            if !path.is_absolute() || !path.is_file() {
-                return Err(ManagerError::NotAnInterpreter {
-                    spec: spec.to_owned(),
-                });
-            }
-            return Ok(StartSpec::Python {
-                python: path.to_owned(),
-                project: None,
-            });
-        }
-        let python = self.default_python();
-        let specs = kernelspec::discover(&kernelspec::data_dirs(python.as_deref()));
-        match specs.iter().find(|candidate| candidate.name == spec) {
-            Some(found) => Ok(StartSpec::KernelSpec(found.clone())),
-            None => Err(ManagerError::UnknownKernelspec {
-                name: spec.to_owned(),
-                known: specs.into_iter().map(|spec| spec.name).collect(),
-            }),
-        }
+        StartSpec::parse(spec, self.default_python().as_deref())
     }
 
     /// Starts a session (in the background; it is `starting` until its kernel is ready), its
@@ -347,14 +365,7 @@ impl KernelManager {
         let mut options = template.clone();
         options.kernel_id = id.to_string();
         options.working_dir = working_dir.or_else(|| spec.project().map(Path::to_owned));
-        match spec {
-            StartSpec::Default => {}
-            StartSpec::Python { python, .. } => {
-                options.resolver.explicit_python = Some(python);
-                options.kernel_spec = None;
-            }
-            StartSpec::KernelSpec(kernel_spec) => options.kernel_spec = Some(kernel_spec),
-        }
+        spec.apply(&mut options);
         let handle = SessionHandle::start(options);
         entries.insert(
             id.clone(),
