@@ -183,7 +183,11 @@ pub struct KernelEntry {
     #[schemars(with = "crate::wire::SessionStateSchema")]
     pub state: SessionState,
     pub epoch: u64,
+    /// Null for a kernel on a Jupyter server.
     pub pid: Option<u32>,
+    /// Where a remote kernel lives: the server, its kernel id, whether attached.
+    #[schemars(with = "Option<crate::wire::RemoteDescriptionSchema>")]
+    pub remote: Option<ipython_mcp_kernel::RemoteDescription>,
     pub language: Option<String>,
     /// The kernel's working directory.
     pub working_dir: Option<String>,
@@ -432,6 +436,7 @@ impl IpythonMcp {
         let language_hint = match &spec {
             StartSpec::KernelSpec(spec) => spec.language.clone(),
             StartSpec::Python { .. } | StartSpec::Default => "python".to_owned(),
+            StartSpec::Remote(_) => "remote".to_owned(),
         };
         let (id, session) =
             sessions.start(params.spec.trim(), spec, params.kernel.as_deref(), cwd)?;
@@ -482,7 +487,11 @@ impl IpythonMcp {
                         spec,
                         state: status.state,
                         epoch: status.epoch,
-                        pid: status.kernel.as_ref().map(|kernel| kernel.pid),
+                        pid: status.kernel.as_ref().and_then(|kernel| kernel.pid),
+                        remote: status
+                            .kernel
+                            .as_ref()
+                            .and_then(|kernel| kernel.remote.clone()),
                         language: status.kernel.as_ref().map(|kernel| kernel.language.clone()),
                         working_dir: status
                             .kernel

@@ -168,7 +168,27 @@ pub fn session_options(config: &Config, kernel_id: &str) -> anyhow::Result<Sessi
         },
         kernel_spec: None,
         working_dir: None,
+        jupyter: jupyter_server(config)?,
+        remote: None,
     })
+}
+
+/// The configured Jupyter server's client (its token resolved already: see `main`).
+fn jupyter_server(config: &Config) -> anyhow::Result<Option<ipython_mcp_kernel::remote::Server>> {
+    let Some(jupyter) = &config.jupyter else {
+        return Ok(None);
+    };
+    let token = match &jupyter.token {
+        ipython_mcp_config::JupyterToken::Given(token) => Some(token.expose().to_owned()),
+        _ => None,
+    };
+    // Each REST call is bounded by the kernel start bound (a start is the slowest call).
+    let server = ipython_mcp_kernel::remote::Server::new(
+        jupyter.url.clone(),
+        token,
+        config.timeouts.kernel_startup,
+    )?;
+    Ok(Some(server))
 }
 
 fn resolver(config: &Config) -> anyhow::Result<Resolver> {

@@ -86,3 +86,64 @@ async fn the_kernel_setting_chooses_the_default_sessions_interpreter() {
     assert!(result.ok(), "{result:?}");
     server.stop().await;
 }
+
+/// The status of session `kernel` once it left `starting`.
+async fn settled(server: &Server, kernel: &str) -> serde_json::Value {
+    server
+        .wait_until_in(kernel, |status| status["state"] != "starting")
+        .await
+}
+
+#[tokio::test]
+async fn a_remote_default_session_executes_and_serves_namespace_tools() {
+    let jupyter = support::JupyterServer::start().await;
+    let mut env: Vec<(&str, String)> = jupyter.env();
+    env.push(("IPYTHON_MCP_KERNEL", "jupyter:python3".to_owned()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let server = Server::start_unready(Family::Handshake, &env).await;
+    let status = settled(&server, "default").await;
+    assert_eq!(status["state"], "ready", "{status}\n{}", jupyter.log());
+    let kernel = &status["kernel"];
+    assert!(kernel["pid"].is_null(), "{kernel}");
+    assert_eq!(kernel["remote"]["server"], jupyter.url.as_str());
+    assert_eq!(kernel["remote"]["attached"], false);
+    let kernel_id = kernel["remote"]["kernel_id"]
+        .as_str()
+        .expect("kernel id")
+        .to_owned();
+    assert!(jupyter.kernel_ids().await.contains(&kernel_id));
+    assert!(
+        !status.to_string().contains(&jupyter.token),
+        "the token is never shown"
+    );
+
+    let result = server
+        .call(
+            "execute",
+            json!({"code": "def double(x: int) -> int:\n    return 2 * x\nprint('hi')\n21 * 2"}),
+        )
+        .await;
+    assert!(result.ok(), "{result:?}");
+    assert_eq!(result.structured["stdout"], "hi\n");
+    assert_eq!(result.structured["result"]["text/plain"], "42");
+    let called = server
+        .call(
+            "call_function",
+            json!({"name": "double", "arguments": {"x": 4}}),
+        )
+        .await;
+    assert!(called.ok(), "{called:?}");
+    assert_eq!(called.structured["result"], 8);
+    let inspected = server.call("inspect", json!({"name": "double"})).await;
+    assert!(inspected.ok(), "{inspected:?}");
+    server.stop().await;
+    // A kernel the session started is deleted with it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while jupyter.kernel_ids().await.contains(&kernel_id) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "kernel {kernel_id} left running"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
