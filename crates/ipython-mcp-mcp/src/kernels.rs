@@ -128,14 +128,98 @@ pub struct DiscoverResult {
     pub venvs: Vec<VenvKernel>,
     /// The directories searched for kernelspecs.
     pub searched: Vec<String>,
+    /// The configured Jupyter server's kernelspecs and running kernels (null when none is
+    /// configured).
+    pub remote: Option<RemoteDiscovery>,
+}
+
+/// What the Jupyter server offers.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct RemoteDiscovery {
+    /// The server's URL.
+    pub server: String,
+    pub kernelspecs: Vec<RemoteSpec>,
+    /// Running kernels: attaching shares the kernel (and its namespace) with whoever uses it.
+    pub kernels: Vec<RemoteKernelEntry>,
+    /// Why the server could not be listed.
+    pub error: Option<String>,
+}
+
+/// A kernelspec on the Jupyter server.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct RemoteSpec {
+    /// What kernel_start accepts: `jupyter:<name>` (a new kernel on the server).
+    pub name: String,
+    pub display_name: String,
+    pub language: String,
+}
+
+/// A kernel running on the Jupyter server.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct RemoteKernelEntry {
+    /// What kernel_start accepts: `jupyter-kernel:<id>` (attach; kernel_stop detaches).
+    pub name: String,
+    /// Its kernelspec.
+    pub kernelspec: String,
+    /// `idle`, `busy`, `starting`, … as the server says.
+    pub execution_state: Option<String>,
+    pub last_activity: Option<String>,
+    pub connections: Option<u64>,
+    /// The notebook it runs, when the server knows.
+    pub notebook_path: Option<String>,
+}
+
+/// Lists the Jupyter server's kernelspecs, kernels and their notebooks (each call bounded).
+async fn discover_remote(server: &ipython_mcp_kernel::remote::Server) -> RemoteDiscovery {
+    let (specs, kernels, sessions) =
+        tokio::join!(server.kernelspecs(), server.kernels(), server.sessions());
+    let error = [
+        specs.as_ref().err(),
+        kernels.as_ref().err(),
+        sessions.as_ref().err(),
+    ]
+    .into_iter()
+    .flatten()
+    .next()
+    .map(|error| render::shorten(&error.to_string(), 500));
+    let sessions = sessions.unwrap_or_default();
+    RemoteDiscovery {
+        server: server.url().to_string(),
+        kernelspecs: specs
+            .unwrap_or_default()
+            .into_iter()
+            .map(|spec| RemoteSpec {
+                name: format!("jupyter:{}", spec.name),
+                display_name: spec.display_name,
+                language: spec.language,
+            })
+            .collect(),
+        kernels: kernels
+            .unwrap_or_default()
+            .into_iter()
+            .map(|kernel| RemoteKernelEntry {
+                notebook_path: sessions
+                    .iter()
+                    .find(|session| session.kernel_id == kernel.id)
+                    .map(|session| session.path.clone()),
+                name: format!("jupyter-kernel:{}", kernel.id),
+                kernelspec: kernel.name,
+                execution_state: kernel.execution_state,
+                last_activity: kernel.last_activity,
+                connections: kernel.connections,
+            })
+            .collect(),
+        error,
+    }
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StartParams {
     /// Which kernel: a kernelspec name (`python3`, `bash`, … as kernel_discover lists),
-    /// `venv:/abs/path/to/project` (its `.venv` or `venv`, or the venv itself), or an absolute
-    /// path to a Python interpreter that has ipykernel.
+    /// `venv:/abs/path/to/project` (its `.venv` or `venv`, or the venv itself), an absolute
+    /// path to a Python interpreter that has ipykernel, or on the Jupyter server
+    /// `jupyter:<name>` (new kernel) / `jupyter-kernel:<id>` (attach).
     pub spec: String,
     /// Session id to use (letters, digits, `_`, `-`, `.`); default: a generated one (`k1`, …).
     #[serde(default)]
@@ -354,7 +438,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "kernel_discover",
-        description = "List the kernels kernel_start can start: registered Jupyter kernelspecs (name, language, display name) and, when you pass `directory`, the project virtualenvs (.venv/venv with ipykernel) in it and its subdirectories, named `venv:/path`. Use it before kernel_start to run code in a project's own environment or another language. Re-scans every call; changes nothing.",
+        description = "List the kernels kernel_start can start: registered Jupyter kernelspecs (name, language, display name) and, when you pass `directory`, the project virtualenvs (.venv/venv with ipykernel) in it and its subdirectories, named `venv:/path`; with a Jupyter server configured, under `remote` its kernelspecs (`jupyter:<name>`) and running kernels (`jupyter-kernel:<id>`, to share a person's kernel). Use it before kernel_start to run code in a project's own environment or another language. Re-scans every call; changes nothing.",
         output_schema = schema_for_output::<DiscoverResult>(),
         annotations(title = "Discover kernels", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -389,7 +473,12 @@ impl IpythonMcp {
             )))
         });
         let (dirs, specs, venvs) = found?;
+        let remote = match self.kernels().jupyter() {
+            Some(server) => Some(discover_remote(&server).await),
+            None => None,
+        };
         let result = DiscoverResult {
+            remote,
             ok: true,
             kernelspecs: specs
                 .into_iter()
@@ -524,7 +613,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "kernel_stop",
-        description = "Stop a kernel session started with kernel_start: its running code is interrupted, its queued calls end with runtime_closed, its process is terminated, and its variables and recorded outputs are gone. The `default` session cannot be stopped (use kernel_restart or reset).",
+        description = "Stop a kernel session started with kernel_start: its running code is interrupted, its queued calls end with runtime_closed, its process is terminated (a `jupyter-kernel:` session only detaches, leaving that kernel running), and its variables and recorded outputs are gone. The `default` session cannot be stopped (use kernel_restart or reset).",
         output_schema = schema_for_output::<StopResult>(),
         annotations(title = "Stop a kernel", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]

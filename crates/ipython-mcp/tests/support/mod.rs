@@ -596,7 +596,7 @@ impl JupyterServer {
                     server.url = url;
                 }
             }
-            if !server.url.is_empty() && server.get("api/status").await.0 == 200 {
+            if !server.url.is_empty() && server.answers().await {
                 return server;
             }
             assert!(
@@ -619,6 +619,18 @@ impl JupyterServer {
             }
         }
         None
+    }
+
+    /// Whether `api/status` answers 200 with the token (a refused connection is a no: the
+    /// runtime file may be written before the socket listens).
+    async fn answers(&self) -> bool {
+        let response = reqwest::Client::new()
+            .get(format!("{}api/status", self.url))
+            .header("Authorization", format!("token {}", self.token))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await;
+        matches!(response, Ok(response) if response.status().as_u16() == 200)
     }
 
     pub fn log(&self) -> String {
@@ -697,4 +709,58 @@ fn uuid_like() -> String {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).expect("random");
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// A loopback TCP proxy in front of a server, that can drop every connection it carries at
+/// once (a network blip) and keeps accepting new ones.
+pub struct Proxy {
+    pub url: String,
+    cut: tokio::sync::watch::Sender<u64>,
+    accepting: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    /// Proxies `http://host:port/` (the base URL of the server behind it).
+    pub async fn start(target_url: &str) -> Proxy {
+        let target = target_url
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind proxy");
+        let url = format!("http://{}/", listener.local_addr().expect("address"));
+        let (cut, _) = tokio::sync::watch::channel(0u64);
+        let cuts = cut.clone();
+        let accepting = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await else {
+                    continue;
+                };
+                let mut cut = cuts.subscribe();
+                tokio::spawn(async move {
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cut.changed() => {}
+                    }
+                });
+            }
+        });
+        Proxy {
+            url,
+            cut,
+            accepting,
+        }
+    }
+
+    /// Drops every connection open now.
+    pub fn cut(&self) {
+        self.cut.send_modify(|count| *count += 1);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accepting.abort();
+    }
 }
