@@ -447,27 +447,27 @@ impl RemoteKernel {
         }
     }
 
-    /// One `kernel_info` round trip over the socket: `false` if no answer within `timeout`.
-    /// Without an answer the server is asked about the kernel: one it deleted (culled, or
-    /// shut down from JupyterLab) or reports dead is gone at once, since the server does not
-    /// always close the socket of a kernel it deleted.
+    /// Asks the server about the kernel: `false` if it did not answer within `timeout`. One it
+    /// deleted (culled, or shut down from JupyterLab) or reports dead is gone at once, since
+    /// the server does not always close the socket of a kernel it deleted. The server, not a
+    /// message to the kernel: a kernel_info round trip would count as activity and keep the
+    /// server's idle culler from ever reclaiming a kernel we merely hold.
     pub async fn heartbeat(&self, timeout: Duration) -> bool {
         let Ok(_probe) = self.heartbeat.try_lock() else {
             return false;
         };
-        if matches!(self.kernel_info(timeout).await, Ok(Some(_))) {
-            return true;
-        }
         match tokio::time::timeout(timeout, self.server.kernel(&self.id)).await {
-            Ok(Err(Error::RemoteNotFound { .. })) => {
-                self.detach("the Jupyter server no longer has this kernel")
-            }
             Ok(Ok(info)) if info.execution_state.as_deref() == Some("dead") => {
-                self.detach("the Jupyter server reports the kernel dead")
+                self.detach("the Jupyter server reports the kernel dead");
+                false
             }
-            _ => {}
+            Ok(Ok(_)) => true,
+            Ok(Err(Error::RemoteNotFound { .. })) => {
+                self.detach("the Jupyter server no longer has this kernel");
+                false
+            }
+            _ => false,
         }
-        false
     }
 
     async fn kernel_info(&self, timeout: Duration) -> Result<Option<KernelInfoReply>, Error> {
