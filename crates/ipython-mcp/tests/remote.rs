@@ -535,3 +535,66 @@ async fn a_websocket_dropped_mid_execution_reconnects_without_failing_the_call()
     assert_eq!(status.structured["epoch"], 0);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_remote_kernel_that_dies_mid_call_is_reported_and_replaced() {
+    let jupyter = JupyterServer::start().await;
+    let server = remote_server(&jupyter, "jupyter:python3", &[]).await;
+    let status = settled(&server, "default").await;
+    assert_eq!(status["state"], "ready", "{status}");
+    let first = remote_id(&status);
+    let made = server.call("execute", json!({"code": "lost = 1"})).await;
+    assert!(made.ok(), "{made:?}");
+    // The server restarts a kernel whose process died and says so; the namespace is gone.
+    let result = server
+        .call("execute", json!({"code": "import os\nos._exit(3)"}))
+        .await;
+    assert!(result.is_error, "{result:?}");
+    assert_eq!(
+        result.structured["error"]["code"], "kernel_died",
+        "{result:?}"
+    );
+    assert_eq!(result.structured["runtime"]["namespace"], "reset");
+    let status = server.wait_until(|status| status["state"] == "ready").await;
+    assert_ne!(remote_id(&status), first, "a fresh kernel: {status}");
+    let after = server
+        .call("execute", json!({"code": "'lost' in dir()"}))
+        .await;
+    assert_eq!(
+        after.structured["result"]["text/plain"], "False",
+        "{after:?}"
+    );
+    until_kernels(&jupyter, |ids| !ids.contains(&first)).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_attached_kernel_that_disappears_leaves_its_session_unavailable_saying_so() {
+    let jupyter = JupyterServer::start().await;
+    let (code, kernel) = jupyter
+        .post("api/kernels", json!({"name": "python3"}))
+        .await;
+    assert_eq!(code, 201, "{kernel}");
+    let kernel_id = kernel["id"].as_str().expect("id").to_owned();
+    let spec = format!("jupyter-kernel:{kernel_id}");
+    let server = remote_server(&jupyter, &spec, &[]).await;
+    let status = settled(&server, "default").await;
+    assert_eq!(status["state"], "ready", "{status}");
+    assert_eq!(status["kernel"]["remote"]["attached"], true);
+    // Its owner shuts it down.
+    assert_eq!(
+        jupyter.delete(&format!("api/kernels/{kernel_id}")).await,
+        204
+    );
+    let status = server
+        .wait_until(|status| status["state"] == "unavailable")
+        .await;
+    let message = status["error"]["message"].as_str().expect("a reason");
+    assert!(message.contains(&kernel_id), "{message}");
+    let result = server.call("execute", json!({"code": "1"})).await;
+    assert_eq!(
+        result.structured["error"]["code"], "runtime_unavailable",
+        "{result:?}"
+    );
+    server.stop().await;
+}

@@ -53,6 +53,8 @@ pub struct RemoteKernel {
     info: Box<KernelInfoReply>,
     // Serializes liveness probes: one at a time is enough.
     heartbeat: tokio::sync::Mutex<()>,
+    /// Set once we deleted it (a kernel we started): nothing more to clean up on the server.
+    deleted: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for RemoteKernel {
@@ -113,6 +115,7 @@ pub(super) async fn connect(
         session_id,
         info: Box::new(empty_info()),
         heartbeat: tokio::sync::Mutex::new(()),
+        deleted: std::sync::atomic::AtomicBool::new(false),
     };
     // Ready once it answers kernel_info (re-asked each second, as a kernel still starting on the
     // server may miss the first request).
@@ -496,22 +499,22 @@ impl RemoteKernel {
         }
     }
 
-    /// Ends the kernel: a kernel we started is deleted on the server; one we attached to is
-    /// restarted in place (its process ends and a fresh one takes the same id: the only way to
-    /// stop code that ignores interrupts without taking the kernel from its owner). Bounded.
+    /// Ends the kernel: a kernel we started is deleted on the server (even once it counts as
+    /// gone for us: the server may have restarted it empty after its process died, and it
+    /// must not stay behind); one we attached to is restarted in place while it still runs
+    /// (its process ends and a fresh one takes the same id: the only way to stop code that
+    /// ignores interrupts without taking the kernel from its owner). Bounded.
     pub async fn kill(&self) {
-        if self.exit.borrow().is_some() {
-            return;
-        }
-        let done = if self.owned {
-            self.server.delete_kernel(&self.id).await
-        } else {
-            self.server
+        if self.owned {
+            self.delete().await;
+        } else if self.exit.borrow().is_none() {
+            if let Err(error) = self
+                .server
                 .restart_kernel(&self.id, self.server.inner.timeout)
                 .await
-        };
-        if let Err(error) = done {
-            tracing::warn!(kernel = %self.id, %error, "remote kill failed");
+            {
+                tracing::warn!(kernel = %self.id, %error, "remote restart failed");
+            }
         }
         self.detach("killed");
     }
@@ -519,22 +522,45 @@ impl RemoteKernel {
     /// A kernel we started is deleted (the server shuts it down and kills it); from one we
     /// attached to we only detach, leaving it running for its owner.
     pub async fn shutdown(&self, _grace: Duration) {
-        if self.exit.borrow().is_some() {
-            return;
-        }
         if self.owned {
-            if let Err(error) = self.server.delete_kernel(&self.id).await {
-                tracing::warn!(kernel = %self.id, %error, "remote shutdown failed");
-            }
+            self.delete().await;
         }
         self.detach(if self.owned { "shut down" } else { "detached" });
     }
 
-    /// Closes our connection and marks the kernel gone for us.
+    /// Deletes our kernel on the server, once.
+    async fn delete(&self) {
+        if self.deleted.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return;
+        }
+        // A kernel the server is restarting (its process died) refuses deletion with a 500
+        // until the restart is over: retried, within the server's call bound.
+        let deadline = Instant::now() + self.server.inner.timeout;
+        loop {
+            match self.server.delete_kernel(&self.id).await {
+                Err(Error::RemoteStatus { status: 500.., .. }) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(error) => {
+                    tracing::warn!(kernel = %self.id, %error, "remote delete failed");
+                    return;
+                }
+                Ok(()) => return,
+            }
+        }
+    }
+
+    /// Closes our connection and marks the kernel gone for us (keeping the first reason).
     fn detach(&self, why: &str) {
         self.task.abort();
-        self.exit_sender
-            .send_replace(Some(KernelExit::Unknown(why.to_owned())));
+        self.exit_sender.send_if_modified(|exit| {
+            if exit.is_none() {
+                *exit = Some(KernelExit::Unknown(why.to_owned()));
+                true
+            } else {
+                false
+            }
+        });
         self.router.close_all();
     }
 }
@@ -544,7 +570,7 @@ impl Drop for RemoteKernel {
         // The socket task ends when its queue closes (this drop) and closes the socket; a
         // kernel we started and never shut down is deleted, so it cannot outlive us on the
         // server.
-        if self.owned && self.exit.borrow().is_none() {
+        if self.owned && !self.deleted.load(std::sync::atomic::Ordering::Acquire) {
             let server = self.server.clone();
             let id = self.id.clone();
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
