@@ -133,11 +133,15 @@ impl Server {
             base.set_path(&path);
         }
         let tls = tls_config()?;
+        let mut http = hyper_util::client::legacy::connect::HttpConnector::new();
+        http.enforce_http(false);
+        // Small requests go out at once (interrupts are latency-bound).
+        http.set_nodelay(true);
         let connector = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config((*tls).clone())
             .https_or_http()
             .enable_http1()
-            .build();
+            .wrap_connector(http);
         let http =
             hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
                 .build(connector);
