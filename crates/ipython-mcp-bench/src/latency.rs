@@ -238,6 +238,8 @@ pub(crate) async fn bench_session(python: &Path) -> anyhow::Result<Vec<f64>> {
         spool: Default::default(),
         kernel_spec: None,
         working_dir: None,
+        jupyter: None,
+        remote: None,
     };
     let session = ipython_mcp_kernel::SessionHandle::start(options);
     let run = |code: &str| {

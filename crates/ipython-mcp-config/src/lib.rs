@@ -11,6 +11,7 @@
 //! like given values, and the README table and the error messages name what it names.
 
 mod environment;
+mod jupyter;
 mod parse;
 mod redact;
 mod settings;
@@ -19,6 +20,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use environment::{NamedEnvironment, Variables, MAX_REQUIREMENTS, MAX_REQUIREMENT_CHARS};
+pub use jupyter::{is_remote_name, JupyterServer, JupyterToken};
 pub use redact::Redactor;
 
 use parse::*;
@@ -264,6 +266,20 @@ impl Token {
         Ok(Token(text.to_owned()))
     }
 
+    /// Checks a token another server issued (a Jupyter server's): any length, since its
+    /// strength is that server's business, but printable ASCII without spaces, as it goes in
+    /// an HTTP header. The message never repeats the value.
+    pub fn parse_issued(text: &str) -> Result<Token, String> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err("must not be empty".to_owned());
+        }
+        if !text.chars().all(|c| c.is_ascii_graphic()) {
+            return Err("must be printable ASCII without spaces".to_owned());
+        }
+        Ok(Token(text.to_owned()))
+    }
+
     /// A token the server made itself from random bytes.
     pub fn generated(random: &[u8; 32]) -> Token {
         Token(random.iter().map(|byte| format!("{byte:02x}")).collect())
@@ -342,6 +358,11 @@ pub struct Config {
     pub python: Option<PathBuf>,
     /// The named environment the kernels run in, if configured.
     pub environment: Option<NamedEnvironment>,
+    /// What the default session runs (`--kernel`): a local spec or a `jupyter:`/
+    /// `jupyter-kernel:` one; `None`: the Python found as `python` says.
+    pub kernel: Option<String>,
+    /// The Jupyter server remote specs run on, if configured.
+    pub jupyter: Option<JupyterServer>,
     /// Root of the notebook workspace; `None` means the working directory, resolved by the
     /// caller (it must exist: checked when the server starts).
     pub workspace_root: Option<PathBuf>,
@@ -448,6 +469,8 @@ impl Config {
         if let Some(named) = &mut environment {
             named.python = python.take();
         }
+        let jupyter = jupyter::jupyter(raw)?;
+        let kernel = jupyter::kernel(raw, jupyter.as_ref())?;
         Ok(Config {
             limits,
             timeouts,
@@ -472,6 +495,8 @@ impl Config {
             namespace: namespace(raw)?,
             python,
             environment,
+            kernel,
+            jupyter,
             workspace_root: existing_directory(raw, WORKSPACE_ROOT)?,
             toolsets: Toolsets::parse(raw.get(TOOLSETS).unwrap_or(TOOLSETS.default)).map_err(
                 |problem| Error::Invalid {

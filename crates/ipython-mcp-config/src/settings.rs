@@ -106,6 +106,14 @@ settings! {
         "Dynamic tools registered at once, across all kernels");
     PYTHON = ("python", "IPYTHON_MCP_PYTHON", "python", "found (see README)", Value, "PATH",
         "Python interpreter for the default kernel; it must have ipykernel");
+    KERNEL = ("kernel", "IPYTHON_MCP_KERNEL", "kernel", "none", Value, "SPEC",
+        "What the default session runs: a kernelspec name, venv:/path, an interpreter path, jupyter:<name> (a new kernel on the Jupyter server) or jupyter-kernel:<id> (attach to a running one)");
+    JUPYTER_URL = ("jupyter_url", "IPYTHON_MCP_JUPYTER_URL", "jupyter-url", "none", Value, "URL",
+        "Base URL of a Jupyter Server, JupyterHub single-user server (https://hub/user/NAME/) or Kernel/Enterprise Gateway, for jupyter: and jupyter-kernel: specs");
+    JUPYTER_TOKEN = ("jupyter_token", "IPYTHON_MCP_JUPYTER_TOKEN", "jupyter-token", "none", Secret, "TOKEN",
+        "API token of the Jupyter server, sent only in the Authorization header");
+    JUPYTER_TOKEN_FILE = ("jupyter_token_file", "IPYTHON_MCP_JUPYTER_TOKEN_FILE", "jupyter-token-file", "none", Value, "PATH",
+        "File whose first line is the Jupyter server's token (keeps it out of the environment and the process list)");
     LIBRARY_PATHS = ("library_paths", "IPYTHON_MCP_LIBRARY_PATHS", "library-paths", "none", Value, "DIRS",
         "Trusted library directories (absolute, separated by ':') prepended to the kernel's sys.path");
     PRELOAD_MODULES = ("preload_modules", "IPYTHON_MCP_PRELOAD_MODULES", "preload-modules", "none", Value, "MODULES",

@@ -20,6 +20,7 @@
 
 pub mod kernelspec;
 mod launch;
+pub mod remote;
 mod route;
 
 pub use jupyter_protocol as protocol;
@@ -53,6 +54,24 @@ pub enum Error {
         channel: &'static str,
         message: String,
     },
+    #[error("cannot reach the Jupyter server at {url}: {message}")]
+    Unreachable { url: String, message: String },
+    #[error("the Jupyter server at {url} refused the request (HTTP {status}): check its token")]
+    Refused { url: String, status: u16 },
+    #[error("the Jupyter server has no {what}")]
+    RemoteNotFound { what: String },
+    #[error("the Jupyter server answered HTTP {status} to {what}: {message}")]
+    RemoteStatus {
+        what: String,
+        status: u16,
+        message: String,
+    },
+    #[error("the Jupyter server did not finish {what} within {seconds:.1}s")]
+    RemoteTimeout { what: String, seconds: f64 },
+    #[error("the Jupyter server at {url}: {message}")]
+    Remote { url: String, message: String },
+    #[error("the WebSocket of remote kernel {kernel} failed: {message}")]
+    WebSocket { kernel: String, message: String },
 }
 
 /// A running kernel and its connections.
@@ -257,7 +276,7 @@ impl Drop for Kernel {
 }
 
 /// Stamps our identity on an outgoing message.
-fn prepare(mut message: JupyterMessage) -> JupyterMessage {
+pub(crate) fn prepare(mut message: JupyterMessage) -> JupyterMessage {
     message.header.username = "ipython-mcp".to_owned();
     message.header.version = "5.4".to_owned();
     message

@@ -73,7 +73,7 @@ impl Router {
         self.welcome.subscribe()
     }
 
-    fn deliver(&self, channel: Channel, message: JupyterMessage) {
+    pub(crate) fn deliver(&self, channel: Channel, message: JupyterMessage) {
         if let JupyterMessageContent::IoPubWelcome(_) = message.content {
             self.welcome.send_replace(true);
             return;

@@ -13,6 +13,8 @@ mod executions;
 pub mod helper;
 // Kernelspec discovery lives with the rest of Jupyter's conventions; re-exported for the MCP crate.
 pub use ipython_mcp_jupyter::kernelspec;
+/// The Jupyter server client, for building `SessionOptions::jupyter`.
+pub use ipython_mcp_jupyter::remote;
 pub mod manager;
 mod output;
 mod payload;
@@ -37,10 +39,12 @@ pub use output::{
 };
 pub use payload::Withheld;
 pub use session::{
-    ExecuteArgs, HelperCall, HelperOutput, Interrupted, Outcome, Progress, SessionHandle,
-    SessionOptions,
+    ExecuteArgs, HelperCall, HelperOutput, Interrupted, Outcome, Progress, RemoteKernel,
+    SessionHandle, SessionOptions,
 };
 pub use sink::{Kept, TerminalSink};
-pub use status::{EnvironmentStatus, KernelDescription, RuntimeStatus, SessionState};
+pub use status::{
+    EnvironmentStatus, KernelDescription, RemoteDescription, RuntimeStatus, SessionState,
+};
 pub use tokio_util::sync::CancellationToken;
 pub use transcript::SavedOutputs;

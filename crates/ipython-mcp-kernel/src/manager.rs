@@ -18,7 +18,7 @@ use ipython_mcp_config::KernelLimits;
 use ipython_mcp_jupyter::kernelspec::{self, KernelSpec, VenvError};
 use tokio::time::Instant;
 
-use crate::{SessionHandle, SessionOptions, SessionState};
+use crate::{RemoteKernel, SessionHandle, SessionOptions, SessionState};
 
 /// Longest session id.
 const MAX_ID_CHARS: usize = 64;
@@ -94,9 +94,81 @@ pub enum StartSpec {
     },
     /// A registered kernelspec.
     KernelSpec(KernelSpec),
+    /// A kernel on the configured Jupyter server: `jupyter:<name>` starts one,
+    /// `jupyter-kernel:<id>` attaches to a running one.
+    Remote(RemoteKernel),
 }
 
 impl StartSpec {
+    /// Turns a spec's text (`venv:/path`, an absolute interpreter path, or a kernelspec name
+    /// found with `python`'s data directories) into how to start a session. Reads files
+    /// (kernelspecs, venvs): call it from a blocking thread.
+    pub fn parse(spec: &str, python: Option<&Path>) -> Result<StartSpec, ManagerError> {
+        let spec = spec.trim();
+        for (prefix, attach) in [("jupyter:", false), ("jupyter-kernel:", true)] {
+            if let Some(name) = spec.strip_prefix(prefix) {
+                if !ipython_mcp_config::is_remote_name(name) {
+                    return Err(ManagerError::InvalidRemote {
+                        spec: spec.to_owned(),
+                    });
+                }
+                let name = name.to_owned();
+                return Ok(StartSpec::Remote(if attach {
+                    RemoteKernel::Attach { id: name }
+                } else {
+                    RemoteKernel::Start { name }
+                }));
+            }
+        }
+        if let Some(path) = spec.strip_prefix("venv:") {
+            let venv = kernelspec::venv_python(Path::new(path))?;
+            return Ok(StartSpec::Python {
+                python: venv.python,
+                project: Some(venv.project),
+            });
+        }
+        if spec.contains('/') {
+            let path = Path::new(spec);
+            if !path.is_absolute() || !path.is_file() {
+                return Err(ManagerError::NotAnInterpreter {
+                    spec: spec.to_owned(),
+                });
+            }
+            return Ok(StartSpec::Python {
+                python: path.to_owned(),
+                project: None,
+            });
+        }
+        let specs = kernelspec::discover(&kernelspec::data_dirs(python));
+        match specs.iter().find(|candidate| candidate.name == spec) {
+            Some(found) => Ok(StartSpec::KernelSpec(found.clone())),
+            None => Err(ManagerError::UnknownKernelspec {
+                name: spec.to_owned(),
+                known: specs.into_iter().map(|spec| spec.name).collect(),
+            }),
+        }
+    }
+
+    /// Makes `options` (a copy of the default session's) start kernels this way.
+    pub fn apply(self, options: &mut SessionOptions) {
+        match self {
+            StartSpec::Default => {}
+            StartSpec::Python { python, .. } => {
+                options.resolver.explicit_python = Some(python);
+                options.kernel_spec = None;
+            }
+            StartSpec::KernelSpec(kernel_spec) => options.kernel_spec = Some(kernel_spec),
+            StartSpec::Remote(kernel) => {
+                // A spare of an attached kernel would be a second connection to the same
+                // kernel, no spare at all: replacing it means restarting it in place.
+                if matches!(kernel, RemoteKernel::Attach { .. }) {
+                    options.spare_kernels = 0;
+                }
+                options.remote = Some(kernel);
+            }
+        }
+    }
+
     /// Where the session's kernels start unless the caller names a directory: the project
     /// directory of a venv or of a kernelspec installed in one; otherwise the server's.
     pub fn project(&self) -> Option<&Path> {
@@ -104,6 +176,7 @@ impl StartSpec {
             StartSpec::Default => None,
             StartSpec::Python { project, .. } => project.as_deref(),
             StartSpec::KernelSpec(spec) => spec.project.as_deref(),
+            StartSpec::Remote(_) => None,
         }
     }
 }
@@ -138,6 +211,10 @@ pub enum ManagerError {
     /// A task the manager ran on the blocking pool did not finish (it panicked).
     #[error("{what}")]
     Internal { what: &'static str },
+    #[error("{:?} must name a kernelspec or kernel id after the prefix (letters, digits, '.', '_', '-')", ipython_mcp_text::shorten(.spec, 80))]
+    InvalidRemote { spec: String },
+    #[error("{:?} needs a Jupyter server: set IPYTHON_MCP_JUPYTER_URL (and its token) and restart", ipython_mcp_text::shorten(.spec, 80))]
+    NoJupyterServer { spec: String },
     #[error("no kernelspec named {:?}", ipython_mcp_text::shorten(.name, 64))]
     UnknownKernelspec {
         name: String,
@@ -276,35 +353,26 @@ impl KernelManager {
     /// kernelspec name) into how to start the session. Reads files (kernelspecs, venvs): call
     /// it from a blocking thread.
     pub fn parse_spec(&self, spec: &str) -> Result<StartSpec, ManagerError> {
-        let spec = spec.trim();
-        if let Some(path) = spec.strip_prefix("venv:") {
-            let venv = kernelspec::venv_python(Path::new(path))?;
-            return Ok(StartSpec::Python {
-                python: venv.python,
-                project: Some(venv.project),
+        let parsed = StartSpec::parse(spec, self.default_python().as_deref())?;
+        let configured = self
+            .inner
+            .template
+            .as_ref()
+            .is_some_and(|template| template.jupyter.is_some());
+        if matches!(parsed, StartSpec::Remote(_)) && !configured {
+            return Err(ManagerError::NoJupyterServer {
+                spec: spec.trim().to_owned(),
             });
         }
-        if spec.contains('/') {
-            let path = Path::new(spec);
-            if !path.is_absolute() || !path.is_file() {
-                return Err(ManagerError::NotAnInterpreter {
-                    spec: spec.to_owned(),
-                });
-            }
-            return Ok(StartSpec::Python {
-                python: path.to_owned(),
-                project: None,
-            });
-        }
-        let python = self.default_python();
-        let specs = kernelspec::discover(&kernelspec::data_dirs(python.as_deref()));
-        match specs.iter().find(|candidate| candidate.name == spec) {
-            Some(found) => Ok(StartSpec::KernelSpec(found.clone())),
-            None => Err(ManagerError::UnknownKernelspec {
-                name: spec.to_owned(),
-                known: specs.into_iter().map(|spec| spec.name).collect(),
-            }),
-        }
+        Ok(parsed)
+    }
+
+    /// The configured Jupyter server, if any (for discovery).
+    pub fn jupyter(&self) -> Option<crate::remote::Server> {
+        self.inner
+            .template
+            .as_ref()
+            .and_then(|template| template.jupyter.clone())
     }
 
     /// Starts a session (in the background; it is `starting` until its kernel is ready), its
@@ -347,14 +415,7 @@ impl KernelManager {
         let mut options = template.clone();
         options.kernel_id = id.to_string();
         options.working_dir = working_dir.or_else(|| spec.project().map(Path::to_owned));
-        match spec {
-            StartSpec::Default => {}
-            StartSpec::Python { python, .. } => {
-                options.resolver.explicit_python = Some(python);
-                options.kernel_spec = None;
-            }
-            StartSpec::KernelSpec(kernel_spec) => options.kernel_spec = Some(kernel_spec),
-        }
+        spec.apply(&mut options);
         let handle = SessionHandle::start(options);
         entries.insert(
             id.clone(),

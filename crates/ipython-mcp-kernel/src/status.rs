@@ -20,7 +20,10 @@ pub enum SessionState {
 /// The kernel process behind a session.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct KernelDescription {
-    pub pid: u32,
+    /// The kernel's process id; `None` for a kernel on a Jupyter server (not our process).
+    pub pid: Option<u32>,
+    /// Where a remote kernel lives; `None` for a local one.
+    pub remote: Option<RemoteDescription>,
     /// The interpreter (or, for a non-Python kernelspec, the program) running the kernel.
     pub python: String,
     /// The kernel's language (`python`, `bash`, …).
@@ -33,6 +36,18 @@ pub struct KernelDescription {
     pub helper: bool,
     /// The kernel's working directory at start.
     pub working_dir: String,
+}
+
+/// A kernel on a Jupyter server.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RemoteDescription {
+    /// The server's base URL (never with credentials).
+    pub server: String,
+    /// The kernel's id on the server.
+    pub kernel_id: String,
+    /// True when the session attached to a kernel someone else started: stopping the session
+    /// detaches and leaves it running.
+    pub attached: bool,
 }
 
 /// Where the kernel's Python comes from, and provisioning progress.

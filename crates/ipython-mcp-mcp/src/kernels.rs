@@ -123,12 +123,95 @@ pub struct DiscoverResult {
     pub venvs: Vec<VenvKernel>,
     /// The directories searched for kernelspecs.
     pub searched: Vec<String>,
+    /// The configured Jupyter server's kernelspecs and running kernels (null when none is
+    /// configured).
+    pub remote: Option<RemoteDiscovery>,
+}
+
+/// What the Jupyter server offers.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct RemoteDiscovery {
+    /// The server's URL.
+    pub server: String,
+    pub kernelspecs: Vec<RemoteSpec>,
+    /// Running kernels: attaching shares the kernel (and its namespace) with whoever uses it.
+    pub kernels: Vec<RemoteKernelEntry>,
+    /// Why the server could not be listed.
+    pub error: Option<String>,
+}
+
+/// A kernelspec on the Jupyter server.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct RemoteSpec {
+    /// What kernel_start accepts: `jupyter:<name>` (a new kernel on the server).
+    pub name: String,
+    pub display_name: String,
+    pub language: String,
+}
+
+/// A kernel running on the Jupyter server.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct RemoteKernelEntry {
+    /// What kernel_start accepts: `jupyter-kernel:<id>` (attach; kernel_stop detaches).
+    pub name: String,
+    /// Its kernelspec.
+    pub kernelspec: String,
+    /// `idle`, `busy`, `starting`, … as the server says.
+    pub execution_state: Option<String>,
+    pub last_activity: Option<String>,
+    pub connections: Option<u64>,
+    /// The notebook it runs, when the server knows.
+    pub notebook_path: Option<String>,
+}
+
+/// Lists the Jupyter server's kernelspecs, kernels and their notebooks (each call bounded).
+async fn discover_remote(server: &ipython_mcp_kernel::remote::Server) -> RemoteDiscovery {
+    let (specs, kernels, sessions) =
+        tokio::join!(server.kernelspecs(), server.kernels(), server.sessions());
+    let error = [
+        specs.as_ref().err(),
+        kernels.as_ref().err(),
+        sessions.as_ref().err(),
+    ]
+    .into_iter()
+    .flatten()
+    .next()
+    .map(|error| render::shorten(&error.to_string(), 500));
+    let sessions = sessions.unwrap_or_default();
+    RemoteDiscovery {
+        server: server.url().to_string(),
+        kernelspecs: specs
+            .unwrap_or_default()
+            .into_iter()
+            .map(|spec| RemoteSpec {
+                name: format!("jupyter:{}", spec.name),
+                display_name: spec.display_name,
+                language: spec.language,
+            })
+            .collect(),
+        kernels: kernels
+            .unwrap_or_default()
+            .into_iter()
+            .map(|kernel| RemoteKernelEntry {
+                notebook_path: sessions
+                    .iter()
+                    .find(|session| session.kernel_id == kernel.id)
+                    .map(|session| session.path.clone()),
+                name: format!("jupyter-kernel:{}", kernel.id),
+                kernelspec: kernel.name,
+                execution_state: kernel.execution_state,
+                last_activity: kernel.last_activity,
+                connections: kernel.connections,
+            })
+            .collect(),
+        error,
+    }
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StartParams {
-    /// Kernelspec name, `venv:/abs/project`, or a Python path with ipykernel.
+    /// Kernelspec name, `venv:/abs/project`, a Python path with ipykernel, or on the Jupyter server `jupyter:<name>` (new) / `jupyter-kernel:<id>` (attach).
     pub spec: String,
     /// Session id to use (default `k1`, `k2`…).
     #[serde(default)]
@@ -176,7 +259,11 @@ pub struct KernelEntry {
     #[schemars(with = "crate::wire::SessionStateSchema")]
     pub state: SessionState,
     pub epoch: u64,
+    /// Null for a kernel on a Jupyter server.
     pub pid: Option<u32>,
+    /// Where a remote kernel lives: the server, its kernel id, whether attached.
+    #[schemars(with = "Option<crate::wire::RemoteDescriptionSchema>")]
+    pub remote: Option<ipython_mcp_kernel::RemoteDescription>,
     pub language: Option<String>,
     /// The kernel's working directory.
     pub working_dir: Option<String>,
@@ -343,7 +430,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "kernel_discover",
-        description = "What kernel_start can start: Jupyter kernelspecs (name, language, helper support) and, with `directory`, virtualenvs with ipykernel in it and its subdirectories (`venv:/path`). Read-only.",
+        description = "What kernel_start can start: Jupyter kernelspecs (name, language, helper support), with `directory` ipykernel virtualenvs in it or one level down (`venv:/path`), and under `remote` the Jupyter server's kernelspecs (`jupyter:<name>`) and running kernels (`jupyter-kernel:<id>`, e.g. a person's). Read-only.",
         output_schema = schema_for_output::<DiscoverResult>(),
         annotations(title = "Discover kernels", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -378,7 +465,12 @@ impl IpythonMcp {
             )))
         });
         let (dirs, specs, venvs) = found?;
+        let remote = match self.kernels().jupyter() {
+            Some(server) => Some(discover_remote(&server).await),
+            None => None,
+        };
         let result = DiscoverResult {
+            remote,
             ok: true,
             kernelspecs: specs
                 .into_iter()
@@ -401,7 +493,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "kernel_start",
-        description = "Start another kernel session and wait until it is ready; pass its id as `kernel` to other tools. Sessions have separate processes, namespaces and queues; idle ones stop after 15 min.",
+        description = "Start a kernel session (specs: kernel_discover) and wait until ready; pass its id as `kernel` to other tools. Each has its own kernel, namespace and queue; stops after 15 min idle.",
         output_schema = schema_for_output::<StartResult>(),
         annotations(title = "Start a kernel", read_only_hint = false, destructive_hint = false, idempotent_hint = false, open_world_hint = false)
     )]
@@ -425,6 +517,7 @@ impl IpythonMcp {
         let language_hint = match &spec {
             StartSpec::KernelSpec(spec) => spec.language.clone(),
             StartSpec::Python { .. } | StartSpec::Default => "python".to_owned(),
+            StartSpec::Remote(_) => "remote".to_owned(),
         };
         let (id, session) =
             sessions.start(params.spec.trim(), spec, params.kernel.as_deref(), cwd)?;
@@ -453,7 +546,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "kernel_list",
-        description = "Running sessions: id, spec, state, pid, language, cwd, busy, idle seconds, recent execution ids.",
+        description = "Running sessions (ids for `kernel`): spec, state, pid, language, cwd, where it runs, idle time, recent executions.",
         output_schema = schema_for_output::<KernelListResult>(),
         annotations(title = "List kernels", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
@@ -475,7 +568,11 @@ impl IpythonMcp {
                         spec,
                         state: status.state,
                         epoch: status.epoch,
-                        pid: status.kernel.as_ref().map(|kernel| kernel.pid),
+                        pid: status.kernel.as_ref().and_then(|kernel| kernel.pid),
+                        remote: status
+                            .kernel
+                            .as_ref()
+                            .and_then(|kernel| kernel.remote.clone()),
                         language: status.kernel.as_ref().map(|kernel| kernel.language.clone()),
                         working_dir: status
                             .kernel
@@ -508,7 +605,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "kernel_stop",
-        description = "Stop a session started with kernel_start: running code interrupted, queued calls runtime_closed, namespace gone. Not `default`.",
+        description = "Stop a session started with kernel_start: running code interrupted, queued calls runtime_closed, namespace gone; a `jupyter-kernel:` session only detaches. Not `default`.",
         output_schema = schema_for_output::<StopResult>(),
         annotations(title = "Stop a kernel", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]

@@ -87,9 +87,19 @@ pub(crate) fn status(result: &StatusResult) -> CallToolResult {
     )
     .to_lowercase();
     if let Some(kernel) = &status.kernel {
+        match (&kernel.remote, kernel.pid) {
+            (Some(remote), _) => text.push_str(&format!(
+                "; remote kernel {} on {}{}",
+                remote.kernel_id,
+                remote.server,
+                if remote.attached { " (attached)" } else { "" }
+            )),
+            (None, Some(pid)) => text.push_str(&format!("; pid {pid}")),
+            (None, None) => {}
+        }
         text.push_str(&format!(
-            "; pid {}, Python {}, ipykernel {}, cwd {}",
-            kernel.pid, kernel.python_version, kernel.ipykernel_version, kernel.working_dir
+            ", Python {}, ipykernel {}, cwd {}",
+            kernel.python_version, kernel.ipykernel_version, kernel.working_dir
         ));
     }
     if status.operation_active || status.queue_depth > 0 {

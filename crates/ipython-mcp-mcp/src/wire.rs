@@ -218,7 +218,11 @@ pub(crate) enum SessionStateSchema {
 #[derive(JsonSchema)]
 #[schemars(remote = "ipython_mcp_kernel::KernelDescription")]
 pub(crate) struct KernelDescriptionSchema {
-    pub pid: u32,
+    /// Null for a kernel on a Jupyter server.
+    pub pid: Option<u32>,
+    /// Where a remote kernel lives (null for a local one).
+    #[schemars(with = "Option<RemoteDescriptionSchema>")]
+    pub remote: Option<ipython_mcp_kernel::RemoteDescription>,
     /// The interpreter (or, for a non-Python kernelspec, the program) running the kernel.
     pub python: String,
     /// The kernel's language (`python`, `bash`, …).
@@ -231,6 +235,18 @@ pub(crate) struct KernelDescriptionSchema {
     pub helper: bool,
     /// The kernel's working directory at start.
     pub working_dir: String,
+}
+
+/// A kernel on a Jupyter server.
+#[derive(JsonSchema)]
+#[schemars(remote = "ipython_mcp_kernel::RemoteDescription")]
+pub(crate) struct RemoteDescriptionSchema {
+    /// The server's base URL.
+    pub server: String,
+    /// The kernel's id on the server.
+    pub kernel_id: String,
+    /// Attached to a kernel someone else started: stopping detaches, leaving it running.
+    pub attached: bool,
 }
 
 /// Where the kernel's Python comes from, and provisioning progress.
@@ -572,7 +588,12 @@ mod tests {
             startup_seconds: full.then_some(1.5),
             replacement_startup_seconds: full.then_some(0.25),
             kernel: full.then(|| KernelDescription {
-                pid: 42,
+                pid: Some(42),
+                remote: Some(ipython_mcp_kernel::RemoteDescription {
+                    server: "https://hub.example/user/ana/".into(),
+                    kernel_id: "6f1c".into(),
+                    attached: true,
+                }),
                 python: "/usr/bin/python3".into(),
                 language: "python".into(),
                 python_version: "3.12".into(),

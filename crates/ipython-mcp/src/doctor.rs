@@ -70,7 +70,8 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         writeln!(
             out,
             "kernel:          pid {}, {}",
-            kernel.pid, kernel.implementation
+            kernel.pid.map_or("-".to_owned(), |pid| pid.to_string()),
+            kernel.implementation
         )?;
     }
     if let Some(seconds) = status.startup_seconds {

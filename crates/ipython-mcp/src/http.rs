@@ -50,41 +50,10 @@ pub fn credentials(source: &TokenSource) -> Result<Credentials, String> {
             token: token.clone(),
             generated: false,
         }),
-        TokenSource::File(path) => {
-            let setting = ipython_mcp_config::HTTP_TOKEN_FILE;
-            let text = std::fs::read_to_string(path).map_err(|error| {
-                format!(
-                    "invalid configuration: {} (--{}): cannot read {}: {error}",
-                    setting.env,
-                    setting.flag,
-                    path.display()
-                )
-            })?;
-            let readable_by_others = std::fs::metadata(path)
-                .map(|metadata| {
-                    std::os::unix::fs::PermissionsExt::mode(&metadata.permissions()) & 0o077 != 0
-                })
-                .unwrap_or(false);
-            if readable_by_others {
-                eprintln!(
-                    "ipython-mcp: warning: {} can be read by other users; chmod 600 it",
-                    path.display()
-                );
-            }
-            let first_line = text.lines().next().unwrap_or_default();
-            let token = Token::parse(first_line).map_err(|problem| {
-                format!(
-                    "invalid configuration: {} (--{}): the token in {} {problem}",
-                    setting.env,
-                    setting.flag,
-                    path.display()
-                )
-            })?;
-            Ok(Credentials {
-                token,
-                generated: false,
-            })
-        }
+        TokenSource::File(path) => Ok(Credentials {
+            token: read_token_file(ipython_mcp_config::HTTP_TOKEN_FILE, path, Token::parse)?,
+            generated: false,
+        }),
         TokenSource::Generate => {
             let mut random = [0u8; 32];
             getrandom::fill(&mut random)
@@ -95,6 +64,43 @@ pub fn credentials(source: &TokenSource) -> Result<Credentials, String> {
             })
         }
     }
+}
+
+/// Reads a token file's first line (checked with `parse`), before anything starts, so a bad
+/// file is a one-line configuration error naming `setting`; warns once when others can read it.
+pub fn read_token_file(
+    setting: ipython_mcp_config::Setting,
+    path: &std::path::Path,
+    parse: fn(&str) -> Result<Token, String>,
+) -> Result<Token, String> {
+    let text = std::fs::read_to_string(path).map_err(|error| {
+        format!(
+            "invalid configuration: {} (--{}): cannot read {}: {error}",
+            setting.env,
+            setting.flag,
+            path.display()
+        )
+    })?;
+    let readable_by_others = std::fs::metadata(path)
+        .map(|metadata| {
+            std::os::unix::fs::PermissionsExt::mode(&metadata.permissions()) & 0o077 != 0
+        })
+        .unwrap_or(false);
+    if readable_by_others {
+        eprintln!(
+            "ipython-mcp: warning: {} can be read by other users; chmod 600 it",
+            path.display()
+        );
+    }
+    let first_line = text.lines().next().unwrap_or_default();
+    parse(first_line).map_err(|problem| {
+        format!(
+            "invalid configuration: {} (--{}): the token in {} {problem}",
+            setting.env,
+            setting.flag,
+            path.display()
+        )
+    })
 }
 
 pub async fn run(

@@ -11,16 +11,32 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    let config = match cli.config() {
+    let mut config = match cli.config() {
         Ok(config) => config,
         Err(error) => {
             eprintln!("ipython-mcp: {error}");
             return ExitCode::from(2);
         }
     };
-    // Kernels inherit this process's environment, and user code could print it: the token
-    // has been read, so it goes. (Still single-threaded here, before the runtime starts.)
+    // Kernels inherit this process's environment, and user code could print it: the tokens
+    // have been read, so they go. (Still single-threaded here, before the runtime starts.)
     std::env::remove_var(ipython_mcp_config::HTTP_TOKEN.env);
+    std::env::remove_var(ipython_mcp_config::JUPYTER_TOKEN.env);
+    if let Some(jupyter) = &mut config.jupyter {
+        if let ipython_mcp_config::JupyterToken::File(path) = &jupyter.token {
+            let setting = ipython_mcp_config::JUPYTER_TOKEN_FILE;
+            match http::read_token_file(setting, path, ipython_mcp_config::Token::parse_issued) {
+                Ok(token) => jupyter.token = ipython_mcp_config::JupyterToken::Given(token),
+                Err(error) => {
+                    eprintln!("ipython-mcp: {error}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        if let Some(warning) = jupyter.warning() {
+            eprintln!("ipython-mcp: {warning}");
+        }
+    }
     let test_mode = match test_mode::TestMode::from_env(&config) {
         Ok(mode) => mode,
         Err(error) => {

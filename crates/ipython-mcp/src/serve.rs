@@ -10,7 +10,9 @@ use std::sync::Arc;
 use ipython_mcp_config::{Config, Transport};
 use ipython_mcp_env::Resolver;
 use ipython_mcp_kernel::{SessionHandle, SessionOptions};
-use ipython_mcp_mcp::{Fixtures, IpythonMcp, KernelManager, Peers, ServerState, SessionId};
+use ipython_mcp_mcp::{
+    Fixtures, IpythonMcp, KernelManager, Peers, ServerState, SessionId, StartSpec,
+};
 use rmcp::ServiceExt as _;
 use tokio::signal::unix::{signal, SignalKind};
 
@@ -31,7 +33,23 @@ pub async fn run(
         );
     }
     let options = session_options(&config, SessionId::DEFAULT)?;
-    let default = SessionHandle::start(options.clone());
+    let mut default_options = options.clone();
+    if let Some(spec) = config.kernel.clone() {
+        // Kernelspecs and venvs are files: read off the async threads.
+        let parsed = tokio::task::spawn_blocking(move || StartSpec::parse(&spec, None)).await?;
+        match parsed {
+            Ok(spec) => spec.apply(&mut default_options),
+            Err(error) => {
+                let setting = ipython_mcp_config::KERNEL;
+                eprintln!(
+                    "ipython-mcp: invalid configuration: {} (--{}): {error}",
+                    setting.env, setting.flag
+                );
+                return Ok(ExitCode::from(2));
+            }
+        }
+    }
+    let default = SessionHandle::start(default_options);
     let kernels = KernelManager::with_template(default, options, config.kernels);
     let sessions = ServerState::new(kernels, &config, Peers::default());
     sessions.spawn_reaper();
@@ -150,7 +168,27 @@ pub fn session_options(config: &Config, kernel_id: &str) -> anyhow::Result<Sessi
         },
         kernel_spec: None,
         working_dir: None,
+        jupyter: jupyter_server(config)?,
+        remote: None,
     })
+}
+
+/// The configured Jupyter server's client (its token resolved already: see `main`).
+fn jupyter_server(config: &Config) -> anyhow::Result<Option<ipython_mcp_kernel::remote::Server>> {
+    let Some(jupyter) = &config.jupyter else {
+        return Ok(None);
+    };
+    let token = match &jupyter.token {
+        ipython_mcp_config::JupyterToken::Given(token) => Some(token.expose().to_owned()),
+        _ => None,
+    };
+    // Each REST call is bounded by the kernel start bound (a start is the slowest call).
+    let server = ipython_mcp_kernel::remote::Server::new(
+        jupyter.url.clone(),
+        token,
+        config.timeouts.kernel_startup,
+    )?;
+    Ok(Some(server))
 }
 
 fn resolver(config: &Config) -> anyhow::Result<Resolver> {

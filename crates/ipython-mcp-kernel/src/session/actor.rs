@@ -18,6 +18,9 @@ use crate::status::{KernelDescription, SessionState};
 pub(super) struct Running {
     pub(super) kernel: Box<dyn KernelTransport>,
     pub(super) helper_comm: Option<String>,
+    /// The helper writes the full streams to the spool itself (a local kernel's helper, which
+    /// shares our filesystem); otherwise the session spools what arrives.
+    pub(super) helper_spools: bool,
     pub(super) description: KernelDescription,
 }
 
@@ -379,13 +382,17 @@ impl Actor {
             let launching = self.launcher.launch();
             self.spares.push_back(tokio::spawn(async move {
                 let spare = launching.await;
-                if let Ok(running) = &spare {
+                if let Some(pid) = spare
+                    .as_ref()
+                    .ok()
+                    .and_then(|running| running.description.pid)
+                {
                     shared
                         .status
                         .lock()
                         .expect("status lock")
                         .spare_kernel_pids
-                        .push(running.description.pid);
+                        .push(pid);
                 }
                 spare
             }));
@@ -396,12 +403,13 @@ impl Actor {
     pub(super) async fn take_spare(&mut self) -> Option<Running> {
         while let Some(spare) = self.spares.pop_front() {
             if let Ok(Ok(running)) = spare.await {
-                let pid = running.description.pid;
-                self.update(|status| {
-                    status
-                        .spare_kernel_pids
-                        .retain(|spare_pid| *spare_pid != pid)
-                });
+                if let Some(pid) = running.description.pid {
+                    self.update(|status| {
+                        status
+                            .spare_kernel_pids
+                            .retain(|spare_pid| *spare_pid != pid)
+                    });
+                }
                 if running.kernel.exit_watch().borrow().is_none() {
                     return Some(running);
                 }

@@ -109,8 +109,10 @@ impl Launcher for FakeLauncher {
             Ok(Running {
                 kernel: Box::new(kernel),
                 helper_comm: None,
+                helper_spools: false,
                 description: KernelDescription {
-                    pid,
+                    pid: Some(pid),
+                    remote: None,
                     python: "fake".into(),
                     language: "python".into(),
                     python_version: "3".into(),

@@ -27,7 +27,17 @@ impl SessionHandle {
     /// Creates the session and starts its kernel in the background; returns at once.
     pub fn start(options: SessionOptions) -> SessionHandle {
         let (handle, commands) = SessionHandle::detached(options);
-        let launcher = Arc::new(Local::new(Arc::clone(&handle.shared)));
+        let launcher: Arc<dyn super::Launcher> = match (
+            &handle.shared.options.jupyter,
+            &handle.shared.options.remote,
+        ) {
+            (Some(server), Some(kernel)) => Arc::new(super::remote::Remote::new(
+                Arc::clone(&handle.shared),
+                server.clone(),
+                kernel.clone(),
+            )),
+            _ => Arc::new(Local::new(Arc::clone(&handle.shared))),
+        };
         tokio::spawn(supervise(Arc::clone(&handle.shared), commands, launcher));
         handle
     }

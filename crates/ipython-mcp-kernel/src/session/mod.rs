@@ -29,6 +29,7 @@ mod handle;
 mod operation;
 mod outcome;
 mod prepare;
+mod remote;
 #[cfg(test)]
 mod tests;
 mod transport;
@@ -36,6 +37,7 @@ mod transport;
 pub(crate) use transport::KernelTransport;
 
 pub use handle::{Interrupted, SessionHandle};
+use transport::Launcher;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -72,6 +74,21 @@ pub struct SessionOptions {
     pub kernel_spec: Option<crate::kernelspec::KernelSpec>,
     /// Where kernels start; `None`: the server's working directory.
     pub working_dir: Option<std::path::PathBuf>,
+    /// The configured Jupyter server, for remote sessions.
+    pub jupyter: Option<ipython_mcp_jupyter::remote::Server>,
+    /// Run the kernels on `jupyter` instead of locally.
+    pub remote: Option<RemoteKernel>,
+}
+
+/// Which kernel a remote session runs on the Jupyter server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RemoteKernel {
+    /// A new kernel from the server's kernelspec `name` (`jupyter:<name>`); deleted when the
+    /// session stops.
+    Start { name: String },
+    /// A kernel already running there (`jupyter-kernel:<id>`), e.g. one a person uses in
+    /// JupyterLab: shared, and left running when the session stops.
+    Attach { id: String },
 }
 
 /// A progress update for a running execution (at most one a second).

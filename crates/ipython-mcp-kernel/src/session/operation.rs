@@ -134,10 +134,11 @@ impl Actor {
                     record.dispatched(&msg_id, self.epoch, Arc::clone(&collector), pageable);
                     spooled_as = Some(msg_id.clone());
                 }
-                // The helper spools its kernel's streams itself; other kernels' output is
-                // spooled here as it arrives.
-                let mut spool_writer = match (&running.helper_comm, record) {
-                    (None, Some(record)) => {
+                // A local helper spools its kernel's streams itself; other kernels' output
+                // (remote ones included: their helper cannot reach our disk) is spooled here as
+                // it arrives.
+                let mut spool_writer = match (running.helper_spools, record) {
+                    (false, Some(record)) => {
                         SpoolWriter::new(&self.shared.executions, record, &msg_id)
                     }
                     _ => None,

@@ -205,7 +205,8 @@ async fn prepare(
     };
     let info = kernel.info();
     let description = KernelDescription {
-        pid: kernel.pid(),
+        pid: Some(kernel.pid()),
+        remote: None,
         python: spec.python.display().to_string(),
         language: info.language_info.name.clone(),
         python_version: info.language_info.version.clone(),
@@ -225,12 +226,13 @@ async fn prepare(
         },
     };
     tracing::debug!(
-        pid = description.pid,
+        pid = kernel.pid(),
         elapsed_ms = started.elapsed().as_millis() as u64,
         "kernel prepared"
     );
     Ok(Running {
         kernel: Box::new(kernel),
+        helper_spools: helper_comm.is_some(),
         helper_comm,
         description,
     })

@@ -31,6 +31,8 @@ pub(super) fn options(max_pending: usize, queue_wait: Duration) -> SessionOption
             ..SpoolLimits::default()
         },
         kernel_spec: None,
+        jupyter: None,
+        remote: None,
         working_dir: None,
     }
 }

@@ -2,17 +2,16 @@
 //! starts kernels for it. The actor holds a `Box<dyn KernelTransport>` per kernel and one
 //! `Arc<dyn Launcher>`; it never names ZeroMQ, a process or a Python environment.
 //!
-//! Today's implementation is a local ipykernel over ZeroMQ ([`ipython_mcp_jupyter::Kernel`],
-//! started by `prepare::Local`). A kernel on a Jupyter Server (WebSocket for the channels, the
-//! REST API to start, interrupt and delete it) would be a second pair: a client type in the
-//! jupyter crate implementing [`KernelTransport`], and a [`Launcher`] that posts
-//! `/api/kernels`; the actor would not change. See ARCHITECTURE.md ("The kernel transport
-//! seam").
+//! Two implementations: a local ipykernel over ZeroMQ ([`ipython_mcp_jupyter::Kernel`],
+//! started by `prepare::Local`), and a kernel on a Jupyter server (WebSocket for the channels,
+//! the REST API to start, interrupt and delete it: [`RemoteKernel`], started by
+//! `remote::Remote`). See ARCHITECTURE.md ("The kernel transport seam").
 
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use ipython_mcp_jupyter::protocol::JupyterMessage;
+use ipython_mcp_jupyter::remote::RemoteKernel;
 use ipython_mcp_jupyter::{Channel, Kernel, KernelExit, Routed};
 use tokio::sync::{mpsc, watch};
 
@@ -65,6 +64,43 @@ pub(crate) trait Launcher: Send + Sync {
     /// it applies. Touches no session state, so spares are started the same way in the
     /// background. Its `KernelDescription` is what runtime_status shows.
     fn launch(&self) -> BoxFuture<'static, Result<Running, ErrorInfo>>;
+}
+
+/// A kernel on a Jupyter server: each method is the jupyter crate's own (REST for interrupt
+/// and kill, the WebSocket for the rest).
+impl KernelTransport for RemoteKernel {
+    fn request(
+        &self,
+        channel: Channel,
+        message: JupyterMessage,
+    ) -> BoxFuture<'_, Result<(String, mpsc::UnboundedReceiver<Routed>), ipython_mcp_jupyter::Error>>
+    {
+        Box::pin(RemoteKernel::request(self, channel, message))
+    }
+
+    fn forget(&self, msg_id: &str) {
+        RemoteKernel::forget(self, msg_id);
+    }
+
+    fn interrupt(&self) -> BoxFuture<'_, ()> {
+        Box::pin(RemoteKernel::interrupt(self))
+    }
+
+    fn heartbeat(&self, timeout: Duration) -> BoxFuture<'_, bool> {
+        Box::pin(RemoteKernel::heartbeat(self, timeout))
+    }
+
+    fn exit_watch(&self) -> watch::Receiver<Option<KernelExit>> {
+        RemoteKernel::exit_watch(self)
+    }
+
+    fn kill(&self) -> BoxFuture<'_, ()> {
+        Box::pin(RemoteKernel::kill(self))
+    }
+
+    fn shutdown(&self, grace: Duration) -> BoxFuture<'_, ()> {
+        Box::pin(RemoteKernel::shutdown(self, grace))
+    }
 }
 
 /// The local ZeroMQ kernel: each method is the jupyter crate's own.

@@ -656,3 +656,240 @@ impl Flag {
         std::fs::write(self.path(), b"").expect("set flag");
     }
 }
+
+/// A real Jupyter Server (jupyter_server from PyPI, installed beside the provisioned Python
+/// like the tests' other Python packages) on a free loopback port, with token auth and its
+/// own temporary config, data, runtime and root directories. Killed (with its kernels) on drop.
+pub struct JupyterServer {
+    child: std::process::Child,
+    pub url: String,
+    pub token: String,
+    dir: tempfile::TempDir,
+}
+
+/// The jupyter_server release the tests run against.
+pub const JUPYTER_SERVER: &str = "jupyter_server==2.21.1";
+
+impl JupyterServer {
+    pub async fn start() -> JupyterServer {
+        let (python, deps) =
+            python_with(JUPYTER_SERVER, "jupyter_server", "jupyter-server-deps").await;
+        let dir = tempfile::tempdir().expect("tempdir");
+        for sub in ["runtime", "config", "data", "root"] {
+            std::fs::create_dir(dir.path().join(sub)).expect("mkdir");
+        }
+        let token = format!("tok{}", uuid_like());
+        let log = std::fs::File::create(dir.path().join("server.log")).expect("log");
+        use std::os::unix::process::CommandExt as _;
+        let child = std::process::Command::new(&python)
+            .args([
+                "-m",
+                "jupyter_server",
+                "--allow-root",
+                "--ServerApp.ip=127.0.0.1",
+            ])
+            .args(["--ServerApp.port=0", "--ServerApp.open_browser=False"])
+            .arg(format!("--IdentityProvider.token={token}"))
+            .arg(format!(
+                "--ServerApp.root_dir={}",
+                dir.path().join("root").display()
+            ))
+            .env("PYTHONPATH", &deps)
+            .env("JUPYTER_RUNTIME_DIR", dir.path().join("runtime"))
+            .env("JUPYTER_CONFIG_DIR", dir.path().join("config"))
+            .env("JUPYTER_DATA_DIR", dir.path().join("data"))
+            .env("JUPYTER_PLATFORM_DIRS", "1")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .expect("start jupyter server");
+        let mut server = JupyterServer {
+            child,
+            url: String::new(),
+            token,
+            dir,
+        };
+        // Ready when it has written its runtime file (with the port it bound) and its API
+        // answers with the token.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            assert!(
+                server.child.try_wait().expect("wait").is_none(),
+                "jupyter server exited: {}",
+                server.log()
+            );
+            if server.url.is_empty() {
+                if let Some(url) = server.runtime_url() {
+                    server.url = url;
+                }
+            }
+            if !server.url.is_empty() && server.answers().await {
+                return server;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "jupyter server not ready: {}",
+                server.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn runtime_url(&self) -> Option<String> {
+        let runtime = self.dir.path().join("runtime");
+        for entry in std::fs::read_dir(runtime).ok()?.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with("jpserver-") && name.ends_with(".json") {
+                let text = std::fs::read_to_string(entry.path()).ok()?;
+                let info: Value = serde_json::from_str(&text).ok()?;
+                return info["url"].as_str().map(str::to_owned);
+            }
+        }
+        None
+    }
+
+    /// Whether `api/status` answers 200 with the token (a refused connection is a no: the
+    /// runtime file may be written before the socket listens).
+    async fn answers(&self) -> bool {
+        let response = reqwest::Client::new()
+            .get(format!("{}api/status", self.url))
+            .header("Authorization", format!("token {}", self.token))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await;
+        matches!(response, Ok(response) if response.status().as_u16() == 200)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    /// The environment that points the server under test at this Jupyter server.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("IPYTHON_MCP_JUPYTER_URL", self.url.clone()),
+            ("IPYTHON_MCP_JUPYTER_TOKEN", self.token.clone()),
+        ]
+    }
+
+    async fn http(&self, method: reqwest::Method, path: &str) -> (u16, Value) {
+        let response = reqwest::Client::new()
+            .request(method, format!("{}{path}", self.url))
+            .header("Authorization", format!("token {}", self.token))
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await
+            .expect("jupyter server request");
+        let status = response.status().as_u16();
+        let body = response.text().await.unwrap_or_default();
+        (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+    }
+
+    /// `GET <path>` with the token: status and JSON body.
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        self.http(reqwest::Method::GET, path).await
+    }
+
+    /// `POST <path>` with the token and an empty JSON body.
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let response = reqwest::Client::new()
+            .post(format!("{}{path}", self.url))
+            .header("Authorization", format!("token {}", self.token))
+            .json(&body)
+            .timeout(Duration::from_secs(60))
+            .send()
+            .await
+            .expect("jupyter server request");
+        let status = response.status().as_u16();
+        let body = response.text().await.unwrap_or_default();
+        (status, serde_json::from_str(&body).unwrap_or(Value::Null))
+    }
+
+    /// `DELETE <path>` with the token: the status.
+    pub async fn delete(&self, path: &str) -> u16 {
+        self.http(reqwest::Method::DELETE, path).await.0
+    }
+
+    /// The ids of the kernels running on the server.
+    pub async fn kernel_ids(&self) -> Vec<String> {
+        let (status, kernels) = self.get("api/kernels").await;
+        assert_eq!(status, 200, "{kernels}");
+        kernels
+            .as_array()
+            .expect("kernel list")
+            .iter()
+            .filter_map(|kernel| kernel["id"].as_str().map(str::to_owned))
+            .collect()
+    }
+}
+
+impl Drop for JupyterServer {
+    fn drop(&mut self) {
+        // The server and the kernels it started share its process group.
+        // SAFETY: killpg(2) on the group of our own child.
+        unsafe { libc::killpg(self.child.id() as i32, libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
+
+fn uuid_like() -> String {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).expect("random");
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+/// A loopback TCP proxy in front of a server, that can drop every connection it carries at
+/// once (a network blip) and keeps accepting new ones.
+pub struct Proxy {
+    pub url: String,
+    cut: tokio::sync::watch::Sender<u64>,
+    accepting: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    /// Proxies `http://host:port/` (the base URL of the server behind it).
+    pub async fn start(target_url: &str) -> Proxy {
+        let target = target_url
+            .trim_start_matches("http://")
+            .trim_end_matches('/')
+            .to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind proxy");
+        let url = format!("http://{}/", listener.local_addr().expect("address"));
+        let (cut, _) = tokio::sync::watch::channel(0u64);
+        let cuts = cut.clone();
+        let accepting = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await else {
+                    continue;
+                };
+                let mut cut = cuts.subscribe();
+                tokio::spawn(async move {
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cut.changed() => {}
+                    }
+                });
+            }
+        });
+        Proxy {
+            url,
+            cut,
+            accepting,
+        }
+    }
+
+    /// Drops every connection open now.
+    pub fn cut(&self) {
+        self.cut.send_modify(|count| *count += 1);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accepting.abort();
+    }
+}

@@ -1,0 +1,225 @@
+//! The remote launcher: kernels on a Jupyter server. A `jupyter:<name>` session starts its
+//! own kernels there (and deletes them); a `jupyter-kernel:<id>` session attaches to a kernel
+//! someone else runs (and leaves it running). The helper is installed through the kernel's
+//! own channels, as locally.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use ipython_mcp_jupyter::remote::{RemoteKernel as Connection, Server};
+use tokio::time::Instant;
+
+use super::actor::Running;
+use super::transport::Launcher;
+use super::{RemoteKernel, Shared};
+use crate::helper;
+use crate::output::{Code, ErrorInfo};
+use crate::status::{KernelDescription, RemoteDescription};
+
+pub(super) struct Remote {
+    shared: Arc<Shared>,
+    server: Server,
+    kernel: RemoteKernel,
+}
+
+impl Remote {
+    pub(super) fn new(shared: Arc<Shared>, server: Server, kernel: RemoteKernel) -> Remote {
+        Remote {
+            shared,
+            server,
+            kernel,
+        }
+    }
+
+    /// Checks that the server answers, accepts the token, and has what the session names.
+    async fn provision(&self) -> Result<(), ErrorInfo> {
+        let checked = match &self.kernel {
+            RemoteKernel::Start { name } => match self.server.kernelspecs().await {
+                Ok(specs) if specs.iter().any(|spec| &spec.name == name) => Ok(()),
+                Ok(specs) => Err(ErrorInfo::new(
+                    Code::RuntimeUnavailable,
+                    format!(
+                        "the Jupyter server at {} has no kernelspec {name:?} (it has: {})",
+                        self.server.url(),
+                        specs
+                            .iter()
+                            .map(|spec| spec.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )),
+                Err(error) => Err(unavailable(&error)),
+            },
+            RemoteKernel::Attach { id } => self
+                .server
+                .kernel(id)
+                .await
+                .map(drop)
+                .map_err(|error| unavailable(&error)),
+        };
+        if let Err(error) = &checked {
+            let shown = super::shown_error(&self.shared.options, error.clone());
+            tracing::error!(error = shown.message, "remote kernel unavailable");
+        }
+        checked
+    }
+}
+
+/// A server error as the session shows it: what failed, and what to check.
+fn unavailable(error: &ipython_mcp_jupyter::Error) -> ErrorInfo {
+    use ipython_mcp_jupyter::Error;
+    let hint = match error {
+        Error::Refused { .. } => {
+            "check IPYTHON_MCP_JUPYTER_TOKEN (or its file), then call kernel_restart"
+        }
+        Error::Unreachable { .. } | Error::RemoteTimeout { .. } => {
+            "check that the Jupyter server runs at IPYTHON_MCP_JUPYTER_URL, then call kernel_restart"
+        }
+        Error::RemoteNotFound { .. } => {
+            "kernel_discover lists the server's kernelspecs and running kernels"
+        }
+        _ => "see runtime_status; kernel_restart tries again",
+    };
+    ErrorInfo::new(Code::RuntimeUnavailable, error.to_string()).with_hint(hint)
+}
+
+impl Launcher for Remote {
+    fn provision(&self) -> BoxFuture<'_, Result<(), ErrorInfo>> {
+        Box::pin(Remote::provision(self))
+    }
+
+    fn launch(&self) -> BoxFuture<'static, Result<Running, ErrorInfo>> {
+        let shared = Arc::clone(&self.shared);
+        let server = self.server.clone();
+        let kernel = self.kernel.clone();
+        Box::pin(async move { prepare(shared, server, kernel).await })
+    }
+}
+
+/// Deletes a kernel we started unless `defuse` is called: a launch abandoned half-way (its
+/// future dropped at shutdown, or failed after the start) must not leave it on the server.
+struct Started {
+    server: Server,
+    id: Option<String>,
+}
+
+impl Started {
+    fn defuse(mut self) {
+        self.id = None;
+    }
+}
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            let server = self.server.clone();
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    let _ = server.delete_kernel(&id).await;
+                });
+            }
+        }
+    }
+}
+
+async fn prepare(
+    shared: Arc<Shared>,
+    server: Server,
+    kernel: RemoteKernel,
+) -> Result<Running, ErrorInfo> {
+    let options = &shared.options;
+    let startup = options.timeouts.kernel_startup;
+    let started = Instant::now();
+    let (connection, guard, spec) = match &kernel {
+        RemoteKernel::Start { name } => {
+            let info = server
+                .start_kernel(name, startup)
+                .await
+                .map_err(|error| unavailable(&error))?;
+            let guard = Started {
+                server: server.clone(),
+                id: Some(info.id.clone()),
+            };
+            let remaining = startup
+                .saturating_sub(started.elapsed())
+                .max(Duration::from_secs(1));
+            let connection = server
+                .connect(&info.id, true, remaining)
+                .await
+                .map_err(|error| unavailable(&error))?;
+            (connection, Some(guard), format!("jupyter:{name}"))
+        }
+        RemoteKernel::Attach { id } => {
+            let connection = server
+                .connect(id, false, startup)
+                .await
+                .map_err(|error| unavailable(&error))?;
+            (connection, None, format!("jupyter-kernel:{id}"))
+        }
+    };
+    let remaining = startup
+        .saturating_sub(started.elapsed())
+        .max(Duration::from_secs(1));
+    let info = connection.info().clone();
+    let python = info.language_info.name.eq_ignore_ascii_case("python");
+    let helper_comm = if python {
+        // The helper's spool is our disk, which a remote kernel cannot reach: it bounds output
+        // in the kernel, and the session spools what arrives.
+        match helper::install(
+            &connection,
+            &options.limits,
+            &options.namespace,
+            None,
+            remaining,
+        )
+        .await
+        {
+            Ok(comm) => Some(comm),
+            Err(error) => {
+                discard(&connection).await;
+                return Err(ErrorInfo::new(
+                    Code::RuntimeUnavailable,
+                    format!("installing the helper into the remote kernel failed: {error}"),
+                ));
+            }
+        }
+    } else {
+        None
+    };
+    if let Some(guard) = guard {
+        guard.defuse();
+    }
+    let description = KernelDescription {
+        pid: None,
+        remote: Some(RemoteDescription {
+            server: server.url().to_string(),
+            kernel_id: connection.id().to_owned(),
+            attached: !connection.owned(),
+        }),
+        python: String::new(),
+        language: info.language_info.name.clone(),
+        python_version: info.language_info.version.clone(),
+        ipykernel_version: String::new(),
+        implementation: format!("{} {}", info.implementation, info.implementation_version),
+        spec,
+        helper: helper_comm.is_some(),
+        working_dir: String::new(),
+    };
+    tracing::debug!(
+        kernel = connection.id(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "remote kernel prepared"
+    );
+    Ok(Running {
+        kernel: Box::new(connection),
+        helper_comm,
+        helper_spools: false,
+        description,
+    })
+}
+
+/// Gives up a kernel that could not be prepared: ours is deleted, someone else's left alone.
+async fn discard(connection: &Connection) {
+    connection.shutdown(Duration::from_secs(1)).await;
+}

@@ -1,0 +1,600 @@
+//! Remote kernels and the settings that choose the default session's kernel: configuration
+//! mistakes, `--kernel` for local specs, and sessions on a real Jupyter Server started here on
+//! loopback.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::{Family, JupyterServer, Server};
+
+/// Runs the server with `env` and stdin closed; returns its exit code and stderr.
+fn run_with(env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ipython-mcp"));
+    command
+        .env("IPYTHON_MCP_CACHE_DIR", support::cache_dir())
+        .env("IPYTHON_MCP_LOG", "off")
+        .stdin(std::process::Stdio::null());
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let output = command.output().expect("run");
+    assert!(output.stdout.is_empty(), "nothing but JSON-RPC on stdout");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn remote_setting_mistakes_stop_with_one_line_naming_the_setting() {
+    let token_file = tempfile::NamedTempFile::new().expect("token file");
+    std::fs::write(token_file.path(), "has a space\n").expect("write");
+    let token_path = token_file.path().display().to_string();
+    let cases: [(&[(&str, &str)], &str); 5] = [
+        (
+            &[("IPYTHON_MCP_JUPYTER_URL", "ftp://127.0.0.1/")],
+            "IPYTHON_MCP_JUPYTER_URL",
+        ),
+        (
+            &[("IPYTHON_MCP_KERNEL", "jupyter:python3")],
+            "IPYTHON_MCP_KERNEL",
+        ),
+        (
+            &[("IPYTHON_MCP_KERNEL", "no-such-kernelspec-here")],
+            "IPYTHON_MCP_KERNEL",
+        ),
+        (
+            &[
+                ("IPYTHON_MCP_JUPYTER_URL", "http://127.0.0.1:1/"),
+                ("IPYTHON_MCP_JUPYTER_TOKEN_FILE", "/no/such/token/file"),
+            ],
+            "IPYTHON_MCP_JUPYTER_TOKEN_FILE",
+        ),
+        (
+            &[
+                ("IPYTHON_MCP_JUPYTER_URL", "http://127.0.0.1:1/"),
+                ("IPYTHON_MCP_JUPYTER_TOKEN_FILE", &token_path),
+            ],
+            "IPYTHON_MCP_JUPYTER_TOKEN_FILE",
+        ),
+    ];
+    for (env, setting) in cases {
+        let (code, stderr) = run_with(env);
+        assert_eq!(code, Some(2), "{env:?}: {stderr}");
+        let lines: Vec<&str> = stderr
+            .trim()
+            .lines()
+            .filter(|line| !line.contains("can be read by other users"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{env:?}: {stderr}");
+        assert!(lines[0].contains(setting), "{env:?}: {stderr}");
+        assert!(
+            !stderr.contains("has a space"),
+            "the token is never shown: {stderr}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_kernel_setting_chooses_the_default_sessions_interpreter() {
+    let python = support::provisioned_python().await;
+    let python = python.display().to_string();
+    let server = Server::start(Family::Handshake, &[("IPYTHON_MCP_KERNEL", &python)]).await;
+    let status = server.call("runtime_status", json!({})).await;
+    assert_eq!(status.structured["kernel"]["python"], python.as_str());
+    let result = server.call("execute", json!({"code": "6 * 7"})).await;
+    assert!(result.ok(), "{result:?}");
+    server.stop().await;
+}
+
+/// The status of session `kernel` once it left `starting`.
+async fn settled(server: &Server, kernel: &str) -> Value {
+    server
+        .wait_until_in(kernel, |status| status["state"] != "starting")
+        .await
+}
+
+/// A server whose default session runs `spec` (with `extra` settings) on `jupyter`, not yet
+/// waited for.
+async fn remote_server(jupyter: &JupyterServer, spec: &str, extra: &[(&str, &str)]) -> Server {
+    let mut env: Vec<(&str, String)> = jupyter.env();
+    env.push(("IPYTHON_MCP_KERNEL", spec.to_owned()));
+    env.extend(extra.iter().map(|(key, value)| (*key, (*value).to_owned())));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    Server::start_unready(Family::Handshake, &env).await
+}
+
+/// The id of the kernel session `kernel` runs on the Jupyter server.
+fn remote_id(status: &Value) -> String {
+    status["kernel"]["remote"]["kernel_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a remote kernel: {status}"))
+        .to_owned()
+}
+
+/// Waits until `condition` holds for the Jupyter server's kernel ids.
+async fn until_kernels(jupyter: &JupyterServer, condition: impl Fn(&[String]) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let ids = jupyter.kernel_ids().await;
+        if condition(&ids) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "kernels on the server: {ids:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_remote_default_session_executes_and_serves_namespace_tools() {
+    let jupyter = JupyterServer::start().await;
+    let server = remote_server(&jupyter, "jupyter:python3", &[]).await;
+    let status = settled(&server, "default").await;
+    assert_eq!(status["state"], "ready", "{status}\n{}", jupyter.log());
+    let kernel = &status["kernel"];
+    assert!(kernel["pid"].is_null(), "{kernel}");
+    assert_eq!(kernel["remote"]["server"], jupyter.url.as_str());
+    assert_eq!(kernel["remote"]["attached"], false);
+    let kernel_id = kernel["remote"]["kernel_id"]
+        .as_str()
+        .expect("kernel id")
+        .to_owned();
+    assert!(jupyter.kernel_ids().await.contains(&kernel_id));
+    assert!(
+        !status.to_string().contains(&jupyter.token),
+        "the token is never shown"
+    );
+
+    let result = server
+        .call(
+            "execute",
+            json!({"code": "def double(x: int) -> int:\n    return 2 * x\nprint('hi')\n21 * 2"}),
+        )
+        .await;
+    assert!(result.ok(), "{result:?}");
+    assert_eq!(result.structured["stdout"], "hi\n");
+    assert_eq!(result.structured["result"]["text/plain"], "42");
+    let called = server
+        .call(
+            "call_function",
+            json!({"name": "double", "arguments": {"x": 4}}),
+        )
+        .await;
+    assert!(called.ok(), "{called:?}");
+    assert_eq!(called.structured["result"], 8);
+    let inspected = server.call("inspect", json!({"name": "double"})).await;
+    assert!(inspected.ok(), "{inspected:?}");
+    server.stop().await;
+    // A kernel the session started is deleted with it.
+    until_kernels(&jupyter, |ids| !ids.contains(&kernel_id)).await;
+}
+
+#[tokio::test]
+async fn kernel_discover_lists_the_servers_kernelspecs_and_running_kernels() {
+    let jupyter = JupyterServer::start().await;
+    // A person's notebook: the server knows its path.
+    let (code, session) = jupyter
+        .post(
+            "api/sessions",
+            json!({"path": "analysis.ipynb", "type": "notebook", "kernel": {"name": "python3"}}),
+        )
+        .await;
+    assert_eq!(code, 201, "{session}");
+    let kernel_id = session["kernel"]["id"]
+        .as_str()
+        .expect("kernel id")
+        .to_owned();
+    let env = jupyter.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let server = Server::start(Family::Handshake, &env).await;
+    let found = server.call("kernel_discover", json!({})).await;
+    assert!(found.ok(), "{found:?}");
+    let remote = &found.structured["remote"];
+    assert_eq!(remote["server"], jupyter.url.as_str());
+    assert!(remote["error"].is_null(), "{remote}");
+    let spec = remote["kernelspecs"]
+        .as_array()
+        .expect("specs")
+        .iter()
+        .find(|spec| spec["name"] == "jupyter:python3")
+        .unwrap_or_else(|| panic!("jupyter:python3 listed: {remote}"));
+    assert_eq!(spec["language"], "python");
+    let kernel = remote["kernels"]
+        .as_array()
+        .expect("kernels")
+        .iter()
+        .find(|kernel| kernel["name"] == format!("jupyter-kernel:{kernel_id}").as_str())
+        .unwrap_or_else(|| panic!("the running kernel is listed: {remote}"));
+    assert_eq!(kernel["kernelspec"], "python3");
+    assert_eq!(kernel["notebook_path"], "analysis.ipynb");
+    assert!(kernel["execution_state"].is_string(), "{kernel}");
+    assert!(kernel["last_activity"].is_string(), "{kernel}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_wrong_token_leaves_the_session_unavailable_and_the_server_answering() {
+    let jupyter = JupyterServer::start().await;
+    let wrong = "not-the-right-token-1234";
+    let env = [
+        ("IPYTHON_MCP_JUPYTER_URL", jupyter.url.as_str()),
+        ("IPYTHON_MCP_JUPYTER_TOKEN", wrong),
+        ("IPYTHON_MCP_KERNEL", "jupyter:python3"),
+    ];
+    let server = Server::start_unready(Family::Handshake, &env).await;
+    let status = settled(&server, "default").await;
+    assert_eq!(status["state"], "unavailable", "{status}");
+    let message = status["error"]["message"].as_str().expect("a reason");
+    assert!(
+        message.contains("refused") && message.contains("403"),
+        "{message}"
+    );
+    assert!(
+        !status.to_string().contains(wrong),
+        "the token is never shown"
+    );
+    let result = server.call("execute", json!({"code": "1"})).await;
+    assert_eq!(
+        result.structured["error"]["code"], "runtime_unavailable",
+        "{result:?}"
+    );
+    // Everything else still answers, discovery included (with the reason).
+    let found = server.call("kernel_discover", json!({})).await;
+    let reason = found.structured["remote"]["error"].as_str().expect("error");
+    assert!(reason.contains("refused"), "{reason}");
+    let listed = server.call("kernel_list", json!({})).await;
+    assert!(listed.ok(), "{listed:?}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_unreachable_server_leaves_the_session_unavailable_with_a_bounded_reason() {
+    // A port nothing listens on: bound, then released.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("address")
+        .port();
+    let url = format!("http://127.0.0.1:{port}/");
+    let env = [
+        ("IPYTHON_MCP_JUPYTER_URL", url.as_str()),
+        ("IPYTHON_MCP_JUPYTER_TOKEN", "whatever-token"),
+        ("IPYTHON_MCP_KERNEL", "jupyter:python3"),
+    ];
+    let server = Server::start_unready(Family::Handshake, &env).await;
+    let status = settled(&server, "default").await;
+    assert_eq!(status["state"], "unavailable", "{status}");
+    let message = status["error"]["message"].as_str().expect("a reason");
+    assert!(
+        message.contains("cannot reach the Jupyter server"),
+        "{message}"
+    );
+    assert!(message.chars().count() <= 8192, "bounded");
+    let started = server
+        .call(
+            "kernel_start",
+            json!({"spec": "jupyter:python3", "kernel": "r"}),
+        )
+        .await;
+    assert_eq!(started.structured["ok"], false, "{started:?}");
+    let listed = server.call("kernel_list", json!({})).await;
+    assert!(listed.ok(), "{listed:?}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn attaching_shares_a_persons_kernel_and_detaching_leaves_it_running() {
+    let jupyter = JupyterServer::start().await;
+    let (code, kernel) = jupyter
+        .post("api/kernels", json!({"name": "python3"}))
+        .await;
+    assert_eq!(code, 201, "{kernel}");
+    let kernel_id = kernel["id"].as_str().expect("id").to_owned();
+    let env = jupyter.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let server = Server::start(Family::Handshake, &env).await;
+    let spec = format!("jupyter-kernel:{kernel_id}");
+    // The person, in their own session of the kernel, makes a variable.
+    let person = server
+        .call("kernel_start", json!({"spec": spec, "kernel": "person"}))
+        .await;
+    assert!(person.ok(), "{person:?}");
+    let made = server
+        .call(
+            "execute",
+            json!({"code": "shared = 41", "kernel": "person"}),
+        )
+        .await;
+    assert!(made.ok(), "{made:?}");
+    // The agent attaches to the same kernel and sees it.
+    let agent = server
+        .call("kernel_start", json!({"spec": spec, "kernel": "agent"}))
+        .await;
+    assert!(agent.ok(), "{agent:?}");
+    assert_eq!(
+        agent.structured["status"]["kernel"]["remote"]["attached"],
+        true
+    );
+    assert!(agent.structured["status"]["kernel"]["pid"].is_null());
+    let seen = server
+        .call("execute", json!({"code": "shared + 1", "kernel": "agent"}))
+        .await;
+    assert_eq!(seen.structured["result"]["text/plain"], "42", "{seen:?}");
+    let listed = server.call("kernel_list", json!({})).await;
+    let entry = listed.structured["kernels"]
+        .as_array()
+        .expect("kernels")
+        .iter()
+        .find(|entry| entry["kernel"] == "agent")
+        .expect("agent listed")
+        .clone();
+    assert_eq!(entry["remote"]["kernel_id"], kernel_id.as_str());
+    // Detaching leaves it running on the server, namespace and all.
+    let stopped = server.call("kernel_stop", json!({"kernel": "agent"})).await;
+    assert!(stopped.ok(), "{stopped:?}");
+    let (code, _) = jupyter.get(&format!("api/kernels/{kernel_id}")).await;
+    assert_eq!(code, 200);
+    let still = server
+        .call("execute", json!({"code": "shared", "kernel": "person"}))
+        .await;
+    assert_eq!(still.structured["result"]["text/plain"], "41", "{still:?}");
+    server.stop().await;
+    let (code, _) = jupyter.get(&format!("api/kernels/{kernel_id}")).await;
+    assert_eq!(
+        code, 200,
+        "server shutdown only detaches from attached kernels"
+    );
+}
+
+#[tokio::test]
+async fn a_remote_kernel_ignoring_sigint_is_replaced_and_reported() {
+    let jupyter = JupyterServer::start().await;
+    let server = remote_server(
+        &jupyter,
+        "jupyter:python3",
+        &[
+            ("IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS", "1"),
+            ("IPYTHON_MCP_SPARE_KERNELS", "1"),
+        ],
+    )
+    .await;
+    let status = settled(&server, "default").await;
+    assert_eq!(status["state"], "ready", "{status}");
+    let first = remote_id(&status);
+    let armed = server
+        .call(
+            "execute",
+            json!({"code": "kept = 1\nimport signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])\n'armed'"}),
+        )
+        .await;
+    assert_eq!(
+        armed.structured["result"]["text/plain"], "'armed'",
+        "{armed:?}"
+    );
+    let result = server
+        .call(
+            "execute",
+            json!({"code": "import time\ntime.sleep(600)", "timeout_seconds": 1.5}),
+        )
+        .await;
+    assert_eq!(result.structured["status"], "timeout", "{result:?}");
+    assert_eq!(result.structured["runtime"]["interruption"], "terminated");
+    assert_eq!(result.structured["runtime"]["namespace"], "reset");
+    let status = server.wait_until(|status| status["state"] == "ready").await;
+    let second = remote_id(&status);
+    assert_ne!(first, second, "a fresh kernel on the server");
+    let check = server
+        .call("execute", json!({"code": "'kept' in dir()"}))
+        .await;
+    assert_eq!(
+        check.structured["result"]["text/plain"], "False",
+        "{check:?}"
+    );
+    // The stuck kernel is deleted from the server, not left behind.
+    until_kernels(&jupyter, |ids| !ids.contains(&first)).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn interrupt_stops_remote_code_and_keeps_the_namespace() {
+    let jupyter = JupyterServer::start().await;
+    let server = remote_server(&jupyter, "jupyter:python3", &[]).await;
+    assert_eq!(settled(&server, "default").await["state"], "ready");
+    let flag = support::Flag::new();
+    let code = format!("kept = 5\nprint('armed', flush=True)\n{}", flag.wait_code());
+    let running = server
+        .call("execute", json!({"code": code, "background": true}))
+        .await;
+    assert!(running.ok(), "{running:?}");
+    let id = running.structured["execution_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    // Running once its first line arrived.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let output = server.call("get_output", json!({"execution_id": id})).await;
+        if output.structured["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("armed")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{output:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stopped = server.call("interrupt", json!({})).await;
+    assert_eq!(stopped.structured["interrupted"], true, "{stopped:?}");
+    assert_eq!(stopped.structured["interruption"], "cooperative");
+    assert_eq!(stopped.structured["namespace"], "preserved");
+    let output = server
+        .call(
+            "get_output",
+            json!({"execution_id": id, "wait_seconds": 60}),
+        )
+        .await;
+    assert_eq!(output.structured["finished"], true, "{output:?}");
+    assert_eq!(output.structured["status"], "cancelled", "{output:?}");
+    assert_eq!(output.structured["runtime"]["interruption"], "cooperative");
+    let kept = server.call("execute", json!({"code": "kept"})).await;
+    assert_eq!(kept.structured["result"]["text/plain"], "5", "{kept:?}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_remote_kernel_deleted_behind_our_back_is_detected_and_replaced() {
+    let jupyter = JupyterServer::start().await;
+    let server = remote_server(&jupyter, "jupyter:python3", &[]).await;
+    let status = settled(&server, "default").await;
+    assert_eq!(status["state"], "ready", "{status}");
+    let first = remote_id(&status);
+    let made = server.call("execute", json!({"code": "lost = 1"})).await;
+    assert!(made.ok(), "{made:?}");
+    assert_eq!(jupyter.delete(&format!("api/kernels/{first}")).await, 204);
+    let status = server
+        .wait_until(|status| {
+            status["state"] == "ready"
+                && status["kernel"]["remote"]["kernel_id"]
+                    .as_str()
+                    .is_some_and(|id| id != first)
+        })
+        .await;
+    assert_eq!(status["latest_namespace_outcome"], "reset");
+    let next = server
+        .call("execute", json!({"code": "'lost' in dir()"}))
+        .await;
+    assert_eq!(next.structured["result"]["text/plain"], "False", "{next:?}");
+    assert_eq!(next.structured["runtime"]["namespace"], "reset", "{next:?}");
+    assert!(
+        next.structured["notice"].is_string(),
+        "the agent is told: {next:?}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_websocket_dropped_mid_execution_reconnects_without_failing_the_call() {
+    let jupyter = JupyterServer::start().await;
+    let proxy = support::Proxy::start(&jupyter.url).await;
+    let env = [
+        ("IPYTHON_MCP_JUPYTER_URL", proxy.url.as_str()),
+        ("IPYTHON_MCP_JUPYTER_TOKEN", jupyter.token.as_str()),
+        ("IPYTHON_MCP_KERNEL", "jupyter:python3"),
+    ];
+    let server = Server::start_unready(Family::Handshake, &env).await;
+    let status = settled(&server, "default").await;
+    assert_eq!(status["state"], "ready", "{status}");
+    let kernel_id = remote_id(&status);
+    let flag = support::Flag::new();
+    let code = format!(
+        "kept = 7\nprint('armed', flush=True)\n{}\nprint('after', flush=True)\n'done'",
+        flag.wait_code()
+    );
+    let running = server
+        .call("execute", json!({"code": code, "background": true}))
+        .await;
+    assert!(running.ok(), "{running:?}");
+    let id = running.structured["execution_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let output = server.call("get_output", json!({"execution_id": id})).await;
+        if output.structured["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("armed")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{output:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The network drops while the cell runs; it finishes while we may still be away.
+    proxy.cut();
+    flag.set();
+    let output = server
+        .call(
+            "get_output",
+            json!({"execution_id": id, "wait_seconds": 120}),
+        )
+        .await;
+    assert_eq!(output.structured["finished"], true, "{output:?}");
+    assert_eq!(output.structured["status"], "ok", "{output:?}");
+    assert_eq!(output.structured["stdout"], "armed\nafter\n", "{output:?}");
+    assert_eq!(output.structured["result"]["text/plain"], "'done'");
+    // Same kernel, same namespace: nothing was replaced.
+    let kept = server.call("execute", json!({"code": "kept"})).await;
+    assert_eq!(kept.structured["result"]["text/plain"], "7", "{kept:?}");
+    let status = server.call("runtime_status", json!({})).await;
+    assert_eq!(remote_id(&status.structured), kernel_id);
+    assert_eq!(status.structured["epoch"], 0);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_remote_kernel_that_dies_mid_call_is_reported_and_replaced() {
+    let jupyter = JupyterServer::start().await;
+    let server = remote_server(&jupyter, "jupyter:python3", &[]).await;
+    let status = settled(&server, "default").await;
+    assert_eq!(status["state"], "ready", "{status}");
+    let first = remote_id(&status);
+    let made = server.call("execute", json!({"code": "lost = 1"})).await;
+    assert!(made.ok(), "{made:?}");
+    // The server restarts a kernel whose process died and says so; the namespace is gone.
+    let result = server
+        .call("execute", json!({"code": "import os\nos._exit(3)"}))
+        .await;
+    assert!(result.is_error, "{result:?}");
+    assert_eq!(
+        result.structured["error"]["code"], "kernel_died",
+        "{result:?}"
+    );
+    assert_eq!(result.structured["runtime"]["namespace"], "reset");
+    let status = server.wait_until(|status| status["state"] == "ready").await;
+    assert_ne!(remote_id(&status), first, "a fresh kernel: {status}");
+    let after = server
+        .call("execute", json!({"code": "'lost' in dir()"}))
+        .await;
+    assert_eq!(
+        after.structured["result"]["text/plain"], "False",
+        "{after:?}"
+    );
+    until_kernels(&jupyter, |ids| !ids.contains(&first)).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_attached_kernel_that_disappears_leaves_its_session_unavailable_saying_so() {
+    let jupyter = JupyterServer::start().await;
+    let (code, kernel) = jupyter
+        .post("api/kernels", json!({"name": "python3"}))
+        .await;
+    assert_eq!(code, 201, "{kernel}");
+    let kernel_id = kernel["id"].as_str().expect("id").to_owned();
+    let spec = format!("jupyter-kernel:{kernel_id}");
+    let server = remote_server(&jupyter, &spec, &[]).await;
+    let status = settled(&server, "default").await;
+    assert_eq!(status["state"], "ready", "{status}");
+    assert_eq!(status["kernel"]["remote"]["attached"], true);
+    // Its owner shuts it down.
+    assert_eq!(
+        jupyter.delete(&format!("api/kernels/{kernel_id}")).await,
+        204
+    );
+    let status = server
+        .wait_until(|status| status["state"] == "unavailable")
+        .await;
+    let message = status["error"]["message"].as_str().expect("a reason");
+    assert!(message.contains(&kernel_id), "{message}");
+    let result = server.call("execute", json!({"code": "1"})).await;
+    assert_eq!(
+        result.structured["error"]["code"], "runtime_unavailable",
+        "{result:?}"
+    );
+    server.stop().await;
+}
