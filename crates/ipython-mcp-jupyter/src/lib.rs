@@ -74,6 +74,13 @@ pub enum Error {
     WebSocket { kernel: String, message: String },
 }
 
+impl Error {
+    /// Whether the Jupyter server refused the request (HTTP 401 or 403).
+    pub fn is_refused(&self) -> bool {
+        matches!(self, Error::Refused { .. })
+    }
+}
+
 /// A running kernel and its connections.
 ///
 /// Sending takes `&self` (each channel's send half sits behind its own lock) so a session can

@@ -168,6 +168,18 @@ pub struct RemoteKernelEntry {
 async fn discover_remote(server: &ipython_mcp_kernel::remote::Server) -> RemoteDiscovery {
     let (specs, kernels, sessions) =
         tokio::join!(server.kernelspecs(), server.kernels(), server.sessions());
+    // A Kernel Gateway refuses to list its kernels and sessions (403) unless configured to,
+    // while it accepts the same token for everything else: once the kernelspecs came back, a
+    // refused listing means the server does not show its kernels, not a wrong token.
+    let unlisted = |refused: bool| specs.is_ok() && refused;
+    let kernels = match kernels {
+        Err(error) if unlisted(error.is_refused()) => Ok(Vec::new()),
+        other => other,
+    };
+    let sessions = match sessions {
+        Err(error) if unlisted(error.is_refused()) => Ok(Vec::new()),
+        other => other,
+    };
     let error = [
         specs.as_ref().err(),
         kernels.as_ref().err(),
