@@ -1,13 +1,13 @@
 //! Remote kernels and the settings that choose the default session's kernel: configuration
-//! mistakes, `--kernel` for local specs, and sessions on a real Jupyter Server started here on
-//! loopback.
+//! mistakes, `--kernel` for local specs, and sessions on a real Jupyter Server and a real
+//! Jupyter Kernel Gateway started here on loopback.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::{Family, JupyterServer, Server};
+use support::{Family, JupyterServer, KernelGateway, Server};
 
 /// Runs the server with `env` and stdin closed; returns its exit code and stderr.
 fn run_with(env: &[(&str, &str)]) -> (Option<i32>, String) {
@@ -596,5 +596,132 @@ async fn an_attached_kernel_that_disappears_leaves_its_session_unavailable_sayin
         result.structured["error"]["code"], "runtime_unavailable",
         "{result:?}"
     );
+    server.stop().await;
+}
+
+/// Kernel Gateway serves the kernel REST API and channels but, by default, neither lists its
+/// kernels nor has notebook sessions: starting, executing, interrupting and stopping need
+/// none of that.
+#[tokio::test]
+async fn a_kernel_gateway_runs_a_remote_session() {
+    let gateway = KernelGateway::start().await;
+    let env = gateway.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let server = Server::start(Family::Handshake, &env).await;
+    let started = server
+        .call(
+            "kernel_start",
+            json!({"spec": "jupyter:python3", "kernel": "gw"}),
+        )
+        .await;
+    assert!(started.ok(), "{started:?}\n{}", gateway.log());
+    let status = &started.structured["status"];
+    assert_eq!(status["state"], "ready", "{status}\n{}", gateway.log());
+    assert_eq!(status["kernel"]["remote"]["server"], gateway.url.as_str());
+    assert_eq!(status["kernel"]["remote"]["attached"], false);
+    assert!(status["kernel"]["pid"].is_null(), "{status}");
+    let kernel_id = remote_id(status);
+    assert_eq!(gateway.get(&format!("api/kernels/{kernel_id}")).await, 200);
+    // Discovery lists the kernelspecs; the kernel list the gateway refuses to give is empty,
+    // not an error blaming the token.
+    let found = server.call("kernel_discover", json!({})).await;
+    assert!(found.ok(), "{found:?}");
+    let remote = &found.structured["remote"];
+    assert!(remote["error"].is_null(), "{remote}");
+    assert!(
+        remote["kernelspecs"]
+            .as_array()
+            .expect("specs")
+            .iter()
+            .any(|spec| spec["name"] == "jupyter:python3"),
+        "{remote}"
+    );
+    assert_eq!(remote["kernels"], json!([]), "{remote}");
+    assert!(
+        !started.text().contains(&gateway.token),
+        "the token is never shown"
+    );
+
+    let defined = server
+        .call(
+            "execute",
+            json!({"kernel": "gw", "code": "def double(x: int) -> int:\n    return 2 * x\nbase = 20\nprint('hi')\n21 * 2"}),
+        )
+        .await;
+    assert!(defined.ok(), "{defined:?}");
+    assert_eq!(defined.structured["stdout"], "hi\n");
+    assert_eq!(defined.structured["result"]["text/plain"], "42");
+    let used = server
+        .call(
+            "execute",
+            json!({"kernel": "gw", "code": "double(base) + 1"}),
+        )
+        .await;
+    assert_eq!(used.structured["result"]["text/plain"], "41", "{used:?}");
+    let called = server
+        .call(
+            "call_function",
+            json!({"kernel": "gw", "name": "double", "arguments": {"x": 4}}),
+        )
+        .await;
+    assert!(called.ok(), "{called:?}");
+    assert_eq!(called.structured["result"], 8);
+
+    let running = server
+        .call(
+            "execute",
+            json!({"kernel": "gw", "code": "kept = 5\nprint('armed', flush=True)\nimport time\ntime.sleep(600)", "background": true}),
+        )
+        .await;
+    assert!(running.ok(), "{running:?}");
+    let id = running.structured["execution_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    // Sleeping once its first line arrived.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let output = server.call("get_output", json!({"execution_id": id})).await;
+        if output.structured["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("armed")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{output:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let stopped = server.call("interrupt", json!({"kernel": "gw"})).await;
+    assert_eq!(stopped.structured["interrupted"], true, "{stopped:?}");
+    assert_eq!(stopped.structured["namespace"], "preserved", "{stopped:?}");
+    let output = server
+        .call(
+            "get_output",
+            json!({"execution_id": id, "wait_seconds": 60}),
+        )
+        .await;
+    assert_eq!(output.structured["finished"], true, "{output:?}");
+    assert_eq!(output.structured["status"], "cancelled", "{output:?}");
+    let kept = server
+        .call("execute", json!({"kernel": "gw", "code": "kept + base"}))
+        .await;
+    assert_eq!(kept.structured["result"]["text/plain"], "25", "{kept:?}");
+
+    // Stopping the session deletes the kernel it started on the gateway.
+    let ended = server.call("kernel_stop", json!({"kernel": "gw"})).await;
+    assert!(ended.ok(), "{ended:?}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let code = gateway.get(&format!("api/kernels/{kernel_id}")).await;
+        if code == 404 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "kernel still on the gateway: {code}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     server.stop().await;
 }

@@ -893,3 +893,131 @@ impl Drop for Proxy {
         self.accepting.abort();
     }
 }
+
+/// A real Jupyter Kernel Gateway (jupyter-kernel-gateway from PyPI, installed beside the
+/// provisioned Python like the tests' other Python packages) on a free loopback port, with
+/// token auth and its own temporary config, data and runtime directories. Its python3
+/// kernelspec is the provisioned environment's (which has ipykernel). Killed (with its
+/// kernels) on drop.
+pub struct KernelGateway {
+    child: std::process::Child,
+    pub url: String,
+    pub token: String,
+    dir: tempfile::TempDir,
+}
+
+/// The jupyter-kernel-gateway release the tests run against.
+pub const KERNEL_GATEWAY: &str = "jupyter-kernel-gateway==3.0.1";
+
+impl KernelGateway {
+    pub async fn start() -> KernelGateway {
+        let (python, deps) =
+            python_with(KERNEL_GATEWAY, "kernel_gateway", "kernel-gateway-deps").await;
+        let token = format!("tok{}", uuid_like());
+        // The gateway logs the port it was given, not the one it bound, so the port is chosen
+        // here; another process may take it in between, so a start that cannot bind retries
+        // with a new one.
+        for _attempt in 0..5 {
+            let dir = tempfile::tempdir().expect("tempdir");
+            for sub in ["runtime", "config", "data"] {
+                std::fs::create_dir(dir.path().join(sub)).expect("mkdir");
+            }
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|listener| listener.local_addr())
+                .expect("free port")
+                .port();
+            let log = std::fs::File::create(dir.path().join("gateway.log")).expect("log");
+            use std::os::unix::process::CommandExt as _;
+            let child = std::process::Command::new(&python)
+                .args(["-m", "kernel_gateway", "--KernelGatewayApp.ip=127.0.0.1"])
+                .arg(format!("--KernelGatewayApp.port={port}"))
+                .arg("--KernelGatewayApp.port_retries=0")
+                .arg(format!("--KernelGatewayApp.auth_token={token}"))
+                .env("PYTHONPATH", &deps)
+                .env("JUPYTER_RUNTIME_DIR", dir.path().join("runtime"))
+                .env("JUPYTER_CONFIG_DIR", dir.path().join("config"))
+                .env("JUPYTER_DATA_DIR", dir.path().join("data"))
+                .env("JUPYTER_PLATFORM_DIRS", "1")
+                // Its defaults, whatever the environment running the tests says.
+                .env_remove("KG_AUTH_TOKEN")
+                .env_remove("KG_LIST_KERNELS")
+                .current_dir(dir.path())
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().expect("log"))
+                .stderr(log)
+                .process_group(0)
+                .spawn()
+                .expect("start kernel gateway");
+            // Owned at once, so a failed wait below still kills it.
+            let mut gateway = KernelGateway {
+                child,
+                url: format!("http://127.0.0.1:{port}/"),
+                token: token.clone(),
+                dir,
+            };
+            // Ready when its API answers with the token.
+            let deadline = Instant::now() + Duration::from_secs(120);
+            loop {
+                if gateway.child.try_wait().expect("wait").is_some() {
+                    let log = gateway.log();
+                    assert!(
+                        log.contains("already in use"),
+                        "kernel gateway exited: {log}"
+                    );
+                    break;
+                }
+                if status_of(&gateway.url, &token, "api/kernelspecs").await == Some(200) {
+                    return gateway;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "kernel gateway not ready: {}",
+                    gateway.log()
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+        panic!("kernel gateway found no free port");
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("gateway.log")).unwrap_or_default()
+    }
+
+    /// The environment that points the server under test at this gateway.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("IPYTHON_MCP_JUPYTER_URL", self.url.clone()),
+            ("IPYTHON_MCP_JUPYTER_TOKEN", self.token.clone()),
+        ]
+    }
+
+    /// `GET <path>` with the token: the status.
+    pub async fn get(&self, path: &str) -> u16 {
+        status_of(&self.url, &self.token, path)
+            .await
+            .expect("kernel gateway request")
+    }
+}
+
+/// The status `GET <url><path>` answers with `token`; `None` when nothing answers (a refused
+/// connection while the gateway starts).
+async fn status_of(url: &str, token: &str, path: &str) -> Option<u16> {
+    reqwest::Client::new()
+        .get(format!("{url}{path}"))
+        .header("Authorization", format!("token {token}"))
+        .timeout(Duration::from_secs(10))
+        .send()
+        .await
+        .ok()
+        .map(|response| response.status().as_u16())
+}
+
+impl Drop for KernelGateway {
+    fn drop(&mut self) {
+        // The gateway and the kernels it started share its process group.
+        // SAFETY: killpg(2) on the group of our own child.
+        unsafe { libc::killpg(self.child.id() as i32, libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
