@@ -307,6 +307,25 @@ impl IpythonMcp {
         Ok((session, timeout))
     }
 
+    /// Starts `code` with nobody waiting (a background execute or notebook run): its deadline
+    /// defaults to the server's max timeout, and only `cancel` stops it early.
+    pub(crate) fn start_background(
+        &self,
+        session: &SessionHandle,
+        code: String,
+        timeout: Option<Duration>,
+        request_id: String,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> ipython_mcp_kernel::ExecutionOutput {
+        session.execute_background(ExecuteArgs {
+            code,
+            timeout: timeout.or(Some(self.config.timeouts.max_operation)),
+            request_id,
+            cancel,
+            progress: None,
+        })
+    }
+
     /// A background `execute` for a client that declared the tasks extension: the execution
     /// is started as `execute` would start it and answered as a task named by its
     /// `execution_id`, cancelled through `tasks/cancel` (see tasks.rs).
@@ -321,13 +340,8 @@ impl IpythonMcp {
             Err(rejected) => return rmcp::model::CallToolResponse::Complete(*rejected),
         };
         let cancel = tokio_util::sync::CancellationToken::new();
-        let output = session.execute_background(ExecuteArgs {
-            code: params.code,
-            timeout: timeout.or(Some(self.config.timeouts.max_operation)),
-            request_id,
-            cancel: cancel.clone(),
-            progress: None,
-        });
+        let output =
+            self.start_background(&session, params.code, timeout, request_id, cancel.clone());
         tracing::info!(
             tool = "execute",
             kernel = session.kernel_id(),
@@ -425,14 +439,14 @@ impl IpythonMcp {
             progress,
         };
         let output = if params.background {
-            let args = ExecuteArgs {
-                // The call returns now: neither its cancellation nor its progress token applies.
-                cancel: Default::default(),
-                progress: None,
-                timeout: args.timeout.or(Some(self.config.timeouts.max_operation)),
-                ..args
-            };
-            session.execute_background(args)
+            // The call returns now: neither its cancellation nor its progress token applies.
+            self.start_background(
+                &session,
+                args.code,
+                args.timeout,
+                args.request_id,
+                Default::default(),
+            )
         } else {
             session.execute(args).await
         };

@@ -384,13 +384,13 @@ impl IpythonMcp {
         }
         // Nobody waits: the call's cancellation does not apply, tasks/cancel does.
         let cancel = tokio_util::sync::CancellationToken::new();
-        let pending = session.execute_background(ExecuteArgs {
-            code: run.code.clone(),
-            timeout: run.timeout.or(Some(self.config().timeouts.max_operation)),
-            request_id: render::request_id(&context.id),
-            cancel: cancel.clone(),
-            progress: None,
-        });
+        let pending = self.start_background(
+            &session,
+            run.code.clone(),
+            run.timeout,
+            render::request_id(&context.id),
+            cancel.clone(),
+        );
         if pending.status != ExecutionStatus::Pending {
             // Refused at admission: answered now, nothing to save.
             return Ok(self
