@@ -173,18 +173,9 @@ pub(crate) async fn bench_raw_client(python: &Path) -> anyhow::Result<Vec<f64>> 
     };
     let kernel = Kernel::launch(&spec, Duration::from_secs(30)).await?;
     let run = |code: &'static str| async {
-        let request = JupyterMessage::new(
-            ExecuteRequest {
-                code: code.to_owned(),
-                silent: false,
-                store_history: true,
-                user_expressions: None,
-                allow_stdin: false,
-                stop_on_error: false,
-            },
-            None,
-        );
-        let (msg_id, mut receiver) = kernel.request(Channel::Shell, request).await?;
+        let (msg_id, mut receiver) = kernel
+            .request(Channel::Shell, execute_request(code))
+            .await?;
         let (mut reply, mut idle) = (false, false);
         while !(reply && idle) {
             let routed = receiver.recv().await.context("kernel exited")?;
@@ -213,6 +204,21 @@ pub(crate) async fn bench_raw_client(python: &Path) -> anyhow::Result<Vec<f64>> 
     }
     kernel.shutdown(Duration::from_secs(2)).await;
     Ok(samples)
+}
+
+/// An `execute_request` for `code`, as a frontend sends it.
+pub(crate) fn execute_request(code: &str) -> JupyterMessage {
+    JupyterMessage::new(
+        ExecuteRequest {
+            code: code.to_owned(),
+            silent: false,
+            store_history: true,
+            user_expressions: None,
+            allow_stdin: false,
+            stop_on_error: false,
+        },
+        None,
+    )
 }
 
 pub(crate) async fn bench_session(python: &Path) -> anyhow::Result<Vec<f64>> {

@@ -19,6 +19,9 @@
 //! (i) the time the server takes to fit a 4 MB PNG into the default image bound (decode,
 //!     resize, re-encode); `ipython-mcp-bench images` runs only this;
 //!
+//! `ipython-mcp-bench remote` measures `execute` on a kernel of a Jupyter Server on loopback
+//! beside a local one (see `remote.rs`); it is not part of the full run.
+//!
 //! `ipython-mcp-bench execute` runs only (a) and the namespace calls, against the server in
 //! `IPYTHON_MCP_BENCH_SERVER` when it is set (to compare builds in interleaved runs).
 //!
@@ -41,6 +44,7 @@ use serde_json::{json, Value};
 mod latency;
 mod lifecycle;
 mod output;
+mod remote;
 
 use latency::*;
 use lifecycle::*;
@@ -77,6 +81,7 @@ async fn main() -> anyhow::Result<()> {
             }
             return Ok(());
         }
+        Some("remote") => return remote::bench_remote(&server_binary).await,
         Some("retained") => {
             print_retained(&bench_retained(&server_binary).await?);
             return Ok(());

@@ -84,6 +84,7 @@ pub fn install_code(
     limits: &OutputLimits,
     namespace: &Namespace,
     spool: Option<(&std::path::Path, u64)>,
+    history_batch_cells: u64,
 ) -> String {
     let engine = base64::engine::general_purpose::STANDARD;
     let config = json!({
@@ -103,6 +104,7 @@ pub fn install_code(
         "max_json_depth": limits.max_json_depth,
         // Oversized PNG/JPEG images come through whole: the server downscales them.
         "max_fit_input_bytes": crate::payload::MAX_FIT_INPUT_BYTES,
+        "history_batch_cells": history_batch_cells,
         // Full stream text goes to <spool_dir>/<msg_id>.stdout|stderr (see the `executions` module).
         "spool_dir": spool.map(|(dir, _)| dir.display().to_string()),
         "spool_max_bytes": spool.map_or(0, |(_, max)| max),
@@ -144,6 +146,7 @@ pub(crate) async fn install(
     limits: &OutputLimits,
     namespace: &Namespace,
     spool: Option<(&std::path::Path, u64)>,
+    history_batch_cells: u64,
     timeout: Duration,
 ) -> Result<String, InstallError> {
     let waiter = Waiter {
@@ -153,7 +156,7 @@ pub(crate) async fn install(
     };
     let request = JupyterMessage::new(
         ExecuteRequest {
-            code: install_code(limits, namespace, spool),
+            code: install_code(limits, namespace, spool, history_batch_cells),
             silent: true,
             store_history: false,
             user_expressions: None,
@@ -304,7 +307,7 @@ mod tests {
 
     #[test]
     fn install_code_carries_no_raw_text() {
-        let code = install_code(&OutputLimits::default(), &Namespace::default(), None);
+        let code = install_code(&OutputLimits::default(), &Namespace::default(), None, 0);
         // Only the fixed frame and base64 payloads: no quotes or newlines from the source.
         assert!(!code.contains('\n'));
         assert!(code.starts_with("exec(compile(__import__('base64')"));

@@ -42,6 +42,11 @@ OPTIONAL_CONFIG_KEYS = (
     # PNG and JPEG images over max_image_bytes but at most this large are sent as they are: the
     # server downscales them (one implementation, for every kernel).
     ("max_fit_input_bytes", 0),
+    # IPython writes each cell to its SQLite history as it runs, which costs milliseconds per
+    # cell on disk. When set (kernels the server started on a Jupyter server, whose history
+    # it cannot put in memory at launch), history is written in batches of this many cells
+    # and when the kernel exits; 0 leaves history as the kernel was configured.
+    ("history_batch_cells", 0),
 )
 # The spool (optional): the full text of each execution's stdout and stderr, written to
 # ``<spool_dir>/<execute_request msg_id>.stdout`` / ``.stderr`` (UTF-8, at most spool_max_bytes
@@ -102,6 +107,10 @@ def install(config):
         installation.tools = previous.tools
     if comm is not None:
         installation.adopt_comm(comm)
+    history = getattr(shell, "history_manager", None)
+    batch = config["history_batch_cells"]
+    if batch and history is not None and history.db_cache_size < batch:
+        history.db_cache_size = batch
     apply_library_paths(config["namespace"])
     installation.namespace_errors = bind_configured(shell.user_ns, config["namespace"])
     installation.info = {

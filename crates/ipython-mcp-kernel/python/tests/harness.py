@@ -86,6 +86,7 @@ CONFIG = {
     "max_results": 10,
     "max_json_depth": 4,
     "max_fit_input_bytes": 2_000_000,
+    "history_batch_cells": 0,
     "namespace": {
         "library_paths": [LIBDIR],
         "preload_modules": ["mcp_testlib"],

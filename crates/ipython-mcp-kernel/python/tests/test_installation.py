@@ -58,6 +58,16 @@ class TestKernel:
         )
         assert count == "1"
 
+    def test_history_batch_only_ever_raises_the_cache(self, kernel):
+        install = "__import__('sys').modules['ipython_mcp_helper'].install(%r)"
+        size = "get_ipython().history_manager.db_cache_size"
+        before = int(kernel.user_expression(size))
+        kernel.user_expression(install % dict(CONFIG, history_batch_cells=before + 1000))
+        assert int(kernel.user_expression(size)) == before + 1000
+        kernel.user_expression(install % dict(CONFIG, history_batch_cells=1))
+        assert int(kernel.user_expression(size)) == before + 1000
+        kernel.user_expression(install % CONFIG)
+
     def test_rpc(self, kernel):
         assert kernel.request("ping", {"x": [1, "é"]}) == {"id": "r1", "ok": True, "result": {"x": [1, "é"]}}
         assert kernel.request("config")["result"] == dict(CONFIG, spool_dir=None, spool_max_bytes=0)

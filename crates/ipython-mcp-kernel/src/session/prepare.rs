@@ -184,6 +184,8 @@ async fn prepare(
                 &options.limits,
                 &options.namespace,
                 spool,
+                // Local kernels keep history in memory (a launch option).
+                0,
                 remaining,
             )
             .await

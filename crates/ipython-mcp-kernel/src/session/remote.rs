@@ -17,6 +17,11 @@ use crate::helper;
 use crate::output::{Code, ErrorInfo};
 use crate::status::{KernelDescription, RemoteDescription};
 
+/// How many cells a kernel we started on a Jupyter server keeps before writing its IPython
+/// history (it also writes when it exits). Locally the launch puts history in memory; a
+/// server's kernelspec decides its kernels' options, so the helper raises the batch instead.
+const HISTORY_BATCH_CELLS: u64 = 1000;
+
 pub(super) struct Remote {
     shared: Arc<Shared>,
     server: Server,
@@ -171,6 +176,14 @@ async fn prepare(
             &options.limits,
             &options.namespace,
             None,
+            // A kernel we started writes its history in batches (a person's kernel is left
+            // as they configured it): one SQLite write per cell costs more than the whole
+            // relay through the server.
+            if connection.owned() {
+                HISTORY_BATCH_CELLS
+            } else {
+                0
+            },
             remaining,
         )
         .await
