@@ -133,8 +133,9 @@ async fn prepare(
     let started = Instant::now();
     let (connection, guard, spec) = match &kernel {
         RemoteKernel::Start { name } => {
+            let variables: Vec<(&str, &str)> = options.namespace.variables.iter().collect();
             let info = server
-                .start_kernel(name, startup)
+                .start_kernel(name, &variables, startup)
                 .await
                 .map_err(|error| unavailable(&error))?;
             let guard = Started {
@@ -158,11 +159,32 @@ async fn prepare(
             (connection, None, format!("jupyter-kernel:{id}"))
         }
     };
-    let remaining = startup
-        .saturating_sub(started.elapsed())
-        .max(Duration::from_secs(1));
+    // What is left of the start bound, for each step after the connection.
+    let remaining = || {
+        startup
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_secs(1))
+    };
     let info = connection.info().clone();
     let python = info.language_info.name.eq_ignore_ascii_case("python");
+    // The configured variables belong in the kernels this session starts, as in a local
+    // kernel's process environment. A Jupyter Server ignores the start request's `env` (and a
+    // gateway passes on only what it allows), so a Python kernel gets them in `os.environ`
+    // too, before the helper runs library paths and preloads. An attached kernel is someone
+    // else's: its environment is left alone.
+    if python && connection.owned() && !options.namespace.variables.is_empty() {
+        if let Err(error) =
+            helper::set_variables(&connection, &options.namespace.variables, remaining()).await
+        {
+            discard(&connection).await;
+            return Err(ErrorInfo::new(
+                Code::RuntimeUnavailable,
+                format!(
+                    "setting IPYTHON_MCP_ENVIRONMENT_VARIABLES in the remote kernel failed: {error}"
+                ),
+            ));
+        }
+    }
     let helper_comm = if python {
         // The helper's spool is our disk, which a remote kernel cannot reach: it bounds output
         // in the kernel, and the session spools what arrives.
@@ -171,7 +193,7 @@ async fn prepare(
             &options.limits,
             &options.namespace,
             None,
-            remaining,
+            remaining(),
         )
         .await
         {

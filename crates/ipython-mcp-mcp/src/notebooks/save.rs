@@ -256,8 +256,9 @@ impl IpythonMcp {
     }
 
     /// The session of a notebook: its bound one, or a new one started from its kernelspec.
-    /// `python3` (and a notebook without a kernelspec) runs on the server's own Python, like
-    /// the default session; any other name must be a registered kernelspec.
+    /// `python3` (and a notebook without a kernelspec) runs where the default session does
+    /// (`--kernel`, a `jupyter:<name>` spec included; see `StartSpec::followed_by_notebooks`);
+    /// any other name must be a registered kernelspec.
     pub(super) async fn session_of(
         &self,
         path: &NotebookPath,
@@ -272,7 +273,7 @@ impl IpythonMcp {
         let spec_name = name.clone();
         let spec = tokio::task::spawn_blocking(move || {
             if spec_name == "python3" {
-                // The generic name: the server's own Python, found exactly as for `default`.
+                // The generic name: the default session's kernel, found exactly as for it.
                 Ok(StartSpec::Default)
             } else {
                 sessions_for_spec.parse_spec(&spec_name)
