@@ -169,7 +169,7 @@ pub(crate) async fn set_variables(
     waiter.silent_execute(variables_code(variables)).await
 }
 
-/// Installs the helper and opens its comm; returns the comm id. It only sends requests and reads
+/// Installs the helper and opens its comm; returns the comm id and the kernel's facts. It only sends requests and reads
 /// their replies, so it works over any kernel transport.
 pub(crate) async fn install(
     kernel: &dyn KernelTransport,
@@ -177,7 +177,7 @@ pub(crate) async fn install(
     namespace: &Namespace,
     spool: Option<(&std::path::Path, u64)>,
     timeout: Duration,
-) -> Result<String, InstallError> {
+) -> Result<Installed, InstallError> {
     let waiter = Waiter {
         kernel,
         deadline: tokio::time::Instant::now() + timeout,
@@ -250,7 +250,35 @@ pub(crate) async fn install(
             .join("; ");
         return Err(InstallError::Namespace { details });
     }
-    Ok(comm_id)
+    let fact = |key: &str| {
+        let text = info
+            .get("result")
+            .and_then(|result| result.get(key))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        ipython_mcp_text::shorten(text, MAX_FACT_CHARS)
+    };
+    Ok(Installed {
+        executable: fact("executable"),
+        ipykernel_version: fact("ipykernel"),
+        working_dir: fact("working_dir"),
+        comm_id,
+    })
+}
+
+/// The longest kernel fact (a path, a version) kept from the helper's answer.
+const MAX_FACT_CHARS: usize = 4096;
+
+/// The helper's comm, and what it found out about its kernel: what `runtime_status` shows of a
+/// kernel whose process is not ours (a local one's come from its launch).
+#[derive(Debug, Clone)]
+pub(crate) struct Installed {
+    pub comm_id: String,
+    /// The kernel's `sys.executable`.
+    pub executable: String,
+    pub ipykernel_version: String,
+    /// The kernel's working directory when the helper was installed.
+    pub working_dir: String,
 }
 
 /// Request/reply exchanges during installation, all under one deadline.

@@ -368,10 +368,14 @@ impl KernelManager {
     }
 
     /// The Python the default session's kernels use (for kernelspec `python` and discovery).
+    /// `None` for a remote kernel: its interpreter is a path on the Jupyter server's machine.
     pub fn default_python(&self) -> Option<PathBuf> {
         let entries = self.lock();
         let status = entries.get(SessionId::DEFAULT)?.handle.status();
-        status.kernel.map(|kernel| PathBuf::from(kernel.python))
+        status
+            .kernel
+            .filter(|kernel| kernel.remote.is_none() && !kernel.python.is_empty())
+            .map(|kernel| PathBuf::from(kernel.python))
     }
 
     /// Turns a start request's `spec` text (`venv:/path`, an interpreter path, or a

@@ -909,6 +909,21 @@ async fn a_remote_session_keeps_the_local_contract_tool_for_tool() {
     assert_eq!(kernel["spec"], "jupyter:python3", "{kernel}");
     assert_eq!(kernel["language"], "python", "{kernel}");
     assert_eq!(kernel["helper"], true, "{kernel}");
+    // The server's own interpreter runs its python3 kernelspec; where, the helper says.
+    let python = support::provisioned_python().await;
+    assert_eq!(kernel["python"], python.display().to_string(), "{kernel}");
+    assert!(
+        kernel["ipykernel_version"]
+            .as_str()
+            .is_some_and(|version| !version.is_empty()),
+        "{kernel}"
+    );
+    assert!(
+        kernel["working_dir"]
+            .as_str()
+            .is_some_and(|dir| dir.starts_with('/')),
+        "{kernel}"
+    );
     assert_eq!(kernel["remote"]["server"], jupyter.url.as_str());
     assert_eq!(kernel["remote"]["attached"], false);
     let first = remote_id(&status);

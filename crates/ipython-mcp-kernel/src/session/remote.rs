@@ -185,7 +185,7 @@ async fn prepare(
             ));
         }
     }
-    let helper_comm = if python {
+    let installed = if python {
         // The helper's spool is our disk, which a remote kernel cannot reach: it bounds output
         // in the kernel, and the session spools what arrives.
         match helper::install(
@@ -197,7 +197,7 @@ async fn prepare(
         )
         .await
         {
-            Ok(comm) => Some(comm),
+            Ok(installed) => Some(installed),
             Err(error) => {
                 discard(&connection).await;
                 return Err(ErrorInfo::new(
@@ -219,15 +219,26 @@ async fn prepare(
             kernel_id: connection.id().to_owned(),
             attached: !connection.owned(),
         }),
-        python: String::new(),
+        // Paths on the server's machine, as the helper found them (empty without it).
+        python: installed
+            .as_ref()
+            .map(|installed| installed.executable.clone())
+            .unwrap_or_default(),
         language: info.language_info.name.clone(),
         python_version: info.language_info.version.clone(),
-        ipykernel_version: String::new(),
+        ipykernel_version: installed
+            .as_ref()
+            .map(|installed| installed.ipykernel_version.clone())
+            .unwrap_or_default(),
         implementation: format!("{} {}", info.implementation, info.implementation_version),
         spec,
-        helper: helper_comm.is_some(),
-        working_dir: String::new(),
+        helper: installed.is_some(),
+        working_dir: installed
+            .as_ref()
+            .map(|installed| installed.working_dir.clone())
+            .unwrap_or_default(),
     };
+    let helper_comm = installed.map(|installed| installed.comm_id);
     tracing::debug!(
         kernel = connection.id(),
         elapsed_ms = started.elapsed().as_millis() as u64,
