@@ -1228,6 +1228,30 @@ async fn started_remote_kernels_get_the_configured_variables_and_notebooks_follo
         theirs.structured["result"]["text/plain"], "(None, None)",
         "{theirs:?}"
     );
+    // kernel_restart restarts an attached kernel in place: the same kernel on the server, its
+    // namespace emptied, its environment still its own.
+    let made = server
+        .call("execute", json!({"code": "mine = 1", "kernel": "person"}))
+        .await;
+    assert!(made.ok(), "{made:?}");
+    let restarted = server
+        .call("kernel_restart", json!({"kernel": "person"}))
+        .await;
+    assert!(restarted.ok(), "{restarted:?}");
+    assert_eq!(remote_id(&restarted.structured), person, "{restarted:?}");
+    assert_eq!(restarted.structured["kernel"]["remote"]["attached"], true);
+    let after = server
+        .call(
+            "execute",
+            json!({"code": "import os
+('mine' in dir(), os.environ.get('MCP_REMOTE_CHECK'))", "kernel": "person"}),
+        )
+        .await;
+    assert_eq!(
+        after.structured["result"]["text/plain"], "(False, None)",
+        "{after:?}"
+    );
+    assert!(jupyter.kernel_ids().await.contains(&person));
 
     // A python3 notebook runs where the default session does: on the server, in a kernel of
     // its own, with the variables.
