@@ -140,7 +140,7 @@ pub enum InstallError {
 /// The code of the silent execute that sets `variables` in the kernel's `os.environ`: a fixed
 /// frame around one base64 payload, so no value is ever spliced into code as text, and nothing
 /// is bound in the user's namespace.
-pub fn variables_code(variables: &ipython_mcp_config::Variables) -> String {
+pub(crate) fn variables_code(variables: &ipython_mcp_config::Variables) -> String {
     let engine = base64::engine::general_purpose::STANDARD;
     let map: serde_json::Map<String, Value> = variables
         .iter()
@@ -169,8 +169,8 @@ pub(crate) async fn set_variables(
     waiter.silent_execute(variables_code(variables)).await
 }
 
-/// Installs the helper and opens its comm; returns the comm id and the kernel's facts. It only sends requests and reads
-/// their replies, so it works over any kernel transport.
+/// Installs the helper and opens its comm; returns the comm id and the kernel's facts. It only
+/// sends requests and reads their replies, so it works over any kernel transport.
 pub(crate) async fn install(
     kernel: &dyn KernelTransport,
     limits: &OutputLimits,
