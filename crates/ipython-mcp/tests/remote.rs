@@ -1291,6 +1291,29 @@ async fn started_remote_kernels_get_the_configured_variables_and_notebooks_follo
         json!([expected]),
         "{saved}"
     );
+    // What a remote kernel keeps back (its helper bounds what it sends, and it has no spool
+    // of ours to keep the rest) is named in the saved cell, never lost silently.
+    let many = server
+        .call(
+            "notebook_execute",
+            json!({"path": "remote.ipynb", "code": "from IPython.display import display\nfor i in range(25):\n    display(i)\nprint('x' * 100000)"}),
+        )
+        .await;
+    assert!(many.ok(), "{many:?}");
+    assert_eq!(many.structured["saved"], true, "{many:?}");
+    let saved: Value = serde_json::from_str(
+        &std::fs::read_to_string(workspace.path().join("remote.ipynb")).expect("read"),
+    )
+    .expect("json");
+    let outputs = saved["cells"][1]["outputs"].as_array().expect("outputs");
+    let note = outputs.last().expect("outputs");
+    assert_eq!(note["name"], "stderr", "{note}");
+    assert!(
+        note["text"]
+            .to_string()
+            .contains("the remote kernel sent only part of its output"),
+        "{note}"
+    );
     let closed = server
         .call("notebook_session_close", json!({"path": "remote.ipynb"}))
         .await;
