@@ -139,8 +139,40 @@ pub enum InstallError {
     Kernel(#[from] ipython_mcp_jupyter::Error),
 }
 
-/// Installs the helper and opens its comm; returns the comm id. It only sends requests and reads
-/// their replies, so it works over any kernel transport.
+/// The code of the silent execute that sets `variables` in the kernel's `os.environ`: a fixed
+/// frame around one base64 payload, so no value is ever spliced into code as text, and nothing
+/// is bound in the user's namespace.
+pub(crate) fn variables_code(variables: &ipython_mcp_config::Variables) -> String {
+    let engine = base64::engine::general_purpose::STANDARD;
+    let map: serde_json::Map<String, Value> = variables
+        .iter()
+        .map(|(name, value)| (name.to_owned(), Value::from(value)))
+        .collect();
+    format!(
+        "__import__('os').environ.update(__import__('json').loads(__import__('base64').b64decode('{}').decode('utf-8')))",
+        engine.encode(Value::Object(map).to_string())
+    )
+}
+
+/// Sets `variables` in a running Python kernel's `os.environ`, for a kernel whose process
+/// environment is not ours to give (a remote one): silently (no execution count, no history),
+/// and before the helper is installed, so library paths and preloads see them as they would
+/// locally.
+pub(crate) async fn set_variables(
+    kernel: &dyn KernelTransport,
+    variables: &ipython_mcp_config::Variables,
+    timeout: Duration,
+) -> Result<(), InstallError> {
+    let waiter = Waiter {
+        kernel,
+        deadline: tokio::time::Instant::now() + timeout,
+        timeout,
+    };
+    waiter.silent_execute(variables_code(variables)).await
+}
+
+/// Installs the helper and opens its comm; returns the comm id and the kernel's facts. It only
+/// sends requests and reads their replies, so it works over any kernel transport.
 pub(crate) async fn install(
     kernel: &dyn KernelTransport,
     limits: &OutputLimits,
@@ -148,42 +180,15 @@ pub(crate) async fn install(
     spool: Option<(&std::path::Path, u64)>,
     history_batch_cells: u64,
     timeout: Duration,
-) -> Result<String, InstallError> {
+) -> Result<Installed, InstallError> {
     let waiter = Waiter {
         kernel,
         deadline: tokio::time::Instant::now() + timeout,
         timeout,
     };
-    let request = JupyterMessage::new(
-        ExecuteRequest {
-            code: install_code(limits, namespace, spool, history_batch_cells),
-            silent: true,
-            store_history: false,
-            user_expressions: None,
-            allow_stdin: false,
-            stop_on_error: false,
-        },
-        None,
-    );
-    let mut raised = None;
     waiter
-        .exchange(request, |content| match content {
-            JupyterMessageContent::ExecuteReply(reply) => {
-                if let (ReplyStatus::Error, Some(error)) = (&reply.status, &reply.error) {
-                    raised.get_or_insert((error.ename.clone(), error.evalue.clone()));
-                }
-                true
-            }
-            JupyterMessageContent::ErrorOutput(error) => {
-                raised = Some((error.ename, error.evalue));
-                false
-            }
-            _ => false,
-        })
+        .silent_execute(install_code(limits, namespace, spool, history_batch_cells))
         .await?;
-    if let Some((ename, evalue)) = raised {
-        return Err(InstallError::Raised { ename, evalue });
-    }
 
     let comm_id = uuid::Uuid::new_v4().to_string();
     let open = CommOpen {
@@ -248,7 +253,35 @@ pub(crate) async fn install(
             .join("; ");
         return Err(InstallError::Namespace { details });
     }
-    Ok(comm_id)
+    let fact = |key: &str| {
+        let text = info
+            .get("result")
+            .and_then(|result| result.get(key))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        ipython_mcp_text::shorten(text, MAX_FACT_CHARS)
+    };
+    Ok(Installed {
+        executable: fact("executable"),
+        ipykernel_version: fact("ipykernel"),
+        working_dir: fact("working_dir"),
+        comm_id,
+    })
+}
+
+/// The longest kernel fact (a path, a version) kept from the helper's answer.
+const MAX_FACT_CHARS: usize = 4096;
+
+/// The helper's comm, and what it found out about its kernel: what `runtime_status` shows of a
+/// kernel whose process is not ours (a local one's come from its launch).
+#[derive(Debug, Clone)]
+pub(crate) struct Installed {
+    pub comm_id: String,
+    /// The kernel's `sys.executable`.
+    pub executable: String,
+    pub ipykernel_version: String,
+    /// The kernel's working directory when the helper was installed.
+    pub working_dir: String,
 }
 
 /// Request/reply exchanges during installation, all under one deadline.
@@ -259,6 +292,41 @@ struct Waiter<'a> {
 }
 
 impl Waiter<'_> {
+    /// Runs `code` silently (no execution count, no history, no `execute_input`); an exception
+    /// it raises is [`InstallError::Raised`].
+    async fn silent_execute(&self, code: String) -> Result<(), InstallError> {
+        let request = JupyterMessage::new(
+            ExecuteRequest {
+                code,
+                silent: true,
+                store_history: false,
+                user_expressions: None,
+                allow_stdin: false,
+                stop_on_error: false,
+            },
+            None,
+        );
+        let mut raised = None;
+        self.exchange(request, |content| match content {
+            JupyterMessageContent::ExecuteReply(reply) => {
+                if let (ReplyStatus::Error, Some(error)) = (&reply.status, &reply.error) {
+                    raised.get_or_insert((error.ename.clone(), error.evalue.clone()));
+                }
+                true
+            }
+            JupyterMessageContent::ErrorOutput(error) => {
+                raised = Some((error.ename, error.evalue));
+                false
+            }
+            _ => false,
+        })
+        .await?;
+        match raised {
+            Some((ename, evalue)) => Err(InstallError::Raised { ename, evalue }),
+            None => Ok(()),
+        }
+    }
+
     /// Sends `request` and feeds its messages to `is_reply` until it has accepted one and the
     /// kernel is idle again.
     async fn exchange(
@@ -312,6 +380,14 @@ mod tests {
         assert!(!code.contains('\n'));
         assert!(code.starts_with("exec(compile(__import__('base64')"));
         assert!(module_source("installation").contains("def install("));
+    }
+
+    #[test]
+    fn variables_code_carries_no_raw_value() {
+        let variables = ipython_mcp_config::Variables::from([("QUOTE", "it's\n'); import x")]);
+        let code = variables_code(&variables);
+        assert!(!code.contains("QUOTE") && !code.contains("import x") && !code.contains('\n'));
+        assert!(code.starts_with("__import__('os').environ.update("));
     }
 
     #[test]

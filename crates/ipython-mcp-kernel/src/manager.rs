@@ -149,6 +149,21 @@ impl StartSpec {
         }
     }
 
+    /// What `StartSpec::Default` (a notebook whose kernelspec is the generic `python3`) starts
+    /// when the `default` session was given this spec (`--kernel`): the same Python, locally or
+    /// on the Jupyter server. `None` when a Python notebook should not follow it: a kernelspec
+    /// of another language, or an attached `jupyter-kernel:<id>`, which is one person's kernel
+    /// (each notebook would share its namespace with `default` and with every other notebook).
+    fn followed_by_notebooks(&self) -> Option<StartSpec> {
+        match self {
+            StartSpec::Default | StartSpec::Python { .. } => Some(self.clone()),
+            StartSpec::KernelSpec(spec) if spec.is_ipykernel() => Some(self.clone()),
+            StartSpec::KernelSpec(_) => None,
+            StartSpec::Remote(RemoteKernel::Start { .. }) => Some(self.clone()),
+            StartSpec::Remote(RemoteKernel::Attach { .. }) => None,
+        }
+    }
+
     /// Makes `options` (a copy of the default session's) start kernels this way.
     pub fn apply(self, options: &mut SessionOptions) {
         match self {
@@ -244,6 +259,9 @@ struct Inner {
     entries: Mutex<BTreeMap<SessionId, Entry>>,
     /// Options of the `default` session: started sessions copy them, with their own kernel.
     template: Option<SessionOptions>,
+    /// What `StartSpec::Default` starts: the `default` session's own spec (`--kernel`) where
+    /// notebooks follow it (see `StartSpec::followed_by_notebooks`).
+    default_spec: StartSpec,
     limits: KernelLimits,
     next_id: std::sync::atomic::AtomicU64,
     /// Notebook file (canonical path) → the session that runs its cells.
@@ -260,21 +278,27 @@ struct Entry {
 impl KernelManager {
     /// `default` only and no way to start more (tests, embedding).
     pub fn new(default: SessionHandle) -> Self {
-        Self::build(default, None, KernelLimits::default())
+        Self::build(default, None, StartSpec::Default, KernelLimits::default())
     }
 
-    /// Sessions that can start more like `template` (the default session's options).
+    /// Sessions that can start more like `template` (the default session's options, before
+    /// `default_spec`, the `--kernel` the `default` session was started with, if any).
     pub fn with_template(
         default: SessionHandle,
         template: SessionOptions,
+        default_spec: Option<StartSpec>,
         limits: KernelLimits,
     ) -> Self {
-        Self::build(default, Some(template), limits)
+        let default_spec = default_spec
+            .and_then(|spec| spec.followed_by_notebooks())
+            .unwrap_or(StartSpec::Default);
+        Self::build(default, Some(template), default_spec, limits)
     }
 
     fn build(
         default: SessionHandle,
         template: Option<SessionOptions>,
+        default_spec: StartSpec,
         limits: KernelLimits,
     ) -> Self {
         let mut entries = BTreeMap::new();
@@ -290,6 +314,7 @@ impl KernelManager {
             inner: Arc::new(Inner {
                 entries: Mutex::new(entries),
                 template,
+                default_spec,
                 limits,
                 next_id: std::sync::atomic::AtomicU64::new(1),
                 notebooks: Mutex::default(),
@@ -343,10 +368,14 @@ impl KernelManager {
     }
 
     /// The Python the default session's kernels use (for kernelspec `python` and discovery).
+    /// `None` for a remote kernel: its interpreter is a path on the Jupyter server's machine.
     pub fn default_python(&self) -> Option<PathBuf> {
         let entries = self.lock();
         let status = entries.get(SessionId::DEFAULT)?.handle.status();
-        status.kernel.map(|kernel| PathBuf::from(kernel.python))
+        status
+            .kernel
+            .filter(|kernel| kernel.remote.is_none() && !kernel.python.is_empty())
+            .map(|kernel| PathBuf::from(kernel.python))
     }
 
     /// Turns a start request's `spec` text (`venv:/path`, an interpreter path, or a
@@ -412,6 +441,10 @@ impl KernelManager {
                 max,
             });
         }
+        let spec = match spec {
+            StartSpec::Default => self.inner.default_spec.clone(),
+            spec => spec,
+        };
         let mut options = template.clone();
         options.kernel_id = id.to_string();
         options.working_dir = working_dir.or_else(|| spec.project().map(Path::to_owned));
@@ -575,5 +608,22 @@ mod tests {
         }
         assert!(SessionId::default_session().is_default());
         assert!(!SessionId::parse("k1").unwrap().is_default());
+    }
+
+    #[test]
+    fn python_notebooks_follow_the_default_kernel_unless_it_is_an_attached_one() {
+        let python = StartSpec::Python {
+            python: PathBuf::from("/opt/py/bin/python"),
+            project: None,
+        };
+        let started = StartSpec::Remote(RemoteKernel::Start {
+            name: "python3".to_owned(),
+        });
+        let attached = StartSpec::Remote(RemoteKernel::Attach {
+            id: "0f3e".to_owned(),
+        });
+        assert_eq!(python.followed_by_notebooks(), Some(python.clone()));
+        assert_eq!(started.followed_by_notebooks(), Some(started.clone()));
+        assert_eq!(attached.followed_by_notebooks(), None);
     }
 }

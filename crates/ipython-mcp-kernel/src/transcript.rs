@@ -43,6 +43,9 @@ pub struct SavedOutputs {
     pub omitted_bytes: u64,
     /// True when the spool itself lost some of the output (its per-execution bound).
     pub spool_incomplete: bool,
+    /// True when the kernel never sent some of its output: a remote kernel's helper bounds
+    /// what it sends (there is no spool on its side to keep the rest).
+    pub kernel_withheld: bool,
 }
 
 /// Replays the log of `msg_id` in `dir` into nbformat outputs, at most about `max_bytes` of
@@ -59,6 +62,7 @@ pub(crate) fn replay(
         omitted_outputs: 0,
         omitted_bytes: 0,
         spool_incomplete: false,
+        kernel_withheld: false,
     };
     let entries: Vec<Value> = match File::open(log_path(dir, msg_id)) {
         Ok(file) => BufReader::new(file)
@@ -88,6 +92,10 @@ pub(crate) fn replay(
         let kind = entry["output_type"].as_str().unwrap_or_default();
         if kind == "omitted" || entry.is_null() {
             saved.spool_incomplete = true;
+            continue;
+        }
+        if kind == "withheld" {
+            saved.kernel_withheld = true;
             continue;
         }
         if kind == "clear_output" {
@@ -315,6 +323,13 @@ impl LogWriter {
         self.add(entry, queue);
     }
 
+    /// Logs that the kernel kept some of this execution's output back (its helper said so in
+    /// its report), so a notebook saved from this log says it is incomplete.
+    pub(crate) fn withheld(&mut self, queue: &SpoolQueue) {
+        self.last_stream = None;
+        self.add(json!({"output_type": "withheld"}), queue);
+    }
+
     fn add(&mut self, entry: Value, queue: &SpoolQueue) {
         const OMITTED: &[u8] = b"{\"output_type\":\"omitted\"}\n";
         if self.full {
@@ -485,7 +500,20 @@ mod tests {
             "the big display and the stream's rest"
         );
         assert!(saved.spool_incomplete);
+        assert!(!saved.kernel_withheld);
         assert!(saved.omitted_bytes >= 100, "{saved:?}");
+        // A kernel that kept output back (a remote one's helper said so) is named too.
+        let dir = spool(
+            &[display("kept", None), json!({"output_type": "withheld"})],
+            "",
+            "",
+        );
+        let saved = replay(dir.path(), "m", None, u64::MAX);
+        assert_eq!(kinds(&saved), ["display:kept"]);
+        assert!(
+            saved.kernel_withheld && !saved.spool_incomplete,
+            "{saved:?}"
+        );
         // No log at all: nothing was produced.
         let empty = tempfile::tempdir().unwrap();
         assert_eq!(

@@ -34,11 +34,15 @@ pub async fn run(
     }
     let options = session_options(&config, SessionId::DEFAULT)?;
     let mut default_options = options.clone();
+    let mut default_spec = None;
     if let Some(spec) = config.kernel.clone() {
         // Kernelspecs and venvs are files: read off the async threads.
         let parsed = tokio::task::spawn_blocking(move || StartSpec::parse(&spec, None)).await?;
         match parsed {
-            Ok(spec) => spec.apply(&mut default_options),
+            Ok(spec) => {
+                spec.clone().apply(&mut default_options);
+                default_spec = Some(spec);
+            }
             Err(error) => {
                 let setting = ipython_mcp_config::KERNEL;
                 eprintln!(
@@ -50,7 +54,7 @@ pub async fn run(
         }
     }
     let default = SessionHandle::start(default_options);
-    let kernels = KernelManager::with_template(default, options, config.kernels);
+    let kernels = KernelManager::with_template(default, options, default_spec, config.kernels);
     let sessions = ServerState::new(kernels, &config, Peers::default());
     sessions.spawn_reaper();
     if config.transport == Transport::Http {

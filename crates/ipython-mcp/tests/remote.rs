@@ -4,8 +4,14 @@
 
 mod support;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use base64::Engine as _;
+use rmcp::model::{ClientConfig, ProgressNotificationParam};
+use rmcp::service::{NotificationContext, RunningService, ServiceExt as _};
+use rmcp::{ClientHandler, RoleClient};
 use serde_json::{json, Value};
 use support::{Family, JupyterServer, KernelGateway, Server};
 
@@ -601,11 +607,16 @@ async fn an_attached_kernel_that_disappears_leaves_its_session_unavailable_sayin
 
 /// Kernel Gateway serves the kernel REST API and channels but, by default, neither lists its
 /// kernels nor has notebook sessions: starting, executing, interrupting and stopping need
-/// none of that.
+/// none of that. It reads a start request's `env`, passing `KERNEL_*` names to the kernel's
+/// process.
 #[tokio::test]
 async fn a_kernel_gateway_runs_a_remote_session() {
     let gateway = KernelGateway::start().await;
-    let env = gateway.env();
+    let mut env = gateway.env();
+    env.push((
+        "IPYTHON_MCP_ENVIRONMENT_VARIABLES",
+        json!({"KERNEL_MCP_CHECK": "k", "MCP_REMOTE_CHECK": "v"}).to_string(),
+    ));
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let server = Server::start(Family::Handshake, &env).await;
     let started = server
@@ -640,6 +651,20 @@ async fn a_kernel_gateway_runs_a_remote_session() {
     assert!(
         !started.text().contains(&gateway.token),
         "the token is never shown"
+    );
+    // The gateway started the kernel's process with the `KERNEL_*` variable (and not the
+    // other, which it does not allow); the session set both in `os.environ`.
+    let variables = server
+        .call(
+            "execute",
+            json!({"kernel": "gw", "code": "import os
+started_with = open('/proc/self/environ', 'rb').read().split(b'\\0')
+(b'KERNEL_MCP_CHECK=k' in started_with, b'MCP_REMOTE_CHECK=v' in started_with, os.environ['KERNEL_MCP_CHECK'], os.environ['MCP_REMOTE_CHECK'])"}),
+        )
+        .await;
+    assert_eq!(
+        variables.structured["result"]["text/plain"], "(True, False, 'k', 'v')",
+        "{variables:?}"
     );
 
     let defined = server
@@ -724,4 +749,578 @@ async fn a_kernel_gateway_runs_a_remote_session() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     server.stop().await;
+}
+
+/// A client that keeps the progress notifications and counts the `tools/list_changed` ones it
+/// hears.
+#[derive(Clone, Default)]
+struct Watcher {
+    progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
+    list_changes: Arc<AtomicUsize>,
+    changed: Arc<tokio::sync::Notify>,
+}
+
+impl ClientHandler for Watcher {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.progress.lock().expect("progress lock").push(params);
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.list_changes.fetch_add(1, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+
+    fn get_info(&self) -> ClientConfig {
+        support::client_config(Family::Handshake)
+    }
+}
+
+/// The server under test, driven by a [`Watcher`].
+struct Watched {
+    client: RunningService<RoleClient, Watcher>,
+    watcher: Watcher,
+    child: tokio::process::Child,
+}
+
+impl Watched {
+    async fn start(env: &[(&str, &str)]) -> Watched {
+        let mut child = support::command(env).spawn().expect("spawn ipython-mcp");
+        let stdout = child.stdout.take().expect("stdout");
+        let stdin = child.stdin.take().expect("stdin");
+        let watcher = Watcher::default();
+        let client = tokio::time::timeout(
+            Duration::from_secs(60),
+            watcher.clone().serve((stdout, stdin)),
+        )
+        .await
+        .expect("the MCP handshake never waits for the kernel")
+        .expect("connect");
+        Watched {
+            client,
+            watcher,
+            child,
+        }
+    }
+
+    async fn call(&self, tool: &str, arguments: Value) -> support::ToolResult {
+        support::call_peer(self.client.peer(), tool, arguments).await
+    }
+
+    /// Polls `runtime_status` of session `kernel` until `predicate` holds.
+    async fn status_until(&self, kernel: &str, predicate: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            let status = self
+                .call("runtime_status", json!({"kernel": kernel}))
+                .await
+                .structured;
+            if predicate(&status) {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "condition never held: {status}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn list_changes(&self) -> usize {
+        self.watcher.list_changes.load(Ordering::SeqCst)
+    }
+
+    /// Waits until more than `seen` `tools/list_changed` notifications have arrived.
+    async fn list_changed_after(&self, seen: usize) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while self.list_changes() <= seen {
+            let notified = self.watcher.changed.notified();
+            if self.list_changes() > seen {
+                break;
+            }
+            assert!(
+                tokio::time::timeout_at(deadline, notified).await.is_ok(),
+                "no tools/list_changed after {seen}"
+            );
+        }
+    }
+
+    /// Polls `tools/list` until `tool` is listed, or not, as `listed` says (a list answers
+    /// from the last snapshot while a kernel's check takes longer than the server waits).
+    async fn wait_listed(&self, tool: &str, listed: bool) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let names: Vec<String> = self
+                .client
+                .list_all_tools()
+                .await
+                .expect("tools/list")
+                .into_iter()
+                .map(|tool| tool.name.into_owned())
+                .collect();
+            if names.iter().any(|name| name == tool) == listed {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{tool} listed: {}, wanted {listed}: {names:?}",
+                !listed
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Closes stdin and waits for the server to exit cleanly.
+    async fn stop(mut self) {
+        let _ = self.client.cancel().await;
+        let status = tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await;
+        let status = status
+            .expect("server exits after stdin closes")
+            .expect("wait");
+        assert!(status.success(), "server exit status {status}");
+    }
+}
+
+/// A 1x1 PNG.
+const PNG_BASE64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+
+/// What the local tests check of every tool, on a remote session: where `runtime_status` says
+/// the kernel lives, dynamic tools, images, progress, an execute deadline, the FIFO queue and
+/// `kernel_restart` (a new kernel on the server, nothing left behind).
+#[tokio::test]
+async fn a_remote_session_keeps_the_local_contract_tool_for_tool() {
+    let jupyter = JupyterServer::start().await;
+    let mut env: Vec<(&str, String)> = jupyter.env();
+    env.push(("IPYTHON_MCP_KERNEL", "jupyter:python3".to_owned()));
+    env.push(("IPYTHON_MCP_SPARE_KERNELS", "1".to_owned()));
+    // A long grace costs nothing when the code stops, and keeps a loaded machine's slow stop
+    // a cooperative one.
+    env.push(("IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS", "60".to_owned()));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let server = Watched::start(&env).await;
+
+    // Where the kernel lives.
+    let status = server
+        .status_until("default", |status| status["state"] != "starting")
+        .await;
+    assert_eq!(status["state"], "ready", "{status}\n{}", jupyter.log());
+    let kernel = &status["kernel"];
+    assert!(kernel["pid"].is_null(), "{kernel}");
+    assert_eq!(kernel["spec"], "jupyter:python3", "{kernel}");
+    assert_eq!(kernel["language"], "python", "{kernel}");
+    assert_eq!(kernel["helper"], true, "{kernel}");
+    // The server's own interpreter runs its python3 kernelspec; where, the helper says.
+    let python = support::provisioned_python().await;
+    assert_eq!(kernel["python"], python.display().to_string(), "{kernel}");
+    assert!(
+        kernel["ipykernel_version"]
+            .as_str()
+            .is_some_and(|version| !version.is_empty()),
+        "{kernel}"
+    );
+    assert!(
+        kernel["working_dir"]
+            .as_str()
+            .is_some_and(|dir| dir.starts_with('/')),
+        "{kernel}"
+    );
+    assert_eq!(kernel["remote"]["server"], jupyter.url.as_str());
+    assert_eq!(kernel["remote"]["attached"], false);
+    let first = remote_id(&status);
+    assert!(jupyter.kernel_ids().await.contains(&first));
+    let listed = server.call("kernel_list", json!({})).await;
+    let entry = listed.structured["kernels"]
+        .as_array()
+        .expect("kernels")
+        .iter()
+        .find(|entry| entry["kernel"] == "default")
+        .cloned()
+        .unwrap_or_else(|| panic!("default listed: {listed:?}"));
+    assert_eq!(entry["remote"]["kernel_id"], first.as_str(), "{entry}");
+
+    // Dynamic tools: published to every client, called, withdrawn.
+    let defined = server
+        .call(
+            "execute",
+            json!({"code": "def triple(v: int) -> int:\n    \"\"\"Three times v.\"\"\"\n    return 3 * v"}),
+        )
+        .await;
+    assert!(defined.ok(), "{defined:?}");
+    let seen = server.list_changes();
+    let registered = server
+        .call("register_tool", json!({"name": "triple"}))
+        .await;
+    assert!(registered.ok(), "{registered:?}");
+    assert_eq!(registered.structured["registration"]["tool_name"], "triple");
+    server.list_changed_after(seen).await;
+    server.wait_listed("triple", true).await;
+    let called = server.call("triple", json!({"v": 14})).await;
+    assert!(called.ok(), "{called:?}");
+    assert_eq!(called.structured["result"], 42, "{called:?}");
+    let wrong = server.call("triple", json!({"v": "many"})).await;
+    assert_eq!(
+        wrong.structured["error"]["code"], "invalid_arguments",
+        "{wrong:?}"
+    );
+    let seen = server.list_changes();
+    let unregistered = server
+        .call("unregister_tool", json!({"names": ["triple"]}))
+        .await;
+    assert_eq!(
+        unregistered.structured["unregistered"],
+        json!(["triple"]),
+        "{unregistered:?}"
+    );
+    server.list_changed_after(seen).await;
+    server.wait_listed("triple", false).await;
+
+    // An image display comes back as image content, byte for byte.
+    let shown = server
+        .call(
+            "execute",
+            json!({"code": format!("import base64\nfrom IPython.display import Image, display\ndisplay(Image(data=base64.b64decode('{PNG_BASE64}')))")}),
+        )
+        .await;
+    assert!(shown.ok(), "{shown:?}");
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(PNG_BASE64)
+        .expect("png");
+    assert_eq!(
+        shown.images(),
+        vec![("image/png".to_owned(), png)],
+        "{shown:?}"
+    );
+
+    // Progress, as locally: about one notification a second while the cell runs (so at most
+    // one per started second of its measured run time), each with the latest output line.
+    server
+        .watcher
+        .progress
+        .lock()
+        .expect("progress lock")
+        .clear();
+    let slow = server
+        .call(
+            "execute",
+            json!({"code": "import time\nfor i in range(5):\n    print(f'step {i}', flush=True)\n    time.sleep(0.6)"}),
+        )
+        .await;
+    assert!(slow.ok(), "{slow:?}");
+    let run_ms = slow.structured["runtime"]["run_ms"]
+        .as_u64()
+        .expect("run_ms");
+    let progress: Vec<ProgressNotificationParam> = {
+        let all = server.watcher.progress.lock().expect("progress lock");
+        // This call's token is the one whose messages are its output.
+        let token = all
+            .iter()
+            .find(|update| {
+                update
+                    .message
+                    .as_deref()
+                    .is_some_and(|message| message.starts_with("step "))
+            })
+            .map(|update| update.progress_token.clone())
+            .unwrap_or_else(|| panic!("progress with the output: {all:?}"));
+        all.iter()
+            .filter(|update| update.progress_token == token)
+            .cloned()
+            .collect()
+    };
+    let most = usize::try_from(run_ms / 1000 + 1).expect("small");
+    assert!(
+        (1..=most).contains(&progress.len()),
+        "{} notifications in {run_ms} ms: {progress:?}",
+        progress.len()
+    );
+    assert!(
+        progress.iter().all(
+            |update| update.message.as_deref().is_some_and(|message| message
+                == "running, no output yet"
+                || message
+                    .strip_prefix("step ")
+                    .is_some_and(|n| n.parse::<u32>().is_ok_and(|n| n < 5)))
+        ),
+        "{progress:?}"
+    );
+    assert!(
+        progress
+            .windows(2)
+            .all(|pair| pair[0].progress < pair[1].progress),
+        "progress increases: {progress:?}"
+    );
+
+    // A deadline interrupts through the server; the namespace survives.
+    let timed_out = server
+        .call(
+            "execute",
+            json!({"code": "import time\npartial = 2\ntime.sleep(600)", "timeout_seconds": 2}),
+        )
+        .await;
+    assert_eq!(timed_out.structured["status"], "timeout", "{timed_out:?}");
+    assert_eq!(timed_out.structured["error"]["code"], "operation_timeout");
+    assert_eq!(
+        timed_out.structured["runtime"]["interruption"],
+        "cooperative"
+    );
+    assert_eq!(timed_out.structured["runtime"]["namespace"], "preserved");
+    assert!(
+        timed_out.structured["runtime"]["run_ms"].as_u64() >= Some(2000),
+        "the deadline counts from dispatch: {timed_out:?}"
+    );
+    let kept = server.call("execute", json!({"code": "partial + 1"})).await;
+    assert_eq!(kept.structured["result"]["text/plain"], "3", "{kept:?}");
+
+    // FIFO: a call queued behind a running one waits its turn, then runs.
+    let flag = support::Flag::new();
+    let spawn = |code: String| {
+        let peer = server.client.peer().clone();
+        tokio::spawn(
+            async move { support::call_peer(&peer, "execute", json!({"code": code})).await },
+        )
+    };
+    let running = spawn(format!(
+        "order = []\n{}\norder.append(1)\n'first'",
+        flag.wait_code()
+    ));
+    server
+        .status_until("default", |status| status["operation_active"] == true)
+        .await;
+    let queued = spawn("order.append(2)\norder".to_owned());
+    let status = server
+        .status_until("default", |status| status["queue_depth"] == 1)
+        .await;
+    assert_eq!(status["state"], "busy", "{status}");
+    flag.set();
+    let running = running.await.expect("join");
+    let queued = queued.await.expect("join");
+    assert_eq!(
+        running.structured["result"]["text/plain"], "'first'",
+        "{running:?}"
+    );
+    assert_eq!(
+        queued.structured["result"]["text/plain"], "[1, 2]",
+        "{queued:?}"
+    );
+    let seq = |result: &support::ToolResult| {
+        result.structured["runtime"]["admission_seq"]
+            .as_u64()
+            .expect("admission_seq")
+    };
+    assert!(seq(&queued) > seq(&running), "{queued:?}");
+    assert!(
+        queued.structured["runtime"]["queue_wait_ms"].as_u64() > Some(0),
+        "{queued:?}"
+    );
+
+    // kernel_restart: a new kernel on the server, the old one deleted, the namespace and the
+    // kernel's tools gone; the spare is replaced too, so two kernels run there, not three.
+    let registered = server
+        .call("register_tool", json!({"name": "triple"}))
+        .await;
+    assert!(registered.ok(), "{registered:?}");
+    server.wait_listed("triple", true).await;
+    let epoch = status["epoch"].as_u64().expect("epoch");
+    let restarted = server.call("kernel_restart", json!({})).await;
+    assert!(restarted.ok(), "{restarted:?}");
+    let after = &restarted.structured;
+    assert_eq!(after["epoch"].as_u64(), Some(epoch + 1), "{after}");
+    assert_eq!(after["latest_namespace_outcome"], "reset", "{after}");
+    assert_eq!(after["kernel"]["remote"]["attached"], false, "{after}");
+    assert_eq!(after["kernel"]["spec"], "jupyter:python3", "{after}");
+    let second = remote_id(after);
+    assert_ne!(second, first, "a fresh kernel on the server");
+    let gone = server
+        .call(
+            "execute",
+            json!({"code": "('partial' in dir(), 'triple' in dir())"}),
+        )
+        .await;
+    assert_eq!(
+        gone.structured["result"]["text/plain"], "(False, False)",
+        "{gone:?}"
+    );
+    assert_eq!(gone.structured["execution_count"], 1, "{gone:?}");
+    server.wait_listed("triple", false).await;
+    until_kernels(&jupyter, |ids| {
+        ids.len() == 2 && ids.contains(&second) && !ids.contains(&first)
+    })
+    .await;
+
+    // Stopping deletes the session's kernel and its spare.
+    server.stop().await;
+    until_kernels(&jupyter, <[String]>::is_empty).await;
+}
+
+/// `IPYTHON_MCP_ENVIRONMENT_VARIABLES` reach the kernels a session starts on a Jupyter Server
+/// (which ignores a start request's `env`: they are set in `os.environ`, before preloads run,
+/// without counting as an execution), never an attached kernel; a notebook follows a
+/// `jupyter:` default kernel to the server.
+#[tokio::test]
+async fn started_remote_kernels_get_the_configured_variables_and_notebooks_follow_them() {
+    let jupyter = JupyterServer::start().await;
+    // A person's kernel, to attach to.
+    let (code, person) = jupyter
+        .post("api/kernels", json!({"name": "python3"}))
+        .await;
+    assert_eq!(code, 201, "{person}");
+    let person = person["id"].as_str().expect("id").to_owned();
+    // A preload that reads a variable when it is imported.
+    let library = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        library.path().join("envcheck.py"),
+        "import os\nSEEN = os.environ.get('MCP_REMOTE_CHECK')\n",
+    )
+    .expect("write module");
+    let workspace = tempfile::tempdir().expect("tempdir");
+    let variables =
+        json!({"MCP_REMOTE_CHECK": "it's \"set\"", "KERNEL_MCP_CHECK": "k"}).to_string();
+    let library_path = library.path().display().to_string();
+    let root = workspace.path().display().to_string();
+    let server = remote_server(
+        &jupyter,
+        "jupyter:python3",
+        &[
+            ("IPYTHON_MCP_ENVIRONMENT_VARIABLES", &variables),
+            ("IPYTHON_MCP_LIBRARY_PATHS", &library_path),
+            ("IPYTHON_MCP_PRELOAD_MODULES", "envcheck"),
+            ("IPYTHON_MCP_WORKSPACE_ROOT", &root),
+        ],
+    )
+    .await;
+    let status = settled(&server, "default").await;
+    assert_eq!(status["state"], "ready", "{status}\n{}", jupyter.log());
+    let default_id = remote_id(&status);
+    let read =
+        "import os\n(os.environ.get('MCP_REMOTE_CHECK'), os.environ.get('KERNEL_MCP_CHECK'))";
+    let expected = r#"('it\'s "set"', 'k')"#;
+    let seen = server.call("execute", json!({"code": read})).await;
+    assert_eq!(
+        seen.structured["result"]["text/plain"], expected,
+        "{seen:?}"
+    );
+    assert_eq!(
+        seen.structured["execution_count"], 1,
+        "setting them is no execution: {seen:?}"
+    );
+    let preload = server
+        .call("execute", json!({"code": "envcheck.SEEN"}))
+        .await;
+    assert_eq!(
+        preload.structured["result"]["text/plain"], r#"'it\'s "set"'"#,
+        "set before preloads run: {preload:?}"
+    );
+    assert!(
+        !format!("{status}").contains("it's"),
+        "values are never shown: {status}"
+    );
+
+    // A person's kernel keeps its own environment.
+    let spec = format!("jupyter-kernel:{person}");
+    let attached = server
+        .call("kernel_start", json!({"spec": spec, "kernel": "person"}))
+        .await;
+    assert!(attached.ok(), "{attached:?}");
+    let theirs = server
+        .call("execute", json!({"code": read, "kernel": "person"}))
+        .await;
+    assert_eq!(
+        theirs.structured["result"]["text/plain"], "(None, None)",
+        "{theirs:?}"
+    );
+    // kernel_restart restarts an attached kernel in place: the same kernel on the server, its
+    // namespace emptied, its environment still its own.
+    let made = server
+        .call("execute", json!({"code": "mine = 1", "kernel": "person"}))
+        .await;
+    assert!(made.ok(), "{made:?}");
+    let restarted = server
+        .call("kernel_restart", json!({"kernel": "person"}))
+        .await;
+    assert!(restarted.ok(), "{restarted:?}");
+    assert_eq!(remote_id(&restarted.structured), person, "{restarted:?}");
+    assert_eq!(restarted.structured["kernel"]["remote"]["attached"], true);
+    let after = server
+        .call(
+            "execute",
+            json!({"code": "import os
+('mine' in dir(), os.environ.get('MCP_REMOTE_CHECK'))", "kernel": "person"}),
+        )
+        .await;
+    assert_eq!(
+        after.structured["result"]["text/plain"], "(False, None)",
+        "{after:?}"
+    );
+    assert!(jupyter.kernel_ids().await.contains(&person));
+
+    // A python3 notebook runs where the default session does: on the server, in a kernel of
+    // its own, with the variables.
+    let created = server
+        .call("notebook_create", json!({"path": "remote.ipynb"}))
+        .await;
+    assert!(created.ok(), "{created:?}");
+    let ran = server
+        .call(
+            "notebook_execute",
+            json!({"path": "remote.ipynb", "code": read}),
+        )
+        .await;
+    assert!(ran.ok(), "{ran:?}");
+    assert_eq!(ran.structured["result"]["text/plain"], expected, "{ran:?}");
+    assert_eq!(ran.structured["saved"], true, "{ran:?}");
+    assert_eq!(ran.structured["session_started"], true, "{ran:?}");
+    let notebook = server
+        .call("runtime_status", json!({"notebook": "remote.ipynb"}))
+        .await;
+    let notebook = &notebook.structured;
+    assert_eq!(notebook["kernel"]["spec"], "jupyter:python3", "{notebook}");
+    assert_eq!(
+        notebook["kernel"]["remote"]["attached"], false,
+        "{notebook}"
+    );
+    let notebook_id = remote_id(notebook);
+    assert_ne!(notebook_id, default_id, "a kernel of its own");
+    assert_ne!(notebook_id, person);
+    assert!(jupyter.kernel_ids().await.contains(&notebook_id));
+    let saved: Value = serde_json::from_str(
+        &std::fs::read_to_string(workspace.path().join("remote.ipynb")).expect("read"),
+    )
+    .expect("json");
+    assert_eq!(
+        saved["cells"][0]["outputs"][0]["data"]["text/plain"],
+        json!([expected]),
+        "{saved}"
+    );
+    // What a remote kernel keeps back (its helper bounds what it sends, and it has no spool
+    // of ours to keep the rest) is named in the saved cell, never lost silently.
+    let many = server
+        .call(
+            "notebook_execute",
+            json!({"path": "remote.ipynb", "code": "from IPython.display import display\nfor i in range(25):\n    display(i)\nprint('x' * 100000)"}),
+        )
+        .await;
+    assert!(many.ok(), "{many:?}");
+    assert_eq!(many.structured["saved"], true, "{many:?}");
+    let saved: Value = serde_json::from_str(
+        &std::fs::read_to_string(workspace.path().join("remote.ipynb")).expect("read"),
+    )
+    .expect("json");
+    let outputs = saved["cells"][1]["outputs"].as_array().expect("outputs");
+    let note = outputs.last().expect("outputs");
+    assert_eq!(note["name"], "stderr", "{note}");
+    assert!(
+        note["text"]
+            .to_string()
+            .contains("the remote kernel sent only part of its output"),
+        "{note}"
+    );
+    let closed = server
+        .call("notebook_session_close", json!({"path": "remote.ipynb"}))
+        .await;
+    assert!(closed.ok(), "{closed:?}");
+    until_kernels(&jupyter, |ids| !ids.contains(&notebook_id)).await;
+
+    server.stop().await;
+    // What the server started is deleted; the person's kernel runs on.
+    until_kernels(&jupyter, |ids| ids == [person.clone()]).await;
 }

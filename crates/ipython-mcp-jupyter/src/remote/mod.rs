@@ -215,15 +215,18 @@ impl Server {
     }
 
     /// Starts a kernel from the server's kernelspec `name`, bounded by `timeout` (a start can
-    /// take longer than other calls).
+    /// take longer than other calls). `env` goes in the request's `env` field when it is not
+    /// empty: gateways (Kernel Gateway, Enterprise Gateway) pass the `KERNEL_*` names and the
+    /// ones their configuration allows to the kernel's process; Jupyter Server ignores it.
     pub async fn start_kernel(
         &self,
         name: &str,
+        env: &[(&str, &str)],
         timeout: Duration,
     ) -> Result<RemoteKernelInfo, Error> {
         check_id(name)?;
         let what = format!("starting a {name} kernel");
-        let body = serde_json::json!({ "name": name });
+        let body = start_body(name, env);
         let reply = self
             .call(Method::POST, "api/kernels", Some(body), &what, timeout)
             .await?;
@@ -398,6 +401,22 @@ impl Server {
     }
 }
 
+/// The body of `POST api/kernels`. A gateway given `env` starts the kernel with only `PATH`,
+/// the variables it allows through and the ones sent, instead of its own environment: so
+/// `env` is left out when there is nothing to send, and a server not configured with
+/// variables keeps starting kernels as any plain client would.
+fn start_body(name: &str, env: &[(&str, &str)]) -> serde_json::Value {
+    let mut body = serde_json::json!({ "name": name });
+    if !env.is_empty() {
+        let env: serde_json::Map<String, serde_json::Value> = env
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), serde_json::Value::from(*value)))
+            .collect();
+        body["env"] = serde_json::Value::Object(env);
+    }
+    body
+}
+
 /// Kernel ids and kernelspec names go into URL paths: nothing that could change the path.
 fn check_id(id: &str) -> Result<(), Error> {
     let valid = !id.is_empty()
@@ -477,5 +496,17 @@ mod tests {
         assert!(check_id("../x").is_err());
         assert!(check_id("a/b").is_err());
         assert!(check_id("0f3e-aa_1.x").is_ok());
+    }
+
+    #[test]
+    fn a_start_request_carries_env_only_when_there_is_some() {
+        assert_eq!(
+            start_body("python3", &[]),
+            serde_json::json!({"name": "python3"})
+        );
+        assert_eq!(
+            start_body("python3", &[("KERNEL_USERNAME", "ana"), ("MODE", "x")]),
+            serde_json::json!({"name": "python3", "env": {"KERNEL_USERNAME": "ana", "MODE": "x"}})
+        );
     }
 }

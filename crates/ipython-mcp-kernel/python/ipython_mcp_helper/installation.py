@@ -84,8 +84,8 @@ def install(config):
     ``install_info`` method, since the server's install cell discards this return value).
     An invalid config raises (TypeError/ValueError) before anything changes.
 
-    Returns ``{"version", "python", "ipykernel", "namespace_errors": [{"module", "code",
-    "message"}]}``.
+    Returns ``{"version", "python", "ipykernel", "executable", "working_dir",
+    "namespace_errors": [{"module", "code", "message"}]}``.
     """
     import ipykernel
     from IPython import get_ipython
@@ -117,8 +117,19 @@ def install(config):
         "version": HELPER_VERSION,
         "python": platform.python_version(),
         "ipykernel": ipykernel.__version__,
+        # Where the kernel runs: the server knows it of a kernel it launched, not of one on a
+        # Jupyter server.
+        "executable": sys.executable or "",
+        "working_dir": _working_dir(),
     }
     return dict(installation.info, namespace_errors=list(installation.namespace_errors))
+
+
+def _working_dir():
+    try:
+        return os.getcwd()
+    except OSError:  # removed from under the kernel
+        return ""
 
 
 def _validated(config):

@@ -46,6 +46,8 @@ class TestKernel:
                 "version": "1",
                 "python": platform.python_version(),
                 "ipykernel": ipykernel.__version__,
+                "executable": ast.literal_eval(kernel.user_expression("__import__('sys').executable")),
+                "working_dir": ast.literal_eval(kernel.user_expression("__import__('os').getcwd()")),
                 "namespace_errors": [],
             }
         )

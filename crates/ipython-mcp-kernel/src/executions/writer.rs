@@ -16,6 +16,9 @@ pub(crate) struct SpoolWriter {
     refused: [bool; 2],
     limit: u64,
     pub(crate) dropped: u64,
+    /// The helper's comm, for a kernel whose helper bounds output but spools nothing (a remote
+    /// one): its end-of-execution report means it kept some output back.
+    helper_comm: Option<String>,
 }
 
 impl SpoolWriter {
@@ -33,10 +36,26 @@ impl SpoolWriter {
             refused: [false; 2],
             limit,
             dropped: 0,
+            helper_comm: None,
         })
     }
 
+    /// The comm of the kernel's helper, when it has one that does not spool.
+    pub(crate) fn with_helper_comm(mut self, comm: Option<String>) -> Self {
+        self.helper_comm = comm;
+        self
+    }
+
     pub(crate) fn absorb(&mut self, routed: &Routed) {
+        if let JupyterMessageContent::CommMsg(comm) = &routed.message.content {
+            // The helper reports at the end of an execution only when it held output back.
+            let report = comm.data.get("event").and_then(serde_json::Value::as_str)
+                == Some("execution_report");
+            if report && self.helper_comm.as_deref() == Some(comm.comm_id.0.as_str()) {
+                self.log.withheld(&self.queue);
+            }
+            return;
+        }
         self.log.absorb(routed, self.queued, &self.queue);
         let JupyterMessageContent::StreamContent(stream) = &routed.message.content else {
             return;

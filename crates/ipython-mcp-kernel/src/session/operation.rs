@@ -140,6 +140,7 @@ impl Actor {
                 let mut spool_writer = match (running.helper_spools, record) {
                     (false, Some(record)) => {
                         SpoolWriter::new(&self.shared.executions, record, &msg_id)
+                            .map(|writer| writer.with_helper_comm(running.helper_comm.clone()))
                     }
                     _ => None,
                 };

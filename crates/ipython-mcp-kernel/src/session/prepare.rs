@@ -190,7 +190,7 @@ async fn prepare(
             )
             .await
             {
-                Ok(comm) => comm,
+                Ok(installed) => installed.comm_id,
                 Err(error @ helper::InstallError::Namespace { .. }) => {
                     kernel.shutdown(Duration::from_millis(200)).await;
                     let error = ErrorInfo::new(Code::RuntimeUnavailable, error.to_string())

@@ -138,8 +138,9 @@ async fn prepare(
     let started = Instant::now();
     let (connection, guard, spec) = match &kernel {
         RemoteKernel::Start { name } => {
+            let variables: Vec<(&str, &str)> = options.namespace.variables.iter().collect();
             let info = server
-                .start_kernel(name, startup)
+                .start_kernel(name, &variables, startup)
                 .await
                 .map_err(|error| unavailable(&error))?;
             let guard = Started {
@@ -163,12 +164,33 @@ async fn prepare(
             (connection, None, format!("jupyter-kernel:{id}"))
         }
     };
-    let remaining = startup
-        .saturating_sub(started.elapsed())
-        .max(Duration::from_secs(1));
+    // What is left of the start bound, for each step after the connection.
+    let remaining = || {
+        startup
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_secs(1))
+    };
     let info = connection.info().clone();
     let python = info.language_info.name.eq_ignore_ascii_case("python");
-    let helper_comm = if python {
+    // The configured variables belong in the kernels this session starts, as in a local
+    // kernel's process environment. A Jupyter Server ignores the start request's `env` (and a
+    // gateway passes on only what it allows), so a Python kernel gets them in `os.environ`
+    // too, before the helper runs library paths and preloads. An attached kernel is someone
+    // else's: its environment is left alone.
+    if python && connection.owned() && !options.namespace.variables.is_empty() {
+        if let Err(error) =
+            helper::set_variables(&connection, &options.namespace.variables, remaining()).await
+        {
+            discard(&connection).await;
+            return Err(ErrorInfo::new(
+                Code::RuntimeUnavailable,
+                format!(
+                    "setting IPYTHON_MCP_ENVIRONMENT_VARIABLES in the remote kernel failed: {error}"
+                ),
+            ));
+        }
+    }
+    let installed = if python {
         // The helper's spool is our disk, which a remote kernel cannot reach: it bounds output
         // in the kernel, and the session spools what arrives.
         match helper::install(
@@ -184,11 +206,11 @@ async fn prepare(
             } else {
                 0
             },
-            remaining,
+            remaining(),
         )
         .await
         {
-            Ok(comm) => Some(comm),
+            Ok(installed) => Some(installed),
             Err(error) => {
                 discard(&connection).await;
                 return Err(ErrorInfo::new(
@@ -210,15 +232,26 @@ async fn prepare(
             kernel_id: connection.id().to_owned(),
             attached: !connection.owned(),
         }),
-        python: String::new(),
+        // Paths on the server's machine, as the helper found them (empty without it).
+        python: installed
+            .as_ref()
+            .map(|installed| installed.executable.clone())
+            .unwrap_or_default(),
         language: info.language_info.name.clone(),
         python_version: info.language_info.version.clone(),
-        ipykernel_version: String::new(),
+        ipykernel_version: installed
+            .as_ref()
+            .map(|installed| installed.ipykernel_version.clone())
+            .unwrap_or_default(),
         implementation: format!("{} {}", info.implementation, info.implementation_version),
         spec,
-        helper: helper_comm.is_some(),
-        working_dir: String::new(),
+        helper: installed.is_some(),
+        working_dir: installed
+            .as_ref()
+            .map(|installed| installed.working_dir.clone())
+            .unwrap_or_default(),
     };
+    let helper_comm = installed.map(|installed| installed.comm_id);
     tracing::debug!(
         kernel = connection.id(),
         elapsed_ms = started.elapsed().as_millis() as u64,

@@ -185,7 +185,11 @@ async fn outputs_to_save(session: &SessionHandle, output: &ExecutionOutput) -> V
         })
         .collect();
     let spool_dropped = output.spool.as_ref().map_or(0, |spool| spool.dropped_bytes);
-    if saved.omitted_outputs > 0 || saved.spool_incomplete || spool_dropped > 0 {
+    if saved.omitted_outputs > 0
+        || saved.spool_incomplete
+        || saved.kernel_withheld
+        || spool_dropped > 0
+    {
         let mut note = String::from("[ipython-mcp: this cell's outputs are incomplete:");
         if saved.omitted_outputs > 0 {
             note.push_str(&format!(
@@ -197,6 +201,9 @@ async fn outputs_to_save(session: &SessionHandle, output: &ExecutionOutput) -> V
         }
         if saved.spool_incomplete || spool_dropped > 0 {
             note.push_str(" the kernel produced more than the output spool keeps per execution (IPYTHON_MCP_MAX_SPOOL_EXECUTION_BYTES);");
+        }
+        if saved.kernel_withheld {
+            note.push_str(" the remote kernel sent only part of its output (displays past IPYTHON_MCP_MAX_DISPLAY_ITEMS, stream text past what it forwards per execution);");
         }
         note.push_str(&format!(
             " get_output with execution_id {} pages the streams while the kernel keeps them]\n",
@@ -256,8 +263,9 @@ impl IpythonMcp {
     }
 
     /// The session of a notebook: its bound one, or a new one started from its kernelspec.
-    /// `python3` (and a notebook without a kernelspec) runs on the server's own Python, like
-    /// the default session; any other name must be a registered kernelspec.
+    /// `python3` (and a notebook without a kernelspec) runs where the default session does
+    /// (`--kernel`, a `jupyter:<name>` spec included; see `StartSpec::followed_by_notebooks`);
+    /// any other name must be a registered kernelspec.
     pub(super) async fn session_of(
         &self,
         path: &NotebookPath,
@@ -272,7 +280,7 @@ impl IpythonMcp {
         let spec_name = name.clone();
         let spec = tokio::task::spawn_blocking(move || {
             if spec_name == "python3" {
-                // The generic name: the server's own Python, found exactly as for `default`.
+                // The generic name: the default session's kernel, found exactly as for it.
                 Ok(StartSpec::Default)
             } else {
                 sessions_for_spec.parse_spec(&spec_name)
