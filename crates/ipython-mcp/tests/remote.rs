@@ -887,6 +887,17 @@ const PNG_BASE64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQV
 /// What the local tests check of every tool, on a remote session: where `runtime_status` says
 /// the kernel lives, dynamic tools, images, progress, an execute deadline, the FIFO queue and
 /// `kernel_restart` (a new kernel on the server, nothing left behind).
+/// Defines `triple` (again) in the default session.
+async fn defined_again(server: &Watched) -> bool {
+    server
+        .call(
+            "execute",
+            json!({"code": "def triple(v: int) -> int:\n    \"\"\"Three times v.\"\"\"\n    return 3 * v"}),
+        )
+        .await
+        .ok()
+}
+
 #[tokio::test]
 async fn a_remote_session_keeps_the_local_contract_tool_for_tool() {
     let jupyter = JupyterServer::start().await;
@@ -973,6 +984,76 @@ async fn a_remote_session_keeps_the_local_contract_tool_for_tool() {
     );
     server.list_changed_after(seen).await;
     server.wait_listed("triple", false).await;
+
+    // The other helper-backed namespace tools, as locally.
+    let setup = server
+        .call(
+            "execute",
+            json!({"code": "import json\ndata = {'a': [1, 2]}\ndef area(r: float) -> float:\n    \"\"\"Area of a square-ish thing.\"\"\"\n    return 3 * r * r"}),
+        )
+        .await;
+    assert!(setup.ok(), "{setup:?}");
+    let listed = server.call("list", json!({})).await;
+    assert!(
+        listed.structured["functions"]
+            .as_array()
+            .expect("functions")
+            .iter()
+            .any(|function| function["name"] == "area"
+                && function["signature"] == "(r: float) -> float"),
+        "{listed:?}"
+    );
+    let found = server.call("search", json!({"query": "DAT"})).await;
+    assert_eq!(found.structured["results"][0]["name"], "data", "{found:?}");
+    assert_eq!(
+        found.structured["results"][0]["representation"], "{'a': [1, 2]}",
+        "{found:?}"
+    );
+    let reloaded = server
+        .call("reload", json!({"modules": ["json", "never_imported"]}))
+        .await;
+    assert_eq!(
+        reloaded.structured["results"][0]["ok"], true,
+        "{reloaded:?}"
+    );
+    assert_eq!(
+        reloaded.structured["results"][1]["error"]["code"], "module_not_found",
+        "{reloaded:?}"
+    );
+    let removed = server
+        .call("remove", json!({"names": ["data", "ghost"]}))
+        .await;
+    assert_eq!(
+        removed.structured["removed"],
+        json!(["data"]),
+        "{removed:?}"
+    );
+    assert_eq!(
+        removed.structured["unknown"],
+        json!(["ghost"]),
+        "{removed:?}"
+    );
+    let reset = server.call("reset", json!({})).await;
+    assert!(reset.ok(), "{reset:?}");
+    let cleared = reset.structured["removed"].as_array().expect("removed");
+    assert!(
+        ["area", "json", "triple"]
+            .iter()
+            .all(|name| cleared.iter().any(|removed| removed == name)),
+        "{reset:?}"
+    );
+    let gone = server
+        .call(
+            "execute",
+            json!({"code": "('area' in globals(), 'data' in globals())"}),
+        )
+        .await;
+    assert_eq!(
+        gone.structured["result"]["text/plain"], "(False, False)",
+        "{gone:?}"
+    );
+    // The reset took `triple` too; what follows needs it back.
+    assert!(defined_again(&server).await);
 
     // An image display comes back as image content, byte for byte.
     let shown = server
