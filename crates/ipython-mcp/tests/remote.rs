@@ -478,7 +478,11 @@ async fn a_remote_kernel_deleted_behind_our_back_is_detected_and_replaced() {
         next.structured["notice"].is_string(),
         "the agent is told: {next:?}"
     );
-    server.stop().await;
+    // SIGTERM deletes what the server started there (the replacement and its spare).
+    // SAFETY: signalling the server process this test started.
+    unsafe { libc::kill(server.pid as libc::pid_t, libc::SIGTERM) };
+    until_kernels(&jupyter, <[String]>::is_empty).await;
+    drop(server);
 }
 
 #[tokio::test]

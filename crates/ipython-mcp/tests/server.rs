@@ -1747,14 +1747,14 @@ async fn an_interrupt_before_the_kernel_begins_waits_for_it_and_stops_it_coopera
     tokio::time::sleep(Duration::from_secs(20)).await;
     signal("CONT");
     let stopped = interrupt.await.expect("join");
+    let call = running.await.expect("join");
     assert_eq!(
         stopped.structured["interruption"], "cooperative",
-        "{:?}",
-        stopped.structured
+        "{:?}\nthe call: {:?}",
+        stopped.structured, call.structured
     );
     assert_eq!(stopped.structured["namespace"], "preserved");
     assert_eq!(stopped.structured["epoch"], 0);
-    let call = running.await.expect("join");
     assert_eq!(
         call.structured["status"], "cancelled",
         "{:?}",

@@ -32,6 +32,9 @@ enum Behaviour {
     },
     /// Runs until an interrupt arrives, then stops (`KeyboardInterrupt`) `after` later.
     StopOnInterrupt { after: Duration },
+    /// Loses the first interrupt (as IPython does with one that lands in its pre-run
+    /// callbacks), then stops at once on the next.
+    StopOnSecondInterrupt,
     /// Runs forever, ignoring interrupts: only a kill ends it.
     IgnoreInterrupt,
     /// The process dies `after` from the start.
@@ -235,6 +238,11 @@ impl KernelTransport for FakeKernel {
                         tokio::time::sleep(after).await;
                         Some("KeyboardInterrupt")
                     }
+                    Behaviour::StopOnSecondInterrupt => {
+                        let base = *interrupted.borrow_and_update();
+                        let _ = interrupted.wait_for(|count| *count >= base + 2).await;
+                        Some("KeyboardInterrupt")
+                    }
                     Behaviour::IgnoreInterrupt => std::future::pending().await,
                     Behaviour::Die { after } => {
                         tokio::time::sleep_until(begun + after).await;
@@ -364,6 +372,26 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn an_interrupt_the_kernel_lost_is_sent_once_more_and_the_stop_stays_cooperative() {
+        let script = Script::default().with(LOOP, Behaviour::StopOnSecondInterrupt);
+        let (handle, events) = session(script);
+        let output = handle.execute(run(LOOP, Duration::from_secs(1))).await;
+        assert_eq!(output.status, ExecutionStatus::Timeout, "{output:?}");
+        assert_eq!(output.runtime.interruption, Some(Interruption::Cooperative));
+        assert_eq!(output.runtime.namespace, Some(NamespaceOutcome::Preserved));
+        assert_eq!(*events.interrupts.borrow(), 2);
+        assert_eq!(*events.kills.borrow(), 0);
+        assert_eq!(*events.launches.borrow(), 1, "never replaced");
+        // The deadline, then the pause before the second interrupt (paused clock: exact).
+        let resent = 1000 + Duration::from_secs(1).min(grace() / 2).as_millis() as u64;
+        assert!(
+            (resent..resent + 50).contains(&output.runtime.run_ms),
+            "{}",
+            output.runtime.run_ms
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_deadline_on_a_kernel_that_ignores_sigint_kills_and_replaces_it() {
         let script = Script::default().with(HANG, Behaviour::IgnoreInterrupt);
         let (handle, events) = session(script);
@@ -386,7 +414,8 @@ mod tests {
             "{}",
             output.runtime.run_ms
         );
-        assert_eq!(*events.interrupts.borrow(), 1);
+        // Sent once more a second after the first (the kernel said nothing), then killed.
+        assert_eq!(*events.interrupts.borrow(), 2);
         assert_eq!(*events.kills.borrow(), 1);
         assert_eq!(*events.launches.borrow(), 2, "replaced once");
         assert_eq!(*handle.subscribe_epoch().borrow(), 1);

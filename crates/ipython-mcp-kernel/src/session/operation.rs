@@ -177,9 +177,12 @@ impl Actor {
                         }
                     }
                     let wake = idle_deadline.or(interrupt.wake()).unwrap_or(deadline);
+                    let mut resend = false;
                     let interrupt_cause = tokio::select! {
                         routed = receiver.recv() => match routed {
                             Some(routed) => {
+                                // The kernel is answering after the interrupt: no second one.
+                                interrupt = interrupt.heard();
                                 if let Some(writer) = spool_writer.as_mut() {
                                     writer.absorb(&routed);
                                 }
@@ -204,6 +207,12 @@ impl Actor {
                                     start_wait_over = true;
                                     None
                                 }
+                                InterruptState::Delivered { resend_at: Some(at), .. }
+                                    if Instant::now() >= at =>
+                                {
+                                    resend = true;
+                                    None
+                                }
                                 InterruptState::Delivered { .. } => {
                                     ended = End::Killed;
                                     break;
@@ -222,6 +231,10 @@ impl Actor {
                         _ = interrupts.wait_for(|target| *target == Some(seq)), if cause.is_none() => Some(Cause::Interrupted),
                         _ = shutdown.cancelled(), if cause.is_none() => Some(Cause::Closing),
                     };
+                    if resend {
+                        running.kernel.interrupt().await;
+                        interrupt = interrupt.heard();
+                    }
                     if let (Some(new_cause), None) = (interrupt_cause, cause) {
                         cause = Some(new_cause);
                         // Shutting down, the kernel goes away whatever it does: no waiting for
@@ -390,14 +403,38 @@ pub(super) enum InterruptState {
     Idle,
     /// Decided, held until the kernel begins the request (at most `until`).
     Pending { until: Instant },
-    /// Sent; the kernel has until `grace_until` to stop, then it is killed.
-    Delivered { grace_until: Instant },
+    /// Sent; the kernel has until `grace_until` to stop, then it is killed. Until the kernel
+    /// sends anything, the interrupt is sent once more at `resend_at`.
+    Delivered {
+        grace_until: Instant,
+        resend_at: Option<Instant>,
+    },
 }
+
+/// How long a kernel that said nothing since an interrupt gets before it is sent once more.
+/// IPython swallows a `KeyboardInterrupt` that lands in its pre-run callbacks (between
+/// `execute_input` and the user's code, where an interrupt held until the kernel begins is
+/// delivered) and then runs the cell; a second SIGINT, as a person at JupyterLab would send,
+/// stops the code instead of the grace period ending in a kill that loses the namespace.
+const RESEND_AFTER: Duration = Duration::from_secs(1);
 
 impl InterruptState {
     pub(super) fn delivered(grace: Duration) -> Self {
+        let now = Instant::now();
         Self::Delivered {
-            grace_until: Instant::now() + grace,
+            grace_until: now + grace,
+            resend_at: Some(now + RESEND_AFTER.min(grace / 2)),
+        }
+    }
+
+    /// The kernel sent something since the interrupt (or it was sent again): no more resends.
+    pub(super) fn heard(self) -> Self {
+        match self {
+            Self::Delivered { grace_until, .. } => Self::Delivered {
+                grace_until,
+                resend_at: None,
+            },
+            other => other,
         }
     }
 
@@ -406,7 +443,10 @@ impl InterruptState {
         match self {
             Self::Idle => None,
             Self::Pending { until } => Some(until),
-            Self::Delivered { grace_until } => Some(grace_until),
+            Self::Delivered {
+                grace_until,
+                resend_at,
+            } => Some(resend_at.map_or(grace_until, |at| at.min(grace_until))),
         }
     }
 }
