@@ -172,26 +172,25 @@ pub(crate) async fn bench_raw_client(python: &Path) -> anyhow::Result<Vec<f64>> 
         kernel_name: None,
     };
     let kernel = Kernel::launch(&spec, Duration::from_secs(30)).await?;
-    let run = |code: &'static str| async {
+    let samples = timed_loop(|code| async {
         let (msg_id, mut receiver) = kernel
             .request(Channel::Shell, execute_request(code))
             .await?;
-        let (mut reply, mut idle) = (false, false);
-        while !(reply && idle) {
-            let routed = receiver.recv().await.context("kernel exited")?;
-            match routed.message.content {
-                JupyterMessageContent::ExecuteReply(_) => reply = true,
-                JupyterMessageContent::Status(status)
-                    if status.execution_state == ExecutionState::Idle =>
-                {
-                    idle = true
-                }
-                _ => {}
-            }
-        }
+        let waited = until_reply_and_idle(&mut receiver).await;
         kernel.forget(&msg_id);
-        anyhow::Ok(())
-    };
+        waited
+    })
+    .await;
+    kernel.shutdown(Duration::from_secs(2)).await;
+    samples
+}
+
+/// `run` of [`SETUP`], [`WARMUP`] unmeasured loops, then [`CALLS`] measured ones (ms).
+pub(crate) async fn timed_loop<F, Fut>(run: F) -> anyhow::Result<Vec<f64>>
+where
+    F: Fn(&'static str) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
     run(SETUP).await?;
     for _ in 0..WARMUP {
         run(LOOP).await?;
@@ -202,8 +201,27 @@ pub(crate) async fn bench_raw_client(python: &Path) -> anyhow::Result<Vec<f64>> 
         run(LOOP).await?;
         samples.push(started.elapsed().as_secs_f64() * 1000.0);
     }
-    kernel.shutdown(Duration::from_secs(2)).await;
     Ok(samples)
+}
+
+/// Reads a request's messages until its reply and the kernel's `idle` are both in.
+pub(crate) async fn until_reply_and_idle(
+    receiver: &mut tokio::sync::mpsc::UnboundedReceiver<ipython_mcp_jupyter::Routed>,
+) -> anyhow::Result<()> {
+    let (mut reply, mut idle) = (false, false);
+    while !(reply && idle) {
+        let routed = receiver.recv().await.context("the kernel is gone")?;
+        match routed.message.content {
+            JupyterMessageContent::ExecuteReply(_) => reply = true,
+            JupyterMessageContent::Status(status)
+                if status.execution_state == ExecutionState::Idle =>
+            {
+                idle = true
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// An `execute_request` for `code`, as a frontend sends it.

@@ -177,36 +177,14 @@ async fn remote_loop(kernel: &RemoteKernel) -> anyhow::Result<Vec<f64>> {
         let (msg_id, mut receiver) = kernel
             .request(Channel::Shell, execute_request(code))
             .await?;
-        let (mut reply, mut idle) = (false, false);
-        while !(reply && idle) {
-            let routed = receiver.recv().await.context("kernel gone")?;
-            match routed.message.content {
-                JupyterMessageContent::ExecuteReply(_) => reply = true,
-                JupyterMessageContent::Status(status)
-                    if status.execution_state == ExecutionState::Idle =>
-                {
-                    idle = true
-                }
-                _ => {}
-            }
-        }
+        let waited = until_reply_and_idle(&mut receiver).await;
         kernel.forget(&msg_id);
-        anyhow::Ok(())
+        waited
     };
     // As the server's sessions do for kernels they start: IPython history in batches, not one
     // SQLite write per cell, so that this loop measures the relay alone.
     run("get_ipython().history_manager.db_cache_size = 1000").await?;
-    run(SETUP).await?;
-    for _ in 0..WARMUP {
-        run(LOOP).await?;
-    }
-    let mut samples = Vec::with_capacity(CALLS);
-    for _ in 0..CALLS {
-        let started = Instant::now();
-        run(LOOP).await?;
-        samples.push(started.elapsed().as_secs_f64() * 1000.0);
-    }
-    Ok(samples)
+    timed_loop(run).await
 }
 
 /// Starts `jupyter_server` (installed with pip beside `python` on first use) on a free loopback
