@@ -34,30 +34,7 @@ pub(crate) async fn bench_mcp(
             .peer()
             .call_tool(CallToolRequestParams::new("execute").with_arguments(arguments))
     };
-    // Wait for the kernel (the first call queues behind start-up).
-    let deadline = Instant::now() + Duration::from_secs(900);
-    loop {
-        let result = call(SETUP, 30.0).await?;
-        if result.is_error != Some(true) {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("kernel never became ready: {:?}", result.structured_content);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    for _ in 0..WARMUP {
-        call(LOOP, 30.0).await?;
-    }
-    let mut samples = Vec::with_capacity(CALLS);
-    for _ in 0..CALLS {
-        let started = Instant::now();
-        let result = call(LOOP, 30.0).await?;
-        samples.push(started.elapsed().as_secs_f64() * 1000.0);
-        if result.is_error == Some(true) {
-            bail!("execute failed: {:?}", result.structured_content);
-        }
-    }
+    let samples = execute_samples(&client).await?;
     call("def f(x: int = 0) -> int:\n    return x + 1", 30.0).await?;
     let mut namespace = NamespaceTimes {
         inspect: Vec::with_capacity(CALLS),
@@ -160,6 +137,46 @@ pub(crate) async fn bench_mcp(
         },
         namespace,
     ))
+}
+
+/// `execute` of [`LOOP`] through `client`, in ms: [`SETUP`] until the default session answers
+/// (the first call queues behind its start), [`WARMUP`] unmeasured calls, then [`CALLS`].
+pub(crate) async fn execute_samples(
+    client: &rmcp::service::RunningService<rmcp::RoleClient, ClientConfig>,
+) -> anyhow::Result<Vec<f64>> {
+    let call = |code: &str| {
+        let arguments = json!({"code": code, "timeout_seconds": 30})
+            .as_object()
+            .cloned()
+            .expect("object");
+        client
+            .peer()
+            .call_tool(CallToolRequestParams::new("execute").with_arguments(arguments))
+    };
+    let deadline = Instant::now() + Duration::from_secs(900);
+    loop {
+        let result = call(SETUP).await?;
+        if result.is_error != Some(true) {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("kernel never became ready: {:?}", result.structured_content);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for _ in 0..WARMUP {
+        call(LOOP).await?;
+    }
+    let mut samples = Vec::with_capacity(CALLS);
+    for _ in 0..CALLS {
+        let started = Instant::now();
+        let result = call(LOOP).await?;
+        samples.push(started.elapsed().as_secs_f64() * 1000.0);
+        if result.is_error == Some(true) {
+            bail!("execute failed: {:?}", result.structured_content);
+        }
+    }
+    Ok(samples)
 }
 
 pub(crate) async fn bench_raw_client(python: &Path) -> anyhow::Result<Vec<f64>> {

@@ -122,38 +122,7 @@ async fn mcp_execute(server_binary: &Path, env: &[(&str, String)]) -> anyhow::Re
     let Served {
         mut child, client, ..
     } = serve(server_binary, env).await?;
-    let call = |code: &str| {
-        let arguments = json!({"code": code, "timeout_seconds": 30})
-            .as_object()
-            .cloned()
-            .expect("object");
-        client
-            .peer()
-            .call_tool(CallToolRequestParams::new("execute").with_arguments(arguments))
-    };
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let result = call(SETUP).await?;
-        if result.is_error != Some(true) {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("kernel never became ready: {:?}", result.structured_content);
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    for _ in 0..WARMUP {
-        call(LOOP).await?;
-    }
-    let mut samples = Vec::with_capacity(CALLS);
-    for _ in 0..CALLS {
-        let started = Instant::now();
-        let result = call(LOOP).await?;
-        samples.push(started.elapsed().as_secs_f64() * 1000.0);
-        if result.is_error == Some(true) {
-            bail!("execute failed: {:?}", result.structured_content);
-        }
-    }
+    let samples = execute_samples(&client).await?;
     client.cancel().await?;
     let _ = tokio::time::timeout(Duration::from_secs(30), child.wait()).await;
     Ok(samples)

@@ -403,22 +403,20 @@ async fn a_remote_kernel_ignoring_sigint_is_replaced_and_reported() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn interrupt_stops_remote_code_and_keeps_the_namespace() {
-    let jupyter = JupyterServer::start().await;
-    let server = remote_server(&jupyter, "jupyter:python3", &[]).await;
-    assert_eq!(settled(&server, "default").await["state"], "ready");
-    let flag = support::Flag::new();
-    let code = format!("kept = 5\nprint('armed', flush=True)\n{}", flag.wait_code());
+/// Starts `code` in the background on session `kernel` and returns its execution id once
+/// `armed` is in its stdout: the cell is running.
+async fn running_armed(server: &Server, kernel: &str, code: &str) -> String {
     let running = server
-        .call("execute", json!({"code": code, "background": true}))
+        .call(
+            "execute",
+            json!({"kernel": kernel, "code": code, "background": true}),
+        )
         .await;
     assert!(running.ok(), "{running:?}");
     let id = running.structured["execution_id"]
         .as_str()
         .expect("id")
         .to_owned();
-    // Running once its first line arrived.
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let output = server.call("get_output", json!({"execution_id": id})).await;
@@ -432,6 +430,17 @@ async fn interrupt_stops_remote_code_and_keeps_the_namespace() {
         assert!(Instant::now() < deadline, "{output:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    id
+}
+
+#[tokio::test]
+async fn interrupt_stops_remote_code_and_keeps_the_namespace() {
+    let jupyter = JupyterServer::start().await;
+    let server = remote_server(&jupyter, "jupyter:python3", &[]).await;
+    assert_eq!(settled(&server, "default").await["state"], "ready");
+    let flag = support::Flag::new();
+    let code = format!("kept = 5\nprint('armed', flush=True)\n{}", flag.wait_code());
+    let id = running_armed(&server, "default", &code).await;
     let stopped = server.call("interrupt", json!({})).await;
     assert_eq!(stopped.structured["interrupted"], true, "{stopped:?}");
     assert_eq!(stopped.structured["interruption"], "cooperative");
@@ -503,27 +512,7 @@ async fn a_websocket_dropped_mid_execution_reconnects_without_failing_the_call()
         "kept = 7\nprint('armed', flush=True)\n{}\nprint('after', flush=True)\n'done'",
         flag.wait_code()
     );
-    let running = server
-        .call("execute", json!({"code": code, "background": true}))
-        .await;
-    assert!(running.ok(), "{running:?}");
-    let id = running.structured["execution_id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let output = server.call("get_output", json!({"execution_id": id})).await;
-        if output.structured["stdout"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("armed")
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{output:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let id = running_armed(&server, "default", &code).await;
     // The network drops while the cell runs; it finishes while we may still be away.
     proxy.cut();
     flag.set();
@@ -696,31 +685,12 @@ started_with = open('/proc/self/environ', 'rb').read().split(b'\\0')
     assert!(called.ok(), "{called:?}");
     assert_eq!(called.structured["result"], 8);
 
-    let running = server
-        .call(
-            "execute",
-            json!({"kernel": "gw", "code": "kept = 5\nprint('armed', flush=True)\nimport time\ntime.sleep(600)", "background": true}),
-        )
-        .await;
-    assert!(running.ok(), "{running:?}");
-    let id = running.structured["execution_id"]
-        .as_str()
-        .expect("id")
-        .to_owned();
-    // Sleeping once its first line arrived.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let output = server.call("get_output", json!({"execution_id": id})).await;
-        if output.structured["stdout"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("armed")
-        {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{output:?}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let id = running_armed(
+        &server,
+        "gw",
+        "kept = 5\nprint('armed', flush=True)\nimport time\ntime.sleep(600)",
+    )
+    .await;
     let stopped = server.call("interrupt", json!({"kernel": "gw"})).await;
     assert_eq!(stopped.structured["interrupted"], true, "{stopped:?}");
     assert_eq!(stopped.structured["namespace"], "preserved", "{stopped:?}");
