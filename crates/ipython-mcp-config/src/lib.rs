@@ -233,6 +233,21 @@ pub struct Namespace {
     pub variables: Variables,
 }
 
+/// Which tool results carry `structuredContent` (README, "What the model reads").
+///
+/// Most clients show their model the JSON of `structuredContent` instead of the text blocks
+/// when it is present, and some then drop the images: so tools whose results can carry images
+/// answer with text and images only unless typed results are asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StructuredOutput {
+    /// Image-bearing tools: no output schema, a text block written for the model and the
+    /// images. Every other tool: a compact `structuredContent` with its schema.
+    #[default]
+    Auto,
+    /// Every tool declares its output schema and returns its full `structuredContent`.
+    Always,
+}
+
 /// How MCP clients reach the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transport {
@@ -368,6 +383,8 @@ pub struct Config {
     pub workspace_root: Option<PathBuf>,
     /// The groups of tools offered.
     pub toolsets: Toolsets,
+    /// Which results carry `structuredContent`.
+    pub structured_output: StructuredOutput,
     /// Cache directory override; `None` means the platform default, resolved by the caller.
     pub cache_dir: Option<PathBuf>,
     /// Log filter directive for stderr.
@@ -505,6 +522,7 @@ impl Config {
                     problem,
                 },
             )?,
+            structured_output: structured_output(raw)?,
             cache_dir: path(raw, CACHE_DIR)?,
             log: match raw.get(LOG).unwrap_or(LOG.default).trim() {
                 "" => {
@@ -587,6 +605,22 @@ mod tests {
                 setting.default
             );
         }
+    }
+
+    #[test]
+    fn structured_output_is_auto_unless_always_is_asked_for() {
+        let parse =
+            |value: &str| Config::from_raw(&RawConfig::default().with(STRUCTURED_OUTPUT, value));
+        assert_eq!(Config::default().structured_output, StructuredOutput::Auto);
+        assert_eq!(
+            parse(" always ").expect("valid").structured_output,
+            StructuredOutput::Always
+        );
+        let error = parse("never").expect_err("refused").to_string();
+        assert_eq!(
+            error,
+            "invalid configuration: IPYTHON_MCP_STRUCTURED_OUTPUT (--structured-output): must be auto or always, got \"never\""
+        );
     }
 
     #[test]

@@ -17,6 +17,22 @@ pub(crate) fn transport(raw: &RawConfig) -> Result<Transport, Error> {
     }
 }
 
+pub(crate) fn structured_output(raw: &RawConfig) -> Result<StructuredOutput, Error> {
+    match raw
+        .get(STRUCTURED_OUTPUT)
+        .unwrap_or(STRUCTURED_OUTPUT.default)
+        .trim()
+    {
+        "auto" => Ok(StructuredOutput::Auto),
+        "always" => Ok(StructuredOutput::Always),
+        other => Err(Error::Invalid {
+            env: STRUCTURED_OUTPUT.env,
+            flag: STRUCTURED_OUTPUT.flag,
+            problem: format!("must be auto or always, got {:?}", bounded(other)),
+        }),
+    }
+}
+
 pub(crate) fn http(raw: &RawConfig) -> Result<Http, Error> {
     let invalid = |setting: Setting, problem: String| Error::Invalid {
         env: setting.env,

@@ -130,6 +130,8 @@ settings! {
         "JSON object of environment variables set in every kernel before preloads, e.g. {\"TASK_MODE\": \"offline\"}");
     TOOLSETS = ("toolsets", "IPYTHON_MCP_TOOLSETS", "toolsets", "all", Value, "SETS",
         "Comma-separated groups of tools to offer besides the core ones: namespace, kernels, dynamic, notebooks (or all)");
+    STRUCTURED_OUTPUT = ("structured_output", "IPYTHON_MCP_STRUCTURED_OUTPUT", "structured-output", "auto", Value, "auto|always",
+        "auto: tools whose results can carry images (execute, get_output, notebook_execute, notebook_execute_cell) answer with text and images only, which every client shows its model; always: every tool declares an output schema and returns structuredContent, for programs that read typed results");
     WORKSPACE_ROOT = ("workspace_root", "IPYTHON_MCP_WORKSPACE_ROOT", "workspace-root", "the working directory", Value, "DIR",
         "Directory every notebook path is relative to; notebook tools never read or write outside it");
     CACHE_DIR = ("cache_dir", "IPYTHON_MCP_CACHE_DIR", "cache-dir", "$XDG_CACHE_HOME/ipython-mcp or ~/.cache/ipython-mcp", Value, "DIR",

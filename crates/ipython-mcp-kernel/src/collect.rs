@@ -391,6 +391,8 @@ impl Collector {
             ),
             None => (self.stdout.kept(), self.stderr.kept(), 0),
         };
+        // The marker counts against the bound too: what an agent reads fits it.
+        let (stdout, stderr) = (stdout.within(limit), stderr.within(limit));
         truncated.stdout = stdout.omitted_chars > 0;
         truncated.stderr = stderr.omitted_chars > 0;
         let display_omitted = self.display_omitted + kernel_display_omitted;

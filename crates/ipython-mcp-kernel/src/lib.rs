@@ -19,6 +19,7 @@ pub mod manager;
 mod output;
 mod payload;
 pub mod raster;
+pub mod rich;
 mod session;
 mod sink;
 mod spool;

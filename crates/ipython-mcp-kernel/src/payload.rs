@@ -120,8 +120,46 @@ pub(crate) fn settle(
             spool.as_deref_mut(),
         );
     }
+    if let Some(result) = result.as_deref_mut() {
+        summarize(result, result_metadata, spool.as_deref_mut());
+    }
+    for item in displays.iter_mut() {
+        summarize(&item.data, &mut item.metadata, spool.as_deref_mut());
+    }
     withhold(displays, result, budget, spool, &mut settled);
     settled
+}
+
+/// Notes in `metadata` (`ipython_mcp.summary`: `text`, `mime`, `path`) a summary of a bundle a
+/// model can neither read nor see (see `rich`), and writes the payload it describes to the
+/// spool, whole, so the summary can say where it is.
+fn summarize(
+    bundle: &Map<String, Value>,
+    metadata: &mut Map<String, Value>,
+    spool: Option<&mut SpoolFiles>,
+) {
+    if !crate::rich::needs_summary(bundle) {
+        return;
+    }
+    let (Some(text), Some(mime)) = (
+        crate::rich::summarize(bundle),
+        crate::rich::summarized_mime(bundle),
+    ) else {
+        return;
+    };
+    let path = match (spool, bundle.get(mime)) {
+        (Some(spool), Some(value)) => {
+            let (_, extension, payload) = file_form(mime, value.clone());
+            spool.write("display", extension, &payload)
+        }
+        _ => None,
+    };
+    let note = ours(metadata, "summary");
+    note.insert("text".into(), text.into());
+    note.insert("mime".into(), mime.into());
+    if let Some(path) = path {
+        note.insert("path".into(), path.into());
+    }
 }
 
 /// A running execution's displays as a reply may show them: oversized images omitted (they

@@ -36,6 +36,74 @@ impl Kept {
         sink.kept()
     }
 
+    /// The same view cut further, if need be, so that its rendering with the marker (and the
+    /// `get_output` call of an execution id) fits `limit` characters: the head loses its end
+    /// and the tail its beginning, in proportion, and the counts grow by exactly what they
+    /// lose. A limit under twice the marker's length is left as it is: cutting nearly all the
+    /// text to make room for the marker would leave the reader nothing but the marker.
+    pub fn within(mut self, limit: usize) -> Kept {
+        // An execution id is a UUID: its marker is the longest one a result shows.
+        const EXECUTION_ID: &str = "00000000-0000-0000-0000-000000000000";
+        // Counts only grow as text is cut, so each pass asks for a little more than the excess.
+        for _ in 0..4 {
+            if self.omitted_chars == 0 {
+                return self;
+            }
+            let shown = self.render("stdout", Some(EXECUTION_ID)).chars().count();
+            let text = self.head.chars().count() + self.tail.chars().count();
+            if shown <= limit || 2 * (shown - text) > limit {
+                return self;
+            }
+            self.cut(shown - limit + 4);
+        }
+        self
+    }
+
+    /// Moves `chars` more characters (or all there are) from the kept text into the omitted
+    /// part.
+    fn cut(&mut self, chars: usize) {
+        let head_chars = self.head.chars().count();
+        let tail_chars = self.tail.chars().count();
+        let kept = head_chars + tail_chars;
+        if kept == 0 {
+            return;
+        }
+        let chars = chars.min(kept);
+        let mut from_head = (chars * head_chars).div_ceil(kept).min(head_chars);
+        let mut from_tail = (chars - from_head).min(tail_chars);
+        // Whole lines where a boundary is near, as the sink keeps them: the head ends a line
+        // and the tail starts one, unless that would halve what is left of either.
+        let head_left = &self.head[..byte_offset(&self.head, (head_chars - from_head) as u64)];
+        if let Some(newline) = head_left.rfind('\n') {
+            let whole = head_left[..newline].chars().count() + 1;
+            if 2 * whole >= head_left.chars().count() {
+                from_head = head_chars - whole;
+            }
+        }
+        let tail_left = &self.tail[byte_offset(&self.tail, from_tail as u64)..];
+        let starts_a_line =
+            from_tail == 0 || self.tail[..self.tail.len() - tail_left.len()].ends_with('\n');
+        if !starts_a_line {
+            if let Some(newline) = tail_left.find('\n') {
+                let partial = tail_left[..newline].chars().count() + 1;
+                if 2 * partial <= tail_left.chars().count() {
+                    from_tail += partial;
+                }
+            }
+        }
+        let head_cut = self
+            .head
+            .split_off(byte_offset(&self.head, (head_chars - from_head) as u64));
+        let tail_rest = self
+            .tail
+            .split_off(byte_offset(&self.tail, from_tail as u64));
+        let tail_cut = std::mem::replace(&mut self.tail, tail_rest);
+        let head_lines = head_cut.matches('\n').count() as u64;
+        self.omitted_chars += (from_head + from_tail) as u64;
+        self.omitted_lines += head_lines + tail_cut.matches('\n').count() as u64;
+        self.first_omitted_line -= head_lines;
+    }
+
     /// The text an agent reads: the head, one marker line with the exact counts and, when the
     /// full stream is kept on disk (`pager`: the execution id), the `get_output` call that
     /// pages the middle, then the tail.
@@ -468,6 +536,35 @@ mod tests {
         );
         assert_eq!(kept.omitted_chars, 1_001 + 1_999 * 1_301 + 300 - 100);
         assert_eq!(kept.omitted_lines, 2_000);
+    }
+
+    #[test]
+    fn the_rendering_with_its_marker_fits_the_limit_and_the_counts_stay_exact() {
+        let text: String = (0..500).map(|line| format!("line {line} é\n")).collect();
+        let total_chars = text.chars().count() as u64;
+        for (limit, head) in [(1_000, 200), (1_000, 0), (1_000, 1_000), (600, 300)] {
+            let kept = Kept::of(&text, limit, head).within(limit);
+            let shown = kept.render("stdout", Some("00000000-0000-0000-0000-000000000000"));
+            assert!(shown.chars().count() <= limit, "{limit}/{head}: {shown}");
+            assert_eq!(
+                kept.head.chars().count() as u64
+                    + kept.omitted_chars
+                    + kept.tail.chars().count() as u64,
+                total_chars
+            );
+            let head_lines = kept.head.matches('\n').count() as u64;
+            assert_eq!(
+                head_lines + kept.omitted_lines + kept.tail.matches('\n').count() as u64,
+                500
+            );
+            assert_eq!(kept.first_omitted_line, head_lines + 1);
+            assert!(text.starts_with(&kept.head) && text.ends_with(&kept.tail));
+        }
+        // Nothing omitted: nothing to make room for. A tiny limit keeps its text.
+        let short = Kept::of("abc\n", 1_000, 200);
+        assert_eq!(short.clone().within(1_000), short);
+        let tiny = Kept::of(&text, 20, 10);
+        assert_eq!(tiny.clone().within(20), tiny);
     }
 
     #[test]

@@ -383,7 +383,7 @@ impl IpythonMcp {
 impl IpythonMcp {
     #[tool(
         name = "get_output",
-        description = "Get an execution's output (default: the latest), e.g. a background one: execute's fields plus `finished`; can wait. Pages full stdout/stderr on disk by line or `pattern`. Never queues.",
+        description = "Get an execution's output (default: the latest), e.g. a background one, as execute gives it and whether it finished; can wait. Pages full stdout/stderr on disk by line or `pattern`. Never queues.",
         output_schema = schema_for_output::<GetOutputResult>(),
         annotations(title = "Get execution output", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]

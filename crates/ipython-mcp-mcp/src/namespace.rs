@@ -192,7 +192,8 @@ pub struct InspectResult {
     pub qualified_type: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub callable: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Null when the object has no signature (not callable, or one `inspect` cannot read).
+    #[serde(default)]
     pub signature: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub module: Option<String>,
@@ -202,7 +203,8 @@ pub struct InspectResult {
     pub representation: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated: Option<InspectTruncated>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Null when nothing failed.
+    #[serde(default)]
     #[schemars(with = "Option<crate::wire::ErrorInfoSchema>")]
     pub error: Option<ErrorInfo>,
 }

@@ -5,6 +5,7 @@
 //! is what text-only clients show the model: the outputs themselves, not a JSON dump.
 
 use base64::Engine as _;
+use ipython_mcp_config::StructuredOutput;
 use ipython_mcp_kernel::{
     base64_decoded_len, ErrorInfo, ExecutionId, ExecutionOutput, ExecutionStatus, RuntimeInfo,
     BINARY_IMAGE_TYPES, SVG_TYPE,
@@ -140,6 +141,7 @@ pub(crate) fn namespace(tool: &str, structured: Value, ok: bool) -> CallToolResu
     } else {
         // The structured result is already bounded; a compact JSON copy serves text clients.
         let mut body = structured.clone();
+        compact(&mut body);
         if let Some(object) = body.as_object_mut() {
             object.remove("ok");
         }
@@ -222,6 +224,117 @@ pub(crate) fn request_error(error: &ErrorInfo) -> CallToolResult {
     finish(structured, vec![Content::text(text)], false)
 }
 
+/// Tools whose results can carry images. With `StructuredOutput::Auto` they declare no output
+/// schema and answer with their text block and images only: most clients show the model the
+/// JSON of `structuredContent` instead of the text when it is present, and Codex and opencode
+/// then drop the images (README, "What the model reads").
+pub(crate) const IMAGE_TOOLS: [&str; 4] = [
+    "execute",
+    "get_output",
+    "notebook_execute",
+    "notebook_execute_cell",
+];
+
+/// A result in the shape `mode` asks for (see `IMAGE_TOOLS`); `image_tool` says whether it
+/// is the result of one of them (or of a task that runs one).
+pub(crate) fn shaped(
+    mut result: CallToolResult,
+    image_tool: bool,
+    mode: StructuredOutput,
+) -> CallToolResult {
+    match mode {
+        StructuredOutput::Always => {}
+        StructuredOutput::Auto if image_tool => result.structured_content = None,
+        StructuredOutput::Auto => {
+            if let Some(structured) = result.structured_content.as_mut() {
+                compact(structured);
+            }
+        }
+    }
+    result
+}
+
+/// An output schema for the `Auto` shape: the fields `compact` may leave out are not required.
+pub(crate) fn compact_schema(schema: &mut rmcp::model::JsonObject) {
+    fn unrequire(schema: &mut serde_json::Map<String, Value>) {
+        if let Some(Value::Array(required)) = schema.get_mut("required") {
+            required.retain(|field| !COMPACTED.contains(&field.as_str().unwrap_or_default()));
+        }
+        if let Some(Value::Array(branches)) = schema.get_mut("anyOf") {
+            for branch in branches.iter_mut().filter_map(Value::as_object_mut) {
+                unrequire(branch);
+            }
+        }
+        if let Some(Value::Object(properties)) = schema.get_mut("properties") {
+            for field in COMPACTED {
+                if let Some(Value::Object(inner)) = properties.get_mut(field) {
+                    inner.remove("required");
+                }
+            }
+        }
+    }
+    unrequire(schema);
+}
+
+/// The fields `compact` thins out.
+const COMPACTED: [&str; 2] = ["runtime", "truncated"];
+
+/// Drops what says nothing to a model from a structured result, in place: false truncation
+/// flags (and `truncated` when none is set), and the bookkeeping of `runtime` (sequence
+/// numbers, request id, timings), kept only when the call was interrupted, lost its namespace
+/// or waited in the queue for more than a second.
+pub(crate) fn compact(value: &mut Value) {
+    drop_false_flags(value);
+    let Some(object) = value.as_object_mut() else {
+        return;
+    };
+    if let Some(Value::Object(runtime)) = object.get_mut("runtime") {
+        let queued = runtime
+            .get("queue_wait_ms")
+            .and_then(Value::as_u64)
+            .is_some_and(|ms| ms > QUEUE_WAIT_WORTH_SAYING_MS);
+        runtime.retain(|field, value| match field.as_str() {
+            "interruption" | "namespace" => !value.is_null(),
+            "queue_wait_ms" => queued,
+            _ => false,
+        });
+        if runtime.is_empty() {
+            object.remove("runtime");
+        }
+    }
+}
+
+/// Drops false `truncated` flags (and `truncated` when none is set) at every level: list and
+/// search entries carry their own.
+fn drop_false_flags(value: &mut Value) {
+    match value {
+        Value::Array(items) => items.iter_mut().for_each(drop_false_flags),
+        Value::Object(object) => {
+            strip_truncated(object);
+            object.values_mut().for_each(drop_false_flags);
+        }
+        _ => {}
+    }
+}
+
+fn strip_truncated(object: &mut serde_json::Map<String, Value>) {
+    match object.get_mut("truncated") {
+        Some(Value::Bool(false)) => {
+            object.remove("truncated");
+        }
+        Some(Value::Object(flags)) => {
+            flags.retain(|_, flag| flag != &Value::Bool(false));
+            if flags.is_empty() {
+                object.remove("truncated");
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A queue wait shorter than this is not worth a model's attention.
+const QUEUE_WAIT_WORTH_SAYING_MS: u64 = 1_000;
+
 fn finish(structured: Value, content: Vec<Content>, ok: bool) -> CallToolResult {
     let mut result = if ok {
         CallToolResult::structured(structured)
@@ -267,25 +380,33 @@ fn extract_images(bundle: &mut Value, images: &mut Vec<(String, String)>) {
     }
 }
 
+/// The text block of an execution's result: what a model reads (in `auto`, all it reads
+/// besides the images). Only what says something is written: the outputs, the error with its
+/// last frames, and runtime facts when they matter (interrupted, namespace lost, a long queue
+/// wait, cut output and where to page it, a background execution's id).
 fn execution_text(output: &ExecutionOutput) -> String {
-    let mut text = String::new();
-    let status = match &output.execution_count {
-        Some(count) => format!("[{:?}] Out[{count}]", output.status),
-        None => format!("[{:?}]", output.status),
+    let mut text = match (output.status, output.execution_count) {
+        (ExecutionStatus::Ok, Some(count)) => format!("[ok] Out[{count}]"),
+        (status, Some(count)) => format!("[{}] In[{count}]", status_name(status)),
+        (status, None) => format!("[{}]", status_name(status)),
     };
-    text.push_str(&status.to_lowercase());
     // A cut stream already carries its marker (the omitted count and where to page it).
-    let mut section = |name: &str, body: &str, omitted: u64| {
-        if body.is_empty() && omitted == 0 {
-            return;
+    let mut section = |name: &str, body: &str| {
+        if !body.is_empty() {
+            text.push_str(&format!("\n--- {name} ---\n{body}"));
         }
-        text.push_str(&format!("\n--- {name} ---\n{body}"));
     };
-    section("stdout", &output.stdout, output.stdout_omitted_chars);
-    section("stderr", &output.stderr, output.stderr_omitted_chars);
+    section("stdout", &output.stdout);
+    section("stderr", &output.stderr);
     if let Some(result) = &output.result {
-        if let Some(plain) = result.get("text/plain").and_then(Value::as_str) {
-            section("result", plain, 0);
+        let metadata = output.result_metadata.as_ref();
+        match summary_note(metadata) {
+            Some(summary) => section("result", &summary),
+            None => {
+                if let Some(readable) = ipython_mcp_kernel::rich::readable_text(result) {
+                    section("result", readable);
+                }
+            }
         }
     }
     if let Some(metadata) = &output.result_metadata {
@@ -299,48 +420,39 @@ fn execution_text(output: &ExecutionOutput) -> String {
         }
         text.push_str(" ---");
         for item in &output.display_data {
-            if let Some(plain) = item.data.get("text/plain").and_then(Value::as_str) {
-                text.push_str(&format!("\n{}", shorten(plain, 500)));
+            match summary_note(Some(&item.metadata)) {
+                Some(summary) => text.push_str(&format!("\n{summary}")),
+                None => {
+                    if let Some(readable) = ipython_mcp_kernel::rich::readable_text(&item.data) {
+                        text.push_str(&format!("\n{}", shorten(readable, 500)));
+                    }
+                }
             }
             text.push_str(&image_notes(&item.metadata));
         }
     }
     if !output.withheld.is_empty() {
         text.push_str(&format!(
-            "\n[{} display payloads withheld to keep this reply within IPYTHON_MCP_MAX_REPLY_BYTES; each is listed in `withheld`",
+            "\n[{} display payloads withheld to keep this reply within IPYTHON_MCP_MAX_REPLY_BYTES",
             output.withheld.len()
         ));
         match output.withheld.iter().find_map(|item| item.path.as_deref()) {
             Some(path) => text.push_str(&format!(
-                " with its file (e.g. {path}): read it from the kernel by path, or show fewer per call]"
+                " (e.g. {path}): read them from the kernel by path, or show fewer per call]"
             )),
             None if output.status == ExecutionStatus::Pending => {
-                text.push_str(" and written to the spool when the execution ends]")
+                text.push_str("; they are written to the spool when the execution ends]")
             }
             None => text.push_str(": show fewer per call]"),
         }
     }
     if let Some(error) = &output.error {
-        text.push_str(&format!(
-            "\n--- error [{}] ---\n{}",
-            error.code, error.message
-        ));
-        if let Some(traceback) = &error.traceback {
-            text.push_str(&format!("\n{traceback}"));
-        }
-        if let Some(hint) = &error.hint {
-            text.push_str(&format!("\nhint: {hint}"));
-        }
+        text.push_str(&error_text(error));
     }
     if let Some(notice) = &output.notice {
         text.push_str(&format!("\n[notice: {notice}]"));
     }
-    if let (Some(kind), Some(namespace)) = (&output.runtime.interruption, &output.runtime.namespace)
-    {
-        text.push_str(
-            &format!("\n[interrupted: {kind:?}; namespace {namespace:?}]").to_lowercase(),
-        );
-    }
+    text.push_str(&runtime_facts(&output.runtime));
     if output.status == ExecutionStatus::Pending {
         text.push_str(&format!(
             "\n[still running as execution_id {:?}: call get_output with it (wait_seconds to wait for the end); interrupt stops it]",
@@ -358,6 +470,121 @@ fn execution_text(output: &ExecutionOutput) -> String {
                 spool.stdout_bytes, spool.stderr_bytes, output.execution_id.as_str()
             ));
         }
+    }
+    text
+}
+
+/// A display's summary for the model (see `ipython_mcp_kernel::rich`), with where its full
+/// payload is.
+fn summary_note(metadata: Option<&serde_json::Map<String, Value>>) -> Option<String> {
+    let summary = metadata?.get("ipython_mcp")?.get("summary")?;
+    let mut text = format!("[{}]", summary.get("text")?.as_str()?);
+    if let Some(path) = summary.get("path").and_then(Value::as_str) {
+        let mime = summary
+            .get("mime")
+            .and_then(Value::as_str)
+            .unwrap_or("payload");
+        text.push_str(&format!(" (full {mime}: {path})"));
+    }
+    Some(text)
+}
+
+fn status_name(status: ExecutionStatus) -> String {
+    format!("{status:?}").to_lowercase()
+}
+
+/// Characters of a traceback the text block shows: its last frames, where the error is.
+const TRACEBACK_TEXT_CHARS: usize = 1_500;
+
+/// An error as the text block shows it: user code's exception as `ename: evalue` and the
+/// traceback's last frames; any other error as its code, message and hint.
+fn error_text(error: &ErrorInfo) -> String {
+    let mut text = match (&error.ename, &error.evalue) {
+        (Some(ename), Some(evalue)) if evalue.is_empty() => format!("\n--- error: {ename} ---"),
+        (Some(ename), Some(evalue)) => format!("\n--- error: {ename}: {evalue} ---"),
+        _ => format!("\n--- error [{}] ---\n{}", error.code, error.message),
+    };
+    if let Some(traceback) = &error.traceback {
+        let frames = last_frames(traceback, error.ename.as_deref(), error.evalue.as_deref());
+        if !frames.is_empty() {
+            text.push('\n');
+            text.push_str(&frames);
+        }
+    }
+    if let Some(hint) = &error.hint {
+        text.push_str(&format!("\nhint: {hint}"));
+    }
+    text
+}
+
+/// The end of an IPython traceback without what the header already says: the rule of dashes
+/// it opens with and the closing `ename: evalue` line; at most `TRACEBACK_TEXT_CHARS`, cut
+/// at a line boundary, with the count of lines left out.
+fn last_frames(traceback: &str, ename: Option<&str>, evalue: Option<&str>) -> String {
+    let mut lines: Vec<&str> = traceback.lines().collect();
+    while lines
+        .first()
+        .is_some_and(|line| !line.is_empty() && line.chars().all(|c| c == '-'))
+    {
+        lines.remove(0);
+    }
+    let closing = match (ename, evalue) {
+        (Some(ename), Some(evalue)) if !evalue.is_empty() => Some(format!("{ename}: {evalue}")),
+        (Some(ename), _) => Some(ename.to_owned()),
+        _ => None,
+    };
+    while lines
+        .last()
+        .is_some_and(|line| line.trim().is_empty() || closing.as_deref() == Some(line.trim_end()))
+    {
+        lines.pop();
+    }
+    let mut kept = 0;
+    let mut chars = 0;
+    for line in lines.iter().rev() {
+        let length = line.chars().count() + 1;
+        if chars + length > TRACEBACK_TEXT_CHARS && kept > 0 {
+            break;
+        }
+        chars += length;
+        kept += 1;
+    }
+    let omitted = lines.len() - kept;
+    let mut text = String::new();
+    if omitted > 0 {
+        text.push_str(&format!(
+            "[… {omitted} earlier traceback lines omitted …]\n"
+        ));
+    }
+    text.push_str(&ipython_mcp_text::shorten(
+        &lines[omitted..].join("\n"),
+        TRACEBACK_TEXT_CHARS,
+    ));
+    text
+}
+
+/// The runtime facts worth a model's attention, each on its own line.
+fn runtime_facts(runtime: &RuntimeInfo) -> String {
+    use ipython_mcp_kernel::NamespaceOutcome;
+    let mut text = String::new();
+    if runtime.queue_wait_ms > QUEUE_WAIT_WORTH_SAYING_MS {
+        text.push_str(&format!(
+            "\n[waited {:.1} s before running (queued, or the kernel was starting)]",
+            runtime.queue_wait_ms as f64 / 1000.0
+        ));
+    }
+    match (&runtime.interruption, &runtime.namespace) {
+        (_, Some(NamespaceOutcome::Reset)) => text.push_str(
+            "\n[the kernel was replaced: namespace reset, every name defined before is gone; re-run your setup]",
+        ),
+        (Some(kind), Some(NamespaceOutcome::Preserved)) => text.push_str(&format!(
+            "\n[interrupted ({}); namespace preserved]",
+            format!("{kind:?}").to_lowercase()
+        )),
+        (_, Some(NamespaceOutcome::Unknown)) => text.push_str(
+            "\n[the namespace may have been lost: check with runtime_status before relying on it]",
+        ),
+        _ => {}
     }
     text
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::argument::Parameters;
-use ipython_mcp_config::Config;
+use ipython_mcp_config::{Config, StructuredOutput};
 use ipython_mcp_kernel::{Code, ErrorInfo, ExecuteArgs, RuntimeStatus, SessionHandle};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::schema_for_output;
@@ -113,13 +113,17 @@ impl IpythonMcp {
     pub fn new(state: ServerState, config: Arc<Config>) -> Self {
         IpythonMcp {
             state,
-            tool_router: Self::offered_tools(&config.toolsets),
+            tool_router: Self::offered_tools(&config.toolsets, config.structured_output),
             config,
         }
     }
 
-    /// The built-in tools, less the toolsets the configuration leaves out.
-    fn offered_tools(toolsets: &ipython_mcp_config::Toolsets) -> ToolRouter<IpythonMcp> {
+    /// The built-in tools, less the toolsets the configuration leaves out, with the output
+    /// schemas `structured_output` calls for.
+    fn offered_tools(
+        toolsets: &ipython_mcp_config::Toolsets,
+        structured_output: StructuredOutput,
+    ) -> ToolRouter<IpythonMcp> {
         let mut router = Self::tool_router()
             + Self::namespace_router()
             + Self::kernels_router()
@@ -147,11 +151,18 @@ impl IpythonMcp {
                 &route.attr.input_schema,
                 schema::Side::Input,
             ));
-            if let Some(output) = &route.attr.output_schema {
-                let output = render::admitting_failure(output);
-                route.attr.output_schema =
-                    Some(Arc::new(schema::compact(&output, schema::Side::Output)));
-            }
+            let image_tool = render::IMAGE_TOOLS.contains(&route.attr.name.as_ref());
+            route.attr.output_schema = match (&route.attr.output_schema, structured_output) {
+                (Some(_), StructuredOutput::Auto) if image_tool => None,
+                (Some(output), _) => {
+                    let mut output = render::admitting_failure(output);
+                    if structured_output == StructuredOutput::Auto {
+                        render::compact_schema(&mut output);
+                    }
+                    Some(Arc::new(schema::compact(&output, schema::Side::Output)))
+                }
+                (None, _) => None,
+            };
         }
         router
     }
@@ -161,11 +172,14 @@ impl IpythonMcp {
         static NAMES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
         NAMES
             .get_or_init(|| {
-                Self::offered_tools(&ipython_mcp_config::Toolsets::default())
-                    .list_all()
-                    .into_iter()
-                    .map(|tool| tool.name.into_owned())
-                    .collect()
+                Self::offered_tools(
+                    &ipython_mcp_config::Toolsets::default(),
+                    StructuredOutput::default(),
+                )
+                .list_all()
+                .into_iter()
+                .map(|tool| tool.name.into_owned())
+                .collect()
             })
             .clone()
     }
@@ -268,7 +282,7 @@ impl IpythonMcp {
             }
             Some(output) if cancelled(&output) => TaskPayload::Cancelled,
             Some(output) => TaskPayload::Completed {
-                result: crate::tasks::object(render::execution(&output)),
+                result: crate::tasks::object(self.shaped(render::execution(&output), true)),
             },
         }
     }
@@ -360,6 +374,69 @@ impl IpythonMcp {
         rmcp::model::CallToolResponse::Task(rmcp::model::CreateTaskResult::new(task))
     }
 
+    /// Answers a `tools/call` before `shaped` gives the result its shape (built-in tools
+    /// through the router, `execute` with `background` as a task for a tasks client, the rest
+    /// through the dynamic catalog).
+    async fn answer_call(
+        &self,
+        mut request: rmcp::model::CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
+        self.coerce_arguments(&mut request);
+        let tasks_client = context
+            .client_capabilities()
+            .is_some_and(|capabilities| capabilities.supports_tasks());
+        if request.name == "execute" && self.tool_router.has_route("execute") && tasks_client {
+            let arguments =
+                serde_json::Value::Object(request.arguments.clone().unwrap_or_default());
+            // Arguments that do not parse take the usual path to their invalid_arguments result.
+            if let Ok(params) = crate::argument::parse::<ExecuteParams>(arguments) {
+                if params.background {
+                    return Ok(self.execute_as_task(params, &context));
+                }
+            }
+        }
+        if self.tool_router.has_route(&request.name) {
+            let tool = request.name.to_string();
+            let request_id = render::request_id(&context.id);
+            let call = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
+            return match self.tool_router.call(call).await {
+                Err(error) => match crate::argument::rejected(&error) {
+                    Some(problem) => {
+                        tracing::info!(tool, ok = false, "tool call refused: invalid arguments");
+                        Ok(render::invalid_arguments(&tool, request_id, problem).into())
+                    }
+                    None => Err(error),
+                },
+                Ok(rmcp::model::CallToolResponse::Complete(result))
+                    if tasks_client && tool.starts_with("notebook_execute") =>
+                {
+                    Ok(self.as_task(result))
+                }
+                answered => answered,
+            };
+        }
+        Ok(rmcp::model::CallToolResponse::Complete(
+            self.call_dynamic(request, context).await?,
+        ))
+    }
+
+    /// A dynamic tool with the output schema the configuration's shape calls for (built-in
+    /// tools get theirs once, in `offered_tools`).
+    fn shaped_tool(&self, mut tool: rmcp::model::Tool) -> rmcp::model::Tool {
+        if self.config.structured_output == StructuredOutput::Auto {
+            if let Some(schema) = tool.output_schema.as_mut() {
+                render::compact_schema(Arc::make_mut(schema));
+            }
+        }
+        tool
+    }
+
+    /// A result in the shape the configuration asks for (see `render::shaped`).
+    pub(crate) fn shaped(&self, result: CallToolResult, image_tool: bool) -> CallToolResult {
+        render::shaped(result, image_tool, self.config.structured_output)
+    }
+
     fn check_execute(&self, params: &ExecuteParams) -> Result<Option<Duration>, Box<ErrorInfo>> {
         if params.code.len() > MAX_CODE_BYTES {
             return Err(Box::new(
@@ -398,7 +475,7 @@ impl IpythonMcp {
 impl IpythonMcp {
     #[tool(
         name = "execute",
-        description = "Run Python (IPython syntax) in a persistent kernel; state persists across calls. Returns stdout/stderr cut to their start and end (exact omitted counts), displays (images as image content), the last value in `result`, `error` if it raised; `runtime.namespace` says if state was `reset`. Long jobs: background=true returns an execution_id at once, for get_output.",
+        description = "Run Python (IPython syntax) in a persistent kernel; state persists across calls. Returns stdout/stderr (start and end kept, exact omitted counts), displays (images as image content), the last value, the error and its traceback, and whether state was reset. Long jobs: background=true returns an execution_id at once, for get_output.",
         output_schema = schema_for_output::<crate::wire::ExecutionOutputSchema>(),
         annotations(title = "Execute Python", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
     )]
@@ -571,7 +648,13 @@ to check the kernel without running code. This is not a sandbox: code runs with 
     ) -> Result<rmcp::model::ListToolsResult, rmcp::ErrorData> {
         self.reconcile_dynamic().await;
         let mut tools = self.tool_router.list_all();
-        tools.extend(self.state.catalog().listed());
+        tools.extend(
+            self.state
+                .catalog()
+                .listed()
+                .into_iter()
+                .map(|tool| self.shaped_tool(tool)),
+        );
         let modern = context
             .protocol_version()
             .is_some_and(|version| version >= rmcp::model::ProtocolVersion::V_2026_07_28);
@@ -588,48 +671,17 @@ to check the kernel without running code. This is not a sandbox: code runs with 
 
     async fn call_tool(
         &self,
-        mut request: rmcp::model::CallToolRequestParams,
+        request: rmcp::model::CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
-        self.coerce_arguments(&mut request);
-        let tasks_client = context
-            .client_capabilities()
-            .is_some_and(|capabilities| capabilities.supports_tasks());
-        if request.name == "execute" && self.tool_router.has_route("execute") && tasks_client {
-            let arguments =
-                serde_json::Value::Object(request.arguments.clone().unwrap_or_default());
-            // Arguments that do not parse take the usual path to their invalid_arguments result.
-            if let Ok(params) = crate::argument::parse::<ExecuteParams>(arguments) {
-                if params.background {
-                    return Ok(self.execute_as_task(params, &context));
-                }
+        let image_tool = render::IMAGE_TOOLS.contains(&request.name.as_ref());
+        Ok(match self.answer_call(request, context).await? {
+            rmcp::model::CallToolResponse::Complete(result) => {
+                rmcp::model::CallToolResponse::Complete(self.shaped(result, image_tool))
             }
-        }
-        if self.tool_router.has_route(&request.name) {
-            let tool = request.name.to_string();
-            let request_id = render::request_id(&context.id);
-            let call = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
-            return match self.tool_router.call(call).await {
-                Err(error) => match crate::argument::rejected(&error) {
-                    Some(problem) => {
-                        tracing::info!(tool, ok = false, "tool call refused: invalid arguments");
-                        Ok(render::invalid_arguments(&tool, request_id, problem).into())
-                    }
-                    None => Err(error),
-                },
-                Ok(rmcp::model::CallToolResponse::Complete(result))
-                    if tasks_client && tool.starts_with("notebook_execute") =>
-                {
-                    Ok(self.as_task(result))
-                }
-                answered => answered,
-            };
-        }
-        Ok(rmcp::model::CallToolResponse::Complete(
-            self.call_dynamic(request, context).await?,
-        ))
+            task => task,
+        })
     }
-
     async fn get_task(
         &self,
         request: rmcp::model::GetTaskParams,
@@ -655,7 +707,7 @@ to check the kernel without running code. This is not a sandbox: code runs with 
         let payload = match (output, notebook) {
             (Some(output), Some(Some(_))) if cancelled(&output) => TaskPayload::Cancelled,
             (_, Some(Some(result))) => TaskPayload::Completed {
-                result: crate::tasks::object(result),
+                result: crate::tasks::object(self.shaped(result, true)),
             },
             (Some(_), Some(None)) => TaskPayload::Working,
             (output, _) => self.execution_payload(output, cancelled),
@@ -685,10 +737,12 @@ to check the kernel without running code. This is not a sandbox: code runs with 
     }
 
     fn get_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
-        self.tool_router
-            .get(name)
-            .cloned()
-            .or_else(|| self.state.catalog().get_tool(name))
+        self.tool_router.get(name).cloned().or_else(|| {
+            self.state
+                .catalog()
+                .get_tool(name)
+                .map(|tool| self.shaped_tool(tool))
+        })
     }
 
     async fn list_resources(

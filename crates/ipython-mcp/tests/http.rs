@@ -37,6 +37,8 @@ fn command(env: &[(&str, &str)], args: &[&str]) -> Command {
         .env("IPYTHON_MCP_SPARE_KERNELS", "0")
         // A kernel start on a loaded 2-core machine can exceed the 10 s default.
         .env("IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "120")
+        // These tests read typed results (see support::command_for).
+        .env("IPYTHON_MCP_STRUCTURED_OUTPUT", "always")
         .env_remove("VIRTUAL_ENV")
         .env_remove("IPYTHON_MCP_PYTHON")
         .env_remove("IPYTHON_MCP_HTTP_TOKEN")

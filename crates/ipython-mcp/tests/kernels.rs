@@ -50,19 +50,35 @@ async fn background_output_is_polled_to_completion_and_paged_from_the_spool() {
     assert_eq!(done["status"], "ok", "{done}");
     assert_eq!(done["execution_id"], id.as_str());
     let line_bytes = "line 0000000 ".len() as u64 + 40 + 1;
-    // Whole lines are kept: 30 of the 1638 head characters, 121 of the 6554 tail ones.
+    let stdout = done["stdout"].as_str().expect("stdout");
+    // Whole lines are kept from the beginning and the end, with one marker line between, and
+    // all of it within the 8192 characters of max_text_chars.
+    assert!(stdout.chars().count() <= 8192, "{}", stdout.len());
+    let (head, rest) = stdout.split_once("[… ").expect("a marker");
+    let (marker, tail) = rest.split_once(" …]\n").expect("the marker's end");
+    let (head_lines, tail_lines) = (head.lines().count() as u64, tail.lines().count() as u64);
+    assert_eq!(head.len() as u64, head_lines * line_bytes, "{head}");
+    assert_eq!(tail.len() as u64, tail_lines * line_bytes, "{tail}");
+    assert!(
+        head_lines > 20 && tail_lines > 100,
+        "{head_lines}/{tail_lines}"
+    );
     assert_eq!(
         done["stdout_omitted_chars"],
-        1_000_000 * line_bytes - (30 + 121) * line_bytes
-    );
-    let stdout = done["stdout"].as_str().expect("stdout");
-    assert!(
-        stdout.ends_with(&format!("line 0999999 {}\n", "x".repeat(40))),
-        "{stdout}"
+        (1_000_000 - head_lines - tail_lines) * line_bytes
     );
     assert!(
-        stdout.contains(&format!("(999849 lines) omitted; get_output(execution_id=\"{id}\", stream=\"stdout\", start_line=31) pages them …]")),
+        tail.ends_with(&format!("line 0999999 {}\n", "x".repeat(40))),
         "{stdout}"
+    );
+    let first_omitted = head_lines + 1;
+    assert_eq!(
+        marker,
+        format!(
+            "{} characters ({} lines) omitted; get_output(execution_id=\"{id}\", stream=\"stdout\", start_line={first_omitted}) pages them",
+            (1_000_000 - head_lines - tail_lines) * line_bytes,
+            1_000_000 - head_lines - tail_lines
+        )
     );
     assert_eq!(
         done["spool"]["stdout_bytes"],
@@ -75,12 +91,12 @@ async fn background_output_is_polled_to_completion_and_paged_from_the_spool() {
     let middle = server
         .call(
             "get_output",
-            json!({"execution_id": id, "stream": "stdout", "start_line": 31, "max_lines": 1}),
+            json!({"execution_id": id, "stream": "stdout", "start_line": first_omitted, "max_lines": 1}),
         )
         .await;
     assert_eq!(
         middle.structured["page"]["lines"][0]["text"],
-        format!("line 0000030 {}", "x".repeat(40))
+        format!("line {:07} {}", first_omitted - 1, "x".repeat(40))
     );
 
     // A page from the middle, by line number.

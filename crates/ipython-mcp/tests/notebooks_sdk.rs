@@ -26,6 +26,8 @@ async fn the_python_sdk_validates_every_notebook_tool_result() {
         .env("PYTHONPATH", &deps)
         .env("IPYTHON_MCP_CACHE_DIR", &cache)
         .env("IPYTHON_MCP_WORKSPACE_ROOT", workspace.path())
+        // Typed results for every tool, each checked against its schema by the SDK.
+        .env("IPYTHON_MCP_STRUCTURED_OUTPUT", "always")
         .output()
         .expect("run the SDK client");
     let stdout = String::from_utf8_lossy(&output.stdout);

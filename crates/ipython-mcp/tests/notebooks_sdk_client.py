@@ -16,7 +16,7 @@ from mcp.client.stdio import StdioServerParameters
 async def session(binary, mode):
     env = {
         key: os.environ[key]
-        for key in ("IPYTHON_MCP_CACHE_DIR", "IPYTHON_MCP_WORKSPACE_ROOT", "PATH", "HOME")
+        for key in ("IPYTHON_MCP_CACHE_DIR", "IPYTHON_MCP_WORKSPACE_ROOT", "IPYTHON_MCP_STRUCTURED_OUTPUT", "PATH", "HOME")
         if key in os.environ
     }
     env["IPYTHON_MCP_LOG"] = "warn"

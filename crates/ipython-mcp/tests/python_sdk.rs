@@ -2,7 +2,8 @@
 //! over HTTP, once per protocol family (`legacy` = initialize handshake, `auto` = 2026-07-28
 //! discover).
 //! The SDK validates `structuredContent` against each tool's `outputSchema`, so this also
-//! checks that our results match the schemas we advertise.
+//! checks that our results match the schemas we advertise: in the `always` result shape over
+//! stdio, in the default `auto` shape over HTTP.
 
 mod support;
 
@@ -38,10 +39,11 @@ async fn the_python_sdk_client_works_in_both_protocol_families() {
             "IPYTHON_MCP_CACHE_DIR",
             target_tmp().join("ipython-mcp-cache"),
         )
+        .env("IPYTHON_MCP_STRUCTURED_OUTPUT", "always")
         .output()
         .expect("run the SDK client");
     for run in check_output(&output) {
-        check_run(&run);
+        check_run(&run, Shape::Always);
     }
 }
 
@@ -90,7 +92,7 @@ async fn the_python_sdk_client_works_over_http_in_both_protocol_families() {
         .expect("the SDK client finishes")
         .expect("run the SDK client");
     for run in check_output(&output) {
-        check_run(&run);
+        check_run(&run, Shape::Auto);
         assert_eq!(run["fixtures_listed"], true, "{run}");
         assert_eq!(run["list_changed"], true, "tools/list_changed heard: {run}");
         assert_eq!(run["refused_without_token"], true, "{run}");
@@ -124,7 +126,18 @@ fn check_output(output: &std::process::Output) -> Vec<Value> {
     runs
 }
 
-fn check_run(run: &Value) {
+/// The result shape the server was started with (`IPYTHON_MCP_STRUCTURED_OUTPUT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Auto,
+    Always,
+}
+
+fn text(seen: &Value) -> &str {
+    seen["text"].as_str().expect("text")
+}
+
+fn check_run(run: &Value, shape: Shape) {
     assert_eq!(run["tools"], serde_json::json!(support::TOOLS), "{run}");
     assert_eq!(run["schema_errors"], serde_json::json!([]), "{run}");
     // Wrong types (booleans and numbers as strings too), unknown and missing fields.
@@ -133,18 +146,44 @@ fn check_run(run: &Value) {
         run["bad_argument_calls"].as_u64().expect("count") > 100,
         "{run}"
     );
-    assert_eq!(run["output_schemas"], true);
-    assert_eq!(run["state"], "ready");
-    assert_eq!(run["result"], "42");
-    assert_eq!(run["stdout"], "hello\n");
-    assert_eq!(run["first_is_error"], false);
-    assert!(
-        run["text"][0].as_str().expect("text").contains("hello"),
+    let image_tools = [
+        "execute",
+        "get_output",
+        "notebook_execute",
+        "notebook_execute_cell",
+    ];
+    let without_schema: &[&str] = match shape {
+        Shape::Auto => &image_tools,
+        Shape::Always => &[],
+    };
+    assert_eq!(
+        run["without_output_schema"],
+        serde_json::json!(without_schema),
         "{run}"
     );
-    assert_eq!(run["failed_is_error"], true);
-    assert_eq!(run["failed_code"], "execution_error");
-    assert_eq!(run["failed_ename"], "ValueError");
+    assert_eq!(run["state"], "ready");
+    let (first, failed) = (&run["first"], &run["failed"]);
+    assert_eq!(first["is_error"], false, "{run}");
+    assert!(text(first).contains("hello"), "{run}");
+    assert_eq!(failed["is_error"], true, "{run}");
+    match shape {
+        Shape::Always => {
+            assert_eq!(first["structured"]["result"]["text/plain"], "42");
+            assert_eq!(first["structured"]["stdout"], "hello\n");
+            assert_eq!(failed["structured"]["error"]["code"], "execution_error");
+            assert_eq!(failed["structured"]["error"]["ename"], "ValueError");
+        }
+        Shape::Auto => {
+            assert!(first["structured"].is_null(), "{run}");
+            assert!(text(first).contains("--- stdout ---\nhello\n"), "{run}");
+            assert!(text(first).contains("--- result ---\n42"), "{run}");
+            assert!(failed["structured"].is_null(), "{run}");
+            assert!(
+                text(failed).contains("--- error: ValueError: nope ---"),
+                "{run}"
+            );
+        }
+    }
     // About one notification a second while the cell runs (so at most one per started second
     // of its measured run time), each carrying the latest output line.
     let progress = run["progress"].as_array().expect("progress");
@@ -211,14 +250,32 @@ fn check_run(run: &Value) {
         namespace["reset"][0]["structured"]["removed"],
         serde_json::json!(["double", "i", "time", "x"])
     );
-    let background = &namespace["execute"][0]["structured"];
-    assert_eq!(background["status"], "pending", "{run}");
-    let finished = &namespace["get_output"][0]["structured"];
-    assert_eq!(finished["finished"], true, "{run}");
-    assert_eq!(finished["stdout"], "row 0\nrow 1\nrow 2\n");
-    let page = &namespace["get_output"][1]["structured"]["page"];
-    assert_eq!(page["total_matches"], 2, "{run}");
-    assert_eq!(page["lines"][0]["line"], 2);
+    match shape {
+        Shape::Always => {
+            let background = &namespace["execute"][0]["structured"];
+            assert_eq!(background["status"], "pending", "{run}");
+            let finished = &namespace["get_output"][0]["structured"];
+            assert_eq!(finished["finished"], true, "{run}");
+            assert_eq!(finished["stdout"], "row 0\nrow 1\nrow 2\n");
+            let page = &namespace["get_output"][1]["structured"]["page"];
+            assert_eq!(page["total_matches"], 2, "{run}");
+            assert_eq!(page["lines"][0]["line"], 2);
+        }
+        Shape::Auto => {
+            let background = text(&namespace["execute"][0]);
+            assert!(background.starts_with("[pending]"), "{run}");
+            assert!(
+                background.contains("still running as execution_id"),
+                "{run}"
+            );
+            let finished = text(&namespace["get_output"][0]);
+            assert!(finished.starts_with("[ok]"), "{run}");
+            assert!(finished.contains("row 0\nrow 1\nrow 2\n"), "{run}");
+            let page = text(&namespace["get_output"][1]);
+            assert!(page.contains("lines matching /row [12]/: 2 of"), "{run}");
+            assert!(page.contains("     2: row 1"), "{run}");
+        }
+    }
     assert_eq!(
         namespace["kernel_list"][0]["structured"]["kernels"][0]["kernel"],
         "default"

@@ -119,31 +119,42 @@ async fn truncation_counts_are_exact() {
         .await;
     assert!(result.ok(), "{result:?}");
     // A fifth of the budget keeps the beginning, the rest the end; one marker line between
-    // them gives the exact count and the get_output call that pages the middle.
+    // them gives the exact count and the get_output call that pages the middle, and counts
+    // against the budget too.
     let stdout = result.structured["stdout"].as_str().expect("stdout");
     let execution_id = result.structured["execution_id"].as_str().expect("an id");
-    let marker = format!("[… 19001 characters (0 lines) omitted; get_output(execution_id=\"{execution_id}\", stream=\"stdout\", start_line=1) pages them …]");
+    assert!(stdout.chars().count() <= 1000, "{stdout}");
+    let (head, marker, tail) = support::cut_stream(stdout);
+    // One line: the break before the marker is the rendering's, not the output's.
+    let head = head.strip_suffix('\n').expect("the marker on its own line");
+    let tail_text = tail.strip_suffix('\n').expect("the print's newline");
+    assert!(head.bytes().all(|b| b == b'a') && tail_text.bytes().all(|b| b == b'a'));
+    assert!((150..=200).contains(&head.len()), "{}", head.len());
+    assert!(
+        (600..=799).contains(&tail_text.len()),
+        "{}",
+        tail_text.len()
+    );
+    let omitted = 20001 - head.len() - tail.len();
     assert_eq!(
-        stdout,
-        format!("{}\n{marker}\n{}\n", "a".repeat(200), "a".repeat(799))
+        marker,
+        format!("[… {omitted} characters (0 lines) omitted; get_output(execution_id=\"{execution_id}\", stream=\"stdout\", start_line=1) pages them …]")
     );
-    assert_eq!(result.structured["stdout_omitted_chars"], 20001 - 1000);
+    assert_eq!(result.structured["stdout_omitted_chars"], omitted);
     let stderr = result.structured["stderr"].as_str().expect("stderr");
+    assert!(stderr.chars().count() <= 1000, "{stderr}");
+    let (head, marker, tail) = support::cut_stream(stderr);
+    let head = head.strip_suffix('\n').expect("the marker on its own line");
+    assert!(head.bytes().all(|b| b == b'e') && tail.bytes().all(|b| b == b'e'));
+    let omitted = 1500 - head.len() - tail.len();
     assert!(
-        stderr.starts_with(&format!(
-            "{}\n[… 500 characters (0 lines) omitted",
-            "e".repeat(200)
-        )),
-        "{stderr}"
+        marker.starts_with(&format!("[… {omitted} characters (0 lines) omitted")),
+        "{marker}"
     );
-    assert!(
-        stderr.ends_with(&format!("…]\n{}", "e".repeat(800))),
-        "{stderr}"
-    );
-    assert_eq!(result.structured["stderr_omitted_chars"], 500);
+    assert_eq!(result.structured["stderr_omitted_chars"], omitted);
     assert_eq!(result.structured["truncated"]["stdout"], true);
     assert_eq!(result.structured["truncated"]["stderr"], true);
-    assert!(result.text().contains(&marker), "{}", result.text());
+    assert!(result.text().contains(marker), "{}", result.text());
     assert!(
         result.text().contains(&format!("read it with get_output(execution_id=\"{execution_id}\", stream=\"stdout\", start_line=N)")),
         "{}",
@@ -151,23 +162,33 @@ async fn truncation_counts_are_exact() {
     );
 
     // Many small writes and progress bars: the count stays exact, and the cuts fall between
-    // lines (18 whole lines of the 200 head characters, 71 and the last two of the 800 tail).
+    // lines.
     let result = server
         .call("execute", json!({"code": "for i in range(5000):\n    print(f'line {i:05d}')\nfor i in range(1000):\n    print(f'\\r{i:04d}', end='')\nprint('\\ndone')"}))
         .await;
     let total = 5000 * 11 + 4 + 1 + 5;
     let stdout = result.structured["stdout"].as_str().expect("stdout");
-    assert!(stdout.starts_with("line 00000\nline 00001\n"), "{stdout}");
+    assert!(stdout.chars().count() <= 1000, "{stdout}");
+    let (head, marker, tail) = support::cut_stream(stdout);
+    assert!(head.starts_with("line 00000\nline 00001\n"), "{stdout}");
+    let head_lines = head.lines().count();
+    assert_eq!(head.len(), 11 * head_lines, "whole lines: {head}");
+    assert!(tail.starts_with("line 0"), "a whole line: {tail}");
+    assert!(tail.ends_with("line 04999\n0999\ndone\n"), "{stdout}");
+    let tail_lines = tail.lines().count();
+    let omitted = total - head.len() - tail.len();
     assert!(
-        stdout.contains("line 00017\n[… 54021 characters (4911 lines) omitted; get_output("),
-        "{stdout}"
+        marker.starts_with(&format!(
+            "[… {omitted} characters ({} lines) omitted; get_output(",
+            5002 - head_lines - tail_lines
+        )),
+        "{marker}"
     );
     assert!(
-        stdout.contains("start_line=19) pages them …]\nline 04929\n"),
-        "{stdout}"
+        marker.ends_with(&format!("start_line={}) pages them …]", head_lines + 1)),
+        "{marker}"
     );
-    assert!(stdout.ends_with("line 04999\n0999\ndone\n"), "{stdout}");
-    assert_eq!(result.structured["stdout_omitted_chars"], total - 198 - 791);
+    assert_eq!(result.structured["stdout_omitted_chars"], omitted);
     server.stop().await;
 }
 
@@ -243,9 +264,16 @@ async fn huge_output_keeps_server_memory_bounded() {
         .call("execute", json!({"code": "import sys\nsys.stdout.write('x' * 200_000_000)\nfor _ in range(20):\n    print('y' * 999_999)", "timeout_seconds": 120}))
         .await;
     assert!(result.ok(), "{result:?}");
+    // What is shown, marker included, fits the 8192 characters of max_text_chars; the rest
+    // is counted exactly.
+    let stdout = result.structured["stdout"].as_str().expect("stdout");
+    assert!(stdout.chars().count() <= 8192, "{}", stdout.len());
+    let (head, _, tail) = support::cut_stream(stdout);
+    let head = head.strip_suffix('\n').expect("the marker on its own line");
+    assert!(head.bytes().all(|b| b == b'x'), "{head}");
     assert_eq!(
         result.structured["stdout_omitted_chars"],
-        200_000_000 + 20 * 1_000_000 - 8192
+        200_000_000 + 20 * 1_000_000 - head.len() - tail.len()
     );
     // VmHWM is max(recorded high-water mark, current RSS), and the kernel updates the mark
     // lazily, so a later reading can be lower than an earlier one.
@@ -913,7 +941,14 @@ async fn a_warm_spare_replaces_a_dead_kernel() {
     let result = server
         .call("execute", json!({"code": "print('x' * 100_000)"}))
         .await;
-    assert_eq!(result.structured["stdout_omitted_chars"], 100_001 - 8192);
+    let stdout = result.structured["stdout"].as_str().expect("stdout");
+    let (head, _, tail) = support::cut_stream(stdout);
+    let head = head.strip_suffix('\n').expect("the marker on its own line");
+    assert!(stdout.chars().count() <= 8192, "{}", stdout.len());
+    assert_eq!(
+        result.structured["stdout_omitted_chars"],
+        100_001 - head.len() - tail.len()
+    );
     server.stop().await;
 }
 

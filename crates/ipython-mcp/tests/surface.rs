@@ -7,10 +7,13 @@ mod support;
 
 use support::{Family, Server};
 
+/// The default result shape, which is what agents read.
+const AUTO: (&str, &str) = ("IPYTHON_MCP_STRUCTURED_OUTPUT", "auto");
+
 #[tokio::test]
 async fn tools_list_is_the_reviewed_surface() {
     // No kernel is needed to list the built-in tools (dynamic ones need a registration).
-    let server = Server::start_unready(Family::Handshake, &[]).await;
+    let server = Server::start_unready(Family::Handshake, &[AUTO]).await;
     let tools = server.client.list_all_tools().await.expect("tools/list");
     let names: Vec<&str> = tools.iter().map(|tool| tool.name.as_ref()).collect();
     let mut sorted = names.clone();
@@ -51,7 +54,7 @@ async fn tools_list_is_the_reviewed_surface() {
 async fn tools_list_fits_its_context_budget() {
     const MAX_TOTAL_BYTES: usize = 45 * 1024;
     const MAX_MODEL_FACING_BYTES: usize = 15 * 1024;
-    let server = Server::start_unready(Family::Handshake, &[]).await;
+    let server = Server::start_unready(Family::Handshake, &[AUTO]).await;
     let tools = server.client.list_all_tools().await.expect("tools/list");
     server.stop().await;
     let total = serde_json::to_vec(&serde_json::json!({ "tools": tools }))

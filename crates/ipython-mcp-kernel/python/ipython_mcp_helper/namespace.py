@@ -150,13 +150,14 @@ def describe_value(name, value, config):
     return {"name": sanitize_text(name), "kind": value_kind(value), **texts, "truncated": truncated}
 
 
-def _signature_or_empty(value):
-    """``str(inspect.signature(value))``, "" for an object that has none (ValueError or
-    TypeError from inspect); anything else the object's own code raised propagates."""
+def _signature_or_none(value):
+    """``str(inspect.signature(value))``, None for an object that has none (ValueError or
+    TypeError from inspect): "" would read as an empty parameter list. Anything else the
+    object's own code raised propagates."""
     try:
         return str(inspect.signature(value))
     except (ValueError, TypeError):
-        return ""
+        return None
 
 
 def _documentation_or_empty(value):
@@ -194,7 +195,7 @@ def describe_in_detail(name, value, config):
     texts = bounded_fields(
         (
             ("qualified_type", qualified_type(value), repr_limit),
-            ("signature", attempt("signature", lambda: _signature_or_empty(value)) if is_callable else "", repr_limit),
+            ("signature", attempt("signature", lambda: _signature_or_none(value)) if is_callable else None, repr_limit),
             ("module", attempt("module", lambda: _own_module(value)), repr_limit),
             ("documentation", attempt("documentation", lambda: _documentation_or_empty(value)), config["max_text_chars"]),
             ("representation", attempt("representation", lambda: repr(value)), repr_limit),

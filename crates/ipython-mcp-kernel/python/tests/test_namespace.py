@@ -269,7 +269,7 @@ def test_inspect_resolves_dotted_paths(helper):
     assert result["representation"].startswith("<function dumps at 0x")
 
     size = fixture.ok("inspect", name="w.size")
-    assert (size["kind"], size["callable"], size["signature"], size["representation"]) == ("variable", False, "", "5")
+    assert (size["kind"], size["callable"], size["signature"], size["representation"]) == ("variable", False, None, "5")
     assert size["documentation"].startswith("int(")  # a value's documentation is its type's
     long = fixture.ok("inspect", name="long")
     assert long["truncated"]["representation"] is True and len(long["representation"]) == 40
@@ -327,7 +327,7 @@ def test_inspect_of_an_object_whose_repr_doc_or_signature_raises_is_an_error_kee
     assert "computing the representation of 'o' raised" in only["error"]["message"]
     assert only["result"]["representation"] is None and only["result"]["documentation"] == ""
     # Objects without a signature are not failures.
-    assert Fixture(helper, {"n": 5}).ok("inspect", name="n")["signature"] == ""
+    assert Fixture(helper, {"n": 5}).ok("inspect", name="n")["signature"] is None
     assert Fixture(helper, {"m": max}).ok("inspect", name="m")["qualified_type"] == "builtins.builtin_function_or_method"
 
 
@@ -754,7 +754,7 @@ class TestKernelNamespace:
             "kind": "variable",
             "qualified_type": "builtins.int",
             "callable": False,
-            "signature": "",
+            "signature": None,
             "module": None,
             "documentation": result["documentation"],
             "representation": "3",

@@ -141,7 +141,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "notebook_execute_cell",
-        description = "Run a code cell in the notebook's session (started if none) and save its outputs; new code: notebook_execute. Returns execute's fields plus `saved`, `revision`, `kernel`; file changed meanwhile: unsaved (save_error).",
+        description = "Run a code cell in the notebook's session (started if none) and save its outputs; new code: notebook_execute. Returns what execute does, plus the save (revision); file changed meanwhile: not saved.",
         output_schema = schema_for_output::<NotebookExecuteResult>(),
         annotations(title = "Execute a notebook cell", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
     )]
@@ -190,7 +190,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "notebook_execute",
-        description = "Run code in the notebook's session and save it as a new code cell with outputs. Returns execute's fields plus `saved`, `revision`, the cell, `kernel`; file changed meanwhile: unsaved (save_error). To re-run a cell: notebook_execute_cell.",
+        description = "Run code in the notebook's session and save it as a new code cell with outputs. Returns what execute does, plus the new cell and revision; file changed meanwhile: not saved. To re-run a cell: notebook_execute_cell.",
         output_schema = schema_for_output::<NotebookExecuteResult>(),
         annotations(title = "Execute code in a notebook", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
     )]

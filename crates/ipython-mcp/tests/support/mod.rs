@@ -83,6 +83,9 @@ pub fn command_for(
         // A kernel start on a loaded 2-core machine can exceed the 10 s default; tests about the
         // startup bound set their own.
         .env("IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "120")
+        // Most tests read typed results; the ones about what a model reads (tests/model_view.rs,
+        // the surface) ask for the default shape, `auto`.
+        .env("IPYTHON_MCP_STRUCTURED_OUTPUT", "always")
         .env_remove("VIRTUAL_ENV")
         .env_remove("IPYTHON_MCP_PYTHON")
         .stdin(Stdio::piped())
@@ -93,6 +96,19 @@ pub fn command_for(
         command.env(key, value);
     }
     command
+}
+
+/// A cut stream as a result shows it: what it keeps of the beginning (with the line break
+/// that puts the marker on its own line), the marker, and what it keeps of the end.
+pub fn cut_stream(stream: &str) -> (&str, &str, &str) {
+    let start = stream.find("[… ").expect("a marker");
+    let end = start + stream[start..].find(" …]").expect("the marker's end") + " …]".len();
+    let tail = &stream[end..];
+    (
+        &stream[..start],
+        &stream[start..end],
+        tail.strip_prefix('\n').unwrap_or(tail),
+    )
 }
 
 pub struct Server {
