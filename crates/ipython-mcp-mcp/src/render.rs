@@ -75,7 +75,7 @@ pub(crate) fn execution_with(
             .into_iter()
             .map(|(data, mime)| Content::image(data, mime)),
     );
-    finish(structured, content, output.ok)
+    crate::apps::linked(finish(structured, content, output.ok), output) // MCP Apps: names the execution
 }
 
 pub(crate) fn status(result: &StatusResult) -> CallToolResult {

@@ -153,6 +153,7 @@ impl IpythonMcp {
                     Some(Arc::new(schema::compact(&output, schema::Side::Output)));
             }
         }
+        crate::apps::link_tools(&mut router); // MCP Apps: _meta.ui.resourceUri on the viewed tools
         router
     }
 
@@ -696,9 +697,9 @@ to check the kernel without running code. This is not a sandbox: code runs with 
         _request: Option<rmcp::model::PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourcesResult, rmcp::ErrorData> {
-        Ok(rmcp::model::ListResourcesResult::with_all_items(
-            self.notebook_resources().await,
-        ))
+        let mut resources = self.notebook_resources().await;
+        resources.extend(crate::apps::resources()); // MCP Apps: the output view
+        Ok(rmcp::model::ListResourcesResult::with_all_items(resources))
     }
 
     async fn list_resource_templates(
@@ -706,8 +707,10 @@ to check the kernel without running code. This is not a sandbox: code runs with 
         _request: Option<rmcp::model::PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourceTemplatesResult, rmcp::ErrorData> {
+        let mut templates = self.notebook_resource_templates();
+        templates.extend(crate::apps::resource_templates()); // MCP Apps: one execution's output
         Ok(rmcp::model::ListResourceTemplatesResult::with_all_items(
-            self.notebook_resource_templates(),
+            templates,
         ))
     }
 
@@ -716,7 +719,10 @@ to check the kernel without running code. This is not a sandbox: code runs with 
         request: rmcp::model::ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, rmcp::ErrorData> {
-        let contents = self.read_notebook_resource(&request.uri).await?;
+        let contents = match crate::apps::read(self, &request.uri).await {
+            Some(read) => read?, // MCP Apps: the output view and execution resources
+            None => self.read_notebook_resource(&request.uri).await?,
+        };
         Ok(rmcp::model::ReadResourceResult::new(vec![contents]).into())
     }
 
