@@ -19,9 +19,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-/// A cell with a stdout line, an HTML table and a 480×320 PNG of about 400 KB: over the
+/// A cell with a stdout line, an HTML table, a 480×320 PNG of about 400 KB (over the
 /// `IPYTHON_MCP_MAX_IMAGE_BYTES` the test sets, so the model gets it downscaled and the view
-/// must show the original from the spool. Pure Python (no Pillow in the managed environment).
+/// must show the original from the spool), a Plotly figure and a Vega-Lite chart (the host
+/// stubs Plotly's library and refuses Vega's, so both of the view's chart paths run). Pure
+/// Python (no Pillow in the managed environment).
 const CELL: &str = r#"import struct, zlib
 from IPython.display import HTML, Image, display
 W, H = 480, 320
@@ -41,6 +43,11 @@ print('hello from the cell')
 display(HTML("<table><thead><tr><th>planet</th><th>moons</th></tr></thead>"
              "<tbody><tr><td>Mars</td><td>2</td></tr><tr><td>Jupiter</td><td>95</td></tr></tbody></table>"))
 display(Image(data=png))
+display({'application/vnd.plotly.v1+json': {'data': [{'type': 'bar', 'x': ['Mars', 'Jupiter'], 'y': [2, 95]}],
+                                            'layout': {'title': {'text': 'moons'}}},
+         'text/plain': 'a Plotly figure'}, raw=True)
+display({'application/vnd.vegalite.v5+json': {'mark': 'bar', 'data': {'values': [{'a': 1}]}},
+         'text/plain': 'a Vega-Lite chart'}, raw=True)
 len(png)
 "#;
 
@@ -213,6 +220,12 @@ async fn the_output_view_shows_a_table_and_a_full_size_image_in_chromium() {
     assert_eq!(cells, ["planet", "moons", "Mars", "2", "Jupiter", "95"]);
     assert_eq!(page["streams"][0], "hello from the cell\n");
     assert_eq!(page["frame_height"], page["content_height"], "{page}");
+    // A Plotly bundle is drawn by the library from the CDN the view's policy names, with the
+    // bundle's data; a chart whose library cannot be had shows the bundle's other form.
+    assert_eq!(page["plotly"]["traces"], 1, "{page}");
+    assert_eq!(page["plotly"]["x"], serde_json::json!(["Mars", "Jupiter"]));
+    assert_eq!(page["plotly"]["title"], "moons");
+    assert_eq!(page["vega_fallback"], 1, "{page}");
 
     // The page spoke the protocol in order: handshake first, then it read the execution
     // through the host.

@@ -5,6 +5,7 @@
 // postMessage protocol: answers `ui/initialize`, sends the tool input and result after
 // `ui/notifications/initialized`, forwards `resources/read` and `tools/call` to the server, and
 // sizes the frame from `ui/notifications/size-changed`. Waits on the DOM, never on time.
+// Chart libraries' CDN requests are answered here (a stub Plotly) or refused (Vega).
 //
 // Usage: node host.mjs <server binary> <screenshot.png> <chromium> <python cell>
 // Prints one JSON report on stdout; everything else goes to stderr.
@@ -108,9 +109,23 @@ async function showInChromium(view, args, result) {
     ],
   });
   try {
-    const page = await browser.newPage({ viewport: { width: 900, height: 700 } });
+    const page = await browser.newPage({ viewport: { width: 900, height: 1000 } });
     page.on("console", (message) => console.error(`[page ${message.type()}] ${message.text()}`));
     page.on("pageerror", (error) => console.error(`[page error] ${error.message}`));
+    // No network here, and none needed: Plotly's library is a stub that records what the view
+    // asks it to draw (the view's interactive path), Vega's is unreachable (its fallback path).
+    await page.route("https://cdn.plot.ly/**", (route) =>
+      route.fulfill({
+        contentType: "application/javascript",
+        body: `window.Plotly = { newPlot(element, data, layout) {
+          element.dataset.stub = JSON.stringify({ url: document.currentScript ? document.currentScript.src : null,
+            traces: data.length, x: data[0].x, title: layout.title && layout.title.text });
+          element.textContent = "stub plot";
+          return Promise.resolve(element);
+        } };`,
+      }),
+    );
+    await page.route("https://cdn.jsdelivr.net/**", (route) => route.abort());
     await page.exposeFunction("forwardToServer", async (method, params) => {
       if (method === "resources/read") return await client.readResource(params);
       if (method === "tools/call") return await client.callTool(params, undefined, { timeout: CALL_TIMEOUT_MS });
@@ -162,7 +177,10 @@ async function showInChromium(view, args, result) {
       () => {
         const frame = document.querySelector("iframe.html");
         const img = document.querySelector(".image img");
-        return frame && frame.getBoundingClientRect().height > 24 && img && img.complete && img.naturalWidth > 0;
+        const plotted = document.querySelector(".chart[data-stub]");
+        const fallback = [...document.querySelectorAll("pre")].some((pre) => pre.textContent === "a Vega-Lite chart");
+        return frame && frame.getBoundingClientRect().height > 24 && img && img.complete && img.naturalWidth > 0
+          && plotted && fallback;
       },
       null,
       { timeout: DOM_TIMEOUT_MS },
@@ -175,6 +193,8 @@ async function showInChromium(view, args, result) {
       height: img.getBoundingClientRect().height,
     }));
     const streams = await app.locator("pre.stream").allTextContents();
+    const plotly = JSON.parse(await app.locator(".chart[data-stub]").getAttribute("data-stub"));
+    const vegaFallback = await app.locator("pre", { hasText: "a Vega-Lite chart" }).count();
     const status = await app.locator("#status").textContent();
     const contentHeight = await appFrame.evaluate(() =>
       Math.ceil(document.getElementById("root").getBoundingClientRect().height),
@@ -183,12 +203,18 @@ async function showInChromium(view, args, result) {
     await page.waitForFunction((height) => window.lastHeight === height, contentHeight, {
       timeout: DOM_TIMEOUT_MS,
     });
+    // Every frame (the table's runs in a process of its own) has painted its current layout.
+    for (const frame of page.frames()) {
+      await frame.evaluate(() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done))));
+    }
     await page.screenshot({ path: screenshotPath, fullPage: true });
     const received = await page.evaluate(() => window.received);
     return {
       cells,
       image,
       streams,
+      plotly,
+      vega_fallback: vegaFallback,
       status,
       content_height: contentHeight,
       frame_height: await page.evaluate(() => window.lastHeight),
