@@ -2,7 +2,8 @@
 //! official TypeScript SDK client and Playwright's driver (versions pinned in
 //! `tests/apps/package.json`, installed with npm into `target/tmp/apps`), runs one `execute` on
 //! the real binary over stdio, shows the tool's `ui://` view in Debian's Chromium (headless),
-//! plays the host's side of the protocol and reports what the page shows. The screenshot is
+//! plays the host's side of the protocol and reports what the page shows, and checks every
+//! protocol message against the JSON schemas of `@modelcontextprotocol/ext-apps`. The screenshot is
 //! left in `target/tmp/apps-output-view.png`.
 //!
 //! Chromium comes from the machine (`.ci/run` installs Debian's `chromium`); Playwright's own
@@ -64,9 +65,15 @@ fn install() -> Option<PathBuf> {
     let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps");
     let wanted = std::fs::read_to_string(sources.join("package.json")).expect("package.json");
     let installed = dir.join("package.json");
-    let ready = dir.join("node_modules/playwright-core").exists()
-        && dir.join("node_modules/@modelcontextprotocol/sdk").exists()
-        && std::fs::read_to_string(&installed).ok().as_deref() == Some(wanted.as_str());
+    let ready = std::fs::read_to_string(&installed).ok().as_deref() == Some(wanted.as_str())
+        && [
+            "playwright-core",
+            "ajv",
+            "@modelcontextprotocol/sdk",
+            "@modelcontextprotocol/ext-apps",
+        ]
+        .iter()
+        .all(|package| dir.join("node_modules").join(package).exists());
     if !ready {
         let npm_found = std::process::Command::new("npm")
             .arg("--version")
@@ -80,11 +87,14 @@ fn install() -> Option<PathBuf> {
         std::fs::create_dir_all(&dir).expect("create target/tmp/apps");
         std::fs::write(&installed, &wanted).expect("write package.json");
         let status = std::process::Command::new("npm")
+            // The MCP Apps package is here for its JSON schemas only: not its peers (the
+            // SDK's next major, zod), which nothing here loads.
             .args([
                 "install",
                 "--no-audit",
                 "--no-fund",
                 "--no-package-lock",
+                "--legacy-peer-deps",
                 "--loglevel=error",
             ])
             .current_dir(&dir)
@@ -227,6 +237,26 @@ async fn the_output_view_shows_a_table_and_a_full_size_image_in_chromium() {
     assert_eq!(page["plotly"]["title"], "moons");
     assert_eq!(page["vega_fallback"], 1, "{page}");
 
+    // What the view sent, the tools' and the view's `_meta.ui` and the tool result the host
+    // passed on all fit the MCP Apps reference package's schemas.
+    assert_eq!(
+        report["protocol"]["violations"],
+        serde_json::json!([]),
+        "{report}"
+    );
+    let checked = report["protocol"]["checked"].to_string();
+    for kind in [
+        "McpUiToolMeta",
+        "McpUiResourceMeta",
+        "McpUiToolResultNotification",
+        "McpUiInitializeRequest",
+        "McpUiInitializedNotification",
+        "McpUiSizeChangedNotification",
+        "resources/read",
+    ] {
+        assert!(checked.contains(kind), "{kind} checked: {checked}");
+    }
+
     // The page spoke the protocol in order: handshake first, then it read the execution
     // through the host.
     let methods: Vec<&str> = page["app_messages"]
@@ -255,9 +285,23 @@ async fn the_output_view_shows_a_table_and_a_full_size_image_in_chromium() {
         reads[0]["params"]["uri"],
         format!("ipython-mcp://executions/{id}")
     );
+    // The screenshot shows them: text where the table is, no white where the image is.
     assert!(
         std::fs::metadata(&screenshot).is_ok_and(|metadata| metadata.len() > 0),
         "a screenshot in {}",
         screenshot.display()
+    );
+    let painted = &page["painted"];
+    assert!(
+        painted["table"]["dark"]
+            .as_u64()
+            .is_some_and(|dark| dark >= 50),
+        "the table's text is in the screenshot: {painted}"
+    );
+    // (Its box may be off by the frame's border: a row and a column of white.)
+    let image_white = painted["image"]["white"].as_u64().expect("white");
+    assert!(
+        painted["image"]["pixels"] == 480 * 320 && image_white * 50 < 480 * 320,
+        "the image fills its box in the screenshot: {painted}"
     );
 }

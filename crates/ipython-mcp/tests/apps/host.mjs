@@ -12,6 +12,9 @@
 
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { createRequire } from "node:module";
+import { ReadResourceRequestSchema } from "@modelcontextprotocol/sdk/types.js";
+import Ajv2020 from "ajv/dist/2020.js";
 import { chromium } from "playwright-core";
 
 const [binary, screenshotPath, chromiumPath, code] = process.argv.slice(2);
@@ -20,6 +23,35 @@ const VIEW_MIME = "text/html;profile=mcp-app";
 // Bounds, not pauses: a kernel start on a loaded machine, a page on a slow one.
 const CALL_TIMEOUT_MS = 600_000;
 const DOM_TIMEOUT_MS = 120_000;
+
+// The MCP Apps reference package's JSON schemas: what the view sends, what the server links
+// and what the host passes on are checked against them.
+const appsSchema = createRequire(import.meta.url)("@modelcontextprotocol/ext-apps/schema.json");
+const ajv = new Ajv2020({ strict: false, validateFormats: false });
+const validators = new Map();
+const protocol = { checked: [], violations: [] };
+function check(kind, value) {
+  if (!validators.has(kind)) validators.set(kind, ajv.compile(appsSchema.$defs[kind]));
+  const validate = validators.get(kind);
+  protocol.checked.push(kind);
+  if (!validate(value)) protocol.violations.push(`${kind}: ${ajv.errorsText(validate.errors)}`);
+}
+const APP_MESSAGES = {
+  "ui/initialize": "McpUiInitializeRequest",
+  "ui/notifications/initialized": "McpUiInitializedNotification",
+  "ui/notifications/size-changed": "McpUiSizeChangedNotification",
+};
+function checkAppMessage({ method, params }) {
+  if (APP_MESSAGES[method]) {
+    check(APP_MESSAGES[method], params === undefined ? { method } : { method, params });
+  } else if (method === "resources/read") {
+    protocol.checked.push(method);
+    const parsed = ReadResourceRequestSchema.safeParse({ method, params });
+    if (!parsed.success) protocol.violations.push(`${method}: ${parsed.error.message}`);
+  } else {
+    protocol.violations.push(`the view sent ${method}, which this test does not expect`);
+  }
+}
 
 const client = new Client(
   { name: "ipython-mcp-apps-test-host", version: "1" },
@@ -35,6 +67,7 @@ try {
   report.tools_with_view = Object.fromEntries(
     tools.filter((tool) => tool._meta?.ui?.resourceUri).map((tool) => [tool.name, tool._meta.ui.resourceUri]),
   );
+  for (const tool of tools) if (tool._meta?.ui) check("McpUiToolMeta", tool._meta.ui);
   const viewUri = report.tools_with_view.execute;
   const { resources } = await client.listResources();
   report.listed_view = resources.find((resource) => resource.uri === viewUri) ?? null;
@@ -43,6 +76,7 @@ try {
 
   const view = (await client.readResource({ uri: viewUri })).contents[0];
   report.view = { mimeType: view.mimeType, meta: view._meta ?? null, bytes: view.text.length };
+  check("McpUiResourceMeta", view._meta?.ui);
 
   const args = { code };
   const result = await client.callTool({ name: "execute", arguments: args }, undefined, {
@@ -60,7 +94,10 @@ try {
     report.unknown_execution = { code: error.code, message: error.message };
   }
 
+  check("McpUiToolResultNotification", { method: "ui/notifications/tool-result", params: result });
   report.page = await showInChromium(view, args, result);
+  for (const message of report.page.app_messages) checkAppMessage(message);
+  report.protocol = protocol;
 } finally {
   await client.close();
 }
@@ -109,7 +146,7 @@ async function showInChromium(view, args, result) {
     ],
   });
   try {
-    const page = await browser.newPage({ viewport: { width: 900, height: 1000 } });
+    const page = await browser.newPage({ viewport: { width: 900, height: 1200 } });
     page.on("console", (message) => console.error(`[page ${message.type()}] ${message.text()}`));
     page.on("pageerror", (error) => console.error(`[page error] ${error.message}`));
     // No network here, and none needed: Plotly's library is a stub that records what the view
@@ -207,7 +244,39 @@ async function showInChromium(view, args, result) {
     for (const frame of page.frames()) {
       await frame.evaluate(() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done))));
     }
-    await page.screenshot({ path: screenshotPath, fullPage: true });
+    // The viewport, tall enough for the whole frame: a full-page or element capture resizes it,
+    // the view re-lays out, and the frames with an origin of their own may be captured blank.
+    const shot = await page.screenshot({ path: screenshotPath });
+    // What the picture shows where the table and the image are: dark pixels (text) in the
+    // table's frame, colour all over the image.
+    const boxes = {
+      table: await app.locator("iframe.html").boundingBox(),
+      image: await app.locator(".image img").boundingBox(),
+    };
+    const painted = await page.evaluate(
+      async ({ png, boxes }) => {
+        const picture = new Image();
+        picture.src = "data:image/png;base64," + png;
+        await picture.decode();
+        const canvas = document.createElement("canvas");
+        canvas.width = picture.naturalWidth;
+        canvas.height = picture.naturalHeight;
+        const context = canvas.getContext("2d");
+        context.drawImage(picture, 0, 0);
+        const measure = ({ x, y, width, height }) => {
+          const pixels = context.getImageData(Math.ceil(x), Math.ceil(y), Math.floor(width), Math.floor(height)).data;
+          let dark = 0, white = 0;
+          for (let i = 0; i < pixels.length; i += 4) {
+            const [r, g, b] = [pixels[i], pixels[i + 1], pixels[i + 2]];
+            if (r + g + b < 3 * 128) dark += 1;
+            if (r > 245 && g > 245 && b > 245) white += 1;
+          }
+          return { pixels: pixels.length / 4, dark, white };
+        };
+        return { table: measure(boxes.table), image: measure(boxes.image) };
+      },
+      { png: shot.toString("base64"), boxes },
+    );
     const received = await page.evaluate(() => window.received);
     return {
       cells,
@@ -215,6 +284,7 @@ async function showInChromium(view, args, result) {
       streams,
       plotly,
       vega_fallback: vegaFallback,
+      painted,
       status,
       content_height: contentHeight,
       frame_height: await page.evaluate(() => window.lastHeight),
