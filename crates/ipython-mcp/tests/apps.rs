@@ -305,3 +305,131 @@ async fn the_output_view_shows_a_table_and_a_full_size_image_in_chromium() {
         "the image fills its box in the screenshot: {painted}"
     );
 }
+
+/// The execution a tool result names, from its `_meta` (`execute` and `get_output` alike).
+async fn call_naming(server: &support::Server, tool: &str, arguments: Value) -> (String, Value) {
+    let arguments = arguments.as_object().cloned().expect("arguments object");
+    let result = server
+        .client
+        .peer()
+        .call_tool(
+            rmcp::model::CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments),
+        )
+        .await
+        .expect("tools/call");
+    let meta = result.meta.expect("the result has _meta");
+    let id = meta.0["ipython-mcp/execution"]["id"]
+        .as_str()
+        .expect("it names the execution")
+        .to_owned();
+    let text = result
+        .content
+        .iter()
+        .filter_map(|block| block.as_text().map(|text| text.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n");
+    (id, Value::String(text))
+}
+
+async fn read_execution(server: &support::Server, id: &str) -> Value {
+    let read = server
+        .client
+        .peer()
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(format!(
+            "ipython-mcp://executions/{id}"
+        )))
+        .await
+        .expect("resources/read");
+    match &read.contents[0] {
+        rmcp::model::ResourceContents::TextResourceContents {
+            text, mime_type, ..
+        } => {
+            assert_eq!(mime_type.as_deref(), Some("application/json"));
+            serde_json::from_str(text).expect("JSON")
+        }
+        other => panic!("text contents: {other:?}"),
+    }
+}
+
+/// What the view reads, without a browser: the full streams the model got cut (from the spool),
+/// an error with its traceback, and, with the spool off, the bounded view marked incomplete.
+#[tokio::test]
+async fn the_execution_resource_has_the_full_output_the_model_got_cut() {
+    let server = support::Server::start(
+        support::Family::Handshake,
+        &[("IPYTHON_MCP_MAX_TEXT_CHARS", "300")],
+    )
+    .await;
+    let code = "for i in range(400): print(f'line {i:04d}')";
+    let (id, text) = call_naming(&server, "execute", serde_json::json!({ "code": code })).await;
+    assert!(
+        !text.as_str().unwrap_or_default().contains("line 0200"),
+        "the model's text is cut: {text}"
+    );
+    let full = read_execution(&server, &id).await;
+    assert_eq!(full["execution_id"], id.as_str());
+    assert_eq!(full["status"], "ok");
+    assert_eq!(full["complete"], true, "{full}");
+    let stdout: String = full["outputs"]
+        .as_array()
+        .expect("outputs")
+        .iter()
+        .filter(|output| output["output_type"] == "stream" && output["name"] == "stdout")
+        .map(|output| match &output["text"] {
+            Value::Array(lines) => lines.iter().filter_map(Value::as_str).collect::<String>(),
+            text => text.as_str().unwrap_or_default().to_owned(),
+        })
+        .collect();
+    assert_eq!(stdout.lines().count(), 400, "every line: {full}");
+    assert!(stdout.contains("line 0200\n"));
+
+    // get_output names the same execution for the view.
+    let (named, _) = call_naming(
+        &server,
+        "get_output",
+        serde_json::json!({ "execution_id": id }),
+    )
+    .await;
+    assert_eq!(named, id);
+
+    let (failed, _) = call_naming(
+        &server,
+        "execute",
+        serde_json::json!({ "code": "def f():\n    raise ValueError('no moons')\nf()" }),
+    )
+    .await;
+    let full = read_execution(&server, &failed).await;
+    assert_eq!(full["status"], "error");
+    let error = full["outputs"]
+        .as_array()
+        .expect("outputs")
+        .iter()
+        .find(|output| output["output_type"] == "error")
+        .expect("an error output");
+    assert_eq!(error["ename"], "ValueError");
+    assert_eq!(error["evalue"], "no moons");
+    assert!(error["traceback"]
+        .as_array()
+        .is_some_and(|lines| !lines.is_empty()));
+    server.stop().await;
+
+    let server = support::Server::start(
+        support::Family::Handshake,
+        &[
+            ("IPYTHON_MCP_MAX_TEXT_CHARS", "300"),
+            ("IPYTHON_MCP_MAX_SPOOL_EXECUTION_BYTES", "0"),
+        ],
+    )
+    .await;
+    let (id, _) = call_naming(&server, "execute", serde_json::json!({ "code": code })).await;
+    let view = read_execution(&server, &id).await;
+    assert_eq!(
+        view["complete"], false,
+        "no spool, only the bounded view: {view}"
+    );
+    assert_eq!(view["outputs"][0]["output_type"], "stream");
+    assert!(view["outputs"][0]["text"]
+        .as_str()
+        .is_some_and(|text| text.contains("line 0000") && !text.contains("line 0200")));
+    server.stop().await;
+}
