@@ -7,6 +7,7 @@
 //!   block for clients that only read text, and `isError` exactly when `ok` is false.
 //! - Internal errors become a stable `code` and a useful message here, in one place.
 
+mod apps;
 mod argument;
 mod dynamic;
 mod error;

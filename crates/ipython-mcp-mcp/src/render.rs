@@ -76,7 +76,8 @@ pub(crate) fn execution_with(
             .into_iter()
             .map(|(data, mime)| Content::image(data, mime)),
     );
-    finish(structured, content, output.ok)
+    // The result names its execution for the output view (see apps.rs).
+    crate::apps::linked(finish(structured, content, output.ok), output)
 }
 
 pub(crate) fn status(result: &StatusResult) -> CallToolResult {

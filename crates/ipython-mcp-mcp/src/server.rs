@@ -164,6 +164,7 @@ impl IpythonMcp {
                 (None, _) => None,
             };
         }
+        crate::apps::link_tools(&mut router);
         router
     }
 
@@ -750,9 +751,9 @@ to check the kernel without running code. This is not a sandbox: code runs with 
         _request: Option<rmcp::model::PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourcesResult, rmcp::ErrorData> {
-        Ok(rmcp::model::ListResourcesResult::with_all_items(
-            self.notebook_resources().await,
-        ))
+        let mut resources = self.notebook_resources().await;
+        resources.extend(crate::apps::resources());
+        Ok(rmcp::model::ListResourcesResult::with_all_items(resources))
     }
 
     async fn list_resource_templates(
@@ -760,8 +761,10 @@ to check the kernel without running code. This is not a sandbox: code runs with 
         _request: Option<rmcp::model::PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourceTemplatesResult, rmcp::ErrorData> {
+        let mut templates = self.notebook_resource_templates();
+        templates.extend(crate::apps::resource_templates());
         Ok(rmcp::model::ListResourceTemplatesResult::with_all_items(
-            self.notebook_resource_templates(),
+            templates,
         ))
     }
 
@@ -770,7 +773,10 @@ to check the kernel without running code. This is not a sandbox: code runs with 
         request: rmcp::model::ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, rmcp::ErrorData> {
-        let contents = self.read_notebook_resource(&request.uri).await?;
+        let contents = match crate::apps::read(self, &request.uri).await {
+            Some(read) => read?,
+            None => self.read_notebook_resource(&request.uri).await?,
+        };
         Ok(rmcp::model::ReadResourceResult::new(vec![contents]).into())
     }
 
