@@ -118,11 +118,15 @@ pub(crate) async fn bench_mcp(
     let started = Instant::now();
     let flood = call(FLOOD, 600.0).await?;
     let flood_seconds = started.elapsed().as_secs_f64();
+    // In the default result shape the count is in the text's marker: "[… N characters".
     let flood_omitted = flood
-        .structured_content
-        .as_ref()
-        .and_then(|value| value.get("stdout_omitted_chars"))
-        .and_then(Value::as_u64)
+        .content
+        .iter()
+        .filter_map(|block| block.as_text())
+        .find_map(|text| {
+            let count = text.text.split("[… ").nth(1)?.split(' ').next()?;
+            count.parse::<u64>().ok()
+        })
         .unwrap_or(0);
     let peak_kib = proc_status_kib(pid, "VmHWM:");
     client.cancel().await?;

@@ -169,6 +169,8 @@ pub(crate) async fn bench_replacement(
         &[
             ("IPYTHON_MCP_LOG", "error".to_owned()),
             ("IPYTHON_MCP_SPARE_KERNELS", spares.to_string()),
+            // The recovery is read from the typed result (runtime.interruption).
+            ("IPYTHON_MCP_STRUCTURED_OUTPUT", "always".to_owned()),
             (
                 "IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS",
                 HANG_GRACE_SECONDS.to_string(),
