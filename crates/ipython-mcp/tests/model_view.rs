@@ -396,3 +396,43 @@ display({'application/vnd.vegalite.v5+json': spec, 'text/plain': '<VegaLite 5 ob
     assert_eq!(spec["title"], "Sales");
     server.stop().await;
 }
+
+/// A tasks client's completed background `execute` is `execute`'s own result in the same
+/// shape: text and images, no structuredContent.
+#[tokio::test]
+async fn a_completed_task_has_the_shape_of_the_execute_it_ran() {
+    use rmcp::model::{CallToolRequestParams, CallToolResponse, GetTaskParams, TaskPayload};
+    let server = Server::start_with_tasks(Family::Handshake, &[AUTO]).await;
+    let peer = server.client.peer();
+    let arguments = json!({"code": rich_cell(), "background": true});
+    let request = CallToolRequestParams::new("execute")
+        .with_arguments(arguments.as_object().cloned().expect("object"));
+    let task = match peer.call_tool_once(request).await.expect("tools/call") {
+        CallToolResponse::Task(created) => created.task,
+        other => panic!("a task, not {other:?}"),
+    };
+    // Waits on the execution itself, then reads the task.
+    call_peer(
+        peer,
+        "get_output",
+        json!({"execution_id": task.task_id, "wait_seconds": 120}),
+    )
+    .await;
+    let completed = peer
+        .get_task(GetTaskParams::new(task.task_id.clone()))
+        .await
+        .expect("tasks/get");
+    let TaskPayload::Completed { result } = &completed.task.payload else {
+        panic!("a result: {completed:?}")
+    };
+    let result: rmcp::model::CallToolResult =
+        serde_json::from_value(Value::Object(result.clone())).expect("a tool result");
+    assert!(result.structured_content.is_none(), "{result:?}");
+    let result = ToolResult {
+        structured: Value::Null,
+        is_error: result.is_error == Some(true),
+        content: result.content.to_vec(),
+    };
+    assert_rich_reaches_every_model("a task's result", &result);
+    server.stop().await;
+}
