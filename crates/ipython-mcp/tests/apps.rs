@@ -64,43 +64,26 @@ fn install() -> Option<PathBuf> {
     let dir = target_tmp().join("apps");
     let sources = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/apps");
     let wanted = std::fs::read_to_string(sources.join("package.json")).expect("package.json");
-    let installed = dir.join("package.json");
-    let ready = std::fs::read_to_string(&installed).ok().as_deref() == Some(wanted.as_str())
-        && [
+    let ready = |dir: &Path| {
+        [
             "playwright-core",
             "ajv",
             "@modelcontextprotocol/sdk",
             "@modelcontextprotocol/ext-apps",
         ]
         .iter()
-        .all(|package| dir.join("node_modules").join(package).exists());
-    if !ready {
-        let npm_found = std::process::Command::new("npm")
-            .arg("--version")
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|status| status.success());
-        if !npm_found {
-            ci::skip_outside_ci("npm not found; the output view's browser test did not run");
-            return None;
-        }
-        std::fs::create_dir_all(&dir).expect("create target/tmp/apps");
-        std::fs::write(&installed, &wanted).expect("write package.json");
-        let status = std::process::Command::new("npm")
-            // The MCP Apps package is here for its JSON schemas only: not its peers (the
-            // SDK's next major, zod), which nothing here loads.
-            .args([
-                "install",
-                "--no-audit",
-                "--no-fund",
-                "--no-package-lock",
-                "--legacy-peer-deps",
-                "--loglevel=error",
-            ])
-            .current_dir(&dir)
-            .status()
-            .expect("run npm");
-        assert!(status.success(), "npm install of the apps host failed");
+        .all(|package| dir.join("node_modules").join(package).exists())
+    };
+    // The MCP Apps package is here for its JSON schemas only: not its peers (the SDK's next
+    // major, zod), which nothing here loads.
+    if !ci::npm_install(
+        &dir,
+        &wanted,
+        &["--legacy-peer-deps"],
+        "the output view's browser test",
+        ready,
+    ) {
+        return None;
     }
     // Beside its node_modules, where Node resolves its imports.
     std::fs::copy(sources.join("host.mjs"), dir.join("host.mjs")).expect("copy host.mjs");

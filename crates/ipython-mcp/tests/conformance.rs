@@ -35,42 +35,15 @@ fn install() -> Option<PathBuf> {
         wanted.contains(&format!("\"{SUITE_VERSION}\"")),
         "SUITE_VERSION matches package.json"
     );
-    let installed = dir.join("package.json");
-    let bin = dir.join("node_modules/.bin/conformance");
-    if bin.exists() && std::fs::read_to_string(&installed).ok().as_deref() == Some(wanted.as_str())
-    {
-        return Some(dir);
-    }
-    let npm_found = std::process::Command::new("npm")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success());
-    if !npm_found {
-        ci::skip_outside_ci(
-            "npm not found; the conformance suite (it installs Node.js 22 and the suite) did not run",
-        );
-        return None;
-    }
-    std::fs::create_dir_all(&dir).expect("create target/tmp/conformance");
-    std::fs::write(&installed, &wanted).expect("write package.json");
-    let status = std::process::Command::new("npm")
-        .args([
-            "install",
-            "--no-audit",
-            "--no-fund",
-            "--no-package-lock",
-            "--loglevel=error",
-        ])
-        .current_dir(&dir)
-        .status()
-        .expect("run npm");
-    assert!(
-        status.success(),
-        "npm install of the conformance suite failed"
-    );
-    assert!(bin.exists(), "npm installed no conformance binary");
-    Some(dir)
+    let ready = |dir: &Path| dir.join("node_modules/.bin/conformance").exists();
+    ci::npm_install(
+        &dir,
+        &wanted,
+        &[],
+        "the conformance suite (it installs Node.js 22 and the suite)",
+        ready,
+    )
+    .then_some(dir)
 }
 
 #[tokio::test]

@@ -18,3 +18,46 @@ pub fn skip_outside_ci(reason: &str) {
     );
     eprintln!("SKIPPED: {reason}");
 }
+
+/// Installs `package_json` (its text) into `dir` with npm, unless an earlier run installed
+/// exactly it and `ready` holds; `false` (skipped) only outside CI when npm is missing.
+/// `extra` goes to `npm install`; `what` names the tools for messages.
+#[allow(dead_code)] // not every test binary that includes this module installs npm tools
+pub fn npm_install(
+    dir: &std::path::Path,
+    package_json: &str,
+    extra: &[&str],
+    what: &str,
+    ready: impl Fn(&std::path::Path) -> bool,
+) -> bool {
+    let installed = dir.join("package.json");
+    if std::fs::read_to_string(&installed).ok().as_deref() == Some(package_json) && ready(dir) {
+        return true;
+    }
+    let npm_found = std::process::Command::new("npm")
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if !npm_found {
+        skip_outside_ci(&format!("npm not found; {what} did not run"));
+        return false;
+    }
+    std::fs::create_dir_all(dir).expect("create the npm directory");
+    std::fs::write(&installed, package_json).expect("write package.json");
+    let status = std::process::Command::new("npm")
+        .args([
+            "install",
+            "--no-audit",
+            "--no-fund",
+            "--no-package-lock",
+            "--loglevel=error",
+        ])
+        .args(extra)
+        .current_dir(dir)
+        .status()
+        .expect("run npm");
+    assert!(status.success(), "npm install for {what} failed");
+    assert!(ready(dir), "npm installed {what} incompletely");
+    true
+}
