@@ -89,7 +89,8 @@ pub struct RuntimeStatus {
 }
 
 impl RuntimeStatus {
-    pub(crate) fn starting(kernel_id: &str) -> Self {
+    /// A session's status before its first kernel is up.
+    pub fn starting(kernel_id: &str) -> Self {
         RuntimeStatus {
             kernel_id: kernel_id.to_owned(),
             state: SessionState::Starting,

@@ -63,7 +63,7 @@ pub struct NameParams {
 pub struct CallParams {
     /// Callable name or dotted path.
     pub name: String,
-    /// Keyword arguments.
+    /// Keyword arguments (default: none, a call with no arguments).
     #[serde(default)]
     pub arguments: Option<serde_json::Map<String, Value>>,
     /// Session id (default `default`).

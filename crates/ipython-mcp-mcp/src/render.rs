@@ -82,12 +82,17 @@ pub(crate) fn execution_with(
 
 pub(crate) fn status(result: &StatusResult) -> CallToolResult {
     let structured = serde_json::to_value(result).unwrap_or(Value::Null);
+    finish(structured, vec![Content::text(status_text(result))], result.ok)
+}
+
+fn status_text(result: &StatusResult) -> String {
     let status = &result.status;
     let mut text = format!(
-        "kernel {:?}: {:?}, epoch {}",
-        status.kernel_id, status.state, status.epoch
-    )
-    .to_lowercase();
+        "kernel {:?}: {}, epoch {}",
+        status.kernel_id,
+        wire_name(&status.state),
+        status.epoch
+    );
     if let Some(kernel) = &status.kernel {
         match (&kernel.remote, kernel.pid) {
             (Some(remote), _) => text.push_str(&format!(
@@ -121,7 +126,7 @@ pub(crate) fn status(result: &StatusResult) -> CallToolResult {
     if let Some(error) = &status.error {
         text.push_str(&format!("\nerror [{}]: {}", error.code, error.message));
     }
-    finish(structured, vec![Content::text(text)], result.ok)
+    text
 }
 
 /// A namespace tool's result: the typed JSON, with a compact text rendering for text-only
@@ -157,10 +162,11 @@ pub(crate) fn interrupt(result: &crate::server::InterruptResult) -> CallToolResu
     let text = match (result.interrupted, &result.interruption, &result.namespace) {
         (false, _, _) => "nothing was running; the kernel is idle".to_owned(),
         (true, Some(kind), Some(namespace)) => format!(
-            "interrupted ({kind:?}); namespace {namespace:?}; epoch {}",
+            "interrupted ({}); namespace {}; epoch {}",
+            wire_name(kind),
+            wire_name(namespace),
             result.epoch
-        )
-        .to_lowercase(),
+        ),
         (true, _, _) => "interrupted".to_owned(),
     };
     finish(structured, vec![Content::text(text)], result.ok)
@@ -491,7 +497,15 @@ fn summary_note(metadata: Option<&serde_json::Map<String, Value>>) -> Option<Str
 }
 
 fn status_name(status: ExecutionStatus) -> String {
-    format!("{status:?}").to_lowercase()
+    wire_name(&status)
+}
+
+/// An enum value as results spell it (its serde name), for the text block.
+fn wire_name<T: serde::Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(Value::String(name)) => name,
+        _ => String::from("unknown"),
+    }
 }
 
 /// Characters of a traceback the text block shows: its last frames, where the error is.
@@ -580,7 +594,7 @@ fn runtime_facts(runtime: &RuntimeInfo) -> String {
         ),
         (Some(kind), Some(NamespaceOutcome::Preserved)) => text.push_str(&format!(
             "\n[interrupted ({}); namespace preserved]",
-            format!("{kind:?}").to_lowercase()
+            wire_name(kind)
         )),
         (_, Some(NamespaceOutcome::Unknown)) => text.push_str(
             "\n[the namespace may have been lost: check with runtime_status before relying on it]",
@@ -649,7 +663,7 @@ fn image_notes(metadata: &serde_json::Map<String, Value>) -> String {
 
 /// A page of spooled output, for the text block.
 pub(crate) fn page_text(page: &ipython_mcp_kernel::Page) -> String {
-    let stream = format!("{:?}", page.stream).to_lowercase();
+    let stream = wire_name(&page.stream);
     let mut text = match (&page.pattern, page.total_matches) {
         (Some(pattern), Some(matches)) => format!(
             "\n--- {stream} lines matching /{pattern}/: {matches} of {} lines ---",
@@ -672,6 +686,16 @@ pub(crate) fn page_text(page: &ipython_mcp_kernel::Page) -> String {
 mod tests {
     use super::*;
     use ipython_mcp_kernel::{ExecutionId, RuntimeInfo, SpoolInfo};
+
+    #[test]
+    fn the_status_line_keeps_the_session_id_as_it_is_spelled() {
+        let status = StatusResult {
+            ok: true,
+            status: ipython_mcp_kernel::RuntimeStatus::starting("MyKernel"),
+        };
+        let result = status_text(&status);
+        assert!(result.starts_with("kernel \"MyKernel\": starting, epoch 0"), "{result}");
+    }
 
     #[test]
     fn the_text_names_the_execution_id_as_a_plain_string() {
