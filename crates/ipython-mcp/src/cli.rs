@@ -18,6 +18,10 @@ use ipython_mcp_config::{CompatFlag, Config, Kind, RawConfig, Setting, JUPYMCP_F
 struct Args {
     #[command(subcommand)]
     command: Option<Command>,
+    /// Speak the json-lines desktop protocol on stdin and stdout instead of MCP (as jupymcp's
+    /// --json-lines): one JSON request per line, one response per line (README, "JSON lines")
+    #[arg(long)]
+    json_lines: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -36,6 +40,8 @@ pub enum Command {
 #[derive(Debug)]
 pub struct Cli {
     pub command: Option<Command>,
+    /// `--json-lines`: the desktop protocol instead of MCP.
+    pub json_lines: bool,
     raw: RawConfig,
 }
 
@@ -47,9 +53,10 @@ impl Cli {
     }
 
     fn from_matches(matches: &clap::ArgMatches) -> Cli {
-        let command = Args::from_arg_matches(matches)
-            .unwrap_or_else(|error| error.exit())
-            .command;
+        let Args {
+            command,
+            json_lines,
+        } = Args::from_arg_matches(matches).unwrap_or_else(|error| error.exit());
         let mut raw = RawConfig::default();
         for setting in SETTINGS {
             if let Some(value) = matches.get_one::<String>(setting.name) {
@@ -69,7 +76,11 @@ impl Cli {
                 }
             }
         }
-        Cli { command, raw }
+        Cli {
+            command,
+            json_lines,
+            raw,
+        }
     }
 
     /// The log filter: the one configured, except that `doctor` prints its report without the

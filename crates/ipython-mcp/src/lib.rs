@@ -86,6 +86,7 @@ pub fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Some(cli::Command::Doctor { .. }) => doctor::run(config).await,
+            None if cli.json_lines => serve::run_json_lines(config).await,
             None => serve::run(config, credentials, test_mode).await,
         }
     });
