@@ -240,6 +240,9 @@ pub enum Transport {
     Stdio,
     /// Streamable HTTP at `/mcp`, any number of clients, bearer token required.
     Http,
+    /// Not MCP: the json-lines desktop protocol on stdin and stdout. Chosen by `--json-lines`
+    /// (as in jupymcp), never by `IPYTHON_MCP_TRANSPORT`.
+    JsonLines,
 }
 
 /// A bearer token. Its `Debug` never shows the value, so it cannot reach a log by accident.

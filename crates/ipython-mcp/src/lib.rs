@@ -43,6 +43,9 @@ pub fn main() -> ExitCode {
             eprintln!("ipython-mcp: {warning}");
         }
     }
+    if cli.json_lines {
+        config.transport = ipython_mcp_config::Transport::JsonLines;
+    }
     let test_mode = match test_mode::TestMode::from_env(&config) {
         Ok(mode) => mode,
         Err(error) => {
@@ -86,7 +89,9 @@ pub fn main() -> ExitCode {
     let result = runtime.block_on(async move {
         match cli.command {
             Some(cli::Command::Doctor { .. }) => doctor::run(config).await,
-            None if cli.json_lines => serve::run_json_lines(config).await,
+            None if config.transport == ipython_mcp_config::Transport::JsonLines => {
+                serve::run_json_lines(config).await
+            }
             None => serve::run(config, credentials, test_mode).await,
         }
     });

@@ -116,6 +116,10 @@ async fn every_method_round_trips_against_a_real_kernel() {
 
     let capabilities = client.ok("capabilities", json!({})).await;
     assert_eq!(capabilities["schema_version"], "1.0");
+    assert_eq!(capabilities["transport"]["active"], "json-lines");
+    let schema =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../schemas/capabilities.schema.json");
+    support::assert_matches_schema(&schema, &capabilities).await;
     assert_eq!(
         capabilities["cancellation"]["mcp_request"],
         "interrupts_running_cell"

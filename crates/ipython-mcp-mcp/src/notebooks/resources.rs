@@ -240,8 +240,9 @@ impl IpythonMcp {
                 "active": match config.transport {
                     ipython_mcp_config::Transport::Stdio => "stdio",
                     ipython_mcp_config::Transport::Http => "http",
+                    ipython_mcp_config::Transport::JsonLines => "json-lines",
                 },
-                "supported": ["stdio", "http"],
+                "supported": ["stdio", "http", "json-lines"],
             },
             "protocol": protocol_json(self),
             "cancellation": cancellation_json(),
