@@ -255,6 +255,9 @@ pub enum Transport {
     Stdio,
     /// Streamable HTTP at `/mcp`, any number of clients, bearer token required.
     Http,
+    /// Not MCP: the json-lines desktop protocol on stdin and stdout. Chosen by `--json-lines`
+    /// (as in jupymcp), never by `IPYTHON_MCP_TRANSPORT`.
+    JsonLines,
 }
 
 /// A bearer token. Its `Debug` never shows the value, so it cannot reach a log by accident.
@@ -605,6 +608,15 @@ mod tests {
                 setting.default
             );
         }
+        for compat in JUPYMCP_FLAGS {
+            let row = readme
+                .lines()
+                .find(|line| line.starts_with(&format!("| `--{}` |", compat.flag)))
+                .unwrap_or_else(|| panic!("README has no row for --{}", compat.flag));
+            for setting in compat.settings {
+                assert!(row.contains(&format!("`--{}`", setting.flag)), "{row}");
+            }
+        }
     }
 
     #[test]
@@ -776,6 +788,13 @@ mod tests {
         .expect("valid");
         assert_eq!(config.transport, Transport::Http);
         assert_eq!(config.http.port, 0);
+        let jupymcp_spelling = RawConfig::default()
+            .with(TRANSPORT, "streamable-http")
+            .with(HTTP_TOKEN, "0123456789abcdef");
+        assert_eq!(
+            check(jupymcp_spelling, Ok(())).map(|config| config.transport),
+            Some(Transport::Http)
+        );
         assert!(config.http.host.is_loopback());
         assert!(matches!(config.http.token, TokenSource::Given(_)));
         assert!(
@@ -785,7 +804,7 @@ mod tests {
         let bad = |raw: RawConfig, message: &str| check(raw, Err(message));
         bad(
             RawConfig::default().with(TRANSPORT, "sse"),
-            "invalid configuration: IPYTHON_MCP_TRANSPORT (--transport): must be stdio or http, got \"sse\"",
+            "invalid configuration: IPYTHON_MCP_TRANSPORT (--transport): must be stdio or http (also spelled streamable-http), got \"sse\"",
         );
         bad(
             RawConfig::default().with(HOST, "0.0.0.0"),

@@ -8,11 +8,15 @@ use crate::*;
 pub(crate) fn transport(raw: &RawConfig) -> Result<Transport, Error> {
     match raw.get(TRANSPORT).unwrap_or(TRANSPORT.default).trim() {
         "stdio" => Ok(Transport::Stdio),
-        "http" => Ok(Transport::Http),
+        // jupymcp's name for the same transport, so its users keep their command line.
+        "http" | "streamable-http" => Ok(Transport::Http),
         other => Err(Error::Invalid {
             env: TRANSPORT.env,
             flag: TRANSPORT.flag,
-            problem: format!("must be stdio or http, got {:?}", bounded(other)),
+            problem: format!(
+                "must be stdio or http (also spelled streamable-http), got {:?}",
+                bounded(other)
+            ),
         }),
     }
 }

@@ -139,7 +139,7 @@ settings! {
     LOG = ("log", "IPYTHON_MCP_LOG", "log", "info", Value, "FILTER",
         "Log filter for stderr (tracing EnvFilter syntax, e.g. info or ipython_mcp_kernel=debug)");
     TRANSPORT = ("transport", "IPYTHON_MCP_TRANSPORT", "transport", "stdio", Value, "stdio|http",
-        "How clients connect: stdio (the client starts the server) or http (Streamable HTTP at /mcp)");
+        "How clients connect: stdio (the client starts the server) or http (Streamable HTTP at /mcp, bearer token required; also spelled streamable-http, as jupymcp does)");
     HOST = ("host", "IPYTHON_MCP_HOST", "host", "127.0.0.1", Value, "ADDRESS",
         "Address the HTTP transport listens on; a non-loopback address also needs --allow-remote");
     PORT = ("port", "IPYTHON_MCP_PORT", "port", "8765", Value, "PORT",
@@ -155,6 +155,57 @@ settings! {
     ALLOW_REMOTE = ("allow_remote", "IPYTHON_MCP_ALLOW_REMOTE", "allow-remote", "false", Switch, "true|false",
         "Allow --host to be a non-loopback address, so other machines can connect (the token is still required)");
 }
+
+/// A flag of jupymcp's command line that sets some of our settings, so a jupymcp user can
+/// swap the command in a client's configuration and keep the flags. Not a setting of its own
+/// (no variable): a setting's own flag or variable, when given, wins over it.
+#[derive(Debug, Clone, Copy)]
+pub struct CompatFlag {
+    /// Long flag (without the leading `--`).
+    pub flag: &'static str,
+    /// What `--help` calls its value.
+    pub value_name: &'static str,
+    /// The settings it sets, each to the value given.
+    pub settings: &'static [Setting],
+    /// One line for `--help` and the README: what it maps to and how its meaning differs.
+    pub help: &'static str,
+}
+
+/// jupymcp's flags that are not already ours under the same name (`--max-kernels`,
+/// `--workspace-root` and `--transport` are; `--transport` also takes jupymcp's
+/// `streamable-http`).
+pub const JUPYMCP_FLAGS: &[CompatFlag] = &[
+    CompatFlag {
+        flag: "default-timeout",
+        value_name: "SECONDS",
+        settings: &[OPERATION_TIMEOUT],
+        help: "jupymcp's flag for --operation-timeout-seconds (jupymcp's default is 120 s, ours 30 s); the deadline counts from dispatch, and a cell that outlives it is interrupted, then its kernel replaced",
+    },
+    CompatFlag {
+        flag: "max-timeout",
+        value_name: "SECONDS",
+        settings: &[MAX_TIMEOUT],
+        help: "jupymcp's flag for --max-timeout-seconds (same meaning: the largest timeout a call may ask for)",
+    },
+    CompatFlag {
+        flag: "max-output-bytes",
+        value_name: "BYTES",
+        settings: &[MAX_TEXT_CHARS, MAX_REPLY_BYTES],
+        help: "jupymcp's cap on one execution's captured output; here it sets --max-text-chars (kept of each of stdout and stderr, counted in characters) and --max-reply-bytes (display payloads per reply); what is cut is counted and stays readable with get_output",
+    },
+    CompatFlag {
+        flag: "max-output-blocks",
+        value_name: "N",
+        settings: &[MAX_DISPLAY_ITEMS],
+        help: "jupymcp's cap on captured output blocks; here it sets --max-display-items (rich display items per execution; stdout and stderr are bounded by characters, not blocks)",
+    },
+    CompatFlag {
+        flag: "idle-timeout",
+        value_name: "SECONDS",
+        settings: &[KERNEL_IDLE_TIMEOUT],
+        help: "jupymcp's flag for --kernel-idle-timeout-seconds: a started kernel session (a notebook's included) idle this long is stopped; the default session never is",
+    },
+];
 
 /// Raw, unvalidated values as the user gave them (flag or environment variable), by setting.
 ///

@@ -35,6 +35,11 @@ impl ToolError {
         self
     }
 
+    /// The error as data (the json-lines protocol sends it as it is).
+    pub(crate) fn into_info(self) -> ErrorInfo {
+        *self.0
+    }
+
     /// The tool result an agent sees.
     pub(crate) fn into_result(self) -> CallToolResult {
         render::request_error(&self.0)

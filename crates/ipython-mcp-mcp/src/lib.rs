@@ -25,6 +25,7 @@ mod wire;
 
 pub use fixtures::Fixtures;
 pub use ipython_mcp_kernel::{KernelManager, SessionId, StartSpec};
+pub use notebooks::serve_json_lines;
 pub use peers::Peers;
 pub use server::{IpythonMcp, MAX_CODE_BYTES};
 pub use state::ServerState;

@@ -32,7 +32,26 @@ pub async fn run(
             crate::test_mode::VARIABLE
         );
     }
-    let options = session_options(&config, SessionId::DEFAULT)?;
+    let sessions = match start_sessions(&config).await? {
+        Ok(sessions) => sessions,
+        Err(code) => return Ok(code),
+    };
+    if config.transport == Transport::Http {
+        return crate::http::run(config, sessions, credentials, test_mode).await;
+    }
+    let product = IpythonMcp::new(sessions.clone(), Arc::clone(&config));
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving MCP on stdio");
+    if test_mode.fixtures() {
+        serve_stdio(Fixtures::new(product), sessions).await
+    } else {
+        serve_stdio(product, sessions).await
+    }
+}
+
+/// The default session (starting in the background) and the state every connection shares;
+/// `Err` is the exit status of a configuration error already reported.
+async fn start_sessions(config: &Arc<Config>) -> anyhow::Result<Result<ServerState, ExitCode>> {
+    let options = session_options(config, SessionId::DEFAULT)?;
     let mut default_options = options.clone();
     let mut default_spec = None;
     if let Some(spec) = config.kernel.clone() {
@@ -49,24 +68,53 @@ pub async fn run(
                     "ipython-mcp: invalid configuration: {} (--{}): {error}",
                     setting.env, setting.flag
                 );
-                return Ok(ExitCode::from(2));
+                return Ok(Err(ExitCode::from(2)));
             }
         }
     }
     let default = SessionHandle::start(default_options);
     let kernels = KernelManager::with_template(default, options, default_spec, config.kernels);
-    let sessions = ServerState::new(kernels, &config, Peers::default());
+    let sessions = ServerState::new(kernels, config, Peers::default());
     sessions.spawn_reaper();
-    if config.transport == Transport::Http {
-        return crate::http::run(config, sessions, credentials, test_mode).await;
-    }
+    Ok(Ok(sessions))
+}
+
+/// `--json-lines`: the desktop protocol on stdin and stdout instead of MCP. End of input (or
+/// SIGTERM, SIGINT) shuts the sessions down; running executions end `runtime_closed`.
+pub async fn run_json_lines(config: Config) -> anyhow::Result<ExitCode> {
+    let config = Arc::new(config);
+    let sessions = match start_sessions(&config).await? {
+        Ok(sessions) => sessions,
+        Err(code) => return Ok(code),
+    };
     let product = IpythonMcp::new(sessions.clone(), Arc::clone(&config));
-    tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving MCP on stdio");
-    if test_mode.fixtures() {
-        serve_stdio(Fixtures::new(product), sessions).await
-    } else {
-        serve_stdio(product, sessions).await
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        "serving the json-lines protocol on stdio"
+    );
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let on_eof = {
+        let sessions = sessions.clone();
+        move || sessions.begin_shutdown()
+    };
+    let served = ipython_mcp_mcp::serve_json_lines(
+        product,
+        tokio::io::BufReader::new(tokio::io::stdin()),
+        tokio::io::stdout(),
+        on_eof,
+    );
+    tokio::select! {
+        served = served => {
+            if let Err(error) = served {
+                tracing::warn!(%error, "json-lines stream failed");
+            }
+        }
+        _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = interrupt.recv() => tracing::info!("SIGINT: shutting down"),
     }
+    sessions.shutdown().await;
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn serve_stdio<S: rmcp::ServerHandler>(

@@ -379,7 +379,7 @@ async fn the_capabilities_resource_says_the_transport_is_http_over_http() {
         assert_eq!(capabilities["transport"]["active"], "http", "{family:?}");
         assert_eq!(
             capabilities["transport"]["supported"],
-            json!(["stdio", "http"])
+            json!(["stdio", "http", "json-lines"])
         );
     }
     let status = server.terminate().await;

@@ -1,16 +1,25 @@
-//! Installing the server the way users do (README, "Install"): a wheel built by maturin from
-//! this checkout, installed into a fresh virtual environment and run by `uvx`, each entry point
-//! driven through an MCP `execute` round trip and `doctor`; and the crates packaged for
-//! crates.io. maturin and uv come from PyPI into `target/tmp`, never into the kernel's
-//! environment.
+//! Installing the server the way users do (README, "Install" and "Connect your client"): a
+//! wheel built by maturin from this checkout, offered under its PyPI name
+//! (`ipython-mcp-server`) from a local directory instead of the index, installed with uv into a
+//! fresh virtual environment, run through the very command the README gives every client
+//! (`uvx ipython-mcp-server`) and installed with pipx, each entry point driven through an MCP
+//! `execute` round trip and `doctor`; and the crates packaged for crates.io. maturin and uv come
+//! from PyPI into `target/tmp`, never into the kernel's environment.
 
 mod support;
+
+// The one definition of "running in CI" for every test binary of the workspace.
+#[path = "../../ipython-mcp-env/tests/ci/mod.rs"]
+mod ci;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::json;
 use support::{Family, Server};
+
+/// The distribution's name on PyPI, and the name of the wheel's one executable.
+const DISTRIBUTION: &str = "ipython-mcp-server";
 
 /// Every crate `cargo install ipython-mcp` needs, in the order cargo publishes them.
 const PUBLISHED: [&str; 7] = [
@@ -75,12 +84,84 @@ async fn build_wheel() -> PathBuf {
     // One wheel per platform, not per Python version: no libpython, no ABI tag.
     assert!(
         name.starts_with(&format!(
-            "ipython_mcp-{}-py3-none-",
+            "ipython_mcp_server-{}-py3-none-",
             env!("CARGO_PKG_VERSION")
         )),
         "{name}"
     );
     wheels[0].clone()
+}
+
+/// Environment variables that make uv find the distribution by name in `dist` (the built
+/// wheel) instead of on PyPI, and nothing else: so the commands users type, unchanged, install
+/// this checkout's wheel.
+fn local_index(dist: &Path, python: &Path, uv_cache: &Path) -> Vec<(String, String)> {
+    let text = |path: &Path| path.to_str().expect("utf-8 path").to_owned();
+    vec![
+        ("UV_OFFLINE".into(), "1".into()),
+        ("UV_NO_INDEX".into(), "1".into()),
+        ("UV_FIND_LINKS".into(), text(dist)),
+        ("UV_PYTHON".into(), text(python)),
+        ("UV_CACHE_DIR".into(), text(uv_cache)),
+    ]
+}
+
+/// The command every client snippet of the README starts the server with (Claude Code's and
+/// Codex's `mcp add … -- COMMAND`, the JSON of Claude Desktop, Cursor and VS Code), checked to
+/// be one and the same.
+fn readme_client_command() -> Vec<String> {
+    let readme = std::fs::read_to_string(workspace_root().join("README.md")).expect("README");
+    let section = readme
+        .split("\n## Connect your client\n")
+        .nth(1)
+        .expect("a \"Connect your client\" section")
+        .split("\n## ")
+        .next()
+        .expect("section text");
+    let mut commands: Vec<(String, Vec<String>)> = Vec::new();
+    for line in section.lines() {
+        if let Some((client, command)) = line.split_once(" -- ") {
+            if client.contains(" mcp add ") {
+                let words = command.split_whitespace().map(str::to_owned).collect();
+                commands.push((line.to_owned(), words));
+            }
+        }
+    }
+    for block in section.split("```json\n").skip(1) {
+        let text = block.split("```").next().expect("block");
+        let config: serde_json::Value = serde_json::from_str(text).expect("the snippet is JSON");
+        let servers = config
+            .get("mcpServers")
+            .or_else(|| config.get("servers"))
+            .expect("mcpServers or servers");
+        let server = &servers["ipython"];
+        let mut words = vec![server["command"].as_str().expect("command").to_owned()];
+        words.extend(
+            server["args"]
+                .as_array()
+                .expect("args")
+                .iter()
+                .map(|arg| arg.as_str().expect("string arg").to_owned()),
+        );
+        commands.push((text.to_owned(), words));
+    }
+    // Two `mcp add` lines for each of Claude Code and Codex, and the two JSON snippets.
+    assert_eq!(commands.len(), 6, "{commands:#?}");
+    let first = commands[0].1.clone();
+    for (snippet, command) in &commands {
+        assert_eq!(command, &first, "the README's clients disagree:\n{snippet}");
+    }
+    assert_eq!(first, ["uvx", DISTRIBUTION]);
+    // The install section's first commands name the same distribution.
+    assert!(
+        readme.contains(&format!("\nuvx {DISTRIBUTION} ")),
+        "README, Install: uvx {DISTRIBUTION}"
+    );
+    assert!(
+        readme.contains(&format!("\npipx install {DISTRIBUTION} ")),
+        "README, Install: pipx install {DISTRIBUTION}"
+    );
+    first
 }
 
 /// `execute` through the server that `command` starts, then a clean exit.
@@ -107,78 +188,301 @@ fn doctor(command: &mut Command) {
 }
 
 #[tokio::test]
-async fn the_wheel_installs_and_serves_mcp_from_a_venv_and_from_uvx() {
+async fn the_readme_command_installs_the_wheel_by_its_pypi_name_and_serves_mcp() {
+    let readme_command = readme_client_command();
     let wheel = wheel().await;
+    let dist = wheel.parent().expect("dist").to_owned();
     let python = support::provisioned_python().await;
     let (_, uv) = support::python_with("uv==0.13.8", "uv", "install-uv").await;
     let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join("install");
+    let uv_cache = work.join("uv-cache");
+    let index = local_index(&dist, &python, &uv_cache);
+    // `uvx` on PATH first, as the README's command expects it there.
+    let path = format!(
+        "{}:{}",
+        uv.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
 
-    // pip into a fresh virtual environment, from the wheel alone (it has no dependencies).
+    // uv into a fresh virtual environment, by name: the one executable is named after the
+    // distribution.
     let venv = work.join("venv");
     let _ = std::fs::remove_dir_all(&venv);
-    run(Command::new(&python).args(["-m", "venv"]).arg(&venv));
-    run(Command::new(venv.join("bin/python"))
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--no-index",
-            "--disable-pip-version-check",
-            "-q",
-        ])
-        .arg(&wheel));
-    let entry_point = venv.join("bin/ipython-mcp");
-    round_trip(support::command_for(&entry_point, &[], &[])).await;
+    run(Command::new(uv.join("bin/uv"))
+        .args(["venv", "-q"])
+        .arg(&venv)
+        .envs(index.clone()));
+    run(Command::new(uv.join("bin/uv"))
+        .args(["pip", "install", "-q", "--python"])
+        .arg(venv.join("bin/python"))
+        .arg(DISTRIBUTION)
+        .envs(index.clone()));
+    let entry_point = venv.join("bin").join(DISTRIBUTION);
+    assert!(
+        !venv.join("bin/ipython-mcp").exists(),
+        "one executable per wheel"
+    );
+    let mut command = support::command_for(&entry_point, &[], &[]);
+    command.envs(index.clone());
+    round_trip(command).await;
     doctor(&mut Command::new(&entry_point));
 
-    // `uvx --from <wheel> ipython-mcp`, offline: nothing but the wheel is needed.
-    let uv_cache = work.join("uv-cache");
-    let uvx_args = [
-        "--offline",
-        "--python",
-        python.to_str().expect("utf-8 path"),
-        "--from",
-        wheel.to_str().expect("utf-8 path"),
-        "ipython-mcp",
-    ];
-    let uv_cache_str = uv_cache.to_str().expect("utf-8 path");
-    let uvx = uv.join("bin/uvx");
+    // The README's command for every client, word for word: `uvx ipython-mcp-server`.
+    let (program, args) = readme_command.split_first().expect("a command");
+    let readme = |extra: &[&str]| {
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .args(extra)
+            .envs(index.clone())
+            .env("PATH", &path);
+        command
+    };
     // The first run installs the wheel into uv's cache, which takes longer than the handshake
     // bound; clients see that once, as here.
-    let version = run(Command::new(&uvx)
-        .args(uvx_args)
-        .arg("--version")
-        .env("UV_CACHE_DIR", uv_cache_str));
+    let version = run(&mut readme(&["--version"]));
     assert!(version.contains(env!("CARGO_PKG_VERSION")), "{version}");
-    round_trip(support::command_for(
-        &uvx,
-        &uvx_args,
-        &[("UV_CACHE_DIR", uv_cache_str)],
-    ))
-    .await;
-    doctor(
-        Command::new(&uvx)
-            .args(uvx_args)
-            .env("UV_CACHE_DIR", uv_cache_str),
-    );
+    let mut command = tokio::process::Command::from(readme(&[]));
+    command
+        .env("IPYTHON_MCP_CACHE_DIR", support::cache_dir())
+        .env("IPYTHON_MCP_LOG", "warn")
+        .env("IPYTHON_MCP_SPARE_KERNELS", "0")
+        .env("IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "120")
+        .env_remove("VIRTUAL_ENV")
+        .env_remove("IPYTHON_MCP_PYTHON")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true);
+    round_trip(command).await;
+    doctor(&mut readme(&[]));
 }
 
 #[tokio::test]
-async fn pipx_puts_ipython_mcp_on_path() {
+async fn pipx_installs_the_distribution_by_name_and_puts_its_command_on_path() {
     let wheel = wheel().await;
+    let dist = wheel.parent().expect("dist").to_owned();
     let (python, pipx) = support::python_with("pipx==1.18.4", "pipx", "install-pipx").await;
     let home = Path::new(env!("CARGO_TARGET_TMPDIR")).join("install/pipx");
     let _ = std::fs::remove_dir_all(&home);
     let bin = home.join("bin");
+    // `pipx install ipython-mcp-server`, as the README says, with the local wheel offered
+    // beside the index (pipx upgrades its own pip from PyPI first, with the same pip options, so
+    // the index cannot be turned off). The installed version must be this checkout's.
     run(Command::new(&python)
-        .args(["-m", "pipx", "install"])
-        .arg(&wheel)
+        .args(["-m", "pipx", "install", DISTRIBUTION])
+        .env("PIP_FIND_LINKS", &dist)
         .env("PYTHONPATH", &pipx)
         .env("PIPX_HOME", home.join("home"))
         .env("PIPX_BIN_DIR", &bin)
         .env("PIPX_MAN_DIR", home.join("man"))
         .env("PIPX_DEFAULT_PYTHON", &python));
-    doctor(&mut Command::new(bin.join("ipython-mcp")));
+    let version = run(Command::new(bin.join(DISTRIBUTION)).arg("--version"));
+    assert!(version.contains(env!("CARGO_PKG_VERSION")), "{version}");
+    doctor(&mut Command::new(bin.join(DISTRIBUTION)));
+}
+
+/// The MCP Bundle tooling, pinned in `tests/mcpb/package.json`, installed with npm into
+/// `target/tmp/mcpb` once; `None` (skip) only outside CI when npm is missing.
+fn install_mcpb() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcpb");
+    let wanted = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcpb/package.json"),
+    )
+    .expect("package.json");
+    let installed = dir.join("package.json");
+    let bin = dir.join("node_modules/.bin/mcpb");
+    if bin.exists() && std::fs::read_to_string(&installed).ok().as_deref() == Some(wanted.as_str())
+    {
+        return Some(dir);
+    }
+    let npm_found = Command::new("npm")
+        .arg("--version")
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !npm_found {
+        ci::skip_outside_ci("npm not found; the MCP Bundle was not validated or packed");
+        return None;
+    }
+    std::fs::create_dir_all(&dir).expect("create target/tmp/mcpb");
+    std::fs::write(&installed, &wanted).expect("write package.json");
+    run(Command::new("npm")
+        .args([
+            "install",
+            "--no-audit",
+            "--no-fund",
+            "--no-package-lock",
+            "--loglevel=error",
+        ])
+        .current_dir(&dir));
+    assert!(bin.exists(), "npm installed no mcpb");
+    Some(dir)
+}
+
+/// The Claude Desktop extension: `mcpb/manifest.json` with the wheel's executable, assembled by
+/// the release workflow's `mcpb/build.py`, validated and packed by the `mcpb` CLI; then unpacked and
+/// started the way Claude Desktop starts it (the command and environment that `mcpb`'s own
+/// `getMcpConfigForManifest` makes of the manifest and the user's settings), for an MCP round
+/// trip that shows the settings arrived.
+#[tokio::test]
+async fn the_claude_desktop_bundle_validates_packs_and_serves_with_its_user_settings() {
+    let Some(mcpb) = install_mcpb() else { return };
+    let wheel = wheel().await;
+    let python = support::provisioned_python().await;
+    let root = workspace_root();
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("mcpb/manifest.json")).expect("manifest"),
+    )
+    .expect("manifest JSON");
+    assert_eq!(manifest["version"], env!("CARGO_PKG_VERSION"));
+    // Every variable the bundle sets is a setting.
+    for name in manifest["server"]["mcp_config"]["env"]
+        .as_object()
+        .expect("env")
+        .keys()
+    {
+        assert!(
+            ipython_mcp_config::SETTINGS
+                .iter()
+                .any(|setting| setting.env == name),
+            "{name} is not a setting"
+        );
+    }
+
+    let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join("install/bundle");
+    let _ = std::fs::remove_dir_all(&work);
+    // The release workflow's script: manifest plus the wheel's executable, `mcpb validate`,
+    // `mcpb pack`.
+    let cli = mcpb.join("node_modules/.bin/mcpb");
+    let built = run(Command::new(&python)
+        .arg(root.join("mcpb/build.py"))
+        .arg(wheel.parent().expect("dist"))
+        .arg(&work)
+        .arg(&cli));
+    assert!(built.contains("validation passes"), "{built}");
+    let packed = PathBuf::from(
+        built
+            .lines()
+            .find_map(|line| line.strip_prefix("bundle: "))
+            .unwrap_or_else(|| panic!("a bundle:\n{built}")),
+    );
+    assert!(
+        packed.file_name().is_some_and(|name| name
+            .to_string_lossy()
+            .starts_with(&format!("ipython-mcp-{}-", env!("CARGO_PKG_VERSION")))),
+        "{}",
+        packed.display()
+    );
+    let unpacked = work.join("unpacked");
+    run(Command::new(&cli).arg("unpack").arg(&packed).arg(&unpacked));
+
+    // What Claude Desktop runs for a user who set the timeout and the workspace folder and left
+    // the rest alone (the unset ones arrive as `${user_config.…}` placeholders).
+    let home = work.join("home");
+    std::fs::create_dir_all(&home).expect("mkdir home");
+    let script = r#"
+import { readFileSync } from "node:fs";
+import { getMcpConfigForManifest } from "@anthropic-ai/mcpb";
+const [dir, home] = process.argv.slice(1);
+const manifest = JSON.parse(readFileSync(dir + "/manifest.json", "utf8"));
+const config = await getMcpConfigForManifest({
+  manifest, extensionPath: dir, systemDirs: { HOME: home }, pathSeparator: "/",
+  userConfig: { operation_timeout_seconds: 45, workspace_root: home },
+});
+console.log(JSON.stringify(config));
+"#;
+    let config = run(Command::new("node")
+        .args(["--input-type=module", "-e", script])
+        .arg(&unpacked)
+        .arg(&home)
+        .current_dir(&mcpb));
+    let config: serde_json::Value =
+        serde_json::from_str(config.lines().next().expect("a line")).expect("config JSON");
+    let program = PathBuf::from(config["command"].as_str().expect("command"));
+    assert!(program.starts_with(&unpacked), "{config}");
+    let mut command = support::command_for(&program, &[], &[]);
+    for (key, value) in config["env"].as_object().expect("env") {
+        command.env(key, value.as_str().expect("string value"));
+    }
+    let server = Server::start_command(Family::Handshake, command).await;
+    let capabilities = server
+        .client
+        .peer()
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(
+            "ipython-mcp://capabilities",
+        ))
+        .await
+        .expect("capabilities");
+    let rmcp::model::ResourceContents::TextResourceContents { text, .. } =
+        &capabilities.contents[0]
+    else {
+        panic!("text contents: {capabilities:?}")
+    };
+    let capabilities: serde_json::Value = serde_json::from_str(text).expect("JSON");
+    assert_eq!(capabilities["limits"]["operation_timeout_seconds"], 45.0);
+    assert_eq!(
+        capabilities["notebooks"]["workspace_root"],
+        home.canonicalize().expect("home").display().to_string()
+    );
+    let status = server.wait_settled().await;
+    assert_eq!(status["state"], "ready", "{status}");
+    let result = server.call("execute", json!({"code": "6 * 7"})).await;
+    assert!(result.ok(), "{result:?}");
+    server.stop().await;
+}
+
+/// `server.json`, the entry for the official MCP Registry: valid against the registry's
+/// published schema (vendored in `schemas/`), and naming what this checkout ships.
+#[tokio::test]
+async fn the_mcp_registry_entry_matches_its_schema_and_the_packages_we_ship() {
+    let root = workspace_root();
+    let text = std::fs::read_to_string(root.join("server.json")).expect("server.json");
+    let entry: serde_json::Value = serde_json::from_str(&text).expect("server.json is JSON");
+    support::assert_matches_schema(&root.join("schemas/server.schema.json"), &entry).await;
+    let schema: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("schemas/server.schema.json")).expect("schema"),
+    )
+    .expect("schema JSON");
+    assert_eq!(entry["$schema"], schema["$id"], "the vendored schema");
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(entry["version"], version);
+    let packages = entry["packages"].as_array().expect("packages");
+    let package = |registry: &str| {
+        packages
+            .iter()
+            .find(|package| package["registryType"] == registry)
+            .unwrap_or_else(|| panic!("a {registry} package"))
+    };
+    let pypi = package("pypi");
+    assert_eq!(pypi["identifier"], DISTRIBUTION);
+    assert_eq!(pypi["version"], version);
+    let pyproject = std::fs::read_to_string(root.join("pyproject.toml")).expect("pyproject");
+    assert!(
+        pyproject.contains(&format!("\nname = \"{DISTRIBUTION}\"\n")),
+        "pyproject.toml names the distribution {DISTRIBUTION}"
+    );
+    let cargo = package("cargo");
+    assert_eq!(cargo["identifier"], "ipython-mcp");
+    assert_eq!(cargo["version"], version);
+    // Every variable offered is a setting, with the setting's default.
+    for variable in pypi["environmentVariables"].as_array().expect("variables") {
+        let name = variable["name"].as_str().expect("name");
+        let setting = ipython_mcp_config::SETTINGS
+            .iter()
+            .find(|setting| setting.env == name)
+            .unwrap_or_else(|| panic!("{name} is not a setting"));
+        if let Some(default) = variable["default"].as_str() {
+            assert_eq!(default, setting.default, "{name}");
+        }
+    }
+    // The registry accepts a PyPI package only if its description (our README) names the
+    // server.
+    let readme = std::fs::read_to_string(root.join("README.md")).expect("README");
+    let name = entry["name"].as_str().expect("name");
+    assert!(
+        readme.contains(&format!("mcp-name: {name}")),
+        "README.md carries mcp-name: {name}"
+    );
 }
 
 #[test]
@@ -203,5 +507,7 @@ fn the_workspace_packages_for_crates_io() {
         let packaged = format!("Packaging {name} v{}", env!("CARGO_PKG_VERSION"));
         assert!(output.contains(&packaged), "{name} not packaged:\n{output}");
     }
+    // Not published: the benchmark, and the wheel's crate (the same program as `ipython-mcp`).
     assert!(!output.contains("Packaging ipython-mcp-bench"), "{output}");
+    assert!(!output.contains("Packaging ipython-mcp-server"), "{output}");
 }

@@ -1069,6 +1069,37 @@ async fn resources_serve_notebooks_by_percent_encoded_uri_and_the_capabilities()
         );
         assert!(capabilities["kernelspecs"].is_array());
         assert_eq!(capabilities["transport"]["active"], "stdio");
+        // What a cancellation does, and the protocol served (as rmcp negotiates it).
+        assert_eq!(
+            capabilities["cancellation"]["mcp_request"],
+            "interrupts_running_cell"
+        );
+        let versions = capabilities["protocol"]["versions"]
+            .as_array()
+            .expect("versions");
+        for version in ["2025-11-25", "2026-07-28"] {
+            assert!(versions.contains(&json!(version)), "{versions:?}");
+        }
+        assert!(
+            capabilities["protocol"]["extensions"]
+                .as_array()
+                .expect("extensions")
+                .contains(&json!("io.modelcontextprotocol/tasks")),
+            "{capabilities}"
+        );
+        let schema =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../schemas/capabilities.schema.json");
+        support::assert_matches_schema(&schema, &capabilities).await;
+        // jupymcp's clients find the same object under jupymcp's URI.
+        assert!(uris.contains(&"jupymcp://capabilities"), "{uris:?}");
+        let jupymcp = peer
+            .read_resource(rmcp::model::ReadResourceRequestParams::new(
+                "jupymcp://capabilities",
+            ))
+            .await
+            .expect("jupymcp capabilities");
+        let jupymcp: Value = serde_json::from_str(&text(jupymcp)).expect("capabilities JSON");
+        assert_eq!(jupymcp, capabilities);
 
         for bad in [
             "notebook:///../outside.ipynb",

@@ -1834,6 +1834,42 @@ async fn doctor_finds_python_runs_a_round_trip_and_says_so() {
     }
 }
 
+/// The report alone by default (the server's info lines interleaved with it made it hard to
+/// read); `--verbose` brings them back.
+#[tokio::test]
+async fn doctor_prints_its_report_without_log_lines_unless_asked() {
+    let doctor = |verbose: bool| {
+        let mut command = support::command(&[]);
+        command
+            .env_remove("IPYTHON_MCP_LOG")
+            .arg("doctor")
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        if verbose {
+            command.arg("--verbose");
+        }
+        async move { command.output().await.expect("run doctor") }
+    };
+    let quiet = doctor(false).await;
+    let stderr = String::from_utf8_lossy(&quiet.stderr);
+    let stdout = String::from_utf8_lossy(&quiet.stdout);
+    assert!(quiet.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("all good"), "{stdout}");
+    assert!(
+        !stderr.contains(" INFO "),
+        "log lines without asking:\n{stderr}"
+    );
+    assert!(!stdout.contains(" INFO "), "{stdout}");
+
+    let verbose = doctor(true).await;
+    let stderr = String::from_utf8_lossy(&verbose.stderr);
+    assert!(verbose.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(" INFO "),
+        "--verbose shows the logs:\n{stderr}"
+    );
+}
+
 #[tokio::test]
 async fn kernel_restart_gives_a_fresh_kernel_with_the_configured_modules() {
     let server = Server::start(

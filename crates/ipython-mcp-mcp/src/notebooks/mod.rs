@@ -6,11 +6,13 @@
 //!
 //! - `params`: the tools' arguments; `views`: the results and what the agent sees of cells and
 //!   saved outputs; `save`: a notebook's kernel session and saving an execution's outputs;
-//!   `tools`: the tool bodies; `resources`: `notebook:///` and the server's JSON resources.
+//!   `tools`: the tool bodies; `resources`: `notebook:///` and the server's JSON resources;
+//!   `jsonlines`: the same operations for desktop programs, one JSON request per line.
 //! - Tool bodies return `ToolResult`: every failure becomes a [`ToolError`] through `?` (the
 //!   crate's one conversion point, `error.rs`, which also maps the notebook crate's errors to
 //!   codes).
 
+mod jsonlines;
 mod params;
 mod resources;
 mod save;
@@ -29,6 +31,7 @@ use serde::Serialize;
 use crate::error::{notebook_error, ToolError};
 use crate::render;
 use crate::server::IpythonMcp;
+pub use jsonlines::serve_json_lines;
 use views::{CellSummary, WriteResult};
 
 /// Largest `max_cells` of one `notebook_read`.

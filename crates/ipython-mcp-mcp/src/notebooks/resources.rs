@@ -16,6 +16,8 @@ use crate::server::{IpythonMcp, MAX_CODE_BYTES};
 
 /// The capabilities resource (effective limits, formats, kernels).
 pub(crate) const CAPABILITIES_URI: &str = "ipython-mcp://capabilities";
+/// The same object under the URI jupymcp serves it at, for clients written against jupymcp.
+pub(crate) const JUPYMCP_CAPABILITIES_URI: &str = "jupymcp://capabilities";
 /// Registered kernelspecs.
 pub(crate) const KERNELSPECS_URI: &str = "ipython-mcp://kernelspecs";
 /// Running kernel sessions and the notebooks bound to them.
@@ -64,12 +66,47 @@ fn scan_notebooks(root: &std::path::Path) -> Vec<String> {
     found
 }
 
+/// The MCP protocol versions and extensions served, as rmcp negotiates them for this handler
+/// (asked of it, so the resource cannot drift from what the server answers).
+fn protocol_json(server: &IpythonMcp) -> Value {
+    use rmcp::ServerHandler as _;
+    let versions: Vec<String> = server
+        .supported_protocol_versions()
+        .iter()
+        .map(|version| version.as_str().to_owned())
+        .collect();
+    let extensions: Vec<String> = server
+        .get_info()
+        .capabilities
+        .extensions
+        .map(|extensions| extensions.into_keys().collect())
+        .unwrap_or_default();
+    serde_json::json!({
+        "versions": versions,
+        "extensions": extensions,
+    })
+}
+
+/// What a cancellation does here. Unlike jupymcp's, an MCP cancellation of a running execution
+/// does not leave the cell running in the kernel: it stops it.
+fn cancellation_json() -> Value {
+    serde_json::json!({
+        "mcp_request": "interrupts_running_cell",
+        "queued_request": "removed_from_queue",
+        "description": "notifications/cancelled for a call still waiting in a kernel's queue removes it (nothing runs); for a running execution it interrupts the cell like a timeout does (SIGINT or interrupt_request), and replaces the kernel if the cell does not stop within interruption_grace_seconds; the result's runtime.namespace says whether the namespace was preserved. tasks/cancel does the same for a task. The interrupt tool interrupts explicitly.",
+        "json_lines": "no in-flight cancellation: send an interrupt request",
+    })
+}
+
 impl IpythonMcp {
     pub(crate) async fn notebook_resources(&self) -> Vec<rmcp::model::Resource> {
         use rmcp::model::Resource;
         let mut resources = vec![
             Resource::new(CAPABILITIES_URI, "capabilities")
                 .with_description("Effective limits, timeouts, notebook formats and kernelspecs of this server")
+                .with_mime_type("application/json"),
+            Resource::new(JUPYMCP_CAPABILITIES_URI, "jupymcp-capabilities")
+                .with_description("The capabilities resource under jupymcp's URI (the same object)")
                 .with_mime_type("application/json"),
             Resource::new(KERNELSPECS_URI, "kernelspecs")
                 .with_description("Registered Jupyter kernelspecs (names usable in a notebook's metadata.kernelspec and kernel_start)")
@@ -160,7 +197,7 @@ impl IpythonMcp {
         Value::Array(kernels)
     }
 
-    async fn capabilities_json(&self) -> Value {
+    pub(crate) async fn capabilities_json(&self) -> Value {
         let config = self.config();
         let limits = config.limits;
         let timeouts = config.timeouts;
@@ -203,9 +240,12 @@ impl IpythonMcp {
                 "active": match config.transport {
                     ipython_mcp_config::Transport::Stdio => "stdio",
                     ipython_mcp_config::Transport::Http => "http",
+                    ipython_mcp_config::Transport::JsonLines => "json-lines",
                 },
-                "supported": ["stdio", "http"],
+                "supported": ["stdio", "http", "json-lines"],
             },
+            "protocol": protocol_json(self),
+            "cancellation": cancellation_json(),
             "kernelspecs": self.kernelspecs_json().await,
             "sessions": self.kernels().all().into_iter().map(|listing| listing.id.to_string()).collect::<Vec<_>>(),
         })
@@ -225,7 +265,9 @@ impl IpythonMcp {
             .with_mime_type("application/json")
         };
         match uri {
-            CAPABILITIES_URI => return Ok(json_text(self.capabilities_json().await)),
+            CAPABILITIES_URI | JUPYMCP_CAPABILITIES_URI => {
+                return Ok(json_text(self.capabilities_json().await))
+            }
             KERNELSPECS_URI => return Ok(json_text(self.kernelspecs_json().await)),
             KERNELS_URI => return Ok(json_text(self.kernels_json())),
             _ => {}

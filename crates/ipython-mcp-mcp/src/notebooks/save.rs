@@ -36,7 +36,7 @@ pub(super) type SaveCell = Box<
 >;
 
 /// Code to run for a notebook, and where its outputs go.
-pub(super) struct Run {
+pub(crate) struct Run {
     pub(super) tool: &'static str,
     pub(super) workspace: Arc<Workspace>,
     pub(super) path: NotebookPath,
@@ -443,8 +443,54 @@ impl IpythonMcp {
         ))
     }
 
+    /// Runs `run` to its end in the notebook's session (never in the background), saves it as
+    /// `run` says, and returns the result as data: the json-lines protocol's `execute` and
+    /// `execute_cell`, which have no MCP request (`request_id` and `cancel` stand for it).
+    pub(crate) async fn run_and_save_result(
+        &self,
+        run: Run,
+        request_id: String,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> Result<NotebookExecuteResult, ToolError> {
+        let NotebookSession {
+            id: kernel,
+            handle: session,
+            started,
+        } = self.session_of(&run.path, run.kernel_name.clone()).await?;
+        let began = std::time::Instant::now();
+        let args = ExecuteArgs {
+            code: run.code.clone(),
+            timeout: run.timeout,
+            request_id,
+            cancel,
+            progress: None,
+        };
+        let output = session.execute(args).await;
+        let (result, _, _) = self
+            .save_outcome(run, &session, output, kernel.into(), started, began)
+            .await;
+        Ok(result)
+    }
+
     /// Saves a finished execution as `run` says and renders the tool's result.
     async fn finish(
+        &self,
+        run: Run,
+        session: &SessionHandle,
+        output: ExecutionOutput,
+        kernel: String,
+        started: bool,
+        began: std::time::Instant,
+    ) -> CallToolResult {
+        let (result, output, text) = self
+            .save_outcome(run, session, output, kernel, started, began)
+            .await;
+        render_result(&output, &result, &text)
+    }
+
+    /// Saves a finished execution as `run` says: the result, the output as the agent sees it,
+    /// and the line the text block ends with.
+    async fn save_outcome(
         &self,
         run: Run,
         session: &SessionHandle,
@@ -452,7 +498,7 @@ impl IpythonMcp {
         kernel: String,
         started: bool,
         began: std::time::Instant,
-    ) -> CallToolResult {
+    ) -> (NotebookExecuteResult, ExecutionOutput, String) {
         let Run {
             tool,
             workspace,
@@ -496,6 +542,7 @@ impl IpythonMcp {
                     }
                     result.save_error = Some(error);
                     output.ok = false;
+                    result.output.ok = false;
                 }
             }
         }
@@ -517,7 +564,7 @@ impl IpythonMcp {
             ),
             (None, None) => String::new(),
         };
-        render_result(&output, &result, &text)
+        (result, output, text)
     }
 }
 

@@ -150,41 +150,7 @@ impl IpythonMcp {
         Parameters(params): Parameters<ExecuteCellParams>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
-        let reference = cell_ref(params.cell_id, params.index)?;
-        let timeout = self.check_timeout(params.timeout_seconds)?;
-        let (workspace, path, loaded) = self.load(&params.path, params.expected_revision).await?;
-        let index = loaded.notebook.locate(&reference)?;
-        let cell = &loaded.notebook.cells()[index];
-        if cell_type_of(cell) != "code" {
-            return Err(ToolError::invalid(format!(
-                "cell {index} is a {} cell; only code cells run",
-                cell.get("cell_type").and_then(Value::as_str).unwrap_or("?")
-            )));
-        }
-        let code = joined_text(cell.get("source"));
-        // Found again by id after the run when it has one (ids are assigned on the first
-        // write of an older notebook; its index is then still valid, the revision being
-        // unchanged).
-        let target = match cell_id(cell) {
-            Some(id) => CellRef::Id(id.to_owned()),
-            None => CellRef::Index(index),
-        };
-        let save: SaveCell = Box::new(move |notebook, execution_count, outputs| {
-            let index = notebook.locate(&target)?;
-            notebook.set_outputs(index, execution_count, outputs);
-            Ok(index)
-        });
-        let run = Run {
-            tool: "notebook_execute_cell",
-            workspace,
-            path,
-            kernel_name: loaded.notebook.kernel_name().map(str::to_owned),
-            revision: loaded.revision,
-            code,
-            timeout,
-            save: Some(save),
-            background: params.background,
-        };
+        let run = self.cell_run(params).await?;
         self.run_and_save(run, &context).await
     }
 
@@ -199,45 +165,7 @@ impl IpythonMcp {
         Parameters(params): Parameters<NotebookExecuteParams>,
         context: RequestContext<RoleServer>,
     ) -> ToolResult {
-        if params.code.len() > MAX_CODE_BYTES {
-            return Err(ToolError::invalid(format!(
-                "code is {} bytes; the limit is {MAX_CODE_BYTES} bytes",
-                params.code.len()
-            )));
-        }
-        let timeout = self.check_timeout(params.timeout_seconds)?;
-        let (workspace, path, loaded) = self.load(&params.path, params.expected_revision).await?;
-        let length = loaded.notebook.cells().len();
-        if let Some(index) = params.index.filter(|index| *index > length) {
-            return Err(ToolError::invalid(format!(
-                "index {index} is past the end (the notebook has {length} cells)"
-            )));
-        }
-        let save = params.persist.then(|| {
-            let (code, position) = (params.code.clone(), params.index);
-            let save: SaveCell = Box::new(move |notebook, execution_count, outputs| {
-                let cell = NewCell {
-                    cell_type: CellType::Code,
-                    source: code,
-                    metadata: Map::new(),
-                };
-                let (index, _) = notebook.insert(position, cell)?;
-                notebook.set_outputs(index, execution_count, outputs);
-                Ok(index)
-            });
-            save
-        });
-        let run = Run {
-            tool: "notebook_execute",
-            workspace,
-            path,
-            kernel_name: loaded.notebook.kernel_name().map(str::to_owned),
-            revision: loaded.revision,
-            code: params.code,
-            timeout,
-            save,
-            background: params.background,
-        };
+        let run = self.code_run(params).await?;
         self.run_and_save(run, &context).await
     }
 
@@ -300,7 +228,24 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<PathParams>,
     ) -> ToolResult {
-        let (_workspace, path) = self.notebook_path(&params.path).await?;
+        let closed = self.close_notebook_session(&params.path).await?;
+        tracing::info!(
+            tool = "notebook_session_close",
+            stopped = closed.stopped,
+            "tool call"
+        );
+        Ok(structured("notebook_session_close", &closed))
+    }
+}
+
+impl IpythonMcp {
+    /// Releases a notebook's session, stopping it unless another notebook uses it or it is
+    /// `default` (`notebook_session_close`, json-lines `close`).
+    pub(crate) async fn close_notebook_session(
+        &self,
+        path: &str,
+    ) -> Result<CloseResult, ToolError> {
+        let (_workspace, path) = self.notebook_path(path).await?;
         let released = self.kernels().unbind_notebook(&path.absolute);
         let mut stopped = false;
         if let Some((kernel, others)) = &released {
@@ -313,16 +258,96 @@ impl IpythonMcp {
                 }
             }
         }
-        tracing::info!(tool = "notebook_session_close", stopped, "tool call");
-        Ok(structured(
-            "notebook_session_close",
-            &CloseResult {
-                ok: true,
-                path: path.relative,
-                kernel: released.map(|(kernel, _)| kernel.into()),
-                stopped,
-            },
-        ))
+        Ok(CloseResult {
+            ok: true,
+            path: path.relative,
+            kernel: released.map(|(kernel, _)| kernel.into()),
+            stopped,
+        })
+    }
+
+    /// What `notebook_execute_cell` (and json-lines `execute_cell`) runs: the checked code
+    /// cell, and a save that writes its outputs back into it.
+    pub(crate) async fn cell_run(&self, params: ExecuteCellParams) -> Result<Run, ToolError> {
+        let reference = cell_ref(params.cell_id, params.index)?;
+        let timeout = self.check_timeout(params.timeout_seconds)?;
+        let (workspace, path, loaded) = self.load(&params.path, params.expected_revision).await?;
+        let index = loaded.notebook.locate(&reference)?;
+        let cell = &loaded.notebook.cells()[index];
+        if cell_type_of(cell) != "code" {
+            return Err(ToolError::invalid(format!(
+                "cell {index} is a {} cell; only code cells run",
+                cell.get("cell_type").and_then(Value::as_str).unwrap_or("?")
+            )));
+        }
+        let code = joined_text(cell.get("source"));
+        // Found again by id after the run when it has one (ids are assigned on the first
+        // write of an older notebook; its index is then still valid, the revision being
+        // unchanged).
+        let target = match cell_id(cell) {
+            Some(id) => CellRef::Id(id.to_owned()),
+            None => CellRef::Index(index),
+        };
+        let save: SaveCell = Box::new(move |notebook, execution_count, outputs| {
+            let index = notebook.locate(&target)?;
+            notebook.set_outputs(index, execution_count, outputs);
+            Ok(index)
+        });
+        Ok(Run {
+            tool: "notebook_execute_cell",
+            workspace,
+            path,
+            kernel_name: loaded.notebook.kernel_name().map(str::to_owned),
+            revision: loaded.revision,
+            code,
+            timeout,
+            save: Some(save),
+            background: params.background,
+        })
+    }
+
+    /// What `notebook_execute` (and json-lines `execute`) runs: the checked code, and a save
+    /// that inserts it as a new code cell with its outputs (unless `persist` is false).
+    pub(crate) async fn code_run(&self, params: NotebookExecuteParams) -> Result<Run, ToolError> {
+        if params.code.len() > MAX_CODE_BYTES {
+            return Err(ToolError::invalid(format!(
+                "code is {} bytes; the limit is {MAX_CODE_BYTES} bytes",
+                params.code.len()
+            )));
+        }
+        let timeout = self.check_timeout(params.timeout_seconds)?;
+        let (workspace, path, loaded) = self.load(&params.path, params.expected_revision).await?;
+        let length = loaded.notebook.cells().len();
+        if let Some(index) = params.index.filter(|index| *index > length) {
+            return Err(ToolError::invalid(format!(
+                "index {index} is past the end (the notebook has {length} cells)"
+            )));
+        }
+        let save = params.persist.then(|| {
+            let (code, position) = (params.code.clone(), params.index);
+            let save: SaveCell = Box::new(move |notebook, execution_count, outputs| {
+                let cell = NewCell {
+                    cell_type: CellType::Code,
+                    source: code,
+                    metadata: Map::new(),
+                };
+                let (index, _) = notebook.insert(position, cell)?;
+                notebook.set_outputs(index, execution_count, outputs);
+                Ok(index)
+            });
+            save
+        });
+        Ok(Run {
+            tool: "notebook_execute",
+            workspace,
+            path,
+            kernel_name: loaded.notebook.kernel_name().map(str::to_owned),
+            revision: loaded.revision,
+            code: params.code,
+            timeout,
+            save,
+            background: params.background,
+        })
     }
 }
 

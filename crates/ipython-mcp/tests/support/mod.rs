@@ -1037,3 +1037,42 @@ impl Drop for KernelGateway {
         let _ = self.child.wait();
     }
 }
+
+/// The jsonschema release the tests validate documents with.
+pub const JSONSCHEMA: &str = "jsonschema==4.26.0";
+
+/// Checks `instance` against the JSON Schema in `schema` (a file) with Python's `jsonschema`
+/// (from PyPI into `target/tmp`, beside the provisioned Python), and panics with every error
+/// it finds.
+pub async fn assert_matches_schema(schema: &std::path::Path, instance: &Value) {
+    let (python, deps) = python_with(JSONSCHEMA, "jsonschema", "jsonschema-deps").await;
+    let instance_file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(instance_file.path(), instance.to_string()).expect("write instance");
+    let script = r#"
+import json, sys
+import jsonschema
+schema = json.load(open(sys.argv[1]))
+instance = json.load(open(sys.argv[2]))
+cls = jsonschema.validators.validator_for(schema)
+cls.check_schema(schema)
+errors = sorted(cls(schema, format_checker=cls.FORMAT_CHECKER).iter_errors(instance), key=str)
+for error in errors:
+    print("/".join(map(str, error.absolute_path)) or "(root)", ":", error.message)
+sys.exit(1 if errors else 0)
+"#;
+    let output = std::process::Command::new(python)
+        .args(["-c", script])
+        .arg(schema)
+        .arg(instance_file.path())
+        .env("PYTHONPATH", deps)
+        .output()
+        .expect("run jsonschema");
+    assert!(
+        output.status.success(),
+        "{} does not match {}:\n{}{}",
+        instance,
+        schema.display(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

@@ -1,0 +1,416 @@
+//! The json-lines protocol (`--json-lines`) for trusted local desktop programs: one JSON
+//! request per line in, one JSON response per line out, correlated by `id`. Requests run
+//! concurrently (an `interrupt` reaches a running `execute`), so responses may come out of
+//! order.
+//!
+//! Every method is a notebook operation the MCP tools also do, through the same code: paths
+//! checked by the workspace, the notebook's own kernel session, the same bounded execution
+//! result, the same revisions and conflicts, errors with the same codes (`ErrorInfo`, converted
+//! once in `error.rs`). Nothing here knows MCP.
+//!
+//! ```text
+//! → {"id": 1, "method": "open", "params": {"path": "a.ipynb"}}
+//! ← {"id": 1, "result": {"path": "a.ipynb", "revision": "…", "notebook": {…}}}
+//! → {"id": 2, "method": "save", "params": {"path": "a.ipynb", "revision": "…", "notebook": {…}}}
+//! ← {"id": 2, "error": {"code": "revision_conflict", "message": "…", "hint": "…"}}
+//! ```
+
+use std::sync::Arc;
+
+use ipython_mcp_kernel::{Code, ErrorInfo};
+use ipython_mcp_notebook::Notebook;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio_util::sync::CancellationToken;
+
+use super::params::{ExecuteCellParams, NotebookExecuteParams, PathParams};
+use super::ToolError;
+use crate::server::IpythonMcp;
+
+/// Longest request line: a whole notebook travels in `save`, and resources serve notebooks up
+/// to this size too. A longer line is answered with an error and skipped.
+const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
+
+/// Requests running at once; the next line is read when one finishes (the desktop program
+/// waits, nothing is dropped).
+const MAX_IN_FLIGHT: usize = 64;
+
+/// The methods, in the order the README documents them.
+const METHODS: [&str; 8] = [
+    "capabilities",
+    "open",
+    "save",
+    "execute",
+    "execute_cell",
+    "interrupt",
+    "restart",
+    "close",
+];
+
+/// Serves the protocol until `input` ends, then calls `on_eof` (the caller starts shutting the
+/// sessions down, so running executions end) and returns once every response is written.
+pub async fn serve_json_lines<R, W>(
+    server: IpythonMcp,
+    input: R,
+    output: W,
+    on_eof: impl FnOnce(),
+) -> std::io::Result<()>
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (responses, mut outbox) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let writer = tokio::spawn(async move {
+        let mut output = output;
+        while let Some(response) = outbox.recv().await {
+            let mut line = serde_json::to_vec(&response).unwrap_or_default();
+            line.push(b'\n');
+            output.write_all(&line).await?;
+            output.flush().await?;
+        }
+        Ok::<(), std::io::Error>(())
+    });
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT));
+    let mut running = tokio::task::JoinSet::new();
+    let mut reader = LineReader::new(input);
+    loop {
+        let line = match reader.next().await? {
+            Line::End => break,
+            Line::TooLong => {
+                let error = ErrorInfo::new(
+                    Code::InvalidArguments,
+                    format!("the request line is longer than {MAX_LINE_BYTES} bytes"),
+                );
+                let _ = responses.send(error_response(Value::Null, error));
+                continue;
+            }
+            Line::Text(line) => line,
+        };
+        if line.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        let request = match parse_request(&line) {
+            Ok(request) => request,
+            Err(mut refused) => {
+                let id = std::mem::take(&mut refused.id);
+                let _ = responses.send(error_response(id, refused.error()));
+                continue;
+            }
+        };
+        let permit = Arc::clone(&slots)
+            .acquire_owned()
+            .await
+            .expect("the semaphore is never closed");
+        let (server, responses) = (server.clone(), responses.clone());
+        running.spawn(async move {
+            let Request { id, method, params } = request;
+            let answer = server.json_lines_call(&method, params).await;
+            tracing::info!(method = %method, ok = answer.is_ok(), "json-lines request");
+            let response = match answer {
+                Ok(result) => json!({"id": id, "result": result}),
+                Err(error) => error_response(id, error.into_info()),
+            };
+            let _ = responses.send(response);
+            drop(permit);
+        });
+    }
+    on_eof();
+    while running.join_next().await.is_some() {}
+    drop(responses);
+    writer.await.unwrap_or(Ok(()))
+}
+
+struct Request {
+    id: Value,
+    method: String,
+    params: Value,
+}
+
+/// A line that is not a request: its `id` (when it had one) and why.
+struct Refused {
+    id: Value,
+    message: String,
+}
+
+impl Refused {
+    fn error(self) -> ErrorInfo {
+        ErrorInfo::new(Code::InvalidArguments, self.message)
+            .with_hint("send one JSON object per line: {\"id\": …, \"method\": …, \"params\": {…}}")
+    }
+}
+
+/// A request line, or why it is refused.
+fn parse_request(line: &[u8]) -> Result<Request, Refused> {
+    let invalid = |id: Value, message: String| Err(Refused { id, message });
+    let text = match std::str::from_utf8(line) {
+        Ok(text) => text,
+        Err(_) => return invalid(Value::Null, "the request line is not UTF-8".to_owned()),
+    };
+    let value: Value = match serde_json::from_str(text) {
+        Ok(value) => value,
+        Err(error) => return invalid(Value::Null, format!("the request is not JSON: {error}")),
+    };
+    let Value::Object(mut object) = value else {
+        return invalid(Value::Null, "the request is not a JSON object".to_owned());
+    };
+    let id = object.remove("id").unwrap_or(Value::Null);
+    if !matches!(id, Value::Null | Value::String(_) | Value::Number(_)) {
+        return invalid(Value::Null, "id must be a string or a number".to_owned());
+    }
+    let method = match object.remove("method") {
+        Some(Value::String(method)) => method,
+        _ => return invalid(id, "method must be a string".to_owned()),
+    };
+    let params = object
+        .remove("params")
+        .unwrap_or_else(|| Value::Object(Default::default()));
+    if !params.is_object() {
+        return invalid(id, "params must be a JSON object".to_owned());
+    }
+    if let Some(key) = object.keys().next() {
+        return invalid(id, format!("unknown field {key:?}"));
+    }
+    Ok(Request { id, method, params })
+}
+
+fn error_response(id: Value, error: ErrorInfo) -> Value {
+    json!({"id": id, "error": error})
+}
+
+/// `save`'s parameters: the whole notebook, and the revision it was opened at.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SaveParams {
+    path: String,
+    notebook: Value,
+    /// The revision `open` (or the last `save`) returned; without it the file must not exist.
+    #[serde(default)]
+    revision: Option<String>,
+}
+
+fn params<T: DeserializeOwned>(method: &str, params: Value) -> Result<T, ToolError> {
+    serde_json::from_value(params)
+        .map_err(|error| ToolError::invalid(format!("invalid params for {method}: {error}")))
+}
+
+impl IpythonMcp {
+    /// One request's result, or the error it is answered with.
+    async fn json_lines_call(&self, method: &str, raw: Value) -> Result<Value, ToolError> {
+        match method {
+            "capabilities" => {
+                let _: EmptyParams = params(method, raw)?;
+                Ok(self.capabilities_json().await)
+            }
+            "open" => {
+                let PathParams { path } = params(method, raw)?;
+                let (_workspace, path, loaded) = self.load(&path, None).await?;
+                let notebook: Value =
+                    serde_json::from_slice(&loaded.notebook.to_bytes()).map_err(|_| {
+                        ToolError::new(Code::InternalError, "the notebook could not be encoded")
+                    })?;
+                Ok(json!({
+                    "path": path.relative,
+                    "revision": loaded.revision,
+                    "notebook": notebook,
+                }))
+            }
+            "save" => {
+                let SaveParams {
+                    path,
+                    notebook,
+                    revision,
+                } = params(method, raw)?;
+                let bytes = serde_json::to_vec(&notebook).unwrap_or_default();
+                let notebook = Notebook::parse(&bytes).map_err(|problem| {
+                    ToolError::invalid(format!(
+                        "params.notebook is not a valid notebook: {problem}"
+                    ))
+                })?;
+                let (workspace, path) = self.notebook_path(&path).await?;
+                let relative = path.relative.clone();
+                // With a revision: replace the file only if it still has it (nothing is written
+                // otherwise). Without one: a new file only.
+                let revision = Self::blocking(move || {
+                    workspace.create(&path, &notebook, revision.is_some(), revision.as_deref())
+                })
+                .await?;
+                Ok(json!({"path": relative, "revision": revision}))
+            }
+            "execute" => {
+                let params: NotebookExecuteParams = params(method, raw)?;
+                refuse_background(params.background)?;
+                let run = self.code_run(params).await?;
+                let result = self
+                    .run_and_save_result(run, "json-lines".to_owned(), CancellationToken::new())
+                    .await?;
+                to_value(&result)
+            }
+            "execute_cell" => {
+                let params: ExecuteCellParams = params(method, raw)?;
+                refuse_background(params.background)?;
+                let run = self.cell_run(params).await?;
+                let result = self
+                    .run_and_save_result(run, "json-lines".to_owned(), CancellationToken::new())
+                    .await?;
+                to_value(&result)
+            }
+            "interrupt" => {
+                let PathParams { path } = params(method, raw)?;
+                let session = self.session_for_notebook(None, Some(&path)).await?;
+                let interrupted = session.interrupt().await;
+                Ok(json!({
+                    "path": path,
+                    "kernel": session.kernel_id(),
+                    "interrupted": interrupted.interrupted,
+                    "status": interrupted.status,
+                }))
+            }
+            "restart" => {
+                let PathParams { path } = params(method, raw)?;
+                let session = self.session_for_notebook(None, Some(&path)).await?;
+                let status = session.restart().await?;
+                Ok(json!({
+                    "path": path,
+                    "kernel": session.kernel_id(),
+                    "status": status,
+                }))
+            }
+            "close" => {
+                let PathParams { path } = params(method, raw)?;
+                to_value(&self.close_notebook_session(&path).await?)
+            }
+            other => Err(ToolError::invalid(format!(
+                "unknown method {:?}",
+                crate::render::shorten(other, 64)
+            ))
+            .with_hint(format!("the methods are {}", METHODS.join(", ")))),
+        }
+    }
+}
+
+/// The protocol has no `get_output`: an execution is answered when it ends.
+fn refuse_background(background: bool) -> Result<(), ToolError> {
+    if background {
+        return Err(ToolError::invalid(
+            "background is not supported over json-lines; every execution is answered when it ends (send interrupt to stop one)",
+        ));
+    }
+    Ok(())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EmptyParams {}
+
+fn to_value<T: serde::Serialize>(value: &T) -> Result<Value, ToolError> {
+    serde_json::to_value(value)
+        .map_err(|_| ToolError::new(Code::InternalError, "the result could not be serialized"))
+}
+
+/// A line, or why there is none.
+enum Line {
+    Text(Vec<u8>),
+    /// Longer than `MAX_LINE_BYTES`; skipped up to its end.
+    TooLong,
+    End,
+}
+
+/// Reads lines of at most `MAX_LINE_BYTES` without holding more than that: a longer one is
+/// skipped to its newline and reported, and the next line is read as usual.
+struct LineReader<R> {
+    input: R,
+}
+
+impl<R: AsyncBufRead + Unpin> LineReader<R> {
+    fn new(input: R) -> Self {
+        LineReader { input }
+    }
+
+    async fn next(&mut self) -> std::io::Result<Line> {
+        let mut line = Vec::new();
+        let mut too_long = false;
+        loop {
+            let buffer = self.input.fill_buf().await?;
+            if buffer.is_empty() {
+                return Ok(match (too_long, line.is_empty()) {
+                    (true, _) => Line::TooLong,
+                    (false, true) => Line::End,
+                    (false, false) => Line::Text(line),
+                });
+            }
+            let (chunk, found_newline) = match buffer.iter().position(|byte| *byte == b'\n') {
+                Some(at) => (&buffer[..at], true),
+                None => (buffer, false),
+            };
+            if !too_long {
+                if line.len() + chunk.len() > MAX_LINE_BYTES {
+                    too_long = true;
+                    line = Vec::new();
+                } else {
+                    line.extend_from_slice(chunk);
+                }
+            }
+            let used = chunk.len() + usize::from(found_newline);
+            self.input.consume(used);
+            if found_newline {
+                return Ok(if too_long {
+                    Line::TooLong
+                } else {
+                    Line::Text(line)
+                });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_lines_are_refused_with_their_id_when_they_have_one() {
+        for (line, id, message) in [
+            ("{", Value::Null, "not JSON"),
+            ("[1]", Value::Null, "not a JSON object"),
+            ("{\"id\": {}}", Value::Null, "id must be"),
+            ("{\"id\": 7}", json!(7), "method must be a string"),
+            (
+                "{\"id\": \"a\", \"method\": \"open\", \"params\": 3}",
+                json!("a"),
+                "params must be",
+            ),
+            (
+                "{\"id\": 1, \"method\": \"open\", \"extra\": 1}",
+                json!(1),
+                "unknown field",
+            ),
+        ] {
+            let Err(refused) = parse_request(line.as_bytes()) else {
+                panic!("{line} is refused")
+            };
+            assert_eq!(refused.id, id, "{line}");
+            let error = refused.error();
+            assert_eq!(error.code, Code::InvalidArguments);
+            assert!(error.message.contains(message), "{line}: {}", error.message);
+        }
+        let Err(refused) = parse_request(b"\xff\n") else {
+            panic!("invalid UTF-8 is refused")
+        };
+        assert!(refused.message.contains("UTF-8"));
+    }
+
+    #[tokio::test]
+    async fn an_overlong_line_is_skipped_and_the_next_one_read() {
+        let mut input = vec![b'x'; MAX_LINE_BYTES + 10];
+        input.extend_from_slice(b"\n{\"ok\": 1}\nlast");
+        let mut reader = LineReader::new(std::io::Cursor::new(input));
+        assert!(matches!(reader.next().await.expect("read"), Line::TooLong));
+        assert!(
+            matches!(reader.next().await.expect("read"), Line::Text(line) if line == b"{\"ok\": 1}")
+        );
+        assert!(matches!(reader.next().await.expect("read"), Line::Text(line) if line == b"last"));
+        assert!(matches!(reader.next().await.expect("read"), Line::End));
+    }
+}

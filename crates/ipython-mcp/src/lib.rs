@@ -1,0 +1,107 @@
+//! `ipython-mcp`: an MCP server that gives AI agents live, persistent Python.
+//!
+//! The whole program is this library's [`main`], so that more than one executable can be built
+//! from it: `ipython-mcp` (this crate's, what `cargo install ipython-mcp` installs) and
+//! `ipython-mcp-server` (the `ipython-mcp-server` crate's, the one executable of the PyPI wheel,
+//! named after the distribution so that `uvx ipython-mcp-server` runs it).
+
+mod cli;
+mod doctor;
+mod http;
+mod logging;
+mod serve;
+mod test_mode;
+
+use std::process::ExitCode;
+
+/// Parses the command line and runs what it asks for: the MCP server or `doctor`.
+pub fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    let mut config = match cli.config() {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("ipython-mcp: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    // Kernels inherit this process's environment, and user code could print it: the tokens
+    // have been read, so they go. (Still single-threaded here, before the runtime starts.)
+    std::env::remove_var(ipython_mcp_config::HTTP_TOKEN.env);
+    std::env::remove_var(ipython_mcp_config::JUPYTER_TOKEN.env);
+    if let Some(jupyter) = &mut config.jupyter {
+        if let ipython_mcp_config::JupyterToken::File(path) = &jupyter.token {
+            let setting = ipython_mcp_config::JUPYTER_TOKEN_FILE;
+            match http::read_token_file(setting, path, ipython_mcp_config::Token::parse_issued) {
+                Ok(token) => jupyter.token = ipython_mcp_config::JupyterToken::Given(token),
+                Err(error) => {
+                    eprintln!("ipython-mcp: {error}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        if let Some(warning) = jupyter.warning() {
+            eprintln!("ipython-mcp: {warning}");
+        }
+    }
+    if cli.json_lines {
+        config.transport = ipython_mcp_config::Transport::JsonLines;
+    }
+    let test_mode = match test_mode::TestMode::from_env(&config) {
+        Ok(mode) => mode,
+        Err(error) => {
+            eprintln!("ipython-mcp: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    match test_mode::pipe_death_watch_from_env() {
+        Ok(true) => ipython_mcp_kernel::use_pipe_death_watch(),
+        Ok(false) => {}
+        Err(error) => {
+            eprintln!("ipython-mcp: {error}");
+            return ExitCode::from(2);
+        }
+    }
+    // Resolved before anything starts: a bad token file is a configuration error.
+    let credentials = match (config.transport, &cli.command) {
+        (ipython_mcp_config::Transport::Http, None) if test_mode.requires_token() => {
+            match http::credentials(&config.http.token) {
+                Ok(credentials) => Some(credentials),
+                Err(error) => {
+                    eprintln!("ipython-mcp: {error}");
+                    return ExitCode::from(2);
+                }
+            }
+        }
+        _ => None,
+    };
+    logging::init(cli.log_filter(&config));
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("ipython-mcp: could not start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async move {
+        match cli.command {
+            Some(cli::Command::Doctor { .. }) => doctor::run(config).await,
+            None if config.transport == ipython_mcp_config::Transport::JsonLines => {
+                serve::run_json_lines(config).await
+            }
+            None => serve::run(config, credentials, test_mode).await,
+        }
+    });
+    // Kernels and their tasks are already closed; don't wait on a blocked stdin read.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    match result {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("ipython-mcp: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
