@@ -33,6 +33,8 @@ pub(crate) async fn bench_sigterm(server_binary: &Path) -> anyhow::Result<Sigter
             ("IPYTHON_MCP_LOG", "warn".to_owned()),
             ("IPYTHON_MCP_SPARE_KERNELS", "0".to_owned()),
             ("IPYTHON_MCP_MAX_KERNELS", SIGTERM_KERNELS.to_string()),
+            // The kernels' pids are read from typed results.
+            ("IPYTHON_MCP_STRUCTURED_OUTPUT", "always".to_owned()),
             (
                 "IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS",
                 SIGTERM_GRACE_SECONDS.to_string(),

@@ -241,6 +241,9 @@ pub struct StartResult {
     /// The session's status once its kernel is ready (or why it is not).
     #[schemars(with = "crate::wire::RuntimeStatusSchema")]
     pub status: RuntimeStatus,
+    /// Why the kernel is not ready, where every failed tool puts it; null when it is.
+    #[schemars(with = "Option<crate::wire::ErrorInfoSchema>")]
+    pub error: Option<ErrorInfo>,
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -545,12 +548,24 @@ impl IpythonMcp {
         let status = session.status();
         let ok = matches!(status.state, SessionState::Ready | SessionState::Busy);
         tracing::info!(tool = "kernel_start", kernel = %id, language = %language_hint, ok, "tool call");
+        let error = (!ok).then(|| {
+            status.error.clone().unwrap_or_else(|| {
+                ErrorInfo::new(
+                    Code::RuntimeUnavailable,
+                    format!(
+                        "the kernel was not ready within {:.0} s",
+                        bound.as_secs_f64()
+                    ),
+                )
+            })
+        });
         Ok(structured(
             "kernel_start",
             &StartResult {
                 ok,
                 kernel: id.into(),
                 status,
+                error,
             },
             ok,
         ))

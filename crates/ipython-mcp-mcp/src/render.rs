@@ -82,7 +82,11 @@ pub(crate) fn execution_with(
 
 pub(crate) fn status(result: &StatusResult) -> CallToolResult {
     let structured = serde_json::to_value(result).unwrap_or(Value::Null);
-    finish(structured, vec![Content::text(status_text(result))], result.ok)
+    finish(
+        structured,
+        vec![Content::text(status_text(result))],
+        result.ok,
+    )
 }
 
 fn status_text(result: &StatusResult) -> String {
@@ -694,7 +698,10 @@ mod tests {
             status: ipython_mcp_kernel::RuntimeStatus::starting("MyKernel"),
         };
         let result = status_text(&status);
-        assert!(result.starts_with("kernel \"MyKernel\": starting, epoch 0"), "{result}");
+        assert!(
+            result.starts_with("kernel \"MyKernel\": starting, epoch 0"),
+            "{result}"
+        );
     }
 
     #[test]

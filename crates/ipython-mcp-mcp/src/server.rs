@@ -425,9 +425,24 @@ impl IpythonMcp {
     /// A dynamic tool with the output schema the configuration's shape calls for (built-in
     /// tools get theirs once, in `offered_tools`).
     fn shaped_tool(&self, mut tool: rmcp::model::Tool) -> rmcp::model::Tool {
+        // Every dynamic tool declares the same output schema: it is compacted once, not at
+        // every listing of every tool.
+        type Schema = Arc<rmcp::model::JsonObject>;
+        static COMPACTED: std::sync::OnceLock<(Schema, Schema)> = std::sync::OnceLock::new();
+        let compact = |schema: &rmcp::model::JsonObject| {
+            let mut compacted = schema.clone();
+            render::compact_schema(&mut compacted);
+            Arc::new(compacted)
+        };
         if self.config.structured_output == StructuredOutput::Auto {
             if let Some(schema) = tool.output_schema.as_mut() {
-                render::compact_schema(Arc::make_mut(schema));
+                let (original, compacted) =
+                    COMPACTED.get_or_init(|| (Arc::clone(schema), compact(schema)));
+                *schema = if original == schema {
+                    Arc::clone(compacted)
+                } else {
+                    compact(schema)
+                };
             }
         }
         tool

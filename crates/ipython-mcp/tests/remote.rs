@@ -285,6 +285,18 @@ async fn an_unreachable_server_leaves_the_session_unavailable_with_a_bounded_rea
         )
         .await;
     assert_eq!(started.structured["ok"], false, "{started:?}");
+    // Where every failed tool puts its error: at the top, the same as the status's.
+    assert!(started.is_error, "{started:?}");
+    assert_eq!(
+        started.structured["error"], started.structured["status"]["error"],
+        "{started:?}"
+    );
+    assert!(
+        started.structured["error"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("cannot reach the Jupyter server")),
+        "{started:?}"
+    );
     let listed = server.call("kernel_list", json!({})).await;
     assert!(listed.ok(), "{listed:?}");
     server.stop().await;

@@ -581,6 +581,23 @@ pub(super) fn helper_output(
                 runtime,
             }
         }
+        // The helper answers `{"ok": false, "error": {"code", "message", …}}` or
+        // `{"ok": true, "result"}`; anything else is a bug on one side, not user code raising.
+        Some(reply)
+            if reply.get("ok") != Some(&serde_json::Value::Bool(false))
+                || !reply
+                    .get("error")
+                    .and_then(|error| error.get("code"))
+                    .is_some_and(serde_json::Value::is_string) =>
+        {
+            HelperOutput {
+                outcome: Outcome::Failed(ErrorInfo::new(
+                    Code::InternalError,
+                    "the helper's reply had an unexpected shape",
+                )),
+                runtime,
+            }
+        }
         Some(reply) => {
             let error = reply.get("error").cloned().unwrap_or_default();
             let text = |key: &str| {
@@ -590,10 +607,9 @@ pub(super) fn helper_output(
                     .map(str::to_owned)
             };
             // A code the server does not know means the helper and server disagree: a bug.
-            let code = match text("code") {
-                None => Code::ExecutionError,
-                Some(wire) => Code::from_wire(&wire).unwrap_or(Code::InternalError),
-            };
+            let code = text("code")
+                .and_then(|wire| Code::from_wire(&wire))
+                .unwrap_or(Code::InternalError);
             let mut info = ErrorInfo::new(
                 code,
                 text("message").unwrap_or_else(|| "the helper reported an error".to_owned()),

@@ -563,6 +563,24 @@ fn helper_outcomes_keep_user_errors_apart_from_failed_calls() {
         Some(Code::InternalError)
     );
     assert_eq!(unknown.outcome.kind(), "raised");
+    // A reply of the wrong shape is a bug on one side, never "user code raised".
+    for reply in [
+        serde_json::json!({"ok": false}),
+        serde_json::json!({"ok": false, "error": "boom"}),
+        serde_json::json!({"ok": false, "error": {"message": "no code"}}),
+        serde_json::json!({"result": 1}),
+        serde_json::json!([1, 2]),
+    ] {
+        let odd = handle::helper_output(finished(), Some(reply.clone()));
+        assert_eq!(
+            odd.outcome,
+            Outcome::Failed(ErrorInfo::new(
+                Code::InternalError,
+                "the helper's reply had an unexpected shape"
+            )),
+            "{reply}"
+        );
+    }
     // Stopped by its deadline: the session's own error, even if the helper's
     // KeyboardInterrupt reply arrived.
     let mut timed_out = finished();
