@@ -246,6 +246,21 @@ pub struct RuntimeInfo {
     pub namespace: Option<NamespaceOutcome>,
 }
 
+impl RuntimeInfo {
+    /// An operation's runtime before any session admitted it (refused, or not yet started).
+    pub fn unadmitted(request_id: impl Into<String>) -> Self {
+        RuntimeInfo {
+            request_id: request_id.into(),
+            admission_seq: 0,
+            epoch: 0,
+            queue_wait_ms: 0,
+            run_ms: 0,
+            interruption: None,
+            namespace: None,
+        }
+    }
+}
+
 /// The bounded result of one `execute`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ExecutionOutput {

@@ -211,15 +211,7 @@ mod tests {
 
     #[test]
     fn only_a_call_that_reached_a_session_names_its_execution() {
-        let runtime = ipython_mcp_kernel::RuntimeInfo {
-            request_id: "1".into(),
-            admission_seq: 0,
-            epoch: 0,
-            queue_wait_ms: 0,
-            run_ms: 0,
-            interruption: None,
-            namespace: None,
-        };
+        let runtime = ipython_mcp_kernel::RuntimeInfo::unadmitted("1");
         let mut output =
             ExecutionOutput::pending(ipython_mcp_kernel::ExecutionId::unassigned(), runtime);
         assert!(linked(CallToolResult::success(vec![]), &output)

@@ -26,18 +26,9 @@ pub(crate) use ipython_mcp_text::shorten;
 
 /// An `execute` that was refused before reaching a session.
 pub(crate) fn rejected_execute(request_id: String, error: ErrorInfo) -> CallToolResult {
-    let runtime = RuntimeInfo {
-        request_id,
-        admission_seq: 0,
-        epoch: 0,
-        queue_wait_ms: 0,
-        run_ms: 0,
-        interruption: None,
-        namespace: None,
-    };
     execution(&ExecutionOutput::not_run(
         ExecutionId::unassigned(),
-        runtime,
+        RuntimeInfo::unadmitted(request_id),
         error,
     ))
 }
@@ -398,8 +389,8 @@ fn extract_images(bundle: &mut Value, images: &mut Vec<(String, String)>) {
 fn execution_text(output: &ExecutionOutput) -> String {
     let mut text = match (output.status, output.execution_count) {
         (ExecutionStatus::Ok, Some(count)) => format!("[ok] Out[{count}]"),
-        (status, Some(count)) => format!("[{}] In[{count}]", status_name(status)),
-        (status, None) => format!("[{}]", status_name(status)),
+        (status, Some(count)) => format!("[{}] In[{count}]", wire_name(&status)),
+        (status, None) => format!("[{}]", wire_name(&status)),
     };
     // A cut stream already carries its marker (the omitted count and where to page it).
     let mut section = |name: &str, body: &str| {
@@ -498,10 +489,6 @@ fn summary_note(metadata: Option<&serde_json::Map<String, Value>>) -> Option<Str
         text.push_str(&format!(" (full {mime}: {path})"));
     }
     Some(text)
-}
-
-fn status_name(status: ExecutionStatus) -> String {
-    wire_name(&status)
 }
 
 /// An enum value as results spell it (its serde name), for the text block.

@@ -291,33 +291,15 @@ fn install_mcpb() -> Option<PathBuf> {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcpb/package.json"),
     )
     .expect("package.json");
-    let installed = dir.join("package.json");
-    let bin = dir.join("node_modules/.bin/mcpb");
-    if bin.exists() && std::fs::read_to_string(&installed).ok().as_deref() == Some(wanted.as_str())
-    {
-        return Some(dir);
-    }
-    let npm_found = Command::new("npm")
-        .arg("--version")
-        .output()
-        .is_ok_and(|output| output.status.success());
-    if !npm_found {
-        ci::skip_outside_ci("npm not found; the MCP Bundle was not validated or packed");
-        return None;
-    }
-    std::fs::create_dir_all(&dir).expect("create target/tmp/mcpb");
-    std::fs::write(&installed, &wanted).expect("write package.json");
-    run(Command::new("npm")
-        .args([
-            "install",
-            "--no-audit",
-            "--no-fund",
-            "--no-package-lock",
-            "--loglevel=error",
-        ])
-        .current_dir(&dir));
-    assert!(bin.exists(), "npm installed no mcpb");
-    Some(dir)
+    let ready = |dir: &Path| dir.join("node_modules/.bin/mcpb").exists();
+    ci::npm_install(
+        &dir,
+        &wanted,
+        &[],
+        "the MCP Bundle check (validate, pack)",
+        ready,
+    )
+    .then_some(dir)
 }
 
 /// The Claude Desktop extension: `mcpb/manifest.json` with the wheel's executable, assembled by
