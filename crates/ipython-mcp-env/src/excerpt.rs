@@ -13,21 +13,7 @@ pub(crate) fn excerpt(stdout: &[u8], stderr: &[u8], max_chars: usize) -> String 
         (false, true) => stdout,
         (false, false) => format!("{stdout}\n{stderr}"),
     };
-    tail(&joined, max_chars)
-}
-
-/// The last `max_chars` characters of `text`, marked with a leading ellipsis when cut.
-pub(crate) fn tail(text: &str, max_chars: usize) -> String {
-    let n_chars = text.chars().count();
-    if n_chars <= max_chars {
-        return text.to_owned();
-    }
-    let keep = max_chars.saturating_sub(1);
-    let start = text
-        .char_indices()
-        .nth(n_chars - keep)
-        .map_or(text.len(), |(index, _)| index);
-    format!("…{}", &text[start..])
+    ipython_mcp_text::tail(&joined, max_chars)
 }
 
 /// Removes ANSI escape sequences and control characters; a bare `\r` (progress bars) becomes a
@@ -98,15 +84,6 @@ mod tests {
             clean("10%\r50%\r100%\r\ndone\u{7}\u{0}\n"),
             "10%\n50%\n100%\ndone"
         );
-    }
-
-    #[test]
-    fn tail_keeps_the_end_and_marks_the_cut() {
-        assert_eq!(tail("short", 10), "short");
-        assert_eq!(tail("abcdefghij", 10), "abcdefghij");
-        assert_eq!(tail("abcdefghijk", 5), "…hijk");
-        // Cutting respects character boundaries.
-        assert_eq!(tail("ééééé", 3), "…éé");
     }
 
     #[test]

@@ -274,7 +274,7 @@ async fn check(
 
 /// "Python 3.11 with requirements fingerprint 1a2b3c4d5e6f" (12 hex digits tell two apart).
 fn describe(python: &str, fingerprint: &str) -> String {
-    let short: String = fingerprint.chars().take(12).collect();
+    let short = ipython_mcp_text::cut(fingerprint, 12).kept;
     format!("Python {python} with requirements fingerprint {short}")
 }
 

@@ -17,8 +17,9 @@ use rmcp::handler::server::tool::ToolRouter;
 use rmcp::model::{CallToolResult, MetaObject, Resource, ResourceContents, ResourceTemplate};
 use serde_json::{json, Map, Value};
 
-use crate::render;
-use crate::server::IpythonMcp;
+use ipython_mcp_kernel::KernelManager;
+
+use crate::surface::IMAGE_TOOLS;
 
 /// The output view.
 pub(crate) const VIEW_URI: &str = "ui://ipython-mcp/output";
@@ -42,10 +43,10 @@ const MAX_VIEW_BYTES: u64 = 16 << 20;
 const CHART_ORIGINS: [&str; 2] = ["https://cdn.plot.ly", "https://cdn.jsdelivr.net"];
 
 /// Links the viewed tools to the view; called once where the router is built.
-pub(crate) fn link_tools(router: &mut ToolRouter<IpythonMcp>) {
+pub(crate) fn link_tools<S>(router: &mut ToolRouter<S>) {
     for (name, route) in router.map.iter_mut() {
         // The tools whose results can carry images are the ones that run code.
-        if render::IMAGE_TOOLS.contains(&name.as_ref()) {
+        if IMAGE_TOOLS.contains(&name.as_ref()) {
             let mut meta = route.attr.meta.take().unwrap_or_default();
             meta.0
                 .insert("ui".into(), json!({ "resourceUri": VIEW_URI }));
@@ -85,14 +86,14 @@ pub(crate) fn resource_templates() -> Vec<ResourceTemplate> {
 
 /// Reads the view or an execution; `None` when `uri` is neither (another reader's).
 pub(crate) async fn read(
-    server: &IpythonMcp,
+    kernels: &KernelManager,
     uri: &str,
 ) -> Option<Result<ResourceContents, rmcp::ErrorData>> {
     if uri == VIEW_URI {
         return Some(Ok(view()));
     }
     let id = uri.strip_prefix(EXECUTION_PREFIX)?;
-    Some(execution(server, uri, id).await)
+    Some(execution(kernels, uri, id).await)
 }
 
 fn view() -> ResourceContents {
@@ -106,17 +107,17 @@ fn view() -> ResourceContents {
 }
 
 async fn execution(
-    server: &IpythonMcp,
+    kernels: &KernelManager,
     uri: &str,
     id: &str,
 ) -> Result<ResourceContents, rmcp::ErrorData> {
     let not_found = || {
         rmcp::ErrorData::resource_not_found(
             "unknown execution: no session remembers it (each keeps its latest 32)",
-            Some(json!({ "uri": render::shorten(uri, 200) })),
+            Some(json!({ "uri": ipython_mcp_text::shorten(uri, 200) })),
         )
     };
-    let session = server.kernels().find_execution(id).ok_or_else(not_found)?;
+    let session = kernels.find_execution(id).ok_or_else(not_found)?;
     let output = session
         .output(Some(id), Duration::ZERO)
         .await

@@ -6,7 +6,7 @@
 //! names the field and says what was expected. rmcp would answer those with a bare text line
 //! and no `structuredContent`; this extractor hands the error back as a JSON-RPC error carrying
 //! an `invalid_arguments` [`ErrorInfo`], which `call_tool` turns into the tool's own structured result
-//! ([`IpythonMcp::invalid_arguments`](crate::server::IpythonMcp)).
+//! ([`IpythonMcp::invalid_arguments`](crate::handler::IpythonMcp)).
 
 use ipython_mcp_kernel::{Code, ErrorInfo};
 use rmcp::handler::server::common::FromContextPart;
@@ -69,7 +69,7 @@ pub(crate) fn parse<P: DeserializeOwned>(arguments: Value) -> Result<P, Box<Erro
         Box::new(
             ErrorInfo::new(
                 Code::InvalidArguments,
-                crate::render::shorten(&message, MAX_MESSAGE_CHARS),
+                ipython_mcp_text::shorten(&message, MAX_MESSAGE_CHARS),
             )
             .with_hint("nothing ran; check the call against the tool's inputSchema"),
         )

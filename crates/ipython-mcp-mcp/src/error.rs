@@ -113,7 +113,7 @@ pub(crate) fn manager_error(error: &ManagerError) -> ErrorInfo {
 pub(crate) fn notebook_error(error: &ipython_mcp_notebook::Error) -> ErrorInfo {
     ErrorInfo::new(
         notebook_code(error),
-        render::shorten(&error.to_string(), 1000),
+        ipython_mcp_text::shorten(&error.to_string(), 1000),
     )
 }
 

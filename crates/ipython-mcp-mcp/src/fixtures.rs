@@ -7,8 +7,9 @@
 //! The suite is not a black-box test: each scenario calls a fixture by name (a tool that
 //! returns an image, one that logs, a prompt with arguments …). [`Fixtures`] wraps the product
 //! handler and adds them, so the suite exercises the real transport, session handling and
-//! protocol plumbing of the product around them. It is only served when the binary runs in its
-//! hidden test mode (`IPYTHON_MCP_TEST_MODE`, see ARCHITECTURE.md); no user setting enables it.
+//! protocol plumbing of the product around them. It is compiled only into test builds (the
+//! `test-fixtures` feature) and served only when such a binary runs in its hidden test mode
+//! (see ARCHITECTURE.md, "Test mode"); no user setting enables it.
 
 #![allow(deprecated)] // logging, sampling and resources/subscribe are deprecated by SEP-2577.
 
@@ -30,7 +31,10 @@ use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 
-use crate::server::IpythonMcp;
+use crate::handler::IpythonMcp;
+
+/// Whether the conformance fixtures are compiled into this build.
+pub const COMPILED: bool = true;
 
 /// A 1×1 PNG.
 const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8/5+hHgAHggJ/PchI7wAAAABJRU5ErkJggg==";

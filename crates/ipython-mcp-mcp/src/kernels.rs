@@ -16,8 +16,8 @@ use rmcp::{schemars, tool, tool_router};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{ToolError, ToolResult};
+use crate::handler::IpythonMcp;
 use crate::render;
-use crate::server::IpythonMcp;
 use ipython_mcp_kernel::{Listing, StartSpec};
 
 /// Longest `wait_seconds` of one `get_output` call.
@@ -188,7 +188,7 @@ async fn discover_remote(server: &ipython_mcp_kernel::remote::Server) -> RemoteD
     .into_iter()
     .flatten()
     .next()
-    .map(|error| render::shorten(&error.to_string(), 500));
+    .map(|error| ipython_mcp_text::shorten(&error.to_string(), 500));
     let sessions = sessions.unwrap_or_default();
     RemoteDiscovery {
         server: server.url().to_string(),
@@ -305,7 +305,7 @@ fn working_dir(cwd: &str) -> Result<PathBuf, Box<ErrorInfo>> {
     let refuse = |why: &str| {
         Box::new(ErrorInfo::new(
             Code::InvalidArguments,
-            format!("cwd {:?} {why}", render::shorten(cwd, 200)),
+            format!("cwd {:?} {why}", ipython_mcp_text::shorten(cwd, 200)),
         ))
     };
     if cwd.trim().is_empty() {
@@ -353,7 +353,7 @@ impl IpythonMcp {
                             Code::InvalidArguments,
                             format!(
                                 "pattern is not a valid regular expression: {}",
-                                render::shorten(&error.to_string(), 500)
+                                ipython_mcp_text::shorten(&error.to_string(), 500)
                             ),
                         ))
                     })?,
@@ -407,7 +407,7 @@ impl IpythonMcp {
             Some(id) => self.kernels().find_execution(id).ok_or_else(|| {
                 ToolError::invalid(format!(
                     "no execution with id {:?}",
-                    render::shorten(id, 64)
+                    ipython_mcp_text::shorten(id, 64)
                 ))
                 .with_hint(format!(
                     "each kernel remembers its latest {} executions (kernel_list shows their ids); a stopped kernel forgets its executions",

@@ -9,23 +9,45 @@
 
 mod apps;
 mod argument;
+mod catalog;
 mod dynamic;
 mod error;
+mod execute;
+#[cfg(feature = "test-fixtures")]
 pub mod fixtures;
+/// Built without the `test-fixtures` feature (every release build): no fixture is compiled in,
+/// and the binary's test mode refuses to start.
+#[cfg(not(feature = "test-fixtures"))]
+pub mod fixtures {
+    /// Whether the conformance fixtures are compiled into this build.
+    pub const COMPILED: bool = false;
+
+    /// Never serves anything: a build without fixtures cannot enter the test mode.
+    pub struct Fixtures;
+
+    impl Fixtures {
+        pub fn new(product: crate::IpythonMcp) -> crate::IpythonMcp {
+            product
+        }
+    }
+}
+mod handler;
 mod kernels;
 mod namespace;
 mod notebooks;
 mod peers;
 mod render;
+mod results;
 mod schema;
 mod server;
 mod state;
+mod surface;
 mod tasks;
 mod wire;
 
 pub use fixtures::Fixtures;
+pub use handler::{IpythonMcp, MAX_CODE_BYTES};
 pub use ipython_mcp_kernel::{KernelManager, SessionId, StartSpec};
 pub use notebooks::serve_json_lines;
 pub use peers::Peers;
-pub use server::{IpythonMcp, MAX_CODE_BYTES};
 pub use state::ServerState;

@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::error::{ToolError, ToolResult};
+use crate::handler::IpythonMcp;
 use crate::render;
-use crate::server::IpythonMcp;
 
 /// Largest list of names or modules one call accepts.
 const MAX_NAMES: usize = 1000;

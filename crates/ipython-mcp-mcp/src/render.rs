@@ -13,7 +13,7 @@ use ipython_mcp_kernel::{
 use rmcp::model::{CallToolResult, ContentBlock as Content, NumberOrString, RequestId};
 use serde_json::Value;
 
-use crate::server::StatusResult;
+use crate::results::{InterruptResult, StatusResult};
 
 pub(crate) fn request_id(id: &RequestId) -> String {
     match id {
@@ -22,7 +22,7 @@ pub(crate) fn request_id(id: &RequestId) -> String {
     }
 }
 
-pub(crate) use ipython_mcp_text::shorten;
+use ipython_mcp_text::shorten;
 
 /// An `execute` that was refused before reaching a session.
 pub(crate) fn rejected_execute(request_id: String, error: ErrorInfo) -> CallToolResult {
@@ -152,7 +152,7 @@ pub(crate) fn namespace(tool: &str, structured: Value, ok: bool) -> CallToolResu
     finish(structured, vec![Content::text(text)], ok)
 }
 
-pub(crate) fn interrupt(result: &crate::server::InterruptResult) -> CallToolResult {
+pub(crate) fn interrupt(result: &InterruptResult) -> CallToolResult {
     let structured = serde_json::to_value(result).unwrap_or(Value::Null);
     let text = match (result.interrupted, &result.interruption, &result.namespace) {
         (false, _, _) => "nothing was running; the kernel is idle".to_owned(),
@@ -226,18 +226,7 @@ pub(crate) fn request_error(error: &ErrorInfo) -> CallToolResult {
     finish(structured, vec![Content::text(text)], false)
 }
 
-/// Tools whose results can carry images. With `StructuredOutput::Auto` they declare no output
-/// schema and answer with their text block and images only: most clients show the model the
-/// JSON of `structuredContent` instead of the text when it is present, and Codex and opencode
-/// then drop the images (README, "What the model reads").
-pub(crate) const IMAGE_TOOLS: [&str; 4] = [
-    "execute",
-    "get_output",
-    "notebook_execute",
-    "notebook_execute_cell",
-];
-
-/// A result in the shape `mode` asks for (see `IMAGE_TOOLS`); `image_tool` says whether it
+/// A result in the shape `mode` asks for (see `surface::IMAGE_TOOLS`); `image_tool` says whether it
 /// is the result of one of them (or of a task that runs one).
 pub(crate) fn shaped(
     mut result: CallToolResult,

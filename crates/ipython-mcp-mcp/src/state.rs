@@ -4,13 +4,14 @@
 //!
 //! [`IpythonMcp`]: crate::IpythonMcp
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use ipython_mcp_config::Config;
-use ipython_mcp_kernel::{KernelManager, ManagerError, SessionHandle};
+use ipython_mcp_kernel::{Code, ErrorInfo, KernelManager, ManagerError, SessionHandle};
+use ipython_mcp_notebook::Workspace;
 
-use crate::dynamic::Catalog;
-use crate::notebooks::NotebookState;
+use crate::catalog::Catalog;
 use crate::peers::Peers;
 use crate::tasks::Tasks;
 
@@ -97,4 +98,36 @@ async fn stop(
     catalog.forget_session(id).await;
     handle.shutdown().await;
     Ok(handle)
+}
+
+/// The workspace of this server, or why it is unusable.
+pub(crate) struct NotebookState {
+    workspace: Result<Arc<Workspace>, String>,
+}
+
+impl NotebookState {
+    pub(crate) fn new(root: Option<PathBuf>) -> NotebookState {
+        let root = root.or_else(|| std::env::current_dir().ok());
+        let workspace = match root {
+            Some(root) => Workspace::new(&root)
+                .map(Arc::new)
+                .map_err(|error| error.to_string()),
+            None => Err("no working directory".to_owned()),
+        };
+        NotebookState { workspace }
+    }
+
+    pub(crate) fn workspace(&self) -> Result<&Arc<Workspace>, Box<ErrorInfo>> {
+        self.workspace.as_ref().map_err(|problem| {
+            Box::new(
+                ErrorInfo::new(
+                    Code::InvalidConfiguration,
+                    format!("the notebook workspace root is unusable: {problem}"),
+                )
+                .with_hint(
+                    "set IPYTHON_MCP_WORKSPACE_ROOT (--workspace-root) to an existing directory",
+                ),
+            )
+        })
+    }
 }

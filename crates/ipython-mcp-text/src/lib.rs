@@ -3,8 +3,9 @@
 //! Every bound the server states is in characters (Unicode scalar values), never bytes, and a
 //! cut always lands on a character boundary. These shapes cover every use: [`cut`] (the kept
 //! part and the exact count left out, for results that report `*_omitted_chars`),
-//! [`truncate`] (the same, in place; [`truncate_front`] keeps the end instead), and [`shorten`] (a value quoted inside a message, marked
-//! with `…` when cut).
+//! [`truncate`] (the same, in place; [`truncate_front`] keeps the end instead), [`shorten`] (a
+//! value quoted inside a message, marked with `…` when cut) and [`tail`] (the end of a child's
+//! output inside a message, where installers put the reason for a failure).
 
 /// `text` cut to at most `max` characters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,6 +71,18 @@ pub fn shorten(text: &str, max: usize) -> String {
     }
 }
 
+/// The end of `text` for a message: at most `max` characters in all, the first of them `…`
+/// when the front was cut.
+pub fn tail(text: &str, max: usize) -> String {
+    let mut kept = text.to_owned();
+    if truncate_front(&mut kept, max) == 0 {
+        return kept;
+    }
+    // One character more goes, to make room for the marker.
+    truncate_front(&mut kept, max.saturating_sub(1));
+    format!("…{kept}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,5 +146,14 @@ mod tests {
         assert_eq!(truncate(&mut text, 2), 0);
         assert_eq!(shorten("abcdef", 3), "abc…");
         assert_eq!(shorten("abc", 3), "abc");
+    }
+
+    #[test]
+    fn tail_keeps_the_end_and_marks_the_cut() {
+        assert_eq!(tail("short", 10), "short");
+        assert_eq!(tail("abcdefghij", 10), "abcdefghij");
+        assert_eq!(tail("abcdefghijk", 5), "…hijk");
+        // Cutting respects character boundaries.
+        assert_eq!(tail("ééééé", 3), "…éé");
     }
 }

@@ -129,9 +129,10 @@ pub async fn run(
         .with_allowed_origins(http.allowed_origins.clone())
         // An empty origin list rejects every browser origin instead of allowing all.
         .enforce_origin_validation();
+    // Built once: every session's handler is a clone sharing the state and the tool router.
     let product = {
-        let (state, config) = (state.clone(), Arc::clone(&config));
-        move || IpythonMcp::new(state.clone(), Arc::clone(&config))
+        let server = IpythonMcp::new(state.clone(), Arc::clone(&config));
+        move || server.clone()
     };
     let mcp = if test_mode.fixtures() {
         mcp_router(move || Fixtures::new(product()), service_config)

@@ -48,6 +48,11 @@ impl TestMode {
         let Some(value) = std::env::var_os(VARIABLE) else {
             return Ok(TestMode::Off);
         };
+        if !ipython_mcp_mcp::fixtures::COMPILED {
+            return Err(format!(
+                "{VARIABLE} is for the project's tests, and this build has no test fixtures; unset it"
+            ));
+        }
         let mode = match value.to_str() {
             Some("fixtures") => TestMode::Fixtures,
             Some("conformance") => TestMode::Conformance,

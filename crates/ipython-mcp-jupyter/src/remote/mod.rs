@@ -357,7 +357,7 @@ impl Server {
             code => Err(Error::RemoteStatus {
                 what: what.to_owned(),
                 status: code,
-                message: short(&String::from_utf8_lossy(&body), 300),
+                message: ipython_mcp_text::shorten(String::from_utf8_lossy(&body).trim(), 300),
             }),
         }
     }
@@ -430,7 +430,10 @@ fn check_id(id: &str) -> Result<(), Error> {
         Ok(())
     } else {
         Err(Error::RemoteNotFound {
-            what: format!("kernel or kernelspec {:?}", short(id, 80)),
+            what: format!(
+                "kernel or kernelspec {:?}",
+                ipython_mcp_text::shorten(id.trim(), 80)
+            ),
         })
     }
 }
@@ -463,15 +466,7 @@ fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
         }
         source = cause.source();
     }
-    short(&text, 500)
-}
-
-fn short(text: &str, max: usize) -> String {
-    let text = text.trim();
-    match text.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_owned(),
-    }
+    ipython_mcp_text::shorten(text.trim(), 500)
 }
 
 #[cfg(test)]

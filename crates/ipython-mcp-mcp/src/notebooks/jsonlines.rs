@@ -27,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::params::{ExecuteCellParams, NotebookExecuteParams, PathParams};
 use super::ToolError;
-use crate::server::IpythonMcp;
+use crate::handler::IpythonMcp;
 
 /// Longest request line: a whole notebook travels in `save`, and resources serve notebooks up
 /// to this size too. A longer line is answered with an error and skipped.
@@ -283,7 +283,7 @@ impl IpythonMcp {
             }
             other => Err(ToolError::invalid(format!(
                 "unknown method {:?}",
-                crate::render::shorten(other, 64)
+                ipython_mcp_text::shorten(other, 64)
             ))
             .with_hint(format!("the methods are {}", METHODS.join(", ")))),
         }

@@ -19,7 +19,6 @@ mod save;
 mod tools;
 mod views;
 
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,46 +28,14 @@ use rmcp::model::CallToolResult;
 use serde::Serialize;
 
 use crate::error::{notebook_error, ToolError};
+use crate::handler::IpythonMcp;
 use crate::render;
-use crate::server::IpythonMcp;
 pub use jsonlines::serve_json_lines;
 use views::{CellSummary, WriteResult};
 
 /// Largest `max_cells` of one `notebook_read`.
 const MAX_READ_CELLS: usize = 1000;
 const DEFAULT_READ_CELLS: usize = 100;
-
-/// The workspace of this server, or why it is unusable.
-pub(crate) struct NotebookState {
-    workspace: Result<Arc<Workspace>, String>,
-}
-
-impl NotebookState {
-    pub(crate) fn new(root: Option<PathBuf>) -> NotebookState {
-        let root = root.or_else(|| std::env::current_dir().ok());
-        let workspace = match root {
-            Some(root) => Workspace::new(&root)
-                .map(Arc::new)
-                .map_err(|error| error.to_string()),
-            None => Err("no working directory".to_owned()),
-        };
-        NotebookState { workspace }
-    }
-
-    pub(crate) fn workspace(&self) -> Result<&Arc<Workspace>, Box<ErrorInfo>> {
-        self.workspace.as_ref().map_err(|problem| {
-            Box::new(
-                ErrorInfo::new(
-                    Code::InvalidConfiguration,
-                    format!("the notebook workspace root is unusable: {problem}"),
-                )
-                .with_hint(
-                    "set IPYTHON_MCP_WORKSPACE_ROOT (--workspace-root) to an existing directory",
-                ),
-            )
-        })
-    }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Helpers

@@ -8,8 +8,7 @@ use serde_json::Value;
 use super::views::shown;
 use super::MAX_READ_CELLS;
 use crate::error::notebook_code;
-use crate::render;
-use crate::server::{IpythonMcp, MAX_CODE_BYTES};
+use crate::handler::{IpythonMcp, MAX_CODE_BYTES};
 
 // ---------------------------------------------------------------------------------------------
 // Resources
@@ -276,14 +275,14 @@ impl IpythonMcp {
             rmcp::ErrorData::invalid_params(
                 message.clone(),
                 Some(
-                    serde_json::json!({"code": code, "message": message, "uri": render::shorten(uri, 200)}),
+                    serde_json::json!({"code": code, "message": message, "uri": ipython_mcp_text::shorten(uri, 200)}),
                 ),
             )
         };
         if !uri.starts_with("notebook:") {
             return Err(rmcp::ErrorData::resource_not_found(
                 "resource_not_found",
-                Some(serde_json::json!({"uri": render::shorten(uri, 200)})),
+                Some(serde_json::json!({"uri": ipython_mcp_text::shorten(uri, 200)})),
             ));
         }
         let relative = ipython_mcp_notebook::path_from_uri(uri)
@@ -321,7 +320,7 @@ impl IpythonMcp {
             Err(ipython_mcp_notebook::Error::NotFound { .. }) => {
                 Err(rmcp::ErrorData::resource_not_found(
                     "resource_not_found",
-                    Some(serde_json::json!({"uri": render::shorten(uri, 200)})),
+                    Some(serde_json::json!({"uri": ipython_mcp_text::shorten(uri, 200)})),
                 ))
             }
             Err(error) => Err(invalid(notebook_code(&error), error.to_string())),

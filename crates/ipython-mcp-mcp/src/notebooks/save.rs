@@ -16,8 +16,8 @@ use serde_json::{Map, Value};
 
 use super::views::{summary, NotebookExecuteResult};
 use super::ToolError;
+use crate::handler::IpythonMcp;
 use crate::render;
-use crate::server::IpythonMcp;
 use ipython_mcp_kernel::{ManagerError, SessionId, StartSpec};
 
 /// Characters of each stream an execution saves in the notebook (read back from the spool);
@@ -295,7 +295,7 @@ impl IpythonMcp {
             ErrorInfo {
                 message: format!(
                     "cannot start the notebook's kernel {:?}: {}",
-                    render::shorten(&name, 64),
+                    ipython_mcp_text::shorten(&name, 64),
                     error.message
                 ),
                 ..error

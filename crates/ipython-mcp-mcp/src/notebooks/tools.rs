@@ -24,7 +24,7 @@ use super::{
     cell_ref, optional_cell_ref, structured, ToolError, DEFAULT_READ_CELLS, MAX_READ_CELLS,
 };
 use crate::argument::Parameters;
-use crate::server::{IpythonMcp, MAX_CODE_BYTES};
+use crate::handler::{IpythonMcp, MAX_CODE_BYTES};
 
 #[tool_router(router = notebooks_router, vis = "pub(crate)")]
 impl IpythonMcp {

@@ -1,0 +1,94 @@
+//! The handler every tool runs on: one [`IpythonMcp`] per process, cloned into each MCP
+//! connection, holding the server's shared state, its configuration and the router of the
+//! built-in tools (composed once, in `server.rs`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ipython_mcp_config::Config;
+use ipython_mcp_kernel::{ExecuteArgs, SessionHandle};
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::model::CallToolResult;
+
+use crate::catalog::Catalog;
+use crate::error::ToolError;
+use crate::peers::Peers;
+use crate::render;
+use crate::state::NotebookState;
+use crate::state::ServerState;
+
+/// Largest `code` accepted by `execute`, in bytes.
+pub const MAX_CODE_BYTES: usize = 1024 * 1024;
+
+/// The ipython-mcp server. Cloning is cheap: every connection's clone shares the state and
+/// the router.
+#[derive(Clone)]
+pub struct IpythonMcp {
+    pub(crate) state: ServerState,
+    pub(crate) config: Arc<Config>,
+    pub(crate) tool_router: Arc<ToolRouter<IpythonMcp>>,
+    /// The names of every built-in tool, offered or not (never available to dynamic tools).
+    pub(crate) stable_names: Arc<[String]>,
+}
+
+impl IpythonMcp {
+    pub(crate) fn kernels(&self) -> &ipython_mcp_kernel::KernelManager {
+        self.state.kernels()
+    }
+
+    pub(crate) fn catalog(&self) -> &Catalog {
+        self.state.catalog()
+    }
+
+    pub(crate) fn state(&self) -> &ServerState {
+        &self.state
+    }
+
+    pub(crate) fn notebook_state(&self) -> &NotebookState {
+        self.state.notebooks()
+    }
+
+    pub(crate) fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Every connected client, for `notifications/tools/list_changed`.
+    pub fn peers(&self) -> &Peers {
+        self.state.peers()
+    }
+
+    /// The session a tool call names, or the result that refuses the call.
+    /// The session `kernel` names (`default` when omitted).
+    pub(crate) fn session(&self, kernel: Option<&str>) -> Result<SessionHandle, ToolError> {
+        Ok(self.kernels().get(kernel)?)
+    }
+
+    /// Starts `code` with nobody waiting (a background execute or notebook run): its deadline
+    /// defaults to the server's max timeout, and only `cancel` stops it early.
+    pub(crate) fn start_background(
+        &self,
+        session: &SessionHandle,
+        code: String,
+        timeout: Option<Duration>,
+        request_id: String,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> ipython_mcp_kernel::ExecutionOutput {
+        session.execute_background(ExecuteArgs {
+            code,
+            timeout: timeout.or(Some(self.config.timeouts.max_operation)),
+            request_id,
+            cancel,
+            progress: None,
+        })
+    }
+
+    /// A result in the shape the configuration asks for (see `render::shaped`).
+    pub(crate) fn shaped(&self, result: CallToolResult, image_tool: bool) -> CallToolResult {
+        render::shaped(result, image_tool, self.config.structured_output)
+    }
+
+    /// The names of every built-in tool, offered or not (never available to dynamic tools).
+    pub(crate) fn stable_tool_names(&self) -> Vec<String> {
+        self.stable_names.to_vec()
+    }
+}
