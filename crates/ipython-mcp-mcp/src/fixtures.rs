@@ -36,6 +36,11 @@ use crate::handler::IpythonMcp;
 /// Whether the conformance fixtures are compiled into this build.
 pub const COMPILED: bool = true;
 
+/// The product with the fixtures beside its tools.
+pub fn wrap(product: IpythonMcp) -> Fixtures {
+    Fixtures::new(product)
+}
+
 /// A 1×1 PNG.
 const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8/5+hHgAHggJ/PchI7wAAAABJRU5ErkJggg==";
 /// An empty 16-bit mono WAV file.

@@ -23,7 +23,7 @@ use axum::response::{IntoResponse as _, Response};
 use axum::serve::ListenerExt as _;
 use axum::Router;
 use ipython_mcp_config::{Config, Token, TokenSource};
-use ipython_mcp_mcp::{Fixtures, IpythonMcp, ServerState};
+use ipython_mcp_mcp::{fixtures, IpythonMcp, ServerState};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use subtle::ConstantTimeEq as _;
@@ -135,7 +135,7 @@ pub async fn run(
         move || server.clone()
     };
     let mcp = if test_mode.fixtures() {
-        mcp_router(move || Fixtures::new(product()), service_config)
+        mcp_router(move || fixtures::wrap(product()), service_config)
     } else {
         mcp_router(product, service_config)
     };

@@ -11,7 +11,7 @@ use ipython_mcp_config::{Config, Transport};
 use ipython_mcp_env::Resolver;
 use ipython_mcp_kernel::{SessionHandle, SessionOptions};
 use ipython_mcp_mcp::{
-    Fixtures, IpythonMcp, KernelManager, Peers, ServerState, SessionId, StartSpec,
+    fixtures, IpythonMcp, KernelManager, Peers, ServerState, SessionId, StartSpec,
 };
 use rmcp::ServiceExt as _;
 use tokio::signal::unix::{signal, SignalKind};
@@ -42,7 +42,7 @@ pub async fn run(
     let product = IpythonMcp::new(sessions.clone(), Arc::clone(&config));
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving MCP on stdio");
     if test_mode.fixtures() {
-        serve_stdio(Fixtures::new(product), sessions).await
+        serve_stdio(fixtures::wrap(product), sessions).await
     } else {
         serve_stdio(product, sessions).await
     }
