@@ -20,8 +20,8 @@ pub(crate) async fn bench_mcp(
     } = serve(
         server_binary,
         &[
-            ("IPYTHON_MCP_LOG", "warn".to_owned()),
-            ("IPYTHON_MCP_MAX_TIMEOUT_SECONDS", "3600".to_owned()),
+            (ipython_mcp_config::LOG.env, "warn".to_owned()),
+            (ipython_mcp_config::MAX_TIMEOUT.env, "3600".to_owned()),
         ],
     )
     .await?;

@@ -30,17 +30,23 @@ pub(crate) async fn bench_sigterm(server_binary: &Path) -> anyhow::Result<Sigter
     } = serve(
         server_binary,
         &[
-            ("IPYTHON_MCP_LOG", "warn".to_owned()),
-            ("IPYTHON_MCP_SPARE_KERNELS", "0".to_owned()),
-            ("IPYTHON_MCP_MAX_KERNELS", SIGTERM_KERNELS.to_string()),
-            // The kernels' pids are read from typed results.
-            ("IPYTHON_MCP_STRUCTURED_OUTPUT", "always".to_owned()),
+            (ipython_mcp_config::LOG.env, "warn".to_owned()),
+            (ipython_mcp_config::SPARE_KERNELS.env, "0".to_owned()),
             (
-                "IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS",
+                ipython_mcp_config::MAX_KERNELS.env,
+                SIGTERM_KERNELS.to_string(),
+            ),
+            // The kernels' pids are read from typed results.
+            (
+                ipython_mcp_config::STRUCTURED_OUTPUT.env,
+                "always".to_owned(),
+            ),
+            (
+                ipython_mcp_config::INTERRUPTION_GRACE.env,
                 SIGTERM_GRACE_SECONDS.to_string(),
             ),
             (
-                "IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS",
+                ipython_mcp_config::WORKER_STARTUP_TIMEOUT.env,
                 "120".to_owned(),
             ),
         ],
@@ -169,12 +175,15 @@ pub(crate) async fn bench_replacement(
     } = serve(
         server_binary,
         &[
-            ("IPYTHON_MCP_LOG", "error".to_owned()),
-            ("IPYTHON_MCP_SPARE_KERNELS", spares.to_string()),
+            (ipython_mcp_config::LOG.env, "error".to_owned()),
+            (ipython_mcp_config::SPARE_KERNELS.env, spares.to_string()),
             // The recovery is read from the typed result (runtime.interruption).
-            ("IPYTHON_MCP_STRUCTURED_OUTPUT", "always".to_owned()),
             (
-                "IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS",
+                ipython_mcp_config::STRUCTURED_OUTPUT.env,
+                "always".to_owned(),
+            ),
+            (
+                ipython_mcp_config::INTERRUPTION_GRACE.env,
                 HANG_GRACE_SECONDS.to_string(),
             ),
         ],

@@ -261,13 +261,13 @@ pub(crate) fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
 pub(crate) async fn resolve_python() -> anyhow::Result<PathBuf> {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let xdg = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from);
-    let cache_dir = match std::env::var_os("IPYTHON_MCP_CACHE_DIR") {
+    let cache_dir = match std::env::var_os(ipython_mcp_config::CACHE_DIR.env) {
         Some(dir) => PathBuf::from(dir),
         None => ipython_mcp_env::default_cache_dir(home.as_deref(), xdg.as_deref())
             .context("no cache dir")?,
     };
     let resolver = ipython_mcp_env::Resolver {
-        explicit_python: std::env::var_os("IPYTHON_MCP_PYTHON").map(PathBuf::from),
+        explicit_python: std::env::var_os(ipython_mcp_config::PYTHON.env).map(PathBuf::from),
         virtual_env: std::env::var_os("VIRTUAL_ENV").map(PathBuf::from),
         working_dir: std::env::current_dir()?,
         path_var: std::env::var_os("PATH"),
@@ -302,8 +302,8 @@ pub(crate) async fn bench_startup(argv: &[String]) -> anyhow::Result<Vec<f64>> {
         let started = Instant::now();
         let mut child = tokio::process::Command::new(program)
             .args(args)
-            .env("IPYTHON_MCP_LOG", "warn")
-            .env("IPYTHON_MCP_SPARE_KERNELS", "0")
+            .env(ipython_mcp_config::LOG.env, "warn")
+            .env(ipython_mcp_config::SPARE_KERNELS.env, "0")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

@@ -104,8 +104,8 @@ pub(crate) async fn bench_retained(server_binary: &Path) -> anyhow::Result<Retai
     } = serve(
         server_binary,
         &[
-            ("IPYTHON_MCP_LOG", "warn".to_owned()),
-            ("IPYTHON_MCP_SPARE_KERNELS", "0".to_owned()),
+            (ipython_mcp_config::LOG.env, "warn".to_owned()),
+            (ipython_mcp_config::SPARE_KERNELS.env, "0".to_owned()),
         ],
     )
     .await?;

@@ -51,15 +51,15 @@ pub(crate) async fn bench_remote(server_binary: &Path) -> anyhow::Result<()> {
         python.display()
     );
     let local_env = vec![
-        ("IPYTHON_MCP_LOG", "warn".to_owned()),
-        ("IPYTHON_MCP_PYTHON", python.display().to_string()),
-        ("IPYTHON_MCP_SPARE_KERNELS", "0".to_owned()),
+        (ipython_mcp_config::LOG.env, "warn".to_owned()),
+        (ipython_mcp_config::PYTHON.env, python.display().to_string()),
+        (ipython_mcp_config::SPARE_KERNELS.env, "0".to_owned()),
     ];
     let mut remote_env = local_env.clone();
     remote_env.extend([
-        ("IPYTHON_MCP_JUPYTER_URL", url.clone()),
-        ("IPYTHON_MCP_JUPYTER_TOKEN", token.clone()),
-        ("IPYTHON_MCP_KERNEL", "jupyter:python3".to_owned()),
+        (ipython_mcp_config::JUPYTER_URL.env, url.clone()),
+        (ipython_mcp_config::JUPYTER_TOKEN.env, token.clone()),
+        (ipython_mcp_config::KERNEL.env, "jupyter:python3".to_owned()),
     ]);
     let server = Server::new(
         url::Url::parse(&url)?,

@@ -22,7 +22,8 @@ pub enum Error {
 
     /// No `python3` on PATH, so there is nothing to build the managed environment from.
     #[error(
-        "no python3 found on PATH to create the managed environment; install Python 3 or set IPYTHON_MCP_PYTHON to an interpreter that has ipykernel"
+        "no python3 found on PATH to create the managed environment; install Python 3 or set {python} to an interpreter that has ipykernel",
+        python = ipython_mcp_config::PYTHON.env
     )]
     NoPython,
 
@@ -94,8 +95,9 @@ pub enum Error {
     /// The named environment exists but was made for another Python or dependency set.
     /// `recorded` and `wanted` read "Python 3.11 with requirements fingerprint 1a2b…".
     #[error(
-        "environment {name:?} at {} was created for {recorded}, but this server wants {wanted}; a different dependency set needs a new name: choose another IPYTHON_MCP_ACTIVE_ENVIRONMENT (or delete the directory)",
-        .path.display()
+        "environment {name:?} at {} was created for {recorded}, but this server wants {wanted}; a different dependency set needs a new name: choose another {active} (or delete the directory)",
+        .path.display(),
+        active = ipython_mcp_config::ACTIVE_ENVIRONMENT.env
     )]
     Mismatch {
         name: String,
@@ -107,8 +109,9 @@ pub enum Error {
     /// The named environment's directory exists but is not a usable ipython-mcp environment
     /// (no valid metadata, or its interpreter no longer runs). It is never deleted for you.
     #[error(
-        "environment {name:?} at {} cannot be reused: {detail}; choose another IPYTHON_MCP_ACTIVE_ENVIRONMENT (or delete the directory)",
-        .path.display()
+        "environment {name:?} at {} cannot be reused: {detail}; choose another {active} (or delete the directory)",
+        .path.display(),
+        active = ipython_mcp_config::ACTIVE_ENVIRONMENT.env
     )]
     Unusable {
         name: String,

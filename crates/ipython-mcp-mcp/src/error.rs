@@ -70,9 +70,10 @@ pub(crate) fn manager_error(error: &ManagerError) -> ErrorInfo {
     let hint = match error {
         ManagerError::Internal { .. } => return ErrorInfo::new(Code::InternalError, message),
         ManagerError::LimitReached { .. } => {
-            return ErrorInfo::new(Code::LimitExceeded, message).with_hint(
-                "kernel_stop one you no longer need (IPYTHON_MCP_MAX_KERNELS raises the limit)",
-            )
+            return ErrorInfo::new(Code::LimitExceeded, message).with_hint(format!(
+                "kernel_stop one you no longer need ({} raises the limit)",
+                ipython_mcp_config::MAX_KERNELS.env
+            ))
         }
         ManagerError::IdTaken { .. } => Some("pick another id, or kernel_stop it first".to_owned()),
         ManagerError::NotFound { running, .. } => Some(format!(

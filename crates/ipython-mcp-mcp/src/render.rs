@@ -424,8 +424,9 @@ fn execution_text(output: &ExecutionOutput) -> String {
     }
     if !output.withheld.is_empty() {
         text.push_str(&format!(
-            "\n[{} display payloads withheld to keep this reply within IPYTHON_MCP_MAX_REPLY_BYTES",
-            output.withheld.len()
+            "\n[{} display payloads withheld to keep this reply within {}",
+            output.withheld.len(),
+            ipython_mcp_config::MAX_REPLY_BYTES.env
         ));
         match output.withheld.iter().find_map(|item| item.path.as_deref()) {
             Some(path) => text.push_str(&format!(

@@ -124,9 +124,11 @@ impl NotebookState {
                     Code::InvalidConfiguration,
                     format!("the notebook workspace root is unusable: {problem}"),
                 )
-                .with_hint(
-                    "set IPYTHON_MCP_WORKSPACE_ROOT (--workspace-root) to an existing directory",
-                ),
+                .with_hint(format!(
+                    "set {} (--{}) to an existing directory",
+                    ipython_mcp_config::WORKSPACE_ROOT.env,
+                    ipython_mcp_config::WORKSPACE_ROOT.flag
+                )),
             )
         })
     }

@@ -152,14 +152,17 @@ pub async fn run(
     eprintln!("ipython-mcp: serving MCP over HTTP at {url}");
     if http.host.is_unspecified() {
         eprintln!(
-            "ipython-mcp: listening on every interface: clients use this machine's name or address instead of {}, and it must be in IPYTHON_MCP_HTTP_ALLOWED_HOSTS",
-            http.host
+            "ipython-mcp: listening on every interface: clients use this machine's name or address instead of {}, and it must be in {}",
+            http.host,
+            ipython_mcp_config::HTTP_ALLOWED_HOSTS.env
         );
     }
     match &credentials {
         Some(credentials) if credentials.generated => eprintln!(
-            "ipython-mcp: clients must send the header 'Authorization: Bearer {}' (generated for this run; set IPYTHON_MCP_HTTP_TOKEN or IPYTHON_MCP_HTTP_TOKEN_FILE to choose one)",
-            credentials.token.expose()
+            "ipython-mcp: clients must send the header 'Authorization: Bearer {}' (generated for this run; set {} or {} to choose one)",
+            credentials.token.expose(),
+            ipython_mcp_config::HTTP_TOKEN.env,
+            ipython_mcp_config::HTTP_TOKEN_FILE.env
         ),
         Some(_) => eprintln!("ipython-mcp: clients must send 'Authorization: Bearer <your configured token>'"),
         None => {}
@@ -245,7 +248,10 @@ async fn bearer(State(token): State<Arc<Token>>, request: Request, next: Next) -
     (
         StatusCode::UNAUTHORIZED,
         [(header::WWW_AUTHENTICATE, "Bearer")],
-        "401 Unauthorized: send 'Authorization: Bearer <token>' (the token ipython-mcp printed at start, or IPYTHON_MCP_HTTP_TOKEN)\n",
+        format!(
+            "401 Unauthorized: send 'Authorization: Bearer <token>' (the token ipython-mcp printed at start, or {})\n",
+            ipython_mcp_config::HTTP_TOKEN.env
+        ),
     )
         .into_response()
 }

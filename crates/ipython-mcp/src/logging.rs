@@ -18,7 +18,10 @@ const PAYLOAD_FIELDS: [&str; 5] = ["request", "result", "notification", "evt", "
 
 pub fn init(filter: &str) {
     let filter = EnvFilter::try_new(filter).unwrap_or_else(|error| {
-        eprintln!("ipython-mcp: ignoring invalid IPYTHON_MCP_LOG ({error}); using info");
+        eprintln!(
+            "ipython-mcp: ignoring invalid {} ({error}); using info",
+            ipython_mcp_config::LOG.env
+        );
         EnvFilter::new("info")
     });
     let layer = tracing_subscriber::fmt::layer()

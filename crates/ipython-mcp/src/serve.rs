@@ -249,7 +249,12 @@ fn resolver(config: &Config) -> anyhow::Result<Resolver> {
     let cache_dir = match &config.cache_dir {
         Some(dir) => dir.clone(),
         None => ipython_mcp_env::default_cache_dir(home.as_deref(), xdg.as_deref()).ok_or_else(
-            || anyhow::anyhow!("no cache directory: set HOME or IPYTHON_MCP_CACHE_DIR"),
+            || {
+                anyhow::anyhow!(
+                    "no cache directory: set HOME or {}",
+                    ipython_mcp_config::CACHE_DIR.env
+                )
+            },
         )?,
     };
     Ok(Resolver {

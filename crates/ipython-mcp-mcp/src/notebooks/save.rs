@@ -200,10 +200,16 @@ async fn outputs_to_save(session: &SessionHandle, output: &ExecutionOutput) -> V
             ));
         }
         if saved.spool_incomplete || spool_dropped > 0 {
-            note.push_str(" the kernel produced more than the output spool keeps per execution (IPYTHON_MCP_MAX_SPOOL_EXECUTION_BYTES);");
+            note.push_str(&format!(
+                " the kernel produced more than the output spool keeps per execution ({});",
+                ipython_mcp_config::MAX_SPOOL_EXECUTION_BYTES.env
+            ));
         }
         if saved.kernel_withheld {
-            note.push_str(" the remote kernel sent only part of its output (displays past IPYTHON_MCP_MAX_DISPLAY_ITEMS, stream text past what it forwards per execution);");
+            note.push_str(&format!(
+                " the remote kernel sent only part of its output (displays past {}, stream text past what it forwards per execution);",
+                ipython_mcp_config::MAX_DISPLAY_ITEMS.env
+            ));
         }
         note.push_str(&format!(
             " get_output with execution_id {} pages the streams while the kernel keeps them]\n",
