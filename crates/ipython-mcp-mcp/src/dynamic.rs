@@ -8,6 +8,7 @@ use rmcp::model::JsonObject;
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::{DynamicCallResult, Registration};
+use crate::error::{ToolError, ToolResult};
 use crate::handler::IpythonMcp;
 
 /// Arguments of `register_tool`.
@@ -84,19 +85,7 @@ impl IpythonMcp {
         &self,
         crate::argument::Parameters(params): crate::argument::Parameters<RegisterParams>,
         context: rmcp::service::RequestContext<rmcp::RoleServer>,
-    ) -> Result<rmcp::model::CallToolResult, rmcp::ErrorData> {
-        let refuse = |error: ErrorInfo| {
-            let result = RegisterResult {
-                ok: false,
-                registration: None,
-                error: Some(error),
-            };
-            crate::render::namespace(
-                "register_tool",
-                serde_json::to_value(&result).unwrap_or_default(),
-                false,
-            )
-        };
+    ) -> ToolResult {
         let too_long = [
             Some(&params.name),
             params.tool_name.as_ref(),
@@ -106,15 +95,12 @@ impl IpythonMcp {
         .flatten()
         .any(|text| text.chars().count() > MAX_ARGUMENT_CHARS);
         if too_long {
-            return Ok(refuse(ErrorInfo::new(
+            return Err(ToolError::from(ErrorInfo::new(
                 Code::InvalidArguments,
                 format!("name, tool_name and description are limited to {MAX_ARGUMENT_CHARS} characters"),
             )));
         }
-        let session = match self.session(params.kernel.as_deref()) {
-            Ok(session) => session,
-            Err(error) => return Ok(error.into_result()),
-        };
+        let session = self.session(params.kernel.as_deref())?;
         let kernel = session.kernel_id().to_owned();
         let catalog = self.catalog();
         let limits = self.config().tools;
@@ -123,7 +109,7 @@ impl IpythonMcp {
         reserved.extend(elsewhere.iter().cloned());
         let room = limits.max_tools.saturating_sub(elsewhere.len());
         if room == 0 {
-            return Ok(refuse(
+            return Err(ToolError::from(
                 ErrorInfo::new(
                     Code::LimitExceeded,
                     format!(
@@ -164,14 +150,14 @@ impl IpythonMcp {
             .and_then(|value| serde_json::from_value::<HelperRegistration>(value).ok());
         let Some(registration) = registration else {
             tracing::info!(tool = "register_tool", kernel = %kernel, ok = false, "tool call");
-            return Ok(refuse(output.outcome.error().cloned().unwrap_or_else(
-                || {
+            return Err(ToolError::from(
+                output.outcome.error().cloned().unwrap_or_else(|| {
                     ErrorInfo::new(
-                        Code::ExecutionError,
-                        "the kernel helper answered in an unexpected shape",
+                        Code::InternalError,
+                        "the kernel helper answered register_tool in an unexpected shape",
                     )
-                },
-            )));
+                }),
+            ));
         };
         let registration = catalog
             .insert(

@@ -118,10 +118,21 @@ pub(crate) fn notebook_error(error: &ipython_mcp_notebook::Error) -> ErrorInfo {
     )
 }
 
-/// The stable code of an `ipython-mcp-notebook` error: the crate names it (`Error::code`), and
-/// a name this server does not list would be a bug (`every_notebook_error_has_a_known_code`).
+/// The code of an `ipython-mcp-notebook` error, by variant: a new variant does not compile
+/// until it is mapped here (`every_notebook_error_has_a_known_code` checks that the mapping
+/// agrees with the names the notebook crate gives its errors).
 pub(crate) fn notebook_code(error: &ipython_mcp_notebook::Error) -> Code {
-    Code::from_wire(error.code()).unwrap_or(Code::InternalError)
+    use ipython_mcp_notebook::Error;
+    match error {
+        Error::InvalidPath { .. } => Code::InvalidPath,
+        Error::NotFound { .. } => Code::NotebookNotFound,
+        Error::AlreadyExists { .. } => Code::NotebookExists,
+        Error::RevisionConflict { .. } => Code::RevisionConflict,
+        Error::InvalidNotebook { .. } => Code::InvalidNotebook,
+        Error::CellNotFound { .. } => Code::CellNotFound,
+        Error::InvalidArguments { .. } => Code::InvalidArguments,
+        Error::Io { .. } => Code::IoError,
+    }
 }
 
 impl From<ipython_mcp_notebook::Error> for ToolError {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use ipython_mcp_kernel::{Code, ErrorInfo, ExecuteArgs, SessionHandle};
 use rmcp::handler::server::tool::schema_for_output;
-use rmcp::model::{CallToolResult, ProgressNotificationParam};
+use rmcp::model::{CallToolResponse, CallToolResult, ProgressNotificationParam};
 use rmcp::service::RequestContext;
 use rmcp::{schemars, tool, tool_router, RoleServer};
 use serde::Deserialize;
@@ -66,7 +66,7 @@ impl IpythonMcp {
     /// A background `execute` for a client that declared the tasks extension: the execution
     /// is started as `execute` would start it and answered as a task named by its
     /// `execution_id`, cancelled through `tasks/cancel` (see tasks.rs).
-    pub(crate) fn execute_as_task(
+    fn execute_as_task(
         &self,
         params: ExecuteParams,
         context: &RequestContext<RoleServer>,
@@ -143,11 +143,14 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<ExecuteParams>,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, rmcp::ErrorData> {
+    ) -> Result<CallToolResponse, rmcp::ErrorData> {
+        if params.background && Self::tasks_client(&context) {
+            return Ok(self.execute_as_task(params, &context));
+        }
         let request_id = render::request_id(&context.id);
         let (session, timeout) = match self.execute_session(&params, &request_id) {
             Ok(admissible) => admissible,
-            Err(rejected) => return Ok(*rejected),
+            Err(rejected) => return Ok((*rejected).into()),
         };
         let started = std::time::Instant::now();
         // Progress, when the client sent a token: the latest output line, at most once a second.
@@ -194,7 +197,7 @@ impl IpythonMcp {
             ms = started.elapsed().as_millis() as u64,
             "tool call"
         );
-        Ok(render::execution(&output))
+        Ok(render::execution(&output).into())
     }
 
     #[tool(

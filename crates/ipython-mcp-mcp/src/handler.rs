@@ -83,8 +83,15 @@ impl IpythonMcp {
     }
 
     /// A result in the shape the configuration asks for (see `render::shaped`).
-    pub(crate) fn shaped(&self, result: CallToolResult, image_tool: bool) -> CallToolResult {
-        render::shaped(result, image_tool, self.config.structured_output)
+    pub(crate) fn shaped(&self, result: CallToolResult, schemaless: bool) -> CallToolResult {
+        render::shaped(result, schemaless, self.config.structured_output)
+    }
+
+    /// Whether the client of this request takes a tool's answer as a task.
+    pub(crate) fn tasks_client(context: &rmcp::service::RequestContext<rmcp::RoleServer>) -> bool {
+        context
+            .client_capabilities()
+            .is_some_and(|capabilities| capabilities.supports_tasks())
     }
 
     /// The names of every built-in tool, offered or not (never available to dynamic tools).

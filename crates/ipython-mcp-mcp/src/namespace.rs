@@ -367,7 +367,15 @@ fn typed<T: Serialize + DeserializeOwned + Default>(
             let (partial, error) = match other {
                 Outcome::Raised { error, partial } => (partial, error),
                 Outcome::Failed(error) => (None, error),
-                Outcome::Answered(_) => (None, ErrorInfo::new(Code::ExecutionError, "no result")),
+                // Not an object: the helper broke its contract, a bug on one side, never
+                // "user code raised".
+                Outcome::Answered(_) => (
+                    None,
+                    ErrorInfo::new(
+                        Code::InternalError,
+                        format!("the kernel helper answered {tool} without a result object"),
+                    ),
+                ),
             };
             let mut result = partial
                 .filter(Value::is_object)
@@ -384,8 +392,8 @@ fn typed<T: Serialize + DeserializeOwned + Default>(
         Err(error) => {
             tracing::error!(tool, %error, "helper reply does not match the result schema");
             let error = ErrorInfo::new(
-                Code::ExecutionError,
-                format!("internal: the kernel helper answered {tool} in an unexpected shape"),
+                Code::InternalError,
+                format!("the kernel helper answered {tool} in an unexpected shape"),
             );
             json!({"ok": false, "error": error})
         }
@@ -588,5 +596,31 @@ impl IpythonMcp {
             self.catalog().drop_session(kernel, self.peers()).await;
         }
         Ok(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ipython_mcp_kernel::RuntimeInfo;
+
+    use super::*;
+
+    fn code_of(answer: Value) -> Value {
+        let output = HelperOutput {
+            outcome: Outcome::Answered(answer),
+            runtime: RuntimeInfo::unadmitted("r"),
+        };
+        let result = typed::<ListResult>("list", output, |_| {});
+        assert_eq!(result.is_error, Some(true));
+        result.structured_content.expect("structured")["error"]["code"].clone()
+    }
+
+    #[test]
+    fn a_helper_reply_of_the_wrong_shape_is_an_internal_error_not_user_code_raising() {
+        assert_eq!(code_of(json!([1, 2])), "internal_error");
+        assert_eq!(
+            code_of(json!({"functions": "not a list"})),
+            "internal_error"
+        );
     }
 }

@@ -119,9 +119,18 @@ fn status_text(result: &StatusResult) -> String {
         }
     }
     if let Some(error) = &status.error {
-        text.push_str(&format!("\nerror [{}]: {}", error.code, error.message));
+        text.push('\n');
+        text.push_str(&error_lines(error.code.as_str(), &error.message, None));
     }
     text
+}
+
+/// A refusal or failure as the text block names it: `error [code]: message`, then its hint.
+fn error_lines(code: &str, message: &str, hint: Option<&str>) -> String {
+    match hint {
+        Some(hint) => format!("error [{code}]: {message}\nhint: {hint}"),
+        None => format!("error [{code}]: {message}"),
+    }
 }
 
 /// A namespace tool's result: the typed JSON, with a compact text rendering for text-only
@@ -135,10 +144,9 @@ pub(crate) fn namespace(tool: &str, structured: Value, ok: bool) -> CallToolResu
     if let Some(error) = structured.get("error").filter(|error| !error.is_null()) {
         let code = error.get("code").and_then(Value::as_str).unwrap_or("error");
         let message = error.get("message").and_then(Value::as_str).unwrap_or("");
-        text.push_str(&format!("\nerror [{code}]: {message}"));
-        if let Some(hint) = error.get("hint").and_then(Value::as_str) {
-            text.push_str(&format!("\nhint: {hint}"));
-        }
+        let hint = error.get("hint").and_then(Value::as_str);
+        text.push('\n');
+        text.push_str(&error_lines(code, message, hint));
     } else {
         // The structured result is already bounded; a compact JSON copy serves text clients.
         let mut body = structured.clone();
@@ -219,23 +227,21 @@ pub(crate) fn invalid_arguments(
 /// A request refused before reaching a session (for tools without a richer error shape).
 pub(crate) fn request_error(error: &ErrorInfo) -> CallToolResult {
     let structured = serde_json::json!({"ok": false, "error": error});
-    let mut text = format!("error [{}]: {}", error.code, error.message);
-    if let Some(hint) = &error.hint {
-        text.push_str(&format!("\nhint: {hint}"));
-    }
+    let text = error_lines(error.code.as_str(), &error.message, error.hint.as_deref());
     finish(structured, vec![Content::text(text)], false)
 }
 
-/// A result in the shape `mode` asks for (see `surface::IMAGE_TOOLS`); `image_tool` says whether it
-/// is the result of one of them (or of a task that runs one).
+/// A result in the shape `mode` asks for; `schemaless` says whether its tool declares no
+/// output schema (in `Auto`, the tools that run code: see `surface::IMAGE_TOOLS`), or it is
+/// the result of a task that runs code.
 pub(crate) fn shaped(
     mut result: CallToolResult,
-    image_tool: bool,
+    schemaless: bool,
     mode: StructuredOutput,
 ) -> CallToolResult {
     match mode {
         StructuredOutput::Always => {}
-        StructuredOutput::Auto if image_tool => result.structured_content = None,
+        StructuredOutput::Auto if schemaless => result.structured_content = None,
         StructuredOutput::Auto => {
             if let Some(structured) = result.structured_content.as_mut() {
                 compact(structured);

@@ -7,11 +7,10 @@ use std::time::Duration;
 use ipython_mcp_config::{Config, StructuredOutput};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::model::SubscriptionFilter;
-use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::model::{Implementation, ServerCapabilities, ServerConfig};
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{tool_handler, RoleServer, ServerHandler};
 
-use crate::execute::ExecuteParams;
 use crate::handler::IpythonMcp;
 use crate::render;
 use crate::schema;
@@ -163,45 +162,15 @@ impl IpythonMcp {
         }
     }
 
-    /// A background notebook run's `pending` answer as the task the run registered (a result
-    /// that is not one stays as it is).
-    fn as_task(&self, result: CallToolResult) -> rmcp::model::CallToolResponse {
-        let structured = result.structured_content.as_ref();
-        let pending = structured.is_some_and(|value| value["status"] == "pending");
-        let id = structured.and_then(|value| value["execution_id"].as_str());
-        match id
-            .filter(|_| pending)
-            .and_then(|id| self.state.tasks().seed(id))
-        {
-            Some(task) => {
-                rmcp::model::CallToolResponse::Task(rmcp::model::CreateTaskResult::new(task))
-            }
-            None => rmcp::model::CallToolResponse::Complete(result),
-        }
-    }
-
     /// Answers a `tools/call` before `shaped` gives the result its shape (built-in tools
-    /// through the router, `execute` with `background` as a task for a tasks client, the rest
-    /// through the dynamic catalog).
+    /// through the router, the rest through the dynamic catalog). A tool that runs code in the
+    /// background answers a tasks client with its task itself.
     async fn answer_call(
         &self,
         mut request: rmcp::model::CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
         self.coerce_arguments(&mut request);
-        let tasks_client = context
-            .client_capabilities()
-            .is_some_and(|capabilities| capabilities.supports_tasks());
-        if request.name == "execute" && self.tool_router.has_route("execute") && tasks_client {
-            let arguments =
-                serde_json::Value::Object(request.arguments.clone().unwrap_or_default());
-            // Arguments that do not parse take the usual path to their invalid_arguments result.
-            if let Ok(params) = crate::argument::parse::<ExecuteParams>(arguments) {
-                if params.background {
-                    return Ok(self.execute_as_task(params, &context));
-                }
-            }
-        }
         if self.tool_router.has_route(&request.name) {
             let tool = request.name.to_string();
             let request_id = render::request_id(&context.id);
@@ -214,11 +183,6 @@ impl IpythonMcp {
                     }
                     None => Err(error),
                 },
-                Ok(rmcp::model::CallToolResponse::Complete(result))
-                    if tasks_client && tool.starts_with("notebook_execute") =>
-                {
-                    Ok(self.as_task(result))
-                }
                 answered => answered,
             };
         }
@@ -315,10 +279,15 @@ to check the kernel without running code. This is not a sandbox: code runs with 
         request: rmcp::model::CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
-        let image_tool = IMAGE_TOOLS.contains(&request.name.as_ref());
+        // A tool that declares no output schema (in `Auto`, those that run code) answers
+        // without structuredContent; dynamic tools all declare one.
+        let schemaless = self
+            .tool_router
+            .get(&request.name)
+            .is_some_and(|tool| tool.output_schema.is_none());
         Ok(match self.answer_call(request, context).await? {
             rmcp::model::CallToolResponse::Complete(result) => {
-                rmcp::model::CallToolResponse::Complete(self.shaped(result, image_tool))
+                rmcp::model::CallToolResponse::Complete(self.shaped(result, schemaless))
             }
             task => task,
         })

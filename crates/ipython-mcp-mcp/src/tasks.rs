@@ -72,11 +72,11 @@ impl Tasks {
     }
 
     /// Remembers a background notebook run of execution `id`; its final result goes in the
-    /// returned slot.
-    pub fn insert_notebook(&self, id: &str, cancel: CancellationToken) -> Outcome {
+    /// returned slot. The task's seed state comes with it, for a tasks client's answer.
+    pub fn insert_notebook(&self, id: &str, cancel: CancellationToken) -> (Outcome, Task) {
         let outcome = Outcome::default();
-        self.remember(id, cancel, Some(outcome.clone()));
-        outcome
+        let task = self.remember(id, cancel, Some(outcome.clone()));
+        (outcome, task)
     }
 
     fn remember(&self, id: &str, cancel: CancellationToken, outcome: Option<Outcome>) -> Task {
@@ -97,12 +97,6 @@ impl Tasks {
             },
         );
         task(id, TaskStatus::Working, now)
-    }
-
-    /// The seed state of a remembered task, for its `CreateTaskResult`.
-    pub fn seed(&self, id: &str) -> Option<Task> {
-        let created_at = self.get(id)?.created_at;
-        Some(task(id, TaskStatus::Working, created_at))
     }
 
     pub fn get(&self, id: &str) -> Option<Remembered> {

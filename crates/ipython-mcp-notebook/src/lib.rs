@@ -30,8 +30,9 @@ pub use store::{encode, revision_of, Loaded, Mutated};
 pub use uri::{path_from_uri, uri_for_path, URI_PREFIX};
 
 /// A notebook operation that could not be done. Each variant has a stable [`Error::code`].
+/// Exhaustive on purpose: the MCP crate maps each variant to its code, and a new variant must
+/// not compile until it is mapped.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[non_exhaustive]
 pub enum Error {
     #[error("invalid notebook path {path:?}: {reason}")]
     InvalidPath { path: String, reason: String },

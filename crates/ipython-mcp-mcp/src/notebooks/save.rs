@@ -9,7 +9,7 @@ use ipython_mcp_kernel::{
     StreamName,
 };
 use ipython_mcp_notebook::{Notebook, NotebookPath, Output, Workspace};
-use rmcp::model::CallToolResult;
+use rmcp::model::{CallToolResponse, CallToolResult, CreateTaskResult};
 use rmcp::service::RequestContext;
 use rmcp::RoleServer;
 use serde_json::{Map, Value};
@@ -370,12 +370,13 @@ impl IpythonMcp {
     /// the file's revision from before the run, so a change made meanwhile is a conflict
     /// (reported in `save_error`, the outputs still returned). In the background the call
     /// answers `pending` once the execution is admitted; the save happens when it ends, and the
-    /// final result is kept for `tasks/get` (see tasks.rs).
+    /// final result is kept for `tasks/get` (see tasks.rs), and a tasks client is answered
+    /// with the task.
     pub(super) async fn run_and_save(
         &self,
         run: Run,
         context: &RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, ToolError> {
+    ) -> Result<CallToolResponse, ToolError> {
         let NotebookSession {
             id: kernel,
             handle: session,
@@ -394,7 +395,8 @@ impl IpythonMcp {
             let output = session.execute(args).await;
             return Ok(self
                 .finish(run, &session, output, kernel, started, began)
-                .await);
+                .await
+                .into());
         }
         // Nobody waits: the call's cancellation does not apply, tasks/cancel does.
         let cancel = tokio_util::sync::CancellationToken::new();
@@ -409,11 +411,12 @@ impl IpythonMcp {
             // Refused at admission: answered now, nothing to save.
             return Ok(self
                 .finish(run, &session, pending, kernel, started, began)
-                .await);
+                .await
+                .into());
         }
         let id = pending.execution_id.as_str().to_owned();
         let relative = run.path.relative.clone();
-        let slot = self.state().tasks().insert_notebook(&id, cancel);
+        let (slot, task) = self.state().tasks().insert_notebook(&id, cancel);
         let server = self.clone();
         let (background_session, background_kernel) = (session.clone(), kernel.clone());
         tokio::spawn(async move {
@@ -442,11 +445,15 @@ impl IpythonMcp {
             cell: None,
             save_error: None,
         };
+        if Self::tasks_client(context) {
+            return Ok(CallToolResponse::Task(CreateTaskResult::new(task)));
+        }
         Ok(render_result(
             &pending,
             &result,
             "\n[running; saved in the notebook when it ends]",
-        ))
+        )
+        .into())
     }
 
     /// Runs `run` to its end in the notebook's session (never in the background), saves it as

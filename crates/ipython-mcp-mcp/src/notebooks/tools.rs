@@ -149,7 +149,7 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<ExecuteCellParams>,
         context: RequestContext<RoleServer>,
-    ) -> ToolResult {
+    ) -> Result<rmcp::model::CallToolResponse, ToolError> {
         let run = self.cell_run(params).await?;
         self.run_and_save(run, &context).await
     }
@@ -164,7 +164,7 @@ impl IpythonMcp {
         &self,
         Parameters(params): Parameters<NotebookExecuteParams>,
         context: RequestContext<RoleServer>,
-    ) -> ToolResult {
+    ) -> Result<rmcp::model::CallToolResponse, ToolError> {
         let run = self.code_run(params).await?;
         self.run_and_save(run, &context).await
     }
