@@ -26,6 +26,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::background::Background;
 use crate::peers::Peers;
 
 /// How long `tools/list` waits for a busy kernel to reconcile its tools, counted from the
@@ -58,9 +59,10 @@ struct Entry {
 }
 
 /// The server's view of every session's dynamic tools.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Catalog {
     inner: Arc<Mutex<State>>,
+    background: Background,
 }
 
 #[derive(Default)]
@@ -94,6 +96,14 @@ struct CatalogReply {
 }
 
 impl Catalog {
+    /// An empty catalog whose watches and reconciliations run on `background`.
+    pub(crate) fn new(background: Background) -> Catalog {
+        Catalog {
+            inner: Arc::default(),
+            background,
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.inner
             .lock()
@@ -242,7 +252,7 @@ impl Catalog {
         let catalog = self.clone();
         let mut epochs = session.subscribe_epoch();
         drop(session);
-        tokio::spawn(async move {
+        self.background.spawn(async move {
             let changed = epochs.wait_for(|current| *current != epoch).await.is_ok();
             catalog.lock().watched.remove(&kernel);
             if changed {
@@ -283,7 +293,7 @@ impl Catalog {
                         session.clone(),
                         peers.clone(),
                     );
-                    tokio::spawn(async move {
+                    self.background.spawn(async move {
                         let answered = catalog.reconcile_now(&kernel, &session, &peers).await;
                         catalog.lock().reconciling.remove(&kernel);
                         sender.send_replace(Some(answered));

@@ -158,7 +158,7 @@ impl IpythonMcp {
             let (sender, mut receiver) =
                 tokio::sync::mpsc::unbounded_channel::<ipython_mcp_kernel::Progress>();
             let peer = context.peer.clone();
-            tokio::spawn(async move {
+            self.state().background().spawn(async move {
                 while let Some(update) = receiver.recv().await {
                     let notification =
                         ProgressNotificationParam::new(token.clone(), update.elapsed_seconds)

@@ -9,6 +9,7 @@
 
 mod apps;
 mod argument;
+mod background;
 mod catalog;
 mod dynamic;
 mod error;

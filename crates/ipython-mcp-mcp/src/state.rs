@@ -11,6 +11,7 @@ use ipython_mcp_config::Config;
 use ipython_mcp_kernel::{Code, ErrorInfo, KernelManager, ManagerError, SessionHandle};
 use ipython_mcp_notebook::Workspace;
 
+use crate::background::Background;
 use crate::catalog::Catalog;
 use crate::peers::Peers;
 use crate::tasks::Tasks;
@@ -26,13 +27,20 @@ pub struct ServerState {
     peers: Peers,
     /// Background executions answered as MCP tasks.
     tasks: Arc<Tasks>,
+    /// Every task this layer spawns, joined at shutdown.
+    background: Background,
 }
+
+/// How long shutdown waits for background work that must finish (saves), after the sessions.
+const BACKGROUND_JOIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl ServerState {
     pub fn new(kernels: KernelManager, config: &Config, peers: Peers) -> Self {
+        let background = Background::default();
         ServerState {
             kernels,
-            catalog: Catalog::default(),
+            catalog: Catalog::new(background.clone()),
+            background,
             notebooks: Arc::new(NotebookState::new(config.workspace_root.clone())),
             peers,
             tasks: Arc::default(),
@@ -82,9 +90,18 @@ impl ServerState {
         self.kernels.begin_shutdown();
     }
 
-    /// Shuts every session down (see `KernelManager::shutdown`).
+    /// Shuts every session down (see `KernelManager::shutdown`), then stops and joins the
+    /// MCP layer's own tasks (a background notebook run saves what its execution ended with).
     pub async fn shutdown(&self) {
         self.kernels.shutdown().await;
+        if !self.background.join(BACKGROUND_JOIN).await {
+            tracing::warn!("background work still running at shutdown was abandoned");
+        }
+    }
+
+    /// Spawns the MCP layer's background work (see `Background`).
+    pub(crate) fn background(&self) -> &Background {
+        &self.background
     }
 }
 

@@ -419,7 +419,7 @@ impl IpythonMcp {
         let (slot, task) = self.state().tasks().insert_notebook(&id, cancel);
         let server = self.clone();
         let (background_session, background_kernel) = (session.clone(), kernel.clone());
-        tokio::spawn(async move {
+        self.state().background().spawn_to_finish(async move {
             let Some(output) = finished(&background_session, &id).await else {
                 return;
             };
