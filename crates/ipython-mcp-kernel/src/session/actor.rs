@@ -9,20 +9,10 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::transport::{KernelTransport, Launcher};
+use super::transport::{Launcher, Running};
 use super::*;
 use crate::output::{Interruption, NamespaceOutcome};
-use crate::status::{KernelDescription, SessionState};
-
-/// The running kernel and what we know about it.
-pub(super) struct Running {
-    pub(super) kernel: Box<dyn KernelTransport>,
-    pub(super) helper_comm: Option<String>,
-    /// The helper writes the full streams to the spool itself (a local kernel's helper, which
-    /// shares our filesystem); otherwise the session spools what arrives.
-    pub(super) helper_spools: bool,
-    pub(super) description: KernelDescription,
-}
+use crate::status::SessionState;
 
 /// A spare kernel being prepared (or ready) in the background.
 pub(super) type Spare = tokio::task::JoinHandle<Result<Running, ErrorInfo>>;

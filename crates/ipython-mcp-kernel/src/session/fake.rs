@@ -16,8 +16,8 @@ use ipython_mcp_jupyter::{Channel, KernelExit, Routed};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::actor::{supervise, Running};
-use super::transport::{KernelTransport, Launcher};
+use super::actor::supervise;
+use super::transport::{KernelTransport, Launcher, Running};
 use super::*;
 use crate::output::{ExecutionStatus, Interruption, NamespaceOutcome};
 use crate::status::{KernelDescription, SessionState};

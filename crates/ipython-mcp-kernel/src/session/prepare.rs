@@ -9,8 +9,7 @@ use ipython_mcp_env::{Phase, PythonEnvironment};
 use ipython_mcp_jupyter::{Kernel, LaunchSpec};
 use tokio::time::Instant;
 
-use super::actor::Running;
-use super::transport::Launcher;
+use super::transport::{Launcher, Running};
 use super::Shared;
 use crate::helper;
 use crate::output::{Code, ErrorInfo};

@@ -10,8 +10,7 @@ use futures_util::future::BoxFuture;
 use ipython_mcp_jupyter::remote::{RemoteKernel as Connection, Server};
 use tokio::time::Instant;
 
-use super::actor::Running;
-use super::transport::Launcher;
+use super::transport::{Launcher, Running};
 use super::{RemoteKernel, Shared};
 use crate::helper;
 use crate::output::{Code, ErrorInfo};
