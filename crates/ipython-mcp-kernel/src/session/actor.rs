@@ -94,9 +94,9 @@ impl Actor {
     pub(super) async fn fail(&mut self) -> Option<oneshot::Sender<RuntimeStatus>> {
         // A panic while a lock was held must not turn every later call into a panic too.
         self.shared.status.clear_poison();
-        self.shared.active.clear_poison();
+        self.shared.active.seq.clear_poison();
         self.shared.admission.clear_poison();
-        *self.shared.active.lock().expect("active lock") = None;
+        self.shared.active.end();
         self.shared.failed.store(true, Ordering::Release);
         // Its kernel is gone, as in a replacement: the epoch advances (which also unlists its
         // dynamic tools), and again when a restart brings a new one.
@@ -114,7 +114,7 @@ impl Actor {
         self.shared.epoch.send_replace(epoch);
         // Wakes the callers whose replies the panic dropped (see `SessionHandle::lost`).
         self.shared.failures.send_modify(|count| *count += 1);
-        self.shared.operations_done.send_modify(|done| *done += 1);
+        self.shared.active.answered();
         if let Some(running) = self.kernel.take() {
             running.kernel.kill().await;
         }
@@ -349,7 +349,7 @@ impl Actor {
                 }
             }
             let _ = reply.send((output, helper_reply));
-            self.shared.operations_done.send_modify(|done| *done += 1);
+            self.shared.active.answered();
         }
     }
 

@@ -58,9 +58,7 @@ impl SessionHandle {
             queue_depth: AtomicUsize::new(0),
             next_seq: AtomicU64::new(1),
             shutdown: CancellationToken::new(),
-            active: Mutex::new(None),
-            interrupts: watch::channel(None).0,
-            operations_done: watch::channel(0).0,
+            active: ActiveOperation::new(),
             finished: watch::channel(false).0,
             epoch: watch::channel(0).0,
             failures: watch::channel(0).0,
@@ -509,18 +507,12 @@ impl SessionHandle {
     /// ended — stopped cooperatively, or its kernel replaced after the grace period. Returns the
     /// status afterwards, and whether anything was running.
     pub async fn interrupt(&self) -> Interrupted {
-        let mut done = self.shared.operations_done.subscribe();
-        done.mark_unchanged();
-        {
-            let active = self.shared.active.lock().expect("active lock");
-            let Some(seq) = *active else {
-                return Interrupted {
-                    interrupted: false,
-                    status: self.status(),
-                };
+        let Some(mut done) = self.shared.active.aim() else {
+            return Interrupted {
+                interrupted: false,
+                status: self.status(),
             };
-            self.shared.interrupts.send_replace(Some(seq));
-        }
+        };
         // Waiting for the kernel to begin (bounded like a kernel start), the grace, a
         // replacement's start.
         let bound = self.shared.options.timeouts.kernel_startup * 2
