@@ -23,7 +23,7 @@
 //! and installing the helper), `transport` (the seam between the actor and a kernel).
 
 mod actor;
-#[cfg(test)]
+#[cfg(any(test, feature = "test-support"))]
 mod fake;
 mod handle;
 mod operation;
@@ -37,6 +37,8 @@ mod transport;
 
 pub(crate) use transport::KernelTransport;
 
+#[cfg(feature = "test-support")]
+pub use fake::{FakeBehaviour, FakeKernels};
 pub use handle::{Interrupted, SessionHandle};
 use transport::Launcher;
 

@@ -82,7 +82,7 @@ impl Actor {
         let (message, helper_request) =
             match request_message(args, helper, running.helper_comm.as_deref()) {
                 Ok(request) => request,
-                Err(error) => return not_run(self.epoch, error),
+                Err(error) => return not_run(self.epoch, *error),
             };
         let mut interrupts = self.shared.active.begin(ticket.seq);
         self.update(|status| {
@@ -354,7 +354,7 @@ fn request_message(
     args: &ExecuteArgs,
     helper: Option<&HelperRequest>,
     helper_comm: Option<&str>,
-) -> Result<(JupyterMessage, Option<String>), ErrorInfo> {
+) -> Result<(JupyterMessage, Option<String>), Box<ErrorInfo>> {
     match (helper, helper_comm) {
         (None, _) => Ok((
             JupyterMessage::new(
@@ -381,10 +381,10 @@ fn request_message(
             let message = JupyterMessage::new(CommMsg { comm_id, data }, None);
             Ok((message, Some(request_id)))
         }
-        (Some(_), None) => Err(ErrorInfo::new(
+        (Some(_), None) => Err(Box::new(ErrorInfo::new(
             Code::UnsupportedKernel,
             "this kernel has no ipython-mcp helper (not a Python kernel); only execute works here",
-        )),
+        ))),
     }
 }
 
