@@ -51,14 +51,6 @@ fn runtime_info(
     }
 }
 
-/// What the wait leaves for the decision.
-struct Waited {
-    end: End,
-    cause: Option<Cause>,
-    /// The execute_request's msg_id when this execution has spool files (names them).
-    spooled_as: Option<String>,
-}
-
 impl Actor {
     pub(super) async fn execute(
         &mut self,
@@ -114,21 +106,26 @@ impl Actor {
         let spooled_as = self
             .wait(running, message, &mut run, &operation, &mut interrupts)
             .await;
-        let waited = Waited {
-            end: run
-                .ended()
-                .cloned()
-                .expect("the wait returns once the run ended"),
-            cause: run.cause(),
-            spooled_as,
-        };
+        let end = run
+            .ended()
+            .cloned()
+            .expect("the wait returns once the run ended");
         let run_ms = operation.started.elapsed().as_millis() as u64;
-        let collected = self
-            .collected(&operation, waited.spooled_as.as_deref())
-            .await;
+        let collected = self.collected(&operation, spooled_as.as_deref()).await;
         let decision = self
-            .conclude(&operation, waited.end, waited.cause, &collected)
+            .conclude(&operation, end, run.cause(), &collected)
             .await;
+        self.ended(&decision);
+        let runtime = runtime_info(ticket, args, queue_wait_ms, self.epoch, run_ms);
+        // The marker between a stream's head and tail names the get_output call that pages
+        // the middle, when the full stream is on disk.
+        let pager = (spooled_as.is_some() && self.shared.executions.spool().is_some())
+            .then(|| ticket.execution_id.as_str().to_owned());
+        output(collected, decision, runtime, ticket, pager.as_deref())
+    }
+
+    /// Nothing runs any more: the status says so, and what the operation did to the kernel.
+    fn ended(&self, decision: &Decision) {
         self.shared.active.end();
         self.update(|status| {
             if status.state == SessionState::Busy {
@@ -140,12 +137,6 @@ impl Actor {
                 status.latest_namespace_outcome = decision.namespace;
             }
         });
-        let runtime = runtime_info(ticket, args, queue_wait_ms, self.epoch, run_ms);
-        // The marker between a stream's head and tail names the get_output call that pages
-        // the middle, when the full stream is on disk.
-        let pager = (waited.spooled_as.is_some() && self.shared.executions.spool().is_some())
-            .then(|| ticket.execution_id.as_str().to_owned());
-        output(collected, decision, runtime, ticket, pager.as_deref())
     }
 
     /// Sends the request and drives the run until it ends; returns the msg_id the execution's

@@ -513,8 +513,8 @@ async fn a_stalled_spool_disk_stalls_neither_status_nor_another_session() {
 
 /// A helper call's outcome says which side failed: the helper's error reply is `Raised` (with
 /// what it worked out first), no reply or a stopped operation is `Failed`, never the reverse.
-#[test]
-fn helper_outcomes_keep_user_errors_apart_from_failed_calls() {
+/// A helper call's operation that finished `ok` (what the helper replied decides the rest).
+fn finished_helper_call() -> ExecutionOutput {
     let runtime = RuntimeInfo {
         request_id: "r".into(),
         admission_seq: 1,
@@ -524,12 +524,17 @@ fn helper_outcomes_keep_user_errors_apart_from_failed_calls() {
         interruption: None,
         namespace: None,
     };
-    let finished = || ExecutionOutput {
+    ExecutionOutput {
         ok: true,
         status: ExecutionStatus::Ok,
         error: None,
-        ..ExecutionOutput::pending(ExecutionId::generate(), runtime.clone())
-    };
+        ..ExecutionOutput::pending(ExecutionId::generate(), runtime)
+    }
+}
+
+#[test]
+fn helper_outcomes_keep_user_errors_apart_from_failed_calls() {
+    let finished = finished_helper_call;
     let answered = handle::helper_output(
         finished(),
         Some(serde_json::json!({"ok": true, "result": {"x": 1}})),
