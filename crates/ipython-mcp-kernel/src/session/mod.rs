@@ -18,9 +18,13 @@
 //!
 //! Files by concern: `handle` (the public handle, admission and waiting), `actor` (the owner
 //! task: its inbox, supervision, kernel replacement and spares), `operation` (running one
-//! operation: deadline, interrupt, grace, cancellation), `outcome` (the end-of-operation
-//! decision, a pure function), `prepare` (starting a local kernel
-//! and installing the helper), `transport` (the seam between the actor and a kernel).
+//! operation: the request, the loop that feeds `run` its events and performs its actions, the
+//! output), `run` (an operation's wait as a pure state machine: deadline, interrupt, grace,
+//! cancellation), `outcome` (the end-of-operation decision, a pure function), `prepare`
+//! (starting a local kernel and installing the helper), `remote` (kernels on a Jupyter server),
+//! `transport` (the seam between the actor and a kernel: `KernelTransport`, `Launcher`,
+//! `Running`), `fake` (a scripted fake kernel behind that seam, for tests here and, under the
+//! `test-support` feature, for other crates' tests).
 
 mod actor;
 #[cfg(any(test, feature = "test-support"))]
