@@ -43,6 +43,10 @@ pub use session::{
     ExecuteArgs, HelperCall, HelperOutput, Interrupted, Outcome, Progress, RemoteKernel,
     SessionHandle, SessionOptions,
 };
+/// Scripted fake kernels for other crates' tests (the `test-support` feature; never in a
+/// release build).
+#[cfg(feature = "test-support")]
+pub use session::{FakeBehaviour, FakeKernels};
 pub use sink::{Kept, TerminalSink};
 pub use status::{
     EnvironmentStatus, KernelDescription, RemoteDescription, RuntimeStatus, SessionState,

@@ -263,10 +263,16 @@ struct Inner {
     /// notebooks follow it (see `StartSpec::followed_by_notebooks`).
     default_spec: StartSpec,
     limits: KernelLimits,
+    /// Starts a session's actor and kernels: `SessionHandle::start`, or (for other crates'
+    /// tests, under the `test-support` feature) one on scripted fake kernels.
+    starter: Starter,
     next_id: std::sync::atomic::AtomicU64,
     /// Notebook file (canonical path) → the session that runs its cells.
     notebooks: Mutex<BTreeMap<PathBuf, SessionId>>,
 }
+
+/// How the manager starts a session from its options.
+pub(crate) type Starter = Arc<dyn Fn(SessionOptions) -> SessionHandle + Send + Sync>;
 
 #[derive(Clone)]
 struct Entry {
@@ -295,6 +301,21 @@ impl KernelManager {
         Self::build(default, Some(template), default_spec, limits)
     }
 
+    /// As [`KernelManager::with_template`] (no `--kernel`), its sessions started by `starter`.
+    #[cfg(any(test, feature = "test-support"))]
+    pub(crate) fn with_starter(
+        default: SessionHandle,
+        template: SessionOptions,
+        limits: KernelLimits,
+        starter: Starter,
+    ) -> Self {
+        let mut manager = Self::build(default, Some(template), StartSpec::Default, limits);
+        Arc::get_mut(&mut manager.inner)
+            .expect("a manager just built has one owner")
+            .starter = starter;
+        manager
+    }
+
     fn build(
         default: SessionHandle,
         template: Option<SessionOptions>,
@@ -316,6 +337,7 @@ impl KernelManager {
                 template,
                 default_spec,
                 limits,
+                starter: Arc::new(SessionHandle::start),
                 next_id: std::sync::atomic::AtomicU64::new(1),
                 notebooks: Mutex::default(),
             }),
@@ -449,7 +471,7 @@ impl KernelManager {
         options.kernel_id = id.to_string();
         options.working_dir = working_dir.or_else(|| spec.project().map(Path::to_owned));
         spec.apply(&mut options);
-        let handle = SessionHandle::start(options);
+        let handle = (self.inner.starter)(options);
         entries.insert(
             id.clone(),
             Entry {

@@ -9,20 +9,10 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::transport::{KernelTransport, Launcher};
+use super::transport::{Launcher, Running};
 use super::*;
 use crate::output::{Interruption, NamespaceOutcome};
-use crate::status::{KernelDescription, SessionState};
-
-/// The running kernel and what we know about it.
-pub(super) struct Running {
-    pub(super) kernel: Box<dyn KernelTransport>,
-    pub(super) helper_comm: Option<String>,
-    /// The helper writes the full streams to the spool itself (a local kernel's helper, which
-    /// shares our filesystem); otherwise the session spools what arrives.
-    pub(super) helper_spools: bool,
-    pub(super) description: KernelDescription,
-}
+use crate::status::SessionState;
 
 /// A spare kernel being prepared (or ready) in the background.
 pub(super) type Spare = tokio::task::JoinHandle<Result<Running, ErrorInfo>>;
@@ -104,9 +94,9 @@ impl Actor {
     pub(super) async fn fail(&mut self) -> Option<oneshot::Sender<RuntimeStatus>> {
         // A panic while a lock was held must not turn every later call into a panic too.
         self.shared.status.clear_poison();
-        self.shared.active.clear_poison();
+        self.shared.active.seq.clear_poison();
         self.shared.admission.clear_poison();
-        *self.shared.active.lock().expect("active lock") = None;
+        self.shared.active.end();
         self.shared.failed.store(true, Ordering::Release);
         // Its kernel is gone, as in a replacement: the epoch advances (which also unlists its
         // dynamic tools), and again when a restart brings a new one.
@@ -124,7 +114,7 @@ impl Actor {
         self.shared.epoch.send_replace(epoch);
         // Wakes the callers whose replies the panic dropped (see `SessionHandle::lost`).
         self.shared.failures.send_modify(|count| *count += 1);
-        self.shared.operations_done.send_modify(|done| *done += 1);
+        self.shared.active.answered();
         if let Some(running) = self.kernel.take() {
             running.kernel.kill().await;
         }
@@ -248,39 +238,13 @@ impl Actor {
                 _ = shutdown.cancelled() => return,
                 // A kernel that dies while idle is replaced at once, not on the next call.
                 _ = kernel_exit(exit) => {
-                    let exit = self.kernel.as_ref().and_then(|running| running.kernel.exit_watch().borrow().clone());
-                    let detail = exit.map_or("it exited".to_owned(), |exit| exit.to_string());
-                    tracing::warn!(%detail, "kernel died while idle; replacing it");
-                    self.replace().await;
-                    self.update(|status| {
-                        status.latest_interruption_kind = None;
-                        status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
-                    });
-                    self.unreported_reset = Some(format!(
-                        "the kernel died between calls ({detail}) and was replaced before this one: earlier variables, imports and functions are gone"
-                    ));
+                    self.replace_dead_kernel().await;
                     continue;
                 }
                 // An idle kernel that stops answering heartbeats (stopped, deadlocked in C) is
                 // replaced too; a busy one is governed by its operation's deadline instead.
                 _ = heartbeat.tick(), if self.kernel.is_some() => {
-                    let alive = match &self.kernel {
-                        Some(running) => running.kernel.heartbeat(HEARTBEAT_TIMEOUT).await,
-                        None => true,
-                    };
-                    missed_heartbeats = if alive { 0 } else { missed_heartbeats + 1 };
-                    if missed_heartbeats >= HEARTBEAT_MISSES {
-                        missed_heartbeats = 0;
-                        tracing::warn!(misses = HEARTBEAT_MISSES, "idle kernel stopped answering heartbeats; replacing it");
-                        self.replace().await;
-                        self.update(|status| {
-                            status.latest_interruption_kind = Some(Interruption::Terminated);
-                            status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
-                        });
-                        self.unreported_reset = Some(
-                            "the kernel stopped answering heartbeats between calls and was replaced before this one: earlier variables, imports and functions are gone".to_owned(),
-                        );
-                    }
+                    self.check_heartbeat(&mut missed_heartbeats).await;
                     continue;
                 }
                 command = self.commands.recv() => command,
@@ -297,14 +261,7 @@ impl Actor {
                     if shutdown.is_cancelled() {
                         return;
                     }
-                    self.replace().await;
-                    self.update(|status| {
-                        status.latest_interruption_kind = None;
-                        status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
-                    });
-                    // The caller asked for it: no need to tell the next call.
-                    self.unreported_reset = None;
-                    let _ = reply.send(self.shared.status.lock().expect("status lock").clone());
+                    self.restart(reply).await;
                     continue;
                 }
                 Some(Command::Panic) => panic!("panic requested by the test mode"),
@@ -329,37 +286,96 @@ impl Actor {
             // Recorded before the caller hears, so a caller that stopped waiting loses nothing.
             if let Some(record) = &record {
                 record.finish(&output);
-                // Then, on the spool queue and before the answer too: the upkeep (retention,
-                // large parts to disk) and the server's own spool writes of this execution (a
-                // page read after the answer sees everything), then the spool summary. A disk
-                // slower than the bound delays only this answer, by at most the bound; pages
-                // then say `complete: false` until the writes land.
-                let wait = if self.spool_lagging {
-                    SPOOL_LAGGING_WAIT
-                } else {
-                    SPOOL_FLUSH_WAIT
-                };
-                let settled = tokio::select! {
-                    settled = tokio::time::timeout(wait, self.shared.executions.settle(record)) => settled.ok(),
-                    _ = shutdown.cancelled() => None,
-                };
-                self.spool_lagging = settled.is_none() && !shutdown.is_cancelled();
-                let omitted = output.stdout_omitted_chars > 0 || output.stderr_omitted_chars > 0;
-                match settled {
-                    Some(Some(info)) if omitted => {
-                        record.set_spool(info.clone());
-                        output.spool = Some(info);
-                    }
-                    Some(_) => {}
-                    // At shutdown nobody reads the spool again: not worth a warning.
-                    None if shutdown.is_cancelled() => {}
-                    None => {
-                        tracing::warn!(kernel_id = %self.shared.options.kernel_id, "spool work still pending when answering");
-                    }
-                }
+                self.settle_spool(record, &mut output).await;
             }
             let _ = reply.send((output, helper_reply));
-            self.shared.operations_done.send_modify(|done| *done += 1);
+            self.shared.active.answered();
+        }
+    }
+
+    /// The kernel died while idle: it is replaced now, and the next call is told.
+    async fn replace_dead_kernel(&mut self) {
+        let exit = self
+            .kernel
+            .as_ref()
+            .and_then(|running| running.kernel.exit_watch().borrow().clone());
+        let detail = exit.map_or("it exited".to_owned(), |exit| exit.to_string());
+        tracing::warn!(%detail, "kernel died while idle; replacing it");
+        self.replace().await;
+        self.update(|status| {
+            status.latest_interruption_kind = None;
+            status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
+        });
+        self.unreported_reset = Some(format!(
+            "the kernel died between calls ({detail}) and was replaced before this one: earlier variables, imports and functions are gone"
+        ));
+    }
+
+    /// One heartbeat of the idle kernel; `HEARTBEAT_MISSES` missed in a row replace it.
+    async fn check_heartbeat(&mut self, missed_heartbeats: &mut u32) {
+        let alive = match &self.kernel {
+            Some(running) => running.kernel.heartbeat(HEARTBEAT_TIMEOUT).await,
+            None => true,
+        };
+        *missed_heartbeats = if alive { 0 } else { *missed_heartbeats + 1 };
+        if *missed_heartbeats < HEARTBEAT_MISSES {
+            return;
+        }
+        *missed_heartbeats = 0;
+        tracing::warn!(
+            misses = HEARTBEAT_MISSES,
+            "idle kernel stopped answering heartbeats; replacing it"
+        );
+        self.replace().await;
+        self.update(|status| {
+            status.latest_interruption_kind = Some(Interruption::Terminated);
+            status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
+        });
+        self.unreported_reset = Some(
+            "the kernel stopped answering heartbeats between calls and was replaced before this one: earlier variables, imports and functions are gone".to_owned(),
+        );
+    }
+
+    /// `kernel_restart`, in queue order: a fresh kernel, and the status after it.
+    async fn restart(&mut self, reply: oneshot::Sender<RuntimeStatus>) {
+        self.replace().await;
+        self.update(|status| {
+            status.latest_interruption_kind = None;
+            status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
+        });
+        // The caller asked for it: no need to tell the next call.
+        self.unreported_reset = None;
+        let _ = reply.send(self.shared.status.lock().expect("status lock").clone());
+    }
+
+    /// Before the answer, on the spool queue: the upkeep (retention, large parts to disk) and
+    /// the server's own spool writes of this execution (a page read after the answer sees
+    /// everything), then the spool summary. A disk slower than the bound delays only this
+    /// answer, by at most the bound; pages then say `complete: false` until the writes land.
+    async fn settle_spool(&mut self, record: &Arc<Record>, output: &mut ExecutionOutput) {
+        let shutdown = &self.shared.shutdown;
+        let wait = if self.spool_lagging {
+            SPOOL_LAGGING_WAIT
+        } else {
+            SPOOL_FLUSH_WAIT
+        };
+        let settled = tokio::select! {
+            settled = tokio::time::timeout(wait, self.shared.executions.settle(record)) => settled.ok(),
+            _ = shutdown.cancelled() => None,
+        };
+        self.spool_lagging = settled.is_none() && !shutdown.is_cancelled();
+        let omitted = output.stdout_omitted_chars > 0 || output.stderr_omitted_chars > 0;
+        match settled {
+            Some(Some(info)) if omitted => {
+                record.set_spool(info.clone());
+                output.spool = Some(info);
+            }
+            Some(_) => {}
+            // At shutdown nobody reads the spool again: not worth a warning.
+            None if shutdown.is_cancelled() => {}
+            None => {
+                tracing::warn!(kernel_id = %self.shared.options.kernel_id, "spool work still pending when answering");
+            }
         }
     }
 

@@ -1,13 +1,19 @@
-//! A scripted fake kernel behind the transport seam, and tests that drive a real actor through
-//! it with paused time: deadlines, interrupts, the grace period, kills, replacements and the
-//! queue, each in milliseconds of real time. What a real ipykernel does is pinned by the
-//! integration tests; these pin what the actor does with it.
+//! A scripted fake kernel behind the transport seam: the tests below drive a real actor
+//! through it with paused time (deadlines, interrupts, the grace period, kills, replacements
+//! and the queue, each in milliseconds of real time), and, under the `test-support` feature,
+//! other crates' tests run whole sessions on it ([`FakeKernels`]) with no kernel process.
+//! What a real ipykernel does is pinned by the integration tests; these pin what the actor does
+//! with it.
+
+// Without the feature, only the tests here use it: its public API goes unused.
+#![cfg_attr(not(feature = "test-support"), allow(dead_code))]
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
+use ipython_mcp_config::KernelLimits;
 use ipython_mcp_jupyter::protocol::{
     ExecuteInput, ExecuteReply, ExecutionCount, JupyterMessage, JupyterMessageContent, ReplyError,
     ReplyStatus, Status, Stdio, StreamContent,
@@ -16,20 +22,19 @@ use ipython_mcp_jupyter::{Channel, KernelExit, Routed};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
-use super::actor::{supervise, Running};
-use super::transport::{KernelTransport, Launcher};
+use super::actor::supervise;
+use super::transport::{KernelTransport, Launcher, Running};
 use super::*;
-use crate::output::{ExecutionStatus, Interruption, NamespaceOutcome};
-use crate::status::{KernelDescription, SessionState};
+use crate::manager::{KernelManager, SessionId};
+use crate::status::KernelDescription;
 
-/// What the fake kernel does with an execute request, chosen by its code.
-#[derive(Debug, Clone)]
-enum Behaviour {
+/// What a fake kernel does with an execute request, chosen by its code (see [`FakeKernels`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FakeBehaviour {
     /// Prints `stdout`, then replies `ok` and goes idle, `after` from the start.
-    Finish {
-        after: Duration,
-        stdout: &'static str,
-    },
+    Finish { after: Duration, stdout: String },
+    /// Replies with an error (`ename: evalue`, as user code raising) and goes idle.
+    Raise { ename: String, evalue: String },
     /// Runs until an interrupt arrives, then stops (`KeyboardInterrupt`) `after` later.
     StopOnInterrupt { after: Duration },
     /// Loses the first interrupt (as IPython does with one that lands in its pre-run
@@ -41,21 +46,60 @@ enum Behaviour {
     Die { after: Duration },
 }
 
-/// The script: code → behaviour; any other code prints nothing and finishes at once.
-#[derive(Debug, Default)]
-struct Script(HashMap<&'static str, Behaviour>);
+impl FakeBehaviour {
+    /// What code nobody scripted does, by a few conventions that read like the Python they
+    /// stand for: `raise Name('text')` raises; code that sets `SIG_IGN` ignores interrupts;
+    /// `while True` or `time.sleep` runs until interrupted; `os._exit` kills the kernel;
+    /// anything else prints its own text and finishes at once.
+    pub fn of(code: &str) -> FakeBehaviour {
+        let code = code.trim();
+        if let Some(raised) = code.strip_prefix("raise ") {
+            let (ename, rest) = raised.split_once('(').unwrap_or((raised, ""));
+            let evalue = rest
+                .trim_end_matches(')')
+                .trim_matches(|c| c == '\'' || c == '"');
+            FakeBehaviour::Raise {
+                ename: ename.trim().to_owned(),
+                evalue: evalue.to_owned(),
+            }
+        } else if code.contains("SIG_IGN") {
+            FakeBehaviour::IgnoreInterrupt
+        } else if code.contains("while True") || code.contains("time.sleep") {
+            FakeBehaviour::StopOnInterrupt {
+                after: Duration::ZERO,
+            }
+        } else if code.contains("os._exit") {
+            FakeBehaviour::Die {
+                after: Duration::ZERO,
+            }
+        } else {
+            FakeBehaviour::Finish {
+                after: Duration::ZERO,
+                stdout: if code.is_empty() {
+                    String::new()
+                } else {
+                    format!("{code}\n")
+                },
+            }
+        }
+    }
+}
+
+/// The script: code → behaviour; other code as [`FakeBehaviour::of`] says.
+#[derive(Debug, Clone, Default)]
+struct Script(HashMap<String, FakeBehaviour>);
 
 impl Script {
-    fn with(mut self, code: &'static str, behaviour: Behaviour) -> Script {
-        self.0.insert(code, behaviour);
+    fn with(mut self, code: &str, behaviour: FakeBehaviour) -> Script {
+        self.0.insert(code.to_owned(), behaviour);
         self
     }
 
-    fn behaviour(&self, code: &str) -> Behaviour {
-        self.0.get(code).cloned().unwrap_or(Behaviour::Finish {
-            after: Duration::ZERO,
-            stdout: "",
-        })
+    fn behaviour(&self, code: &str) -> FakeBehaviour {
+        self.0
+            .get(code)
+            .cloned()
+            .unwrap_or_else(|| FakeBehaviour::of(code))
     }
 }
 
@@ -80,6 +124,137 @@ impl Events {
             interrupts: watch::channel(0).0,
             kills: watch::channel(0).0,
         })
+    }
+}
+
+/// Scripted stand-ins for kernels, for tests of code above the session (the MCP surface):
+/// sessions started on them run whole (admission, deadlines, interrupts, replacement) in
+/// milliseconds with no process. Each execute does what its code is scripted to do
+/// ([`FakeKernels::with`]), else what [`FakeBehaviour::of`] says; helper calls (namespace
+/// tools) are not served (the kernels have no helper). Clones share their counts.
+///
+/// ```ignore
+/// let kernels = FakeKernels::new();
+/// let manager = KernelManager::with_fake_kernels(
+///     FakeKernels::session_options("default"), KernelLimits::default(), &kernels);
+/// let output = manager.get(None)?.execute(ExecuteArgs { code: "x = 1".into(), ..Default::default() }).await;
+/// assert_eq!(output.stdout, "x = 1\n");
+/// ```
+#[derive(Debug, Clone)]
+pub struct FakeKernels {
+    script: Script,
+    events: Arc<Events>,
+}
+
+impl Default for FakeKernels {
+    fn default() -> Self {
+        FakeKernels::new()
+    }
+}
+
+impl FakeKernels {
+    pub fn new() -> FakeKernels {
+        FakeKernels {
+            script: Script::default(),
+            events: Events::new(),
+        }
+    }
+
+    /// Makes `code` do `behaviour` in sessions started after this.
+    pub fn with(mut self, code: &str, behaviour: FakeBehaviour) -> FakeKernels {
+        self.script = self.script.with(code, behaviour);
+        self
+    }
+
+    /// Options for a session on fake kernels: the defaults, no spares, no spool on disk.
+    pub fn session_options(kernel_id: &str) -> SessionOptions {
+        SessionOptions {
+            kernel_id: kernel_id.to_owned(),
+            limits: OutputLimits::default(),
+            timeouts: Timeouts::default(),
+            max_json_items: 100,
+            max_pending: 32,
+            queue_wait_timeout: Duration::from_secs(30),
+            spare_kernels: 0,
+            namespace: Default::default(),
+            resolver: Resolver {
+                explicit_python: None,
+                virtual_env: None,
+                working_dir: std::env::temp_dir(),
+                path_var: None,
+                cache_dir: std::env::temp_dir(),
+                install_timeout: Duration::from_secs(1),
+                named: None,
+            },
+            spool: SpoolLimits {
+                max_execution_bytes: 0,
+                max_total_bytes: 1,
+                ..SpoolLimits::default()
+            },
+            kernel_spec: None,
+            working_dir: None,
+            jupyter: None,
+            remote: None,
+        }
+    }
+
+    /// Kernels launched so far (the first of each session, then each replacement).
+    pub fn launches(&self) -> usize {
+        *self.events.launches.borrow()
+    }
+
+    /// Interrupts delivered to the kernels so far.
+    pub fn interrupts(&self) -> usize {
+        *self.events.interrupts.borrow()
+    }
+
+    /// Kernels killed or shut down so far.
+    pub fn kills(&self) -> usize {
+        *self.events.kills.borrow()
+    }
+
+    /// Waits until the kernels have begun `count` requests in all (to interrupt or cancel
+    /// one that is running, without sleeping).
+    pub async fn started(&self, count: usize) {
+        let mut started = self.events.started.subscribe();
+        let _ = started.wait_for(|started| *started >= count).await;
+    }
+
+    fn launcher(&self) -> Arc<FakeLauncher> {
+        Arc::new(FakeLauncher {
+            script: Arc::new(self.script.clone()),
+            events: Arc::clone(&self.events),
+        })
+    }
+}
+
+impl SessionHandle {
+    /// Starts a session whose kernels are `kernels`' scripted fakes; returns at once, as
+    /// [`SessionHandle::start`] does (`options.jupyter`, `remote` and the resolver are unused).
+    pub fn start_fake(options: SessionOptions, kernels: &FakeKernels) -> SessionHandle {
+        let (handle, commands) = SessionHandle::detached(options);
+        let launcher = kernels.launcher();
+        tokio::spawn(supervise(Arc::clone(&handle.shared), commands, launcher));
+        handle
+    }
+}
+
+impl KernelManager {
+    /// A manager whose `default` session and started ones (copies of `template`) all run on
+    /// `kernels`; the start spec's kernel choice is ignored.
+    pub fn with_fake_kernels(
+        template: SessionOptions,
+        limits: KernelLimits,
+        kernels: &FakeKernels,
+    ) -> KernelManager {
+        let default = SessionOptions {
+            kernel_id: SessionId::DEFAULT.to_owned(),
+            ..template.clone()
+        };
+        let default = SessionHandle::start_fake(default, kernels);
+        let kernels = kernels.clone();
+        let starter = Arc::new(move |options| SessionHandle::start_fake(options, &kernels));
+        KernelManager::with_starter(default, template, limits, starter)
     }
 }
 
@@ -113,20 +288,24 @@ impl Launcher for FakeLauncher {
                 kernel: Box::new(kernel),
                 helper_comm: None,
                 helper_spools: false,
-                description: KernelDescription {
-                    pid: Some(pid),
-                    remote: None,
-                    python: "fake".into(),
-                    language: "python".into(),
-                    python_version: "3".into(),
-                    ipykernel_version: String::new(),
-                    implementation: "fake".into(),
-                    spec: "fake".into(),
-                    helper: false,
-                    working_dir: String::new(),
-                },
+                description: fake_description(pid),
             })
         })
+    }
+}
+
+fn fake_description(pid: u32) -> KernelDescription {
+    KernelDescription {
+        pid: Some(pid),
+        remote: None,
+        python: "fake".into(),
+        language: "python".into(),
+        python_version: "3".into(),
+        ipykernel_version: String::new(),
+        implementation: "fake".into(),
+        spec: "fake".into(),
+        helper: false,
+        working_dir: String::new(),
     }
 }
 
@@ -149,7 +328,8 @@ fn iopub(content: impl Into<JupyterMessageContent>) -> Routed {
     }
 }
 
-fn reply(count: usize, error: Option<&str>) -> Routed {
+/// The execute_reply: `ok`, or the error `(ename, evalue)`.
+fn reply(count: usize, error: Option<(String, String)>) -> Routed {
     let content = ExecuteReply {
         status: if error.is_some() {
             ReplyStatus::Error
@@ -157,11 +337,11 @@ fn reply(count: usize, error: Option<&str>) -> Routed {
             ReplyStatus::Ok
         },
         execution_count: ExecutionCount(count),
-        error: error.map(|ename| {
+        error: error.map(|(ename, evalue)| {
             Box::new(ReplyError {
-                ename: ename.into(),
-                evalue: String::new(),
-                traceback: vec![ename.into()],
+                traceback: vec![format!("{ename}: {evalue}")],
+                ename,
+                evalue,
             })
         }),
         ..Default::default()
@@ -170,6 +350,61 @@ fn reply(count: usize, error: Option<&str>) -> Routed {
         channel: Channel::Shell,
         message: JupyterMessage::new(content, None),
     }
+}
+
+fn keyboard_interrupt() -> Option<(String, String)> {
+    Some(("KeyboardInterrupt".to_owned(), String::new()))
+}
+
+/// Plays one request as `behaviour` says: `busy`, `execute_input`, what the code does, then the
+/// reply and `idle` (unless the kernel dies first).
+async fn play(
+    behaviour: FakeBehaviour,
+    code: String,
+    count: usize,
+    sender: mpsc::UnboundedSender<Routed>,
+    mut interrupted: watch::Receiver<u64>,
+    events: Arc<Events>,
+    exit: Arc<watch::Sender<Option<KernelExit>>>,
+) {
+    let begun = Instant::now();
+    let _ = sender.send(iopub(Status::busy()));
+    let _ = sender.send(iopub(ExecuteInput {
+        code,
+        execution_count: ExecutionCount(count),
+    }));
+    events.started.send_modify(|started| *started += 1);
+    let error = match behaviour {
+        FakeBehaviour::Finish { after, stdout } => {
+            tokio::time::sleep_until(begun + after).await;
+            if !stdout.is_empty() {
+                let _ = sender.send(iopub(StreamContent {
+                    name: Stdio::Stdout,
+                    text: stdout,
+                }));
+            }
+            None
+        }
+        FakeBehaviour::Raise { ename, evalue } => Some((ename, evalue)),
+        FakeBehaviour::StopOnInterrupt { after } => {
+            let _ = interrupted.changed().await;
+            tokio::time::sleep(after).await;
+            keyboard_interrupt()
+        }
+        FakeBehaviour::StopOnSecondInterrupt => {
+            let base = *interrupted.borrow_and_update();
+            let _ = interrupted.wait_for(|count| *count >= base + 2).await;
+            keyboard_interrupt()
+        }
+        FakeBehaviour::IgnoreInterrupt => std::future::pending().await,
+        FakeBehaviour::Die { after } => {
+            tokio::time::sleep_until(begun + after).await;
+            exit.send_replace(Some(KernelExit::Signal(libc_sigkill())));
+            return; // the sender goes with the task: the receiver closes
+        }
+    };
+    let _ = sender.send(reply(count, error));
+    let _ = sender.send(iopub(Status::idle()));
 }
 
 impl FakeKernel {
@@ -211,48 +446,18 @@ impl KernelTransport for FakeKernel {
             };
             let (sender, receiver) = mpsc::unbounded_channel();
             // Subscribed before the request is visible as begun, so no interrupt is missed.
-            let mut interrupted = self.interrupted.subscribe();
+            let interrupted = self.interrupted.subscribe();
             let (events, exit) = (Arc::clone(&self.events), Arc::clone(&self.exit));
             let code = request.code.clone();
-            let task = tokio::spawn(async move {
-                let begun = Instant::now();
-                let _ = sender.send(iopub(Status::busy()));
-                let _ = sender.send(iopub(ExecuteInput {
-                    code,
-                    execution_count: ExecutionCount(count),
-                }));
-                events.started.send_modify(|started| *started += 1);
-                let error = match behaviour {
-                    Behaviour::Finish { after, stdout } => {
-                        tokio::time::sleep_until(begun + after).await;
-                        if !stdout.is_empty() {
-                            let _ = sender.send(iopub(StreamContent {
-                                name: Stdio::Stdout,
-                                text: stdout.into(),
-                            }));
-                        }
-                        None
-                    }
-                    Behaviour::StopOnInterrupt { after } => {
-                        let _ = interrupted.changed().await;
-                        tokio::time::sleep(after).await;
-                        Some("KeyboardInterrupt")
-                    }
-                    Behaviour::StopOnSecondInterrupt => {
-                        let base = *interrupted.borrow_and_update();
-                        let _ = interrupted.wait_for(|count| *count >= base + 2).await;
-                        Some("KeyboardInterrupt")
-                    }
-                    Behaviour::IgnoreInterrupt => std::future::pending().await,
-                    Behaviour::Die { after } => {
-                        tokio::time::sleep_until(begun + after).await;
-                        exit.send_replace(Some(KernelExit::Signal(libc_sigkill())));
-                        return; // the sender goes with the task: the receiver closes
-                    }
-                };
-                let _ = sender.send(reply(count, error));
-                let _ = sender.send(iopub(Status::idle()));
-            });
+            let task = tokio::spawn(play(
+                behaviour,
+                code,
+                count,
+                sender,
+                interrupted,
+                events,
+                exit,
+            ));
             self.running
                 .lock()
                 .expect("running lock")
@@ -294,8 +499,12 @@ fn libc_sigkill() -> i32 {
     9
 }
 
+#[cfg(test)]
 mod tests {
+    use super::FakeBehaviour as Behaviour;
     use super::*;
+    use crate::output::{ExecutionStatus, Interruption, NamespaceOutcome};
+    use crate::status::SessionState;
 
     const LOOP: &str = "while True: pass";
     const HANG: &str = "signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(1e9)";
@@ -305,14 +514,11 @@ mod tests {
     /// A session whose actor runs on fake kernels following `script`.
     fn session(script: Script) -> (SessionHandle, Arc<Events>) {
         let options = crate::session::tests::options(4, Duration::from_secs(600));
-        let (handle, commands) = SessionHandle::detached(options);
-        let events = Events::new();
-        let launcher = Arc::new(FakeLauncher {
-            script: Arc::new(script),
-            events: Arc::clone(&events),
-        });
-        tokio::spawn(supervise(Arc::clone(&handle.shared), commands, launcher));
-        (handle, events)
+        let kernels = FakeKernels {
+            script,
+            events: Events::new(),
+        };
+        (SessionHandle::start_fake(options, &kernels), kernels.events)
     }
 
     fn run(code: &str, timeout: Duration) -> ExecuteArgs {
@@ -535,7 +741,7 @@ mod tests {
                 PRINT,
                 Behaviour::Finish {
                     after: Duration::from_millis(10),
-                    stdout: "hello\n",
+                    stdout: "hello\n".into(),
                 },
             );
         let (handle, events) = session(script);

@@ -58,9 +58,7 @@ impl SessionHandle {
             queue_depth: AtomicUsize::new(0),
             next_seq: AtomicU64::new(1),
             shutdown: CancellationToken::new(),
-            active: Mutex::new(None),
-            interrupts: watch::channel(None).0,
-            operations_done: watch::channel(0).0,
+            active: ActiveOperation::new(),
             finished: watch::channel(false).0,
             epoch: watch::channel(0).0,
             failures: watch::channel(0).0,
@@ -168,55 +166,24 @@ impl SessionHandle {
             permit: Mutex::new(None),
             cancel: args.cancel.clone(),
         });
-        let status = self.status();
-        match status.state {
-            SessionState::Closed => {
-                return Err(Box::new(self.not_run(
-                    &ticket,
-                    &args,
-                    record.as_deref(),
-                    closed_error(),
-                )))
-            }
-            SessionState::Unavailable => {
-                let error = if self.shared.failed.load(Ordering::Acquire) {
-                    failed_error("nothing ran")
-                } else {
-                    unavailable_error(&status)
-                };
-                return Err(Box::new(self.not_run(
-                    &ticket,
-                    &args,
-                    record.as_deref(),
-                    error,
-                )));
-            }
-            _ => {}
+        if let Some(error) = self.refusal() {
+            return Err(Box::new(self.not_run(
+                &ticket,
+                &args,
+                record.as_deref(),
+                error,
+            )));
         }
         let slots = match slot {
             Slot::User => &self.shared.capacity,
             Slot::Reserved => &self.shared.reserved,
         };
         let Ok(permit) = Arc::clone(slots).try_acquire_owned() else {
-            let error = match slot {
-                Slot::User => ErrorInfo::new(
-                    Code::RuntimeBusy,
-                    format!(
-                        "{} operations are already waiting for this kernel",
-                        self.shared.options.max_pending
-                    ),
-                )
-                .with_hint("wait for earlier calls to finish, or check runtime_status"),
-                Slot::Reserved => ErrorInfo::new(
-                    Code::RuntimeBusy,
-                    "a bookkeeping call is already waiting for this kernel",
-                ),
-            };
             return Err(Box::new(self.not_run(
                 &ticket,
                 &args,
                 record.as_deref(),
-                error,
+                self.busy_error(slot),
             )));
         };
         *ticket.permit.lock().expect("permit lock") = Some(permit);
@@ -247,6 +214,37 @@ impl SessionHandle {
             result,
             failures_seen,
         })
+    }
+
+    /// Why the session refuses every request now (closed, or unavailable), if it does.
+    fn refusal(&self) -> Option<ErrorInfo> {
+        let status = self.status();
+        match status.state {
+            SessionState::Closed => Some(closed_error()),
+            SessionState::Unavailable if self.shared.failed.load(Ordering::Acquire) => {
+                Some(failed_error("nothing ran"))
+            }
+            SessionState::Unavailable => Some(unavailable_error(&status)),
+            _ => None,
+        }
+    }
+
+    /// The answer when every slot of `slot`'s kind is taken.
+    fn busy_error(&self, slot: Slot) -> ErrorInfo {
+        match slot {
+            Slot::User => ErrorInfo::new(
+                Code::RuntimeBusy,
+                format!(
+                    "{} operations are already waiting for this kernel",
+                    self.shared.options.max_pending
+                ),
+            )
+            .with_hint("wait for earlier calls to finish, or check runtime_status"),
+            Slot::Reserved => ErrorInfo::new(
+                Code::RuntimeBusy,
+                "a bookkeeping call is already waiting for this kernel",
+            ),
+        }
     }
 
     /// Waits for an admitted request's dispatch (bounded by `queue_wait` when a caller waits)
@@ -509,18 +507,12 @@ impl SessionHandle {
     /// ended — stopped cooperatively, or its kernel replaced after the grace period. Returns the
     /// status afterwards, and whether anything was running.
     pub async fn interrupt(&self) -> Interrupted {
-        let mut done = self.shared.operations_done.subscribe();
-        done.mark_unchanged();
-        {
-            let active = self.shared.active.lock().expect("active lock");
-            let Some(seq) = *active else {
-                return Interrupted {
-                    interrupted: false,
-                    status: self.status(),
-                };
+        let Some(mut done) = self.shared.active.aim() else {
+            return Interrupted {
+                interrupted: false,
+                status: self.status(),
             };
-            self.shared.interrupts.send_replace(Some(seq));
-        }
+        };
         // Waiting for the kernel to begin (bounded like a kernel start), the grace, a
         // replacement's start.
         let bound = self.shared.options.timeouts.kernel_startup * 2
@@ -598,45 +590,10 @@ pub(super) fn helper_output(
                 runtime,
             }
         }
-        Some(reply) => {
-            let error = reply.get("error").cloned().unwrap_or_default();
-            let text = |key: &str| {
-                error
-                    .get(key)
-                    .and_then(serde_json::Value::as_str)
-                    .map(str::to_owned)
-            };
-            // A code the server does not know means the helper and server disagree: a bug.
-            let code = text("code")
-                .and_then(|wire| Code::from_wire(&wire))
-                .unwrap_or(Code::InternalError);
-            let mut info = ErrorInfo::new(
-                code,
-                text("message").unwrap_or_else(|| "the helper reported an error".to_owned()),
-            );
-            info.ename = text("ename");
-            info.evalue = text("evalue");
-            // The helper sends traceback entries (already ANSI-free and bounded); join them.
-            info.traceback = match error.get("traceback") {
-                Some(serde_json::Value::Array(entries)) => Some(
-                    entries
-                        .iter()
-                        .filter_map(serde_json::Value::as_str)
-                        .collect::<Vec<_>>()
-                        .join("\n"),
-                ),
-                _ => text("traceback"),
-            };
-            HelperOutput {
-                outcome: Outcome::Raised {
-                    error: info,
-                    // What the helper worked out before it failed (e.g. the fields of an
-                    // `inspect` whose repr raised), kept beside the error.
-                    partial: reply.get("result").cloned(),
-                },
-                runtime,
-            }
-        }
+        Some(reply) => HelperOutput {
+            outcome: raised(&reply),
+            runtime,
+        },
         None => {
             let error = output.error.unwrap_or_else(|| {
                 ErrorInfo::new(Code::ExecutionError, "the helper did not answer")
@@ -646,6 +603,44 @@ pub(super) fn helper_output(
                 runtime,
             }
         }
+    }
+}
+
+/// A helper's error reply (`{"ok": false, "error": {"code", "message", …}}`) as the outcome.
+fn raised(reply: &serde_json::Value) -> Outcome {
+    let error = reply.get("error").cloned().unwrap_or_default();
+    let text = |key: &str| {
+        error
+            .get(key)
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    };
+    // A code the server does not know means the helper and server disagree: a bug.
+    let code = text("code")
+        .and_then(|wire| Code::from_wire(&wire))
+        .unwrap_or(Code::InternalError);
+    let mut info = ErrorInfo::new(
+        code,
+        text("message").unwrap_or_else(|| "the helper reported an error".to_owned()),
+    );
+    info.ename = text("ename");
+    info.evalue = text("evalue");
+    // The helper sends traceback entries (already ANSI-free and bounded); join them.
+    info.traceback = match error.get("traceback") {
+        Some(serde_json::Value::Array(entries)) => Some(
+            entries
+                .iter()
+                .filter_map(serde_json::Value::as_str)
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        _ => text("traceback"),
+    };
+    Outcome::Raised {
+        error: info,
+        // What the helper worked out before it failed (e.g. the fields of an `inspect` whose
+        // repr raised), kept beside the error.
+        partial: reply.get("result").cloned(),
     }
 }
 

@@ -18,24 +18,31 @@
 //!
 //! Files by concern: `handle` (the public handle, admission and waiting), `actor` (the owner
 //! task: its inbox, supervision, kernel replacement and spares), `operation` (running one
-//! operation: deadline, interrupt, grace, cancellation), `outcome` (the end-of-operation
-//! decision, a pure function), `prepare` (starting a local kernel
-//! and installing the helper), `transport` (the seam between the actor and a kernel).
+//! operation: the request, the loop that feeds `run` its events and performs its actions, the
+//! output), `run` (an operation's wait as a pure state machine: deadline, interrupt, grace,
+//! cancellation), `outcome` (the end-of-operation decision, a pure function), `prepare`
+//! (starting a local kernel and installing the helper), `remote` (kernels on a Jupyter server),
+//! `transport` (the seam between the actor and a kernel: `KernelTransport`, `Launcher`,
+//! `Running`), `fake` (a scripted fake kernel behind that seam, for tests here and, under the
+//! `test-support` feature, for other crates' tests).
 
 mod actor;
-#[cfg(test)]
+#[cfg(any(test, feature = "test-support"))]
 mod fake;
 mod handle;
 mod operation;
 mod outcome;
 mod prepare;
 mod remote;
+mod run;
 #[cfg(test)]
 mod tests;
 mod transport;
 
 pub(crate) use transport::KernelTransport;
 
+#[cfg(feature = "test-support")]
+pub use fake::{FakeBehaviour, FakeKernels};
 pub use handle::{Interrupted, SessionHandle};
 use transport::Launcher;
 
@@ -126,15 +133,8 @@ struct Shared {
     admission: Mutex<()>,
     next_seq: AtomicU64,
     shutdown: CancellationToken,
-    /// The admission sequence of the operation running now, if any; `interrupt()` reads it
-    /// and names its target under this lock, so an interrupt meant for an operation that just
-    /// ended can never hit the next one.
-    active: Mutex<Option<u64>>,
-    /// The sequence `interrupt()` last aimed at; the operation with that sequence takes the
-    /// interrupt path.
-    interrupts: watch::Sender<Option<u64>>,
-    /// Bumped each time an operation ends, so `interrupt()` can wait for the one it stopped.
-    operations_done: watch::Sender<u64>,
+    /// The operation running now, for `interrupt()`, which does not queue.
+    active: ActiveOperation,
     /// Becomes true once the actor has stopped its kernel.
     finished: watch::Sender<bool>,
     /// The epoch, for watchers of kernel replacement (dynamic tools die with their kernel).
@@ -144,6 +144,61 @@ struct Shared {
     failures: watch::Sender<u64>,
     /// True from an actor's panic until `kernel_restart` replaces it.
     failed: AtomicBool,
+}
+
+/// The operation running now, as the handle's `interrupt()` sees it: that call goes around
+/// the inbox (the actor is busy running the very operation it stops), so this is the one piece
+/// of an operation's state other tasks share. The rest of its wait is the actor's own (`run`).
+struct ActiveOperation {
+    /// The admission sequence of the operation running now, if any; `interrupt()` reads it
+    /// and names its target under this lock, so an interrupt meant for an operation that just
+    /// ended can never hit the next one.
+    seq: Mutex<Option<u64>>,
+    /// The sequence `interrupt()` last aimed at; the operation with that sequence takes the
+    /// interrupt path.
+    target: watch::Sender<Option<u64>>,
+    /// Bumped each time an operation is answered, so `interrupt()` can wait for the one it
+    /// stopped.
+    answered: watch::Sender<u64>,
+}
+
+impl ActiveOperation {
+    fn new() -> ActiveOperation {
+        ActiveOperation {
+            seq: Mutex::new(None),
+            target: watch::channel(None).0,
+            answered: watch::channel(0).0,
+        }
+    }
+
+    /// Marks operation `seq` as running. The receiver is subscribed before the operation is
+    /// visible as active, so an `interrupt()` aimed at it is always seen.
+    fn begin(&self, seq: u64) -> watch::Receiver<Option<u64>> {
+        let target = self.target.subscribe();
+        *self.seq.lock().expect("active lock") = Some(seq);
+        target
+    }
+
+    /// Nothing runs any more (its caller is answered next).
+    fn end(&self) {
+        *self.seq.lock().expect("active lock") = None;
+    }
+
+    /// The operation's caller has its answer (or lost it to a panic).
+    fn answered(&self) {
+        self.answered.send_modify(|answered| *answered += 1);
+    }
+
+    /// Aims an interrupt at the operation running now, if any; the receiver changes once it
+    /// is answered.
+    fn aim(&self) -> Option<watch::Receiver<u64>> {
+        let mut answered = self.answered.subscribe();
+        answered.mark_unchanged();
+        let active = self.seq.lock().expect("active lock");
+        let seq = (*active)?;
+        self.target.send_replace(Some(seq));
+        Some(answered)
+    }
 }
 
 enum Command {

@@ -137,35 +137,7 @@ pub(super) fn decide(ending: &Ending) -> Decision {
             } else {
                 NamespaceOutcome::Unknown
             });
-            let kept =
-                "the namespace was preserved: anything defined before the interrupt is still there";
-            let (status, error) = match cause {
-                Cause::Deadline => (
-                    ExecutionStatus::Timeout,
-                    ErrorInfo::new(
-                        Code::OperationTimeout,
-                        format!(
-                            "execution exceeded its {:.1}s deadline and was interrupted",
-                            timeout.as_secs_f64()
-                        ),
-                    )
-                    .with_hint(kept),
-                ),
-                Cause::Cancelled => (
-                    ExecutionStatus::Cancelled,
-                    ErrorInfo::new(
-                        Code::OperationCancelled,
-                        "cancelled by the client; the kernel was interrupted",
-                    )
-                    .with_hint(kept),
-                ),
-                Cause::Interrupted => (
-                    ExecutionStatus::Cancelled,
-                    ErrorInfo::new(Code::OperationCancelled, "stopped by an interrupt call")
-                        .with_hint(kept),
-                ),
-                Cause::Closing => (ExecutionStatus::Cancelled, closing_error()),
-            };
+            let (status, error) = stopped(cause, *timeout);
             decision.status = status;
             decision.error = Some(error);
         }
@@ -179,28 +151,7 @@ pub(super) fn decide(ending: &Ending) -> Decision {
                 "no replacement kernel could be started; see runtime_status"
             };
             decision.namespace = Some(NamespaceOutcome::Reset);
-            let grace = grace.as_secs_f64();
-            let (code, message) = match (end, cause) {
-                (End::Died(exit), _) => (
-                    Code::KernelDied,
-                    format!("the kernel process died during execution ({exit})"),
-                ),
-                (_, Some(Cause::Cancelled)) => (
-                    Code::OperationCancelled,
-                    format!("cancelled by the client; the code did not stop within {grace:.1}s of an interrupt, so the kernel was killed"),
-                ),
-                (_, Some(Cause::Interrupted)) => (
-                    Code::OperationCancelled,
-                    format!("stopped by an interrupt call; the code did not stop within {grace:.1}s, so the kernel was killed"),
-                ),
-                _ => (
-                    Code::OperationTimeout,
-                    format!(
-                        "execution exceeded its {:.1}s deadline and did not stop within {grace:.1}s of an interrupt; the kernel was killed",
-                        timeout.as_secs_f64()
-                    ),
-                ),
-            };
+            let (code, message) = killed(end, cause, *timeout, *grace);
             decision.status = match (died, cause) {
                 (true, _) => ExecutionStatus::Error,
                 (false, Some(Cause::Cancelled | Cause::Interrupted)) => ExecutionStatus::Cancelled,
@@ -213,6 +164,64 @@ pub(super) fn decide(ending: &Ending) -> Decision {
         }
     }
     decision
+}
+
+/// What the caller of an operation that stopped cooperatively is told, by its cause.
+fn stopped(cause: Cause, timeout: Duration) -> (ExecutionStatus, ErrorInfo) {
+    let kept = "the namespace was preserved: anything defined before the interrupt is still there";
+    match cause {
+        Cause::Deadline => (
+            ExecutionStatus::Timeout,
+            ErrorInfo::new(
+                Code::OperationTimeout,
+                format!(
+                    "execution exceeded its {:.1}s deadline and was interrupted",
+                    timeout.as_secs_f64()
+                ),
+            )
+            .with_hint(kept),
+        ),
+        Cause::Cancelled => (
+            ExecutionStatus::Cancelled,
+            ErrorInfo::new(
+                Code::OperationCancelled,
+                "cancelled by the client; the kernel was interrupted",
+            )
+            .with_hint(kept),
+        ),
+        Cause::Interrupted => (
+            ExecutionStatus::Cancelled,
+            ErrorInfo::new(Code::OperationCancelled, "stopped by an interrupt call")
+                .with_hint(kept),
+        ),
+        Cause::Closing => (ExecutionStatus::Cancelled, closing_error()),
+    }
+}
+
+/// The error's code and message for an operation whose kernel was killed or died.
+fn killed(end: &End, cause: Option<Cause>, timeout: Duration, grace: Duration) -> (Code, String) {
+    let grace = grace.as_secs_f64();
+    match (end, cause) {
+        (End::Died(exit), _) => (
+            Code::KernelDied,
+            format!("the kernel process died during execution ({exit})"),
+        ),
+        (_, Some(Cause::Cancelled)) => (
+            Code::OperationCancelled,
+            format!("cancelled by the client; the code did not stop within {grace:.1}s of an interrupt, so the kernel was killed"),
+        ),
+        (_, Some(Cause::Interrupted)) => (
+            Code::OperationCancelled,
+            format!("stopped by an interrupt call; the code did not stop within {grace:.1}s, so the kernel was killed"),
+        ),
+        _ => (
+            Code::OperationTimeout,
+            format!(
+                "execution exceeded its {:.1}s deadline and did not stop within {grace:.1}s of an interrupt; the kernel was killed",
+                timeout.as_secs_f64()
+            ),
+        ),
+    }
 }
 
 #[cfg(test)]
@@ -350,39 +359,44 @@ mod tests {
             row((died(), Some(Closing), false, Replaced(false), true), KillAndReplace, S::Error, dead, Some(Cooperative), Some(Reset), Some(GOING)),
         ];
         for (index, row) in table.iter().enumerate() {
-            let at = format!(
-                "row {index}: {:?} {:?} ok={} {:?}",
-                row.end, row.cause, row.finished_ok, row.checked
-            );
-            assert_eq!(
-                follow_up(&row.end, row.cause, row.finished_ok),
-                row.follow_up,
-                "{at}"
-            );
-            let decision = decide(&ending(row));
-            assert_eq!(decision.status, row.status, "{at}");
-            assert_eq!(
-                decision.error.as_ref().map(|error| error.code),
-                row.code,
-                "{at}"
-            );
-            assert_eq!(decision.interruption, row.interruption, "{at}");
-            assert_eq!(decision.namespace, row.namespace, "{at}");
-            let hint = decision.error.as_ref().and_then(|error| error.hint.clone());
-            match row.hint {
-                Some(fragment) => assert!(
-                    hint.as_deref().is_some_and(|hint| hint.contains(fragment)),
-                    "{at}: {hint:?}"
-                ),
-                None => assert_eq!(
-                    hint,
-                    decision
-                        .error
-                        .as_ref()
-                        .and_then(|error| error.code.hint().map(str::to_owned)),
-                    "{at}: only the code's standard hint, if any"
-                ),
-            }
+            check(index, row);
+        }
+    }
+
+    /// One row of the table, checked.
+    fn check(index: usize, row: &Row) {
+        let at = format!(
+            "row {index}: {:?} {:?} ok={} {:?}",
+            row.end, row.cause, row.finished_ok, row.checked
+        );
+        assert_eq!(
+            follow_up(&row.end, row.cause, row.finished_ok),
+            row.follow_up,
+            "{at}"
+        );
+        let decision = decide(&ending(row));
+        assert_eq!(decision.status, row.status, "{at}");
+        assert_eq!(
+            decision.error.as_ref().map(|error| error.code),
+            row.code,
+            "{at}"
+        );
+        assert_eq!(decision.interruption, row.interruption, "{at}");
+        assert_eq!(decision.namespace, row.namespace, "{at}");
+        let hint = decision.error.as_ref().and_then(|error| error.hint.clone());
+        match row.hint {
+            Some(fragment) => assert!(
+                hint.as_deref().is_some_and(|hint| hint.contains(fragment)),
+                "{at}: {hint:?}"
+            ),
+            None => assert_eq!(
+                hint,
+                decision
+                    .error
+                    .as_ref()
+                    .and_then(|error| error.code.hint().map(str::to_owned)),
+                "{at}: only the code's standard hint, if any"
+            ),
         }
     }
 

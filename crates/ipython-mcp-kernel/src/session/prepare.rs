@@ -9,8 +9,7 @@ use ipython_mcp_env::{Phase, PythonEnvironment};
 use ipython_mcp_jupyter::{Kernel, LaunchSpec};
 use tokio::time::Instant;
 
-use super::actor::Running;
-use super::transport::Launcher;
+use super::transport::{Launcher, Running};
 use super::Shared;
 use crate::helper;
 use crate::output::{Code, ErrorInfo};
@@ -131,10 +130,49 @@ async fn prepare(
     environment: PythonEnvironment,
 ) -> Result<Running, ErrorInfo> {
     let options = &shared.options;
-    // Our own ipykernel launch by default. A kernelspec is launched with exactly its argv, env
-    // and interrupt mode (the launcher adds our ipykernel options only where the argv runs
-    // ipykernel); an ipykernel spec gets the helper, any other kernel none.
-    let (spec, with_helper, spec_name) = match &options.kernel_spec {
+    let (spec, with_helper, spec_name) = launch_spec(options, &environment);
+    let started = Instant::now();
+    let spec = with_variables(spec, &options.namespace.variables);
+    let kernel = Kernel::launch(&spec, options.timeouts.kernel_startup)
+        .await
+        .map_err(|error| ErrorInfo::new(Code::RuntimeUnavailable, error.to_string()))?;
+    let remaining = options
+        .timeouts
+        .kernel_startup
+        .saturating_sub(started.elapsed())
+        .max(Duration::from_secs(1));
+    let helper_comm = if with_helper {
+        Some(install_helper(&shared, &kernel, remaining).await?)
+    } else {
+        None
+    };
+    let description = describe(&kernel, &spec, spec_name, &shared.options, &environment);
+    let description = KernelDescription {
+        helper: helper_comm.is_some(),
+        ..description
+    };
+    tracing::debug!(
+        pid = kernel.pid(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "kernel prepared"
+    );
+    Ok(Running {
+        kernel: Box::new(kernel),
+        helper_spools: helper_comm.is_some(),
+        helper_comm,
+        description,
+    })
+}
+
+/// How to launch the kernel, whether it gets the helper, and the spec's name. Our own
+/// ipykernel launch by default. A kernelspec is launched with exactly its argv, env and
+/// interrupt mode (the launcher adds our ipykernel options only where the argv runs
+/// ipykernel); an ipykernel spec gets the helper, any other kernel none.
+fn launch_spec(
+    options: &super::SessionOptions,
+    environment: &PythonEnvironment,
+) -> (LaunchSpec, bool, String) {
+    match &options.kernel_spec {
         None => (
             LaunchSpec {
                 python: environment.executable.clone(),
@@ -163,50 +201,54 @@ async fn prepare(
             };
             (spec, kernel_spec.is_ipykernel(), kernel_spec.name.clone())
         }
-    };
-    let started = Instant::now();
-    let spec = with_variables(spec, &options.namespace.variables);
-    let kernel = Kernel::launch(&spec, options.timeouts.kernel_startup)
-        .await
-        .map_err(|error| ErrorInfo::new(Code::RuntimeUnavailable, error.to_string()))?;
-    let remaining = options
-        .timeouts
-        .kernel_startup
-        .saturating_sub(started.elapsed())
-        .max(Duration::from_secs(1));
+    }
+}
+
+/// Installs the helper into a launched kernel; returns its comm. A failure stops the kernel.
+async fn install_helper(
+    shared: &Shared,
+    kernel: &Kernel,
+    remaining: Duration,
+) -> Result<String, ErrorInfo> {
+    let options = &shared.options;
     let spool = shared.executions.spool();
-    let helper_comm = if !with_helper {
-        None
-    } else {
-        Some(
-            match helper::install(
-                &kernel,
-                &options.limits,
-                &options.namespace,
-                spool,
-                // Local kernels keep history in memory (a launch option).
-                0,
-                remaining,
-            )
-            .await
-            {
-                Ok(installed) => installed.comm_id,
-                Err(error @ helper::InstallError::Namespace { .. }) => {
-                    kernel.shutdown(Duration::from_millis(200)).await;
-                    let error = ErrorInfo::new(Code::RuntimeUnavailable, error.to_string())
+    // Local kernels keep history in memory (a launch option).
+    let history_batch_cells = 0;
+    match helper::install(
+        kernel,
+        &options.limits,
+        &options.namespace,
+        spool,
+        history_batch_cells,
+        remaining,
+    )
+    .await
+    {
+        Ok(installed) => Ok(installed.comm_id),
+        Err(error @ helper::InstallError::Namespace { .. }) => {
+            kernel.shutdown(Duration::from_millis(200)).await;
+            let error = ErrorInfo::new(Code::RuntimeUnavailable, error.to_string())
                 .with_hint("check IPYTHON_MCP_LIBRARY_PATHS, IPYTHON_MCP_PRELOAD_MODULES and IPYTHON_MCP_MODULE_ALIASES, then restart the server");
-                    return Err(error);
-                }
-                Err(error) => {
-                    let message = format!("{error}; kernel stderr: {}", kernel.stderr_tail());
-                    kernel.shutdown(Duration::from_millis(200)).await;
-                    return Err(ErrorInfo::new(Code::RuntimeUnavailable, message));
-                }
-            },
-        )
-    };
+            Err(error)
+        }
+        Err(error) => {
+            let message = format!("{error}; kernel stderr: {}", kernel.stderr_tail());
+            kernel.shutdown(Duration::from_millis(200)).await;
+            Err(ErrorInfo::new(Code::RuntimeUnavailable, message))
+        }
+    }
+}
+
+/// The kernel as runtime_status shows it (`helper: false` until the caller knows).
+fn describe(
+    kernel: &Kernel,
+    spec: &LaunchSpec,
+    spec_name: String,
+    options: &super::SessionOptions,
+    environment: &PythonEnvironment,
+) -> KernelDescription {
     let info = kernel.info();
-    let description = KernelDescription {
+    KernelDescription {
         pid: Some(kernel.pid()),
         remote: None,
         python: spec.python.display().to_string(),
@@ -219,25 +261,14 @@ async fn prepare(
         },
         implementation: format!("{} {}", info.implementation, info.implementation_version),
         spec: spec_name,
-        helper: helper_comm.is_some(),
+        helper: false,
         working_dir: match &spec.working_dir {
             Some(dir) => dir.display().to_string(),
             None => std::env::current_dir()
                 .map(|dir| dir.display().to_string())
                 .unwrap_or_default(),
         },
-    };
-    tracing::debug!(
-        pid = kernel.pid(),
-        elapsed_ms = started.elapsed().as_millis() as u64,
-        "kernel prepared"
-    );
-    Ok(Running {
-        kernel: Box::new(kernel),
-        helper_spools: helper_comm.is_some(),
-        helper_comm,
-        description,
-    })
+    }
 }
 
 /// Configured variables go into the kernel process's environment (after a kernelspec's own),

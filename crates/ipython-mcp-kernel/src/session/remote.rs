@@ -10,8 +10,7 @@ use futures_util::future::BoxFuture;
 use ipython_mcp_jupyter::remote::{RemoteKernel as Connection, Server};
 use tokio::time::Instant;
 
-use super::actor::Running;
-use super::transport::Launcher;
+use super::transport::{Launcher, Running};
 use super::{RemoteKernel, Shared};
 use crate::helper;
 use crate::output::{Code, ErrorInfo};
@@ -136,42 +135,18 @@ async fn prepare(
     let options = &shared.options;
     let startup = options.timeouts.kernel_startup;
     let started = Instant::now();
-    let (connection, guard, spec) = match &kernel {
-        RemoteKernel::Start { name } => {
-            let variables: Vec<(&str, &str)> = options.namespace.variables.iter().collect();
-            let info = server
-                .start_kernel(name, &variables, startup)
-                .await
-                .map_err(|error| unavailable(&error))?;
-            let guard = Started {
-                server: server.clone(),
-                id: Some(info.id.clone()),
-            };
-            let remaining = startup
-                .saturating_sub(started.elapsed())
-                .max(Duration::from_secs(1));
-            let connection = server
-                .connect(&info.id, true, remaining)
-                .await
-                .map_err(|error| unavailable(&error))?;
-            (connection, Some(guard), format!("jupyter:{name}"))
-        }
-        RemoteKernel::Attach { id } => {
-            let connection = server
-                .connect(id, false, startup)
-                .await
-                .map_err(|error| unavailable(&error))?;
-            (connection, None, format!("jupyter-kernel:{id}"))
-        }
-    };
+    let (connection, guard, spec) = connect(&shared, &server, &kernel, started).await?;
     // What is left of the start bound, for each step after the connection.
     let remaining = || {
         startup
             .saturating_sub(started.elapsed())
             .max(Duration::from_secs(1))
     };
-    let info = connection.info().clone();
-    let python = info.language_info.name.eq_ignore_ascii_case("python");
+    let python = connection
+        .info()
+        .language_info
+        .name
+        .eq_ignore_ascii_case("python");
     // The configured variables belong in the kernels this session starts, as in a local
     // kernel's process environment. A Jupyter Server ignores the start request's `env` (and a
     // gateway passes on only what it allows), so a Python kernel gets them in `os.environ`
@@ -191,66 +166,14 @@ async fn prepare(
         }
     }
     let installed = if python {
-        // The helper's spool is our disk, which a remote kernel cannot reach: it bounds output
-        // in the kernel, and the session spools what arrives.
-        match helper::install(
-            &connection,
-            &options.limits,
-            &options.namespace,
-            None,
-            // A kernel we started writes its history in batches (a person's kernel is left
-            // as they configured it): one SQLite write per cell costs more than the whole
-            // relay through the server.
-            if connection.owned() {
-                HISTORY_BATCH_CELLS
-            } else {
-                0
-            },
-            remaining(),
-        )
-        .await
-        {
-            Ok(installed) => Some(installed),
-            Err(error) => {
-                discard(&connection).await;
-                return Err(ErrorInfo::new(
-                    Code::RuntimeUnavailable,
-                    format!("installing the helper into the remote kernel failed: {error}"),
-                ));
-            }
-        }
+        Some(install_helper(&shared, &connection, remaining()).await?)
     } else {
         None
     };
     if let Some(guard) = guard {
         guard.defuse();
     }
-    let description = KernelDescription {
-        pid: None,
-        remote: Some(RemoteDescription {
-            server: server.url().to_string(),
-            kernel_id: connection.id().to_owned(),
-            attached: !connection.owned(),
-        }),
-        // Paths on the server's machine, as the helper found them (empty without it).
-        python: installed
-            .as_ref()
-            .map(|installed| installed.executable.clone())
-            .unwrap_or_default(),
-        language: info.language_info.name.clone(),
-        python_version: info.language_info.version.clone(),
-        ipykernel_version: installed
-            .as_ref()
-            .map(|installed| installed.ipykernel_version.clone())
-            .unwrap_or_default(),
-        implementation: format!("{} {}", info.implementation, info.implementation_version),
-        spec,
-        helper: installed.is_some(),
-        working_dir: installed
-            .as_ref()
-            .map(|installed| installed.working_dir.clone())
-            .unwrap_or_default(),
-    };
+    let description = describe(&server, &connection, installed.as_ref(), spec);
     let helper_comm = installed.map(|installed| installed.comm_id);
     tracing::debug!(
         kernel = connection.id(),
@@ -263,6 +186,114 @@ async fn prepare(
         helper_spools: false,
         description,
     })
+}
+
+/// Starts the session's kernel on the server (guarded until it is ready) or attaches to the
+/// named one, and connects to it; with the spec as runtime_status names it.
+async fn connect(
+    shared: &Shared,
+    server: &Server,
+    kernel: &RemoteKernel,
+    started: Instant,
+) -> Result<(Connection, Option<Started>, String), ErrorInfo> {
+    let options = &shared.options;
+    let startup = options.timeouts.kernel_startup;
+    match kernel {
+        RemoteKernel::Start { name } => {
+            let variables: Vec<(&str, &str)> = options.namespace.variables.iter().collect();
+            let info = server
+                .start_kernel(name, &variables, startup)
+                .await
+                .map_err(|error| unavailable(&error))?;
+            let guard = Started {
+                server: server.clone(),
+                id: Some(info.id.clone()),
+            };
+            let remaining = startup
+                .saturating_sub(started.elapsed())
+                .max(Duration::from_secs(1));
+            let connection = server
+                .connect(&info.id, true, remaining)
+                .await
+                .map_err(|error| unavailable(&error))?;
+            Ok((connection, Some(guard), format!("jupyter:{name}")))
+        }
+        RemoteKernel::Attach { id } => {
+            let connection = server
+                .connect(id, false, startup)
+                .await
+                .map_err(|error| unavailable(&error))?;
+            Ok((connection, None, format!("jupyter-kernel:{id}")))
+        }
+    }
+}
+
+/// Installs the helper through the kernel's channels; a failure gives the kernel up.
+async fn install_helper(
+    shared: &Shared,
+    connection: &Connection,
+    remaining: Duration,
+) -> Result<helper::Installed, ErrorInfo> {
+    let options = &shared.options;
+    // A kernel we started writes its history in batches (a person's kernel is left as they
+    // configured it): one SQLite write per cell costs more than the whole relay through the
+    // server.
+    let history_batch_cells = if connection.owned() {
+        HISTORY_BATCH_CELLS
+    } else {
+        0
+    };
+    // The helper's spool is our disk, which a remote kernel cannot reach: it bounds output
+    // in the kernel, and the session spools what arrives.
+    let installed = helper::install(
+        connection,
+        &options.limits,
+        &options.namespace,
+        None,
+        history_batch_cells,
+        remaining,
+    )
+    .await;
+    match installed {
+        Ok(installed) => Ok(installed),
+        Err(error) => {
+            discard(connection).await;
+            Err(ErrorInfo::new(
+                Code::RuntimeUnavailable,
+                format!("installing the helper into the remote kernel failed: {error}"),
+            ))
+        }
+    }
+}
+
+/// The kernel as runtime_status shows it.
+fn describe(
+    server: &Server,
+    connection: &Connection,
+    installed: Option<&helper::Installed>,
+    spec: String,
+) -> KernelDescription {
+    let info = connection.info();
+    // Paths on the server's machine, as the helper found them (empty without it).
+    let found = |field: fn(&helper::Installed) -> &String| {
+        installed.map(field).cloned().unwrap_or_default()
+    };
+    KernelDescription {
+        pid: None,
+        remote: Some(RemoteDescription {
+            server: server.url().to_string(),
+            kernel_id: connection.id().to_owned(),
+            attached: !connection.owned(),
+        }),
+        python: found(|installed| &installed.executable),
+        language: info.language_info.name.clone(),
+        python_version: info.language_info.version.clone(),
+        ipykernel_version: found(|installed| &installed.ipykernel_version),
+        implementation: format!("{} {}", info.implementation, info.implementation_version),
+        spec,
+        helper: installed.is_some(),
+        working_dir: found(|installed| &installed.working_dir),
+    }
 }
 
 /// Gives up a kernel that could not be prepared: ours is deleted, someone else's left alone.

@@ -97,8 +97,8 @@ async fn a_background_request_waits_for_its_turn_past_the_queue_wait() {
 #[tokio::test(start_paused = true)]
 async fn a_late_interrupt_never_reaches_the_next_operation() {
     let (handle, _inbox) = SessionHandle::detached(options(1, Duration::from_secs(30)));
-    let mut targets = handle.shared.interrupts.subscribe();
-    *handle.shared.active.lock().expect("active") = Some(1);
+    let mut targets = handle.shared.active.target.subscribe();
+    *handle.shared.active.seq.lock().expect("active") = Some(1);
     let interrupting = tokio::spawn({
         let handle = handle.clone();
         async move { handle.interrupt().await }
@@ -108,9 +108,9 @@ async fn a_late_interrupt_never_reaches_the_next_operation() {
         .await
         .expect("aimed");
     // Operation 1 ends and operation 2 begins before the interrupt lands anywhere.
-    *handle.shared.active.lock().expect("active") = None;
-    handle.shared.operations_done.send_modify(|done| *done += 1);
-    *handle.shared.active.lock().expect("active") = Some(2);
+    *handle.shared.active.seq.lock().expect("active") = None;
+    handle.shared.active.answered();
+    *handle.shared.active.seq.lock().expect("active") = Some(2);
     let Interrupted { interrupted, .. } = interrupting.await.expect("join");
     assert!(interrupted);
     assert_eq!(*targets.borrow(), Some(1), "operation 2 is not the target");
@@ -123,8 +123,8 @@ async fn a_late_interrupt_never_reaches_the_next_operation() {
         .wait_for(|target| *target == Some(2))
         .await
         .expect("aimed at 2");
-    *handle.shared.active.lock().expect("active") = None;
-    handle.shared.operations_done.send_modify(|done| *done += 1);
+    *handle.shared.active.seq.lock().expect("active") = None;
+    handle.shared.active.answered();
     assert!(interrupting.await.expect("join").interrupted);
     // Nothing active: nothing to interrupt.
     assert!(!handle.interrupt().await.interrupted);
@@ -513,8 +513,8 @@ async fn a_stalled_spool_disk_stalls_neither_status_nor_another_session() {
 
 /// A helper call's outcome says which side failed: the helper's error reply is `Raised` (with
 /// what it worked out first), no reply or a stopped operation is `Failed`, never the reverse.
-#[test]
-fn helper_outcomes_keep_user_errors_apart_from_failed_calls() {
+/// A helper call's operation that finished `ok` (what the helper replied decides the rest).
+fn finished_helper_call() -> ExecutionOutput {
     let runtime = RuntimeInfo {
         request_id: "r".into(),
         admission_seq: 1,
@@ -524,12 +524,17 @@ fn helper_outcomes_keep_user_errors_apart_from_failed_calls() {
         interruption: None,
         namespace: None,
     };
-    let finished = || ExecutionOutput {
+    ExecutionOutput {
         ok: true,
         status: ExecutionStatus::Ok,
         error: None,
-        ..ExecutionOutput::pending(ExecutionId::generate(), runtime.clone())
-    };
+        ..ExecutionOutput::pending(ExecutionId::generate(), runtime)
+    }
+}
+
+#[test]
+fn helper_outcomes_keep_user_errors_apart_from_failed_calls() {
+    let finished = finished_helper_call;
     let answered = handle::helper_output(
         finished(),
         Some(serde_json::json!({"ok": true, "result": {"x": 1}})),

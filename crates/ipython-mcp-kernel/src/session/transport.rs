@@ -15,8 +15,20 @@ use ipython_mcp_jupyter::remote::RemoteKernel;
 use ipython_mcp_jupyter::{Channel, Kernel, KernelExit, Routed};
 use tokio::sync::{mpsc, watch};
 
-use super::actor::Running;
 use crate::output::ErrorInfo;
+use crate::status::KernelDescription;
+
+/// A kernel a [`Launcher`] started, and what the session knows about it: the transport it is
+/// driven through, the helper's comm (when the helper is installed) and what runtime_status
+/// shows of it.
+pub(super) struct Running {
+    pub(super) kernel: Box<dyn KernelTransport>,
+    pub(super) helper_comm: Option<String>,
+    /// The helper writes the full streams to the spool itself (a local kernel's helper, which
+    /// shares our filesystem); otherwise the session spools what arrives.
+    pub(super) helper_spools: bool,
+    pub(super) description: KernelDescription,
+}
 
 /// One running kernel, as the actor uses it. Implementations must be cheap to call from the
 /// actor's loop: every method is bounded (none waits on a kernel that stopped answering for
