@@ -29,6 +29,8 @@ pub mod fixtures {
     }
 }
 mod handler;
+#[cfg(test)]
+mod in_process;
 mod kernels;
 mod namespace;
 mod notebooks;
