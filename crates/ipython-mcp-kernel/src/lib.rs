@@ -1,44 +1,40 @@
-//! Kernel sessions: the owner task of each kernel, its admission queue and deadlines, bounded
-//! output collection, and the Python helper installed into every kernel.
+//! Kernel sessions: the owner task of each kernel, its admission queue and deadlines, and the
+//! Python helper installed into every kernel. What becomes of an execution's messages (bounded
+//! collection, the spool, the executions store) is `ipython_mcp_output`'s.
 //!
 //! Invariants:
 //! - Only a session's actor touches its kernel (process and sockets).
-//! - Output is bounded where it is collected ([`collect`]), and inside the kernel by the helper,
-//!   so memory per execution does not grow with what user code prints.
+//! - Output is bounded where it is collected (`ipython_mcp_output::collect`), and inside the
+//!   kernel by the helper, so memory per execution does not grow with what user code prints.
 //! - An operation either runs exactly once or not at all, and its result says which.
 
-mod bound;
-mod collect;
-mod executions;
 pub mod helper;
 // Kernelspec discovery lives with the rest of Jupyter's conventions; re-exported for the MCP crate.
 pub use ipython_mcp_jupyter::kernelspec;
 /// The Jupyter server client, for building `SessionOptions::jupyter`.
 pub use ipython_mcp_jupyter::remote;
 pub mod manager;
-mod output;
-mod payload;
-pub mod raster;
-pub mod rich;
 mod session;
-mod sink;
-mod spool;
 mod status;
-mod transcript;
+
+// The output pipeline's modules under the names the sessions have always used
+// (`crate::collect::Collector`, `crate::output::ErrorInfo` …), so moving them to their own crate
+// changed no path here.
+#[cfg(test)]
+use ipython_mcp_output::spool;
+use ipython_mcp_output::{bound, collect, executions, output, payload, transcript};
+pub use ipython_mcp_output::{raster, rich};
 
 /// How kernels die with a server that is killed (see `ipython_mcp_jupyter`).
 pub use ipython_mcp_jupyter::use_pipe_death_watch;
 
-pub use bound::{base64_decoded_len, BINARY_IMAGE_TYPES, SVG_TYPE};
-pub use executions::{
-    Page, PageLine, PageRequest, SpoolInfo, SpoolLimits, StreamName, MAX_RECORDS,
+pub use ipython_mcp_output::{
+    base64_decoded_len, Code, DisplayItem, ErrorInfo, ExecutionId, ExecutionOutput,
+    ExecutionStatus, Interruption, Kept, NamespaceOutcome, Page, PageLine, PageRequest,
+    RuntimeInfo, SavedOutputs, SpoolInfo, SpoolLimits, StreamName, TerminalSink, Truncated,
+    Withheld, BINARY_IMAGE_TYPES, MAX_RECORDS, SVG_TYPE,
 };
 pub use manager::{KernelManager, Listing, ManagerError, SessionId, StartSpec};
-pub use output::{
-    Code, DisplayItem, ErrorInfo, ExecutionId, ExecutionOutput, ExecutionStatus, Interruption,
-    NamespaceOutcome, RuntimeInfo, Truncated,
-};
-pub use payload::Withheld;
 pub use session::{
     ExecuteArgs, HelperCall, HelperOutput, Interrupted, Outcome, Progress, RemoteKernel,
     SessionHandle, SessionOptions,
@@ -47,9 +43,7 @@ pub use session::{
 /// release build).
 #[cfg(feature = "test-support")]
 pub use session::{FakeBehaviour, FakeKernels};
-pub use sink::{Kept, TerminalSink};
 pub use status::{
     EnvironmentStatus, KernelDescription, RemoteDescription, RuntimeStatus, SessionState,
 };
 pub use tokio_util::sync::CancellationToken;
-pub use transcript::SavedOutputs;

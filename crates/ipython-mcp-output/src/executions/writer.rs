@@ -7,7 +7,7 @@ use super::*;
 /// copies bytes into the queue's buffer. A stream whose bytes the queue refuses (its backlog
 /// is full: the disk is behind) keeps nothing more for this execution, so the file has no
 /// holes; what is not kept counts in `dropped`.
-pub(crate) struct SpoolWriter {
+pub struct SpoolWriter {
     pub(super) queue: SpoolQueue,
     log: LogWriter,
     files: [Arc<SpoolFile>; 2],
@@ -24,7 +24,7 @@ pub(crate) struct SpoolWriter {
 impl SpoolWriter {
     /// A writer for `record`'s execution `msg_id`; the record counts as being written until
     /// [`SpoolWriter::finish`] has run on the queue.
-    pub(crate) fn new(executions: &Executions, record: &Record, msg_id: &str) -> Option<Self> {
+    pub fn new(executions: &Executions, record: &Record, msg_id: &str) -> Option<Self> {
         let (dir, limit) = executions.spool()?;
         record.state().spool_writing = true;
         Some(SpoolWriter {
@@ -41,12 +41,13 @@ impl SpoolWriter {
     }
 
     /// The comm of the kernel's helper, when it has one that does not spool.
-    pub(crate) fn with_helper_comm(mut self, comm: Option<String>) -> Self {
+    pub fn with_helper_comm(mut self, comm: Option<String>) -> Self {
         self.helper_comm = comm;
         self
     }
 
-    pub(crate) fn absorb(&mut self, routed: &Routed) {
+    /// Queues what `routed` adds to the streams and the output log.
+    pub fn absorb(&mut self, routed: &Routed) {
         if let JupyterMessageContent::CommMsg(comm) = &routed.message.content {
             // The helper reports at the end of an execution only when it held output back.
             let report = comm.data.get("event").and_then(serde_json::Value::as_str)
@@ -85,7 +86,7 @@ impl SpoolWriter {
 
     /// Counts in `record` what was not kept; once the queue has written everything, closes the
     /// files, adds what the disk refused and marks its spool complete.
-    pub(crate) fn finish(self, record: Arc<Record>) {
+    pub fn finish(self, record: Arc<Record>) {
         let files = [
             Arc::clone(&self.files[0]),
             Arc::clone(&self.files[1]),

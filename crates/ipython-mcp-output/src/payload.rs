@@ -3,53 +3,37 @@
 //! budget are withheld — written to the spool and listed, never silently dropped.
 //!
 //! The collector keeps oversized PNG/JPEG images as they came (up to [`MAX_FIT_INPUT_BYTES`]
-//! each and [`MAX_FIT_PENDING_BYTES`] per execution); [`settle`] does the decoding, resizing and
-//! file writing, so it runs on a blocking thread once the execution is over. A snapshot of a
-//! running execution uses [`settle_live`] instead: no pixels, no files, the oversized images
+//! each and `bound::MAX_FIT_PENDING_BYTES` per execution); `settle` does the decoding,
+//! resizing and file writing, so it runs on a blocking thread once the execution is over. A snapshot of a
+//! running execution uses `settle_live` instead: no pixels, no files, the oversized images
 //! and payloads past the budget only counted.
 
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
-use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::bound::{base64_decoded_len, BINARY_IMAGE_TYPES, SVG_TYPE};
-use crate::output::DisplayItem;
+use crate::output::{DisplayItem, Withheld};
 use crate::raster::{self, JPEG, PNG};
 
-/// Largest PNG/JPEG (decoded bytes) kept for downscaling; larger ones are omitted with a note.
-pub const MAX_FIT_INPUT_BYTES: usize = 32 * 1024 * 1024;
-
-/// Oversized images (decoded bytes) one execution keeps for downscaling, so a cell showing many
-/// huge pictures cannot pin unbounded memory; past it they are omitted with a note.
-pub(crate) const MAX_FIT_PENDING_BYTES: usize = 64 * 1024 * 1024;
+/// The largest image `settle` is given to fit (`bound` holds images to it); the kernel's
+/// helper is told it too, so it sends the server every image that can still be made to fit.
+pub use crate::bound::MAX_FIT_INPUT_BYTES;
 
 /// Entries smaller than this (serialized) are never withheld: a note would cost as much.
 const MIN_WITHHELD_BYTES: usize = 1024;
 
-/// A display payload left out of the reply to keep it within its byte budget.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Withheld {
-    /// Index in `display_data`, or none for the `result`.
-    pub display: Option<usize>,
-    pub mime: String,
-    /// Size of the payload (decoded bytes for images).
-    pub bytes: u64,
-    /// Where it is in the spool; none when there is no spool (or it could not be written), and
-    /// while the execution still runs.
-    pub path: Option<String>,
-}
-
 /// Where a finished execution's spool files go: `<dir>/<msg_id>.<name>`.
-pub(crate) struct SpoolFiles {
+pub struct SpoolFiles {
     pub dir: PathBuf,
     pub msg_id: String,
     written: usize,
 }
 
 impl SpoolFiles {
-    pub(crate) fn new(dir: &Path, msg_id: &str) -> Self {
+    /// The files of execution `msg_id` in the spool directory `dir`.
+    pub fn new(dir: &Path, msg_id: &str) -> Self {
         SpoolFiles {
             dir: dir.to_owned(),
             msg_id: msg_id.to_owned(),
@@ -84,7 +68,7 @@ impl SpoolFiles {
 
 /// The bounds `settle` applies.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Budget {
+pub struct Budget {
     pub max_image_bytes: usize,
     pub max_reply_bytes: usize,
 }

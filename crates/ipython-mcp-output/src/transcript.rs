@@ -6,7 +6,7 @@
 //! the kernel produced them (before any bound), and a stream marker (`{"output_type": "stream",
 //! "name", "offset"}`) each time stream output resumes, naming the byte offset in the stream's
 //! own spool file, so stream text is not logged twice. The Python helper writes it inside the
-//! kernel; for kernels without the helper, [`LogWriter`] writes it from iopub. A line that no
+//! kernel; for kernels without the helper, `LogWriter` writes it from iopub. A line that no
 //! longer fits the spool's per-execution bound is replaced by `{"output_type": "omitted"}`.
 //!
 //! [`replay`] turns a log into nbformat outputs with the semantics of Jupyter's own client
@@ -24,7 +24,7 @@ use ipython_mcp_jupyter::protocol::{JupyterMessageContent, Stdio};
 use ipython_mcp_jupyter::Routed;
 use serde_json::{json, Value};
 
-use crate::collect::media_map;
+use crate::output::media_map;
 use crate::spool::{SpoolFile, SpoolQueue};
 
 /// The log of an execution's outputs in the spool directory `dir`.
@@ -51,7 +51,7 @@ pub struct SavedOutputs {
 /// Replays the log of `msg_id` in `dir` into nbformat outputs, at most about `max_bytes` of
 /// serialized output; `execution_count` goes into the `execute_result`. A missing log is an
 /// execution that produced no output. Blocking: run it off the async threads.
-pub(crate) fn replay(
+pub fn replay(
     dir: &Path,
     msg_id: &str,
     execution_count: Option<u64>,

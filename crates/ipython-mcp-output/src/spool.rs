@@ -6,7 +6,7 @@
 //! a file keep their order.
 //!
 //! Memory stays bounded whatever the kernel prints: bytes wait in one buffer per session, at
-//! most [`MAX_BACKLOG_BYTES`] not yet written; an append that does not fit is refused and its
+//! most `MAX_BACKLOG_BYTES` not yet written; an append that does not fit is refused and its
 //! bytes are counted as not kept (the caller's `dropped_bytes`), exactly like bytes past the
 //! per-execution bound. The session never waits for the disk while code runs.
 //!
@@ -28,10 +28,11 @@ pub(crate) const MAX_BACKLOG_BYTES: usize = 8 * 1024 * 1024;
 /// The capacity of a batch buffer kept for the next batch.
 const KEPT_BUFFER_BYTES: usize = 1024 * 1024;
 
-/// A session's spool queue (cheap to clone); its worker ends once [`SpoolQueue::close`] was
-/// called and everything queued before has run.
+/// A session's spool queue (cheap to clone); its worker ends once `SpoolQueue::close` was
+/// called and everything queued before has run. Opaque outside this crate: a session's tests
+/// hold it only to stall it (`tests::stall`, with the `test-support` feature).
 #[derive(Clone)]
-pub(crate) struct SpoolQueue {
+pub struct SpoolQueue {
     shared: Arc<QueueShared>,
 }
 
@@ -307,13 +308,15 @@ fn open(file: &SpoolFile) -> Option<File> {
     opened
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
+/// The unit tests, and (with the `test-support` feature) [`tests::stall`] for the sessions'
+/// tests, which need a hung disk too.
+#[cfg(any(test, feature = "test-support"))]
+pub mod tests {
     use super::*;
 
     /// Blocks the queue's worker, as a write to a hung disk would, until the returned sender
     /// sends (or is dropped); returns once the worker is blocked.
-    pub(crate) async fn stall(queue: &SpoolQueue) -> std::sync::mpsc::Sender<()> {
+    pub async fn stall(queue: &SpoolQueue) -> std::sync::mpsc::Sender<()> {
         let (release, gate) = std::sync::mpsc::channel::<()>();
         let (entered, blocked) = oneshot::channel();
         queue.run(move || {
@@ -324,6 +327,7 @@ pub(crate) mod tests {
         release
     }
 
+    #[cfg(test)]
     fn size(path: PathBuf) -> impl FnOnce() -> u64 + Send + 'static {
         move || std::fs::metadata(path).map_or(0, |meta| meta.len())
     }

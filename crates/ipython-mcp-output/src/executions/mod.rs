@@ -34,7 +34,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::collect::Collector;
-use crate::output::{Code, ErrorInfo, ExecutionId, ExecutionOutput, RuntimeInfo};
+use crate::output::{Code, ErrorInfo, ExecutionId, ExecutionOutput, RuntimeInfo, SpoolInfo};
 use crate::spool::{SpoolFile, SpoolQueue};
 use crate::transcript::LogWriter;
 
@@ -42,9 +42,9 @@ mod page;
 mod record;
 mod writer;
 
-pub(crate) use self::page::*;
-pub(crate) use self::record::*;
-pub(crate) use self::writer::*;
+pub use self::page::*;
+pub use self::record::*;
+pub use self::writer::*;
 
 /// Executions remembered per session (their final output and spool files).
 pub const MAX_RECORDS: usize = 32;
@@ -104,19 +104,6 @@ impl StreamName {
     }
 }
 
-/// How much of an execution's full output is on disk, for paging with `get_output`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct SpoolInfo {
-    /// Bytes of stdout kept on disk.
-    pub stdout_bytes: u64,
-    /// Bytes of stderr kept on disk.
-    pub stderr_bytes: u64,
-    /// Bytes beyond the per-execution spool bound that were not kept.
-    pub dropped_bytes: u64,
-    /// True once the files were deleted to keep the spool within its total bound.
-    pub evicted: bool,
-}
-
 /// One page of a spooled stream.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Page {
@@ -157,7 +144,7 @@ pub struct PageRequest {
 }
 
 /// The executions of one session.
-pub(crate) struct Executions {
+pub struct Executions {
     /// The spool directory, once [`Executions::open`] made it (never, with the spool off).
     dir: OnceLock<tempfile::TempDir>,
     limits: SpoolLimits,
@@ -180,7 +167,7 @@ struct Upkeep {
 
 impl Executions {
     /// Needs a tokio runtime (the spool queue's worker).
-    pub(crate) fn new(limits: SpoolLimits) -> Self {
+    pub fn new(limits: SpoolLimits) -> Self {
         Executions {
             dir: OnceLock::new(),
             limits,
@@ -192,7 +179,7 @@ impl Executions {
 
     /// Creates the spool directory (on the blocking pool), unless the spool is off; called by
     /// the actor before its first kernel starts, since the helper writes there.
-    pub(crate) async fn open(&self) {
+    pub async fn open(&self) {
         if self.limits.max_execution_bytes == 0 || self.dir.get().is_some() {
             return;
         }
@@ -221,21 +208,18 @@ impl Executions {
     }
 
     /// The spool directory and the per-stream bound, when the spool is on.
-    pub(crate) fn spool(&self) -> Option<(&Path, u64)> {
+    pub fn spool(&self) -> Option<(&Path, u64)> {
         self.dir().map(|dir| (dir, self.limits.max_execution_bytes))
     }
 
     /// The session's spool queue.
-    pub(crate) fn queue(&self) -> &SpoolQueue {
+    pub fn queue(&self) -> &SpoolQueue {
         &self.queue
     }
 
-    pub(crate) fn register(
-        &self,
-        execution_id: ExecutionId,
-        seq: u64,
-        request_id: String,
-    ) -> Arc<Record> {
+    /// Remembers a newly admitted execution, forgetting the oldest finished ones past
+    /// [`MAX_RECORDS`].
+    pub fn register(&self, execution_id: ExecutionId, seq: u64, request_id: String) -> Arc<Record> {
         let record = Arc::new(Record {
             execution_id,
             seq,
@@ -292,10 +276,10 @@ impl Executions {
         });
     }
 
-    /// After an execution ended: queues the upkeep ([`Executions::maintain`]) and waits for
+    /// After an execution ended: queues the upkeep (`Executions::maintain`) and waits for
     /// it and for `record`'s own spool writes, then reads its spool summary; `None` when the
     /// spool is off or the queue is gone.
-    pub(crate) async fn settle(&self, record: &Arc<Record>) -> Option<SpoolInfo> {
+    pub async fn settle(&self, record: &Arc<Record>) -> Option<SpoolInfo> {
         self.maintain();
         let dir = self.dir().map(Path::to_owned);
         let record = Arc::clone(record);
@@ -305,7 +289,8 @@ impl Executions {
             .flatten()
     }
 
-    pub(crate) fn find(&self, execution_id: &str) -> Option<Arc<Record>> {
+    /// The remembered execution with this id.
+    pub fn find(&self, execution_id: &str) -> Option<Arc<Record>> {
         lock(&self.records)
             .iter()
             .find(|record| record.execution_id == *execution_id)
@@ -313,12 +298,12 @@ impl Executions {
     }
 
     /// The most recently admitted execution.
-    pub(crate) fn latest(&self) -> Option<Arc<Record>> {
+    pub fn latest(&self) -> Option<Arc<Record>> {
         lock(&self.records).back().cloned()
     }
 
     /// The ids of the remembered executions, newest first.
-    pub(crate) fn ids(&self) -> Vec<ExecutionId> {
+    pub fn ids(&self) -> Vec<ExecutionId> {
         lock(&self.records)
             .iter()
             .rev()
@@ -327,12 +312,12 @@ impl Executions {
     }
 
     /// The spool directory when the spool is on (for [`spool_info`] off the async threads).
-    pub(crate) fn spool_dir(&self) -> Option<PathBuf> {
+    pub fn spool_dir(&self) -> Option<PathBuf> {
         self.dir().map(Path::to_owned)
     }
 
     /// The path of a record's spooled stream, or why there is none.
-    pub(crate) fn stream_path(
+    pub fn stream_path(
         &self,
         record: &Record,
         stream: StreamName,
@@ -358,7 +343,7 @@ impl Executions {
 
     /// Where a record's output log is (the spool dir and its msg_id), or None when it has none
     /// to read: the spool is off, the execution never ran, or its files were evicted.
-    pub(crate) fn transcript_source(&self, record: &Record) -> Option<(PathBuf, String)> {
+    pub fn transcript_source(&self, record: &Record) -> Option<(PathBuf, String)> {
         let dir = self.dir()?;
         let state = record.state();
         if state.evicted {
@@ -522,7 +507,7 @@ fn stream_sizes(dir: &Path, record: &Record) -> [u64; 2] {
 }
 
 /// The spool summary for a record. Blocking.
-pub(crate) fn spool_info(dir: &Path, record: &Record) -> SpoolInfo {
+pub fn spool_info(dir: &Path, record: &Record) -> SpoolInfo {
     let sizes = stream_sizes(dir, record);
     let state = record.state();
     SpoolInfo {

@@ -4,7 +4,7 @@
 use super::*;
 
 /// One execution: admitted, running, or finished.
-pub(crate) struct Record {
+pub struct Record {
     pub(crate) execution_id: ExecutionId,
     pub(crate) seq: u64,
     pub(crate) request_id: String,
@@ -56,12 +56,13 @@ impl Record {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    pub(crate) fn is_finished(&self) -> bool {
+    /// True once its final output is stored.
+    pub fn is_finished(&self) -> bool {
         *self.done.borrow()
     }
 
     /// The actor started running it: `msg_id` names its spool files, `collector` is live.
-    pub(crate) fn dispatched(
+    pub fn dispatched(
         &self,
         msg_id: &str,
         epoch: u64,
@@ -76,12 +77,13 @@ impl Record {
         state.live = Some(collector);
     }
 
-    pub(crate) fn add_spool_dropped(&self, bytes: u64) {
+    /// Counts `bytes` of its streams the spool did not keep.
+    pub fn add_spool_dropped(&self, bytes: u64) {
         self.state().spool_dropped += bytes;
     }
 
     /// Adds the spool summary to the stored output.
-    pub(crate) fn set_spool(&self, info: SpoolInfo) {
+    pub fn set_spool(&self, info: SpoolInfo) {
         if let Some(output) = self.state().output.as_mut() {
             output.spool = Some(info);
         }
@@ -89,12 +91,12 @@ impl Record {
 
     /// False while the server still writes its streams to the spool (kernels without the
     /// helper): a page read then may grow.
-    pub(crate) fn spool_written(&self) -> bool {
+    pub fn spool_written(&self) -> bool {
         !self.state().spool_writing
     }
 
     /// Stores the final output (the first one wins) and wakes every waiter.
-    pub(crate) fn finish(&self, output: &ExecutionOutput) {
+    pub fn finish(&self, output: &ExecutionOutput) {
         {
             let mut state = self.state();
             if state.output.is_none() {
@@ -167,14 +169,14 @@ impl Record {
     }
 
     /// Waits until it has finished, at most `wait`.
-    pub(crate) async fn wait(&self, wait: Duration) {
+    pub async fn wait(&self, wait: Duration) {
         let mut done = self.done.subscribe();
         let _ = tokio::time::timeout(wait, done.wait_for(|done| *done)).await;
     }
 
     /// The final output (its spilled parts read back from the spool: blocking), or what has
     /// arrived so far (`status: pending`).
-    pub(crate) fn view(&self) -> ExecutionOutput {
+    pub fn view(&self) -> ExecutionOutput {
         let state = self.state();
         if let Some(output) = &state.output {
             let mut output = output.clone();

@@ -1,5 +1,6 @@
 //! What an execution produced, bounded and ready to serialize: the `execute` result shape
-//! (README, "Tools"), independent of MCP.
+//! (README, "Tools"), independent of MCP. The bottom of the crate: every other module takes
+//! its vocabulary from here, and this module takes nothing from them.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -224,6 +225,40 @@ pub struct DisplayItem {
     pub metadata: Map<String, Value>,
 }
 
+/// A Jupyter mime bundle as the JSON map a [`DisplayItem`] (or a saved output) carries.
+pub(crate) fn media_map(media: &ipython_mcp_jupyter::protocol::Media) -> Map<String, Value> {
+    match serde_json::to_value(media) {
+        Ok(Value::Object(map)) => map,
+        _ => Map::new(),
+    }
+}
+
+/// A display payload left out of the reply to keep it within its byte budget.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Withheld {
+    /// Index in `display_data`, or none for the `result`.
+    pub display: Option<usize>,
+    pub mime: String,
+    /// Size of the payload (decoded bytes for images).
+    pub bytes: u64,
+    /// Where it is in the spool; none when there is no spool (or it could not be written), and
+    /// while the execution still runs.
+    pub path: Option<String>,
+}
+
+/// How much of an execution's full output is on disk, for paging with `get_output`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct SpoolInfo {
+    /// Bytes of stdout kept on disk.
+    pub stdout_bytes: u64,
+    /// Bytes of stderr kept on disk.
+    pub stderr_bytes: u64,
+    /// Bytes beyond the per-execution spool bound that were not kept.
+    pub dropped_bytes: u64,
+    /// True once the files were deleted to keep the spool within its total bound.
+    pub evicted: bool,
+}
+
 /// Per-field truncation flags.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Truncated {
@@ -280,7 +315,7 @@ pub struct ExecutionOutput {
     pub result_metadata: Option<Map<String, Value>>,
     /// Display payloads left out to keep the reply within its byte budget, each in the spool.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub withheld: Vec<crate::payload::Withheld>,
+    pub withheld: Vec<Withheld>,
     pub error: Option<ErrorInfo>,
     pub truncated: Truncated,
     pub execution_id: ExecutionId,
@@ -292,7 +327,7 @@ pub struct ExecutionOutput {
     /// Present when stdout or stderr was cut: how much of the full text is on disk, to page
     /// or search with `get_output`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub spool: Option<crate::executions::SpoolInfo>,
+    pub spool: Option<SpoolInfo>,
 }
 
 impl ExecutionOutput {

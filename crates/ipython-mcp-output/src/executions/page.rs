@@ -5,7 +5,7 @@ use super::*;
 /// Reads one page of a spooled stream (blocking: run it off the async threads). A line longer
 /// than a whole page keeps its first `head_chars` characters and its end, as execute's streams
 /// do; a line that only lacks the room left starts the next page.
-pub(crate) fn read_page(
+pub fn read_page(
     path: Option<&Path>,
     request: &PageRequest,
     complete: bool,

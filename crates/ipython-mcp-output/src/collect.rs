@@ -1,4 +1,4 @@
-//! Folds the messages of one execution into a bounded [`ExecutionOutput`].
+//! Folds the messages of one execution into a bounded [`ExecutionOutput`](crate::ExecutionOutput).
 //!
 //! Output is bounded as it arrives: streams go into [`TerminalSink`]s, display items are capped
 //! by count and normalized, so what the server holds per execution does not grow with what the
@@ -12,15 +12,16 @@ use ipython_mcp_jupyter::{Channel, Routed};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use crate::bound::{self, JsonLimits};
-use crate::output::{Code, DisplayItem, ErrorInfo, Truncated};
-use crate::payload::{self, MAX_FIT_PENDING_BYTES};
+use crate::bound::{self, JsonLimits, MAX_FIT_PENDING_BYTES};
+use crate::output::{media_map, Code, DisplayItem, ErrorInfo, Truncated, Withheld};
+use crate::payload;
 use crate::sink::{Kept, TerminalSink};
 
 /// Characters of the latest output line kept for progress notifications.
 const LATEST_LINE_CHARS: usize = 200;
 
-/// The helper's end-of-execution report (see `python/ipython_mcp_helper/installation.py`).
+/// The helper's end-of-execution report (see the kernel crate's
+/// `python/ipython_mcp_helper/installation.py`).
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct HelperReport {
     pub stdout: StreamReport,
@@ -75,13 +76,14 @@ impl StreamReport {
 
 /// The kernel's `execute_reply`, reduced to what we use.
 #[derive(Debug, Clone)]
-pub(crate) struct Reply {
+pub struct Reply {
     pub status: ReplyStatus,
     pub execution_count: Option<u64>,
 }
 
+/// One execution's (or helper call's) messages, folded as they arrive into bounded parts.
 #[derive(Clone)]
-pub(crate) struct Collector {
+pub struct Collector {
     limits: OutputLimits,
     json: JsonLimits,
     helper_comm: Option<String>,
@@ -100,7 +102,7 @@ pub(crate) struct Collector {
     error: Option<(String, String, Vec<String>)>,
     report: Option<HelperReport>,
     pub(crate) reply: Option<Reply>,
-    pub(crate) idle: bool,
+    pub idle: bool,
     /// For helper calls: the request id whose comm reply completes the operation, and the reply.
     helper_request: Option<String>,
     helper_reply: Option<Value>,
@@ -111,7 +113,7 @@ pub(crate) struct Collector {
 }
 
 /// The collected parts, bounded.
-pub(crate) struct Collected {
+pub struct Collected {
     pub stdout: Kept,
     pub stderr: Kept,
     pub display_data: Vec<DisplayItem>,
@@ -123,13 +125,15 @@ pub(crate) struct Collected {
     pub reply: Option<Reply>,
     pub helper_reply: Option<Value>,
     /// Display payloads left out of the reply (see `payload`).
-    pub withheld: Vec<payload::Withheld>,
+    pub withheld: Vec<Withheld>,
     /// Bytes the kernel could not keep in the spool (its per-execution bound).
     pub spool_dropped: u64,
 }
 
 impl Collector {
-    pub(crate) fn new(limits: OutputLimits, max_items: usize, helper_comm: Option<String>) -> Self {
+    /// A collector bounding by `limits` (JSON payloads to `max_items` items), trusting the
+    /// end-of-execution report only from the helper's comm `helper_comm`.
+    pub fn new(limits: OutputLimits, max_items: usize, helper_comm: Option<String>) -> Self {
         Collector {
             limits,
             json: JsonLimits {
@@ -160,24 +164,24 @@ impl Collector {
     }
 
     /// The latest non-empty line printed so far (bounded), if any.
-    pub(crate) fn latest_line(&self) -> Option<&str> {
+    pub fn latest_line(&self) -> Option<&str> {
         self.latest_line.as_deref()
     }
 
     /// True once the kernel has begun running the request: `execute_input` for an execute,
     /// `busy` for a helper call (comm messages have no execute_input).
-    pub(crate) fn started(&self) -> bool {
+    pub fn started(&self) -> bool {
         self.started
     }
 
     /// Makes the helper's comm reply to `request_id` (not an `execute_reply`) complete this
     /// operation.
-    pub(crate) fn expect_helper_reply(&mut self, request_id: String) {
+    pub fn expect_helper_reply(&mut self, request_id: String) {
         self.helper_request = Some(request_id);
     }
 
     /// True once the operation's reply (execute_reply, or the helper's reply) has arrived.
-    pub(crate) fn replied(&self) -> bool {
+    pub fn replied(&self) -> bool {
         match self.helper_request {
             Some(_) => self.helper_reply.is_some(),
             None => self.reply.is_some(),
@@ -185,11 +189,12 @@ impl Collector {
     }
 
     /// True once both the reply and the final `idle` have arrived (in either order).
-    pub(crate) fn done(&self) -> bool {
+    pub fn done(&self) -> bool {
         self.replied() && self.idle
     }
 
-    pub(crate) fn absorb(&mut self, routed: Routed) {
+    /// Folds in one message routed to this execution (iopub or its reply).
+    pub fn absorb(&mut self, routed: Routed) {
         let channel = routed.channel;
         match routed.message.content {
             JupyterMessageContent::ExecuteReply(reply) if channel == Channel::Shell => {
@@ -356,7 +361,7 @@ impl Collector {
 
     /// What has been collected so far, leaving the collector as it is, as a reply may show it
     /// (no image is downscaled before the end; see `payload`).
-    pub(crate) fn snapshot(&self) -> Collected {
+    pub fn snapshot(&self) -> Collected {
         let mut collected = self.clone().finish();
         let settled = payload::settle_live(&mut collected.display_data, self.budget());
         collected.truncated.display_data |= settled.displays_cut;
@@ -365,14 +370,15 @@ impl Collector {
     }
 
     /// The bounds `payload::settle` applies to this execution's displays.
-    pub(crate) fn budget(&self) -> payload::Budget {
+    pub fn budget(&self) -> payload::Budget {
         payload::Budget {
             max_image_bytes: self.limits.max_image_bytes,
             max_reply_bytes: self.limits.max_reply_bytes,
         }
     }
 
-    pub(crate) fn finish(self) -> Collected {
+    /// The collected parts, bounded; images are still as they came (see [`Collected::settle`]).
+    pub fn finish(self) -> Collected {
         let mut truncated = Truncated {
             display_data: self.displays_truncated,
             result: self.result_truncated,
@@ -436,11 +442,7 @@ impl Collector {
 impl Collected {
     /// Downscales oversized images and withholds what exceeds the reply budget (blocking: see
     /// `payload::settle`).
-    pub(crate) fn settle(
-        &mut self,
-        budget: payload::Budget,
-        spool: Option<&mut payload::SpoolFiles>,
-    ) {
+    pub fn settle(&mut self, budget: payload::Budget, spool: Option<&mut payload::SpoolFiles>) {
         let settled = payload::settle(
             &mut self.display_data,
             self.result.as_mut(),
@@ -451,13 +453,6 @@ impl Collected {
         self.truncated.display_data |= settled.displays_cut;
         self.truncated.result |= settled.result_cut;
         self.withheld = settled.withheld;
-    }
-}
-
-pub(crate) fn media_map(media: &ipython_mcp_jupyter::protocol::Media) -> Map<String, Value> {
-    match serde_json::to_value(media) {
-        Ok(Value::Object(map)) => map,
-        _ => Map::new(),
     }
 }
 

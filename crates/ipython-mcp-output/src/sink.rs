@@ -1,9 +1,10 @@
 //! A bounded model of one output stream as a Jupyter front end renders it.
 //!
-//! The same model runs inside the kernel (the bundled helper's `TerminalSink`, in
-//! `python/ipython_mcp_helper/sink.py`) so that a 200 MB print never crosses the wire; this Rust copy bounds
-//! what the server holds when a kernel has no helper or the helper's report is missing. Both are
-//! checked against the same cases (`python/tests/sink_cases.json`).
+//! The same model runs inside the kernel (the bundled helper's `TerminalSink`, in the kernel
+//! crate's `python/ipython_mcp_helper/sink.py`) so that a 200 MB print never crosses the wire;
+//! this Rust copy bounds what the server holds when a kernel has no helper or the helper's
+//! report is missing. Both are checked against the same cases (`python/tests/sink_cases.json`,
+//! beside the helper).
 //!
 //! Semantics are Jupyter's `fixCarriageReturn`: `\n` commits the current line; `\r` moves the
 //! cursor to column 0 and later characters overwrite; `\r\n` is a newline. A rendering longer
@@ -399,9 +400,10 @@ mod tests {
     /// The cases the Python helper's sink is tested with: both implementations must agree.
     #[test]
     fn matches_the_python_helper_on_the_shared_cases() {
-        let fixture: serde_json::Value =
-            serde_json::from_str(include_str!("../python/tests/sink_cases.json"))
-                .expect("valid fixture");
+        let fixture: serde_json::Value = serde_json::from_str(include_str!(
+            "../../ipython-mcp-kernel/python/tests/sink_cases.json"
+        ))
+        .expect("valid fixture");
         let cases = fixture["cases"].as_array().expect("cases");
         assert!(cases.len() >= 25);
         for case in cases {

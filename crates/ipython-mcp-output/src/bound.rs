@@ -4,8 +4,6 @@
 
 use serde_json::{Map, Value};
 
-use crate::payload::MAX_FIT_INPUT_BYTES;
-
 /// Mime types returned as MCP image content (base64 payloads).
 pub const BINARY_IMAGE_TYPES: &[&str] = &["image/png", "image/jpeg", "image/gif", "image/webp"];
 
@@ -14,6 +12,13 @@ pub const SVG_TYPE: &str = "image/svg+xml";
 
 /// Images the server downscales when they are over the image bound.
 const FITTED_IMAGE_TYPES: &[&str] = &["image/png", "image/jpeg"];
+
+/// Largest PNG/JPEG (decoded bytes) kept for downscaling; larger ones are omitted with a note.
+pub const MAX_FIT_INPUT_BYTES: usize = 32 * 1024 * 1024;
+
+/// Oversized images (decoded bytes) one execution keeps for downscaling, so a cell showing many
+/// huge pictures cannot pin unbounded memory; past it they are omitted with a note.
+pub(crate) const MAX_FIT_PENDING_BYTES: usize = 64 * 1024 * 1024;
 
 /// Limits for one JSON payload.
 #[derive(Debug, Clone, Copy)]
