@@ -8,21 +8,16 @@
 //!   kernel by the helper, so memory per execution does not grow with what user code prints.
 //! - An operation either runs exactly once or not at all, and its result says which.
 
-pub mod helper;
 // Kernelspec discovery lives with the rest of Jupyter's conventions; re-exported for the MCP crate.
 pub use ipython_mcp_jupyter::kernelspec;
 /// The Jupyter server client, for building `SessionOptions::jupyter`.
 pub use ipython_mcp_jupyter::remote;
 pub mod manager;
 mod session;
+/// The bundled Python helper (installed by every Python session).
+pub use session::helper;
 mod status;
 
-// The output pipeline's modules under the names the sessions have always used
-// (`crate::collect::Collector`, `crate::output::ErrorInfo` …), so moving them to their own crate
-// changed no path here.
-#[cfg(test)]
-use ipython_mcp_output::spool;
-use ipython_mcp_output::{bound, collect, executions, output, payload, transcript};
 pub use ipython_mcp_output::{raster, rich};
 
 /// How kernels die with a server that is killed (see `ipython_mcp_jupyter`).

@@ -18,7 +18,8 @@ use ipython_mcp_config::KernelLimits;
 use ipython_mcp_jupyter::kernelspec::{self, KernelSpec, VenvError};
 use tokio::time::Instant;
 
-use crate::{RemoteKernel, SessionHandle, SessionOptions, SessionState};
+use crate::session::{RemoteKernel, SessionHandle, SessionOptions};
+use crate::status::SessionState;
 
 /// Longest session id.
 const MAX_ID_CHARS: usize = 64;
@@ -302,7 +303,7 @@ impl KernelManager {
     }
 
     /// As [`KernelManager::with_template`] (no `--kernel`), its sessions started by `starter`.
-    #[cfg(any(test, feature = "test-support"))]
+    #[cfg(feature = "test-support")]
     pub(crate) fn with_starter(
         default: SessionHandle,
         template: SessionOptions,
@@ -419,7 +420,7 @@ impl KernelManager {
     }
 
     /// The configured Jupyter server, if any (for discovery).
-    pub fn jupyter(&self) -> Option<crate::remote::Server> {
+    pub fn jupyter(&self) -> Option<ipython_mcp_jupyter::remote::Server> {
         self.inner
             .template
             .as_ref()
@@ -610,6 +611,27 @@ fn not_found(id: &str, entries: &BTreeMap<SessionId, Entry>) -> ManagerError {
     ManagerError::NotFound {
         id: id.to_owned(),
         running: entries.keys().cloned().collect(),
+    }
+}
+
+#[cfg(feature = "test-support")]
+impl KernelManager {
+    /// A manager whose `default` session and started ones (copies of `template`) all run on
+    /// `kernels`; the start spec's kernel choice is ignored.
+    pub fn with_fake_kernels(
+        template: SessionOptions,
+        limits: ipython_mcp_config::KernelLimits,
+        kernels: &crate::session::FakeKernels,
+    ) -> KernelManager {
+        let default = SessionOptions {
+            kernel_id: SessionId::DEFAULT.to_owned(),
+            ..template.clone()
+        };
+        let default = SessionHandle::start_fake(default, kernels);
+        let kernels = kernels.clone();
+        let starter =
+            std::sync::Arc::new(move |options| SessionHandle::start_fake(options, &kernels));
+        KernelManager::with_starter(default, template, limits, starter)
     }
 }
 

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::output::{ErrorInfo, Interruption, NamespaceOutcome};
+use ipython_mcp_output::output::{ErrorInfo, Interruption, NamespaceOutcome};
 
 /// Life stage of a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -11,8 +11,8 @@ use tokio::time::Instant;
 
 use super::transport::{Launcher, Running};
 use super::*;
-use crate::output::{Interruption, NamespaceOutcome};
 use crate::status::SessionState;
+use ipython_mcp_output::output::{Interruption, NamespaceOutcome};
 
 /// A spare kernel being prepared (or ready) in the background.
 pub(super) type Spare = tokio::task::JoinHandle<Result<Running, ErrorInfo>>;

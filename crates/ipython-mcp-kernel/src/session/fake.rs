@@ -13,7 +13,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use ipython_mcp_config::KernelLimits;
 use ipython_mcp_jupyter::protocol::{
     ExecuteInput, ExecuteReply, ExecutionCount, JupyterMessage, JupyterMessageContent, ReplyError,
     ReplyStatus, Status, Stdio, StreamContent,
@@ -25,7 +24,6 @@ use tokio::time::Instant;
 use super::actor::supervise;
 use super::transport::{KernelTransport, Launcher, Running};
 use super::*;
-use crate::manager::{KernelManager, SessionId};
 use crate::status::KernelDescription;
 
 /// What a fake kernel does with an execute request, chosen by its code (see [`FakeKernels`]).
@@ -133,7 +131,7 @@ impl Events {
 /// ([`FakeKernels::with`]), else what [`FakeBehaviour::of`] says; helper calls (namespace
 /// tools) are not served (the kernels have no helper). Clones share their counts.
 ///
-/// ```ignore
+/// ```text
 /// let kernels = FakeKernels::new();
 /// let manager = KernelManager::with_fake_kernels(
 ///     FakeKernels::session_options("default"), KernelLimits::default(), &kernels);
@@ -236,25 +234,6 @@ impl SessionHandle {
         let launcher = kernels.launcher();
         tokio::spawn(supervise(Arc::clone(&handle.shared), commands, launcher));
         handle
-    }
-}
-
-impl KernelManager {
-    /// A manager whose `default` session and started ones (copies of `template`) all run on
-    /// `kernels`; the start spec's kernel choice is ignored.
-    pub fn with_fake_kernels(
-        template: SessionOptions,
-        limits: KernelLimits,
-        kernels: &FakeKernels,
-    ) -> KernelManager {
-        let default = SessionOptions {
-            kernel_id: SessionId::DEFAULT.to_owned(),
-            ..template.clone()
-        };
-        let default = SessionHandle::start_fake(default, kernels);
-        let kernels = kernels.clone();
-        let starter = Arc::new(move |options| SessionHandle::start_fake(options, &kernels));
-        KernelManager::with_starter(default, template, limits, starter)
     }
 }
 
@@ -503,8 +482,8 @@ fn libc_sigkill() -> i32 {
 mod tests {
     use super::FakeBehaviour as Behaviour;
     use super::*;
-    use crate::output::{ExecutionStatus, Interruption, NamespaceOutcome};
     use crate::status::SessionState;
+    use ipython_mcp_output::output::{ExecutionStatus, Interruption, NamespaceOutcome};
 
     const LOOP: &str = "while True: pass";
     const HANG: &str = "signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(1e9)";

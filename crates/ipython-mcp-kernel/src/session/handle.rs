@@ -12,9 +12,9 @@ use tokio_util::sync::CancellationToken;
 use super::actor::supervise;
 use super::prepare::Local;
 use super::*;
-use crate::executions::{Page, PageRequest};
-use crate::output::{ExecutionStatus, Interruption, NamespaceOutcome};
 use crate::status::SessionState;
+use ipython_mcp_output::executions::{Page, PageRequest};
+use ipython_mcp_output::output::{ExecutionStatus, Interruption, NamespaceOutcome};
 
 /// The public side of a session.
 #[derive(Clone)]
@@ -408,7 +408,7 @@ impl SessionHandle {
             let cut = output.stdout_omitted_chars > 0 || output.stderr_omitted_chars > 0;
             if let (None, Some(dir)) = (&output.spool, dir) {
                 if cut || !record.is_finished() {
-                    output.spool = Some(crate::executions::spool_info(&dir, &record));
+                    output.spool = Some(ipython_mcp_output::executions::spool_info(&dir, &record));
                 }
             }
             output
@@ -449,7 +449,12 @@ impl SessionHandle {
         let complete = record.is_finished() && record.spool_written();
         let head_chars = self.shared.options.limits.head_chars(request.max_chars);
         let page = tokio::task::spawn_blocking(move || {
-            crate::executions::read_page(path.as_deref(), &request, complete, head_chars)
+            ipython_mcp_output::executions::read_page(
+                path.as_deref(),
+                &request,
+                complete,
+                head_chars,
+            )
         })
         .await;
         Some(page.map_err(|error| ErrorInfo::new(Code::InternalError, error.to_string())))
@@ -463,11 +468,11 @@ impl SessionHandle {
         execution_id: &str,
         execution_count: Option<u64>,
         max_bytes: u64,
-    ) -> Option<crate::SavedOutputs> {
+    ) -> Option<ipython_mcp_output::SavedOutputs> {
         let record = self.shared.executions.find(execution_id)?;
         let (dir, msg_id) = self.shared.executions.transcript_source(&record)?;
         tokio::task::spawn_blocking(move || {
-            crate::transcript::replay(&dir, &msg_id, execution_count, max_bytes)
+            ipython_mcp_output::transcript::replay(&dir, &msg_id, execution_count, max_bytes)
         })
         .await
         .ok()

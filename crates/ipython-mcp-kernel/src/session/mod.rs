@@ -30,6 +30,7 @@ mod actor;
 #[cfg(any(test, feature = "test-support"))]
 mod fake;
 mod handle;
+pub mod helper;
 mod operation;
 mod outcome;
 mod prepare;
@@ -56,9 +57,9 @@ use tokio::sync::{mpsc, oneshot, watch, Notify, OwnedSemaphorePermit, Semaphore}
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::executions::{Executions, Record, SpoolLimits};
-use crate::output::{Code, ErrorInfo, ExecutionId, ExecutionOutput, RuntimeInfo};
 use crate::status::RuntimeStatus;
+use ipython_mcp_output::executions::{Executions, Record, SpoolLimits};
+use ipython_mcp_output::output::{Code, ErrorInfo, ExecutionId, ExecutionOutput, RuntimeInfo};
 
 /// Everything a session needs to start and run kernels.
 #[derive(Debug, Clone)]
@@ -78,7 +79,7 @@ pub struct SessionOptions {
     /// Bounds of the on-disk spool of full output.
     pub spool: SpoolLimits,
     /// A kernelspec to start instead of our ipykernel launch (`kernel_start` with a spec name).
-    pub kernel_spec: Option<crate::kernelspec::KernelSpec>,
+    pub kernel_spec: Option<ipython_mcp_jupyter::kernelspec::KernelSpec>,
     /// Where kernels start; `None`: the server's working directory.
     pub working_dir: Option<std::path::PathBuf>,
     /// The configured Jupyter server, for remote sessions.
@@ -395,7 +396,7 @@ fn unavailable_error(status: &RuntimeStatus) -> ErrorInfo {
 /// masked, the message bounded by `max_text_chars`.
 fn shown_error(options: &SessionOptions, mut error: ErrorInfo) -> ErrorInfo {
     let redactor = options.namespace.variables.redactor();
-    error.message = crate::bound::bound_message(
+    error.message = ipython_mcp_output::bound::bound_message(
         &redactor.redact(&error.message),
         options.limits.max_text_chars,
     );

@@ -15,11 +15,11 @@ use super::outcome::{self, Cause, Checked, Decision, End, Ending, FollowUp};
 use super::run::{Action, Event, Run, Seen, Timer};
 use super::transport::{KernelTransport, Running};
 use super::*;
-use crate::collect::{Collected, Collector};
-use crate::executions::SpoolWriter;
-use crate::output::ExecutionStatus;
-use crate::payload::SpoolFiles;
 use crate::status::SessionState;
+use ipython_mcp_output::collect::{Collected, Collector};
+use ipython_mcp_output::executions::SpoolWriter;
+use ipython_mcp_output::output::ExecutionStatus;
+use ipython_mcp_output::payload::SpoolFiles;
 
 /// One dispatched operation, as the steps of running it share it.
 struct Operation<'a> {

@@ -8,7 +8,9 @@
 
 use std::time::Duration;
 
-use crate::output::{Code, ErrorInfo, ExecutionStatus, Interruption, NamespaceOutcome};
+use ipython_mcp_output::output::{
+    Code, ErrorInfo, ExecutionStatus, Interruption, NamespaceOutcome,
+};
 
 use super::closing_error;
 

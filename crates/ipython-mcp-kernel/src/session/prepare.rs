@@ -9,11 +9,11 @@ use ipython_mcp_env::{Phase, PythonEnvironment};
 use ipython_mcp_jupyter::{Kernel, LaunchSpec};
 use tokio::time::Instant;
 
+use super::helper;
 use super::transport::{Launcher, Running};
 use super::Shared;
-use crate::helper;
-use crate::output::{Code, ErrorInfo};
 use crate::status::{EnvironmentStatus, KernelDescription};
+use ipython_mcp_output::output::{Code, ErrorInfo};
 
 /// Local ipykernels over ZeroMQ: the Python environment is found or provisioned once, then
 /// every kernel is a child process of ours (see `ipython_mcp_jupyter::Kernel`).

@@ -10,11 +10,11 @@ use futures_util::future::BoxFuture;
 use ipython_mcp_jupyter::remote::{RemoteKernel as Connection, Server};
 use tokio::time::Instant;
 
+use super::helper;
 use super::transport::{Launcher, Running};
 use super::{RemoteKernel, Shared};
-use crate::helper;
-use crate::output::{Code, ErrorInfo};
 use crate::status::{KernelDescription, RemoteDescription};
+use ipython_mcp_output::output::{Code, ErrorInfo};
 
 /// How many cells a kernel we started on a Jupyter server keeps before writing its IPython
 /// history (it also writes when it exits). Locally the launch puts history in memory; a

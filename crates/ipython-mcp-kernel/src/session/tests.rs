@@ -2,9 +2,9 @@
 use super::actor::{supervise, SPOOL_FLUSH_WAIT};
 use super::prepare::Local;
 use super::*;
-use crate::executions::PageRequest;
-use crate::output::{ExecutionStatus, Interruption, NamespaceOutcome};
 use crate::status::SessionState;
+use ipython_mcp_output::executions::PageRequest;
+use ipython_mcp_output::output::{ExecutionStatus, Interruption, NamespaceOutcome};
 
 pub(super) fn options(max_pending: usize, queue_wait: Duration) -> SessionOptions {
     SessionOptions {
@@ -433,7 +433,7 @@ async fn a_stalled_spool_disk_stalls_neither_status_nor_another_session() {
     ready(&stalled).await;
     ready(&other).await;
     let cancel = CancellationToken::new();
-    let release = crate::spool::tests::stall(stalled.shared.executions.queue()).await;
+    let release = ipython_mcp_output::spool::tests::stall(stalled.shared.executions.queue()).await;
     // Cut output: its answer wants the spool's summary, which waits for the stalled disk.
     let cut = tokio::spawn({
         let stalled = stalled.clone();
@@ -493,7 +493,7 @@ async fn a_stalled_spool_disk_stalls_neither_status_nor_another_session() {
         .expect("remembered");
     assert_eq!(later.spool.map(|spool| spool.stdout_bytes), Some(100_001));
     let request = PageRequest {
-        stream: crate::StreamName::Stdout,
+        stream: ipython_mcp_output::StreamName::Stdout,
         start_line: 1,
         max_lines: 10,
         pattern: None,

@@ -15,8 +15,8 @@ use ipython_mcp_jupyter::remote::RemoteKernel;
 use ipython_mcp_jupyter::{Channel, Kernel, KernelExit, Routed};
 use tokio::sync::{mpsc, watch};
 
-use crate::output::ErrorInfo;
 use crate::status::KernelDescription;
+use ipython_mcp_output::output::ErrorInfo;
 
 /// A kernel a [`Launcher`] started, and what the session knows about it: the transport it is
 /// driven through, the helper's comm (when the helper is installed) and what runtime_status

@@ -18,14 +18,14 @@ use ipython_mcp_jupyter::protocol::{
 use ipython_mcp_jupyter::Channel;
 use serde_json::{json, Value};
 
-use crate::session::KernelTransport;
+use super::KernelTransport;
 
 /// One module of the helper package: `(name, source)`, `__init__` for the package itself.
 macro_rules! helper_module {
     ($name:literal) => {
         (
             $name,
-            include_str!(concat!("../python/ipython_mcp_helper/", $name, ".py")),
+            include_str!(concat!("../../python/ipython_mcp_helper/", $name, ".py")),
         )
     };
 }
@@ -103,7 +103,7 @@ pub fn install_code(
         "max_results": limits.max_results,
         "max_json_depth": limits.max_json_depth,
         // Oversized PNG/JPEG images come through whole: the server downscales them.
-        "max_fit_input_bytes": crate::payload::MAX_FIT_INPUT_BYTES,
+        "max_fit_input_bytes": ipython_mcp_output::payload::MAX_FIT_INPUT_BYTES,
         "history_batch_cells": history_batch_cells,
         // Full stream text goes to <spool_dir>/<msg_id>.stdout|stderr (see the `executions` module).
         "spool_dir": spool.map(|(dir, _)| dir.display().to_string()),
