@@ -229,7 +229,7 @@ pub enum ManagerError {
     Internal { what: &'static str },
     #[error("{:?} must name a kernelspec or kernel id after the prefix (letters, digits, '.', '_', '-')", ipython_mcp_text::shorten(.spec, 80))]
     InvalidRemote { spec: String },
-    #[error("{:?} needs a Jupyter server: set IPYTHON_MCP_JUPYTER_URL (and its token) and restart", ipython_mcp_text::shorten(.spec, 80))]
+    #[error("{:?} needs a Jupyter server: set {} (and its token) and restart", ipython_mcp_text::shorten(.spec, 80), ipython_mcp_config::JUPYTER_URL.env)]
     NoJupyterServer { spec: String },
     #[error("no kernelspec named {:?}", ipython_mcp_text::shorten(.name, 64))]
     UnknownKernelspec {

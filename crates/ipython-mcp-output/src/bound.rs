@@ -38,8 +38,8 @@ pub fn bound_message(text: &str, max: usize) -> String {
     let keep = max.saturating_sub(1);
     let head = keep / 3;
     let tail = keep - head;
-    let head_text: String = text.chars().take(head).collect();
-    let tail_text: String = text.chars().skip(n_chars - tail).collect();
+    let head_text = ipython_mcp_text::cut(text, head).kept;
+    let tail_text = ipython_mcp_text::cut_front(text, tail).kept;
     format!("{head_text}…{tail_text}")
 }
 
@@ -95,8 +95,8 @@ pub fn bound_traceback(entries: &[String], max: usize) -> (String, bool) {
     let head_chars = keep / 3;
     let tail_chars = keep - head_chars;
     let omitted = total - head_chars - tail_chars;
-    let head: String = text.chars().take(head_chars).collect();
-    let tail: String = text.chars().skip(total - tail_chars).collect();
+    let head = ipython_mcp_text::cut(&text, head_chars).kept;
+    let tail = ipython_mcp_text::cut_front(&text, tail_chars).kept;
     let mut marker = format!("\n... {omitted} characters of traceback omitted ...\n");
     ipython_mcp_text::truncate(&mut marker, marker_reserve);
     (format!("{head}{marker}{tail}"), true)

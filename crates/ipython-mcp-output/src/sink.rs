@@ -227,7 +227,9 @@ impl TerminalSink {
                 ..Kept::default()
             };
         }
-        let head: String = whole.chars().take(self.head_limit).collect();
+        let head = ipython_mcp_text::cut(&whole, self.head_limit)
+            .kept
+            .to_owned();
         let ending: Vec<char> = self
             .tail
             .iter()

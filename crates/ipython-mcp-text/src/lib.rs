@@ -2,7 +2,8 @@
 //!
 //! Every bound the server states is in characters (Unicode scalar values), never bytes, and a
 //! cut always lands on a character boundary. These shapes cover every use: [`cut`] (the kept
-//! part and the exact count left out, for results that report `*_omitted_chars`),
+//! part and the exact count left out, for results that report `*_omitted_chars`; [`cut_front`]
+//! keeps the end),
 //! [`truncate`] (the same, in place; [`truncate_front`] keeps the end instead), [`shorten`] (a
 //! value quoted inside a message, marked with `…` when cut) and [`tail`] (the end of a child's
 //! output inside a message, where installers put the reason for a failure).
@@ -37,6 +38,26 @@ pub fn cut(text: &str, max: usize) -> Cut<'_> {
     }
 }
 
+/// The last `max` characters of `text` (in `kept`) and how many characters precede them.
+pub fn cut_front(text: &str, max: usize) -> Cut<'_> {
+    let length = text.chars().count();
+    if length <= max {
+        return Cut {
+            kept: text,
+            omitted: 0,
+        };
+    }
+    let omitted = length - max;
+    let start = text
+        .char_indices()
+        .nth(omitted)
+        .map_or(text.len(), |(index, _)| index);
+    Cut {
+        kept: &text[start..],
+        omitted: omitted as u64,
+    }
+}
+
 /// Cuts `text` to at most `max` characters in place; returns how many characters it removed.
 pub fn truncate(text: &mut String, max: usize) -> u64 {
     let Cut { kept, omitted } = cut(text, max);
@@ -48,17 +69,10 @@ pub fn truncate(text: &mut String, max: usize) -> u64 {
 /// Cuts `text` in place to its last `max` characters; returns how many characters it removed
 /// from the front.
 pub fn truncate_front(text: &mut String, max: usize) -> u64 {
-    let length = text.chars().count();
-    if length <= max {
-        return 0;
-    }
-    let omitted = length - max;
-    let start = text
-        .char_indices()
-        .nth(omitted)
-        .map_or(text.len(), |(index, _)| index);
+    let Cut { kept, omitted } = cut_front(text, max);
+    let start = text.len() - kept.len();
     text.drain(..start);
-    omitted as u64
+    omitted
 }
 
 /// `text` for quoting inside a message: at most `max` characters, then `…` when it was cut.
@@ -126,6 +140,25 @@ mod tests {
         );
         assert!(cut("ab", 1).was_cut());
         assert!(!cut("ab", 2).was_cut());
+    }
+
+    #[test]
+    fn cut_front_keeps_the_last_characters_and_counts_the_rest() {
+        assert_eq!(
+            cut_front("héllo", 2),
+            Cut {
+                kept: "lo",
+                omitted: 3
+            }
+        );
+        assert_eq!(
+            cut_front("分析", 5),
+            Cut {
+                kept: "分析",
+                omitted: 0
+            }
+        );
+        assert_eq!(cut_front("a€𝄞b", 0).kept, "");
     }
 
     #[test]

@@ -388,8 +388,14 @@ fn unavailable_error(status: &RuntimeStatus) -> ErrorInfo {
         .map_or("the kernel could not be started".to_owned(), |error| {
             error.message.clone()
         });
-    ErrorInfo::new(Code::RuntimeUnavailable, format!("the kernel is unavailable: {reason}"))
-        .with_hint("see runtime_status for details; fix the cause (e.g. set IPYTHON_MCP_PYTHON) and restart the server")
+    ErrorInfo::new(
+        Code::RuntimeUnavailable,
+        format!("the kernel is unavailable: {reason}"),
+    )
+    .with_hint(format!(
+        "see runtime_status for details; fix the cause (e.g. set {}) and restart the server",
+        ipython_mcp_config::PYTHON.env
+    ))
 }
 
 /// An error as the session stores and shows it: configured variable values and URL credentials

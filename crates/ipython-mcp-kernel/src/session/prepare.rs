@@ -227,8 +227,13 @@ async fn install_helper(
         Ok(installed) => Ok(installed.comm_id),
         Err(error @ helper::InstallError::Namespace { .. }) => {
             kernel.shutdown(Duration::from_millis(200)).await;
-            let error = ErrorInfo::new(Code::RuntimeUnavailable, error.to_string())
-                .with_hint("check IPYTHON_MCP_LIBRARY_PATHS, IPYTHON_MCP_PRELOAD_MODULES and IPYTHON_MCP_MODULE_ALIASES, then restart the server");
+            let error =
+                ErrorInfo::new(Code::RuntimeUnavailable, error.to_string()).with_hint(format!(
+                    "check {}, {} and {}, then restart the server",
+                    ipython_mcp_config::LIBRARY_PATHS.env,
+                    ipython_mcp_config::PRELOAD_MODULES.env,
+                    ipython_mcp_config::MODULE_ALIASES.env
+                ));
             Err(error)
         }
         Err(error) => {

@@ -74,16 +74,18 @@ impl Remote {
 fn unavailable(error: &ipython_mcp_jupyter::Error) -> ErrorInfo {
     use ipython_mcp_jupyter::Error;
     let hint = match error {
-        Error::Refused { .. } => {
-            "check IPYTHON_MCP_JUPYTER_TOKEN (or its file), then call kernel_restart"
-        }
-        Error::Unreachable { .. } | Error::RemoteTimeout { .. } => {
-            "check that the Jupyter server runs at IPYTHON_MCP_JUPYTER_URL, then call kernel_restart"
-        }
+        Error::Refused { .. } => format!(
+            "check {} (or its file), then call kernel_restart",
+            ipython_mcp_config::JUPYTER_TOKEN.env
+        ),
+        Error::Unreachable { .. } | Error::RemoteTimeout { .. } => format!(
+            "check that the Jupyter server runs at {}, then call kernel_restart",
+            ipython_mcp_config::JUPYTER_URL.env
+        ),
         Error::RemoteNotFound { .. } => {
-            "kernel_discover lists the server's kernelspecs and running kernels"
+            "kernel_discover lists the server's kernelspecs and running kernels".to_owned()
         }
-        _ => "see runtime_status; kernel_restart tries again",
+        _ => "see runtime_status; kernel_restart tries again".to_owned(),
     };
     ErrorInfo::new(Code::RuntimeUnavailable, error.to_string()).with_hint(hint)
 }
@@ -160,7 +162,8 @@ async fn prepare(
             return Err(ErrorInfo::new(
                 Code::RuntimeUnavailable,
                 format!(
-                    "setting IPYTHON_MCP_ENVIRONMENT_VARIABLES in the remote kernel failed: {error}"
+                    "setting {} in the remote kernel failed: {error}",
+                    ipython_mcp_config::ENVIRONMENT_VARIABLES.env
                 ),
             ));
         }

@@ -325,7 +325,10 @@ impl Executions {
         if self.dir().is_none() {
             return Err(Box::new(ErrorInfo::new(
                 Code::InvalidArguments,
-                "the output spool is disabled on this server (IPYTHON_MCP_MAX_SPOOL_EXECUTION_BYTES=0), so only the bounded output is available",
+                format!(
+                    "the output spool is disabled on this server ({}=0), so only the bounded output is available",
+                    ipython_mcp_config::MAX_SPOOL_EXECUTION_BYTES.env
+                ),
             )));
         }
         let state = record.state();
