@@ -2,10 +2,10 @@
 //! starts kernels for it. The actor holds a `Box<dyn KernelTransport>` per kernel and one
 //! `Arc<dyn Launcher>`; it never names ZeroMQ, a process or a Python environment.
 //!
-//! Two implementations: a local ipykernel over ZeroMQ ([`ipython_mcp_jupyter::Kernel`],
-//! started by `prepare::Local`), and a kernel on a Jupyter server (WebSocket for the channels,
-//! the REST API to start, interrupt and delete it: [`RemoteKernel`], started by
-//! `remote::Remote`). See ARCHITECTURE.md ("The kernel transport seam").
+//! Implementations: a local ipykernel over ZeroMQ ([`ipython_mcp_jupyter::Kernel`], started by
+//! `prepare::Local`), a kernel on a Jupyter server (WebSocket for the channels, the REST API to
+//! start, interrupt and delete it: [`RemoteKernel`], started by `remote::Remote`), and the
+//! scripted fake (`fake.rs`). Each method below states its promise; every one is bounded.
 
 use std::time::Duration;
 
