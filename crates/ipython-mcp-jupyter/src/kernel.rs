@@ -1,85 +1,19 @@
-//! A Jupyter-protocol kernel client: launch a kernel process, connect its five channels, route
-//! replies and iopub messages to the request that caused them, interrupt, shut down, and notice
-//! when the process dies.
-//!
-//! This crate knows nothing of MCP, queues or sessions. It is built on the runtimed crates
-//! (`jupyter-zmq-client` for sockets and signing, `jupyter-protocol` for message types) and adds
-//! what they leave to the caller: the launcher, the connect-with-retry loop, the router and the
-//! child watch.
-//!
-//! Invariants:
-//! - The connection file is private (0600) inside a private (0700) directory that also holds
-//!   the IPC socket files; the directory is removed when the [`Kernel`] is dropped.
-//! - The kernel runs in its own process group, dies with the server even when the server is
-//!   SIGKILLed (Linux's parent-death signal; elsewhere, or after [`use_pipe_death_watch`], a
-//!   watcher that kills the group when a pipe from the server closes), and never inherits our
-//!   stdio (stdout is the MCP stream).
-//! - Every shutdown is a `shutdown_request`, a bounded wait, then a kill of the process group.
-//! - A request's receiver yields messages until the kernel exits; after that it is closed, so
-//!   no caller waits on a dead kernel.
-
-pub mod kernelspec;
-mod launch;
-pub mod remote;
-mod route;
-
-pub use jupyter_protocol as protocol;
-pub use launch::{
-    runs_ipykernel, use_pipe_death_watch, InterruptMode, KernelExit, LaunchSpec, IPYKERNEL_OPTIONS,
-};
-pub use route::{Channel, Routed};
+//! A running kernel over ZeroMQ: connecting to a spawned kernel process, the start-up
+//! handshake, requests and their routes, interrupt, heartbeat and shutdown.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use jupyter_protocol::{JupyterMessage, KernelInfoReply};
+use jupyter_protocol::{
+    ConnectionInfo, JupyterMessage, JupyterMessageContent, KernelInfoReply, KernelInfoRequest,
+};
+use jupyter_zmq_client as jzc;
 use tokio::sync::{mpsc, watch, Mutex};
+use tokio::time::Instant;
 
-/// Failures of the kernel client itself (never of user code).
-#[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    #[error("could not prepare the kernel's private run directory: {message}")]
-    RunDir { message: String },
-    #[error("could not start the kernel process {program}: {message}")]
-    Spawn { program: String, message: String },
-    #[error("kernel exited during start-up ({exit}){stderr}")]
-    ExitedDuringStartup { exit: String, stderr: String },
-    #[error("kernel did not become ready within {seconds:.1}s{stderr}")]
-    StartupTimeout { seconds: f64, stderr: String },
-    #[error("kernel has exited ({exit})")]
-    Exited { exit: String },
-    #[error("could not send to the kernel on {channel}: {message}")]
-    Send {
-        channel: &'static str,
-        message: String,
-    },
-    #[error("cannot reach the Jupyter server at {url}: {message}")]
-    Unreachable { url: String, message: String },
-    #[error("the Jupyter server at {url} refused the request (HTTP {status}): check its token")]
-    Refused { url: String, status: u16 },
-    #[error("the Jupyter server has no {what}")]
-    RemoteNotFound { what: String },
-    #[error("the Jupyter server answered HTTP {status} to {what}: {message}")]
-    RemoteStatus {
-        what: String,
-        status: u16,
-        message: String,
-    },
-    #[error("the Jupyter server did not finish {what} within {seconds:.1}s")]
-    RemoteTimeout { what: String, seconds: f64 },
-    #[error("the Jupyter server at {url}: {message}")]
-    Remote { url: String, message: String },
-    #[error("the WebSocket of remote kernel {kernel} failed: {message}")]
-    WebSocket { kernel: String, message: String },
-}
-
-impl Error {
-    /// Whether the Jupyter server refused the request (HTTP 401 or 403).
-    pub fn is_refused(&self) -> bool {
-        matches!(self, Error::Refused { .. })
-    }
-}
+use crate::error::Error;
+use crate::launch::{self, InterruptMode, KernelExit, LaunchSpec, Process};
+use crate::route::{self, Channel, Routed, Router};
 
 /// A running kernel and its connections.
 ///
@@ -113,7 +47,33 @@ impl std::fmt::Debug for Kernel {
 impl Kernel {
     /// Starts a kernel and waits until it answers `kernel_info_request` and iopub is subscribed.
     pub async fn launch(spec: &LaunchSpec, startup_timeout: Duration) -> Result<Kernel, Error> {
-        launch::launch(spec, startup_timeout).await
+        let started = Instant::now();
+        let deadline = started + startup_timeout;
+        let (process, connection, router) = launch::spawn(spec).await?;
+        let pid = process.pid;
+        let connected = connect_and_handshake(
+            spec,
+            &connection,
+            &process,
+            Arc::clone(&router),
+            deadline,
+            startup_timeout,
+        )
+        .await;
+        match connected {
+            Ok(kernel) => {
+                tracing::debug!(
+                    pid,
+                    elapsed_ms = started.elapsed().as_millis() as u64,
+                    "kernel ready"
+                );
+                Ok(kernel)
+            }
+            Err(error) => {
+                process.kill_group();
+                Err(error)
+            }
+        }
     }
 
     /// The process id of the kernel (also its process group id).
@@ -287,4 +247,165 @@ pub(crate) fn prepare(mut message: JupyterMessage) -> JupyterMessage {
     message.header.username = "ipython-mcp".to_owned();
     message.header.version = "5.4".to_owned();
     message
+}
+
+async fn connect_and_handshake(
+    spec: &LaunchSpec,
+    connection: &ConnectionInfo,
+    process: &Arc<Process>,
+    router: Arc<Router>,
+    deadline: Instant,
+    startup_timeout: Duration,
+) -> Result<Kernel, Error> {
+    let session_id = uuid::Uuid::new_v4().to_string();
+    let identity = jzc::peer_identity_for_session(&session_id).map_err(|error| Error::Send {
+        channel: "shell",
+        message: error.to_string(),
+    })?;
+    let startup_error = |process: &Process| startup_failure(process, startup_timeout);
+
+    // Each attempt builds a fresh socket and is capped at 25 ms: zeromq's own backoff starts at
+    // 50 ms and doubles, which alone added ~120 ms to a cold start.
+    let (iopub, shell, control, heartbeat) = tokio::select! {
+        sockets = async {
+            tokio::join!(
+                retry(deadline, || jzc::create_client_iopub_connection(connection, "", &session_id)),
+                retry(deadline, || jzc::create_client_shell_connection_with_identity(connection, &session_id, identity.clone())),
+                retry(deadline, || jzc::create_client_control_connection(connection, &session_id)),
+                retry(deadline, || jzc::create_client_heartbeat_connection(connection)),
+            )
+        } => sockets,
+        _ = exited(process) => return Err(startup_error(process)),
+    };
+    let (Some(iopub), Some(shell), Some(control), Some(heartbeat)) =
+        (iopub, shell, control, heartbeat)
+    else {
+        return Err(startup_error(process));
+    };
+
+    let welcome = router.welcome();
+    // A dead kernel's sockets never report an error, so the readers are aborted
+    // when the Kernel is dropped rather than left to wait forever.
+    let (shell_send, shell_recv) = shell.split();
+    let (control_send, control_recv) = control.split();
+    let readers = vec![
+        tokio::spawn(route::read_loop(Arc::clone(&router), Channel::IoPub, iopub)).abort_handle(),
+        tokio::spawn(route::read_loop(
+            Arc::clone(&router),
+            Channel::Shell,
+            shell_recv,
+        ))
+        .abort_handle(),
+        tokio::spawn(route::read_loop(
+            Arc::clone(&router),
+            Channel::Control,
+            control_recv,
+        ))
+        .abort_handle(),
+    ];
+
+    let mut kernel = Kernel {
+        inner: Arc::clone(process),
+        router,
+        shell: tokio::sync::Mutex::new(shell_send),
+        control: tokio::sync::Mutex::new(control_send),
+        heartbeat: tokio::sync::Mutex::new(Some(heartbeat)),
+        interrupt_mode: spec.interrupt_mode,
+        connection: connection.clone(),
+        readers,
+        session_id,
+        info: None,
+    };
+
+    // Ready means: kernel_info_reply on shell, and proof that our iopub subscription is live
+    // (JEP 65 welcome, or iopub status parented by our request). Requests are re-sent like
+    // jupyter_client does, since a kernel that is still starting may miss the first one.
+    let mut welcome = welcome;
+    loop {
+        let request = JupyterMessage::new(KernelInfoRequest {}, None);
+        let (msg_id, mut receiver) = kernel.request(Channel::Shell, request).await?;
+        let attempt_end = (Instant::now() + Duration::from_secs(1)).min(deadline);
+        let mut reply = None;
+        let mut iopub_live = *welcome.borrow();
+        loop {
+            if reply.is_some() && iopub_live {
+                break;
+            }
+            tokio::select! {
+                routed = receiver.recv() => match routed {
+                    Some(routed) => match routed.message.content {
+                        JupyterMessageContent::KernelInfoReply(info) => reply = Some(info),
+                        JupyterMessageContent::Status(_) if routed.channel == Channel::IoPub => iopub_live = true,
+                        _ => {}
+                    },
+                    None => {
+                        kernel.forget(&msg_id);
+                        return Err(startup_error(process));
+                    }
+                },
+                _ = welcome.changed() => iopub_live = iopub_live || *welcome.borrow(),
+                _ = tokio::time::sleep_until(attempt_end) => break,
+            }
+        }
+        kernel.forget(&msg_id);
+        if let (Some(info), true) = (reply.take(), iopub_live) {
+            kernel.info = Some(info);
+            return Ok(kernel);
+        }
+        if Instant::now() >= deadline {
+            return Err(startup_error(process));
+        }
+    }
+}
+
+/// The error for a start-up that did not finish: the process exited, or time ran out.
+fn startup_failure(process: &Process, startup_timeout: Duration) -> Error {
+    let stderr = process.stderr_tail();
+    let stderr = if stderr.is_empty() {
+        String::new()
+    } else {
+        format!("; kernel stderr: {}", last_chars(&stderr, 1500))
+    };
+    match process.exit.borrow().clone() {
+        Some(exit) => Error::ExitedDuringStartup {
+            exit: exit.to_string(),
+            stderr,
+        },
+        None => Error::StartupTimeout {
+            seconds: startup_timeout.as_secs_f64(),
+            stderr,
+        },
+    }
+}
+
+fn last_chars(text: &str, max: usize) -> &str {
+    let count = text.chars().count();
+    if count <= max {
+        return text;
+    }
+    let skip = text
+        .char_indices()
+        .nth(count - max)
+        .map_or(0, |(index, _)| index);
+    &text[skip..]
+}
+
+async fn exited(process: &Process) {
+    let mut exit = process.exit.clone();
+    let _ = exit.wait_for(Option::is_some).await;
+}
+
+async fn retry<T, F, Fut>(deadline: Instant, mut connect: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = jzc::Result<T>>,
+{
+    while Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_millis(25), connect()).await {
+            Ok(Ok(connection)) => return Some(connection),
+            Ok(Err(_)) => tokio::time::sleep(Duration::from_millis(5)).await,
+            Err(_) => {}
+        }
+    }
+    None
 }
