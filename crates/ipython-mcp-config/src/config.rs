@@ -1,364 +1,18 @@
-//! Validated configuration for ipython-mcp.
-//!
-//! Configuration arrives in two stages. The binary collects raw strings (from clap flags, each
-//! backed by an `IPYTHON_MCP_*` environment variable) into a [`RawConfig`]; [`Config::from_raw`]
-//! turns them into typed, checked values or one [`Error`] that names the setting. Nothing below
-//! the binary sees clap, and nothing here touches tokio or the process environment, so every
-//! rule is a plain unit test.
-//!
-//! The table of settings ([`SETTINGS`]) is the single place a setting is declared: the CLI is
-//! built from it, [`RawConfig`] is keyed by it, the typed defaults are its default texts parsed
-//! like given values, and the README table and the error messages name what it names.
-
-mod environment;
-mod jupyter;
-mod parse;
-mod redact;
-mod settings;
+//! The validated configuration of one server process, assembled from every setting's parser.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-pub use environment::{NamedEnvironment, Variables, MAX_REQUIREMENTS, MAX_REQUIREMENT_CHARS};
-pub use jupyter::{is_remote_name, JupyterServer, JupyterToken};
-pub use redact::Redactor;
-
-use parse::*;
-
-pub use settings::*;
-
-/// Bounds on everything that crosses from a kernel to an agent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OutputLimits {
-    pub max_text_chars: usize,
-    /// Of `max_text_chars`, the percentage that keeps the beginning of a longer stream.
-    pub text_head_percent: usize,
-    pub max_traceback_chars: usize,
-    pub max_repr_chars: usize,
-    pub max_results: usize,
-    pub max_display_items: usize,
-    pub max_json_depth: usize,
-    pub max_image_bytes: usize,
-    pub max_reply_bytes: usize,
-}
-
-impl OutputLimits {
-    /// Characters of a longer stdout or stderr kept from its beginning; the rest of
-    /// `max_text_chars` keeps its end.
-    pub fn text_head_chars(&self) -> usize {
-        self.head_chars(self.max_text_chars)
-    }
-
-    /// Of a `budget` of characters for a longer text, how many keep its beginning.
-    pub fn head_chars(&self, budget: usize) -> usize {
-        budget / 100 * self.text_head_percent + budget % 100 * self.text_head_percent / 100
-    }
-}
-
-impl Default for OutputLimits {
-    /// The defaults of [`SETTINGS`].
-    fn default() -> Self {
-        Config::default().limits
-    }
-}
-
-/// Deadlines of the session's operations.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timeouts {
-    pub operation: Duration,
-    pub max_operation: Duration,
-    pub interruption_grace: Duration,
-    pub kernel_startup: Duration,
-    pub provision: Duration,
-}
-
-impl Default for Timeouts {
-    /// The defaults of [`SETTINGS`].
-    fn default() -> Self {
-        Config::default().timeouts
-    }
-}
-
-/// Admission limits of each session's queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QueueLimits {
-    pub max_pending: usize,
-    pub queue_wait: Duration,
-}
-
-/// How many warm spare kernels a session keeps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Spares(pub usize);
-
-impl Default for Spares {
-    /// The defaults of [`SETTINGS`].
-    fn default() -> Self {
-        Config::default().spares
-    }
-}
-
-impl Default for QueueLimits {
-    /// The defaults of [`SETTINGS`].
-    fn default() -> Self {
-        Config::default().queue
-    }
-}
-
-/// Limits of the kernels toolset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KernelLimits {
-    /// Sessions at once, `default` included.
-    pub max_kernels: usize,
-    /// Idle time after which a started (non-default) session is stopped.
-    pub idle_timeout: Duration,
-}
-
-impl Default for KernelLimits {
-    /// The defaults of [`SETTINGS`].
-    fn default() -> Self {
-        Config::default().kernels
-    }
-}
-
-/// Bounds of the on-disk spool of full stream output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SpoolBounds {
-    /// Bytes per stream per execution; 0 disables the spool.
-    pub max_execution_bytes: u64,
-    /// Bytes per session.
-    pub max_total_bytes: u64,
-    /// Bytes of finished output a session keeps in memory.
-    pub max_retained_bytes: u64,
-    /// Bytes of finished output all sessions keep in memory.
-    pub max_server_retained_bytes: u64,
-}
-
-impl Default for SpoolBounds {
-    /// The defaults of [`SETTINGS`].
-    fn default() -> Self {
-        Config::default().spool
-    }
-}
-
-/// Which groups of tools are offered besides the core ones (`execute`, `get_output`,
-/// `interrupt`, `runtime_status`, `kernel_restart`): fewer tools cost an agent less context.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Toolsets {
-    /// list, search, inspect, call_function, reload, remove, reset.
-    pub namespace: bool,
-    /// kernel_discover, kernel_start, kernel_list, kernel_stop.
-    pub kernels: bool,
-    /// register_tool, unregister_tool.
-    pub dynamic: bool,
-    /// notebook_*.
-    pub notebooks: bool,
-}
-
-impl Default for Toolsets {
-    fn default() -> Self {
-        Toolsets {
-            namespace: true,
-            kernels: true,
-            dynamic: true,
-            notebooks: true,
-        }
-    }
-}
-
-impl Toolsets {
-    /// The toolset names, as the setting spells them.
-    pub const NAMES: [&'static str; 4] = ["namespace", "kernels", "dynamic", "notebooks"];
-
-    fn parse(raw: &str) -> Result<Toolsets, String> {
-        let mut sets = Toolsets {
-            namespace: false,
-            kernels: false,
-            dynamic: false,
-            notebooks: false,
-        };
-        let mut any = false;
-        for name in raw
-            .split(',')
-            .map(str::trim)
-            .filter(|name| !name.is_empty())
-        {
-            any = true;
-            match name {
-                "all" => sets = Toolsets::default(),
-                "namespace" => sets.namespace = true,
-                "kernels" => sets.kernels = true,
-                "dynamic" => sets.dynamic = true,
-                "notebooks" => sets.notebooks = true,
-                other => {
-                    return Err(format!(
-                        "unknown toolset {:?}; choose from all, {}",
-                        bounded(other),
-                        Self::NAMES.join(", ")
-                    ))
-                }
-            }
-        }
-        if !any {
-            return Err("must name at least one toolset (or all)".to_owned());
-        }
-        Ok(sets)
-    }
-}
-
-/// Limits of dynamic tools.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ToolLimits {
-    pub max_name_chars: usize,
-    pub max_description_chars: usize,
-    pub max_tools: usize,
-}
-
-impl Default for ToolLimits {
-    /// The defaults of [`SETTINGS`].
-    fn default() -> Self {
-        Config::default().tools
-    }
-}
-
-/// What every kernel gets at start, after a reset and after a replacement.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Namespace {
-    /// Trusted directories prepended to `sys.path`.
-    pub library_paths: Vec<PathBuf>,
-    /// Modules imported and bound under their top-level name.
-    pub preload_modules: Vec<String>,
-    /// Module → the name it is bound to.
-    pub module_aliases: std::collections::BTreeMap<String, String>,
-    /// Environment variables set in the kernel process, so they exist before preloads run.
-    pub variables: Variables,
-}
-
-/// Which tool results carry `structuredContent` (README, "What the model reads").
-///
-/// Most clients show their model the JSON of `structuredContent` instead of the text blocks
-/// when it is present, and some then drop the images: so tools whose results can carry images
-/// answer with text and images only unless typed results are asked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum StructuredOutput {
-    /// Image-bearing tools: no output schema, a text block written for the model and the
-    /// images. Every other tool: a compact `structuredContent` with its schema.
-    #[default]
-    Auto,
-    /// Every tool declares its output schema and returns its full `structuredContent`.
-    Always,
-}
-
-/// How MCP clients reach the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Transport {
-    /// One client, over the server's stdin and stdout (the client starts the server).
-    Stdio,
-    /// Streamable HTTP at `/mcp`, any number of clients, bearer token required.
-    Http,
-    /// Not MCP: the json-lines desktop protocol on stdin and stdout. Chosen by `--json-lines`
-    /// (as in jupymcp), never by `IPYTHON_MCP_TRANSPORT`.
-    JsonLines,
-}
-
-/// A bearer token. Its `Debug` never shows the value, so it cannot reach a log by accident.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Token(String);
-
-impl Token {
-    /// The least a configured token may have: short tokens are guessable.
-    pub const MIN_CHARS: usize = 16;
-
-    /// Checks a token given by the user (flag, variable or file).
-    pub fn parse(text: &str) -> Result<Token, String> {
-        let text = text.trim();
-        if text.chars().count() < Self::MIN_CHARS {
-            return Err(format!(
-                "must be at least {} characters (it has {})",
-                Self::MIN_CHARS,
-                text.chars().count()
-            ));
-        }
-        if !text.chars().all(|c| c.is_ascii_graphic()) {
-            return Err("must be printable ASCII without spaces".to_owned());
-        }
-        Ok(Token(text.to_owned()))
-    }
-
-    /// Checks a token another server issued (a Jupyter server's): any length, since its
-    /// strength is that server's business, but printable ASCII without spaces, as it goes in
-    /// an HTTP header. The message never repeats the value.
-    pub fn parse_issued(text: &str) -> Result<Token, String> {
-        let text = text.trim();
-        if text.is_empty() {
-            return Err("must not be empty".to_owned());
-        }
-        if !text.chars().all(|c| c.is_ascii_graphic()) {
-            return Err("must be printable ASCII without spaces".to_owned());
-        }
-        Ok(Token(text.to_owned()))
-    }
-
-    /// A token the server made itself from random bytes.
-    pub fn generated(random: &[u8; 32]) -> Token {
-        Token(random.iter().map(|byte| format!("{byte:02x}")).collect())
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Token {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str("Token(<redacted>)")
-    }
-}
-
-/// Where the bearer token comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TokenSource {
-    /// `IPYTHON_MCP_HTTP_TOKEN` / `--http-token`.
-    Given(Token),
-    /// `IPYTHON_MCP_HTTP_TOKEN_FILE`: read (and checked with [`Token::parse`]) by the binary.
-    File(PathBuf),
-    /// Neither: the server generates one and prints it once.
-    Generate,
-}
-
-/// Settings of the HTTP transport (unused over stdio).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Http {
-    pub host: std::net::IpAddr,
-    pub port: u16,
-    pub token: TokenSource,
-    /// Browser origins allowed (an `Origin` header must match one; requests without `Origin`,
-    /// i.e. not from a browser, are not affected).
-    pub allowed_origins: Vec<String>,
-    /// Accepted `Host` header values (DNS-rebinding protection).
-    pub allowed_hosts: Vec<String>,
-    pub allow_remote: bool,
-}
-
-impl Http {
-    /// Origins allowed when none are configured: pages served from this machine.
-    pub const LOOPBACK_ORIGINS: [&'static str; 6] = [
-        "http://localhost:*",
-        "http://127.0.0.1:*",
-        "http://[::1]:*",
-        "https://localhost:*",
-        "https://127.0.0.1:*",
-        "https://[::1]:*",
-    ];
-    /// Host names always accepted in the `Host` header.
-    pub const LOOPBACK_HOSTS: [&'static str; 3] = ["localhost", "127.0.0.1", "::1"];
-}
-
-impl Default for Http {
-    /// The defaults of [`SETTINGS`].
-    fn default() -> Self {
-        Config::default().http
-    }
-}
+use crate::environment::{self, NamedEnvironment};
+use crate::error::Error;
+use crate::jupyter::{self, JupyterServer};
+use crate::limits::{
+    KernelLimits, OutputLimits, QueueLimits, Spares, SpoolBounds, Timeouts, ToolLimits,
+};
+use crate::namespace::{namespace, Namespace};
+use crate::parse::{existing_directory, non_negative_int, path, percent, positive_int, seconds};
+use crate::settings::*;
+use crate::surface::{structured_output, StructuredOutput, Toolsets};
+use crate::transport::{http, transport, Http, Transport};
 
 /// The validated configuration of one server process.
 #[derive(Debug, Clone, PartialEq)]
@@ -403,49 +57,62 @@ impl Default for Config {
     }
 }
 
-/// A setting that failed validation; the message is one line naming the setting.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    #[error("invalid configuration: {env} (--{flag}) must be a positive integer, got {value:?}")]
-    NotPositiveInteger {
-        env: &'static str,
-        flag: &'static str,
-        value: String,
-    },
-    #[error(
-        "invalid configuration: {env} (--{flag}) must be a whole number (0 or more), got {value:?}"
-    )]
-    NotNonNegativeInteger {
-        env: &'static str,
-        flag: &'static str,
-        value: String,
-    },
-    #[error("invalid configuration: {env} (--{flag}) must be a positive, finite number of seconds, got {value:?}")]
-    NotPositiveSeconds {
-        env: &'static str,
-        flag: &'static str,
-        value: String,
-    },
-    #[error("invalid configuration: {env} (--{flag}) must not be empty")]
-    Empty {
-        env: &'static str,
-        flag: &'static str,
-    },
-    #[error("invalid configuration: {env} (--{flag}): {problem}")]
-    Invalid {
-        env: &'static str,
-        flag: &'static str,
-        problem: String,
-    },
-    #[error("invalid configuration: {env} (--{flag}) is {value}s, below {other_env} ({other}s)")]
-    BelowOther {
-        env: &'static str,
-        flag: &'static str,
-        value: f64,
-        other_env: &'static str,
-        other: f64,
-    },
+// The types' defaults are the defaults of SETTINGS parsed, so they are made here, by the
+// parser, rather than beside the types.
+impl Default for OutputLimits {
+    /// The defaults of [`SETTINGS`].
+    fn default() -> Self {
+        Config::default().limits
+    }
+}
+
+impl Default for Timeouts {
+    /// The defaults of [`SETTINGS`].
+    fn default() -> Self {
+        Config::default().timeouts
+    }
+}
+
+impl Default for Spares {
+    /// The defaults of [`SETTINGS`].
+    fn default() -> Self {
+        Config::default().spares
+    }
+}
+
+impl Default for QueueLimits {
+    /// The defaults of [`SETTINGS`].
+    fn default() -> Self {
+        Config::default().queue
+    }
+}
+
+impl Default for KernelLimits {
+    /// The defaults of [`SETTINGS`].
+    fn default() -> Self {
+        Config::default().kernels
+    }
+}
+
+impl Default for SpoolBounds {
+    /// The defaults of [`SETTINGS`].
+    fn default() -> Self {
+        Config::default().spool
+    }
+}
+
+impl Default for ToolLimits {
+    /// The defaults of [`SETTINGS`].
+    fn default() -> Self {
+        Config::default().tools
+    }
+}
+
+impl Default for Http {
+    /// The defaults of [`SETTINGS`].
+    fn default() -> Self {
+        Config::default().http
+    }
 }
 
 impl Config {
@@ -544,7 +211,10 @@ impl Config {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::transport::TokenSource;
 
     fn check(raw: RawConfig, expect: Result<(), &str>) -> Option<Config> {
         match (Config::from_raw(&raw), expect) {
