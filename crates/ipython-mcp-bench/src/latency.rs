@@ -1,6 +1,31 @@
 //! Latency benchmarks: trivial executes and namespace calls through MCP, and the same loop through our kernel client, a session, and jupyter_client.
 
-use crate::*;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use ipython_mcp_jupyter::protocol::{
+    ExecuteRequest, ExecutionState, JupyterMessage, JupyterMessageContent,
+};
+use ipython_mcp_jupyter::{Channel, Kernel, LaunchSpec};
+use rmcp::model::{CallToolRequestParams, ClientConfig};
+use serde_json::{json, Value};
+
+use crate::server::{proc_status_kib, serve, Served};
+
+pub(crate) const CALLS: usize = 500;
+pub(crate) const WARMUP: usize = 30;
+pub(crate) const SETUP: &str = "x = 0";
+pub(crate) const LOOP: &str = "x = x + 1";
+const FLOOD: &str = "import sys\nsys.stdout.write('x' * 100_000_000)\nfor _ in range(100):\n    print('y' * 999_999)";
+
+pub(crate) struct Rss {
+    pub(crate) idle_kib: u64,
+    pub(crate) peak_kib: u64,
+    pub(crate) flood_seconds: f64,
+    pub(crate) flood_omitted: u64,
+}
 
 /// Namespace tool round trips through MCP, in milliseconds.
 pub(crate) struct NamespaceTimes {

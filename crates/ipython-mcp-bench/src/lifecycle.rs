@@ -1,6 +1,13 @@
 //! Lifecycle benchmarks: SIGTERM with busy kernels, and replacing a kernel that ignores interrupts.
 
-use crate::*;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use rmcp::model::CallToolRequestParams;
+use serde_json::{json, Value};
+
+use crate::server::{serve, Served};
 
 pub(crate) const SIGTERM_KERNELS: usize = 8;
 pub(crate) const SIGTERM_GRACE_SECONDS: u64 = 2;

@@ -28,33 +28,30 @@
 //! and prints p50/p99 and the ratios a/b and a/c. Figures are medians of one run on a noisy
 //! machine; compare ratios, not absolute numbers.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context as _};
-use ipython_mcp_jupyter::protocol::{
-    ExecuteRequest, ExecutionState, JupyterMessage, JupyterMessageContent,
-};
-use ipython_mcp_jupyter::{Channel, Kernel, LaunchSpec};
-use rmcp::model::{CallToolRequestParams, ClientConfig};
+use anyhow::Context as _;
+use rmcp::model::ClientConfig;
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
-use serde_json::{json, Value};
 
 mod latency;
 mod lifecycle;
 mod output;
+mod percentile;
+mod python;
 mod remote;
+mod server;
 
-use latency::*;
-use lifecycle::*;
-use output::*;
-
-const CALLS: usize = 500;
-const WARMUP: usize = 30;
-const SETUP: &str = "x = 0";
-const LOOP: &str = "x = x + 1";
-const FLOOD: &str = "import sys\nsys.stdout.write('x' * 100_000_000)\nfor _ in range(100):\n    print('y' * 999_999)";
+use latency::{bench_jupyter_client, bench_mcp, bench_raw_client, bench_session, CALLS, WARMUP};
+use lifecycle::{
+    bench_replacement, bench_sigterm, print_sigterm, HANG_GRACE_SECONDS, REPLACEMENTS,
+};
+use output::{bench_image_fit, bench_retained, print_image_fit, print_retained};
+use percentile::percentile;
+use python::resolve_python;
+use server::sibling_binary;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
@@ -219,83 +216,11 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A server started by the benchmark, with an rmcp client connected over its stdio.
-pub(crate) struct Served {
-    pub(crate) child: tokio::process::Child,
-    pub(crate) pid: u32,
-    pub(crate) client: rmcp::service::RunningService<rmcp::RoleClient, ClientConfig>,
-}
-
-/// Starts the server binary with `env` and completes the MCP handshake.
-pub(crate) async fn serve(server_binary: &Path, env: &[(&str, String)]) -> anyhow::Result<Served> {
-    let mut child = tokio::process::Command::new(server_binary)
-        .envs(env.iter().map(|(key, value)| (key, value)))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()?;
-    let pid = child.id().context("pid")?;
-    let transport = (
-        child.stdout.take().context("stdout")?,
-        child.stdin.take().context("stdin")?,
-    );
-    let client = ClientConfig::default()
-        .serve_with_lifecycle(transport, ClientLifecycleMode::Initialize)
-        .await?;
-    Ok(Served { child, pid, client })
-}
-
-pub(crate) fn sibling_binary(name: &str) -> anyhow::Result<PathBuf> {
-    let me = std::env::current_exe()?;
-    let path = me.with_file_name(name);
-    if !path.exists() {
-        bail!(
-            "{} not found: build it first with `cargo build --release`",
-            path.display()
-        );
-    }
-    Ok(path)
-}
-
-pub(crate) async fn resolve_python() -> anyhow::Result<PathBuf> {
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    let xdg = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from);
-    let cache_dir = match std::env::var_os(ipython_mcp_config::CACHE_DIR.env) {
-        Some(dir) => PathBuf::from(dir),
-        None => ipython_mcp_env::default_cache_dir(home.as_deref(), xdg.as_deref())
-            .context("no cache dir")?,
-    };
-    let resolver = ipython_mcp_env::Resolver {
-        explicit_python: std::env::var_os(ipython_mcp_config::PYTHON.env).map(PathBuf::from),
-        virtual_env: std::env::var_os("VIRTUAL_ENV").map(PathBuf::from),
-        working_dir: std::env::current_dir()?,
-        path_var: std::env::var_os("PATH"),
-        cache_dir,
-        install_timeout: Duration::from_secs(600),
-        named: None,
-    };
-    Ok(resolver.resolve(&|_| {}).await?.executable)
-}
-
-pub(crate) fn percentile(samples: &[f64], quantile: f64) -> f64 {
-    let mut sorted = samples.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    sorted[((sorted.len() - 1) as f64 * quantile).round() as usize]
-}
-
-pub(crate) struct Rss {
-    pub(crate) idle_kib: u64,
-    pub(crate) peak_kib: u64,
-    pub(crate) flood_seconds: f64,
-    pub(crate) flood_omitted: u64,
-}
-
-pub(crate) const STARTS: usize = 10;
+const STARTS: usize = 10;
 
 /// Milliseconds from spawning `argv` to the answer to `initialize`, over `STARTS` starts (after
 /// one unmeasured start, which fills caches such as uv's).
-pub(crate) async fn bench_startup(argv: &[String]) -> anyhow::Result<Vec<f64>> {
+async fn bench_startup(argv: &[String]) -> anyhow::Result<Vec<f64>> {
     let (program, args) = argv.split_first().context("empty command")?;
     let mut samples = Vec::with_capacity(STARTS);
     for round in 0..=STARTS {
@@ -323,23 +248,4 @@ pub(crate) async fn bench_startup(argv: &[String]) -> anyhow::Result<Vec<f64>> {
         let _ = tokio::time::timeout(Duration::from_secs(15), child.wait()).await;
     }
     Ok(samples)
-}
-
-/// A field of /proc/<pid>/status in KiB (Linux only; 0 elsewhere, where RSS is not measured).
-#[cfg(not(target_os = "linux"))]
-pub(crate) fn proc_status_kib(_pid: u32, _field: &str) -> u64 {
-    0
-}
-
-#[cfg(target_os = "linux")]
-pub(crate) fn proc_status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix(field))
-                .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
 }

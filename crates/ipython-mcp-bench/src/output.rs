@@ -1,6 +1,14 @@
 //! Output benchmarks: fitting an oversized image, and memory retained after many image-heavy executions.
 
-use crate::*;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use rmcp::model::CallToolRequestParams;
+use serde_json::json;
+
+use crate::percentile::percentile;
+use crate::server::{proc_status_kib, serve, Served};
 
 pub(crate) const IMAGE_FIT_RUNS: usize = 5;
 

@@ -7,7 +7,21 @@
 //! interpreter runs the local kernels and the server's `python3` kernels), or the one at
 //! `IPYTHON_MCP_BENCH_JUPYTER_URL` with `IPYTHON_MCP_BENCH_JUPYTER_TOKEN`.
 
-use crate::*;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use ipython_mcp_jupyter::Channel;
+use serde_json::Value;
+
+use crate::latency::{
+    bench_raw_client, execute_request, execute_samples, timed_loop, until_reply_and_idle, CALLS,
+    WARMUP,
+};
+use crate::percentile::percentile;
+use crate::python::resolve_python;
+use crate::server::{serve, Served};
 
 use ipython_mcp_jupyter::remote::{RemoteKernel, Server};
 

@@ -11,10 +11,12 @@
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
+use crate::error::Error;
+use crate::parse::bounded;
 use crate::redact::url_credentials;
-use crate::{
-    bounded, Error, RawConfig, Setting, ACTIVE_ENVIRONMENT, ENVIRONMENT_REQUIREMENTS,
-    ENVIRONMENT_VARIABLES, ENVIRONMENT_WORKSPACE,
+use crate::settings::{
+    RawConfig, Setting, ACTIVE_ENVIRONMENT, ENVIRONMENT_REQUIREMENTS, ENVIRONMENT_VARIABLES,
+    ENVIRONMENT_WORKSPACE,
 };
 
 /// Most requirements one environment may list.
@@ -71,8 +73,8 @@ impl Variables {
     }
 
     /// A redactor that masks these values (and URL credentials) in error messages.
-    pub fn redactor(&self) -> crate::Redactor {
-        crate::Redactor::new(self.0.values().map(String::as_str))
+    pub fn redactor(&self) -> crate::redact::Redactor {
+        crate::redact::Redactor::new(self.0.values().map(String::as_str))
     }
 }
 

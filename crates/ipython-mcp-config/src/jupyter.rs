@@ -3,10 +3,10 @@
 
 use std::path::PathBuf;
 
+use crate::error::Error;
 use crate::parse::{bounded, path};
-use crate::{
-    Error, RawConfig, Setting, Token, JUPYTER_TOKEN, JUPYTER_TOKEN_FILE, JUPYTER_URL, KERNEL,
-};
+use crate::settings::{RawConfig, Setting, JUPYTER_TOKEN, JUPYTER_TOKEN_FILE, JUPYTER_URL, KERNEL};
+use crate::transport::Token;
 
 /// A Jupyter Server (or JupyterHub single-user server, Kernel Gateway, Enterprise Gateway).
 #[derive(Debug, Clone, PartialEq, Eq)]

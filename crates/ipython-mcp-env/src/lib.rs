@@ -43,6 +43,7 @@ mod lock;
 mod lookup;
 mod managed;
 mod named;
+mod phase;
 mod probe;
 mod process;
 
@@ -55,6 +56,7 @@ use serde::Serialize;
 pub use error::Error;
 pub use ipython_mcp_config::NamedEnvironment;
 pub use named::fingerprint;
+pub use phase::Phase;
 
 /// Where to look for an interpreter, and where to build one if none is found.
 #[derive(Clone, Debug)]
@@ -99,26 +101,6 @@ pub struct PythonEnvironment {
     pub created: bool,
     /// How long provisioning took, when `created`.
     pub provision_seconds: Option<f64>,
-}
-
-/// Progress of [`Resolver::resolve`], for a status field while the managed environment builds.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-#[serde(tag = "phase", rename_all = "snake_case")]
-pub enum Phase {
-    /// Checking candidate interpreters.
-    Probing,
-    /// Checking the named environment's workspace and metadata.
-    Validating,
-    /// Waiting for the lock on the managed environment (another process may be building it).
-    Locking,
-    /// Creating the virtualenv (`tool` is `uv` or `venv`).
-    Creating { tool: String },
-    /// Installing ipykernel (`tool` is `uv` or `pip`).
-    Installing { tool: String },
-    /// Checking that the new environment imports ipykernel.
-    Verifying,
-    /// An interpreter was found; [`Resolver::resolve`] is about to return it.
-    Ready,
 }
 
 impl Resolver {

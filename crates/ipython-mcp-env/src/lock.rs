@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::Error;
+use crate::error::Error;
 
 const FIRST_RETRY: Duration = Duration::from_millis(25);
 const LONGEST_RETRY: Duration = Duration::from_millis(500);

@@ -23,9 +23,11 @@ use serde::{Deserialize, Serialize};
 use tempfile::TempDir;
 use tokio::process::Command;
 
+use crate::error::Error;
+use crate::phase::Phase;
 use crate::probe::{self, Report};
 use crate::process::{self, Failure};
-use crate::{lock, lookup, Error, Phase};
+use crate::{lock, lookup};
 
 /// The metadata file written into a finished environment; without a valid one it is broken.
 pub(crate) const METADATA_FILE: &str = "ipython-mcp-env.json";

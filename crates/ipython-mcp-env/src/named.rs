@@ -21,12 +21,14 @@ use ipython_mcp_config::{NamedEnvironment, Redactor};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::error::Error;
+use crate::lock;
 use crate::managed::{
     self, Base, Provisioned, Provisioner, Recipe, IPYKERNEL_REQUIREMENT, LOCK_MARGIN,
     METADATA_FILE, STALE_TEMP_AGE,
 };
+use crate::phase::Phase;
 use crate::probe::{self, Report};
-use crate::{lock, Error, Phase};
 
 /// Prefix of build directories in the workspace: specific, since the workspace is the user's.
 const TEMP_PREFIX: &str = ".ipython-mcp-tmp-";

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::{runs_ipykernel, InterruptMode};
+use crate::launch::{runs_ipykernel, InterruptMode};
 
 /// A registered kernelspec (`kernels/<name>/kernel.json`).
 #[derive(Debug, Clone, PartialEq)]

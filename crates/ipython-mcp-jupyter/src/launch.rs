@@ -1,4 +1,6 @@
-//! Starting a kernel process and connecting to it.
+//! Starting a kernel process: its private run directory and connection file, the command, the
+//! process group and death watch, the stderr tail and the exit watch. Connecting to the started
+//! process is `kernel.rs`'s part.
 //!
 //! By default we launch `<python> -m ipykernel_launcher -f <conn.json>` ourselves; a
 //! kernelspec's argv is launched exactly as given (the caller fills in what only it knows, like
@@ -13,17 +15,14 @@ use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use jupyter_protocol::connection_info::Transport;
-use jupyter_protocol::{ConnectionInfo, JupyterMessage, JupyterMessageContent, KernelInfoRequest};
-use jupyter_zmq_client as jzc;
+use jupyter_protocol::ConnectionInfo;
 use tokio::io::AsyncReadExt as _;
 use tokio::sync::watch;
-use tokio::time::Instant;
 
-use crate::route::{self, Channel, Router};
-use crate::{Error, Kernel};
+use crate::error::Error;
+use crate::route::Router;
 
 /// How to start a kernel.
 #[derive(Debug, Clone)]
@@ -217,9 +216,13 @@ impl Tail {
     }
 }
 
-pub(crate) async fn launch(spec: &LaunchSpec, startup_timeout: Duration) -> Result<Kernel, Error> {
-    let started = Instant::now();
-    let deadline = started + startup_timeout;
+/// Starts the kernel process (and, under the pipe watch, its watcher) with its run directory,
+/// the stderr tail and the exit watch; connecting to it is [`Kernel::launch`]'s part.
+///
+/// [`Kernel::launch`]: crate::Kernel::launch
+pub(crate) async fn spawn(
+    spec: &LaunchSpec,
+) -> Result<(Arc<Process>, ConnectionInfo, Arc<Router>), Error> {
     let kernel_name = spec
         .kernel_name
         .clone()
@@ -352,29 +355,7 @@ pub(crate) async fn launch(spec: &LaunchSpec, startup_timeout: Duration) -> Resu
         run_dir: Some(run_dir),
     });
 
-    let connected = connect_and_handshake(
-        spec,
-        &connection,
-        &process,
-        Arc::clone(&router),
-        deadline,
-        startup_timeout,
-    )
-    .await;
-    match connected {
-        Ok(kernel) => {
-            tracing::debug!(
-                pid,
-                elapsed_ms = started.elapsed().as_millis() as u64,
-                "kernel ready"
-            );
-            Ok(kernel)
-        }
-        Err(error) => {
-            process.kill_group();
-            Err(error)
-        }
-    }
+    Ok((process, connection, router))
 }
 
 /// Starts the pipe watch's watcher as the leader of a new process group; returns its pid and
@@ -444,167 +425,6 @@ fn write_private(path: &std::path::Path, connection: &ConnectionInfo) -> std::io
         .mode(0o600)
         .open(path)?;
     file.write_all(&bytes)
-}
-
-async fn connect_and_handshake(
-    spec: &LaunchSpec,
-    connection: &ConnectionInfo,
-    process: &Arc<Process>,
-    router: Arc<Router>,
-    deadline: Instant,
-    startup_timeout: Duration,
-) -> Result<Kernel, Error> {
-    let session_id = uuid::Uuid::new_v4().to_string();
-    let identity = jzc::peer_identity_for_session(&session_id).map_err(|error| Error::Send {
-        channel: "shell",
-        message: error.to_string(),
-    })?;
-    let startup_error = |process: &Process| startup_failure(process, startup_timeout);
-
-    // Each attempt builds a fresh socket and is capped at 25 ms: zeromq's own backoff starts at
-    // 50 ms and doubles, which alone added ~120 ms to a cold start.
-    let (iopub, shell, control, heartbeat) = tokio::select! {
-        sockets = async {
-            tokio::join!(
-                retry(deadline, || jzc::create_client_iopub_connection(connection, "", &session_id)),
-                retry(deadline, || jzc::create_client_shell_connection_with_identity(connection, &session_id, identity.clone())),
-                retry(deadline, || jzc::create_client_control_connection(connection, &session_id)),
-                retry(deadline, || jzc::create_client_heartbeat_connection(connection)),
-            )
-        } => sockets,
-        _ = exited(process) => return Err(startup_error(process)),
-    };
-    let (Some(iopub), Some(shell), Some(control), Some(heartbeat)) =
-        (iopub, shell, control, heartbeat)
-    else {
-        return Err(startup_error(process));
-    };
-
-    let welcome = router.welcome();
-    // A dead kernel's sockets never report an error, so the readers are aborted
-    // when the Kernel is dropped rather than left to wait forever.
-    let (shell_send, shell_recv) = shell.split();
-    let (control_send, control_recv) = control.split();
-    let readers = vec![
-        tokio::spawn(route::read_loop(Arc::clone(&router), Channel::IoPub, iopub)).abort_handle(),
-        tokio::spawn(route::read_loop(
-            Arc::clone(&router),
-            Channel::Shell,
-            shell_recv,
-        ))
-        .abort_handle(),
-        tokio::spawn(route::read_loop(
-            Arc::clone(&router),
-            Channel::Control,
-            control_recv,
-        ))
-        .abort_handle(),
-    ];
-
-    let mut kernel = Kernel {
-        inner: Arc::clone(process),
-        router,
-        shell: tokio::sync::Mutex::new(shell_send),
-        control: tokio::sync::Mutex::new(control_send),
-        heartbeat: tokio::sync::Mutex::new(Some(heartbeat)),
-        interrupt_mode: spec.interrupt_mode,
-        connection: connection.clone(),
-        readers,
-        session_id,
-        info: None,
-    };
-
-    // Ready means: kernel_info_reply on shell, and proof that our iopub subscription is live
-    // (JEP 65 welcome, or iopub status parented by our request). Requests are re-sent like
-    // jupyter_client does, since a kernel that is still starting may miss the first one.
-    let mut welcome = welcome;
-    loop {
-        let request = JupyterMessage::new(KernelInfoRequest {}, None);
-        let (msg_id, mut receiver) = kernel.request(Channel::Shell, request).await?;
-        let attempt_end = (Instant::now() + Duration::from_secs(1)).min(deadline);
-        let mut reply = None;
-        let mut iopub_live = *welcome.borrow();
-        loop {
-            if reply.is_some() && iopub_live {
-                break;
-            }
-            tokio::select! {
-                routed = receiver.recv() => match routed {
-                    Some(routed) => match routed.message.content {
-                        JupyterMessageContent::KernelInfoReply(info) => reply = Some(info),
-                        JupyterMessageContent::Status(_) if routed.channel == Channel::IoPub => iopub_live = true,
-                        _ => {}
-                    },
-                    None => {
-                        kernel.forget(&msg_id);
-                        return Err(startup_error(process));
-                    }
-                },
-                _ = welcome.changed() => iopub_live = iopub_live || *welcome.borrow(),
-                _ = tokio::time::sleep_until(attempt_end) => break,
-            }
-        }
-        kernel.forget(&msg_id);
-        if let (Some(info), true) = (reply.take(), iopub_live) {
-            kernel.info = Some(info);
-            return Ok(kernel);
-        }
-        if Instant::now() >= deadline {
-            return Err(startup_error(process));
-        }
-    }
-}
-
-/// The error for a start-up that did not finish: the process exited, or time ran out.
-fn startup_failure(process: &Process, startup_timeout: Duration) -> Error {
-    let stderr = process.stderr_tail();
-    let stderr = if stderr.is_empty() {
-        String::new()
-    } else {
-        format!("; kernel stderr: {}", last_chars(&stderr, 1500))
-    };
-    match process.exit.borrow().clone() {
-        Some(exit) => Error::ExitedDuringStartup {
-            exit: exit.to_string(),
-            stderr,
-        },
-        None => Error::StartupTimeout {
-            seconds: startup_timeout.as_secs_f64(),
-            stderr,
-        },
-    }
-}
-
-fn last_chars(text: &str, max: usize) -> &str {
-    let count = text.chars().count();
-    if count <= max {
-        return text;
-    }
-    let skip = text
-        .char_indices()
-        .nth(count - max)
-        .map_or(0, |(index, _)| index);
-    &text[skip..]
-}
-
-async fn exited(process: &Process) {
-    let mut exit = process.exit.clone();
-    let _ = exit.wait_for(Option::is_some).await;
-}
-
-async fn retry<T, F, Fut>(deadline: Instant, mut connect: F) -> Option<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = jzc::Result<T>>,
-{
-    while Instant::now() < deadline {
-        match tokio::time::timeout(Duration::from_millis(25), connect()).await {
-            Ok(Ok(connection)) => return Some(connection),
-            Ok(Err(_)) => tokio::time::sleep(Duration::from_millis(5)).await,
-            Err(_) => {}
-        }
-    }
-    None
 }
 
 #[cfg(test)]

@@ -10,7 +10,9 @@ use std::collections::HashSet;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
-use crate::{shorten, Error};
+use ipython_mcp_text::shorten;
+
+use crate::error::Error;
 
 /// The minor version written (4.5: the first with cell ids).
 pub const NBFORMAT_MINOR: u64 = 5;

@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
-use crate::{shorten, Error};
+use ipython_mcp_text::shorten;
+
+use crate::error::Error;
 
 /// Longest accepted notebook path, in bytes.
 pub const MAX_PATH_BYTES: usize = 1024;

@@ -6,9 +6,9 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
+use crate::error::Error;
 use crate::model::Notebook;
 use crate::path::{Format, NotebookPath, Workspace};
-use crate::Error;
 
 /// A notebook as read, with the revision of the bytes it came from.
 #[derive(Debug, Clone)]
@@ -356,7 +356,7 @@ mod tests {
         // A failing change writes nothing either.
         let error = workspace
             .update(&path, None, |notebook| {
-                notebook.locate(&crate::CellRef::Index(9))
+                notebook.locate(&crate::model::CellRef::Index(9))
             })
             .expect_err("no cell");
         assert_eq!(error.code(), "cell_not_found");
@@ -483,7 +483,7 @@ mod tests {
         let error = workspace
             .mutate("n.ipynb", None, |notebook| {
                 notebook.delete(0);
-                notebook.locate(&crate::CellRef::Id("gone".into()))
+                notebook.locate(&crate::model::CellRef::Id("gone".into()))
             })
             .expect_err("no cell");
         assert_eq!(error.code(), "cell_not_found");
@@ -505,7 +505,7 @@ mod tests {
     }
 
     fn joined_source(notebook: &Notebook, index: usize) -> String {
-        crate::joined_text(notebook.cells()[index].get("source"))
+        crate::model::joined_text(notebook.cells()[index].get("source"))
     }
 
     #[test]

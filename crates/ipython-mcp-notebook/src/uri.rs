@@ -5,7 +5,9 @@
 
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
-use crate::{shorten, Error};
+use ipython_mcp_text::shorten;
+
+use crate::error::Error;
 
 pub const URI_PREFIX: &str = "notebook:///";
 

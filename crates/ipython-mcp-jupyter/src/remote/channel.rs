@@ -25,8 +25,9 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::Server;
+use crate::error::Error;
+use crate::launch::KernelExit;
 use crate::route::{Channel, Routed, Router};
-use crate::{Error, KernelExit};
 
 /// How long a dropped WebSocket may take to come back before the kernel counts as lost.
 const RECONNECT_BOUND: Duration = Duration::from_secs(10);
@@ -508,7 +509,7 @@ impl RemoteKernel {
                 exit: exit.to_string(),
             });
         }
-        let mut message = crate::prepare(message);
+        let mut message = crate::kernel::prepare(message);
         message.header.session = self.session_id.clone();
         let msg_id = message.header.msg_id.clone();
         let receiver = self.router.register(&msg_id);

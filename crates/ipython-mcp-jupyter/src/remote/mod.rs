@@ -26,7 +26,7 @@ use std::time::Duration;
 use hyper::Method;
 use serde::Deserialize;
 
-use crate::Error;
+use crate::error::Error;
 
 /// A Jupyter server's address and credentials, and the HTTP client that talks to it. Cheap to
 /// clone (shared inside).

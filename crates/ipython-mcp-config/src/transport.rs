@@ -1,0 +1,235 @@
+//! How MCP clients reach the server: the transport, and the HTTP transport's address, bearer
+//! token and allowed origins and hosts.
+
+use std::path::PathBuf;
+
+use crate::error::Error;
+use crate::parse::{bounded, path};
+use crate::settings::*;
+
+/// How MCP clients reach the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// One client, over the server's stdin and stdout (the client starts the server).
+    Stdio,
+    /// Streamable HTTP at `/mcp`, any number of clients, bearer token required.
+    Http,
+    /// Not MCP: the json-lines desktop protocol on stdin and stdout. Chosen by `--json-lines`
+    /// (as in jupymcp), never by `IPYTHON_MCP_TRANSPORT`.
+    JsonLines,
+}
+
+/// A bearer token. Its `Debug` never shows the value, so it cannot reach a log by accident.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(String);
+
+impl Token {
+    /// The least a configured token may have: short tokens are guessable.
+    pub const MIN_CHARS: usize = 16;
+
+    /// Checks a token given by the user (flag, variable or file).
+    pub fn parse(text: &str) -> Result<Token, String> {
+        let text = text.trim();
+        if text.chars().count() < Self::MIN_CHARS {
+            return Err(format!(
+                "must be at least {} characters (it has {})",
+                Self::MIN_CHARS,
+                text.chars().count()
+            ));
+        }
+        if !text.chars().all(|c| c.is_ascii_graphic()) {
+            return Err("must be printable ASCII without spaces".to_owned());
+        }
+        Ok(Token(text.to_owned()))
+    }
+
+    /// Checks a token another server issued (a Jupyter server's): any length, since its
+    /// strength is that server's business, but printable ASCII without spaces, as it goes in
+    /// an HTTP header. The message never repeats the value.
+    pub fn parse_issued(text: &str) -> Result<Token, String> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err("must not be empty".to_owned());
+        }
+        if !text.chars().all(|c| c.is_ascii_graphic()) {
+            return Err("must be printable ASCII without spaces".to_owned());
+        }
+        Ok(Token(text.to_owned()))
+    }
+
+    /// A token the server made itself from random bytes.
+    pub fn generated(random: &[u8; 32]) -> Token {
+        Token(random.iter().map(|byte| format!("{byte:02x}")).collect())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("Token(<redacted>)")
+    }
+}
+
+/// Where the bearer token comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSource {
+    /// `IPYTHON_MCP_HTTP_TOKEN` / `--http-token`.
+    Given(Token),
+    /// `IPYTHON_MCP_HTTP_TOKEN_FILE`: read (and checked with [`Token::parse`]) by the binary.
+    File(PathBuf),
+    /// Neither: the server generates one and prints it once.
+    Generate,
+}
+
+/// Settings of the HTTP transport (unused over stdio).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Http {
+    pub host: std::net::IpAddr,
+    pub port: u16,
+    pub token: TokenSource,
+    /// Browser origins allowed (an `Origin` header must match one; requests without `Origin`,
+    /// i.e. not from a browser, are not affected).
+    pub allowed_origins: Vec<String>,
+    /// Accepted `Host` header values (DNS-rebinding protection).
+    pub allowed_hosts: Vec<String>,
+    pub allow_remote: bool,
+}
+
+impl Http {
+    /// Origins allowed when none are configured: pages served from this machine.
+    pub const LOOPBACK_ORIGINS: [&'static str; 6] = [
+        "http://localhost:*",
+        "http://127.0.0.1:*",
+        "http://[::1]:*",
+        "https://localhost:*",
+        "https://127.0.0.1:*",
+        "https://[::1]:*",
+    ];
+    /// Host names always accepted in the `Host` header.
+    pub const LOOPBACK_HOSTS: [&'static str; 3] = ["localhost", "127.0.0.1", "::1"];
+}
+
+pub(crate) fn transport(raw: &RawConfig) -> Result<Transport, Error> {
+    match raw.get(TRANSPORT).unwrap_or(TRANSPORT.default).trim() {
+        "stdio" => Ok(Transport::Stdio),
+        // jupymcp's name for the same transport, so its users keep their command line.
+        "http" | "streamable-http" => Ok(Transport::Http),
+        other => Err(Error::Invalid {
+            env: TRANSPORT.env,
+            flag: TRANSPORT.flag,
+            problem: format!(
+                "must be stdio or http (also spelled streamable-http), got {:?}",
+                bounded(other)
+            ),
+        }),
+    }
+}
+
+pub(crate) fn http(raw: &RawConfig) -> Result<Http, Error> {
+    let invalid = |setting: Setting, problem: String| Error::Invalid {
+        env: setting.env,
+        flag: setting.flag,
+        problem,
+    };
+    let allow_remote = match raw.get(ALLOW_REMOTE).unwrap_or(ALLOW_REMOTE.default).trim() {
+        "true" | "1" | "yes" => true,
+        "false" | "0" | "no" => false,
+        other => {
+            return Err(invalid(
+                ALLOW_REMOTE,
+                format!("must be true or false, got {:?}", bounded(other)),
+            ))
+        }
+    };
+    let host = match raw.get(HOST).unwrap_or(HOST.default).trim() {
+        "localhost" => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        text => text
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .map_err(|_| {
+                invalid(
+                    HOST,
+                    format!(
+                        "must be an IP address such as 127.0.0.1 or ::1, got {:?}",
+                        bounded(text)
+                    ),
+                )
+            })?,
+    };
+    if !host.is_loopback() && !allow_remote {
+        return Err(invalid(
+            HOST,
+            format!(
+                "{host} is not a loopback address; other machines could connect, so this needs --allow-remote ({}=true)",
+                ALLOW_REMOTE.env
+            ),
+        ));
+    }
+    let port = raw.get(PORT).unwrap_or(PORT.default).trim();
+    let port = port.parse::<u16>().map_err(|_| {
+        invalid(
+            PORT,
+            format!("must be a TCP port (0 to 65535), got {:?}", bounded(port)),
+        )
+    })?;
+    let token = match (raw.get(HTTP_TOKEN), raw.get(HTTP_TOKEN_FILE)) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                HTTP_TOKEN,
+                format!("set either it or {}, not both", HTTP_TOKEN_FILE.env),
+            ))
+        }
+        (Some(text), None) => {
+            TokenSource::Given(Token::parse(text).map_err(|problem| invalid(HTTP_TOKEN, problem))?)
+        }
+        (None, Some(_)) => match path(raw, HTTP_TOKEN_FILE)? {
+            Some(file) => TokenSource::File(file),
+            None => TokenSource::Generate,
+        },
+        (None, None) => TokenSource::Generate,
+    };
+    let list = |text: Option<&str>| -> Vec<String> {
+        text.into_iter()
+            .flat_map(|text| text.split(','))
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    let allowed_origins = match raw.get(HTTP_ALLOWED_ORIGINS) {
+        None => Http::LOOPBACK_ORIGINS.map(str::to_owned).to_vec(),
+        Some(given) => {
+            let origins = list(Some(given));
+            if let Some(bad) = origins
+                .iter()
+                .find(|origin| !(origin.contains("://") || origin.as_str() == "null"))
+            {
+                return Err(invalid(
+                    HTTP_ALLOWED_ORIGINS,
+                    format!(
+                        "{:?} is not an origin like http://localhost:3000",
+                        bounded(bad)
+                    ),
+                ));
+            }
+            origins
+        }
+    };
+    let mut allowed_hosts = Http::LOOPBACK_HOSTS.map(str::to_owned).to_vec();
+    if !host.is_loopback() && !host.is_unspecified() {
+        allowed_hosts.push(host.to_string());
+    }
+    allowed_hosts.extend(list(raw.get(HTTP_ALLOWED_HOSTS)));
+    Ok(Http {
+        host,
+        port,
+        token,
+        allowed_origins,
+        allowed_hosts,
+        allow_remote,
+    })
+}
