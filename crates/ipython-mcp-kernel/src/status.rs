@@ -7,6 +7,7 @@ use ipython_mcp_output::output::{ErrorInfo, Interruption, NamespaceOutcome};
 
 /// Life stage of a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum SessionState {
     Starting,
@@ -19,6 +20,7 @@ pub enum SessionState {
 
 /// The kernel process behind a session.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct KernelDescription {
     /// The kernel's process id; `None` for a kernel on a Jupyter server (not our process).
     pub pid: Option<u32>,
@@ -40,6 +42,7 @@ pub struct KernelDescription {
 
 /// A kernel on a Jupyter server.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RemoteDescription {
     /// The server's base URL (never with credentials).
     pub server: String,
@@ -52,6 +55,7 @@ pub struct RemoteDescription {
 
 /// Where the kernel's Python comes from, and provisioning progress.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct EnvironmentStatus {
     /// `probing`, `validating`, `locking`, `creating`, `installing`, `verifying`, `ready`, or
     /// `failed`.
@@ -70,6 +74,7 @@ pub struct EnvironmentStatus {
 
 /// What `runtime_status` returns for one session.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RuntimeStatus {
     pub kernel_id: String,
     pub state: SessionState,

@@ -400,12 +400,10 @@ pub struct DynamicCallResult {
     /// True when the result was cut to fit the bounds.
     pub truncated: bool,
     /// `stale_registration`, `invalid_arguments`, `result_not_json`, `execution_error`, …
-    #[schemars(with = "Option<crate::wire::ErrorInfoSchema>")]
     pub error: Option<ErrorInfo>,
     /// How the call ran, as in execute (epoch, interruption, namespace, queue_wait_ms, run_ms);
     /// absent when it never reached a kernel.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<crate::wire::RuntimeInfoSchema>")]
     pub runtime: Option<RuntimeInfo>,
 }
 

@@ -35,7 +35,6 @@ pub struct RegisterResult {
     pub registration: Option<Registration>,
     /// `unsupported_signature`, `registration_conflict`, `invalid_name`, `protected_name`,
     /// `name_not_found`, `not_callable`, `limit_exceeded`, …
-    #[schemars(with = "Option<crate::wire::ErrorInfoSchema>")]
     pub error: Option<ErrorInfo>,
 }
 

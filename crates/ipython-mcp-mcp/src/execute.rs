@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use ipython_mcp_kernel::{Code, ErrorInfo, ExecuteArgs, SessionHandle};
+use ipython_mcp_kernel::{Code, ErrorInfo, ExecuteArgs, ExecutionOutput, SessionHandle};
 use rmcp::handler::server::tool::schema_for_output;
 use rmcp::model::{CallToolResponse, CallToolResult, ProgressNotificationParam};
 use rmcp::service::RequestContext;
@@ -136,7 +136,7 @@ impl IpythonMcp {
     #[tool(
         name = "execute",
         description = "Run Python (IPython syntax) in a persistent kernel; state persists across calls. Returns stdout/stderr (start and end kept, exact omitted counts), displays (images as image content), the last value, the error and its traceback, and whether state was reset. Long jobs: background=true returns an execution_id at once, for get_output.",
-        output_schema = schema_for_output::<crate::wire::ExecutionOutputSchema>(),
+        output_schema = schema_for_output::<ExecutionOutput>(),
         annotations(title = "Execute Python", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = true)
     )]
     async fn execute(

@@ -42,7 +42,6 @@ pub struct GetOutputParams {
     pub wait_seconds: Option<f64>,
     /// Page this stream's full text.
     #[serde(default)]
-    #[schemars(with = "Option<crate::wire::StreamNameSchema>")]
     pub stream: Option<StreamName>,
     /// First line, 1-based; negative counts from the end.
     #[serde(default)]
@@ -60,14 +59,12 @@ pub struct GetOutputParams {
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct GetOutputResult {
     #[serde(flatten)]
-    #[schemars(with = "crate::wire::ExecutionOutputSchema")]
     pub output: ExecutionOutput,
     /// False while it is still queued or running (`status: pending`).
     pub finished: bool,
     /// The kernel session it runs in.
     pub kernel: String,
     /// The requested page of the full stdout/stderr.
-    #[schemars(with = "Option<crate::wire::PageSchema>")]
     pub page: Option<Page>,
 }
 
@@ -239,10 +236,8 @@ pub struct StartResult {
     /// The new session id: pass it as `kernel` to the other tools.
     pub kernel: String,
     /// The session's status once its kernel is ready (or why it is not).
-    #[schemars(with = "crate::wire::RuntimeStatusSchema")]
     pub status: RuntimeStatus,
     /// Why the kernel is not ready, where every failed tool puts it; null when it is.
-    #[schemars(with = "Option<crate::wire::ErrorInfoSchema>")]
     pub error: Option<ErrorInfo>,
 }
 
@@ -258,7 +253,6 @@ pub struct StopResult {
     pub ok: bool,
     pub kernel: String,
     /// `closed` once stopped.
-    #[schemars(with = "crate::wire::SessionStateSchema")]
     pub state: SessionState,
 }
 
@@ -271,13 +265,11 @@ pub struct KernelEntry {
     pub kernel: String,
     /// What it was started from (`default` for the server's own).
     pub spec: String,
-    #[schemars(with = "crate::wire::SessionStateSchema")]
     pub state: SessionState,
     pub epoch: u64,
     /// Null for a kernel on a Jupyter server.
     pub pid: Option<u32>,
     /// Where a remote kernel lives: the server, its kernel id, whether attached.
-    #[schemars(with = "Option<crate::wire::RemoteDescriptionSchema>")]
     pub remote: Option<ipython_mcp_kernel::RemoteDescription>,
     pub language: Option<String>,
     /// The kernel's working directory.

@@ -42,7 +42,6 @@ mod server;
 mod state;
 mod surface;
 mod tasks;
-mod wire;
 
 pub use handler::{IpythonMcp, MAX_CODE_BYTES};
 pub use ipython_mcp_kernel::{KernelManager, SessionId, StartSpec};

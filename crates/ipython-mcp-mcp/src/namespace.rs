@@ -125,7 +125,6 @@ pub struct ListResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<crate::wire::ErrorInfoSchema>")]
     pub error: Option<ErrorInfo>,
 }
 
@@ -162,7 +161,6 @@ pub struct SearchResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<crate::wire::ErrorInfoSchema>")]
     pub error: Option<ErrorInfo>,
 }
 
@@ -205,7 +203,6 @@ pub struct InspectResult {
     pub truncated: Option<InspectTruncated>,
     /// Null when nothing failed.
     #[serde(default)]
-    #[schemars(with = "Option<crate::wire::ErrorInfoSchema>")]
     pub error: Option<ErrorInfo>,
 }
 
@@ -223,7 +220,6 @@ pub struct CallResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<crate::wire::ErrorInfoSchema>")]
     pub error: Option<ErrorInfo>,
 }
 
@@ -247,7 +243,6 @@ pub struct ReloadResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub results: Option<Vec<ReloadItem>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<crate::wire::ErrorInfoSchema>")]
     pub error: Option<ErrorInfo>,
 }
 
@@ -264,7 +259,6 @@ pub struct RemoveResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unknown: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<crate::wire::ErrorInfoSchema>")]
     pub error: Option<ErrorInfo>,
 }
 
@@ -282,7 +276,6 @@ pub struct ResetResult {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools_dropped: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(with = "Option<crate::wire::ErrorInfoSchema>")]
     pub error: Option<ErrorInfo>,
 }
 

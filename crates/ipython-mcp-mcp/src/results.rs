@@ -14,7 +14,6 @@ pub struct StatusResult {
     /// True: the status below describes the requested session.
     pub ok: bool,
     #[serde(flatten)]
-    #[schemars(with = "crate::wire::RuntimeStatusSchema")]
     pub status: RuntimeStatus,
 }
 
@@ -26,13 +25,10 @@ pub struct InterruptResult {
     pub interrupted: bool,
     /// What happened to the running code: `cooperative` (it stopped) or `terminated` (the
     /// kernel was killed and replaced); null when nothing was running.
-    #[schemars(with = "Option<crate::wire::InterruptionSchema>")]
     pub interruption: Option<Interruption>,
     /// `preserved`, `reset` or `unknown`; null when nothing was running.
-    #[schemars(with = "Option<crate::wire::NamespaceOutcomeSchema>")]
     pub namespace: Option<NamespaceOutcome>,
     /// The session's state and epoch after the interrupt.
-    #[schemars(with = "crate::wire::SessionStateSchema")]
     pub state: SessionState,
     pub epoch: u64,
     /// Calls still waiting in the queue (an interrupt does not remove them).

@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 
 /// How an execution ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ExecutionStatus {
     Ok,
@@ -19,6 +20,7 @@ pub enum ExecutionStatus {
 
 /// What happened to the kernel when an operation was interrupted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Interruption {
     /// The kernel stopped the operation itself after SIGINT.
@@ -29,6 +31,7 @@ pub enum Interruption {
 
 /// The state of the user's namespace after an interrupted or failed operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum NamespaceOutcome {
     /// Everything defined before (and during) the operation is still there.
@@ -41,6 +44,7 @@ pub enum NamespaceOutcome {
 
 /// An execution's id (a UUID), as `execute` returns it and `get_output` takes it back.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(transparent)]
 pub struct ExecutionId(String);
 
@@ -186,7 +190,11 @@ impl<'de> Deserialize<'de> for Code {
 
 /// A structured failure, as the README lists them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ErrorInfo {
+    // A string in the schema: the closed list of codes lives in the README, not in every
+    // `tools/list`.
+    #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub code: Code,
     pub message: String,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -220,6 +228,7 @@ impl ErrorInfo {
 
 /// One rich display: a mime bundle and its metadata.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct DisplayItem {
     pub data: Map<String, Value>,
     pub metadata: Map<String, Value>,
@@ -235,6 +244,7 @@ pub(crate) fn media_map(media: &ipython_mcp_jupyter::protocol::Media) -> Map<Str
 
 /// A display payload left out of the reply to keep it within its byte budget.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Withheld {
     /// Index in `display_data`, or none for the `result`.
     pub display: Option<usize>,
@@ -248,6 +258,7 @@ pub struct Withheld {
 
 /// How much of an execution's full output is on disk, for paging with `get_output`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct SpoolInfo {
     /// Bytes of stdout kept on disk.
     pub stdout_bytes: u64,
@@ -261,6 +272,7 @@ pub struct SpoolInfo {
 
 /// Per-field truncation flags.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Truncated {
     pub stdout: bool,
     pub stderr: bool,
@@ -271,6 +283,7 @@ pub struct Truncated {
 
 /// Where and how an operation ran.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct RuntimeInfo {
     pub request_id: String,
     pub admission_seq: u64,
@@ -298,6 +311,7 @@ impl RuntimeInfo {
 
 /// The bounded result of one `execute`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ExecutionOutput {
     pub ok: bool,
     pub status: ExecutionStatus,

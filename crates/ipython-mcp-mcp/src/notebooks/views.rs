@@ -91,7 +91,6 @@ pub struct ReadResult {
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct NotebookExecuteResult {
     #[serde(flatten)]
-    #[schemars(with = "crate::wire::ExecutionOutputSchema")]
     pub output: ExecutionOutput,
     pub path: String,
     /// The kernel session that ran it (usable as `kernel` with interrupt, runtime_status …).
@@ -105,7 +104,6 @@ pub struct NotebookExecuteResult {
     /// The executed (or created) cell.
     pub cell: Option<CellSummary>,
     /// Why the outputs were not saved (e.g. `revision_conflict`: the file changed meanwhile).
-    #[schemars(with = "Option<crate::wire::ErrorInfoSchema>")]
     pub save_error: Option<ErrorInfo>,
 }
 
@@ -120,7 +118,6 @@ pub struct SessionResult {
     pub started: bool,
     /// Other notebooks (workspace-relative) bound to the same session.
     pub shared_with: Vec<String>,
-    #[schemars(with = "crate::wire::RuntimeStatusSchema")]
     pub status: RuntimeStatus,
 }
 

@@ -82,6 +82,7 @@ impl Default for SpoolLimits {
 
 /// Which output stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum StreamName {
     Stdout,
@@ -106,6 +107,7 @@ impl StreamName {
 
 /// One page of a spooled stream.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Page {
     pub stream: StreamName,
     /// The regular expression lines were filtered by, if any.
@@ -126,6 +128,7 @@ pub struct Page {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct PageLine {
     pub line: u64,
     pub text: String,
