@@ -30,14 +30,14 @@ pub use ipython_mcp_output::{
     Withheld, BINARY_IMAGE_TYPES, MAX_RECORDS, SVG_TYPE,
 };
 pub use manager::{KernelManager, Listing, ManagerError, SessionId, StartSpec};
-pub use session::{
-    ExecuteArgs, HelperCall, HelperOutput, Interrupted, Outcome, Progress, RemoteKernel,
-    SessionHandle, SessionOptions,
-};
 /// Scripted fake kernels for other crates' tests (the `test-support` feature; never in a
 /// release build).
 #[cfg(feature = "test-support")]
-pub use session::{FakeBehaviour, FakeKernels};
+pub use session::fake::{FakeBehaviour, FakeKernels};
+pub use session::handle::{Interrupted, SessionHandle};
+pub use session::{
+    ExecuteArgs, HelperCall, HelperOutput, Outcome, Progress, RemoteKernel, SessionOptions,
+};
 pub use status::{
     EnvironmentStatus, KernelDescription, RemoteDescription, RuntimeStatus, SessionState,
 };

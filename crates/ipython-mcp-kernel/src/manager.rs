@@ -18,7 +18,8 @@ use ipython_mcp_config::KernelLimits;
 use ipython_mcp_jupyter::kernelspec::{self, KernelSpec, VenvError};
 use tokio::time::Instant;
 
-use crate::session::{RemoteKernel, SessionHandle, SessionOptions};
+use crate::session::handle::SessionHandle;
+use crate::session::{RemoteKernel, SessionOptions};
 use crate::status::SessionState;
 
 /// Longest session id.
@@ -621,7 +622,7 @@ impl KernelManager {
     pub fn with_fake_kernels(
         template: SessionOptions,
         limits: ipython_mcp_config::KernelLimits,
-        kernels: &crate::session::FakeKernels,
+        kernels: &crate::session::fake::FakeKernels,
     ) -> KernelManager {
         let default = SessionOptions {
             kernel_id: SessionId::DEFAULT.to_owned(),

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use crate::bound::{self, JsonLimits, MAX_FIT_PENDING_BYTES};
 use crate::output::{media_map, Code, DisplayItem, ErrorInfo, Truncated, Withheld};
 use crate::payload;
-use crate::sink::{Kept, TerminalSink};
+use crate::terminal::{Kept, TerminalSink};
 
 /// Characters of the latest output line kept for progress notifications.
 const LATEST_LINE_CHARS: usize = 200;
@@ -39,7 +39,7 @@ pub(crate) struct SpoolCount {
     pub dropped_bytes: u64,
 }
 
-/// One stream's kept view, as the helper's sink made it (see `sink::Kept`).
+/// One stream's kept view, as the helper's sink made it (see `terminal::Kept`).
 #[derive(Debug, Clone, Deserialize)]
 pub(crate) struct StreamReport {
     pub text: String,

@@ -4,7 +4,7 @@
 //!
 //! Modules import one way, from the top down: `executions` (the records a session keeps, the
 //! server-side spool writer, paging) takes from `collect` and `transcript`; `collect` from
-//! `payload`, `bound` and `sink`; `payload` from `bound`, `raster` and `rich`; `transcript` from
+//! `payload`, `bound` and `terminal`; `payload` from `bound`, `raster` and `rich`; `transcript` from
 //! `spool`. At the bottom, `output` is the shared vocabulary (the result shape, [`Withheld`],
 //! [`SpoolInfo`], mime bundles) that any of them may use and that uses none of them.
 //!
@@ -31,8 +31,8 @@ pub mod output;
 pub mod payload;
 pub mod raster;
 pub mod rich;
-mod sink;
 pub mod spool;
+mod terminal;
 pub mod transcript;
 
 pub use bound::{base64_decoded_len, BINARY_IMAGE_TYPES, SVG_TYPE};
@@ -41,5 +41,5 @@ pub use output::{
     Code, DisplayItem, ErrorInfo, ExecutionId, ExecutionOutput, ExecutionStatus, Interruption,
     NamespaceOutcome, RuntimeInfo, SpoolInfo, Truncated, Withheld,
 };
-pub use sink::{Kept, TerminalSink};
+pub use terminal::{Kept, TerminalSink};
 pub use transcript::SavedOutputs;

@@ -1,7 +1,7 @@
 """Output sinks: the terminal model of a stream, the bounded stream capture, the output log.
 
 ``TerminalSink`` is what a Jupyter front end shows for one stream, in O(limit) memory (the
-server's ``sink.rs`` is the same model, checked against the same cases). ``StreamChannel``
+server's ``terminal.rs`` (output crate) is the same model, checked against the same cases). ``StreamChannel``
 puts one in front of each ipykernel ``OutStream`` and forwards only a raw budget of characters
 per execution, spooling the full text. ``OutputLog`` records every output unbounded, for
 notebook saving.

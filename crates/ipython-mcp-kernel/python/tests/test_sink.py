@@ -1,5 +1,5 @@
 """Tests of the helper's terminal sink (``sink.TerminalSink``), against an unbounded reference
-model and the cases shared with the server's ``sink.rs`` (``sink_cases.json``).
+model and the cases shared with the server's ``terminal.rs`` (output crate) (``sink_cases.json``).
 
 Run from the workspace root:  python -m pytest crates/ipython-mcp-kernel/python/tests -q
 """

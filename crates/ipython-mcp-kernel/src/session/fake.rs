@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::actor::supervise;
+use super::handle::SessionHandle;
 use super::transport::{KernelTransport, Launcher, Running};
 use super::*;
 use crate::status::KernelDescription;
@@ -480,6 +481,7 @@ fn libc_sigkill() -> i32 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::handle::Interrupted;
     use super::FakeBehaviour as Behaviour;
     use super::*;
     use crate::status::SessionState;

@@ -28,8 +28,8 @@
 
 mod actor;
 #[cfg(any(test, feature = "test-support"))]
-mod fake;
-mod handle;
+pub(crate) mod fake;
+pub(crate) mod handle;
 pub mod helper;
 mod operation;
 mod outcome;
@@ -42,9 +42,6 @@ mod transport;
 
 pub(crate) use transport::KernelTransport;
 
-#[cfg(feature = "test-support")]
-pub use fake::{FakeBehaviour, FakeKernels};
-pub use handle::{Interrupted, SessionHandle};
 use transport::Launcher;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};

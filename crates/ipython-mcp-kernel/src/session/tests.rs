@@ -1,5 +1,6 @@
 //! Admission logic with paused time and no kernel: the test plays the actor.
 use super::actor::{supervise, SPOOL_FLUSH_WAIT};
+use super::handle::{Interrupted, SessionHandle};
 use super::prepare::Local;
 use super::*;
 use crate::status::SessionState;

@@ -78,7 +78,7 @@ pub fn read_page(
                 budget = 0;
                 continue;
             }
-            let kept = crate::sink::Kept::of(&text, budget, head_chars);
+            let kept = crate::terminal::Kept::of(&text, budget, head_chars);
             text = kept.render(request.stream.suffix(), None);
             page.truncated = true;
         }
