@@ -189,7 +189,30 @@ pub(crate) async fn install(
     waiter
         .silent_execute(install_code(limits, namespace, spool, history_batch_cells))
         .await?;
+    let comm_id = open_comm(&waiter).await?;
+    let info = install_info(&waiter, &comm_id).await?;
+    // Preloads and aliases that failed to import make the kernel unusable as configured.
+    if let Some(details) = namespace_errors(&info) {
+        return Err(InstallError::Namespace { details });
+    }
+    let fact = |key: &str| {
+        let text = info
+            .get("result")
+            .and_then(|result| result.get(key))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        ipython_mcp_text::shorten(text, MAX_FACT_CHARS)
+    };
+    Ok(Installed {
+        executable: fact("executable"),
+        ipykernel_version: fact("ipykernel"),
+        working_dir: fact("working_dir"),
+        comm_id,
+    })
+}
 
+/// Opens the helper's comm and waits for its `ready`; returns the comm's id.
+async fn open_comm(waiter: &Waiter<'_>) -> Result<String, InstallError> {
     let comm_id = uuid::Uuid::new_v4().to_string();
     let open = CommOpen {
         comm_id: CommId(comm_id.clone()),
@@ -203,12 +226,15 @@ pub(crate) async fn install(
                 if message.comm_id.0 == comm_id && message.data.get("event").and_then(Value::as_str) == Some("ready"))
         })
         .await?;
+    Ok(comm_id)
+}
 
-    // Preloads and aliases that failed to import make the kernel unusable as configured.
+/// The helper's `install_info` answer: the kernel's facts and the namespace setup's errors.
+async fn install_info(waiter: &Waiter<'_>, comm_id: &str) -> Result<Value, InstallError> {
     let request_id = uuid::Uuid::new_v4().to_string();
     let data = json!({"id": request_id, "method": "install_info", "params": {}});
     let message = CommMsg {
-        comm_id: CommId(comm_id.clone()),
+        comm_id: CommId(comm_id.to_owned()),
         data: data.as_object().cloned().unwrap_or_default(),
     };
     let mut info = Value::Null;
@@ -227,46 +253,36 @@ pub(crate) async fn install(
             },
         )
         .await?;
+    Ok(info)
+}
+
+/// The modules the namespace setup could not import, one line, if any.
+fn namespace_errors(info: &Value) -> Option<String> {
     let errors = info
         .get("result")
         .and_then(|result| result.get("namespace_errors"))
-        .and_then(Value::as_array);
-    if let Some(errors) = errors.filter(|errors| !errors.is_empty()) {
-        let details = errors
-            .iter()
-            .map(|error| {
-                let field = |key: &str| {
-                    error
-                        .get(key)
-                        .and_then(Value::as_str)
-                        .unwrap_or("?")
-                        .to_owned()
-                };
-                format!(
-                    "{} ({}: {})",
-                    field("module"),
-                    field("code"),
-                    field("message")
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; ");
-        return Err(InstallError::Namespace { details });
-    }
-    let fact = |key: &str| {
-        let text = info
-            .get("result")
-            .and_then(|result| result.get(key))
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        ipython_mcp_text::shorten(text, MAX_FACT_CHARS)
-    };
-    Ok(Installed {
-        executable: fact("executable"),
-        ipykernel_version: fact("ipykernel"),
-        working_dir: fact("working_dir"),
-        comm_id,
-    })
+        .and_then(Value::as_array)
+        .filter(|errors| !errors.is_empty())?;
+    let details = errors
+        .iter()
+        .map(|error| {
+            let field = |key: &str| {
+                error
+                    .get(key)
+                    .and_then(Value::as_str)
+                    .unwrap_or("?")
+                    .to_owned()
+            };
+            format!(
+                "{} ({}: {})",
+                field("module"),
+                field("code"),
+                field("message")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    Some(details)
 }
 
 /// The longest kernel fact (a path, a version) kept from the helper's answer.
