@@ -9,32 +9,9 @@ use ipython_mcp_output::output::{ExecutionStatus, Interruption, NamespaceOutcome
 
 pub(super) fn options(max_pending: usize, queue_wait: Duration) -> SessionOptions {
     SessionOptions {
-        kernel_id: "test".into(),
-        limits: OutputLimits::default(),
-        timeouts: Timeouts::default(),
-        max_json_items: 100,
         max_pending,
         queue_wait_timeout: queue_wait,
-        spare_kernels: 0,
-        namespace: Default::default(),
-        resolver: Resolver {
-            explicit_python: None,
-            virtual_env: None,
-            working_dir: std::env::temp_dir(),
-            path_var: None,
-            cache_dir: std::env::temp_dir(),
-            install_timeout: Duration::from_secs(1),
-            named: None,
-        },
-        spool: SpoolLimits {
-            max_execution_bytes: 0,
-            max_total_bytes: 1,
-            ..SpoolLimits::default()
-        },
-        kernel_spec: None,
-        jupyter: None,
-        remote: None,
-        working_dir: None,
+        ..super::fake::FakeKernels::session_options("test")
     }
 }
 
