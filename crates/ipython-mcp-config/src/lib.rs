@@ -17,6 +17,7 @@ mod jupyter;
 mod limits;
 mod namespace;
 mod parse;
+mod principals;
 mod redact;
 mod settings;
 mod surface;
@@ -30,6 +31,10 @@ pub use limits::{
     KernelLimits, OutputLimits, QueueLimits, Spares, SpoolBounds, Timeouts, ToolLimits,
 };
 pub use namespace::Namespace;
+pub use principals::{
+    parse_principals, Credential, Principal, PrincipalName, PrincipalsError, Quotas,
+    MAX_PRINCIPAL_NAME_CHARS,
+};
 pub use redact::Redactor;
 pub use settings::*;
 pub use surface::{StructuredOutput, Toolsets};

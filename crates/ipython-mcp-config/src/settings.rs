@@ -148,6 +148,8 @@ settings! {
         "Bearer token every HTTP request must carry (at least 16 characters, no spaces); without it or a token file, one is generated and printed to stderr");
     HTTP_TOKEN_FILE = ("http_token_file", "IPYTHON_MCP_HTTP_TOKEN_FILE", "http-token-file", "none", Value, "PATH",
         "File whose first line is the bearer token (keeps it out of the environment and the process list)");
+    HTTP_PRINCIPALS_FILE = ("http_principals_file", "IPYTHON_MCP_HTTP_PRINCIPALS_FILE", "http-principals-file", "none", Value, "PATH",
+        "File of principals, one per line: NAME TOKEN (or NAME sha256:HEX) [max_kernels=N] [max_pending_operations=N]; each gets their own kernels, tools and notebooks; re-read on SIGHUP");
     HTTP_ALLOWED_ORIGINS = ("http_allowed_origins", "IPYTHON_MCP_HTTP_ALLOWED_ORIGINS", "http-allowed-origins", "loopback", Value, "ORIGINS",
         "Comma-separated browser origins allowed to call the HTTP transport (scheme://host:port, :* for any port); requests from other origins get 403; the default allows http(s)://localhost, 127.0.0.1 and [::1] on any port");
     HTTP_ALLOWED_HOSTS = ("http_allowed_hosts", "IPYTHON_MCP_HTTP_ALLOWED_HOSTS", "http-allowed-hosts", "loopback", Value, "HOSTS",

@@ -80,7 +80,10 @@ pub enum TokenSource {
     Given(Token),
     /// `IPYTHON_MCP_HTTP_TOKEN_FILE`: read (and checked with [`Token::parse`]) by the binary.
     File(PathBuf),
-    /// Neither: the server generates one and prints it once.
+    /// `IPYTHON_MCP_HTTP_PRINCIPALS_FILE`: one token per principal, each principal with its
+    /// own sessions (read and checked by the binary, and re-read on SIGHUP).
+    Principals(PathBuf),
+    /// None of these: the server generates one and prints it once.
     Generate,
 }
 
@@ -176,22 +179,7 @@ pub(crate) fn http(raw: &RawConfig) -> Result<Http, Error> {
             format!("must be a TCP port (0 to 65535), got {:?}", bounded(port)),
         )
     })?;
-    let token = match (raw.get(HTTP_TOKEN), raw.get(HTTP_TOKEN_FILE)) {
-        (Some(_), Some(_)) => {
-            return Err(invalid(
-                HTTP_TOKEN,
-                format!("set either it or {}, not both", HTTP_TOKEN_FILE.env),
-            ))
-        }
-        (Some(text), None) => {
-            TokenSource::Given(Token::parse(text).map_err(|problem| invalid(HTTP_TOKEN, problem))?)
-        }
-        (None, Some(_)) => match path(raw, HTTP_TOKEN_FILE)? {
-            Some(file) => TokenSource::File(file),
-            None => TokenSource::Generate,
-        },
-        (None, None) => TokenSource::Generate,
-    };
+    let token = token_source(raw)?;
     let list = |text: Option<&str>| -> Vec<String> {
         text.into_iter()
             .flat_map(|text| text.split(','))
@@ -232,4 +220,35 @@ pub(crate) fn http(raw: &RawConfig) -> Result<Http, Error> {
         allowed_hosts,
         allow_remote,
     })
+}
+
+/// Where the bearer tokens come from: at most one of the three settings.
+fn token_source(raw: &RawConfig) -> Result<TokenSource, Error> {
+    let given: Vec<Setting> = [HTTP_TOKEN, HTTP_TOKEN_FILE, HTTP_PRINCIPALS_FILE]
+        .into_iter()
+        .filter(|setting| raw.get(*setting).is_some())
+        .collect();
+    if let [first, second, ..] = given[..] {
+        return Err(Error::Invalid {
+            env: first.env,
+            flag: first.flag,
+            problem: format!("set either it or {}, not both", second.env),
+        });
+    }
+    if let Some(text) = raw.get(HTTP_TOKEN) {
+        return Token::parse(text)
+            .map(TokenSource::Given)
+            .map_err(|problem| Error::Invalid {
+                env: HTTP_TOKEN.env,
+                flag: HTTP_TOKEN.flag,
+                problem,
+            });
+    }
+    if let Some(file) = path(raw, HTTP_TOKEN_FILE)? {
+        return Ok(TokenSource::File(file));
+    }
+    if let Some(file) = path(raw, HTTP_PRINCIPALS_FILE)? {
+        return Ok(TokenSource::Principals(file));
+    }
+    Ok(TokenSource::Generate)
 }

@@ -429,7 +429,8 @@ impl KernelManager {
     }
 
     /// Starts a session (in the background; it is `starting` until its kernel is ready), its
-    /// kernels in `working_dir`, else in the spec's project, else in the server's directory.
+    /// kernels in `working_dir`, else in the spec's project, else in the template's directory
+    /// (a principal's workspace), else in the server's directory.
     pub fn start(
         &self,
         spec_text: &str,
@@ -471,7 +472,9 @@ impl KernelManager {
         };
         let mut options = template.clone();
         options.kernel_id = id.to_string();
-        options.working_dir = working_dir.or_else(|| spec.project().map(Path::to_owned));
+        options.working_dir = working_dir
+            .or_else(|| spec.project().map(Path::to_owned))
+            .or_else(|| template.working_dir.clone());
         spec.apply(&mut options);
         let handle = (self.inner.starter)(options);
         entries.insert(

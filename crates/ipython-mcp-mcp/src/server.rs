@@ -17,11 +17,19 @@ use crate::schema;
 use crate::state::ServerState;
 use crate::surface::{toolset_of, IMAGE_TOOLS};
 
-impl IpythonMcp {
-    /// The server; built once per process, and cloned into each connection (HTTP serves many,
-    /// stdio one), which shares `state`.
-    pub fn new(state: ServerState, config: Arc<Config>) -> Self {
-        let stable_names = Self::offered_tools(
+/// What every server of one process shares, made once from the configuration: the built-in
+/// tools' router and the configuration. Each [`IpythonMcp`] is one of these over a state.
+#[derive(Clone)]
+pub struct Blueprint {
+    config: Arc<Config>,
+    tool_router: Arc<ToolRouter<IpythonMcp>>,
+    /// The names of every built-in tool, offered or not (never available to dynamic tools).
+    stable_names: Arc<[String]>,
+}
+
+impl Blueprint {
+    pub fn new(config: Arc<Config>) -> Blueprint {
+        let stable_names = IpythonMcp::offered_tools(
             &ipython_mcp_config::Toolsets::default(),
             StructuredOutput::default(),
         )
@@ -29,15 +37,43 @@ impl IpythonMcp {
         .into_iter()
         .map(|tool| tool.name.into_owned())
         .collect();
-        IpythonMcp {
-            state,
-            tool_router: Arc::new(Self::offered_tools(
+        Blueprint {
+            tool_router: Arc::new(IpythonMcp::offered_tools(
                 &config.toolsets,
                 config.structured_output,
             )),
             config,
             stable_names,
         }
+    }
+
+    /// A server over `state`, sharing this blueprint's router.
+    pub fn server(&self, state: ServerState) -> IpythonMcp {
+        self.server_with(state, Arc::clone(&self.config))
+    }
+
+    /// A server over `state` whose settings are `config` (a principal's: their quotas and
+    /// workspace), sharing this blueprint's router, which no setting it may change affects.
+    pub fn server_with(&self, state: ServerState, config: Arc<Config>) -> IpythonMcp {
+        IpythonMcp {
+            state,
+            tool_router: Arc::clone(&self.tool_router),
+            config,
+            stable_names: Arc::clone(&self.stable_names),
+        }
+    }
+
+    /// A built-in tool as offered (a dynamic tool needs its owner's state).
+    pub(crate) fn built_in_tool(&self, name: &str) -> Option<rmcp::model::Tool> {
+        self.tool_router.get(name).cloned()
+    }
+}
+
+impl IpythonMcp {
+    /// The server; built once per process, and cloned into each connection (HTTP serves many,
+    /// stdio one), which shares `state`.
+    pub fn new(state: ServerState, config: Arc<Config>) -> Self {
+        Blueprint::new(config).server(state)
     }
 
     /// The built-in tools, less the toolsets the configuration leaves out, with the output
@@ -227,9 +263,9 @@ fn unknown_task(id: &str) -> rmcp::ErrorData {
     )
 }
 
-#[tool_handler(router = self.tool_router)]
-impl ServerHandler for IpythonMcp {
-    fn get_info(&self) -> ServerConfig {
+impl IpythonMcp {
+    /// What `initialize` (and `server/discover`) answers: the same for every principal.
+    pub(crate) fn info() -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_resources()
@@ -244,6 +280,13 @@ impl ServerHandler for IpythonMcp {
 persists across calls. Output is bounded; results say exactly what was omitted. Use `runtime_status` \
 to check the kernel without running code. This is not a sandbox: code runs with the user's permissions.",
             )
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for IpythonMcp {
+    fn get_info(&self) -> ServerConfig {
+        IpythonMcp::info()
     }
 
     async fn list_tools(

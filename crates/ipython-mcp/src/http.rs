@@ -2,14 +2,16 @@
 //!
 //! Security model, outermost first:
 //! 1. The listener binds loopback unless the user passed `--allow-remote` (checked in config).
-//! 2. Every request needs `Authorization: Bearer <token>` ([`bearer`], constant-time compare);
-//!    anything else is 401, whatever the path.
+//! 2. Every request needs `Authorization: Bearer <token>`: the one token ([`bearer`]), or a
+//!    principal's from the principals file (`principals::authenticate`), compared in constant
+//!    time; anything else is 401, whatever the path.
 //! 3. rmcp checks `Host` against the allowed hosts (DNS rebinding) and `Origin` against the
 //!    allowed origins (a browser page elsewhere); both answer 403.
 //!
-//! Every HTTP session gets its own handler from the factory, but all of them share the one
-//! [`ServerState`] (so every client sees the `default` kernel) and its one `Peers` list (so
-//! `tools/list_changed` reaches every client of both protocol families).
+//! With one token, every HTTP session's handler shares the one [`ServerState`] (so every
+//! client sees the `default` kernel) and its one `Peers` list (so `tools/list_changed`
+//! reaches every client of both protocol families). With a principals file, each principal
+//! has a state of their own, chosen on every call from that call's credentials.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -23,7 +25,7 @@ use axum::response::{IntoResponse as _, Response};
 use axum::serve::ListenerExt as _;
 use axum::Router;
 use ipython_mcp_config::{Config, Token, TokenSource};
-use ipython_mcp_mcp::{fixtures, IpythonMcp, ServerState};
+use ipython_mcp_mcp::{fixtures, IpythonMcp, Principals, ServerState};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use subtle::ConstantTimeEq as _;
@@ -36,33 +38,57 @@ use crate::test_mode::TestMode;
 /// close its kernels and exit anyway.
 const DRAIN: Duration = Duration::from_secs(3);
 
-/// The token to require, and whether the server made it up (then it is printed once).
-pub struct Credentials {
-    pub token: Token,
-    pub generated: bool,
+/// Who may send requests: the holder of one token, or the principals of a file.
+pub enum Credentials {
+    /// One token (given, from a file, or made up by the server: then it is printed once).
+    Token { token: Token, generated: bool },
+    /// The principals file, read and checked at start (and again on SIGHUP).
+    Principals {
+        path: std::path::PathBuf,
+        principals: Vec<ipython_mcp_config::Principal>,
+    },
 }
 
-/// Resolves the bearer token before anything starts, so a bad token file is a one-line
-/// configuration error (exit 2), like every other bad setting.
+/// Resolves the bearer tokens before anything starts, so a bad token or principals file is a
+/// one-line configuration error (exit 2), like every other bad setting.
 pub fn credentials(source: &TokenSource) -> Result<Credentials, String> {
     match source {
-        TokenSource::Given(token) => Ok(Credentials {
+        TokenSource::Given(token) => Ok(Credentials::Token {
             token: token.clone(),
             generated: false,
         }),
-        TokenSource::File(path) => Ok(Credentials {
+        TokenSource::File(path) => Ok(Credentials::Token {
             token: read_token_file(ipython_mcp_config::HTTP_TOKEN_FILE, path, Token::parse)?,
             generated: false,
+        }),
+        TokenSource::Principals(path) => Ok(Credentials::Principals {
+            path: path.clone(),
+            principals: crate::principals::read_file(path)?,
         }),
         TokenSource::Generate => {
             let mut random = [0u8; 32];
             getrandom::fill(&mut random)
                 .map_err(|error| format!("cannot generate a bearer token: {error}"))?;
-            Ok(Credentials {
+            Ok(Credentials::Token {
                 token: Token::generated(&random),
                 generated: true,
             })
         }
+    }
+}
+
+/// Warns once when other users can read a file holding secrets.
+pub fn warn_if_readable_by_others(path: &std::path::Path) {
+    let readable_by_others = std::fs::metadata(path)
+        .map(|metadata| {
+            std::os::unix::fs::PermissionsExt::mode(&metadata.permissions()) & 0o077 != 0
+        })
+        .unwrap_or(false);
+    if readable_by_others {
+        eprintln!(
+            "ipython-mcp: warning: {} can be read by other users; chmod 600 it",
+            path.display()
+        );
     }
 }
 
@@ -81,17 +107,7 @@ pub fn read_token_file(
             path.display()
         )
     })?;
-    let readable_by_others = std::fs::metadata(path)
-        .map(|metadata| {
-            std::os::unix::fs::PermissionsExt::mode(&metadata.permissions()) & 0o077 != 0
-        })
-        .unwrap_or(false);
-    if readable_by_others {
-        eprintln!(
-            "ipython-mcp: warning: {} can be read by other users; chmod 600 it",
-            path.display()
-        );
-    }
+    warn_if_readable_by_others(path);
     let first_line = text.lines().next().unwrap_or_default();
     parse(first_line).map_err(|problem| {
         format!(
@@ -103,10 +119,33 @@ pub fn read_token_file(
     })
 }
 
+/// What the HTTP transport serves.
+pub enum Served {
+    /// One state every client shares, behind one token (or none, in a test mode that says so).
+    Shared {
+        state: ServerState,
+        token: Option<(Token, bool)>,
+    },
+    /// A state per principal of the principals file.
+    PerPrincipal {
+        principals: Principals,
+        gate: Arc<crate::principals::Gate>,
+    },
+}
+
+impl Served {
+    /// Closes every session (see `ServerState::shutdown`).
+    async fn shutdown(&self) {
+        match self {
+            Served::Shared { state, .. } => state.shutdown().await,
+            Served::PerPrincipal { principals, .. } => principals.shutdown().await,
+        }
+    }
+}
+
 pub async fn run(
     config: Arc<Config>,
-    state: ServerState,
-    credentials: Option<Credentials>,
+    served: Served,
     test_mode: TestMode,
 ) -> anyhow::Result<ExitCode> {
     let http = &config.http;
@@ -114,7 +153,7 @@ pub async fn run(
         Ok(listener) => listener,
         Err(error) => {
             // The default kernel is already starting: close it before giving up.
-            state.shutdown().await;
+            served.shutdown().await;
             let address = SocketAddr::new(http.host, http.port);
             return Err(anyhow::anyhow!("cannot listen on {address}: {error}"));
         }
@@ -129,22 +168,40 @@ pub async fn run(
         .with_allowed_origins(http.allowed_origins.clone())
         // An empty origin list rejects every browser origin instead of allowing all.
         .enforce_origin_validation();
-    // Built once: every session's handler is a clone sharing the state and the tool router.
-    let product = {
-        let server = IpythonMcp::new(state.clone(), Arc::clone(&config));
-        move || server.clone()
-    };
-    let mcp = if test_mode.fixtures() {
-        mcp_router(move || fixtures::wrap(product()), service_config)
-    } else {
-        mcp_router(product, service_config)
-    };
-    let app = match &credentials {
-        Some(credentials) => mcp.layer(axum::middleware::from_fn_with_state(
-            Arc::new(credentials.token.clone()),
-            bearer,
-        )),
-        None => mcp,
+    let http_sessions = Arc::new(LocalSessionManager::default());
+    let app = match &served {
+        Served::Shared { state, token } => {
+            // Built once: every session's handler is a clone sharing the state and the router.
+            let product = {
+                let server = IpythonMcp::new(state.clone(), Arc::clone(&config));
+                move || server.clone()
+            };
+            let mcp = if test_mode.fixtures() {
+                let product = move || fixtures::wrap(product());
+                mcp_router(product, Arc::clone(&http_sessions), service_config)
+            } else {
+                mcp_router(product, Arc::clone(&http_sessions), service_config)
+            };
+            match token {
+                Some((token, _)) => mcp.layer(axum::middleware::from_fn_with_state(
+                    Arc::new(token.clone()),
+                    bearer,
+                )),
+                None => mcp,
+            }
+        }
+        Served::PerPrincipal { principals, gate } => {
+            let principals = principals.clone();
+            mcp_router(
+                move || principals.clone(),
+                Arc::clone(&http_sessions),
+                service_config,
+            )
+            .layer(axum::middleware::from_fn_with_state(
+                Arc::clone(gate),
+                crate::principals::authenticate,
+            ))
+        }
     };
 
     // Printed (not logged) so that it shows whatever the log filter, and so that the token,
@@ -157,25 +214,28 @@ pub async fn run(
             ipython_mcp_config::HTTP_ALLOWED_HOSTS.env
         );
     }
-    match &credentials {
-        Some(credentials) if credentials.generated => eprintln!(
+    match &served {
+        Served::Shared { token: Some((token, true)), .. } => eprintln!(
             "ipython-mcp: clients must send the header 'Authorization: Bearer {}' (generated for this run; set {} or {} to choose one)",
-            credentials.token.expose(),
+            token.expose(),
             ipython_mcp_config::HTTP_TOKEN.env,
             ipython_mcp_config::HTTP_TOKEN_FILE.env
         ),
-        Some(_) => eprintln!("ipython-mcp: clients must send 'Authorization: Bearer <your configured token>'"),
-        None => {}
+        Served::Shared { token: Some(_), .. } => eprintln!("ipython-mcp: clients must send 'Authorization: Bearer <your configured token>'"),
+        Served::Shared { token: None, .. } => {}
+        Served::PerPrincipal { .. } => eprintln!("ipython-mcp: each principal's clients send 'Authorization: Bearer <their token>' (from the principals file; SIGHUP re-reads it)"),
     }
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         %address,
         remote = http.allow_remote,
+        principals = matches!(served, Served::PerPrincipal { .. }),
         "serving MCP over Streamable HTTP"
     );
 
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut hangup = signal(SignalKind::hangup())?;
     // Small JSON-RPC messages: without TCP_NODELAY, Nagle plus delayed ACKs add milliseconds
     // to every round trip.
     let listener = listener.tap_io(|stream| {
@@ -186,15 +246,21 @@ pub async fn run(
     let server =
         axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let mut server = tokio::spawn(std::future::IntoFuture::into_future(server));
-    let failed = tokio::select! {
-        _ = terminate.recv() => { tracing::info!("SIGTERM: shutting down"); None }
-        _ = interrupt.recv() => { tracing::info!("SIGINT: shutting down"); None }
-        ended = &mut server => Some(ended),
+    let failed = loop {
+        tokio::select! {
+            _ = terminate.recv() => { tracing::info!("SIGTERM: shutting down"); break None }
+            _ = interrupt.recv() => { tracing::info!("SIGINT: shutting down"); break None }
+            _ = hangup.recv() => match &served {
+                Served::PerPrincipal { principals, gate } => gate.reload(principals, &http_sessions).await,
+                Served::Shared { .. } => tracing::info!("SIGHUP ignored: no principals file to re-read"),
+            },
+            ended = &mut server => break Some(ended),
+        }
     };
     // Close the kernels while clients are still connected, so they hear why: queued calls end
     // runtime_closed, the running one is interrupted, kernels are terminated. Then stop
     // accepting and end every MCP session and stream (rmcp's token).
-    state.shutdown().await;
+    served.shutdown().await;
     shutdown.cancel();
     match failed {
         Some(Ok(Ok(()))) => Ok(ExitCode::SUCCESS),
@@ -211,38 +277,45 @@ pub async fn run(
 
 fn mcp_router<S>(
     factory: impl Fn() -> S + Send + Sync + 'static,
+    sessions: Arc<LocalSessionManager>,
     config: StreamableHttpServerConfig,
 ) -> Router
 where
     S: rmcp::ServerHandler + Send + 'static,
 {
-    let service = StreamableHttpService::new(
-        move || Ok(factory()),
-        LocalSessionManager::default().into(),
-        config,
-    );
+    let service = StreamableHttpService::new(move || Ok(factory()), sessions, config);
     Router::new().nest_service("/mcp", service)
 }
 
 /// Lets a request through only with the right bearer token (RFC 6750; the scheme name is
 /// case-insensitive). The comparison takes the same time wherever the first difference is.
 async fn bearer(State(token): State<Arc<Token>>, request: Request, next: Next) -> Response {
-    let given = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, credentials)| credentials.trim());
+    let given = bearer_token(&request);
     let authorized =
         given.is_some_and(|given| bool::from(given.as_bytes().ct_eq(token.expose().as_bytes())));
     if authorized {
         return next.run(request).await;
     }
+    unauthorized(&request, given.is_some())
+}
+
+/// The credentials of an `Authorization: Bearer` header, if the request has one.
+pub fn bearer_token(request: &Request) -> Option<&str> {
+    request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, credentials)| credentials.trim())
+}
+
+/// The answer to a request without a token the server accepts (logged without the token).
+pub fn unauthorized(request: &Request, had_credentials: bool) -> Response {
     tracing::info!(
         method = %request.method(),
         path = request.uri().path(),
-        credentials = if given.is_some() { "wrong" } else { "missing" },
+        credentials = if had_credentials { "wrong" } else { "missing" },
         "HTTP request refused: 401"
     );
     (

@@ -9,6 +9,7 @@ mod cli;
 mod doctor;
 mod http;
 mod logging;
+mod principals;
 mod serve;
 mod test_mode;
 
@@ -27,6 +28,8 @@ pub fn main() -> ExitCode {
     // Kernels inherit this process's environment, and user code could print it: the tokens
     // have been read, so they go. (Still single-threaded here, before the runtime starts.)
     std::env::remove_var(ipython_mcp_config::HTTP_TOKEN.env);
+    // Not a token, but it says where the tokens are.
+    std::env::remove_var(ipython_mcp_config::HTTP_PRINCIPALS_FILE.env);
     std::env::remove_var(ipython_mcp_config::JUPYTER_TOKEN.env);
     if let Some(jupyter) = &mut config.jupyter {
         if let ipython_mcp_config::JupyterToken::File(path) = &jupyter.token {

@@ -11,7 +11,8 @@ use ipython_mcp_config::{Config, Transport};
 use ipython_mcp_env::Resolver;
 use ipython_mcp_kernel::{SessionHandle, SessionOptions};
 use ipython_mcp_mcp::{
-    fixtures, IpythonMcp, KernelManager, Peers, ServerState, SessionId, StartSpec,
+    fixtures, Blueprint, IpythonMcp, KernelManager, Peers, Principals, ServerState, SessionId,
+    StartSpec,
 };
 use rmcp::ServiceExt as _;
 use tokio::signal::unix::{signal, SignalKind};
@@ -32,12 +33,37 @@ pub async fn run(
             crate::test_mode::VARIABLE
         );
     }
+    if let Some(crate::http::Credentials::Principals { path, principals }) = credentials {
+        let default_spec = match default_spec(&config).await? {
+            Ok(spec) => spec,
+            Err(code) => return Ok(code),
+        };
+        let gate = Arc::new(crate::principals::Gate::new(path, principals));
+        let make = {
+            let (config, gate) = (Arc::clone(&config), Arc::clone(&gate));
+            move |principal: &ipython_mcp_config::PrincipalName| {
+                let quotas = gate.quotas(principal);
+                principal_sessions(&config, default_spec.clone(), principal, quotas)
+            }
+        };
+        let principals = Principals::new(Blueprint::new(Arc::clone(&config)), Box::new(make));
+        let served = crate::http::Served::PerPrincipal { principals, gate };
+        return crate::http::run(config, served, test_mode).await;
+    }
     let sessions = match start_sessions(&config).await? {
         Ok(sessions) => sessions,
         Err(code) => return Ok(code),
     };
     if config.transport == Transport::Http {
-        return crate::http::run(config, sessions, credentials, test_mode).await;
+        let token = match credentials {
+            Some(crate::http::Credentials::Token { token, generated }) => Some((token, generated)),
+            _ => None,
+        };
+        let served = crate::http::Served::Shared {
+            state: sessions,
+            token,
+        };
+        return crate::http::run(config, served, test_mode).await;
     }
     let product = IpythonMcp::new(sessions.clone(), Arc::clone(&config));
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "serving MCP on stdio");
@@ -51,32 +77,83 @@ pub async fn run(
 /// The default session (starting in the background) and the state every connection shares;
 /// `Err` is the exit status of a configuration error already reported.
 async fn start_sessions(config: &Arc<Config>) -> anyhow::Result<Result<ServerState, ExitCode>> {
-    let options = session_options(config, SessionId::DEFAULT)?;
-    let mut default_options = options.clone();
-    let mut default_spec = None;
-    if let Some(spec) = config.kernel.clone() {
-        // Kernelspecs and venvs are files: read off the async threads.
-        let parsed = tokio::task::spawn_blocking(move || StartSpec::parse(&spec, None)).await?;
-        match parsed {
-            Ok(spec) => {
-                spec.clone().apply(&mut default_options);
-                default_spec = Some(spec);
-            }
-            Err(error) => {
-                let setting = ipython_mcp_config::KERNEL;
-                eprintln!(
-                    "ipython-mcp: invalid configuration: {} (--{}): {error}",
-                    setting.env, setting.flag
-                );
-                return Ok(Err(ExitCode::from(2)));
-            }
+    let default_spec = match default_spec(config).await? {
+        Ok(spec) => spec,
+        Err(code) => return Ok(Err(code)),
+    };
+    let sessions = sessions(
+        config,
+        default_spec,
+        session_options(config, SessionId::DEFAULT)?,
+    );
+    sessions.spawn_reaper();
+    Ok(Ok(sessions))
+}
+
+/// The `--kernel` the default session starts with, checked (kernelspecs and venvs are files,
+/// read off the async threads); `Err` is the exit status of the error already reported.
+pub async fn default_spec(config: &Config) -> anyhow::Result<Result<Option<StartSpec>, ExitCode>> {
+    let Some(spec) = config.kernel.clone() else {
+        return Ok(Ok(None));
+    };
+    match tokio::task::spawn_blocking(move || StartSpec::parse(&spec, None)).await? {
+        Ok(spec) => Ok(Ok(Some(spec))),
+        Err(error) => {
+            let setting = ipython_mcp_config::KERNEL;
+            eprintln!(
+                "ipython-mcp: invalid configuration: {} (--{}): {error}",
+                setting.env, setting.flag
+            );
+            Ok(Err(ExitCode::from(2)))
         }
+    }
+}
+
+/// A kernel manager whose `default` session starts now (in the background), and the state
+/// over it; sessions started later are made from `options`.
+fn sessions(
+    config: &Config,
+    default_spec: Option<StartSpec>,
+    options: SessionOptions,
+) -> ServerState {
+    let mut default_options = options.clone();
+    if let Some(spec) = &default_spec {
+        spec.clone().apply(&mut default_options);
     }
     let default = SessionHandle::start(default_options);
     let kernels = KernelManager::with_template(default, options, default_spec, config.kernels);
-    let sessions = ServerState::new(kernels, config, Peers::default());
-    sessions.spawn_reaper();
-    Ok(Ok(sessions))
+    ServerState::new(kernels, config, Peers::default())
+}
+
+/// A principal's own sessions (see `Principals`): the server's settings with the principal's
+/// quotas, their notebooks and kernels in their own directory under the workspace root.
+pub fn principal_sessions(
+    config: &Config,
+    default_spec: Option<StartSpec>,
+    principal: &ipython_mcp_config::PrincipalName,
+    quotas: ipython_mcp_config::Quotas,
+) -> Result<(ServerState, Arc<Config>), String> {
+    let root = match &config.workspace_root {
+        Some(root) => root.clone(),
+        None => {
+            std::env::current_dir().map_err(|error| format!("no working directory: {error}"))?
+        }
+    };
+    let workspace = root.join(principal.as_str());
+    std::fs::create_dir_all(&workspace)
+        .map_err(|error| format!("cannot create {}: {error}", workspace.display()))?;
+    let mut config = config.clone();
+    config.workspace_root = Some(workspace.clone());
+    if let Some(max) = quotas.max_kernels {
+        config.kernels.max_kernels = max;
+    }
+    if let Some(max) = quotas.max_pending_operations {
+        config.queue.max_pending = max;
+    }
+    let mut options =
+        session_options(&config, SessionId::DEFAULT).map_err(|error| format!("{error:#}"))?;
+    options.working_dir = Some(workspace);
+    Ok((sessions(&config, default_spec, options), Arc::new(config)))
 }
 
 /// `--json-lines`: the desktop protocol on stdin and stdout instead of MCP. End of input (or

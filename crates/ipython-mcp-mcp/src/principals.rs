@@ -1,0 +1,256 @@
+//! Principals: one server, many people. Over HTTP with a principals file, every principal gets
+//! a server of their own (an [`IpythonMcp`] over its own [`ServerState`]: kernels, dynamic
+//! tools, notebook workspace, tasks, clients to notify), made at their first request.
+//!
+//! Ownership is checked on every call, from the credentials of that call's HTTP request (the
+//! transport's authentication puts a [`Caller`] into the request's extensions), never from a
+//! protocol session: handshake-era clients and stateless 2026-07-28 clients get the same
+//! isolation, and a session id of another principal's names nothing here, since each
+//! principal's state only holds its own.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use ipython_mcp_config::PrincipalName;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CancelTaskParams, GetTaskParams, GetTaskResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ServerConfig, SubscriptionFilter, Tool,
+};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use tracing::Instrument as _;
+
+use crate::handler::IpythonMcp;
+use crate::server::Blueprint;
+use crate::state::ServerState;
+
+/// Who sent an HTTP request, as the transport's authentication established it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub principal: PrincipalName,
+}
+
+/// Makes a principal's state at their first request, with the settings it was made from
+/// (their own kernel manager, workspace and quotas: the binary knows how).
+pub type StateFactory = dyn Fn(&PrincipalName) -> Result<(ServerState, Arc<ipython_mcp_config::Config>), String>
+    + Send
+    + Sync
+    + 'static;
+
+/// Every principal's server, made on first use. Cloning shares them.
+#[derive(Clone)]
+pub struct Principals {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// The built-in tools and configuration every principal's server shares.
+    blueprint: Blueprint,
+    make: Box<StateFactory>,
+    servers: Mutex<HashMap<PrincipalName, IpythonMcp>>,
+}
+
+impl Principals {
+    pub fn new(blueprint: Blueprint, make: Box<StateFactory>) -> Principals {
+        Principals {
+            inner: Arc::new(Inner {
+                blueprint,
+                make,
+                servers: Mutex::default(),
+            }),
+        }
+    }
+
+    /// The principal's server, made now if this is their first request.
+    fn server(&self, principal: &PrincipalName) -> Result<IpythonMcp, ErrorData> {
+        let mut servers = self.lock();
+        if let Some(server) = servers.get(principal) {
+            return Ok(server.clone());
+        }
+        let (state, config) = (self.inner.make)(principal).map_err(|problem| {
+            tracing::error!(%principal, %problem, "cannot make the principal's sessions");
+            ErrorData::internal_error(format!("cannot start your sessions: {problem}"), None)
+        })?;
+        state.spawn_reaper();
+        let server = self.inner.blueprint.server_with(state, config);
+        servers.insert(principal.clone(), server.clone());
+        tracing::info!(%principal, "first request of a principal: sessions made");
+        Ok(server)
+    }
+
+    /// The server of the request's caller. A request that reached a handler without a caller
+    /// passed no authentication, which the transport never lets happen.
+    fn of(&self, extensions: &rmcp::model::Extensions) -> Result<(IpythonMcp, Caller), ErrorData> {
+        let caller = extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Caller>())
+            .cloned()
+            .ok_or_else(|| {
+                ErrorData::internal_error("request without an authenticated principal", None)
+            })?;
+        Ok((self.server(&caller.principal)?, caller))
+    }
+
+    /// Forgets a principal (removed from the file): their sessions shut down, their kernels
+    /// stop. A later request of the same name starts afresh.
+    pub async fn remove(&self, principal: &PrincipalName) {
+        let removed = self.lock().remove(principal);
+        if let Some(server) = removed {
+            tracing::info!(%principal, "principal removed: closing their sessions");
+            server.state().shutdown().await;
+        }
+    }
+
+    /// Shuts every principal's sessions down, together.
+    pub async fn shutdown(&self) {
+        let servers: Vec<IpythonMcp> = self.lock().drain().map(|(_, server)| server).collect();
+        let mut closing = tokio::task::JoinSet::new();
+        for server in servers {
+            closing.spawn(async move { server.state().shutdown().await });
+        }
+        while closing.join_next().await.is_some() {}
+    }
+
+    /// Marks every principal's sessions as shutting down (see `ServerState::begin_shutdown`).
+    pub fn begin_shutdown(&self) {
+        for server in self.lock().values() {
+            server.state().begin_shutdown();
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PrincipalName, IpythonMcp>> {
+        // Inserts and removes are single map operations: a panic cannot leave it half-done.
+        self.inner
+            .servers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Every log line of a call names its principal (metadata only).
+fn span(caller: &Caller) -> tracing::Span {
+    tracing::info_span!("principal", name = %caller.principal)
+}
+
+impl ServerHandler for Principals {
+    fn get_info(&self) -> ServerConfig {
+        IpythonMcp::info()
+    }
+
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let (server, caller) = self.of(&context.extensions)?;
+        server
+            .list_tools(request, context)
+            .instrument(span(&caller))
+            .await
+    }
+
+    /// Built-in tools only: without a request there is no caller, and a dynamic tool belongs
+    /// to one principal.
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.inner.blueprint.built_in_tool(name)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let (server, caller) = self.of(&context.extensions)?;
+        server
+            .call_tool(request, context)
+            .instrument(span(&caller))
+            .await
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let (server, caller) = self.of(&context.extensions)?;
+        server
+            .get_task(request, context)
+            .instrument(span(&caller))
+            .await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let (server, caller) = self.of(&context.extensions)?;
+        server
+            .cancel_task(request, context)
+            .instrument(span(&caller))
+            .await
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let (server, caller) = self.of(&context.extensions)?;
+        server
+            .list_resources(request, context)
+            .instrument(span(&caller))
+            .await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let (server, caller) = self.of(&context.extensions)?;
+        server
+            .list_resource_templates(request, context)
+            .instrument(span(&caller))
+            .await
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let (server, caller) = self.of(&context.extensions)?;
+        server
+            .read_resource(request, context)
+            .instrument(span(&caller))
+            .await
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        match self.of(&context.extensions) {
+            Ok((server, caller)) => {
+                server
+                    .on_initialized(context)
+                    .instrument(span(&caller))
+                    .await
+            }
+            Err(error) => tracing::warn!(%error.message, "initialized without a principal"),
+        }
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        // As every principal's server does: whatever was asked (rmcp intersects it with what
+        // get_info advertises).
+        Some(requested.clone())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let (server, caller) = self.of(&context.request_context().extensions)?;
+        server.listen(context).instrument(span(&caller)).await
+    }
+}

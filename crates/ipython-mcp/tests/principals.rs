@@ -1,0 +1,354 @@
+//! One server, many people: the real binary over HTTP with a principals file, driven by the
+//! official Python MCP SDK as two principals (one per protocol family) and a second client of
+//! one of them. What one principal defines, starts, registers or writes, the other neither
+//! sees nor reaches; SIGHUP re-reads the file (a rotated token ends the sessions opened with
+//! the old one, a removed principal is refused and their kernels stop); no token ever reaches
+//! the logs.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _};
+use tokio::sync::watch;
+
+const ALICE: &str = "alice-token-0123456789abcdef";
+const ALICE_ROTATED: &str = "alice-rotated-9876543210fedcba";
+const BOB: &str = "bob-token-0123456789abcdef";
+
+fn sha256_hex(token: &str) -> String {
+    ring::digest::digest(&ring::digest::SHA256, token.as_bytes())
+        .as_ref()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+fn write_principals(path: &Path, text: &str) {
+    std::fs::write(path, text).expect("write the principals file");
+    let private = <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o600);
+    std::fs::set_permissions(path, private).expect("chmod 600");
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/principals_client.py")
+}
+
+/// Every line the server wrote to stderr so far, shared with the test as it grows.
+struct Stderr {
+    lines: watch::Receiver<Vec<String>>,
+}
+
+impl Stderr {
+    fn follow(stderr: tokio::process::ChildStderr) -> Stderr {
+        let (sender, lines) = watch::channel(Vec::new());
+        tokio::spawn(async move {
+            let mut reader = tokio::io::BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = reader.next_line().await {
+                sender.send_modify(|lines| lines.push(line));
+            }
+        });
+        Stderr { lines }
+    }
+
+    /// Waits for a line containing `needle` (bounded: the test fails, never hangs) and
+    /// returns it.
+    async fn wait_for(&mut self, needle: &str) -> String {
+        let found = tokio::time::timeout(
+            Duration::from_secs(120),
+            self.lines
+                .wait_for(|lines| lines.iter().any(|line| line.contains(needle))),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("the server never wrote {needle:?}"))
+        .expect("stderr followed");
+        found
+            .iter()
+            .find(|line| line.contains(needle))
+            .cloned()
+            .expect("found")
+    }
+
+    fn all(&self) -> String {
+        self.lines.borrow().join("\n")
+    }
+}
+
+fn is_error(seen: &Value) -> bool {
+    seen["is_error"] == true
+}
+
+fn text(seen: &Value) -> &str {
+    seen["text"].as_str().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn principals_each_get_their_own_kernels_tools_and_notebooks() {
+    let (python, deps) = support::python_with("mcp==2.3.0", "mcp", "mcp-sdk-deps").await;
+    let home = tempfile::tempdir().expect("tempdir");
+    let workspace = home.path().join("workspace");
+    std::fs::create_dir(&workspace).expect("workspace");
+    let file = home.path().join("principals");
+    write_principals(
+        &file,
+        &format!(
+            "# the team\nalice {ALICE}\nbob sha256:{} max_kernels=1\n",
+            sha256_hex(BOB)
+        ),
+    );
+    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_ipython-mcp"))
+        .args(["--transport", "http", "--port", "0"])
+        .env("IPYTHON_MCP_HTTP_PRINCIPALS_FILE", &file)
+        .env("IPYTHON_MCP_WORKSPACE_ROOT", &workspace)
+        .env("IPYTHON_MCP_CACHE_DIR", support::cache_dir())
+        .env("IPYTHON_MCP_LOG", "debug")
+        .env("IPYTHON_MCP_SPARE_KERNELS", "0")
+        .env("IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "120")
+        .env_remove("IPYTHON_MCP_HTTP_TOKEN")
+        .env_remove("VIRTUAL_ENV")
+        .env_remove("IPYTHON_MCP_PYTHON")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn");
+    let mut stderr = Stderr::follow(server.stderr.take().expect("stderr"));
+    let url = stderr
+        .wait_for("ipython-mcp: serving MCP over HTTP at ")
+        .await
+        .split("at ")
+        .last()
+        .expect("url")
+        .trim()
+        .to_owned();
+
+    let mut client = tokio::process::Command::new(&python)
+        .arg(script())
+        .args([&url, ALICE, BOB])
+        .arg(&python)
+        .env("PYTHONPATH", &deps)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run the SDK client");
+    let mut stdin = client.stdin.take().expect("stdin");
+    let mut out = tokio::io::BufReader::new(client.stdout.take().expect("stdout")).lines();
+    let mut phase = async || -> Value {
+        let line = tokio::time::timeout(Duration::from_secs(600), out.next_line())
+            .await
+            .expect("the SDK client reports")
+            .expect("read")
+            .expect("the SDK client printed a phase");
+        serde_json::from_str(&line).unwrap_or_else(|_| panic!("not JSON: {line}"))
+    };
+    let before = phase().await;
+    assert_eq!(before["phase"], "before_reload", "{before}");
+
+    // Each principal has its own `default`.
+    assert!(
+        text(&before["alice_defines"]).contains("alice-only"),
+        "{before}"
+    );
+    assert!(text(&before["bob_looks"]).contains("absent"), "{before}");
+    // Kernels: alice's are hers alone; another principal's is answered like no kernel.
+    assert!(!is_error(&before["alice_start"]), "{before}");
+    assert!(text(&before["alice_list"]).contains("ak"), "{before}");
+    let bob_list = before["bob_list"]["structured"].to_string();
+    assert!(
+        !bob_list.contains("\"ak\""),
+        "bob sees alice's kernel: {bob_list}"
+    );
+    assert!(
+        !before["bob_status"].to_string().contains("\"ak\""),
+        "{before}"
+    );
+    for (theirs, nobodys) in [
+        ("bob_uses_alices_kernel", "bob_uses_no_kernel"),
+        ("bob_stops_alices_kernel", "bob_stops_no_kernel"),
+    ] {
+        assert!(is_error(&before[theirs]), "{theirs}: {before}");
+        let theirs_seen = before[theirs]
+            .to_string()
+            .replace("\\\"ak\\\"", "\\\"zz\\\"");
+        let theirs_seen = theirs_seen.replace("'ak'", "'zz'").replace(" ak", " zz");
+        assert_eq!(
+            theirs_seen,
+            before[nobodys].to_string(),
+            "another principal's kernel must be answered exactly like none"
+        );
+    }
+    // Quotas from the file: bob may have one kernel (his default).
+    assert!(is_error(&before["bob_start"]), "{before}");
+    assert_eq!(
+        before["bob_start"]["structured"]["error"]["code"], "limit_exceeded",
+        "{before}"
+    );
+    // Dynamic tools: alice's, announced to her clients only.
+    assert!(!is_error(&before["alice_registers"]), "{before}");
+    assert_eq!(before["alice_heard_list_changed"], true, "{before}");
+    assert_eq!(before["bob_heard_list_changed"], false, "{before}");
+    let has = |key: &str, tool: &str| {
+        before[key]
+            .as_array()
+            .expect("tool names")
+            .iter()
+            .any(|name| name == tool)
+    };
+    assert!(
+        has("alice_tools", "shout") && !has("bob_tools", "shout"),
+        "{before}"
+    );
+    assert!(text(&before["alice_calls"]).contains("HI"), "{before}");
+    let unknown = |seen: &Value, tool: &str| seen.to_string().replace(tool, "TOOL");
+    assert_eq!(
+        unknown(&before["bob_calls"], "shout"),
+        unknown(&before["bob_calls_unknown"], "nothing_here"),
+        "another principal's tool must be answered exactly like none"
+    );
+    // Notebooks: a directory each under the workspace root.
+    assert!(!is_error(&before["alice_creates"]), "{before}");
+    assert!(workspace.join("alice/mine.ipynb").is_file());
+    assert!(!workspace.join("bob/mine.ipynb").exists());
+    assert!(is_error(&before["bob_reads_alices"]), "{before}");
+    assert_eq!(
+        before["bob_reads_alices"]["structured"]["error"]["code"],
+        before["bob_reads_none"]["structured"]["error"]["code"],
+        "{before}"
+    );
+    assert!(is_error(&before["bob_climbs"]), "{before}");
+    // MCP sessions: another principal's is answered like one that does not exist.
+    assert_eq!(before["bob_names_alices_session"], 404, "{before}");
+    assert_eq!(before["bob_names_no_session"], 404, "{before}");
+    assert_eq!(before["alice_names_her_session"], 200, "{before}");
+    assert_eq!(before["wrong_token_refused"], true, "{before}");
+    assert_eq!(before["no_token_refused"], true, "{before}");
+
+    // SIGHUP: alice's token rotates, bob leaves.
+    write_principals(&file, &format!("alice {ALICE_ROTATED}\n"));
+    let pid = server.id().expect("pid") as i32;
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(pid, libc::SIGHUP) };
+    stderr.wait_for("principals file reloaded").await;
+    stdin
+        .write_all(format!("{ALICE_ROTATED} {BOB}\n").as_bytes())
+        .await
+        .expect("tell the client");
+    stdin.flush().await.expect("flush");
+    let after = phase().await;
+    assert_eq!(after["phase"], "after_reload", "{after}");
+    assert_eq!(after["alice_old_raw_session"], 404, "{after}");
+    assert_eq!(after["old_alice_session_works"], false, "{after}");
+    assert_eq!(after["old_alice_token_refused"], true, "{after}");
+    assert_eq!(after["bob_refused"], true, "{after}");
+    // A rotated token keeps the principal: alice's kernel and its variables are still there.
+    assert!(
+        text(&after["alice_keeps_her_state"]).contains("alice-only"),
+        "{after}"
+    );
+    stderr
+        .wait_for("principal removed: closing their sessions")
+        .await;
+    let status = tokio::time::timeout(Duration::from_secs(600), client.wait())
+        .await
+        .expect("the SDK client ends")
+        .expect("wait");
+    assert!(status.success(), "the SDK client failed");
+
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let status = tokio::time::timeout(Duration::from_secs(60), server.wait())
+        .await
+        .expect("exit after SIGTERM")
+        .expect("wait");
+    assert!(status.success());
+    let logs = stderr.all();
+    for secret in [
+        ALICE,
+        ALICE_ROTATED,
+        BOB,
+        &sha256_hex(BOB),
+        &sha256_hex(ALICE),
+    ] {
+        assert!(!logs.contains(secret), "a token reached the logs");
+    }
+    // Every call's log lines name the principal.
+    let calls: Vec<&str> = logs
+        .lines()
+        .filter(|line| line.contains("tool call"))
+        .collect();
+    assert!(!calls.is_empty(), "no call was logged:\n{logs}");
+    for line in calls {
+        assert!(
+            line.contains("principal{name=alice}") || line.contains("principal{name=bob}"),
+            "a call logged without its principal: {line}"
+        );
+    }
+}
+
+/// Starts the server with this principals file (and this single token, if any), expecting it
+/// to refuse at once.
+fn refused_start(file: &Path, token: Option<&str>) -> std::process::Output {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_ipython-mcp"));
+    command
+        .args(["--transport", "http", "--port", "0"])
+        .env("IPYTHON_MCP_HTTP_PRINCIPALS_FILE", file)
+        .env("IPYTHON_MCP_CACHE_DIR", support::cache_dir())
+        .env_remove("IPYTHON_MCP_HTTP_TOKEN")
+        .stdin(Stdio::null());
+    if let Some(token) = token {
+        command.env("IPYTHON_MCP_HTTP_TOKEN", token);
+    }
+    command.output().expect("run")
+}
+
+#[test]
+fn a_bad_principals_file_stops_the_server_with_one_line_naming_the_line() {
+    let home = tempfile::tempdir().expect("tempdir");
+    let file = home.path().join("principals");
+    let cases = [
+        (
+            format!("alice {ALICE}\nbob bobtooshort\n"),
+            "line 2",
+            "at least 16",
+        ),
+        (
+            format!("alice {ALICE}\nalice {BOB}\n"),
+            "line 2",
+            "named twice",
+        ),
+        ("ali/ce x\n".to_owned(), "line 1", "letters, digits"),
+        ("# nobody\n".to_owned(), "", "names no principal"),
+    ];
+    for (text, line, problem) in cases {
+        write_principals(&file, &text);
+        let output = refused_start(&file, None);
+        assert_eq!(output.status.code(), Some(2), "{text}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "one line: {stderr}");
+        assert!(
+            lines[0].contains("IPYTHON_MCP_HTTP_PRINCIPALS_FILE"),
+            "{stderr}"
+        );
+        assert!(lines[0].contains(&file.display().to_string()), "{stderr}");
+        assert!(
+            lines[0].contains(line) && lines[0].contains(problem),
+            "{stderr}"
+        );
+        assert!(
+            !stderr.contains(ALICE) && !stderr.contains(BOB) && !stderr.contains("bobtooshort"),
+            "a token reached stderr: {stderr}"
+        );
+    }
+    // One token source at a time.
+    write_principals(&file, &format!("alice {ALICE}\n"));
+    let output = refused_start(&file, Some(BOB));
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("not both"), "{stderr}");
+    assert!(!stderr.contains(BOB), "{stderr}");
+}
