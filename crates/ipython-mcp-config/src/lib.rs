@@ -38,4 +38,4 @@ pub use principals::{
 pub use redact::Redactor;
 pub use settings::*;
 pub use surface::{StructuredOutput, Toolsets};
-pub use transport::{Http, Token, TokenSource, Transport};
+pub use transport::{Http, OAuth, Token, TokenSource, Transport};

@@ -47,6 +47,17 @@ impl PrincipalName {
         Ok(PrincipalName(text.to_owned()))
     }
 
+    /// A principal named by an access token's claim, where `.` and `@` are common (an email,
+    /// a host-qualified user): allowed too, except first, so the name is never `.` or `..`.
+    pub fn from_claim(text: &str) -> Result<PrincipalName, String> {
+        let plain: String = text.replace(['.', '@'], "_");
+        PrincipalName::parse(&plain)?;
+        if text.starts_with('.') {
+            return Err("a principal's name does not start with `.`".to_owned());
+        }
+        Ok(PrincipalName(text.to_owned()))
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -277,6 +288,16 @@ mod tests {
             assert!(shown.contains(problem), "{text}: {shown}");
             assert!(!shown.contains(ALICE), "{text}: the token leaked: {shown}");
             assert!(!shown.contains("short-token"), "{shown}");
+        }
+    }
+
+    #[test]
+    fn a_claim_may_name_a_principal_with_dots_and_at_signs_but_never_a_dot_directory() {
+        for good in ["alice", "alice@example.org", "a.b-c_d", "0f3a-uuid"] {
+            assert_eq!(PrincipalName::from_claim(good).expect(good).as_str(), good);
+        }
+        for bad in ["", ".", "..", ".hidden", "a/b", "a b", "ü", &"x".repeat(65)] {
+            assert!(PrincipalName::from_claim(bad).is_err(), "{bad:?}");
         }
     }
 

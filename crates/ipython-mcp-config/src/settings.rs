@@ -150,6 +150,12 @@ settings! {
         "File whose first line is the bearer token (keeps it out of the environment and the process list)");
     HTTP_PRINCIPALS_FILE = ("http_principals_file", "IPYTHON_MCP_HTTP_PRINCIPALS_FILE", "http-principals-file", "none", Value, "PATH",
         "File of principals, one per line: NAME TOKEN (or NAME sha256:HEX) [max_kernels=N] [max_pending_operations=N]; each gets their own kernels, tools and notebooks; re-read on SIGHUP");
+    HTTP_OAUTH_ISSUER = ("http_oauth_issuer", "IPYTHON_MCP_HTTP_OAUTH_ISSUER", "http-oauth-issuer", "none", Value, "URL",
+        "OAuth 2.1 authorization server whose JWT access tokens are accepted (keys from its JWKS); each token's principal claim names a principal; needs --http-oauth-resource");
+    HTTP_OAUTH_RESOURCE = ("http_oauth_resource", "IPYTHON_MCP_HTTP_OAUTH_RESOURCE", "http-oauth-resource", "none", Value, "URL",
+        "This server's URL as clients reach it (e.g. https://gpu.example.org/mcp): access tokens must name it as their audience");
+    HTTP_OAUTH_PRINCIPAL_CLAIM = ("http_oauth_principal_claim", "IPYTHON_MCP_HTTP_OAUTH_PRINCIPAL_CLAIM", "http-oauth-principal-claim", "sub", Value, "CLAIM",
+        "The access token claim that names the principal (letters, digits, _ - . @)");
     HTTP_ALLOWED_ORIGINS = ("http_allowed_origins", "IPYTHON_MCP_HTTP_ALLOWED_ORIGINS", "http-allowed-origins", "loopback", Value, "ORIGINS",
         "Comma-separated browser origins allowed to call the HTTP transport (scheme://host:port, :* for any port); requests from other origins get 403; the default allows http(s)://localhost, 127.0.0.1 and [::1] on any port");
     HTTP_ALLOWED_HOSTS = ("http_allowed_hosts", "IPYTHON_MCP_HTTP_ALLOWED_HOSTS", "http-allowed-hosts", "loopback", Value, "HOSTS",

@@ -99,6 +99,19 @@ pub struct Http {
     /// Accepted `Host` header values (DNS-rebinding protection).
     pub allowed_hosts: Vec<String>,
     pub allow_remote: bool,
+    /// OAuth 2.1 access tokens accepted as well (`None`: bearer tokens of our own only).
+    pub oauth: Option<OAuth>,
+}
+
+/// An OAuth 2.1 authorization server whose JWT access tokens the HTTP transport accepts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OAuth {
+    /// The issuer (`iss`), whose metadata names its keys.
+    pub issuer: url::Url,
+    /// This server as a resource (RFC 8707/9728): the audience tokens must name.
+    pub resource: url::Url,
+    /// The claim that names the principal.
+    pub principal_claim: String,
 }
 
 impl Http {
@@ -212,6 +225,21 @@ pub(crate) fn http(raw: &RawConfig) -> Result<Http, Error> {
         allowed_hosts.push(host.to_string());
     }
     allowed_hosts.extend(list(raw.get(HTTP_ALLOWED_HOSTS)));
+    let oauth = oauth(raw)?;
+    if oauth.is_some() {
+        if let Some(setting) = [HTTP_TOKEN, HTTP_TOKEN_FILE]
+            .into_iter()
+            .find(|setting| raw.get(*setting).is_some())
+        {
+            return Err(invalid(
+                setting,
+                format!(
+                    "one token for everyone cannot go with {}: give each person a principal ({}) or a token from the issuer",
+                    HTTP_OAUTH_ISSUER.env, HTTP_PRINCIPALS_FILE.env
+                ),
+            ));
+        }
+    }
     Ok(Http {
         host,
         port,
@@ -219,6 +247,7 @@ pub(crate) fn http(raw: &RawConfig) -> Result<Http, Error> {
         allowed_origins,
         allowed_hosts,
         allow_remote,
+        oauth,
     })
 }
 
@@ -251,4 +280,136 @@ fn token_source(raw: &RawConfig) -> Result<TokenSource, Error> {
         return Ok(TokenSource::Principals(file));
     }
     Ok(TokenSource::Generate)
+}
+
+/// The OAuth settings: the issuer and the resource together, or neither.
+fn oauth(raw: &RawConfig) -> Result<Option<OAuth>, Error> {
+    let invalid = |setting: Setting, problem: String| Error::Invalid {
+        env: setting.env,
+        flag: setting.flag,
+        problem,
+    };
+    let url = |setting: Setting| -> Result<Option<url::Url>, Error> {
+        let Some(text) = raw.get(setting).map(str::trim) else {
+            return Ok(None);
+        };
+        let url = url::Url::parse(text).map_err(|error| {
+            invalid(
+                setting,
+                format!("{:?} is not a URL ({error})", bounded(text)),
+            )
+        })?;
+        if !matches!(url.scheme(), "http" | "https")
+            || url.host().is_none()
+            || !url.username().is_empty()
+            || url.password().is_some()
+            || url.query().is_some()
+            || url.fragment().is_some()
+        {
+            return Err(invalid(
+                setting,
+                format!(
+                    "{:?} must be an http:// or https:// URL with a host, without credentials, query or fragment",
+                    bounded(text)
+                ),
+            ));
+        }
+        Ok(Some(url))
+    };
+    let (issuer, resource) = match (url(HTTP_OAUTH_ISSUER)?, url(HTTP_OAUTH_RESOURCE)?) {
+        (None, None) => return Ok(None),
+        (Some(issuer), Some(resource)) => (issuer, resource),
+        (Some(_), None) => {
+            return Err(invalid(
+                HTTP_OAUTH_ISSUER,
+                format!(
+                    "needs {} too: this server's URL, which its access tokens must name as their audience",
+                    HTTP_OAUTH_RESOURCE.env
+                ),
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(invalid(
+                HTTP_OAUTH_RESOURCE,
+                format!("is only used with {}", HTTP_OAUTH_ISSUER.env),
+            ))
+        }
+    };
+    let claim = raw
+        .get(HTTP_OAUTH_PRINCIPAL_CLAIM)
+        .unwrap_or(HTTP_OAUTH_PRINCIPAL_CLAIM.default)
+        .trim();
+    if claim.is_empty() || !claim.chars().all(|c| c.is_ascii_graphic()) {
+        return Err(invalid(
+            HTTP_OAUTH_PRINCIPAL_CLAIM,
+            format!("must be a claim name, got {:?}", bounded(claim)),
+        ));
+    }
+    Ok(Some(OAuth {
+        issuer,
+        resource,
+        principal_claim: claim.to_owned(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{Config, TokenSource};
+
+    use super::*;
+
+    #[test]
+    fn an_issuer_needs_its_resource_and_excludes_the_single_token() {
+        let issuer = "https://login.example.org/realms/lab";
+        let resource = "https://gpu.example.org/mcp";
+        let config = Config::from_raw(
+            &RawConfig::default()
+                .with(HTTP_OAUTH_ISSUER, issuer)
+                .with(HTTP_OAUTH_RESOURCE, resource),
+        )
+        .expect("valid");
+        let oauth = config.http.oauth.expect("oauth");
+        assert_eq!(oauth.issuer.as_str(), issuer);
+        assert_eq!(oauth.resource.as_str(), resource);
+        assert_eq!(oauth.principal_claim, "sub");
+        assert_eq!(config.http.token, TokenSource::Generate);
+
+        let refused = |raw: RawConfig, setting: Setting, problem: &str| {
+            let error = Config::from_raw(&raw).expect_err(problem).to_string();
+            assert!(error.contains(setting.env), "{error}");
+            assert!(error.contains(problem), "{error}");
+        };
+        refused(
+            RawConfig::default().with(HTTP_OAUTH_ISSUER, issuer),
+            HTTP_OAUTH_ISSUER,
+            HTTP_OAUTH_RESOURCE.env,
+        );
+        refused(
+            RawConfig::default().with(HTTP_OAUTH_RESOURCE, resource),
+            HTTP_OAUTH_RESOURCE,
+            "only used with",
+        );
+        refused(
+            RawConfig::default()
+                .with(HTTP_OAUTH_ISSUER, "https://user:secret@login.example.org")
+                .with(HTTP_OAUTH_RESOURCE, resource),
+            HTTP_OAUTH_ISSUER,
+            "without credentials",
+        );
+        refused(
+            RawConfig::default()
+                .with(HTTP_OAUTH_ISSUER, issuer)
+                .with(HTTP_OAUTH_RESOURCE, resource)
+                .with(HTTP_TOKEN, "a-token-of-16-chars-or-more"),
+            HTTP_TOKEN,
+            "cannot go with",
+        );
+        refused(
+            RawConfig::default()
+                .with(HTTP_PRINCIPALS_FILE, "/etc/principals")
+                .with(HTTP_TOKEN_FILE, "/etc/token"),
+            HTTP_TOKEN_FILE,
+            "not both",
+        );
+    }
 }

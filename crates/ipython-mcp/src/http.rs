@@ -42,17 +42,23 @@ const DRAIN: Duration = Duration::from_secs(3);
 pub enum Credentials {
     /// One token (given, from a file, or made up by the server: then it is printed once).
     Token { token: Token, generated: bool },
-    /// The principals file, read and checked at start (and again on SIGHUP).
+    /// The principals file, read and checked at start (and again on SIGHUP), or none when
+    /// only an OAuth issuer's access tokens are accepted.
     Principals {
-        path: std::path::PathBuf,
+        path: Option<std::path::PathBuf>,
         principals: Vec<ipython_mcp_config::Principal>,
     },
 }
 
 /// Resolves the bearer tokens before anything starts, so a bad token or principals file is a
 /// one-line configuration error (exit 2), like every other bad setting.
-pub fn credentials(source: &TokenSource) -> Result<Credentials, String> {
+pub fn credentials(source: &TokenSource, oauth: bool) -> Result<Credentials, String> {
     match source {
+        // The issuer's access tokens are the credentials; no token is made up.
+        TokenSource::Generate if oauth => Ok(Credentials::Principals {
+            path: None,
+            principals: Vec::new(),
+        }),
         TokenSource::Given(token) => Ok(Credentials::Token {
             token: token.clone(),
             generated: false,
@@ -62,7 +68,7 @@ pub fn credentials(source: &TokenSource) -> Result<Credentials, String> {
             generated: false,
         }),
         TokenSource::Principals(path) => Ok(Credentials::Principals {
-            path: path.clone(),
+            path: Some(path.clone()),
             principals: crate::principals::read_file(path)?,
         }),
         TokenSource::Generate => {
@@ -192,7 +198,7 @@ pub async fn run(
         }
         Served::PerPrincipal { principals, gate } => {
             let principals = principals.clone();
-            mcp_router(
+            let mcp = mcp_router(
                 move || principals.clone(),
                 Arc::clone(&http_sessions),
                 service_config,
@@ -200,7 +206,29 @@ pub async fn run(
             .layer(axum::middleware::from_fn_with_state(
                 Arc::clone(gate),
                 crate::principals::authenticate,
-            ))
+            ));
+            match gate.oauth() {
+                // The metadata is public: it is how a client without a token finds the issuer.
+                Some(oauth) => {
+                    let document = crate::oauth::metadata(oauth).to_string();
+                    let path = crate::oauth::metadata_url(&oauth.resource)
+                        .path()
+                        .to_owned();
+                    let serve = move || {
+                        let json = [(header::CONTENT_TYPE, "application/json")];
+                        std::future::ready((json, document.clone()))
+                    };
+                    let mut routes = Router::new().route(&path, axum::routing::get(serve.clone()));
+                    if path != "/.well-known/oauth-protected-resource" {
+                        routes = routes.route(
+                            "/.well-known/oauth-protected-resource",
+                            axum::routing::get(serve),
+                        );
+                    }
+                    routes.merge(mcp)
+                }
+                None => mcp,
+            }
         }
     };
 
@@ -296,7 +324,7 @@ async fn bearer(State(token): State<Arc<Token>>, request: Request, next: Next) -
     if authorized {
         return next.run(request).await;
     }
-    unauthorized(&request, given.is_some())
+    unauthorized(&request, given.is_some(), None)
 }
 
 /// The credentials of an `Authorization: Bearer` header, if the request has one.
@@ -311,16 +339,32 @@ pub fn bearer_token(request: &Request) -> Option<&str> {
 }
 
 /// The answer to a request without a token the server accepts (logged without the token).
-pub fn unauthorized(request: &Request, had_credentials: bool) -> Response {
+/// With an OAuth issuer, the challenge points at the protected resource metadata (RFC 9728),
+/// where a client finds the issuer to get a token from.
+pub fn unauthorized(
+    request: &Request,
+    had_credentials: bool,
+    oauth: Option<&ipython_mcp_config::OAuth>,
+) -> Response {
     tracing::info!(
         method = %request.method(),
         path = request.uri().path(),
         credentials = if had_credentials { "wrong" } else { "missing" },
         "HTTP request refused: 401"
     );
+    let challenge = match oauth {
+        None => "Bearer".to_owned(),
+        Some(oauth) => {
+            let metadata = crate::oauth::metadata_url(&oauth.resource);
+            match had_credentials {
+                true => format!("Bearer error=\"invalid_token\", resource_metadata=\"{metadata}\""),
+                false => format!("Bearer resource_metadata=\"{metadata}\""),
+            }
+        }
+    };
     (
         StatusCode::UNAUTHORIZED,
-        [(header::WWW_AUTHENTICATE, "Bearer")],
+        [(header::WWW_AUTHENTICATE, challenge)],
         format!(
             "401 Unauthorized: send 'Authorization: Bearer <token>' (the token ipython-mcp printed at start, or {})\n",
             ipython_mcp_config::HTTP_TOKEN.env

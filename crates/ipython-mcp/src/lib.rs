@@ -9,6 +9,7 @@ mod cli;
 mod doctor;
 mod http;
 mod logging;
+mod oauth;
 mod principals;
 mod serve;
 mod test_mode;
@@ -67,7 +68,7 @@ pub fn main() -> ExitCode {
     // Resolved before anything starts: a bad token file is a configuration error.
     let credentials = match (config.transport, &cli.command) {
         (ipython_mcp_config::Transport::Http, None) if test_mode.requires_token() => {
-            match http::credentials(&config.http.token) {
+            match http::credentials(&config.http.token, config.http.oauth.is_some()) {
                 Ok(credentials) => Some(credentials),
                 Err(error) => {
                     eprintln!("ipython-mcp: {error}");

@@ -47,21 +47,66 @@ pub fn read_file(path: &Path) -> Result<Vec<Principal>, String> {
     })
 }
 
+/// Who opened an MCP session: the principal, and the file's credential they used (none for
+/// an OAuth token, which is checked again on every request anyway).
+type Opener = (PrincipalName, Option<Credential>);
+
 /// The principals in force and the MCP sessions each opened.
 pub struct Gate {
-    file: PathBuf,
+    /// The principals file, if there is one (there may be only an OAuth issuer).
+    file: Option<PathBuf>,
     principals: RwLock<Arc<Vec<Principal>>>,
-    /// Every open MCP session: who opened it, with which credential.
-    sessions: Mutex<HashMap<String, (PrincipalName, Credential)>>,
+    oauth: Option<crate::oauth::Verifier>,
+    /// Every open MCP session: who opened it.
+    sessions: Mutex<HashMap<String, Opener>>,
+}
+
+/// A request's principal, and what its token lets it do (`None`: everything; a token of the
+/// principals file).
+struct Admitted {
+    principal: PrincipalName,
+    credential: Option<Credential>,
+    scopes: Option<std::collections::BTreeSet<String>>,
 }
 
 impl Gate {
-    pub fn new(file: PathBuf, principals: Vec<Principal>) -> Gate {
+    pub fn new(
+        file: Option<PathBuf>,
+        principals: Vec<Principal>,
+        oauth: Option<crate::oauth::Verifier>,
+    ) -> Gate {
         Gate {
             file,
             principals: RwLock::new(Arc::new(principals)),
+            oauth,
             sessions: Mutex::default(),
         }
+    }
+
+    /// The OAuth settings, when access tokens of an issuer are accepted.
+    pub fn oauth(&self) -> Option<&ipython_mcp_config::OAuth> {
+        self.oauth.as_ref().map(crate::oauth::Verifier::settings)
+    }
+
+    /// Who a bearer token is: a principal of the file, else the subject of an access token
+    /// the issuer signed. `Err` says why not (for the log, never the token).
+    async fn admit(&self, token: &str) -> Result<Admitted, String> {
+        if let Some((principal, credential)) = self.principal_of(token) {
+            return Ok(Admitted {
+                principal,
+                credential: Some(credential),
+                scopes: None,
+            });
+        }
+        let Some(verifier) = &self.oauth else {
+            return Err("not a principal's token".to_owned());
+        };
+        let verified = verifier.verify(token).await?;
+        Ok(Admitted {
+            principal: verified.principal,
+            credential: None,
+            scopes: Some(verified.scopes),
+        })
     }
 
     /// The principal's quotas now (a principal not in the file has none: the server's).
@@ -95,7 +140,7 @@ impl Gate {
         )
     }
 
-    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, (PrincipalName, Credential)>> {
+    fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, Opener>> {
         // Single map operations: a panic cannot leave the map half-changed.
         self.sessions
             .lock()
@@ -106,23 +151,30 @@ impl Gate {
     /// logged, without tokens). Sessions opened with a token that no longer names the same
     /// principal end; a principal no longer in the file has their kernels stopped.
     pub async fn reload(&self, principals: &Principals, http_sessions: &LocalSessionManager) {
-        let fresh = match read_file(&self.file) {
+        let Some(file) = &self.file else {
+            tracing::info!("SIGHUP ignored: no principals file to re-read");
+            return;
+        };
+        let fresh = match read_file(file) {
             Ok(fresh) => fresh,
             Err(problem) => {
                 tracing::warn!(%problem, "SIGHUP: the principals file was not reloaded; the previous principals stay");
                 return;
             }
         };
+        // With an issuer, a name gone from the file may still be a token's subject: its
+        // kernels stay, and only the sessions opened with the file's token end.
         let removed: Vec<PrincipalName> = self
             .current()
             .iter()
-            .filter(|old| !fresh.iter().any(|new| new.name == old.name))
+            .filter(|old| self.oauth.is_none() && !fresh.iter().any(|new| new.name == old.name))
             .map(|old| old.name.clone())
             .collect();
-        let still_valid = |(name, credential): &(PrincipalName, Credential)| {
-            fresh
+        let still_valid = |(name, credential): &Opener| match credential {
+            Some(credential) => fresh
                 .iter()
-                .any(|new| &new.name == name && &new.credential == credential)
+                .any(|new| &new.name == name && &new.credential == credential),
+            None => true,
         };
         let ended: Vec<String> = {
             let mut sessions = self.sessions();
@@ -155,17 +207,30 @@ impl Gate {
     }
 }
 
-/// Lets a request through as the principal its bearer token names; refuses a session another
-/// principal opened as if it did not exist; remembers the sessions each principal opens.
-pub async fn authenticate(
-    State(gate): State<Arc<Gate>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    let given = crate::http::bearer_token(&request);
-    let Some((principal, credential)) = given.and_then(|token| gate.principal_of(token)) else {
-        return crate::http::unauthorized(&request, given.is_some());
+/// Lets a request through as the principal its bearer token names, if the token grants what
+/// the request needs; refuses a session another principal opened as if it did not exist;
+/// remembers the sessions each principal opens.
+pub async fn authenticate(State(gate): State<Arc<Gate>>, request: Request, next: Next) -> Response {
+    let given = crate::http::bearer_token(&request).map(str::to_owned);
+    let admitted = match &given {
+        Some(token) => gate.admit(token).await,
+        None => Err("no token".to_owned()),
     };
+    let admitted = match admitted {
+        Ok(admitted) => admitted,
+        Err(reason) => {
+            tracing::debug!(%reason, "bearer token refused");
+            return crate::http::unauthorized(&request, given.is_some(), gate.oauth());
+        }
+    };
+    let mut request = match &admitted.scopes {
+        Some(granted) => match scoped(request, granted, gate.oauth()).await {
+            Ok(request) => request,
+            Err(refused) => return refused,
+        },
+        None => request,
+    };
+    let principal = admitted.principal;
     let session = request
         .headers()
         .get(SESSION_HEADER)
@@ -190,7 +255,7 @@ pub async fn authenticate(
     {
         gate.sessions()
             .entry(opened.to_owned())
-            .or_insert((principal, credential));
+            .or_insert((principal, admitted.credential));
     }
     if closing && response.status().is_success() {
         if let Some(session) = session {
@@ -198,4 +263,53 @@ pub async fn authenticate(
         }
     }
     response
+}
+
+/// Largest request body read to find what an OAuth-scoped request asks for (a cell's code is
+/// at most 1 MiB; JSON escaping can multiply it).
+const MAX_SCOPED_BODY: usize = 16 * 1024 * 1024;
+
+/// The request again if its token's scopes grant what its JSON-RPC message needs, else the
+/// `403 insufficient_scope` answer (RFC 6750) naming the missing scopes.
+async fn scoped(
+    request: Request,
+    granted: &std::collections::BTreeSet<String>,
+    oauth: Option<&ipython_mcp_config::OAuth>,
+) -> Result<Request, Response> {
+    if request.method() != Method::POST {
+        return Ok(request);
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, MAX_SCOPED_BODY)
+        .await
+        .map_err(|_| (StatusCode::PAYLOAD_TOO_LARGE, "request body too large").into_response())?;
+    let messages = match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(serde_json::Value::Array(batch)) => batch,
+        Ok(message) => vec![message],
+        // Not JSON: rmcp answers that; it needs no scope to be refused.
+        Err(_) => Vec::new(),
+    };
+    let missing: std::collections::BTreeSet<&str> = messages
+        .iter()
+        .flat_map(ipython_mcp_mcp::required_scopes)
+        .filter(|scope| !granted.contains(*scope))
+        .collect();
+    if !missing.is_empty() {
+        let scope = missing.into_iter().collect::<Vec<_>>().join(" ");
+        tracing::info!(%scope, "HTTP request refused: 403 insufficient_scope");
+        let mut challenge = format!("Bearer error=\"insufficient_scope\", scope=\"{scope}\"");
+        if let Some(oauth) = oauth {
+            challenge.push_str(&format!(
+                ", resource_metadata=\"{}\"",
+                crate::oauth::metadata_url(&oauth.resource)
+            ));
+        }
+        return Err((
+            StatusCode::FORBIDDEN,
+            [(axum::http::header::WWW_AUTHENTICATE, challenge)],
+            format!("403 Forbidden: the access token lacks the scope {scope}\n"),
+        )
+            .into_response());
+    }
+    Ok(Request::from_parts(parts, axum::body::Body::from(bytes)))
 }

@@ -38,7 +38,11 @@ pub async fn run(
             Ok(spec) => spec,
             Err(code) => return Ok(code),
         };
-        let gate = Arc::new(crate::principals::Gate::new(path, principals));
+        let oauth = match config.http.oauth.clone() {
+            Some(settings) => Some(crate::oauth::Verifier::new(settings)?),
+            None => None,
+        };
+        let gate = Arc::new(crate::principals::Gate::new(path, principals, oauth));
         let make = {
             let (config, gate) = (Arc::clone(&config), Arc::clone(&gate));
             move |principal: &ipython_mcp_config::PrincipalName| {

@@ -156,6 +156,17 @@ impl Server {
         })
     }
 
+    /// GETs the JSON document at `url` (absolute), bounded like every call. For documents
+    /// besides the Jupyter API's (an OAuth issuer's metadata and keys): use a `Server` made
+    /// without a token, so no Jupyter token goes to another host.
+    pub async fn get_document(
+        &self,
+        url: &url::Url,
+        what: &str,
+    ) -> Result<serde_json::Value, Error> {
+        self.get_json(url.as_str(), what).await
+    }
+
     /// The server's base URL (never with credentials).
     pub fn url(&self) -> &url::Url {
         &self.inner.base

@@ -1,0 +1,66 @@
+//! What an OAuth access token must grant for each request (see the README's "A team on one
+//! server"): checked by the HTTP transport before the request reaches MCP.
+
+/// What an OAuth access token must grant (its `scope`) for a request: `execute` for anything
+/// that reaches a kernel (code, namespaces, kernels, dynamic tools, outputs, tasks),
+/// `notebooks:read` and `notebooks:write` for notebook files. Listing tools or resources needs
+/// none. `message` is one JSON-RPC message.
+pub fn required_scopes(message: &serde_json::Value) -> Vec<&'static str> {
+    const EXECUTE: &str = "execute";
+    const READ: &str = "notebooks:read";
+    const WRITE: &str = "notebooks:write";
+    let params = &message["params"];
+    match message["method"].as_str().unwrap_or_default() {
+        "tools/call" => match params["name"].as_str().unwrap_or_default() {
+            "notebook_read" | "notebook_revision" => vec![READ],
+            "notebook_create" | "notebook_edit" => vec![WRITE],
+            "notebook_execute" | "notebook_execute_cell" => vec![WRITE, EXECUTE],
+            // Built-in or dynamic, every other tool reaches a kernel.
+            _ => vec![EXECUTE],
+        },
+        "resources/read" => match params["uri"].as_str().unwrap_or_default() {
+            uri if uri.starts_with("notebook:") => vec![READ],
+            // An execution's output; the output view's page itself is static.
+            uri if uri.starts_with(crate::apps::EXECUTION_PREFIX) => vec![EXECUTE],
+            _ => Vec::new(),
+        },
+        method if method.starts_with("tasks/") => vec![EXECUTE],
+        _ => Vec::new(),
+    }
+}
+
+/// Every scope [`required_scopes`] can ask for, as the protected resource metadata lists them.
+pub const SCOPES: [&str; 3] = ["execute", "notebooks:read", "notebooks:write"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn code_needs_execute_and_notebook_files_their_own_scopes() {
+        let call = |name: &str| {
+            required_scopes(&json!({"method": "tools/call", "params": {"name": name}}))
+        };
+        assert_eq!(call("execute"), ["execute"]);
+        assert_eq!(call("some_dynamic_tool"), ["execute"]);
+        assert_eq!(call("notebook_read"), ["notebooks:read"]);
+        assert_eq!(call("notebook_edit"), ["notebooks:write"]);
+        assert_eq!(call("notebook_execute"), ["notebooks:write", "execute"]);
+        let read = |uri: &str| {
+            required_scopes(&json!({"method": "resources/read", "params": {"uri": uri}}))
+        };
+        assert_eq!(read("notebook:///a.ipynb"), ["notebooks:read"]);
+        let execution = format!("{}abc", crate::apps::EXECUTION_PREFIX);
+        assert_eq!(read(&execution), ["execute"]);
+        assert!(read(crate::apps::VIEW_URI).is_empty());
+        assert!(required_scopes(&json!({"method": "tools/list"})).is_empty());
+        assert_eq!(
+            required_scopes(&json!({"method": "tasks/get"})),
+            ["execute"]
+        );
+        for scope in ["execute", "notebooks:read", "notebooks:write"] {
+            assert!(SCOPES.contains(&scope));
+        }
+    }
+}

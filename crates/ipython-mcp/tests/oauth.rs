@@ -1,0 +1,365 @@
+//! OAuth 2.1 for teams: the real binary accepts JWT access tokens of an issuer the test runs
+//! on loopback (its own P-256 key pair, its metadata and JWKS), serves its protected resource
+//! metadata, and refuses a wrong audience, an expired token, an unknown key and a missing
+//! scope; a key the issuer adds later is fetched when a token first names it.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use ring::rand::SystemRandom;
+use ring::signature::{EcdsaKeyPair, KeyPair as _, ECDSA_P256_SHA256_FIXED_SIGNING};
+use serde_json::{json, Value};
+use tokio::io::AsyncBufReadExt as _;
+
+const RESOURCE: &str = "http://ipython-mcp.test/mcp";
+const METADATA_PATH: &str = "/.well-known/oauth-protected-resource/mcp";
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// A signing key of the test's issuer.
+struct Key {
+    kid: String,
+    pair: EcdsaKeyPair,
+}
+
+impl Key {
+    fn new(kid: &str) -> Key {
+        let random = SystemRandom::new();
+        let pkcs8 = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &random)
+            .expect("generate a key");
+        let pair =
+            EcdsaKeyPair::from_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, pkcs8.as_ref(), &random)
+                .expect("key pair");
+        Key {
+            kid: kid.to_owned(),
+            pair,
+        }
+    }
+
+    /// The public key as a JWK (an uncompressed P-256 point is 0x04, x, y).
+    fn jwk(&self) -> Value {
+        let point = self.pair.public_key().as_ref();
+        json!({
+            "kty": "EC", "crv": "P-256", "use": "sig", "alg": "ES256", "kid": self.kid,
+            "x": b64(&point[1..33]), "y": b64(&point[33..65]),
+        })
+    }
+
+    fn sign(&self, claims: &Value) -> String {
+        let header = json!({"alg": "ES256", "typ": "at+jwt", "kid": self.kid});
+        let input = format!(
+            "{}.{}",
+            b64(header.to_string().as_bytes()),
+            b64(claims.to_string().as_bytes())
+        );
+        let signature = self
+            .pair
+            .sign(&SystemRandom::new(), input.as_bytes())
+            .expect("sign");
+        format!("{input}.{}", b64(signature.as_ref()))
+    }
+}
+
+/// The test's authorization server: metadata (RFC 8414) and a JWKS the test can add keys to.
+struct Issuer {
+    url: String,
+    published: Arc<Mutex<Vec<Value>>>,
+}
+
+impl Issuer {
+    async fn start() -> Issuer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let published: Arc<Mutex<Vec<Value>>> = Arc::default();
+        let metadata = json!({"issuer": url, "jwks_uri": format!("{url}/jwks")}).to_string();
+        let keys = Arc::clone(&published);
+        let app = axum::Router::new()
+            .route(
+                "/.well-known/oauth-authorization-server",
+                axum::routing::get(move || std::future::ready(metadata.clone())),
+            )
+            .route(
+                "/jwks",
+                axum::routing::get(move || {
+                    let keys = keys.lock().expect("keys").clone();
+                    std::future::ready(json!({ "keys": keys }).to_string())
+                }),
+            );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Issuer { url, published }
+    }
+
+    fn publish(&self, key: &Key) {
+        self.published.lock().expect("keys").push(key.jwk());
+    }
+
+    fn claims(&self, subject: &str, scope: &str) -> Value {
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("clock")
+            .as_secs();
+        json!({
+            "iss": self.url, "aud": RESOURCE, "sub": subject, "scope": scope,
+            "iat": now, "nbf": now - 5, "exp": now + 3600,
+        })
+    }
+}
+
+struct Reply {
+    status: u16,
+    challenge: String,
+    body: String,
+}
+
+/// A JSON-RPC message posted to `/mcp` with this token (if any).
+async fn post(url: &str, token: Option<&str>, session: Option<&str>, message: Value) -> Reply {
+    let mut request = reqwest::Client::new()
+        .post(url)
+        .header("Accept", "application/json, text/event-stream")
+        .header("Content-Type", "application/json")
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .body(message.to_string());
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(session) = session {
+        request = request.header("Mcp-Session-Id", session);
+    }
+    let response = request.send().await.expect("POST");
+    let status = response.status().as_u16();
+    let challenge = response
+        .headers()
+        .get("www-authenticate")
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let session = response
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_owned);
+    let mut body = response.text().await.expect("body");
+    if let Some(session) = session {
+        body = format!("session={session}\n{body}");
+    }
+    Reply {
+        status,
+        challenge,
+        body,
+    }
+}
+
+/// Opens an MCP session with this token; its id.
+async fn open_session(url: &str, token: &str) -> String {
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+    });
+    let reply = post(url, Some(token), None, initialize).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let session = reply
+        .body
+        .lines()
+        .next()
+        .and_then(|line| line.strip_prefix("session="))
+        .expect("a session id")
+        .to_owned();
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    post(url, Some(token), Some(&session), initialized).await;
+    session
+}
+
+fn call(id: u64, tool: &str, arguments: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}})
+}
+
+#[tokio::test]
+async fn access_tokens_of_the_issuer_are_checked_for_key_audience_time_and_scope() {
+    let issuer = Issuer::start().await;
+    let first = Key::new("k1");
+    issuer.publish(&first);
+    let home = tempfile::tempdir().expect("tempdir");
+    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_ipython-mcp"))
+        .args(["--transport", "http", "--port", "0"])
+        .env("IPYTHON_MCP_HTTP_OAUTH_ISSUER", &issuer.url)
+        .env("IPYTHON_MCP_HTTP_OAUTH_RESOURCE", RESOURCE)
+        .env("IPYTHON_MCP_WORKSPACE_ROOT", home.path())
+        .env("IPYTHON_MCP_CACHE_DIR", support::cache_dir())
+        .env("IPYTHON_MCP_LOG", "info")
+        .env("IPYTHON_MCP_SPARE_KERNELS", "0")
+        .env("IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "120")
+        .env_remove("IPYTHON_MCP_HTTP_TOKEN")
+        .env_remove("VIRTUAL_ENV")
+        .env_remove("IPYTHON_MCP_PYTHON")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn");
+    let mut lines = tokio::io::BufReader::new(server.stderr.take().expect("stderr")).lines();
+    let url = loop {
+        let line = tokio::time::timeout(Duration::from_secs(60), lines.next_line())
+            .await
+            .expect("URL printed at once")
+            .expect("read")
+            .expect("server running");
+        if let Some(url) = line.strip_prefix("ipython-mcp: serving MCP over HTTP at ") {
+            break url.trim().to_owned();
+        }
+    };
+    let logged = Arc::new(Mutex::new(String::new()));
+    tokio::spawn({
+        let logged = Arc::clone(&logged);
+        async move {
+            while let Ok(Some(line)) = lines.next_line().await {
+                let mut logged = logged.lock().expect("log");
+                logged.push_str(&line);
+                logged.push('\n');
+            }
+        }
+    });
+    let base = url.trim_end_matches("/mcp").to_owned();
+    let expected_metadata = format!("http://ipython-mcp.test{METADATA_PATH}");
+
+    // The protected resource metadata, without a token.
+    let metadata: Value = reqwest::get(format!("{base}{METADATA_PATH}"))
+        .await
+        .expect("GET metadata")
+        .json()
+        .await
+        .expect("JSON");
+    assert_eq!(metadata["resource"], RESOURCE, "{metadata}");
+    assert_eq!(
+        metadata["authorization_servers"],
+        json!([issuer.url]),
+        "{metadata}"
+    );
+    assert_eq!(
+        metadata["scopes_supported"],
+        json!(["execute", "notebooks:read", "notebooks:write"]),
+        "{metadata}"
+    );
+    // No token: 401 pointing at the metadata.
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    let refused = post(&url, None, None, ping.clone()).await;
+    assert_eq!(refused.status, 401);
+    assert_eq!(
+        refused.challenge,
+        format!("Bearer resource_metadata=\"{expected_metadata}\"")
+    );
+
+    // A good token: a session, code runs, the notebook lands in the subject's directory.
+    let everything = "execute notebooks:read notebooks:write";
+    let good = first.sign(&issuer.claims("carol@example.org", everything));
+    let session = open_session(&url, &good).await;
+    let ran = post(
+        &url,
+        Some(&good),
+        Some(&session),
+        call(2, "execute", json!({"code": "x = 41\nx + 1"})),
+    )
+    .await;
+    assert_eq!(ran.status, 200, "{}", ran.body);
+    assert!(ran.body.contains("42"), "{}", ran.body);
+    let created = post(
+        &url,
+        Some(&good),
+        Some(&session),
+        call(3, "notebook_create", json!({"path": "c.ipynb"})),
+    )
+    .await;
+    assert_eq!(created.status, 200, "{}", created.body);
+    assert!(home.path().join("carol@example.org/c.ipynb").is_file());
+
+    // Refused: another audience, expired, a key the issuer never published.
+    let mut elsewhere = issuer.claims("carol@example.org", everything);
+    elsewhere["aud"] = json!("http://another.test/mcp");
+    let mut expired = issuer.claims("carol@example.org", everything);
+    expired["exp"] = json!(expired["iat"].as_u64().expect("iat") - 3600);
+    let stranger = Key::new("k9");
+    for (case, token) in [
+        ("wrong audience", first.sign(&elsewhere)),
+        ("expired", first.sign(&expired)),
+        (
+            "unknown key",
+            stranger.sign(&issuer.claims("carol@example.org", everything)),
+        ),
+        ("not a JWT", "definitely-not-a-jwt-0123456789".to_owned()),
+    ] {
+        let refused = post(&url, Some(&token), None, ping.clone()).await;
+        assert_eq!(refused.status, 401, "{case}: {}", refused.body);
+        assert_eq!(
+            refused.challenge,
+            format!("Bearer error=\"invalid_token\", resource_metadata=\"{expected_metadata}\""),
+            "{case}"
+        );
+    }
+
+    // A scope short: reading a notebook is allowed, running code is not (403, naming it).
+    let reader = first.sign(&issuer.claims("carol@example.org", "notebooks:read"));
+    let session = open_session(&url, &reader).await;
+    let read = post(
+        &url,
+        Some(&reader),
+        Some(&session),
+        call(4, "notebook_read", json!({"path": "c.ipynb"})),
+    )
+    .await;
+    assert_eq!(read.status, 200, "{}", read.body);
+    let ran = post(
+        &url,
+        Some(&reader),
+        Some(&session),
+        call(5, "execute", json!({"code": "x"})),
+    )
+    .await;
+    assert_eq!(ran.status, 403, "{}", ran.body);
+    assert_eq!(
+        ran.challenge,
+        format!("Bearer error=\"insufficient_scope\", scope=\"execute\", resource_metadata=\"{expected_metadata}\"")
+    );
+    let edit = call(6, "notebook_edit", json!({"path": "c.ipynb", "edits": []}));
+    let refused = post(&url, Some(&reader), Some(&session), edit).await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert!(
+        refused.challenge.contains("scope=\"notebooks:write\""),
+        "{}",
+        refused.challenge
+    );
+
+    // The issuer rotates: a token naming its new key is accepted at once (the keys are
+    // fetched again), and the subject's state is the same principal's.
+    let second = Key::new("k2");
+    issuer.publish(&second);
+    let rotated = second.sign(&issuer.claims("carol@example.org", everything));
+    let session = open_session(&url, &rotated).await;
+    let again = post(
+        &url,
+        Some(&rotated),
+        Some(&session),
+        call(7, "execute", json!({"code": "x"})),
+    )
+    .await;
+    assert_eq!(again.status, 200, "{}", again.body);
+    assert!(again.body.contains("41"), "{}", again.body);
+
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(server.id().expect("pid") as i32, libc::SIGTERM) };
+    let status = tokio::time::timeout(Duration::from_secs(60), server.wait())
+        .await
+        .expect("exit after SIGTERM")
+        .expect("wait");
+    assert!(status.success());
+    let logs = logged.lock().expect("log").clone();
+    for token in [&good, &reader, &rotated] {
+        let signature = token.rsplit('.').next().expect("signature");
+        assert!(!logs.contains(signature), "a token reached the logs");
+    }
+}
