@@ -310,6 +310,7 @@ pub(crate) async fn bench_session(python: &Path) -> anyhow::Result<Vec<f64>> {
         working_dir: None,
         jupyter: None,
         remote: None,
+        owner: None,
     };
     let session = ipython_mcp_kernel::SessionHandle::start(options);
     let run = |code: &str| {

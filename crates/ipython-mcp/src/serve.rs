@@ -157,6 +157,7 @@ pub fn principal_sessions(
     let mut options =
         session_options(&config, SessionId::DEFAULT).map_err(|error| format!("{error:#}"))?;
     options.working_dir = Some(workspace);
+    options.owner = Some(principal.to_string());
     Ok((sessions(&config, default_spec, options), Arc::new(config)))
 }
 
@@ -303,6 +304,7 @@ pub fn session_options(config: &Config, kernel_id: &str) -> anyhow::Result<Sessi
         working_dir: None,
         jupyter: jupyter_server(config)?,
         remote: None,
+        owner: None,
     })
 }
 

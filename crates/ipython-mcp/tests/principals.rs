@@ -154,6 +154,12 @@ async fn principals_each_get_their_own_kernels_tools_and_notebooks() {
         "{before}"
     );
     assert!(text(&before["bob_looks"]).contains("absent"), "{before}");
+    // No token, and not even the principals file's path, reaches a kernel's environment.
+    assert!(
+        text(&before["kernel_env_leaks"]).ends_with("[]"),
+        "{}",
+        before["kernel_env_leaks"]
+    );
     // Kernels: alice's are hers alone; another principal's is answered like no kernel.
     assert!(!is_error(&before["alice_start"]), "{before}");
     assert!(text(&before["alice_list"]).contains("ak"), "{before}");
@@ -351,4 +357,123 @@ fn a_bad_principals_file_stops_the_server_with_one_line_naming_the_line() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("not both"), "{stderr}");
     assert!(!stderr.contains(BOB), "{stderr}");
+}
+
+/// An rmcp client of the server at `url` with this bearer token.
+async fn connect(
+    url: &str,
+    token: &str,
+    family: support::Family,
+) -> rmcp::service::RunningService<rmcp::RoleClient, rmcp::model::ClientConfig> {
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let config = StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(token);
+    let transport = rmcp::transport::StreamableHttpClientTransport::from_config(config);
+    let lifecycle = match family {
+        support::Family::Handshake => ClientLifecycleMode::Initialize,
+        support::Family::Modern => ClientLifecycleMode::Discover {
+            preferred_versions: vec![rmcp::model::ProtocolVersion::V_2026_07_28],
+        },
+    };
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        support::client_config(family).serve_with_lifecycle(transport, lifecycle),
+    )
+    .await
+    .expect("connect in time")
+    .expect("connect")
+}
+
+/// With `IPYTHON_MCP_KERNEL=jupyter:…`, every principal's kernels run on the gateway, each
+/// started with its principal's name as `KERNEL_USERNAME`, and kept apart there as locally.
+#[tokio::test]
+async fn principals_kernels_on_a_kernel_gateway_are_tagged_and_kept_apart() {
+    use serde_json::json;
+    use support::{call_peer, Family};
+    let gateway = support::KernelGateway::start().await;
+    let home = tempfile::tempdir().expect("tempdir");
+    let file = home.path().join("principals");
+    write_principals(&file, &format!("alice {ALICE}\nbob {BOB}\n"));
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_ipython-mcp"));
+    command
+        .args(["--transport", "http", "--port", "0"])
+        .env("IPYTHON_MCP_HTTP_PRINCIPALS_FILE", &file)
+        .env("IPYTHON_MCP_WORKSPACE_ROOT", home.path())
+        .env("IPYTHON_MCP_KERNEL", "jupyter:python3")
+        .env("IPYTHON_MCP_CACHE_DIR", support::cache_dir())
+        .env("IPYTHON_MCP_STRUCTURED_OUTPUT", "always")
+        .env("IPYTHON_MCP_LOG", "info")
+        .env("IPYTHON_MCP_SPARE_KERNELS", "0")
+        .env("IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "120")
+        .env_remove("IPYTHON_MCP_HTTP_TOKEN")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    for (key, value) in gateway.env() {
+        command.env(key, value);
+    }
+    let mut server = command.spawn().expect("spawn");
+    let mut stderr = Stderr::follow(server.stderr.take().expect("stderr"));
+    let url = stderr
+        .wait_for("ipython-mcp: serving MCP over HTTP at ")
+        .await
+        .split("at ")
+        .last()
+        .expect("url")
+        .trim()
+        .to_owned();
+    let alice = connect(&url, ALICE, Family::Handshake).await;
+    let bob = connect(&url, BOB, Family::Modern).await;
+    for client in [&alice, &bob] {
+        // Each principal's default kernel starts on the gateway at their first request.
+        let ready = tokio::time::timeout(Duration::from_secs(300), async {
+            loop {
+                let status = call_peer(client.peer(), "runtime_status", json!({})).await;
+                if status.structured["state"] != "starting" {
+                    return status;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await
+        .expect("the default kernel starts");
+        assert_eq!(
+            ready.structured["state"],
+            "ready",
+            "{ready:?}\n{}",
+            gateway.log()
+        );
+    }
+    let tagged =
+        "import os\n(os.environ.get('KERNEL_USERNAME'), globals().get('secret', 'absent'))";
+    let defined = call_peer(alice.peer(), "execute", json!({"code": "secret = 'a'"})).await;
+    assert!(!defined.is_error, "{defined:?}\n{}", gateway.log());
+    let seen_by_alice = call_peer(alice.peer(), "execute", json!({ "code": tagged })).await;
+    let seen_by_bob = call_peer(bob.peer(), "execute", json!({ "code": tagged })).await;
+    assert_eq!(
+        seen_by_alice.structured["result"]["text/plain"], "('alice', 'a')",
+        "{seen_by_alice:?}"
+    );
+    assert_eq!(
+        seen_by_bob.structured["result"]["text/plain"], "('bob', 'absent')",
+        "{seen_by_bob:?}"
+    );
+    let alice_status = call_peer(alice.peer(), "runtime_status", json!({})).await;
+    let bob_status = call_peer(bob.peer(), "runtime_status", json!({})).await;
+    let remote_id = |status: &support::ToolResult| {
+        status.structured["kernel"]["remote"]["kernel_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a remote kernel: {status:?}"))
+            .to_owned()
+    };
+    assert_ne!(remote_id(&alice_status), remote_id(&bob_status));
+    alice.cancel().await.expect("close alice");
+    bob.cancel().await.expect("close bob");
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(server.id().expect("pid") as i32, libc::SIGTERM) };
+    let status = tokio::time::timeout(Duration::from_secs(60), server.wait())
+        .await
+        .expect("exit after SIGTERM")
+        .expect("wait");
+    assert!(status.success());
 }

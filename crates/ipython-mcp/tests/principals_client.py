@@ -98,6 +98,11 @@ async def before_reload(url, alice_token, bob_token, python):
         await ready(alice)
         await ready(bob)
         out["alice_defines"] = seen(await alice.call_tool("execute", {"code": "secret = 'alice-only'\nsecret"}))
+        leaks = (
+            "import os\nsorted(k for k, v in os.environ.items() if k.startswith('IPYTHON_MCP_HTTP')"
+            f" or {alice_token!r} in v or {bob_token!r} in v)"
+        )
+        out["kernel_env_leaks"] = seen(await alice.call_tool("execute", {"code": leaks}))
         out["bob_looks"] = seen(await bob.call_tool("execute", {"code": "print(globals().get('secret', 'absent'))"}))
         out["alice_start"] = seen(await alice.call_tool("kernel_start", {"spec": python, "kernel": "ak"}))
         out["alice_list"] = seen(await alice.call_tool("kernel_list", {}))

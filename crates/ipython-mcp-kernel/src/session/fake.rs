@@ -194,6 +194,7 @@ impl FakeKernels {
             working_dir: None,
             jupyter: None,
             remote: None,
+            owner: None,
         }
     }
 

@@ -83,6 +83,10 @@ pub struct SessionOptions {
     pub jupyter: Option<ipython_mcp_jupyter::remote::Server>,
     /// Run the kernels on `jupyter` instead of locally.
     pub remote: Option<RemoteKernel>,
+    /// The principal the session serves, if the server has several: a gateway that starts
+    /// the kernel is told it as `KERNEL_USERNAME` (Enterprise Gateway runs and labels the
+    /// kernel as that user; Kernel Gateway passes it to the kernel's environment).
+    pub owner: Option<String>,
 }
 
 /// Which kernel a remote session runs on the Jupyter server.

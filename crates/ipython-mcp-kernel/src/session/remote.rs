@@ -203,7 +203,10 @@ async fn connect(
     let startup = options.timeouts.kernel_startup;
     match kernel {
         RemoteKernel::Start { name } => {
-            let variables: Vec<(&str, &str)> = options.namespace.variables.iter().collect();
+            let mut variables: Vec<(&str, &str)> = options.namespace.variables.iter().collect();
+            if let Some(owner) = &options.owner {
+                variables.push(("KERNEL_USERNAME", owner));
+            }
             let info = server
                 .start_kernel(name, &variables, startup)
                 .await
