@@ -226,6 +226,38 @@ async fn principals_each_get_their_own_kernels_tools_and_notebooks() {
         "{before}"
     );
     assert!(is_error(&before["bob_climbs"]), "{before}");
+    // Alice's kernel hanging, then dying, disturbs none of bob's calls.
+    assert!(
+        text(&before["bob_while_alice_hangs"]).contains("42"),
+        "{before}"
+    );
+    assert!(
+        text(&before["alice_still_running"]).contains("still running"),
+        "{before}"
+    );
+    assert!(
+        text(&before["alice_released"]).contains("released"),
+        "{before}"
+    );
+    assert!(is_error(&before["alice_dies"]), "{before}");
+    assert!(
+        text(&before["bob_after_alice_died"]).contains("42"),
+        "{before}"
+    );
+    assert!(!is_error(&before["alice_keeps"]), "{before}");
+    // Background executions: another principal's is answered like none.
+    let id = before["alice_execution_id"].as_str().expect("id");
+    let other = before["bob_reads_no_execution_id"].as_str().expect("id");
+    assert!(is_error(&before["bob_reads_alices_execution"]), "{before}");
+    assert_eq!(
+        before["bob_reads_alices_execution"]
+            .to_string()
+            .replace(id, "ID"),
+        before["bob_reads_no_execution"]
+            .to_string()
+            .replace(other, "ID"),
+        "another principal's execution must be answered exactly like none"
+    );
     // MCP sessions: another principal's is answered like one that does not exist.
     assert_eq!(before["bob_names_alices_session"], 404, "{before}");
     assert_eq!(before["bob_names_no_session"], 404, "{before}");
@@ -252,7 +284,7 @@ async fn principals_each_get_their_own_kernels_tools_and_notebooks() {
     assert_eq!(after["bob_refused"], true, "{after}");
     // A rotated token keeps the principal: alice's kernel and its variables are still there.
     assert!(
-        text(&after["alice_keeps_her_state"]).contains("alice-only"),
+        text(&after["alice_keeps_her_state"]).contains("alice-kept"),
         "{after}"
     );
     stderr

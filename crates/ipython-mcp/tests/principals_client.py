@@ -9,7 +9,10 @@ with the new tokens: ALICE_NEW_TOKEN BOB_TOKEN.
 """
 import asyncio
 import json
+import os
+import re
 import sys
+import tempfile
 
 import httpx2
 from mcp import Client
@@ -141,6 +144,25 @@ async def before_reload(url, alice_token, bob_token, python):
         out["bob_reads_alices"] = seen(await bob.call_tool("notebook_read", {"path": "mine.ipynb"}))
         out["bob_reads_none"] = seen(await bob.call_tool("notebook_read", {"path": "none.ipynb"}))
         out["bob_climbs"] = seen(await bob.call_tool("notebook_read", {"path": "../alice/mine.ipynb"}))
+        # Alice's kernel hanging, then dying, disturbs none of bob's calls; her background
+        # execution is hers alone.
+        flag = os.path.join(tempfile.mkdtemp(), "go")
+        hang = f"import os, time\nwhile not os.path.exists({flag!r}):\n    time.sleep(0.05)\nprint('released')"
+        started = text(await alice.call_tool("execute", {"code": hang, "background": True}))
+        execution_id = re.search(r'execution_id "([^"]+)"', started).group(1)
+        out["bob_while_alice_hangs"] = seen(await bob.call_tool("execute", {"code": "6 * 7"}))
+        out["alice_still_running"] = seen(await alice.call_tool("get_output", {"execution_id": execution_id}))
+        out["bob_reads_alices_execution"] = seen(await bob.call_tool("get_output", {"execution_id": execution_id}))
+        out["bob_reads_no_execution"] = seen(await bob.call_tool("get_output", {"execution_id": "e-" + execution_id[2:][::-1]}))
+        out["alice_execution_id"] = execution_id
+        out["bob_reads_no_execution_id"] = "e-" + execution_id[2:][::-1]
+        open(flag, "w").close()
+        out["alice_released"] = seen(await alice.call_tool("get_output", {"execution_id": execution_id, "wait_seconds": 120}))
+        out["alice_dies"] = seen(await alice.call_tool("execute", {"code": "import os\nos._exit(1)"}))
+        out["bob_after_alice_died"] = seen(await bob.call_tool("execute", {"code": "6 * 7"}))
+        # What the replacement kernel holds must outlive the token's rotation below.
+        await ready(alice)
+        out["alice_keeps"] = seen(await alice.call_tool("execute", {"code": "kept = 'alice-kept'"}))
         # An MCP session belongs to who opened it.
         alice_session = await raw_session(url, alice_token)
         out["bob_names_alices_session"] = await raw_status(url, bob_token, alice_session)
@@ -162,7 +184,7 @@ async def before_reload(url, alice_token, bob_token, python):
     after["old_alice_token_refused"] = await refused(url, alice_token, "auto")
     after["bob_refused"] = await refused(url, bob_token_after, "auto")
     async with Client(transport(url, new_alice), mode="auto") as alice:
-        after["alice_keeps_her_state"] = seen(await alice.call_tool("execute", {"code": "secret"}))
+        after["alice_keeps_her_state"] = seen(await alice.call_tool("execute", {"code": "kept"}))
     print(json.dumps(after), flush=True)
 
 
