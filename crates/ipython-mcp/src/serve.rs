@@ -222,6 +222,9 @@ pub fn session_options(config: &Config, kernel_id: &str) -> anyhow::Result<Sessi
         working_dir: None,
         jupyter: jupyter_server(config)?,
         remote: None,
+        // What sessions record themselves (refusals, paging markers) is worded by the MCP
+        // crate, which knows the tools.
+        wording: ipython_mcp_mcp::WORDING,
     })
 }
 
