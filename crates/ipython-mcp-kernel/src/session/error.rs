@@ -199,45 +199,70 @@ impl StartFailure {
     }
 
     /// The failure as the session stores and shows it: every text it carries has configured
-    /// variable values and URL credentials masked, and is bounded by `max_chars`.
+    /// variable values and URL credentials masked, and its message fits `max_chars` (its
+    /// longest text loses its middle).
     pub(crate) fn shown(self, redactor: &ipython_mcp_config::Redactor, max_chars: usize) -> Self {
-        let show = |text: String| {
-            ipython_mcp_output::bound::bound_message(&redactor.redact(&text), max_chars)
-        };
+        let redacted = self.map_texts(&mut |text| redactor.redact(&text));
+        let excess = redacted
+            .to_string()
+            .chars()
+            .count()
+            .saturating_sub(max_chars);
+        if excess == 0 {
+            return redacted;
+        }
+        let mut longest = 0;
+        let redacted = redacted.map_texts(&mut |text| {
+            longest = longest.max(text.chars().count());
+            text
+        });
+        let mut cut = false;
+        redacted.map_texts(&mut |text| {
+            let chars = text.chars().count();
+            if cut || chars < longest {
+                return text;
+            }
+            cut = true;
+            ipython_mcp_output::bound::bound_message(&text, chars.saturating_sub(excess))
+        })
+    }
+
+    /// The same failure with each text it carries passed through `change`, in order.
+    fn map_texts(self, change: &mut impl FnMut(String) -> String) -> Self {
         match self {
             StartFailure::Environment { phase, detail } => StartFailure::Environment {
                 phase,
-                detail: show(detail),
+                detail: change(detail),
             },
             StartFailure::NoEnvironment => StartFailure::NoEnvironment,
             StartFailure::Launch { detail } => StartFailure::Launch {
-                detail: show(detail),
+                detail: change(detail),
             },
             StartFailure::Helper { detail, stderr } => StartFailure::Helper {
-                detail: show(detail),
-                stderr: show(stderr),
+                detail: change(detail),
+                stderr: change(stderr),
             },
             StartFailure::Namespace { detail } => StartFailure::Namespace {
-                detail: show(detail),
+                detail: change(detail),
             },
             StartFailure::RemoteVariables { detail } => StartFailure::RemoteVariables {
-                detail: show(detail),
+                detail: change(detail),
             },
             StartFailure::RemoteHelper { detail } => StartFailure::RemoteHelper {
-                detail: show(detail),
+                detail: change(detail),
             },
             StartFailure::NoSuchKernelspec {
                 server,
                 name,
                 known,
             } => StartFailure::NoSuchKernelspec {
-                server: show(server),
-                name: show(name),
-                known: known.into_iter().map(show).collect(),
+                server: change(server),
+                name: change(name),
+                known: known.into_iter().map(&mut *change).collect(),
             },
             StartFailure::Server { kind, detail } => StartFailure::Server {
                 kind,
-                detail: show(detail),
+                detail: change(detail),
             },
         }
     }
@@ -296,5 +321,41 @@ impl SessionError {
     /// Its code and message, with no hint ([`Wording::PLAIN`]).
     pub fn plain(&self) -> ErrorInfo {
         ErrorInfo::new(self.code(), self.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shown_start_failure_is_redacted_and_its_message_fits_the_bound() {
+        let redactor = ipython_mcp_config::Redactor::new(["tok3n-s3cret"]);
+        let failure = StartFailure::Environment {
+            phase: "install",
+            detail: format!(
+                "installing the requirements failed: tok3n-s3cret {} the end",
+                "x".repeat(1_000)
+            ),
+        };
+        let shown = failure.shown(&redactor, 120).to_string();
+        assert_eq!(shown.chars().count(), 120, "{shown}");
+        assert!(
+            shown.starts_with("environment install phase failed: installing the requirements"),
+            "{shown}"
+        );
+        assert!(
+            shown.ends_with("the end") && !shown.contains("tok3n"),
+            "{shown}"
+        );
+        // Short enough: only redacted.
+        let short = StartFailure::Launch {
+            detail: "no tok3n-s3cret here".to_owned(),
+        };
+        let shown = short.shown(&redactor, 120).to_string();
+        assert!(
+            !shown.contains("tok3n") && shown.starts_with("no "),
+            "{shown}"
+        );
     }
 }
