@@ -311,6 +311,8 @@ pub(crate) async fn bench_session(python: &Path) -> anyhow::Result<Vec<f64>> {
         jupyter: None,
         remote: None,
         owner: None,
+        // The session alone, timed without the MCP layer: its errors need no agent hints.
+        wording: ipython_mcp_kernel::Wording::PLAIN,
     };
     let session = ipython_mcp_kernel::SessionHandle::start(options);
     let run = |code: &str| {

@@ -7,6 +7,8 @@
 //! - Output is bounded where it is collected (`ipython_mcp_output::collect`), and inside the
 //!   kernel by the helper, so memory per execution does not grow with what user code prints.
 //! - An operation either runs exactly once or not at all, and its result says which.
+//! - A refusal is a typed [`SessionError`] and names no tool: the MCP crate words it for the
+//!   agent, here through the [`Wording`] it sets in [`SessionOptions`].
 
 // Kernelspec discovery lives with the rest of Jupyter's conventions; re-exported for the MCP crate.
 pub use ipython_mcp_jupyter::kernelspec;
@@ -25,11 +27,14 @@ pub use ipython_mcp_jupyter::use_pipe_death_watch;
 
 pub use ipython_mcp_output::{
     base64_decoded_len, Code, DisplayItem, ErrorInfo, ExecutionId, ExecutionOutput,
-    ExecutionStatus, Interruption, Kept, NamespaceOutcome, Page, PageLine, PageRequest,
-    RuntimeInfo, SavedOutputs, SpoolInfo, SpoolLimits, StreamName, TerminalSink, Truncated,
-    Withheld, BINARY_IMAGE_TYPES, MAX_RECORDS, SVG_TYPE,
+    ExecutionStatus, Interruption, Kept, NamespaceOutcome, Page, PageError, PageLine, PageRequest,
+    PagerCall, Paging, RuntimeInfo, SavedOutputs, SpoolInfo, SpoolLimits, StreamName, TerminalSink,
+    Truncated, Withheld, BINARY_IMAGE_TYPES, MAX_RECORDS, SVG_TYPE,
 };
 pub use manager::{KernelManager, Listing, ManagerError, SessionId, StartSpec};
+pub use session::error::{
+    Behind, PanickedCall, ServerFailure, SessionError, StartFailure, Wording,
+};
 /// Scripted fake kernels for other crates' tests (the `test-support` feature; never in a
 /// release build).
 #[cfg(feature = "test-support")]

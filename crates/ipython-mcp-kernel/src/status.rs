@@ -3,7 +3,8 @@
 
 use serde::Serialize;
 
-use ipython_mcp_output::output::{ErrorInfo, Interruption, NamespaceOutcome};
+use crate::session::error::SessionError;
+use ipython_mcp_output::output::{Interruption, NamespaceOutcome};
 
 /// Life stage of a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -72,10 +73,13 @@ pub struct EnvironmentStatus {
     pub failed_phase: Option<String>,
 }
 
-/// What `runtime_status` returns for one session.
+/// What `runtime_status` returns for one session. The session keeps its error typed (`E` is
+/// [`SessionError`]); the MCP crate words it for the agent (`RuntimeStatus<ErrorInfo>`, which
+/// is what serializes) with [`RuntimeStatus::map_error`].
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub struct RuntimeStatus {
+#[cfg_attr(feature = "schema", schemars(rename = "RuntimeStatus"))]
+pub struct RuntimeStatus<E = SessionError> {
     pub kernel_id: String,
     pub state: SessionState,
     pub epoch: u64,
@@ -90,10 +94,32 @@ pub struct RuntimeStatus {
     /// Process ids of warm spare kernels ready to replace this one.
     pub spare_kernel_pids: Vec<u32>,
     pub environment: Option<EnvironmentStatus>,
-    pub error: Option<ErrorInfo>,
+    /// Why the session is unavailable (its start failed, or its actor panicked).
+    pub error: Option<E>,
 }
 
-impl RuntimeStatus {
+impl<E> RuntimeStatus<E> {
+    /// The same status with its error turned into `F`.
+    pub fn map_error<F>(self, word: impl FnOnce(E) -> F) -> RuntimeStatus<F> {
+        RuntimeStatus {
+            kernel_id: self.kernel_id,
+            state: self.state,
+            epoch: self.epoch,
+            queue_depth: self.queue_depth,
+            operation_active: self.operation_active,
+            latest_interruption_kind: self.latest_interruption_kind,
+            latest_namespace_outcome: self.latest_namespace_outcome,
+            startup_seconds: self.startup_seconds,
+            replacement_startup_seconds: self.replacement_startup_seconds,
+            kernel: self.kernel,
+            spare_kernel_pids: self.spare_kernel_pids,
+            environment: self.environment,
+            error: self.error.map(word),
+        }
+    }
+}
+
+impl<E> RuntimeStatus<E> {
     /// A session's status before its first kernel is up.
     pub fn starting(kernel_id: &str) -> Self {
         RuntimeStatus {

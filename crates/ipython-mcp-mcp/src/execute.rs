@@ -257,7 +257,7 @@ impl IpythonMcp {
             ok = restarted.is_ok(),
             "tool call"
         );
-        let status = restarted?;
+        let status = crate::error::status(restarted?);
         let ok = status.state == ipython_mcp_kernel::SessionState::Ready;
         Ok(render::status(&StatusResult { ok, status }))
     }
@@ -274,7 +274,7 @@ impl IpythonMcp {
             .await?;
         Ok(render::status(&StatusResult {
             ok: true,
-            status: session.status(),
+            status: crate::error::status(session.status()),
         }))
     }
 }

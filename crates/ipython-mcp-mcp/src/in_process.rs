@@ -50,11 +50,12 @@ struct Connected {
 impl Connected {
     async fn start(shape: StructuredOutput, tasks: bool) -> Connected {
         let kernels = FakeKernels::new();
-        let manager = KernelManager::with_fake_kernels(
-            FakeKernels::session_options("default"),
-            KernelLimits::default(),
-            &kernels,
-        );
+        // Worded as the binary words its sessions, so refusals carry the hints agents see.
+        let options = ipython_mcp_kernel::SessionOptions {
+            wording: crate::error::WORDING,
+            ..FakeKernels::session_options("default")
+        };
+        let manager = KernelManager::with_fake_kernels(options, KernelLimits::default(), &kernels);
         let config = Config {
             structured_output: shape,
             ..Config::default()

@@ -236,7 +236,7 @@ pub struct StartResult {
     /// The new session id: pass it as `kernel` to the other tools.
     pub kernel: String,
     /// The session's status once its kernel is ready (or why it is not).
-    pub status: RuntimeStatus,
+    pub status: RuntimeStatus<ErrorInfo>,
     /// Why the kernel is not ready, where every failed tool puts it; null when it is.
     pub error: Option<ErrorInfo>,
 }
@@ -537,7 +537,7 @@ impl IpythonMcp {
         }
         // Idle time counts from now, not from the start request (a slow start is not idleness).
         let _ = sessions.get(Some(id.as_str()));
-        let status = session.status();
+        let status = crate::error::status(session.status());
         let ok = matches!(status.state, SessionState::Ready | SessionState::Busy);
         tracing::info!(tool = "kernel_start", kernel = %id, language = %language_hint, ok, "tool call");
         let error = (!ok).then(|| {

@@ -45,6 +45,7 @@ mod state;
 mod surface;
 mod tasks;
 
+pub use error::WORDING;
 pub use handler::{IpythonMcp, MAX_CODE_BYTES};
 pub use ipython_mcp_kernel::{KernelManager, SessionId, StartSpec};
 pub use notebooks::serve_json_lines;

@@ -678,7 +678,7 @@ mod tests {
     fn the_status_line_keeps_the_session_id_as_it_is_spelled() {
         let status = StatusResult {
             ok: true,
-            status: ipython_mcp_kernel::RuntimeStatus::starting("MyKernel"),
+            status: ipython_mcp_kernel::RuntimeStatus::<ErrorInfo>::starting("MyKernel"),
         };
         let result = status_text(&status);
         assert!(

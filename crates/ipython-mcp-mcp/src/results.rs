@@ -2,7 +2,7 @@
 //! `kernel_restart`, `interrupt`), shared by the tools that build them and `render`, which
 //! writes their text.
 
-use ipython_mcp_kernel::{Interruption, NamespaceOutcome, RuntimeStatus, SessionState};
+use ipython_mcp_kernel::{ErrorInfo, Interruption, NamespaceOutcome, RuntimeStatus, SessionState};
 use rmcp::schemars;
 use serde::Serialize;
 
@@ -14,7 +14,7 @@ pub struct StatusResult {
     /// True: the status below describes the requested session.
     pub ok: bool,
     #[serde(flatten)]
-    pub status: RuntimeStatus,
+    pub status: RuntimeStatus<ErrorInfo>,
 }
 
 /// The result of `interrupt`.

@@ -76,17 +76,22 @@ impl IpythonMcp {
         Blueprint::new(config).server(state)
     }
 
+    /// Every built-in tool, whatever the configuration offers.
+    pub(crate) fn built_in_tools() -> ToolRouter<IpythonMcp> {
+        Self::core_router()
+            + Self::namespace_router()
+            + Self::kernels_router()
+            + Self::dynamic_router()
+            + Self::notebooks_router()
+    }
+
     /// The built-in tools, less the toolsets the configuration leaves out, with the output
     /// schemas `structured_output` calls for.
     fn offered_tools(
         toolsets: &ipython_mcp_config::Toolsets,
         structured_output: StructuredOutput,
     ) -> ToolRouter<IpythonMcp> {
-        let mut router = Self::core_router()
-            + Self::namespace_router()
-            + Self::kernels_router()
-            + Self::dynamic_router()
-            + Self::notebooks_router();
+        let mut router = Self::built_in_tools();
         let names: Vec<String> = router
             .list_all()
             .into_iter()

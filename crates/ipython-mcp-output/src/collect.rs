@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use crate::bound::{self, JsonLimits, MAX_FIT_PENDING_BYTES};
 use crate::output::{media_map, Code, DisplayItem, ErrorInfo, Truncated, Withheld};
 use crate::payload;
-use crate::terminal::{Kept, TerminalSink};
+use crate::terminal::{Kept, PagerCall, TerminalSink};
 
 /// Characters of the latest output line kept for progress notifications.
 const LATEST_LINE_CHARS: usize = 200;
@@ -85,6 +85,8 @@ pub struct Reply {
 #[derive(Clone)]
 pub struct Collector {
     limits: OutputLimits,
+    /// How a marker words the paging call (its length counts against the bound).
+    pager: Option<PagerCall>,
     json: JsonLimits,
     helper_comm: Option<String>,
     stdout: TerminalSink,
@@ -132,10 +134,17 @@ pub struct Collected {
 
 impl Collector {
     /// A collector bounding by `limits` (JSON payloads to `max_items` items), trusting the
-    /// end-of-execution report only from the helper's comm `helper_comm`.
-    pub fn new(limits: OutputLimits, max_items: usize, helper_comm: Option<String>) -> Self {
+    /// end-of-execution report only from the helper's comm `helper_comm`; a stream's marker
+    /// leaves room for `pager`'s paging call.
+    pub fn new(
+        limits: OutputLimits,
+        max_items: usize,
+        helper_comm: Option<String>,
+        pager: Option<PagerCall>,
+    ) -> Self {
         Collector {
             limits,
+            pager,
             json: JsonLimits {
                 max_depth: limits.max_json_depth,
                 max_items,
@@ -398,7 +407,10 @@ impl Collector {
             None => (self.stdout.kept(), self.stderr.kept(), 0),
         };
         // The marker counts against the bound too: what an agent reads fits it.
-        let (stdout, stderr) = (stdout.within(limit), stderr.within(limit));
+        let (stdout, stderr) = (
+            stdout.within(limit, self.pager),
+            stderr.within(limit, self.pager),
+        );
         truncated.stdout = stdout.omitted_chars > 0;
         truncated.stderr = stderr.omitted_chars > 0;
         let display_omitted = self.display_omitted + kernel_display_omitted;
@@ -557,7 +569,7 @@ pub(crate) mod tests {
     }
 
     fn collect(messages: Vec<Routed>) -> Collected {
-        let mut collector = Collector::new(LIMITS, 4, Some(HELPER.to_owned()));
+        let mut collector = Collector::new(LIMITS, 4, Some(HELPER.to_owned()), None);
         for message in messages {
             collector.absorb(message);
         }
@@ -603,7 +615,7 @@ pub(crate) mod tests {
     #[test]
     fn done_needs_the_shell_reply_and_idle_in_either_order() {
         let check_done = |messages: Vec<Routed>, expect: &[bool]| {
-            let mut collector = Collector::new(LIMITS, 4, None);
+            let mut collector = Collector::new(LIMITS, 4, None, None);
             let states: Vec<bool> = messages
                 .into_iter()
                 .map(|message| {
@@ -675,7 +687,7 @@ pub(crate) mod tests {
             text_head_percent: 35,
             ..LIMITS
         };
-        let mut collector = Collector::new(limits, 4, None);
+        let mut collector = Collector::new(limits, 4, None, None);
         for line in 0..1000 {
             collector.absorb(out(&format!("step {line}\n")));
         }
@@ -694,7 +706,7 @@ pub(crate) mod tests {
             "stderr": {"text": "", "omitted_chars": 0},
             "display_omitted": 0,
         });
-        let mut collector = Collector::new(limits, 4, Some(HELPER.to_owned()));
+        let mut collector = Collector::new(limits, 4, Some(HELPER.to_owned()), None);
         collector.absorb(comm(HELPER, report));
         let collected = collector.finish();
         assert_eq!(
@@ -875,7 +887,7 @@ pub(crate) mod tests {
             max_image_bytes: raw.len() / 3,
             ..LIMITS
         };
-        let mut collector = Collector::new(limits, 4, Some(HELPER.to_owned()));
+        let mut collector = Collector::new(limits, 4, Some(HELPER.to_owned()), None);
         collector.absorb(display(
             json!({"image/png": engine.encode(&raw), "text/plain": "<Figure>"}),
             None,
@@ -925,7 +937,7 @@ pub(crate) mod tests {
             max_reply_bytes: 4 * 1024,
             ..LIMITS
         };
-        let mut collector = Collector::new(limits, 4, Some(HELPER.to_owned()));
+        let mut collector = Collector::new(limits, 4, Some(HELPER.to_owned()), None);
         let html = "<td>x</td>".repeat(300); // 3000 bytes: one fits, the second does not
         for _ in 0..3 {
             collector.absorb(display(
@@ -1080,7 +1092,7 @@ pub(crate) mod tests {
             kernel_view,
         );
         // Without a helper comm no report is trusted.
-        let mut collector = Collector::new(LIMITS, 4, None);
+        let mut collector = Collector::new(LIMITS, 4, None, None);
         collector.absorb(out("kernel"));
         collector.absorb(comm(HELPER, report(("report", 0), ("", 0), 5)));
         let collected = collector.finish();

@@ -36,10 +36,12 @@ mod terminal;
 pub mod transcript;
 
 pub use bound::{base64_decoded_len, BINARY_IMAGE_TYPES, SVG_TYPE};
-pub use executions::{Page, PageLine, PageRequest, SpoolLimits, StreamName, MAX_RECORDS};
+pub use executions::{
+    Page, PageError, PageLine, PageRequest, SpoolLimits, StreamName, MAX_RECORDS,
+};
 pub use output::{
     Code, DisplayItem, ErrorInfo, ExecutionId, ExecutionOutput, ExecutionStatus, Interruption,
     NamespaceOutcome, RuntimeInfo, SpoolInfo, Truncated, Withheld,
 };
-pub use terminal::{Kept, TerminalSink};
+pub use terminal::{Kept, Pager, PagerCall, Paging, TerminalSink};
 pub use transcript::SavedOutputs;

@@ -89,11 +89,12 @@ impl PartialEq<str> for ExecutionId {
     }
 }
 
-/// Declares [`Code`] once: each variant with its wire name and its standard hint.
+/// Declares [`Code`] once: each variant with its wire name.
 macro_rules! codes {
-    ($($(#[$doc:meta])* $variant:ident = $wire:literal, hint: $hint:expr;)*) => {
+    ($($(#[$doc:meta])* $variant:ident = $wire:literal;)*) => {
         /// Every stable error code an agent can see (README, "Errors"). Closed: a code is added
-        /// here, with its wire name and standard hint, or it does not exist.
+        /// here, with its wire name, or it does not exist. What an agent is told to do about
+        /// one is the MCP crate's (its `error` module), which knows the tools.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum Code {
             $($(#[$doc])* $variant,)*
@@ -117,55 +118,43 @@ macro_rules! codes {
                     _ => None,
                 }
             }
-
-            /// What an agent can do about it, when that does not depend on the call; a site that
-            /// knows better overrides it with [`ErrorInfo::with_hint`].
-            pub fn hint(self) -> Option<&'static str> {
-                match self {
-                    $(Code::$variant => $hint,)*
-                }
-            }
         }
     };
 }
 
 codes! {
     /// User code raised (an outcome carried as an error field, not an infrastructure failure).
-    ExecutionError = "execution_error", hint: None;
-    OperationTimeout = "operation_timeout", hint: None;
-    OperationCancelled = "operation_cancelled", hint: None;
-    KernelDied = "kernel_died", hint: None;
-    RuntimeBusy = "runtime_busy", hint: None;
-    QueueTimeout = "queue_timeout", hint: None;
-    RuntimeUnavailable = "runtime_unavailable", hint: None;
-    RuntimeClosed = "runtime_closed", hint: None;
-    InvalidArguments = "invalid_arguments", hint: None;
-    InvalidName = "invalid_name", hint: None;
-    NameNotFound = "name_not_found", hint: None;
-    NotCallable = "not_callable", hint: None;
-    ResultNotJson = "result_not_json", hint: None;
-    ModuleNotFound = "module_not_found", hint: None;
-    ProtectedName = "protected_name", hint: None;
-    RegistrationConflict = "registration_conflict", hint: None;
-    UnsupportedSignature = "unsupported_signature", hint: None;
-    StaleRegistration = "stale_registration", hint: None;
-    LimitExceeded = "limit_exceeded", hint: None;
-    UnsupportedKernel = "unsupported_kernel", hint: None;
-    InvalidPath = "invalid_path", hint: Some(
-        "give a path relative to the workspace root, with '/' separators, ending in .ipynb (or .py for a percent script), without '..'",
-    );
-    NotebookNotFound = "notebook_not_found", hint: Some("notebook_create makes a new notebook");
-    NotebookExists = "notebook_exists", hint: None;
-    RevisionConflict = "revision_conflict", hint: Some(
-        "the file changed since you read it (another tool call, an editor, another process); nothing was changed: read it again, redo your change on the new content and pass the new revision",
-    );
-    InvalidNotebook = "invalid_notebook", hint: None;
-    CellNotFound = "cell_not_found", hint: Some("notebook_read lists the cells with their ids and indices");
-    IoError = "io_error", hint: None;
-    ResourceNotFound = "resource_not_found", hint: None;
-    InvalidConfiguration = "invalid_configuration", hint: None;
+    ExecutionError = "execution_error";
+    OperationTimeout = "operation_timeout";
+    OperationCancelled = "operation_cancelled";
+    KernelDied = "kernel_died";
+    RuntimeBusy = "runtime_busy";
+    QueueTimeout = "queue_timeout";
+    RuntimeUnavailable = "runtime_unavailable";
+    RuntimeClosed = "runtime_closed";
+    InvalidArguments = "invalid_arguments";
+    InvalidName = "invalid_name";
+    NameNotFound = "name_not_found";
+    NotCallable = "not_callable";
+    ResultNotJson = "result_not_json";
+    ModuleNotFound = "module_not_found";
+    ProtectedName = "protected_name";
+    RegistrationConflict = "registration_conflict";
+    UnsupportedSignature = "unsupported_signature";
+    StaleRegistration = "stale_registration";
+    LimitExceeded = "limit_exceeded";
+    UnsupportedKernel = "unsupported_kernel";
+    InvalidPath = "invalid_path";
+    NotebookNotFound = "notebook_not_found";
+    NotebookExists = "notebook_exists";
+    RevisionConflict = "revision_conflict";
+    InvalidNotebook = "invalid_notebook";
+    CellNotFound = "cell_not_found";
+    IoError = "io_error";
+    ResourceNotFound = "resource_not_found";
+    InvalidConfiguration = "invalid_configuration";
     /// A bug in the server or its kernel helper: the request and its protocol did not match.
-    InternalError = "internal_error", hint: None;
+    InternalError = "internal_error";
 }
 
 impl std::fmt::Display for Code {
@@ -208,7 +197,7 @@ pub struct ErrorInfo {
 }
 
 impl ErrorInfo {
-    /// An error with `code`'s standard hint, if it has one.
+    /// An error with no hint (the MCP crate adds the hints, which name its tools).
     pub fn new(code: Code, message: impl Into<String>) -> Self {
         ErrorInfo {
             code,
@@ -216,7 +205,7 @@ impl ErrorInfo {
             ename: None,
             evalue: None,
             traceback: None,
-            hint: code.hint().map(str::to_owned),
+            hint: None,
         }
     }
 
@@ -415,15 +404,5 @@ mod tests {
             );
         }
         assert!(serde_json::from_value::<Code>(Value::from("no_such_code")).is_err());
-    }
-
-    #[test]
-    fn a_code_brings_its_standard_hint_and_a_site_can_override_it() {
-        let conflict = ErrorInfo::new(Code::RevisionConflict, "changed");
-        assert_eq!(conflict.hint.as_deref(), Code::RevisionConflict.hint());
-        assert!(conflict.hint.is_some());
-        let busy = ErrorInfo::new(Code::RuntimeBusy, "busy");
-        assert_eq!(busy.hint, None);
-        assert_eq!(busy.with_hint("wait").hint.as_deref(), Some("wait"));
     }
 }

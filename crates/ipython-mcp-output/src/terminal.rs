@@ -13,6 +13,27 @@
 
 use std::collections::VecDeque;
 
+/// Words the call that reads a stream's omitted middle back from the spool, for the marker
+/// between head and tail. The layer that names the tools supplies it (this crate knows none);
+/// without one, the marker only counts what was omitted.
+pub type PagerCall = fn(&Paging<'_>) -> String;
+
+/// Where an omitted middle can be read back from: the execution, its stream, and the 1-based
+/// line of the whole stream the omitted part starts in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Paging<'a> {
+    pub execution_id: &'a str,
+    pub stream: &'a str,
+    pub start_line: u64,
+}
+
+/// The paging call of one execution's streams, for [`Kept::render`].
+#[derive(Clone, Copy)]
+pub struct Pager<'a> {
+    pub call: PagerCall,
+    pub execution_id: &'a str,
+}
+
 /// What is kept of one stream's rendering.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Kept {
@@ -37,12 +58,12 @@ impl Kept {
         sink.kept()
     }
 
-    /// The same view cut further, if need be, so that its rendering with the marker (and the
-    /// `get_output` call of an execution id) fits `limit` characters: the head loses its end
-    /// and the tail its beginning, in proportion, and the counts grow by exactly what they
+    /// The same view cut further, if need be, so that its rendering with the marker (and
+    /// `call`'s paging call for an execution id) fits `limit` characters: the head loses its
+    /// end and the tail its beginning, in proportion, and the counts grow by exactly what they
     /// lose. A limit under twice the marker's length is left as it is: cutting nearly all the
     /// text to make room for the marker would leave the reader nothing but the marker.
-    pub fn within(mut self, limit: usize) -> Kept {
+    pub fn within(mut self, limit: usize, call: Option<PagerCall>) -> Kept {
         // An execution id is a UUID: its marker is the longest one a result shows.
         const EXECUTION_ID: &str = "00000000-0000-0000-0000-000000000000";
         // Counts only grow as text is cut, so each pass asks for a little more than the excess.
@@ -50,7 +71,11 @@ impl Kept {
             if self.omitted_chars == 0 {
                 return self;
             }
-            let shown = self.render("stdout", Some(EXECUTION_ID)).chars().count();
+            let pager = call.map(|call| Pager {
+                call,
+                execution_id: EXECUTION_ID,
+            });
+            let shown = self.render("stdout", pager).chars().count();
             let text = self.head.chars().count() + self.tail.chars().count();
             if shown <= limit || 2 * (shown - text) > limit {
                 return self;
@@ -106,9 +131,8 @@ impl Kept {
     }
 
     /// The text an agent reads: the head, one marker line with the exact counts and, when the
-    /// full stream is kept on disk (`pager`: the execution id), the `get_output` call that
-    /// pages the middle, then the tail.
-    pub fn render(&self, stream: &str, pager: Option<&str>) -> String {
+    /// full stream is kept on disk (`pager`), the call that pages the middle, then the tail.
+    pub fn render(&self, stream: &str, pager: Option<Pager<'_>>) -> String {
         if self.omitted_chars == 0 {
             let mut text = self.head.clone();
             text.push_str(&self.tail);
@@ -123,11 +147,13 @@ impl Kept {
             "[… {} characters ({} lines) omitted",
             self.omitted_chars, self.omitted_lines
         ));
-        if let Some(execution_id) = pager {
-            text.push_str(&format!(
-                "; get_output(execution_id=\"{execution_id}\", stream=\"{stream}\", start_line={}) pages them",
-                self.first_omitted_line
-            ));
+        if let Some(Pager { call, execution_id }) = pager {
+            text.push_str("; ");
+            text.push_str(&call(&Paging {
+                execution_id,
+                stream,
+                start_line: self.first_omitted_line,
+            }));
         }
         text.push_str(" …]");
         if !self.tail.is_empty() {
@@ -366,6 +392,21 @@ fn byte_offset(text: &str, chars: u64) -> usize {
 mod tests {
     use super::*;
 
+    /// The paging call as the MCP layer words it, for the marker's length and text.
+    fn get_output(paging: &Paging<'_>) -> String {
+        format!(
+            "get_output(execution_id=\"{}\", stream=\"{}\", start_line={}) pages them",
+            paging.execution_id, paging.stream, paging.start_line
+        )
+    }
+
+    fn pager(execution_id: &str) -> Pager<'_> {
+        Pager {
+            call: get_output,
+            execution_id,
+        }
+    }
+
     fn check(limit: usize, writes: &[&str], text: &str, omitted: u64) {
         let mut sink = TerminalSink::new(limit, limit);
         for write in writes {
@@ -511,7 +552,7 @@ mod tests {
             100_000 - head_lines - tail_lines
         );
         assert_eq!(kept.first_omitted_line as usize, head_lines + 1);
-        let shown = kept.render("stdout", Some("abc"));
+        let shown = kept.render("stdout", Some(pager("abc")));
         let marker = format!(
             "[… {} characters ({} lines) omitted; get_output(execution_id=\"abc\", stream=\"stdout\", start_line={}) pages them …]",
             kept.omitted_chars, kept.omitted_lines, kept.first_omitted_line
@@ -547,8 +588,11 @@ mod tests {
         let text: String = (0..500).map(|line| format!("line {line} é\n")).collect();
         let total_chars = text.chars().count() as u64;
         for (limit, head) in [(1_000, 200), (1_000, 0), (1_000, 1_000), (600, 300)] {
-            let kept = Kept::of(&text, limit, head).within(limit);
-            let shown = kept.render("stdout", Some("00000000-0000-0000-0000-000000000000"));
+            let kept = Kept::of(&text, limit, head).within(limit, Some(get_output));
+            let shown = kept.render(
+                "stdout",
+                Some(pager("00000000-0000-0000-0000-000000000000")),
+            );
             assert!(shown.chars().count() <= limit, "{limit}/{head}: {shown}");
             assert_eq!(
                 kept.head.chars().count() as u64
@@ -566,9 +610,9 @@ mod tests {
         }
         // Nothing omitted: nothing to make room for. A tiny limit keeps its text.
         let short = Kept::of("abc\n", 1_000, 200);
-        assert_eq!(short.clone().within(1_000), short);
+        assert_eq!(short.clone().within(1_000, Some(get_output)), short);
         let tiny = Kept::of(&text, 20, 10);
-        assert_eq!(tiny.clone().within(20), tiny);
+        assert_eq!(tiny.clone().within(20, Some(get_output)), tiny);
     }
 
     #[test]
@@ -588,6 +632,6 @@ mod tests {
             head: "all".into(),
             ..Kept::default()
         };
-        assert_eq!(whole.render("stdout", Some("id")), "all");
+        assert_eq!(whole.render("stdout", Some(pager("id"))), "all");
     }
 }

@@ -43,7 +43,7 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     if let Some(error) = &status.error {
-        writeln!(out, "FAILED:          {}", error.message)?;
+        writeln!(out, "FAILED:          {error}")?;
         session.shutdown().await;
         return Ok(ExitCode::FAILURE);
     }

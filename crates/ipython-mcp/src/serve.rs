@@ -305,6 +305,9 @@ pub fn session_options(config: &Config, kernel_id: &str) -> anyhow::Result<Sessi
         jupyter: jupyter_server(config)?,
         remote: None,
         owner: None,
+        // What sessions record themselves (refusals, paging markers) is worded by the MCP
+        // crate, which knows the tools.
+        wording: ipython_mcp_mcp::WORDING,
     })
 }
 

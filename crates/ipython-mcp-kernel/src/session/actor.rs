@@ -9,13 +9,14 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
+use super::error::StartFailure;
 use super::transport::{Launcher, Running};
 use super::*;
 use crate::status::SessionState;
 use ipython_mcp_output::output::{Interruption, NamespaceOutcome};
 
 /// A spare kernel being prepared (or ready) in the background.
-pub(super) type Spare = tokio::task::JoinHandle<Result<Running, ErrorInfo>>;
+pub(super) type Spare = tokio::task::JoinHandle<Result<Running, StartFailure>>;
 
 pub(super) struct Actor {
     pub(super) shared: Arc<Shared>,
@@ -55,7 +56,7 @@ pub(super) async fn supervise(
         if ran.is_ok() {
             return; // closed
         }
-        tracing::error!(kernel_id = %shared.options.kernel_id, "session actor panicked; the session is unavailable until kernel_restart");
+        tracing::error!(kernel_id = %shared.options.kernel_id, "session actor panicked; the session is unavailable until it is restarted");
         match actor.fail().await {
             Some(reply) => {
                 actor = actor.respawn();
@@ -109,7 +110,7 @@ impl Actor {
             status.operation_active = false;
             status.latest_interruption_kind = None;
             status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
-            status.error = Some(failed_error("calls fail until it is restarted"));
+            status.error = Some(panicked(PanickedCall::NoCall));
         });
         self.shared.epoch.send_replace(epoch);
         // Wakes the callers whose replies the panic dropped (see `SessionHandle::lost`).
@@ -139,7 +140,7 @@ impl Actor {
                         &args,
                         record.as_deref(),
                         reply,
-                        failed_error("nothing ran"),
+                        panicked(PanickedCall::NotRun),
                     );
                 }
                 Some(Command::Restart { reply }) => return Some(reply),
@@ -435,13 +436,13 @@ impl Actor {
     }
 
     /// The one place an unavailable session's error is stored: configured variable values and
-    /// URL credentials are masked, and the message is bounded by `max_text_chars`.
-    pub(super) fn set_unavailable(&self, error: ErrorInfo) {
-        let error = shown_error(&self.shared.options, error);
+    /// URL credentials are masked, and each text is bounded by `max_text_chars`.
+    pub(super) fn set_unavailable(&self, failure: StartFailure) {
+        let failure = shown(&self.shared.options, failure);
         self.update(|status| {
             status.state = SessionState::Unavailable;
             status.kernel = None;
-            status.error = Some(error);
+            status.error = Some(SessionError::StartFailed(failure));
         });
     }
 
@@ -502,10 +503,10 @@ impl Actor {
                 self.refill_spares();
                 true
             }
-            Err(error) => {
-                let redactor = self.shared.options.namespace.variables.redactor();
-                tracing::error!(message = %redactor.redact(&error.message), "kernel replacement failed");
-                self.set_unavailable(error);
+            Err(failure) => {
+                let message = shown(&self.shared.options, failure.clone()).to_string();
+                tracing::error!(%message, "kernel replacement failed");
+                self.set_unavailable(failure);
                 false
             }
         }
@@ -519,7 +520,7 @@ impl Actor {
         args: &ExecuteArgs,
         record: Option<&Record>,
         reply: oneshot::Sender<Ended>,
-        error: ErrorInfo,
+        error: SessionError,
     ) {
         if !ticket.abandon(&self.shared) {
             return;
@@ -533,7 +534,11 @@ impl Actor {
             interruption: None,
             namespace: None,
         };
-        let output = ExecutionOutput::not_run(ticket.execution_id.clone(), runtime, error);
+        let output = ExecutionOutput::not_run(
+            ticket.execution_id.clone(),
+            runtime,
+            self.shared.worded(&error),
+        );
         if let Some(record) = record {
             record.finish(&output);
         }
@@ -569,7 +574,13 @@ impl Actor {
             else {
                 continue;
             };
-            self.refuse(&ticket, &args, record.as_deref(), reply, closed_error());
+            self.refuse(
+                &ticket,
+                &args,
+                record.as_deref(),
+                reply,
+                SessionError::Closed,
+            );
         }
         if let Some(running) = self.kernel.take() {
             running

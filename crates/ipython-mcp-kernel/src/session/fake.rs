@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::actor::supervise;
+use super::error::StartFailure;
 use super::handle::SessionHandle;
 use super::transport::{KernelTransport, Launcher, Running};
 use super::*;
@@ -195,6 +196,7 @@ impl FakeKernels {
             jupyter: None,
             remote: None,
             owner: None,
+            wording: Wording::PLAIN,
         }
     }
 
@@ -245,11 +247,11 @@ struct FakeLauncher {
 }
 
 impl Launcher for FakeLauncher {
-    fn provision(&self) -> BoxFuture<'_, Result<(), ErrorInfo>> {
+    fn provision(&self) -> BoxFuture<'_, Result<(), StartFailure>> {
         Box::pin(async { Ok(()) })
     }
 
-    fn launch(&self) -> BoxFuture<'static, Result<Running, ErrorInfo>> {
+    fn launch(&self) -> BoxFuture<'static, Result<Running, StartFailure>> {
         let (script, events) = (Arc::clone(&self.script), Arc::clone(&self.events));
         Box::pin(async move {
             let mut pid = 0;
@@ -486,7 +488,7 @@ mod tests {
     use super::FakeBehaviour as Behaviour;
     use super::*;
     use crate::status::SessionState;
-    use ipython_mcp_output::output::{ExecutionStatus, Interruption, NamespaceOutcome};
+    use ipython_mcp_output::output::{Code, ExecutionStatus, Interruption, NamespaceOutcome};
 
     const LOOP: &str = "while True: pass";
     const HANG: &str = "signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(1e9)";

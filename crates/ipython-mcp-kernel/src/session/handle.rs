@@ -10,11 +10,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::actor::supervise;
+use super::error::Behind;
 use super::prepare::Local;
 use super::*;
 use crate::status::SessionState;
 use ipython_mcp_output::executions::{Page, PageRequest};
-use ipython_mcp_output::output::{ExecutionStatus, Interruption, NamespaceOutcome};
+use ipython_mcp_output::output::{Code, ExecutionStatus, Interruption, NamespaceOutcome};
 
 /// The public side of a session.
 #[derive(Clone)]
@@ -108,7 +109,7 @@ impl SessionHandle {
             params: call.params,
         };
         let (output, reply) = self.submit(args, Some(request), slot).await;
-        helper_output(output, reply)
+        helper_output(output, reply, self.shared.options.wording)
     }
 
     async fn submit(&self, args: ExecuteArgs, helper: Option<HelperRequest>, slot: Slot) -> Ended {
@@ -202,7 +203,7 @@ impl SessionHandle {
                 &ticket,
                 &args,
                 record.as_deref(),
-                closed_error(),
+                SessionError::Closed,
             )));
         }
         let failures_seen = *self.shared.failures.borrow();
@@ -217,33 +218,25 @@ impl SessionHandle {
     }
 
     /// Why the session refuses every request now (closed, or unavailable), if it does.
-    fn refusal(&self) -> Option<ErrorInfo> {
+    fn refusal(&self) -> Option<SessionError> {
         let status = self.status();
         match status.state {
-            SessionState::Closed => Some(closed_error()),
+            SessionState::Closed => Some(SessionError::Closed),
             SessionState::Unavailable if self.shared.failed.load(Ordering::Acquire) => {
-                Some(failed_error("nothing ran"))
+                Some(panicked(PanickedCall::NotRun))
             }
-            SessionState::Unavailable => Some(unavailable_error(&status)),
+            SessionState::Unavailable => Some(unavailable(&status)),
             _ => None,
         }
     }
 
     /// The answer when every slot of `slot`'s kind is taken.
-    fn busy_error(&self, slot: Slot) -> ErrorInfo {
+    fn busy_error(&self, slot: Slot) -> SessionError {
         match slot {
-            Slot::User => ErrorInfo::new(
-                Code::RuntimeBusy,
-                format!(
-                    "{} operations are already waiting for this kernel",
-                    self.shared.options.max_pending
-                ),
-            )
-            .with_hint("wait for earlier calls to finish, or check runtime_status"),
-            Slot::Reserved => ErrorInfo::new(
-                Code::RuntimeBusy,
-                "a bookkeeping call is already waiting for this kernel",
-            ),
+            Slot::User => SessionError::Busy {
+                waiting: self.shared.options.max_pending,
+            },
+            Slot::Reserved => SessionError::BookkeepingBusy,
         }
     }
 
@@ -274,9 +267,9 @@ impl SessionHandle {
                     // A server that is shutting down cancels every request it holds (the
                     // transport closed, or a signal): nobody cancelled this one.
                     if self.shared.shutdown.is_cancelled() {
-                        return self.not_run(&ticket, &args, record, closed_error());
+                        return self.not_run(&ticket, &args, record, SessionError::Closed);
                     }
-                    let error = ErrorInfo::new(Code::OperationCancelled, "cancelled by the client while queued; nothing ran");
+                    let error = SessionError::CancelledWhileQueued;
                     let mut outcome = self.not_run(&ticket, &args, None, error);
                     outcome.0.status = ExecutionStatus::Cancelled;
                     if let Some(record) = record {
@@ -289,22 +282,15 @@ impl SessionHandle {
                 let queue_wait = queue_wait_limit;
                 if ticket.abandon(&self.shared) {
                     let status = self.status();
-                    let error = if status.state == SessionState::Starting {
-                        let phase = status.environment.as_ref().map_or("starting the kernel".to_owned(), |environment| {
-                            format!("Python environment {} for {:.0}s", environment.phase, environment.elapsed_seconds)
-                        });
-                        ErrorInfo::new(
-                            Code::QueueTimeout,
-                            format!("waited {:.1}s for the kernel to start ({phase}); nothing ran", queue_wait.as_secs_f64()),
-                        )
-                        .with_hint("the first start creates a Python environment and can take a minute; retry shortly, or watch runtime_status")
-                    } else {
-                        ErrorInfo::new(
-                            Code::QueueTimeout,
-                            format!("waited {:.1}s in the queue behind earlier operations; nothing ran", queue_wait.as_secs_f64()),
-                        )
-                        .with_hint("the kernel is busy with earlier work; check runtime_status")
+                    let behind = match (status.state, &status.environment) {
+                        (SessionState::Starting, Some(environment)) => Behind::Environment {
+                            phase: environment.phase.clone(),
+                            elapsed_seconds: environment.elapsed_seconds,
+                        },
+                        (SessionState::Starting, None) => Behind::KernelStart,
+                        _ => Behind::EarlierOperations,
                     };
+                    let error = SessionError::QueueTimeout { waited: queue_wait, behind };
                     return self.not_run(&ticket, &args, record, error);
                 }
             }
@@ -334,19 +320,12 @@ impl SessionHandle {
             counted = failures.wait_for(|count| *count > failures_seen) => counted.is_ok(),
         };
         if !failed {
-            return self.not_run(ticket, args, record, closed_error());
+            return self.not_run(ticket, args, record, SessionError::Closed);
         }
         if !ran {
-            return self.not_run(ticket, args, record, failed_error("nothing ran"));
+            return self.not_run(ticket, args, record, panicked(PanickedCall::NotRun));
         }
-        let mut outcome = self.not_run(
-            ticket,
-            args,
-            None,
-            failed_error(
-                "this call was running: its kernel was stopped and every variable is gone",
-            ),
-        );
+        let mut outcome = self.not_run(ticket, args, None, panicked(PanickedCall::WasRunning));
         outcome.0.status = ExecutionStatus::Error;
         outcome.0.runtime.interruption = Some(Interruption::Terminated);
         outcome.0.runtime.namespace = Some(NamespaceOutcome::Reset);
@@ -356,13 +335,14 @@ impl SessionHandle {
         outcome
     }
 
-    /// The outcome of a request that never ran; recorded for `get_output` too.
+    /// The outcome of a request that never ran, its error worded for the agent; recorded for
+    /// `get_output` too.
     fn not_run(
         &self,
         ticket: &Ticket,
         args: &ExecuteArgs,
         record: Option<&Record>,
-        error: ErrorInfo,
+        error: SessionError,
     ) -> Ended {
         let status = self.status();
         let output = ExecutionOutput::not_run(
@@ -376,7 +356,7 @@ impl SessionHandle {
                 interruption: None,
                 namespace: None,
             },
-            error,
+            self.shared.worded(&error),
         );
         if let Some(record) = record {
             record.finish(&output);
@@ -437,14 +417,14 @@ impl SessionHandle {
         &self,
         execution_id: Option<&str>,
         request: PageRequest,
-    ) -> Option<Result<Page, ErrorInfo>> {
+    ) -> Option<Result<Page, SessionError>> {
         let record = match execution_id {
             Some(id) => self.shared.executions.find(id)?,
             None => self.shared.executions.latest()?,
         };
         let path = match self.shared.executions.stream_path(&record, request.stream) {
             Ok(path) => path,
-            Err(error) => return Some(Err(*error)),
+            Err(error) => return Some(Err(error.into())),
         };
         let complete = record.is_finished() && record.spool_written();
         let head_chars = self.shared.options.limits.head_chars(request.max_chars);
@@ -457,7 +437,9 @@ impl SessionHandle {
             )
         })
         .await;
-        Some(page.map_err(|error| ErrorInfo::new(Code::InternalError, error.to_string())))
+        Some(page.map_err(|error| SessionError::Internal {
+            what: error.to_string(),
+        }))
     }
 
     /// A finished execution's outputs as a notebook saves them: everything the kernel
@@ -480,31 +462,22 @@ impl SessionHandle {
 
     /// Replaces the kernel with a fresh one (promoting a warm spare when one is ready) after
     /// the operations queued before it; every name is gone afterwards and the epoch advances.
-    pub async fn restart(&self) -> Result<RuntimeStatus, ErrorInfo> {
+    pub async fn restart(&self) -> Result<RuntimeStatus, SessionError> {
         match self.status().state {
-            SessionState::Closed => return Err(closed_error()),
-            SessionState::Starting => {
-                return Err(ErrorInfo::new(
-                    Code::RuntimeUnavailable,
-                    "the kernel is still starting; nothing to restart yet",
-                ))
-            }
+            SessionState::Closed => return Err(SessionError::Closed),
+            SessionState::Starting => return Err(SessionError::RestartWhileStarting),
             _ => {}
         }
         let (reply, result) = oneshot::channel();
         self.inbox
             .send(Command::Restart { reply })
-            .map_err(|_| closed_error())?;
+            .map_err(|_| SessionError::Closed)?;
         let bound =
             self.shared.options.queue_wait_timeout + self.shared.options.timeouts.kernel_startup;
         match tokio::time::timeout(bound, result).await {
             Ok(Ok(status)) => Ok(status),
-            Ok(Err(_)) => Err(closed_error()),
-            Err(_) => Err(ErrorInfo::new(
-                Code::QueueTimeout,
-                "the restart waited too long behind earlier operations",
-            )
-            .with_hint("interrupt the running code first, then restart")),
+            Ok(Err(_)) => Err(SessionError::Closed),
+            Err(_) => Err(SessionError::RestartWhileBusy),
         }
     }
 
@@ -554,10 +527,11 @@ impl SessionHandle {
 }
 
 /// Turns an operation's outcome into a helper call's: the helper's own reply when it answered,
-/// the session's error otherwise (busy, timeout, kernel died…).
+/// the session's error otherwise (busy, timeout, kernel died…), worded by `wording`.
 pub(super) fn helper_output(
     output: ExecutionOutput,
     reply: Option<serde_json::Value>,
+    wording: Wording,
 ) -> HelperOutput {
     let runtime = output.runtime.clone();
     // Stopped by its deadline, a cancellation or shutdown: the session's error says so (the
@@ -588,10 +562,7 @@ pub(super) fn helper_output(
                     .is_some_and(serde_json::Value::is_string) =>
         {
             HelperOutput {
-                outcome: Outcome::Failed(ErrorInfo::new(
-                    Code::InternalError,
-                    "the helper's reply had an unexpected shape",
-                )),
+                outcome: Outcome::Failed((wording.error)(&SessionError::HelperReply)),
                 runtime,
             }
         }
@@ -600,9 +571,9 @@ pub(super) fn helper_output(
             runtime,
         },
         None => {
-            let error = output.error.unwrap_or_else(|| {
-                ErrorInfo::new(Code::ExecutionError, "the helper did not answer")
-            });
+            let error = output
+                .error
+                .unwrap_or_else(|| (wording.error)(&SessionError::HelperSilent));
             HelperOutput {
                 outcome: Outcome::Failed(error),
                 runtime,

@@ -23,10 +23,11 @@
 //! cancellation), `outcome` (the end-of-operation decision, a pure function), `prepare`
 //! (starting a local kernel and installing the helper), `remote` (kernels on a Jupyter server),
 //! `transport` (the seam between the actor and a kernel: `KernelTransport`, `Launcher`,
-//! `Running`), `fake` (a scripted fake kernel behind that seam, for tests here and, under the
+//! `Running`), `error` (why a call was refused or failed, typed), `fake` (a scripted fake kernel behind that seam, for tests here and, under the
 //! `test-support` feature, for other crates' tests).
 
 mod actor;
+pub mod error;
 #[cfg(any(test, feature = "test-support"))]
 pub(crate) mod fake;
 pub(crate) mod handle;
@@ -55,8 +56,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::status::RuntimeStatus;
+use error::{PanickedCall, SessionError, Wording};
 use ipython_mcp_output::executions::{Executions, Record, SpoolLimits};
-use ipython_mcp_output::output::{Code, ErrorInfo, ExecutionId, ExecutionOutput, RuntimeInfo};
+use ipython_mcp_output::output::{ErrorInfo, ExecutionId, ExecutionOutput, RuntimeInfo};
 
 /// Everything a session needs to start and run kernels.
 #[derive(Debug, Clone)]
@@ -87,6 +89,9 @@ pub struct SessionOptions {
     /// the kernel is told it as `KERNEL_USERNAME` (Enterprise Gateway runs and labels the
     /// kernel as that user; Kernel Gateway passes it to the kernel's environment).
     pub owner: Option<String>,
+    /// How the answers the session records itself are worded for the agent (the MCP crate's
+    /// `error::WORDING`; [`Wording::PLAIN`] without it).
+    pub wording: Wording,
 }
 
 /// Which kernel a remote session runs on the Jupyter server.
@@ -357,55 +362,31 @@ impl Ticket {
     }
 }
 
-fn closed_error() -> ErrorInfo {
-    ErrorInfo::new(
-        Code::RuntimeClosed,
-        "the server is shutting down; nothing ran",
-    )
+impl Shared {
+    /// A session error as the agent reads it in an answer the session records itself.
+    fn worded(&self, error: &SessionError) -> ErrorInfo {
+        (self.options.wording.error)(error)
+    }
 }
 
-fn closing_error() -> ErrorInfo {
-    ErrorInfo::new(
-        Code::RuntimeClosed,
-        "the server shut down while this was running; it was interrupted",
-    )
+/// What every call gets after the actor panicked, until it is restarted.
+fn panicked(call: PanickedCall) -> SessionError {
+    SessionError::Panicked { call }
 }
 
-/// What every call gets after the actor panicked, until `kernel_restart`.
-fn failed_error(what_happened: &str) -> ErrorInfo {
-    ErrorInfo::new(
-        Code::RuntimeUnavailable,
-        format!("an internal error stopped this kernel session; {what_happened}"),
-    )
-    .with_hint(
-        "call kernel_restart for this kernel: it starts a fresh one (earlier variables are gone)",
-    )
+/// The refusal of a call on a session whose kernel could not start, with the cause its
+/// status keeps.
+fn unavailable(status: &RuntimeStatus) -> SessionError {
+    let cause = match &status.error {
+        Some(SessionError::StartFailed(cause)) => Some(cause.clone()),
+        _ => None,
+    };
+    SessionError::Unavailable { cause }
 }
 
-fn unavailable_error(status: &RuntimeStatus) -> ErrorInfo {
-    let reason = status
-        .error
-        .as_ref()
-        .map_or("the kernel could not be started".to_owned(), |error| {
-            error.message.clone()
-        });
-    ErrorInfo::new(
-        Code::RuntimeUnavailable,
-        format!("the kernel is unavailable: {reason}"),
-    )
-    .with_hint(format!(
-        "see runtime_status for details; fix the cause (e.g. set {}) and restart the server",
-        ipython_mcp_config::PYTHON.env
-    ))
-}
-
-/// An error as the session stores and shows it: configured variable values and URL credentials
-/// masked, the message bounded by `max_text_chars`.
-fn shown_error(options: &SessionOptions, mut error: ErrorInfo) -> ErrorInfo {
+/// A start failure as the session stores and shows it: configured variable values and URL
+/// credentials masked, each text bounded by `max_text_chars`.
+fn shown(options: &SessionOptions, failure: error::StartFailure) -> error::StartFailure {
     let redactor = options.namespace.variables.redactor();
-    error.message = ipython_mcp_output::bound::bound_message(
-        &redactor.redact(&error.message),
-        options.limits.max_text_chars,
-    );
-    error
+    failure.shown(&redactor, options.limits.max_text_chars)
 }

@@ -20,6 +20,7 @@ use ipython_mcp_output::collect::{Collected, Collector};
 use ipython_mcp_output::executions::SpoolWriter;
 use ipython_mcp_output::output::ExecutionStatus;
 use ipython_mcp_output::payload::SpoolFiles;
+use ipython_mcp_output::Pager;
 
 /// One dispatched operation, as the steps of running it share it.
 struct Operation<'a> {
@@ -60,8 +61,9 @@ impl Actor {
         record: Option<&Arc<Record>>,
     ) -> Ended {
         let queue_wait_ms = ticket.enqueued_at.elapsed().as_millis() as u64;
-        let not_run = |epoch, error| {
+        let not_run = |epoch, error: SessionError| {
             let runtime = runtime_info(ticket, args, queue_wait_ms, epoch, 0);
+            let error = self.shared.worded(&error);
             (
                 ExecutionOutput::not_run(ticket.execution_id.clone(), runtime, error),
                 None,
@@ -69,12 +71,12 @@ impl Actor {
         };
         let Some(running) = &self.kernel else {
             let status = self.shared.status.lock().expect("status lock").clone();
-            return not_run(self.epoch, unavailable_error(&status));
+            return not_run(self.epoch, unavailable(&status));
         };
         let (message, helper_request) =
             match request_message(args, helper, running.helper_comm.as_deref()) {
                 Ok(request) => request,
-                Err(error) => return not_run(self.epoch, *error),
+                Err(error) => return not_run(self.epoch, error),
             };
         let mut interrupts = self.shared.active.begin(ticket.seq);
         self.update(|status| {
@@ -86,6 +88,7 @@ impl Actor {
             options.limits,
             options.max_json_items,
             running.helper_comm.clone(),
+            options.wording.pager,
         );
         if let Some(request_id) = helper_request {
             collector.expect_helper_reply(request_id);
@@ -117,11 +120,19 @@ impl Actor {
             .await;
         self.ended(&decision);
         let runtime = runtime_info(ticket, args, queue_wait_ms, self.epoch, run_ms);
-        // The marker between a stream's head and tail names the get_output call that pages
-        // the middle, when the full stream is on disk.
-        let pager = (spooled_as.is_some() && self.shared.executions.spool().is_some())
-            .then(|| ticket.execution_id.as_str().to_owned());
-        output(collected, decision, runtime, ticket, pager.as_deref())
+        // The marker between a stream's head and tail names the call that pages the middle,
+        // when the full stream is on disk.
+        let pager = self
+            .shared
+            .options
+            .wording
+            .pager
+            .filter(|_| spooled_as.is_some() && self.shared.executions.spool().is_some())
+            .map(|call| Pager {
+                call,
+                execution_id: ticket.execution_id.as_str(),
+            });
+        output(collected, decision, runtime, ticket, pager)
     }
 
     /// Nothing runs any more: the status says so, and what the operation did to the kernel.
@@ -165,9 +176,13 @@ impl Actor {
         let mut spooled_as = None;
         let mut spool_writer = None;
         if let Some(record) = operation.record {
-            let pageable = self.shared.executions.spool().is_some();
+            let pager = self
+                .shared
+                .executions
+                .spool()
+                .and(self.shared.options.wording.pager);
             let collector = Arc::clone(&operation.collector);
-            record.dispatched(&msg_id, self.epoch, collector, pageable);
+            record.dispatched(&msg_id, self.epoch, collector, pager);
             spooled_as = Some(msg_id.clone());
             // A local helper spools its kernel's streams itself; other kernels' output
             // (remote ones included: their helper cannot reach our disk) is spooled here as
@@ -345,7 +360,7 @@ fn request_message(
     args: &ExecuteArgs,
     helper: Option<&HelperRequest>,
     helper_comm: Option<&str>,
-) -> Result<(JupyterMessage, Option<String>), Box<ErrorInfo>> {
+) -> Result<(JupyterMessage, Option<String>), SessionError> {
     match (helper, helper_comm) {
         (None, _) => Ok((
             JupyterMessage::new(
@@ -372,10 +387,7 @@ fn request_message(
             let message = JupyterMessage::new(CommMsg { comm_id, data }, None);
             Ok((message, Some(request_id)))
         }
-        (Some(_), None) => Err(Box::new(ErrorInfo::new(
-            Code::UnsupportedKernel,
-            "this kernel has no ipython-mcp helper (not a Python kernel); only execute works here",
-        ))),
+        (Some(_), None) => Err(SessionError::NoHelper),
     }
 }
 
@@ -418,7 +430,7 @@ fn output(
     decision: Decision,
     runtime: RuntimeInfo,
     ticket: &Ticket,
-    pager: Option<&str>,
+    pager: Option<Pager<'_>>,
 ) -> Ended {
     let Decision {
         status,

@@ -12,7 +12,13 @@ use ipython_mcp_output::output::{
     Code, ErrorInfo, ExecutionStatus, Interruption, NamespaceOutcome,
 };
 
-use super::closing_error;
+/// A running operation stopped by the server's shutdown.
+fn closing_error() -> ErrorInfo {
+    ErrorInfo::new(
+        Code::RuntimeClosed,
+        "the server shut down while this was running; it was interrupted",
+    )
+}
 
 /// How the wait for an operation ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -150,7 +156,7 @@ pub(super) fn decide(ending: &Ending) -> Decision {
             } else if *shutting_down {
                 "the server is shutting down"
             } else {
-                "no replacement kernel could be started; see runtime_status"
+                "no replacement kernel could be started: the session is unavailable, and its status says why"
             };
             decision.namespace = Some(NamespaceOutcome::Reset);
             let (code, message) = killed(end, cause, *timeout, *grace);
@@ -391,14 +397,7 @@ mod tests {
                 hint.as_deref().is_some_and(|hint| hint.contains(fragment)),
                 "{at}: {hint:?}"
             ),
-            None => assert_eq!(
-                hint,
-                decision
-                    .error
-                    .as_ref()
-                    .and_then(|error| error.code.hint().map(str::to_owned)),
-                "{at}: only the code's standard hint, if any"
-            ),
+            None => assert_eq!(hint, None, "{at}: no hint"),
         }
     }
 

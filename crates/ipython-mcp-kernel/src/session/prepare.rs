@@ -9,11 +9,11 @@ use ipython_mcp_env::{Phase, PythonEnvironment};
 use ipython_mcp_jupyter::{Kernel, LaunchSpec};
 use tokio::time::Instant;
 
+use super::error::StartFailure;
 use super::helper;
 use super::transport::{Launcher, Running};
 use super::Shared;
 use crate::status::{EnvironmentStatus, KernelDescription};
-use ipython_mcp_output::output::{Code, ErrorInfo};
 
 /// Local ipykernels over ZeroMQ: the Python environment is found or provisioned once, then
 /// every kernel is a child process of ours (see `ipython_mcp_jupyter::Kernel`).
@@ -30,7 +30,7 @@ impl Local {
         }
     }
 
-    async fn provision(&self) -> Result<(), ErrorInfo> {
+    async fn provision(&self) -> Result<(), StartFailure> {
         let started = std::time::Instant::now();
         let shared = Arc::clone(&self.shared);
         let progress = move |phase: Phase| {
@@ -86,35 +86,30 @@ impl Local {
                         environment.elapsed_seconds = started.elapsed().as_secs_f64();
                     }
                 });
-                let message = format!("environment {phase} phase failed: {error}");
-                let error = ErrorInfo::new(Code::RuntimeUnavailable, message);
-                let shown = super::shown_error(&self.shared.options, error.clone());
-                tracing::error!(
+                let failure = StartFailure::Environment {
                     phase,
-                    error = shown.message,
-                    "python environment unavailable"
-                );
-                Err(error)
+                    detail: error.to_string(),
+                };
+                let shown = super::shown(&self.shared.options, failure.clone()).to_string();
+                tracing::error!(phase, error = shown, "python environment unavailable");
+                Err(failure)
             }
         }
     }
 }
 
 impl Launcher for Local {
-    fn provision(&self) -> BoxFuture<'_, Result<(), ErrorInfo>> {
+    fn provision(&self) -> BoxFuture<'_, Result<(), StartFailure>> {
         Box::pin(Local::provision(self))
     }
 
-    fn launch(&self) -> BoxFuture<'static, Result<Running, ErrorInfo>> {
+    fn launch(&self) -> BoxFuture<'static, Result<Running, StartFailure>> {
         let shared = Arc::clone(&self.shared);
         let environment = self.environment.get().cloned();
         Box::pin(async move {
             match environment {
                 Some(environment) => prepare(shared, environment).await,
-                None => Err(ErrorInfo::new(
-                    Code::RuntimeUnavailable,
-                    "no Python environment to start a kernel with",
-                )),
+                None => Err(StartFailure::NoEnvironment),
             }
         })
     }
@@ -128,14 +123,16 @@ fn update(shared: &Shared, change: impl FnOnce(&mut crate::status::RuntimeStatus
 async fn prepare(
     shared: Arc<Shared>,
     environment: PythonEnvironment,
-) -> Result<Running, ErrorInfo> {
+) -> Result<Running, StartFailure> {
     let options = &shared.options;
     let (spec, with_helper, spec_name) = launch_spec(options, &environment);
     let started = Instant::now();
     let spec = with_variables(spec, &options.namespace.variables);
     let kernel = Kernel::launch(&spec, options.timeouts.kernel_startup)
         .await
-        .map_err(|error| ErrorInfo::new(Code::RuntimeUnavailable, error.to_string()))?;
+        .map_err(|error| StartFailure::Launch {
+            detail: error.to_string(),
+        })?;
     let remaining = options
         .timeouts
         .kernel_startup
@@ -209,7 +206,7 @@ async fn install_helper(
     shared: &Shared,
     kernel: &Kernel,
     remaining: Duration,
-) -> Result<String, ErrorInfo> {
+) -> Result<String, StartFailure> {
     let options = &shared.options;
     let spool = shared.executions.spool();
     // Local kernels keep history in memory (a launch option).
@@ -227,19 +224,17 @@ async fn install_helper(
         Ok(installed) => Ok(installed.comm_id),
         Err(error @ helper::InstallError::Namespace { .. }) => {
             kernel.shutdown(Duration::from_millis(200)).await;
-            let error =
-                ErrorInfo::new(Code::RuntimeUnavailable, error.to_string()).with_hint(format!(
-                    "check {}, {} and {}, then restart the server",
-                    ipython_mcp_config::LIBRARY_PATHS.env,
-                    ipython_mcp_config::PRELOAD_MODULES.env,
-                    ipython_mcp_config::MODULE_ALIASES.env
-                ));
-            Err(error)
+            Err(StartFailure::Namespace {
+                detail: error.to_string(),
+            })
         }
         Err(error) => {
-            let message = format!("{error}; kernel stderr: {}", kernel.stderr_tail());
+            let stderr = kernel.stderr_tail();
             kernel.shutdown(Duration::from_millis(200)).await;
-            Err(ErrorInfo::new(Code::RuntimeUnavailable, message))
+            Err(StartFailure::Helper {
+                detail: error.to_string(),
+                stderr,
+            })
         }
     }
 }

@@ -10,11 +10,11 @@ use futures_util::future::BoxFuture;
 use ipython_mcp_jupyter::remote::{RemoteKernel as Connection, Server};
 use tokio::time::Instant;
 
+use super::error::StartFailure;
 use super::helper;
 use super::transport::{Launcher, Running};
 use super::{RemoteKernel, Shared};
 use crate::status::{KernelDescription, RemoteDescription};
-use ipython_mcp_output::output::{Code, ErrorInfo};
 
 /// How many cells a kernel we started on a Jupyter server keeps before writing its IPython
 /// history (it also writes when it exits). Locally the launch puts history in memory; a
@@ -37,65 +37,38 @@ impl Remote {
     }
 
     /// Checks that the server answers, accepts the token, and has what the session names.
-    async fn provision(&self) -> Result<(), ErrorInfo> {
+    async fn provision(&self) -> Result<(), StartFailure> {
         let checked = match &self.kernel {
             RemoteKernel::Start { name } => match self.server.kernelspecs().await {
                 Ok(specs) if specs.iter().any(|spec| &spec.name == name) => Ok(()),
-                Ok(specs) => Err(ErrorInfo::new(
-                    Code::RuntimeUnavailable,
-                    format!(
-                        "the Jupyter server at {} has no kernelspec {name:?} (it has: {})",
-                        self.server.url(),
-                        specs
-                            .iter()
-                            .map(|spec| spec.name.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                )),
-                Err(error) => Err(unavailable(&error)),
+                Ok(specs) => Err(StartFailure::NoSuchKernelspec {
+                    server: self.server.url().to_string(),
+                    name: name.clone(),
+                    known: specs.into_iter().map(|spec| spec.name).collect(),
+                }),
+                Err(error) => Err(StartFailure::server(&error)),
             },
             RemoteKernel::Attach { id } => self
                 .server
                 .kernel(id)
                 .await
                 .map(drop)
-                .map_err(|error| unavailable(&error)),
+                .map_err(|error| StartFailure::server(&error)),
         };
-        if let Err(error) = &checked {
-            let shown = super::shown_error(&self.shared.options, error.clone());
-            tracing::error!(error = shown.message, "remote kernel unavailable");
+        if let Err(failure) = &checked {
+            let shown = super::shown(&self.shared.options, failure.clone()).to_string();
+            tracing::error!(error = shown, "remote kernel unavailable");
         }
         checked
     }
 }
 
-/// A server error as the session shows it: what failed, and what to check.
-fn unavailable(error: &ipython_mcp_jupyter::Error) -> ErrorInfo {
-    use ipython_mcp_jupyter::Error;
-    let hint = match error {
-        Error::Refused { .. } => format!(
-            "check {} (or its file), then call kernel_restart",
-            ipython_mcp_config::JUPYTER_TOKEN.env
-        ),
-        Error::Unreachable { .. } | Error::RemoteTimeout { .. } => format!(
-            "check that the Jupyter server runs at {}, then call kernel_restart",
-            ipython_mcp_config::JUPYTER_URL.env
-        ),
-        Error::RemoteNotFound { .. } => {
-            "kernel_discover lists the server's kernelspecs and running kernels".to_owned()
-        }
-        _ => "see runtime_status; kernel_restart tries again".to_owned(),
-    };
-    ErrorInfo::new(Code::RuntimeUnavailable, error.to_string()).with_hint(hint)
-}
-
 impl Launcher for Remote {
-    fn provision(&self) -> BoxFuture<'_, Result<(), ErrorInfo>> {
+    fn provision(&self) -> BoxFuture<'_, Result<(), StartFailure>> {
         Box::pin(Remote::provision(self))
     }
 
-    fn launch(&self) -> BoxFuture<'static, Result<Running, ErrorInfo>> {
+    fn launch(&self) -> BoxFuture<'static, Result<Running, StartFailure>> {
         let shared = Arc::clone(&self.shared);
         let server = self.server.clone();
         let kernel = self.kernel.clone();
@@ -133,7 +106,7 @@ async fn prepare(
     shared: Arc<Shared>,
     server: Server,
     kernel: RemoteKernel,
-) -> Result<Running, ErrorInfo> {
+) -> Result<Running, StartFailure> {
     let options = &shared.options;
     let startup = options.timeouts.kernel_startup;
     let started = Instant::now();
@@ -159,13 +132,9 @@ async fn prepare(
             helper::set_variables(&connection, &options.namespace.variables, remaining()).await
         {
             discard(&connection).await;
-            return Err(ErrorInfo::new(
-                Code::RuntimeUnavailable,
-                format!(
-                    "setting {} in the remote kernel failed: {error}",
-                    ipython_mcp_config::ENVIRONMENT_VARIABLES.env
-                ),
-            ));
+            return Err(StartFailure::RemoteVariables {
+                detail: error.to_string(),
+            });
         }
     }
     let installed = if python {
@@ -198,7 +167,7 @@ async fn connect(
     server: &Server,
     kernel: &RemoteKernel,
     started: Instant,
-) -> Result<(Connection, Option<Started>, String), ErrorInfo> {
+) -> Result<(Connection, Option<Started>, String), StartFailure> {
     let options = &shared.options;
     let startup = options.timeouts.kernel_startup;
     match kernel {
@@ -210,7 +179,7 @@ async fn connect(
             let info = server
                 .start_kernel(name, &variables, startup)
                 .await
-                .map_err(|error| unavailable(&error))?;
+                .map_err(|error| StartFailure::server(&error))?;
             let guard = Started {
                 server: server.clone(),
                 id: Some(info.id.clone()),
@@ -221,14 +190,14 @@ async fn connect(
             let connection = server
                 .connect(&info.id, true, remaining)
                 .await
-                .map_err(|error| unavailable(&error))?;
+                .map_err(|error| StartFailure::server(&error))?;
             Ok((connection, Some(guard), format!("jupyter:{name}")))
         }
         RemoteKernel::Attach { id } => {
             let connection = server
                 .connect(id, false, startup)
                 .await
-                .map_err(|error| unavailable(&error))?;
+                .map_err(|error| StartFailure::server(&error))?;
             Ok((connection, None, format!("jupyter-kernel:{id}")))
         }
     }
@@ -239,7 +208,7 @@ async fn install_helper(
     shared: &Shared,
     connection: &Connection,
     remaining: Duration,
-) -> Result<helper::Installed, ErrorInfo> {
+) -> Result<helper::Installed, StartFailure> {
     let options = &shared.options;
     // A kernel we started writes its history in batches (a person's kernel is left as they
     // configured it): one SQLite write per cell costs more than the whole relay through the
@@ -264,10 +233,9 @@ async fn install_helper(
         Ok(installed) => Ok(installed),
         Err(error) => {
             discard(connection).await;
-            Err(ErrorInfo::new(
-                Code::RuntimeUnavailable,
-                format!("installing the helper into the remote kernel failed: {error}"),
-            ))
+            Err(StartFailure::RemoteHelper {
+                detail: error.to_string(),
+            })
         }
     }
 }

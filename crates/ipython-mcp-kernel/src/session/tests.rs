@@ -5,7 +5,7 @@ use super::prepare::Local;
 use super::*;
 use crate::status::SessionState;
 use ipython_mcp_output::executions::PageRequest;
-use ipython_mcp_output::output::{ExecutionStatus, Interruption, NamespaceOutcome};
+use ipython_mcp_output::output::{Code, ExecutionStatus, Interruption, NamespaceOutcome};
 
 pub(super) fn options(max_pending: usize, queue_wait: Duration) -> SessionOptions {
     SessionOptions {
@@ -276,26 +276,23 @@ async fn a_panicking_actor_answers_its_queue_unavailable_and_restart_respawns_it
     let status = handle.status();
     assert_eq!(status.state, SessionState::Unavailable);
     assert_eq!(status.queue_depth, 0);
-    assert_eq!(
-        status.error,
-        Some(failed_error("calls fail until it is restarted"))
-    );
+    assert_eq!(status.error, Some(panicked(PanickedCall::NoCall)));
     let refused = handle
         .execute(args("after", &CancellationToken::new()))
         .await;
-    assert_eq!(refused.error, Some(failed_error("nothing ran")));
+    assert_eq!(refused.error, Some(panicked(PanickedCall::NotRun).plain()));
     // The restart starts a fresh actor in a new epoch; this one cannot find its Python
     // either, so the session is unavailable for that reason now, not for the panic.
     assert_eq!(status.epoch, 1, "its kernel is gone");
     let restarted = handle.restart().await.expect("restart answered");
     assert_eq!(restarted.epoch, 2);
     assert_eq!(restarted.state, SessionState::Unavailable);
-    let reason = restarted.error.expect("reason").message;
+    let reason = restarted.error.expect("reason").to_string();
     assert!(!reason.contains("internal error"), "{reason}");
     let refused = handle
         .execute(args("later", &CancellationToken::new()))
         .await;
-    assert_ne!(refused.error, Some(failed_error("nothing ran")));
+    assert_ne!(refused.error, Some(panicked(PanickedCall::NotRun).plain()));
     handle.shutdown().await;
     assert_eq!(handle.status().state, SessionState::Closed);
 }
@@ -516,6 +513,7 @@ fn helper_outcomes_keep_user_errors_apart_from_failed_calls() {
     let answered = handle::helper_output(
         finished(),
         Some(serde_json::json!({"ok": true, "result": {"x": 1}})),
+        Wording::PLAIN,
     );
     assert_eq!(
         answered.outcome,
@@ -528,6 +526,7 @@ fn helper_outcomes_keep_user_errors_apart_from_failed_calls() {
             "error": {"code": "name_not_found", "message": "no name 'y'"},
             "result": {"resolved": "a"},
         })),
+        Wording::PLAIN,
     );
     match &raised.outcome {
         Outcome::Raised { error, partial } => {
@@ -540,6 +539,7 @@ fn helper_outcomes_keep_user_errors_apart_from_failed_calls() {
     let unknown = handle::helper_output(
         finished(),
         Some(serde_json::json!({"ok": false, "error": {"code": "no_such", "message": "?"}})),
+        Wording::PLAIN,
     );
     assert_eq!(
         unknown.outcome.error().map(|error| error.code),
@@ -554,7 +554,7 @@ fn helper_outcomes_keep_user_errors_apart_from_failed_calls() {
         serde_json::json!({"result": 1}),
         serde_json::json!([1, 2]),
     ] {
-        let odd = handle::helper_output(finished(), Some(reply.clone()));
+        let odd = handle::helper_output(finished(), Some(reply.clone()), Wording::PLAIN);
         assert_eq!(
             odd.outcome,
             Outcome::Failed(ErrorInfo::new(
@@ -575,12 +575,13 @@ fn helper_outcomes_keep_user_errors_apart_from_failed_calls() {
         Some(
             serde_json::json!({"ok": false, "error": {"code": "execution_error", "message": "KeyboardInterrupt"}}),
         ),
+        Wording::PLAIN,
     );
     assert_eq!(
         failed.outcome,
         Outcome::Failed(ErrorInfo::new(Code::OperationTimeout, "deadline"))
     );
     assert_eq!(failed.outcome.answer(), None);
-    let unanswered = handle::helper_output(finished(), None);
+    let unanswered = handle::helper_output(finished(), None, Wording::PLAIN);
     assert_eq!(unanswered.outcome.kind(), "failed");
 }

@@ -15,8 +15,8 @@ use ipython_mcp_jupyter::remote::RemoteKernel;
 use ipython_mcp_jupyter::{Channel, Kernel, KernelExit, Routed};
 use tokio::sync::{mpsc, watch};
 
+use super::error::StartFailure;
 use crate::status::KernelDescription;
-use ipython_mcp_output::output::ErrorInfo;
 
 /// A kernel a [`Launcher`] started, and what the session knows about it: the transport it is
 /// driven through, the helper's comm (when the helper is installed) and what runtime_status
@@ -70,12 +70,12 @@ pub(crate) trait Launcher: Send + Sync {
     /// Makes starting kernels possible: for local kernels, finding or provisioning the Python
     /// environment (reporting its phases in the session's status). The actor calls it until it
     /// succeeds once; an error leaves the session unavailable with that error.
-    fn provision(&self) -> BoxFuture<'_, Result<(), ErrorInfo>>;
+    fn provision(&self) -> BoxFuture<'_, Result<(), StartFailure>>;
 
     /// Starts one kernel, ready for requests: connected, answering, the helper installed where
     /// it applies. Touches no session state, so spares are started the same way in the
     /// background. Its `KernelDescription` is what runtime_status shows.
-    fn launch(&self) -> BoxFuture<'static, Result<Running, ErrorInfo>>;
+    fn launch(&self) -> BoxFuture<'static, Result<Running, StartFailure>>;
 }
 
 /// A kernel on a Jupyter server: each method is the jupyter crate's own (REST for interrupt

@@ -264,7 +264,7 @@ impl IpythonMcp {
                     "path": path,
                     "kernel": session.kernel_id(),
                     "interrupted": interrupted.interrupted,
-                    "status": interrupted.status,
+                    "status": crate::error::status(interrupted.status),
                 }))
             }
             "restart" => {
@@ -274,7 +274,7 @@ impl IpythonMcp {
                 Ok(json!({
                     "path": path,
                     "kernel": session.kernel_id(),
-                    "status": status,
+                    "status": crate::error::status(status),
                 }))
             }
             "close" => {

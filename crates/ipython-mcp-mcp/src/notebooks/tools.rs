@@ -213,7 +213,7 @@ impl IpythonMcp {
                 kernel,
                 started,
                 shared_with,
-                status: handle.status(),
+                status: crate::error::status(handle.status()),
             },
         ))
     }

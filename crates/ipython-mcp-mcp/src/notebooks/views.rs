@@ -118,7 +118,7 @@ pub struct SessionResult {
     pub started: bool,
     /// Other notebooks (workspace-relative) bound to the same session.
     pub shared_with: Vec<String>,
-    pub status: RuntimeStatus,
+    pub status: RuntimeStatus<ErrorInfo>,
 }
 
 /// The result of `notebook_session_close`.

@@ -34,8 +34,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::collect::Collector;
-use crate::output::{Code, ErrorInfo, ExecutionId, ExecutionOutput, RuntimeInfo, SpoolInfo};
+use crate::output::{ExecutionId, ExecutionOutput, RuntimeInfo, SpoolInfo};
 use crate::spool::{SpoolFile, SpoolQueue};
+use crate::terminal::{Pager, PagerCall};
 use crate::transcript::LogWriter;
 
 mod page;
@@ -78,6 +79,18 @@ impl Default for SpoolLimits {
             max_server_retained_bytes: 256 * 1024 * 1024,
         }
     }
+}
+
+/// Why an execution's full stream cannot be paged: only its bounded output is left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PageError {
+    #[error(
+        "the output spool is disabled on this server ({}=0), so only the bounded output is available",
+        ipython_mcp_config::MAX_SPOOL_EXECUTION_BYTES.env
+    )]
+    SpoolOff,
+    #[error("this execution's full output was deleted to keep the spool within its bound; only the bounded output is left")]
+    Evicted,
 }
 
 /// Which output stream.
@@ -324,22 +337,13 @@ impl Executions {
         &self,
         record: &Record,
         stream: StreamName,
-    ) -> Result<Option<PathBuf>, Box<ErrorInfo>> {
+    ) -> Result<Option<PathBuf>, PageError> {
         if self.dir().is_none() {
-            return Err(Box::new(ErrorInfo::new(
-                Code::InvalidArguments,
-                format!(
-                    "the output spool is disabled on this server ({}=0), so only the bounded output is available",
-                    ipython_mcp_config::MAX_SPOOL_EXECUTION_BYTES.env
-                ),
-            )));
+            return Err(PageError::SpoolOff);
         }
         let state = record.state();
         if state.evicted {
-            return Err(Box::new(ErrorInfo::new(
-                Code::InvalidArguments,
-                "this execution's full output was deleted to keep the spool within its bound; only the bounded output is left",
-            )));
+            return Err(PageError::Evicted);
         }
         Ok(self
             .dir()
@@ -625,8 +629,8 @@ mod tests {
         let executions = Executions::new(SpoolLimits::default());
         executions.open().await;
         let record = executions.register(ExecutionId::generate(), 1, "r".into());
-        let collector = Collector::new(Default::default(), 10, None);
-        record.dispatched("m", 0, Arc::new(Mutex::new(collector)), true);
+        let collector = Collector::new(Default::default(), 10, None, None);
+        record.dispatched("m", 0, Arc::new(Mutex::new(collector)), None);
         let release = crate::spool::tests::stall(executions.queue()).await;
         let mut writer = SpoolWriter::new(&executions, &record, "m").expect("spool on");
         let chunk = "y".repeat(1 << 20);

@@ -20,8 +20,8 @@ pub(super) struct RecordState {
     pub(super) dispatched_at: Option<Instant>,
     pub(super) epoch: u64,
     pub(super) live: Option<Arc<Mutex<Collector>>>,
-    /// Its full streams go to the spool, where `get_output` pages them.
-    pub(super) pageable: bool,
+    /// Its full streams go to the spool, where the call this words pages them.
+    pub(super) pager: Option<PagerCall>,
     pub(super) output: Option<ExecutionOutput>,
     pub(super) spool_dropped: u64,
     pub(super) evicted: bool,
@@ -61,16 +61,17 @@ impl Record {
         *self.done.borrow()
     }
 
-    /// The actor started running it: `msg_id` names its spool files, `collector` is live.
+    /// The actor started running it: `msg_id` names its spool files, `collector` is live, and
+    /// `pager` words the call that pages its streams when they go to the spool.
     pub fn dispatched(
         &self,
         msg_id: &str,
         epoch: u64,
         collector: Arc<Mutex<Collector>>,
-        pageable: bool,
+        pager: Option<PagerCall>,
     ) {
         let mut state = self.state();
-        state.pageable = pageable;
+        state.pager = pager;
         state.msg_id = Some(msg_id.to_owned());
         state.dispatched_at = Some(Instant::now());
         state.epoch = epoch;
@@ -221,7 +222,10 @@ impl Record {
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .snapshot();
-            let pager = state.pageable.then(|| self.execution_id.as_str());
+            let pager = state.pager.map(|call| Pager {
+                call,
+                execution_id: self.execution_id.as_str(),
+            });
             output.stdout = collected.stdout.render("stdout", pager);
             output.stderr = collected.stderr.render("stderr", pager);
             output.stdout_omitted_chars = collected.stdout.omitted_chars;
