@@ -7,6 +7,8 @@
 //! - Output is bounded where it is collected (`ipython_mcp_output::collect`), and inside the
 //!   kernel by the helper, so memory per execution does not grow with what user code prints.
 //! - An operation either runs exactly once or not at all, and its result says which.
+//! - Every task a session or the manager spawns is tracked (`task::Tasks`) and joined by its
+//!   shutdown, within its bound.
 
 // Kernelspec discovery lives with the rest of Jupyter's conventions; re-exported for the MCP crate.
 pub use ipython_mcp_jupyter::kernelspec;
@@ -17,6 +19,7 @@ mod session;
 /// The bundled Python helper (installed by every Python session).
 pub use session::helper;
 mod status;
+mod task;
 
 pub use ipython_mcp_output::{raster, rich};
 
