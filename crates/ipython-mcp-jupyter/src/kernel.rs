@@ -28,7 +28,9 @@ pub struct Kernel {
     // the next ping connects a fresh one.
     heartbeat: Mutex<Option<jupyter_zmq_client::ClientHeartbeatConnection>>,
     connection: jupyter_protocol::ConnectionInfo,
-    readers: Vec<tokio::task::AbortHandle>,
+    /// One per socket. A dead kernel's sockets never report an error, so the readers never end
+    /// by themselves: `kill` aborts and joins them, a drop aborts them.
+    readers: std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>,
     interrupt_mode: InterruptMode,
     session_id: String,
     info: Option<Box<KernelInfoReply>>,
@@ -219,11 +221,24 @@ impl Kernel {
         self.kill().await;
     }
 
-    /// Kills the process group with SIGKILL and waits until the process is reaped.
+    /// Kills the process group with SIGKILL and waits until the process is reaped and the
+    /// kernel's tasks have ended (all within one bound).
     pub async fn kill(&self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
         self.inner.kill_group();
         let mut exit = self.exit_watch();
-        let _ = tokio::time::timeout(Duration::from_secs(5), exit.wait_for(Option::is_some)).await;
+        let _ = tokio::time::timeout_at(deadline, exit.wait_for(Option::is_some)).await;
+        let readers = std::mem::take(
+            &mut *self
+                .readers
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        );
+        for reader in &readers {
+            reader.abort();
+        }
+        crate::task::join("kernel readers", readers, deadline).await;
+        self.inner.join(deadline).await;
     }
 
     /// The kernel's most recent stderr lines (bounded), for error messages.
@@ -236,7 +251,11 @@ impl Drop for Kernel {
     fn drop(&mut self) {
         // Backstop: a kernel must never outlive its handle, nor its reader tasks.
         self.inner.kill_group();
-        for reader in &self.readers {
+        let readers = self
+            .readers
+            .get_mut()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for reader in readers.iter() {
             reader.abort();
         }
     }
@@ -284,24 +303,21 @@ async fn connect_and_handshake(
     };
 
     let welcome = router.welcome();
-    // A dead kernel's sockets never report an error, so the readers are aborted
-    // when the Kernel is dropped rather than left to wait forever.
+    // Owned by the Kernel (see `Kernel::readers`): a failed handshake drops it, which aborts them.
     let (shell_send, shell_recv) = shell.split();
     let (control_send, control_recv) = control.split();
     let readers = vec![
-        tokio::spawn(route::read_loop(Arc::clone(&router), Channel::IoPub, iopub)).abort_handle(),
+        tokio::spawn(route::read_loop(Arc::clone(&router), Channel::IoPub, iopub)),
         tokio::spawn(route::read_loop(
             Arc::clone(&router),
             Channel::Shell,
             shell_recv,
-        ))
-        .abort_handle(),
+        )),
         tokio::spawn(route::read_loop(
             Arc::clone(&router),
             Channel::Control,
             control_recv,
-        ))
-        .abort_handle(),
+        )),
     ];
 
     let mut kernel = Kernel {
@@ -312,7 +328,7 @@ async fn connect_and_handshake(
         heartbeat: tokio::sync::Mutex::new(Some(heartbeat)),
         interrupt_mode: spec.interrupt_mode,
         connection: connection.clone(),
-        readers,
+        readers: std::sync::Mutex::new(readers),
         session_id,
         info: None,
     };

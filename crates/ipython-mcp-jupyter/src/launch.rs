@@ -153,6 +153,12 @@ pub(crate) struct Process {
     // Removed on drop (on the blocking pool): connection file and IPC socket files live here.
     // `None` only while dropping.
     pub(crate) run_dir: Option<tempfile::TempDir>,
+    /// The exit watch and (under the pipe watch) the watcher's reaper: they end with the
+    /// process group. `join` waits for them, a drop aborts them.
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Reads stderr into the tail until end of file, which a process that left the group can
+    /// hold off for ever: `join` stops it, a drop aborts it.
+    stderr_reader: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 impl Process {
@@ -175,6 +181,17 @@ impl Process {
     pub(crate) fn stderr_tail(&self) -> String {
         self.stderr_tail.lock().expect("tail lock").text()
     }
+
+    /// After a kill: waits until `deadline` for the tasks that end with the process group,
+    /// aborting them then, and stops the stderr reader (nothing it could still read is needed).
+    pub(crate) async fn join(&self, deadline: tokio::time::Instant) {
+        let mut tasks = std::mem::take(&mut *self.tasks.lock().expect("tasks lock"));
+        if let Some(reader) = self.stderr_reader.lock().expect("reader lock").take() {
+            reader.abort();
+            tasks.push(reader);
+        }
+        crate::task::join("kernel process", tasks, deadline).await;
+    }
 }
 
 impl Drop for Process {
@@ -182,6 +199,11 @@ impl Drop for Process {
         // Backstop for every path that drops a kernel without shutting it down, including a
         // launch abandoned half-way (its future dropped during shutdown).
         self.kill_group();
+        let tasks = self.tasks.get_mut().expect("tasks lock");
+        let reader = self.stderr_reader.get_mut().expect("reader lock");
+        for task in tasks.iter().chain(reader.iter()) {
+            task.abort();
+        }
         // Removing the directory is file work: off the async threads when a runtime is there.
         // Should the pool be gone (the runtime shutting down), the task is dropped, and dropping
         // it removes the directory right here.
@@ -278,7 +300,7 @@ pub(crate) async fn spawn(
         .process_group(
             death_watch
                 .as_ref()
-                .map_or(0, |(pid, _)| *pid as libc::pid_t),
+                .map_or(0, |(pid, _, _)| *pid as libc::pid_t),
         )
         .kill_on_drop(true);
     if let Some(dir) = &spec.working_dir {
@@ -307,13 +329,15 @@ pub(crate) async fn spawn(
         message: error.to_string(),
     })?;
     let pid = child.id().expect("a just-spawned child has a pid");
-    let (group, death_watch) = match death_watch {
-        Some((watcher, pipe)) => (watcher, Some(pipe)),
-        None => (pid, None),
+    let (group, death_watch, watcher_reaper) = match death_watch {
+        Some((watcher, pipe, reaper)) => (watcher, Some(pipe), Some(reaper)),
+        None => (pid, None, None),
     };
 
+    // Each task the process needs is kept in `Process`, which stops them.
+    let mut tasks = Vec::from_iter(watcher_reaper);
     let stderr_tail = Arc::new(Mutex::new(Tail::default()));
-    if let Some(mut stderr) = child.stderr.take() {
+    let stderr_reader = child.stderr.take().map(|mut stderr| {
         let tail = Arc::clone(&stderr_tail);
         tokio::spawn(async move {
             let mut buffer = vec![0u8; 8192];
@@ -323,14 +347,14 @@ pub(crate) async fn spawn(
                 }
                 tail.lock().expect("tail lock").push(&buffer[..read]);
             }
-        });
-    }
+        })
+    });
 
     let router = Arc::new(Router::default());
     let (exit_sender, exit) = watch::channel(None);
     {
         let router = Arc::clone(&router);
-        tokio::spawn(async move {
+        tasks.push(tokio::spawn(async move {
             let status = match child.wait().await {
                 Ok(status) => KernelExit::from(status),
                 Err(error) => KernelExit::Unknown(error.to_string()),
@@ -344,7 +368,7 @@ pub(crate) async fn spawn(
             // Order matters: mark the exit first so new requests fail, then close receivers.
             exit_sender.send_replace(Some(status));
             router.close_all();
-        });
+        }));
     }
     let process = Arc::new(Process {
         pid,
@@ -353,14 +377,17 @@ pub(crate) async fn spawn(
         exit,
         stderr_tail,
         run_dir: Some(run_dir),
+        tasks: Mutex::new(tasks),
+        stderr_reader: Mutex::new(stderr_reader),
     });
 
     Ok((process, connection, router))
 }
 
-/// Starts the pipe watch's watcher as the leader of a new process group; returns its pid and
-/// the pipe's write end, which must stay open as long as the kernel may live.
-fn spawn_watcher() -> Result<(u32, tokio::process::ChildStdin), Error> {
+/// Starts the pipe watch's watcher as the leader of a new process group; returns its pid, the
+/// pipe's write end, which must stay open as long as the kernel may live, and its reaper.
+fn spawn_watcher() -> Result<(u32, tokio::process::ChildStdin, tokio::task::JoinHandle<()>), Error>
+{
     let spawn_error = |message: String| Error::Spawn {
         program: "/bin/sh (kernel watcher)".to_owned(),
         message,
@@ -379,11 +406,11 @@ fn spawn_watcher() -> Result<(u32, tokio::process::ChildStdin), Error> {
         .take()
         .ok_or_else(|| spawn_error("no stdin pipe".to_owned()))?;
     // Reaps it once its group is killed; not kill_on_drop, since outliving a dropped runtime
-    // to kill the group is its whole point.
-    tokio::spawn(async move {
+    // to kill the group is its whole point (should the reaper be aborted, tokio reaps it).
+    let reaper = tokio::spawn(async move {
         let _ = watcher.wait().await;
     });
-    Ok((pid, pipe))
+    Ok((pid, pipe, reaper))
 }
 
 /// The kernel's private run directory and its connection file (blocking).

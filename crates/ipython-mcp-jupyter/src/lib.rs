@@ -17,6 +17,9 @@
 //! - Every shutdown is a `shutdown_request`, a bounded wait, then a kill of the process group.
 //! - A request's receiver yields messages until the kernel exits; after that it is closed, so
 //!   no caller waits on a dead kernel.
+//! - A kernel's tasks (socket readers, the process's watchers, a remote kernel's socket task)
+//!   are its own: aborted when it is dropped, joined ([`task::join`]) when it is killed or
+//!   shut down.
 
 mod error;
 mod kernel;
@@ -24,6 +27,7 @@ pub mod kernelspec;
 mod launch;
 pub mod remote;
 mod route;
+pub mod task;
 
 pub use error::Error;
 pub use jupyter_protocol as protocol;

@@ -262,3 +262,15 @@ async fn shutdown_is_bounded_and_reaps_the_process() {
         "process {pid} reaped"
     );
 }
+
+/// The kernel's tasks (socket readers, the exit watch, the stderr reader) are its own:
+/// `shutdown` joins them, so none is left on the runtime afterwards.
+#[tokio::test]
+async fn shutdown_joins_the_kernels_tasks() {
+    let kernel = launch().await;
+    let types = run(&kernel, "print('hi')").await;
+    assert!(types.contains(&"stream".to_owned()), "{types:?}");
+    kernel.shutdown(Duration::from_secs(2)).await;
+    let metrics = tokio::runtime::Handle::current().metrics();
+    assert_eq!(metrics.num_alive_tasks(), 0, "a task outlived the shutdown");
+}

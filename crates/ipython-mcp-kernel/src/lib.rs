@@ -9,6 +9,8 @@
 //! - An operation either runs exactly once or not at all, and its result says which.
 //! - A refusal is a typed [`SessionError`] and names no tool: the MCP crate words it for the
 //!   agent, here through the [`Wording`] it sets in [`SessionOptions`].
+//! - Every task a session or the manager spawns is tracked (`task::Tasks`) and joined by its
+//!   shutdown, within its bound.
 
 // Kernelspec discovery lives with the rest of Jupyter's conventions; re-exported for the MCP crate.
 pub use ipython_mcp_jupyter::kernelspec;
@@ -19,6 +21,7 @@ mod session;
 /// The bundled Python helper (installed by every Python session).
 pub use session::helper;
 mod status;
+mod task;
 
 pub use ipython_mcp_output::{raster, rich};
 

@@ -271,6 +271,9 @@ struct Inner {
     next_id: std::sync::atomic::AtomicU64,
     /// Notebook file (canonical path) → the session that runs its cells.
     notebooks: Mutex<BTreeMap<PathBuf, SessionId>>,
+    /// The idle reaper: `stopping` ends its loop, `shutdown` joins it, a drop aborts it.
+    tasks: crate::task::Tasks,
+    stopping: tokio_util::sync::CancellationToken,
 }
 
 /// How the manager starts a session from its options.
@@ -342,6 +345,8 @@ impl KernelManager {
                 starter: Arc::new(SessionHandle::start),
                 next_id: std::sync::atomic::AtomicU64::new(1),
                 notebooks: Mutex::default(),
+                tasks: crate::task::Tasks::default(),
+                stopping: tokio_util::sync::CancellationToken::new(),
             }),
         }
     }
@@ -556,14 +561,21 @@ impl KernelManager {
     }
 
     /// Shuts every session down, all at once: each is bounded on its own, so the whole takes
-    /// as long as the slowest one rather than their sum.
+    /// as long as the slowest one rather than their sum. The reaper stops too: it starts no
+    /// more stops, and one it is making (a session's own bounded shutdown) is joined beside
+    /// the others, within the same bound.
     pub async fn shutdown(&self) {
+        self.inner.stopping.cancel();
         let mut stopping = tokio::task::JoinSet::new();
+        let mut bound = Duration::ZERO;
         for entry in self.lock().values() {
             let handle = entry.handle.clone();
+            bound = bound.max(handle.shutdown_bound());
             stopping.spawn(async move { handle.shutdown().await });
         }
-        while stopping.join_next().await.is_some() {}
+        let sessions = async { while stopping.join_next().await.is_some() {} };
+        let reaper = self.inner.tasks.join("idle reaper", Instant::now() + bound);
+        tokio::join!(sessions, reaper);
     }
 
     /// Stops started sessions idle for longer than the idle timeout with `stop` (given this
@@ -578,11 +590,16 @@ impl KernelManager {
         let weak: Weak<Inner> = Arc::downgrade(&self.inner);
         let timeout = self.inner.limits.idle_timeout;
         let period = (timeout / 4).clamp(Duration::from_millis(250), Duration::from_secs(30));
-        tokio::spawn(async move {
+        let stopping = self.inner.stopping.clone();
+        // Ends at `shutdown` (after a stop it is making) or once the manager is gone.
+        self.inner.tasks.spawn(async move {
             let mut tick = tokio::time::interval(period);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                tick.tick().await;
+                tokio::select! {
+                    _ = tick.tick() => {}
+                    _ = stopping.cancelled() => return,
+                }
                 let Some(inner) = weak.upgrade() else { return };
                 let manager = KernelManager { inner };
                 let idle: Vec<SessionId> = manager

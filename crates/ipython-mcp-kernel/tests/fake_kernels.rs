@@ -90,3 +90,36 @@ async fn an_interrupt_reaches_a_fake_kernel_that_runs_until_interrupted() {
     assert_eq!(output.runtime.namespace, Some(NamespaceOutcome::Preserved));
     session.shutdown().await;
 }
+
+/// Every task the manager and its sessions spawn (actors, a spare starting, background
+/// executions' waits, spool workers, the kernels' requests, the idle reaper) is joined by
+/// `shutdown`: none is left on the runtime once it returns.
+#[tokio::test(start_paused = true)]
+async fn manager_shutdown_leaves_no_task_running() {
+    let kernels = FakeKernels::new();
+    let options = ipython_mcp_kernel::SessionOptions {
+        spare_kernels: 1,
+        ..FakeKernels::session_options("default")
+    };
+    let manager = KernelManager::with_fake_kernels(options, KernelLimits::default(), &kernels);
+    manager.spawn_reaper(|manager, id| async move {
+        if let Ok(session) = manager.remove(id.as_str()) {
+            session.shutdown().await;
+        }
+    });
+    let session = manager.get(None).expect("the default session");
+    // One that only a kill ends, and one queued behind it; nobody waits for either.
+    let hung = "signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(1e9)";
+    let running = session.execute_background(run(hung, Duration::from_secs(600)));
+    let queued = session.execute_background(run("x = 1", Duration::from_secs(600)));
+    assert_eq!(running.status, ExecutionStatus::Pending, "{running:?}");
+    assert_eq!(queued.status, ExecutionStatus::Pending, "{queued:?}");
+    kernels.started(1).await;
+    manager
+        .start("python3", StartSpec::Default, None, None)
+        .expect("started");
+
+    manager.shutdown().await;
+    let metrics = tokio::runtime::Handle::current().metrics();
+    assert_eq!(metrics.num_alive_tasks(), 0, "a task outlived the shutdown");
+}

@@ -34,6 +34,9 @@ const KEPT_BUFFER_BYTES: usize = 1024 * 1024;
 #[derive(Clone)]
 pub struct SpoolQueue {
     shared: Arc<QueueShared>,
+    /// The worker, until `SpoolQueue::join` waits for it. Not aborted when the last clone goes:
+    /// the directory's removal, queued by the last owner, still has to run.
+    worker: Arc<Mutex<Option<tokio::task::JoinHandle<()>>>>,
 }
 
 /// A file the queue appends to, created on the first append (0600, never overwriting what
@@ -93,8 +96,11 @@ impl SpoolQueue {
             pending: Mutex::new(Batch::default()),
             wake: Notify::new(),
         });
-        tokio::spawn(work(Arc::clone(&shared)));
-        SpoolQueue { shared }
+        let worker = tokio::spawn(work(Arc::clone(&shared)));
+        SpoolQueue {
+            shared,
+            worker: Arc::new(Mutex::new(Some(worker))),
+        }
     }
 
     /// Queues `data` for the end of `file`; false (nothing queued) when the backlog is full.
@@ -147,6 +153,25 @@ impl SpoolQueue {
     pub(crate) fn close(&self) {
         self.lock().closed = true;
         self.shared.wake.notify_one();
+    }
+
+    /// Whether `close` was called (nothing queued from then on runs).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    /// Closes the queue and waits up to `bound` for its worker to run what was queued and end.
+    /// Past the bound (a hung disk) the worker is aborted, and false returned: the batch on the
+    /// disk now finishes on its blocking thread, the rest is dropped.
+    pub(crate) async fn join(&self, bound: std::time::Duration) -> bool {
+        self.close();
+        let worker = self
+            .worker
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        let deadline = tokio::time::Instant::now() + bound;
+        ipython_mcp_jupyter::task::join("spool queue", worker.into_iter().collect(), deadline).await
     }
 
     fn push(&self, mut pending: std::sync::MutexGuard<'_, Batch>, job: Job) {
@@ -413,5 +438,35 @@ pub mod tests {
         assert_eq!(never.await, None, "a job after close never runs");
         let written = std::fs::read(dir.path().join("stream")).expect("read");
         assert_eq!(written, b"kept");
+    }
+
+    #[tokio::test]
+    async fn join_writes_what_was_queued_then_the_worker_is_gone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let queue = SpoolQueue::start();
+        let file = SpoolFile::new(dir.path().join("stream"));
+        assert!(queue.append(&file, b"kept"));
+        assert!(
+            queue.join(std::time::Duration::from_secs(60)).await,
+            "ended by itself"
+        );
+        assert_eq!(
+            std::fs::read(dir.path().join("stream")).expect("read"),
+            b"kept"
+        );
+        assert!(!queue.append(&file, b"refused"));
+        let metrics = tokio::runtime::Handle::current().metrics();
+        assert_eq!(metrics.num_alive_tasks(), 0, "the worker was joined");
+    }
+
+    #[tokio::test]
+    async fn a_stalled_worker_is_aborted_at_the_join_bound() {
+        let queue = SpoolQueue::start();
+        let release = stall(&queue).await;
+        // The disk never answers within the bound: the join gives up on the worker.
+        assert!(!queue.join(std::time::Duration::from_millis(50)).await);
+        let metrics = tokio::runtime::Handle::current().metrics();
+        assert_eq!(metrics.num_alive_tasks(), 0, "the worker was aborted");
+        drop(release);
     }
 }

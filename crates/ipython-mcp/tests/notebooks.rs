@@ -1048,6 +1048,9 @@ async fn resources_serve_notebooks_by_percent_encoded_uri_and_the_capabilities()
             "the file as it is"
         );
 
+        // The kernelspecs listed come from the default kernel's Python once it is known: the
+        // two reads compared below must both come after it settled.
+        server.wait_settled().await;
         let capabilities = peer
             .read_resource(rmcp::model::ReadResourceRequestParams::new(
                 "ipython-mcp://capabilities",

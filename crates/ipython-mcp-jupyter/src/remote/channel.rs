@@ -115,7 +115,10 @@ pub struct RemoteKernel {
     outgoing: mpsc::UnboundedSender<Outgoing>,
     exit: watch::Receiver<Option<KernelExit>>,
     exit_sender: Arc<watch::Sender<Option<KernelExit>>>,
-    task: tokio::task::AbortHandle,
+    /// The socket's task (`run`). Ours alone: `detach` aborts it (its reconnect loop would
+    /// otherwise run on for up to `RECONNECT_BOUND`), `kill` and `shutdown` then join it, and a
+    /// drop aborts it.
+    task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
     session_id: String,
     info: Box<KernelInfoReply>,
     // Serializes liveness probes: one at a time is enough.
@@ -168,8 +171,7 @@ pub(super) async fn connect(
         queue,
         Arc::clone(&router),
         Arc::clone(&exit_sender),
-    ))
-    .abort_handle();
+    ));
     let mut kernel = RemoteKernel {
         server,
         id,
@@ -178,7 +180,7 @@ pub(super) async fn connect(
         outgoing,
         exit,
         exit_sender,
-        task,
+        task: std::sync::Mutex::new(Some(task)),
         session_id,
         info: Box::new(empty_info()),
         heartbeat: tokio::sync::Mutex::new(()),
@@ -319,7 +321,8 @@ async fn run(
                             break Ok(format!("sending failed: {error}"));
                         }
                     }
-                    // The RemoteKernel was dropped: close politely and stop.
+                    // The RemoteKernel was dropped (its drop aborts this task, so this is only
+                    // a fallback): close politely and stop.
                     None => {
                         let _ = tokio::time::timeout(Duration::from_secs(1), socket.close(None)).await;
                         return;
@@ -603,6 +606,7 @@ impl RemoteKernel {
             }
         }
         self.detach("killed");
+        self.join().await;
     }
 
     /// A kernel we started is deleted (the server shuts it down and kills it); from one we
@@ -612,6 +616,20 @@ impl RemoteKernel {
             self.delete().await;
         }
         self.detach(if self.owned { "shut down" } else { "detached" });
+        self.join().await;
+    }
+
+    /// Waits for the socket's task, aborted by `detach`: it ends at its next await.
+    async fn join(&self) {
+        let task = self.lock_task().take();
+        let deadline = Instant::now() + Duration::from_secs(1);
+        crate::task::join("remote kernel socket", task.into_iter().collect(), deadline).await;
+    }
+
+    fn lock_task(&self) -> std::sync::MutexGuard<'_, Option<tokio::task::JoinHandle<()>>> {
+        self.task
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Deletes our kernel on the server, once.
@@ -638,7 +656,9 @@ impl RemoteKernel {
 
     /// Closes our connection and marks the kernel gone for us (keeping the first reason).
     fn detach(&self, why: &str) {
-        self.task.abort();
+        if let Some(task) = self.lock_task().as_ref() {
+            task.abort();
+        }
         self.exit_sender.send_if_modified(|exit| {
             if exit.is_none() {
                 *exit = Some(KernelExit::Unknown(why.to_owned()));
@@ -653,9 +673,11 @@ impl RemoteKernel {
 
 impl Drop for RemoteKernel {
     fn drop(&mut self) {
-        // The socket task ends when its queue closes (this drop) and closes the socket; a
-        // kernel we started and never shut down is deleted, so it cannot outlive us on the
-        // server.
+        if let Some(task) = self.lock_task().as_ref() {
+            task.abort();
+        }
+        // A kernel we started and never shut down is deleted, so it cannot outlive us on the
+        // server. That request is the one task left to run on its own: a drop cannot wait.
         if self.owned && !self.deleted.load(std::sync::atomic::Ordering::Acquire) {
             let server = self.server.clone();
             let id = self.id.clone();

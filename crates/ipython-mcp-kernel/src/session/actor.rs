@@ -15,7 +15,7 @@ use super::*;
 use crate::status::SessionState;
 use ipython_mcp_output::output::{Interruption, NamespaceOutcome};
 
-/// A spare kernel being prepared (or ready) in the background.
+/// A spare kernel being prepared (or ready) in the background, a task of the session's.
 pub(super) type Spare = tokio::task::JoinHandle<Result<Running, StartFailure>>;
 
 pub(super) struct Actor {
@@ -397,7 +397,8 @@ impl Actor {
         {
             let shared = Arc::clone(&self.shared);
             let launching = self.launcher.launch();
-            self.spares.push_back(tokio::spawn(async move {
+            // Awaited when promoted, aborted and awaited by `drop_spares` otherwise.
+            self.spares.push_back(self.shared.tasks.spawn(async move {
                 let spare = launching.await;
                 if let Some(pid) = spare
                     .as_ref()
@@ -595,6 +596,8 @@ impl Actor {
                 .await;
         }
         self.drop_spares().await;
+        // Nothing queues spool work once the actor is gone: its worker can end now.
+        self.shared.executions.close(SPOOL_FLUSH_WAIT).await;
         self.shared.finished.send_replace(true);
         tracing::debug!(kernel_id = %self.shared.options.kernel_id, "session closed");
     }

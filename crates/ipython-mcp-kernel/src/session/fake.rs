@@ -236,7 +236,11 @@ impl SessionHandle {
     pub fn start_fake(options: SessionOptions, kernels: &FakeKernels) -> SessionHandle {
         let (handle, commands) = SessionHandle::detached(options);
         let launcher = kernels.launcher();
-        tokio::spawn(supervise(Arc::clone(&handle.shared), commands, launcher));
+        let shared = Arc::clone(&handle.shared);
+        handle
+            .shared
+            .tasks
+            .spawn(supervise(shared, commands, launcher));
         handle
     }
 }
@@ -299,8 +303,8 @@ struct FakeKernel {
     /// Interrupts delivered to this kernel.
     interrupted: watch::Sender<u64>,
     /// The tasks playing requests; aborting one drops its sender, closing the receiver, as the
-    /// real router does when the process exits.
-    running: Mutex<Vec<tokio::task::AbortHandle>>,
+    /// real router does when the process exits. A kill aborts and joins them, a drop aborts them.
+    running: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     executions: Mutex<usize>,
 }
 
@@ -391,7 +395,8 @@ async fn play(
 }
 
 impl FakeKernel {
-    fn gone(&self, exit: KernelExit) {
+    /// Marks the kernel exited and aborts its requests' tasks; returns them, to be joined.
+    fn gone(&self, exit: KernelExit) -> Vec<tokio::task::JoinHandle<()>> {
         self.exit.send_if_modified(|current| {
             let first = current.is_none();
             if first {
@@ -399,7 +404,17 @@ impl FakeKernel {
             }
             first
         });
-        for task in self.running.lock().expect("running lock").drain(..) {
+        let tasks = std::mem::take(&mut *self.running.lock().expect("running lock"));
+        for task in &tasks {
+            task.abort();
+        }
+        tasks
+    }
+}
+
+impl Drop for FakeKernel {
+    fn drop(&mut self) {
+        for task in self.running.get_mut().expect("running lock").iter() {
             task.abort();
         }
     }
@@ -441,10 +456,9 @@ impl KernelTransport for FakeKernel {
                 events,
                 exit,
             ));
-            self.running
-                .lock()
-                .expect("running lock")
-                .push(task.abort_handle());
+            let mut running = self.running.lock().expect("running lock");
+            running.retain(|task| !task.is_finished());
+            running.push(task);
             Ok((message.header.msg_id.clone(), receiver))
         })
     }
@@ -469,7 +483,9 @@ impl KernelTransport for FakeKernel {
     fn kill(&self) -> BoxFuture<'_, ()> {
         Box::pin(async {
             self.events.kills.send_modify(|count| *count += 1);
-            self.gone(KernelExit::Signal(libc_sigkill()));
+            for task in self.gone(KernelExit::Signal(libc_sigkill())) {
+                let _ = task.await; // aborted: it ends at once
+            }
         })
     }
 

@@ -39,7 +39,11 @@ impl SessionHandle {
             )),
             _ => Arc::new(Local::new(Arc::clone(&handle.shared))),
         };
-        tokio::spawn(supervise(Arc::clone(&handle.shared), commands, launcher));
+        let shared = Arc::clone(&handle.shared);
+        handle
+            .shared
+            .tasks
+            .spawn(supervise(shared, commands, launcher));
         handle
     }
 
@@ -64,6 +68,7 @@ impl SessionHandle {
             epoch: watch::channel(0).0,
             failures: watch::channel(0).0,
             failed: AtomicBool::new(false),
+            tasks: crate::task::Tasks::default(),
         });
         (SessionHandle { shared, inbox }, commands)
     }
@@ -132,7 +137,10 @@ impl SessionHandle {
             Ok(admitted) => {
                 let record = admitted.record.clone();
                 let session = self.clone();
-                tokio::spawn(async move { session.wait(admitted, None).await });
+                // Ends once answered, which the actor does before it ends.
+                self.shared
+                    .tasks
+                    .spawn(async move { session.wait(admitted, None).await });
                 let record = record.expect("every execute has a record");
                 record.view()
             }
@@ -516,13 +524,20 @@ impl SessionHandle {
         self.shared.shutdown.cancel();
     }
 
-    /// Stops admission, ends queued requests with `runtime_closed`, interrupts active work and
-    /// terminates the kernel. Safe to call more than once.
+    /// Stops admission, ends queued requests with `runtime_closed`, interrupts active work,
+    /// terminates the kernel and joins the session's tasks, within `shutdown_bound`: what
+    /// still runs then is aborted. Safe to call more than once.
     pub async fn shutdown(&self) {
         self.shared.shutdown.cancel();
         let mut finished = self.shared.finished.subscribe();
-        let bound = self.shared.options.timeouts.interruption_grace * 2 + Duration::from_secs(5);
-        let _ = tokio::time::timeout(bound, finished.wait_for(|finished| *finished)).await;
+        let deadline = Instant::now() + self.shutdown_bound();
+        let _ = tokio::time::timeout_at(deadline, finished.wait_for(|finished| *finished)).await;
+        self.shared.tasks.join(self.kernel_id(), deadline).await;
+    }
+
+    /// How long `shutdown` waits before it aborts what still runs.
+    pub(crate) fn shutdown_bound(&self) -> Duration {
+        self.shared.options.timeouts.interruption_grace * 2 + Duration::from_secs(5)
     }
 }
 

@@ -151,6 +151,9 @@ struct Shared {
     failures: watch::Sender<u64>,
     /// True from an actor's panic until `kernel_restart` replaces it.
     failed: AtomicBool,
+    /// Every task of the session: its actor (in `supervise`), spares starting, background
+    /// executions' waits. They end once the actor has closed; `shutdown` joins them.
+    tasks: crate::task::Tasks,
 }
 
 /// The operation running now, as the handle's `interrupt()` sees it: that call goes around

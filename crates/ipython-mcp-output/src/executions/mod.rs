@@ -228,6 +228,13 @@ impl Executions {
         self.dir().map(|dir| (dir, self.limits.max_execution_bytes))
     }
 
+    /// Ends the spool's worker with its session: what was queued is written (within `bound`,
+    /// past which the worker is aborted) and nothing more is. The directory stays for readers
+    /// of finished executions (a notebook saved after the session stopped) until the drop.
+    pub async fn close(&self, bound: Duration) {
+        self.queue.join(bound).await;
+    }
+
     /// The session's spool queue.
     pub fn queue(&self) -> &SpoolQueue {
         &self.queue
@@ -536,7 +543,16 @@ impl Drop for Executions {
         // The directory goes after every queued write (removed on the blocking pool). Should
         // the runtime be gone, dropping the queued job removes it right away.
         if let Some(dir) = self.dir.take() {
-            self.queue.run(move || drop(dir));
+            if self.queue.is_closed() {
+                // Closed with its session (`close`): its worker is gone and nothing is written
+                // any more, so the blocking pool removes it (a slow disk stalls no async thread).
+                match tokio::runtime::Handle::try_current() {
+                    Ok(runtime) => drop(runtime.spawn_blocking(move || drop(dir))),
+                    Err(_) => drop(dir),
+                }
+            } else {
+                self.queue.run(move || drop(dir));
+            }
         }
         self.queue.close();
     }
