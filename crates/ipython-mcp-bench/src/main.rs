@@ -22,6 +22,11 @@
 //! `ipython-mcp-bench remote` measures `execute` on a kernel of a Jupyter Server on loopback
 //! beside a local one (see `remote.rs`); it is not part of the full run.
 //!
+//! `ipython-mcp-bench principals` puts 50 concurrent MCP clients over HTTP on one server, as
+//! ten principals and as one token, checks that no principal sees another's variables and
+//! that every call is answered once, and measures `runtime_status` and `execute` throughput
+//! (see `principals.rs`); it is not part of the full run.
+//!
 //! `ipython-mcp-bench execute` runs only (a) and the namespace calls, against the server in
 //! `IPYTHON_MCP_BENCH_SERVER` when it is set (to compare builds in interleaved runs).
 //!
@@ -37,9 +42,11 @@ use rmcp::model::ClientConfig;
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
 
 mod latency;
+mod ledger;
 mod lifecycle;
 mod output;
 mod percentile;
+mod principals;
 mod python;
 mod remote;
 mod server;
@@ -79,6 +86,7 @@ async fn main() -> anyhow::Result<()> {
             return Ok(());
         }
         Some("remote") => return remote::bench_remote(&server_binary).await,
+        Some("principals") => return principals::bench_principals(&server_binary).await,
         Some("retained") => {
             print_retained(&bench_retained(&server_binary).await?);
             return Ok(());
