@@ -17,6 +17,24 @@ use tokio::io::AsyncBufReadExt as _;
 const RESOURCE: &str = "http://ipython-mcp.test/mcp";
 const METADATA_PATH: &str = "/.well-known/oauth-protected-resource/mcp";
 
+/// Connects with the Python SDK in each protocol family and prints what `x` holds.
+const SDK_CLIENT: &str = r#"
+import asyncio, sys
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+async def main(url, token):
+    for mode in ("legacy", "auto"):
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=httpx2.Timeout(30.0, read=300.0))
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
+            result = await client.call_tool("execute", {"code": "x"})
+            text = "\n".join(block.text for block in result.content if block.type == "text")
+            print(mode, text.splitlines()[-1], flush=True)
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"#;
+
 fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
@@ -195,6 +213,9 @@ async fn access_tokens_of_the_issuer_are_checked_for_key_audience_time_and_scope
         .env("IPYTHON_MCP_LOG", "info")
         .env("IPYTHON_MCP_SPARE_KERNELS", "0")
         .env("IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "120")
+        // A principal's default kernel starts at their first request, which then waits for
+        // it: on a loaded machine that can outlast the default queue wait.
+        .env("IPYTHON_MCP_QUEUE_WAIT_TIMEOUT_SECONDS", "300")
         .env_remove("IPYTHON_MCP_HTTP_TOKEN")
         .env_remove("VIRTUAL_ENV")
         .env_remove("IPYTHON_MCP_PYTHON")
@@ -277,6 +298,30 @@ async fn access_tokens_of_the_issuer_are_checked_for_key_audience_time_and_scope
     .await;
     assert_eq!(created.status, 200, "{}", created.body);
     assert!(home.path().join("carol@example.org/c.ipynb").is_file());
+
+    // The official Python SDK client, with the token as its bearer header, in both families.
+    let (python, deps) = support::python_with("mcp==2.3.0", "mcp", "mcp-sdk-deps").await;
+    let sdk = tokio::process::Command::new(&python)
+        .arg("-c")
+        .arg(SDK_CLIENT)
+        .args([&url, &good])
+        .env("PYTHONPATH", &deps)
+        .output();
+    let sdk = tokio::time::timeout(Duration::from_secs(600), sdk)
+        .await
+        .expect("the SDK client finishes")
+        .expect("run the SDK client");
+    let printed = String::from_utf8_lossy(&sdk.stdout);
+    assert!(
+        sdk.status.success(),
+        "{printed}\n{}",
+        String::from_utf8_lossy(&sdk.stderr)
+    );
+    assert_eq!(
+        printed.lines().collect::<Vec<_>>(),
+        ["legacy 41", "auto 41"],
+        "{printed}"
+    );
 
     // Refused: another audience, expired, a key the issuer never published.
     let mut elsewhere = issuer.claims("carol@example.org", everything);
