@@ -19,9 +19,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::header;
 use axum::middleware::Next;
-use axum::response::{IntoResponse as _, Response};
+use axum::response::Response;
 use axum::serve::ListenerExt as _;
 use axum::Router;
 use ipython_mcp_config::{Config, Token, TokenSource};
@@ -83,21 +83,6 @@ pub fn credentials(source: &TokenSource, oauth: bool) -> Result<Credentials, Str
     }
 }
 
-/// Warns once when other users can read a file holding secrets.
-pub fn warn_if_readable_by_others(path: &std::path::Path) {
-    let readable_by_others = std::fs::metadata(path)
-        .map(|metadata| {
-            std::os::unix::fs::PermissionsExt::mode(&metadata.permissions()) & 0o077 != 0
-        })
-        .unwrap_or(false);
-    if readable_by_others {
-        eprintln!(
-            "ipython-mcp: warning: {} can be read by other users; chmod 600 it",
-            path.display()
-        );
-    }
-}
-
 /// Reads a token file's first line (checked with `parse`), before anything starts, so a bad
 /// file is a one-line configuration error naming `setting`; warns once when others can read it.
 pub fn read_token_file(
@@ -113,7 +98,7 @@ pub fn read_token_file(
             path.display()
         )
     })?;
-    warn_if_readable_by_others(path);
+    crate::bearer::warn_if_readable_by_others(path);
     let first_line = text.lines().next().unwrap_or_default();
     parse(first_line).map_err(|problem| {
         format!(
@@ -318,57 +303,11 @@ where
 /// Lets a request through only with the right bearer token (RFC 6750; the scheme name is
 /// case-insensitive). The comparison takes the same time wherever the first difference is.
 async fn bearer(State(token): State<Arc<Token>>, request: Request, next: Next) -> Response {
-    let given = bearer_token(&request);
+    let given = crate::bearer::token(&request);
     let authorized =
         given.is_some_and(|given| bool::from(given.as_bytes().ct_eq(token.expose().as_bytes())));
     if authorized {
         return next.run(request).await;
     }
-    unauthorized(&request, given.is_some(), None)
-}
-
-/// The credentials of an `Authorization: Bearer` header, if the request has one.
-pub fn bearer_token(request: &Request) -> Option<&str> {
-    request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, credentials)| credentials.trim())
-}
-
-/// The answer to a request without a token the server accepts (logged without the token).
-/// With an OAuth issuer, the challenge points at the protected resource metadata (RFC 9728),
-/// where a client finds the issuer to get a token from.
-pub fn unauthorized(
-    request: &Request,
-    had_credentials: bool,
-    oauth: Option<&ipython_mcp_config::OAuth>,
-) -> Response {
-    tracing::info!(
-        method = %request.method(),
-        path = request.uri().path(),
-        credentials = if had_credentials { "wrong" } else { "missing" },
-        "HTTP request refused: 401"
-    );
-    let challenge = match oauth {
-        None => "Bearer".to_owned(),
-        Some(oauth) => {
-            let metadata = crate::oauth::metadata_url(&oauth.resource);
-            match had_credentials {
-                true => format!("Bearer error=\"invalid_token\", resource_metadata=\"{metadata}\""),
-                false => format!("Bearer resource_metadata=\"{metadata}\""),
-            }
-        }
-    };
-    (
-        StatusCode::UNAUTHORIZED,
-        [(header::WWW_AUTHENTICATE, challenge)],
-        format!(
-            "401 Unauthorized: send 'Authorization: Bearer <token>' (the token ipython-mcp printed at start, or {})\n",
-            ipython_mcp_config::HTTP_TOKEN.env
-        ),
-    )
-        .into_response()
+    crate::bearer::unauthorized(&request, given.is_some(), None)
 }

@@ -5,6 +5,7 @@
 //! `ipython-mcp-server` (the `ipython-mcp-server` crate's, the one executable of the PyPI wheel,
 //! named after the distribution so that `uvx ipython-mcp-server` runs it).
 
+mod bearer;
 mod cli;
 mod doctor;
 mod http;

@@ -36,7 +36,7 @@ pub fn read_file(path: &Path) -> Result<Vec<Principal>, String> {
             path.display()
         )
     })?;
-    crate::http::warn_if_readable_by_others(path);
+    crate::bearer::warn_if_readable_by_others(path);
     ipython_mcp_config::parse_principals(&text).map_err(|problem| {
         format!(
             "invalid configuration: {} (--{}): {}: {problem}",
@@ -211,7 +211,7 @@ impl Gate {
 /// the request needs; refuses a session another principal opened as if it did not exist;
 /// remembers the sessions each principal opens.
 pub async fn authenticate(State(gate): State<Arc<Gate>>, request: Request, next: Next) -> Response {
-    let given = crate::http::bearer_token(&request).map(str::to_owned);
+    let given = crate::bearer::token(&request).map(str::to_owned);
     let admitted = match &given {
         Some(token) => gate.admit(token).await,
         None => Err("no token".to_owned()),
@@ -220,7 +220,7 @@ pub async fn authenticate(State(gate): State<Arc<Gate>>, request: Request, next:
         Ok(admitted) => admitted,
         Err(reason) => {
             tracing::debug!(%reason, "bearer token refused");
-            return crate::http::unauthorized(&request, given.is_some(), gate.oauth());
+            return crate::bearer::unauthorized(&request, given.is_some(), gate.oauth());
         }
     };
     let mut request = match &admitted.scopes {
