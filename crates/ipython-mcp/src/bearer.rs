@@ -1,6 +1,6 @@
 //! Bearer credentials at the HTTP door, below both ways of checking them (one token in
-//! `http.rs`, principals in `principals.rs`): reading the header, the `401` answer, and the
-//! warning for a secrets file others can read.
+//! `http.rs`, principals in `principals.rs`): reading the header, the `401` answer, and
+//! reading a file of secrets (warning when others can read it).
 
 use axum::extract::Request;
 use axum::http::{header, StatusCode};
@@ -53,7 +53,7 @@ pub fn unauthorized(
 }
 
 /// Warns once when other users can read a file holding secrets.
-pub fn warn_if_readable_by_others(path: &std::path::Path) {
+fn warn_if_readable_by_others(path: &std::path::Path) {
     let readable_by_others = std::fs::metadata(path)
         .map(|metadata| {
             std::os::unix::fs::PermissionsExt::mode(&metadata.permissions()) & 0o077 != 0
@@ -65,4 +65,23 @@ pub fn warn_if_readable_by_others(path: &std::path::Path) {
             path.display()
         );
     }
+}
+
+/// Reads a file of secrets named by `setting` (a token file, the principals file), before
+/// anything starts: a file that cannot be read is a one-line configuration error naming the
+/// setting, and one that others can read gets a warning.
+pub fn read_secrets(
+    setting: ipython_mcp_config::Setting,
+    path: &std::path::Path,
+) -> Result<String, String> {
+    let text = std::fs::read_to_string(path).map_err(|error| {
+        format!(
+            "invalid configuration: {} (--{}): cannot read {}: {error}",
+            setting.env,
+            setting.flag,
+            path.display()
+        )
+    })?;
+    warn_if_readable_by_others(path);
+    Ok(text)
 }

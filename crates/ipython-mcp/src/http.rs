@@ -90,15 +90,7 @@ pub fn read_token_file(
     path: &std::path::Path,
     parse: fn(&str) -> Result<Token, String>,
 ) -> Result<Token, String> {
-    let text = std::fs::read_to_string(path).map_err(|error| {
-        format!(
-            "invalid configuration: {} (--{}): cannot read {}: {error}",
-            setting.env,
-            setting.flag,
-            path.display()
-        )
-    })?;
-    crate::bearer::warn_if_readable_by_others(path);
+    let text = crate::bearer::read_secrets(setting, path)?;
     let first_line = text.lines().next().unwrap_or_default();
     parse(first_line).map_err(|problem| {
         format!(

@@ -28,15 +28,7 @@ const SESSION_HEADER: &str = "mcp-session-id";
 /// never a token.
 pub fn read_file(path: &Path) -> Result<Vec<Principal>, String> {
     let setting = ipython_mcp_config::HTTP_PRINCIPALS_FILE;
-    let text = std::fs::read_to_string(path).map_err(|error| {
-        format!(
-            "invalid configuration: {} (--{}): cannot read {}: {error}",
-            setting.env,
-            setting.flag,
-            path.display()
-        )
-    })?;
-    crate::bearer::warn_if_readable_by_others(path);
+    let text = crate::bearer::read_secrets(setting, path)?;
     ipython_mcp_config::parse_principals(&text).map_err(|problem| {
         format!(
             "invalid configuration: {} (--{}): {}: {problem}",
