@@ -112,13 +112,6 @@ impl Principals {
         while closing.join_next().await.is_some() {}
     }
 
-    /// Marks every principal's sessions as shutting down (see `ServerState::begin_shutdown`).
-    pub fn begin_shutdown(&self) {
-        for server in self.lock().values() {
-            server.state().begin_shutdown();
-        }
-    }
-
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PrincipalName, IpythonMcp>> {
         // Inserts and removes are single map operations: a panic cannot leave it half-done.
         self.inner
