@@ -124,6 +124,34 @@ pub(crate) fn manager_error(error: &ManagerError) -> ErrorInfo {
     }
 }
 
+/// A Jupyter server's failure to read or write notebook `path` (a `jupyter:` path) as the
+/// agent sees it: a missing notebook is `notebook_not_found`, a refused token is a
+/// configuration problem, anything else an I/O error that says what the server did.
+pub(crate) fn jupyter_notebook_error(path: &str, error: &ipython_mcp_jupyter::Error) -> ErrorInfo {
+    use ipython_mcp_jupyter::Error as Jupyter;
+    match error {
+        Jupyter::RemoteNotFound { .. } => {
+            notebook_error(&ipython_mcp_notebook::Error::NotFound {
+                path: path.to_owned(),
+            })
+            .with_hint("notebook_create makes a new notebook; a directory must exist on the Jupyter server first")
+        }
+        Jupyter::Refused { .. } => ErrorInfo::new(
+            Code::InvalidConfiguration,
+            ipython_mcp_text::shorten(&error.to_string(), 1000),
+        )
+        .with_hint(format!(
+            "set {} to a token the Jupyter server accepts",
+            ipython_mcp_config::JUPYTER_TOKEN.env
+        )),
+        _ => ErrorInfo::new(
+            Code::IoError,
+            ipython_mcp_text::shorten(&format!("notebook {path:?}: {error}"), 1000),
+        )
+        .with_hint("nothing was changed unless the message says so; read the notebook again before retrying an edit"),
+    }
+}
+
 /// An `ipython-mcp-notebook` error as the agent sees it.
 pub(crate) fn notebook_error(error: &ipython_mcp_notebook::Error) -> ErrorInfo {
     with_standard_hint(ErrorInfo::new(

@@ -117,9 +117,11 @@ async fn stop(
     Ok(handle)
 }
 
-/// The workspace of this server, or why it is unusable.
+/// The workspace of this server, or why it is unusable; and the configured Jupyter server's
+/// notebooks (made at their first use).
 pub(crate) struct NotebookState {
     workspace: Result<Arc<Workspace>, String>,
+    jupyter: std::sync::OnceLock<Arc<crate::notebooks::JupyterNotebooks>>,
 }
 
 impl NotebookState {
@@ -131,7 +133,21 @@ impl NotebookState {
                 .map_err(|error| error.to_string()),
             None => Err("no working directory".to_owned()),
         };
-        NotebookState { workspace }
+        NotebookState {
+            workspace,
+            jupyter: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The notebooks of `server` (the configured Jupyter server: the same one every call).
+    pub(crate) fn jupyter(
+        &self,
+        server: ipython_mcp_kernel::remote::Server,
+    ) -> Arc<crate::notebooks::JupyterNotebooks> {
+        Arc::clone(
+            self.jupyter
+                .get_or_init(|| Arc::new(crate::notebooks::JupyterNotebooks::new(server))),
+        )
     }
 
     pub(crate) fn workspace(&self) -> Result<&Arc<Workspace>, Box<ErrorInfo>> {

@@ -26,7 +26,7 @@ mod uri;
 
 pub use error::Error;
 pub use model::{cell_id, joined_text, CellRef, CellType, NewCell, Notebook, Output};
-pub use path::{Format, NotebookPath, Workspace};
+pub use path::{Format, NotebookPath, Workspace, JUPYTER_PREFIX};
 pub use percent::{parse_percent, to_percent};
 pub use store::{encode, revision_of, Loaded, Mutated};
 pub use uri::{path_from_uri, uri_for_path, URI_PREFIX};

@@ -157,6 +157,12 @@ impl Notebook {
     pub fn parse(bytes: &[u8]) -> Result<Notebook, String> {
         let value: Value =
             serde_json::from_slice(bytes).map_err(|error| format!("not JSON: {error}"))?;
+        Notebook::from_value(value)
+    }
+
+    /// [`Notebook::parse`] for a notebook that is JSON already (a Jupyter server's contents, a
+    /// live document).
+    pub fn from_value(value: Value) -> Result<Notebook, String> {
         let Value::Object(root) = value else {
             return Err("the top level is not a JSON object".to_owned());
         };

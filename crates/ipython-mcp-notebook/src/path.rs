@@ -34,14 +34,50 @@ pub enum Format {
     Percent,
 }
 
+/// What a notebook path on the configured Jupyter server starts with: `jupyter:work/a.ipynb`
+/// is `work/a.ipynb` in that server's contents, not a local file.
+pub const JUPYTER_PREFIX: &str = "jupyter:";
+
 /// A checked notebook path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NotebookPath {
-    /// As the agent gave it (already normalized: plain components joined by `/`).
+    /// As the agent gave it (already normalized: plain components joined by `/`), with
+    /// [`JUPYTER_PREFIX`] for a notebook on the Jupyter server.
     pub relative: String,
-    /// The file to read and write: inside the root, symlinks resolved.
+    /// The file to read and write: inside the root, symlinks resolved. For a notebook on the
+    /// Jupyter server, `relative` (never a file of this machine; it only names the notebook).
     pub absolute: PathBuf,
     pub format: Format,
+}
+
+impl NotebookPath {
+    /// A notebook in the Jupyter server's contents, `server_path` checked as a workspace path
+    /// is (relative, plain components, no `..`): the server confines it to its root. Only
+    /// `.ipynb` (the contents API keeps other files as plain text).
+    pub fn jupyter(server_path: &str) -> Result<NotebookPath, Error> {
+        let shown = || shorten(&format!("{JUPYTER_PREFIX}{server_path}"), 200);
+        let components = check_syntax(server_path).map_err(|reason| Error::InvalidPath {
+            path: shown(),
+            reason,
+        })?;
+        if !server_path.ends_with(".ipynb") {
+            return Err(Error::InvalidPath {
+                path: shown(),
+                reason: "a notebook on the Jupyter server must end in '.ipynb'".to_owned(),
+            });
+        }
+        let relative = format!("{JUPYTER_PREFIX}{}", components.join("/"));
+        Ok(NotebookPath {
+            absolute: PathBuf::from(&relative),
+            relative,
+            format: Format::Ipynb,
+        })
+    }
+
+    /// The path in the Jupyter server's contents, for a notebook there.
+    pub fn server_path(&self) -> Option<&str> {
+        self.relative.strip_prefix(JUPYTER_PREFIX)
+    }
 }
 
 impl Workspace {
@@ -239,6 +275,18 @@ mod tests {
         }
         let long = format!("{}.ipynb", "a".repeat(MAX_PATH_BYTES));
         assert!(workspace.resolve(&long).is_err());
+    }
+
+    #[test]
+    fn jupyter_paths_are_checked_like_workspace_paths() {
+        let path = NotebookPath::jupyter("work/分析.ipynb").expect("valid");
+        assert_eq!(path.relative, "jupyter:work/分析.ipynb");
+        assert_eq!(path.server_path(), Some("work/分析.ipynb"));
+        for bad in ["", "../x.ipynb", "/x.ipynb", "a//x.ipynb", "x.py", "x.txt"] {
+            let error = NotebookPath::jupyter(bad).expect_err(bad);
+            assert_eq!(error.code(), "invalid_path", "{bad:?}: {error}");
+            assert!(error.to_string().contains("jupyter:"), "{error}");
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Kernels on a Jupyter Server (or a JupyterHub single-user server, a Kernel Gateway, an
 //! Enterprise Gateway): its REST API to list, start, interrupt and delete kernels, and one
-//! WebSocket per kernel for its channels ([`RemoteKernel`]).
+//! WebSocket per kernel for its channels ([`RemoteKernel`]); notebooks in its contents
+//! (`contents`).
 //!
 //! Built on hyper's client (REST) and async-tungstenite (WebSocket), both over rustls with the
 //! ring provider and the platform's certificate verifier, and on `jupyter-websocket-client` for
@@ -17,8 +18,10 @@
 //! - Every REST call and every connection attempt is bounded by a timeout.
 
 mod channel;
+mod contents;
 
 pub use channel::RemoteKernel;
+pub use contents::ContentsNotebook;
 
 use std::sync::Arc;
 use std::time::Duration;

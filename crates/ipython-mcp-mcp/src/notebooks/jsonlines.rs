@@ -205,7 +205,7 @@ impl IpythonMcp {
             }
             "open" => {
                 let PathParams { path } = params(method, raw)?;
-                let (_workspace, path, loaded) = self.load(&path, None).await?;
+                let (_store, path, loaded) = self.load(&path, None).await?;
                 let notebook: Value =
                     serde_json::from_slice(&loaded.notebook.to_bytes()).map_err(|_| {
                         ToolError::new(Code::InternalError, "the notebook could not be encoded")
@@ -228,14 +228,13 @@ impl IpythonMcp {
                         "params.notebook is not a valid notebook: {problem}"
                     ))
                 })?;
-                let (workspace, path) = self.notebook_path(&path).await?;
+                let (store, path) = self.notebook_path(&path).await?;
                 let relative = path.relative.clone();
                 // With a revision: replace the file only if it still has it (nothing is written
                 // otherwise). Without one: a new file only.
-                let revision = Self::blocking(move || {
-                    workspace.create(&path, &notebook, revision.is_some(), revision.as_deref())
-                })
-                .await?;
+                let revision = store
+                    .create(&path, notebook, revision.is_some(), revision)
+                    .await?;
                 Ok(json!({"path": relative, "revision": revision}))
             }
             "execute" => {

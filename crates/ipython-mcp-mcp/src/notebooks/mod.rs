@@ -16,14 +16,17 @@ mod jsonlines;
 mod params;
 mod resources;
 mod save;
+mod store;
 mod tools;
 mod views;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use ipython_mcp_kernel::{Code, ErrorInfo};
-use ipython_mcp_notebook::{uri_for_path, CellRef, Loaded, Notebook, NotebookPath, Workspace};
+use ipython_mcp_kernel::Code;
+use ipython_mcp_notebook::{
+    uri_for_path, CellRef, Loaded, Notebook, NotebookPath, Workspace, JUPYTER_PREFIX,
+};
 use rmcp::model::CallToolResult;
 use serde::Serialize;
 
@@ -31,6 +34,8 @@ use crate::error::{notebook_error, ToolError};
 use crate::handler::IpythonMcp;
 use crate::render;
 pub use jsonlines::serve_json_lines;
+pub(crate) use store::JupyterNotebooks;
+use store::Store;
 use views::{CellSummary, WriteResult};
 
 /// Largest `max_cells` of one `notebook_read`.
@@ -70,41 +75,44 @@ impl IpythonMcp {
         Ok(self.notebook_state().workspace()?.clone())
     }
 
-    /// The workspace and the checked path. Resolving reads the file system (canonical
-    /// directories, symlinks): on the blocking pool.
-    async fn notebook_path(&self, path: &str) -> Result<(Arc<Workspace>, NotebookPath), ToolError> {
+    /// Where `path` lives and the checked path: a `jupyter:` path on the configured Jupyter
+    /// server, anything else in the workspace (resolving reads the file system: on the
+    /// blocking pool).
+    async fn notebook_path(&self, path: &str) -> Result<(Store, NotebookPath), ToolError> {
+        if let Some(server_path) = path.strip_prefix(JUPYTER_PREFIX) {
+            let checked = NotebookPath::jupyter(server_path).map_err(|e| notebook_error(&e))?;
+            let Some(server) = self.kernels().jupyter() else {
+                return Err(ToolError::new(
+                    Code::InvalidConfiguration,
+                    format!(
+                        "{path:?} names a notebook on a Jupyter server, and none is configured"
+                    ),
+                )
+                .with_hint(format!(
+                    "set {} (and {}) to the server's URL, or give a path in the workspace",
+                    ipython_mcp_config::JUPYTER_URL.env,
+                    ipython_mcp_config::JUPYTER_TOKEN.env
+                )));
+            };
+            let notebooks = self.notebook_state().jupyter(server);
+            return Ok((Store::Jupyter(notebooks), checked));
+        }
         let workspace = self.workspace()?;
         let (resolver, path) = (Arc::clone(&workspace), path.to_owned());
-        let resolved = Self::blocking(move || resolver.resolve(&path)).await?;
-        Ok((workspace, resolved))
+        let resolved = store::blocking(move || resolver.resolve(&path)).await?;
+        Ok((Store::Local(workspace), resolved))
     }
 
-    /// The workspace, the checked path and the notebook, read on the blocking pool and
-    /// checked against `expected_revision` when one is given (`Workspace::load`).
+    /// Where `path` lives, the checked path and the notebook, checked against
+    /// `expected_revision` when one is given.
     async fn load(
         &self,
         path: &str,
         expected_revision: Option<String>,
-    ) -> Result<(Arc<Workspace>, NotebookPath, Loaded), ToolError> {
-        let workspace = self.workspace()?;
-        let (reader, path) = (Arc::clone(&workspace), path.to_owned());
-        let (path, loaded) =
-            Self::blocking(move || reader.load(&path, expected_revision.as_deref())).await?;
-        Ok((workspace, path, loaded))
-    }
-
-    /// Runs file work on the blocking pool; the error is as the agent would see it.
-    async fn blocking<T: Send + 'static>(
-        work: impl FnOnce() -> Result<T, ipython_mcp_notebook::Error> + Send + 'static,
-    ) -> Result<T, ErrorInfo> {
-        match tokio::task::spawn_blocking(work).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => Err(notebook_error(&error)),
-            Err(_) => Err(ErrorInfo::new(
-                Code::InternalError,
-                "the file operation failed",
-            )),
-        }
+    ) -> Result<(Store, NotebookPath, Loaded), ToolError> {
+        let (store, path) = self.notebook_path(path).await?;
+        let loaded = store.load(&path, expected_revision.as_deref()).await?;
+        Ok((store, path, loaded))
     }
 
     /// A read-modify-write of one notebook (`Workspace::mutate`, on the blocking pool),
@@ -118,10 +126,8 @@ impl IpythonMcp {
             + Send
             + 'static,
     ) -> Result<CallToolResult, ToolError> {
-        let workspace = self.workspace()?;
-        let mutated =
-            Self::blocking(move || workspace.mutate(&path, expected_revision.as_deref(), change))
-                .await?;
+        let (store, path) = self.notebook_path(&path).await?;
+        let mutated = store.mutate(&path, expected_revision, change).await?;
         tracing::info!(tool, "tool call");
         let format = mutated.path.format;
         Ok(structured(

@@ -32,7 +32,7 @@ impl From<CellInput> for NewCell {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateParams {
-    /// Workspace-relative `.ipynb` or `.py` path.
+    /// Workspace-relative `.ipynb` or `.py` path; `jupyter:<path>` on the Jupyter server.
     pub path: String,
     /// Kernelspec cells run in (default `python3`).
     #[serde(default)]
@@ -57,7 +57,7 @@ pub struct CreateParams {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReadParams {
-    /// Workspace-relative notebook path.
+    /// Workspace-relative notebook path; `jupyter:<path>` on the Jupyter server.
     pub path: String,
     /// Only this cell.
     #[serde(default)]
@@ -79,7 +79,7 @@ pub struct ReadParams {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PathParams {
-    /// Workspace-relative notebook path.
+    /// Workspace-relative notebook path; `jupyter:<path>` on the Jupyter server.
     pub path: String,
 }
 
@@ -111,7 +111,7 @@ impl EditAction {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EditParams {
-    /// Workspace-relative notebook path.
+    /// Workspace-relative notebook path; `jupyter:<path>` on the Jupyter server.
     pub path: String,
     /// insert (at `index`, default end), update, delete, move (to `to_index`), clear_outputs / set_metadata (the cell, else all / the notebook).
     pub action: EditAction,
@@ -141,7 +141,7 @@ pub struct EditParams {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecuteCellParams {
-    /// Workspace-relative notebook path.
+    /// Workspace-relative notebook path; `jupyter:<path>` on the Jupyter server.
     pub path: String,
     /// The code cell's id (or `index`).
     #[serde(default)]
@@ -163,7 +163,7 @@ pub struct ExecuteCellParams {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NotebookExecuteParams {
-    /// Workspace-relative notebook path.
+    /// Workspace-relative notebook path; `jupyter:<path>` on the Jupyter server.
     pub path: String,
     /// Code to run.
     pub code: String,
@@ -191,7 +191,7 @@ fn default_true() -> bool {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionParams {
-    /// Workspace-relative notebook path.
+    /// Workspace-relative notebook path; `jupyter:<path>` on the Jupyter server.
     pub path: String,
     /// Bind to this existing session.
     #[serde(default)]

@@ -2,12 +2,12 @@
 //! kernels).
 
 use ipython_mcp_kernel::Code;
-use ipython_mcp_notebook::uri_for_path;
+use ipython_mcp_notebook::{uri_for_path, JUPYTER_PREFIX};
 use serde_json::Value;
 
 use super::views::shown;
 use super::MAX_READ_CELLS;
-use crate::error::notebook_code;
+use crate::error::{notebook_code, ToolError};
 use crate::handler::{IpythonMcp, MAX_CODE_BYTES};
 
 // ---------------------------------------------------------------------------------------------
@@ -124,6 +124,23 @@ impl IpythonMcp {
                     .with_mime_type("application/x-ipynb+json")
             }));
         }
+        if let Some(server) = self.kernels().jupyter() {
+            // The Jupyter server's notebooks as `jupyter:` paths; a server that does not
+            // answer lists none (the list is a convenience; the tools say what failed).
+            match server
+                .list_notebooks(MAX_SCAN_DEPTH - 1, MAX_LISTED_NOTEBOOKS)
+                .await
+            {
+                Ok(notebooks) => resources.extend(notebooks.into_iter().map(|server_path| {
+                    let relative = format!("{JUPYTER_PREFIX}{server_path}");
+                    Resource::new(uri_for_path(&relative), relative)
+                        .with_mime_type("application/x-ipynb+json")
+                })),
+                Err(error) => {
+                    tracing::debug!(error = %error, "the Jupyter server's notebooks are not listed")
+                }
+            }
+        }
         resources
     }
 
@@ -179,7 +196,7 @@ impl IpythonMcp {
                     .notebooks_of(kernel.as_str())
                     .into_iter()
                     .map(|path| match &root {
-                        Some(root) => shown(root, &path),
+                        Some(root) => shown(Some(root), &path),
                         None => path.display().to_string(),
                     })
                     .collect();
@@ -287,6 +304,26 @@ impl IpythonMcp {
         }
         let relative = ipython_mcp_notebook::path_from_uri(uri)
             .map_err(|error| invalid(notebook_code(&error), error.to_string()))?;
+        if relative.starts_with(JUPYTER_PREFIX) {
+            let read = async {
+                let (store, path) = self.notebook_path(&relative).await?;
+                store.read(&path).await
+            };
+            return match read.await.map_err(ToolError::into_info) {
+                Ok(loaded) => Ok(ResourceContents::text(
+                    String::from_utf8_lossy(&loaded.notebook.to_bytes()).into_owned(),
+                    uri,
+                )
+                .with_mime_type("application/x-ipynb+json")),
+                Err(error) if error.code == Code::NotebookNotFound => {
+                    Err(rmcp::ErrorData::resource_not_found(
+                        "resource_not_found",
+                        Some(serde_json::json!({"uri": ipython_mcp_text::shorten(uri, 200)})),
+                    ))
+                }
+                Err(error) => Err(invalid(error.code, error.message)),
+            };
+        }
         let workspace = self
             .notebook_state()
             .workspace()

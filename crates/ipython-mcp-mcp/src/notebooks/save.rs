@@ -1,14 +1,15 @@
 //! Running code for a notebook: the notebook's kernel session (bound or started) and saving an
 //! execution's outputs into the file.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use ipython_mcp_kernel::{
     Code, ErrorInfo, ExecuteArgs, ExecutionOutput, ExecutionStatus, PageRequest, SessionHandle,
     StreamName,
 };
-use ipython_mcp_notebook::{Notebook, NotebookPath, Output, Workspace};
+use ipython_mcp_notebook::{Notebook, NotebookPath, Output};
+
+use super::store::Store;
 use rmcp::model::{CallToolResponse, CallToolResult, CreateTaskResult};
 use rmcp::service::RequestContext;
 use rmcp::RoleServer;
@@ -38,7 +39,7 @@ pub(super) type SaveCell = Box<
 /// Code to run for a notebook, and where its outputs go.
 pub(crate) struct Run {
     pub(super) tool: &'static str,
-    pub(super) workspace: Arc<Workspace>,
+    pub(super) store: Store,
     pub(super) path: NotebookPath,
     /// The file's revision when it was read for this run: the save expects it.
     pub(super) revision: String,
@@ -257,7 +258,7 @@ impl IpythonMcp {
                 "give either kernel or notebook, not both",
             ));
         }
-        let (_workspace, path) = self.notebook_path(notebook).await?;
+        let (_store, path) = self.notebook_path(notebook).await?;
         match self.kernels().notebook_session(&path.absolute) {
             Some((_, handle)) => Ok(handle),
             None => Err(ToolError::invalid(format!(
@@ -281,7 +282,15 @@ impl IpythonMcp {
         if let Some((id, handle)) = sessions.notebook_session(&path.absolute) {
             return Ok(NotebookSession::found(id, handle));
         }
-        let name = kernel_name.unwrap_or_else(|| "python3".to_owned());
+        let mut name = kernel_name.unwrap_or_else(|| "python3".to_owned());
+        if let Some(server_path) = path.server_path() {
+            // A notebook on the Jupyter server runs there: in the kernel of the server's own
+            // session for it (the one a person's JupyterLab runs it in), else a new one.
+            name = match self.server_kernel_of(server_path).await {
+                Some(kernel) => format!("jupyter-kernel:{kernel}"),
+                None => format!("jupyter:{name}"),
+            };
+        }
         let sessions_for_spec = sessions.clone();
         let spec_name = name.clone();
         let spec = tokio::task::spawn_blocking(move || {
@@ -333,12 +342,17 @@ impl IpythonMcp {
                 format!("{base}-{attempt}")
             };
             // As in Jupyter, a notebook's kernel starts in the notebook's directory, so its
-            // relative paths mean what they mean beside the file.
+            // relative paths mean what they mean beside the file (a kernel on the Jupyter
+            // server starts where the server decides).
+            let directory = match path.server_path() {
+                Some(_) => None,
+                None => path.absolute.parent().map(std::path::Path::to_owned),
+            };
             match sessions.start(
                 &format!("notebook {}", path.relative),
                 spec.clone(),
                 Some(&id),
-                path.absolute.parent().map(std::path::Path::to_owned),
+                directory,
             ) {
                 Ok((id, handle)) => {
                     sessions.bind_notebook(path.absolute.clone(), id.clone());
@@ -364,6 +378,23 @@ impl IpythonMcp {
             || ErrorInfo::new(Code::InternalError, "no free session id").into(),
             ToolError::from,
         ))
+    }
+
+    /// The kernel of the Jupyter server's session for notebook `server_path`, if it has one.
+    /// A server without sessions, or one that fails to list them, has none to offer: the
+    /// notebook then gets a kernel of its own.
+    async fn server_kernel_of(&self, server_path: &str) -> Option<String> {
+        let server = self.kernels().jupyter()?;
+        match server.sessions().await {
+            Ok(sessions) => sessions
+                .into_iter()
+                .find(|session| session.path.trim_start_matches('/') == server_path)
+                .map(|session| session.kernel_id),
+            Err(error) => {
+                tracing::debug!(error = %error, "the Jupyter server's sessions are not listed");
+                None
+            }
+        }
     }
 
     /// Runs a notebook's code in its session and saves the outcome with `run.save`, expecting
@@ -514,7 +545,7 @@ impl IpythonMcp {
     ) -> (NotebookExecuteResult, ExecutionOutput, String) {
         let Run {
             tool,
-            workspace,
+            store,
             path,
             revision,
             save,
@@ -533,13 +564,13 @@ impl IpythonMcp {
         if let (Some(save), true) = (save, output.status != ExecutionStatus::Rejected) {
             let outputs = outputs_to_save(session, &output).await;
             let execution_count = output.execution_count;
-            let saved = Self::blocking(move || {
-                workspace.mutate(&path.relative, Some(&revision), |notebook| {
+            let saved = store
+                .mutate(&path, Some(revision), move |notebook| {
                     let index = save(notebook, execution_count, &outputs)?;
                     Ok(summary(notebook, index))
                 })
-            })
-            .await;
+                .await
+                .map_err(ToolError::into_info);
             match saved {
                 Ok(mutated) => {
                     result.saved = true;

@@ -35,7 +35,7 @@ impl IpythonMcp {
         annotations(title = "Create a notebook", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
     async fn notebook_create(&self, Parameters(params): Parameters<CreateParams>) -> ToolResult {
-        let (workspace, path) = self.notebook_path(&params.path).await?;
+        let (store, path) = self.notebook_path(&params.path).await?;
         let kernel_name = params.kernel_name.unwrap_or_else(|| "python3".to_owned());
         let display_name = params.display_name.unwrap_or_else(|| {
             if kernel_name == "python3" {
@@ -51,11 +51,9 @@ impl IpythonMcp {
         }
         let cell_count = notebook.cells().len();
         let relative = path.relative.clone();
-        let (overwrite, expected) = (params.overwrite, params.expected_revision);
-        let revision = Self::blocking(move || {
-            workspace.create(&path, &notebook, overwrite, expected.as_deref())
-        })
-        .await?;
+        let revision = store
+            .create(&path, notebook, params.overwrite, params.expected_revision)
+            .await?;
         tracing::info!(tool = "notebook_create", "tool call");
         Ok(structured(
             "notebook_create",
@@ -84,7 +82,7 @@ impl IpythonMcp {
                 "max_cells must be between 1 and {MAX_READ_CELLS}, got {max_cells}"
             )));
         }
-        let (_workspace, path, loaded) = self.load(&params.path, None).await?;
+        let (_store, path, loaded) = self.load(&params.path, None).await?;
         let scope = ReadScope {
             only,
             start_index: params.start_index.unwrap_or(0),
@@ -107,9 +105,9 @@ impl IpythonMcp {
         annotations(title = "Notebook revision", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn notebook_revision(&self, Parameters(params): Parameters<PathParams>) -> ToolResult {
-        let (workspace, path) = self.notebook_path(&params.path).await?;
+        let (store, path) = self.notebook_path(&params.path).await?;
         let relative = path.relative.clone();
-        let (revision, bytes) = Self::blocking(move || workspace.revision_and_size(&path)).await?;
+        let (revision, bytes) = store.revision_and_size(&path).await?;
         Ok(structured(
             "notebook_revision",
             &RevisionResult {
@@ -176,33 +174,31 @@ impl IpythonMcp {
         annotations(title = "Notebook session", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn notebook_session(&self, Parameters(params): Parameters<SessionParams>) -> ToolResult {
-        let (workspace, path, kernel, handle, started) = match params.kernel {
+        let (path, kernel, handle, started) = match params.kernel {
             Some(kernel) => {
-                let (workspace, path) = self.notebook_path(&params.path).await?;
+                let (_store, path) = self.notebook_path(&params.path).await?;
                 let handle = self.kernels().get(Some(&kernel))?;
                 self.kernels()
                     .bind_notebook(path.absolute.clone(), SessionId::parse(&kernel)?);
-                (workspace, path, kernel, handle, false)
+                (path, kernel, handle, false)
             }
             None => {
-                let (workspace, path, loaded) = self.load(&params.path, None).await?;
+                let (_store, path, loaded) = self.load(&params.path, None).await?;
                 let kernel_name = loaded.notebook.kernel_name().map(str::to_owned);
                 let session = self.session_of(&path, kernel_name).await?;
-                (
-                    workspace,
-                    path,
-                    session.id.into(),
-                    session.handle,
-                    session.started,
-                )
+                (path, session.id.into(), session.handle, session.started)
             }
         };
+        let root = self
+            .workspace()
+            .ok()
+            .map(|workspace| workspace.root().to_owned());
         let shared_with = self
             .kernels()
             .notebooks_of(&kernel)
             .into_iter()
             .filter(|other| *other != path.absolute)
-            .map(|other| shown(workspace.root(), &other))
+            .map(|other| shown(root.as_deref(), &other))
             .collect();
         tracing::info!(tool = "notebook_session", kernel = %kernel, started, "tool call");
         Ok(structured(
@@ -245,7 +241,7 @@ impl IpythonMcp {
         &self,
         path: &str,
     ) -> Result<CloseResult, ToolError> {
-        let (_workspace, path) = self.notebook_path(path).await?;
+        let (_store, path) = self.notebook_path(path).await?;
         let released = self.kernels().unbind_notebook(&path.absolute);
         let mut stopped = false;
         if let Some((kernel, others)) = &released {
@@ -271,7 +267,7 @@ impl IpythonMcp {
     pub(crate) async fn cell_run(&self, params: ExecuteCellParams) -> Result<Run, ToolError> {
         let reference = cell_ref(params.cell_id, params.index)?;
         let timeout = self.check_timeout(params.timeout_seconds)?;
-        let (workspace, path, loaded) = self.load(&params.path, params.expected_revision).await?;
+        let (store, path, loaded) = self.load(&params.path, params.expected_revision).await?;
         let index = loaded.notebook.locate(&reference)?;
         let cell = &loaded.notebook.cells()[index];
         if cell_type_of(cell) != "code" {
@@ -295,7 +291,7 @@ impl IpythonMcp {
         });
         Ok(Run {
             tool: "notebook_execute_cell",
-            workspace,
+            store,
             path,
             kernel_name: loaded.notebook.kernel_name().map(str::to_owned),
             revision: loaded.revision,
@@ -316,7 +312,7 @@ impl IpythonMcp {
             )));
         }
         let timeout = self.check_timeout(params.timeout_seconds)?;
-        let (workspace, path, loaded) = self.load(&params.path, params.expected_revision).await?;
+        let (store, path, loaded) = self.load(&params.path, params.expected_revision).await?;
         let length = loaded.notebook.cells().len();
         if let Some(index) = params.index.filter(|index| *index > length) {
             return Err(ToolError::invalid(format!(
@@ -339,7 +335,7 @@ impl IpythonMcp {
         });
         Ok(Run {
             tool: "notebook_execute",
-            workspace,
+            store,
             path,
             kernel_name: loaded.notebook.kernel_name().map(str::to_owned),
             revision: loaded.revision,

@@ -161,10 +161,11 @@ pub(super) fn summary(notebook: &Notebook, index: usize) -> CellSummary {
 }
 
 /// A notebook path as an agent knows it: relative to the workspace root (outside it, as is).
-pub(super) fn shown(root: &Path, path: &Path) -> String {
-    path.strip_prefix(root)
+/// (A `jupyter:` notebook's key is its agent-facing path already.)
+pub(super) fn shown(root: Option<&Path>, path: &Path) -> String {
+    root.and_then(|root| path.strip_prefix(root).ok())
         .map(|relative| relative.display().to_string())
-        .unwrap_or_else(|_| path.display().to_string())
+        .unwrap_or_else(|| path.display().to_string())
 }
 
 /// Which cells `notebook_read` returns.

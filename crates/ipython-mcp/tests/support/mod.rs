@@ -782,6 +782,11 @@ impl JupyterServer {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
     }
 
+    /// The directory the server serves its contents from.
+    pub fn root(&self) -> std::path::PathBuf {
+        self.dir.path().join("root")
+    }
+
     /// The environment that points the server under test at this Jupyter server.
     pub fn env(&self) -> Vec<(&'static str, String)> {
         vec![

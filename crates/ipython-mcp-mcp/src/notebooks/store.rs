@@ -1,0 +1,295 @@
+//! Where the notebook tools read and write: the local workspace, or the configured Jupyter
+//! server's contents for `jupyter:` paths. Both give the same operations (read with a
+//! revision, create, the one read-modify-write) with the same revision semantics, so the tool
+//! bodies do not know which one they use.
+//!
+//! A Jupyter notebook's revision is the SHA-256 of the file's bytes, as the server computes it
+//! (`hash=1`); a server too old to compute it gets the SHA-256 of the notebook as this server
+//! would write it. A write checks the revision right before it (the contents API has no
+//! conditional write), so only a change in the milliseconds between that check and the write
+//! goes unseen; writes of this server to one notebook take turns.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use ipython_mcp_kernel::remote::Server;
+use ipython_mcp_notebook::{
+    revision_of, Error, Loaded, Mutated, Notebook, NotebookPath, Workspace,
+};
+use serde_json::Value;
+
+use crate::error::{jupyter_notebook_error, notebook_error, ToolError};
+
+/// One of the places notebooks live.
+#[derive(Clone)]
+pub(crate) enum Store {
+    Local(Arc<Workspace>),
+    Jupyter(Arc<JupyterNotebooks>),
+}
+
+/// Notebooks in a Jupyter server's contents.
+pub(crate) struct JupyterNotebooks {
+    server: Server,
+    /// One lock per notebook, held weakly (as the workspace's file locks): this server's
+    /// read-modify-writes of one notebook never interleave.
+    locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+}
+
+impl JupyterNotebooks {
+    pub(crate) fn new(server: Server) -> JupyterNotebooks {
+        JupyterNotebooks {
+            server,
+            locks: Mutex::default(),
+        }
+    }
+
+    fn lock_for(&self, path: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut locks = self
+            .locks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(lock) = locks.get(path).and_then(Weak::upgrade) {
+            return lock;
+        }
+        locks.retain(|_, lock| lock.strong_count() > 0);
+        let lock = Arc::new(tokio::sync::Mutex::new(()));
+        locks.insert(path.to_owned(), Arc::downgrade(&lock));
+        lock
+    }
+
+    async fn read(&self, path: &NotebookPath) -> Result<Loaded, ToolError> {
+        let server_path = server_path(path);
+        let file = self
+            .server
+            .get_notebook(server_path, true)
+            .await
+            .map_err(|error| ToolError::from(jupyter_notebook_error(&path.relative, &error)))?;
+        let Some(mut content) = file.content else {
+            return Err(notebook_error(&Error::InvalidNotebook {
+                path: path.relative.clone(),
+                problem: "the server sent no content".to_owned(),
+            })
+            .into());
+        };
+        strip_transient(&mut content);
+        let notebook = Notebook::from_value(content).map_err(|problem| {
+            ToolError::from(notebook_error(&Error::InvalidNotebook {
+                path: path.relative.clone(),
+                problem,
+            }))
+        })?;
+        let bytes = notebook.to_bytes();
+        Ok(Loaded {
+            revision: file.hash.unwrap_or_else(|| revision_of(&bytes)),
+            bytes: file
+                .size
+                .and_then(|size| usize::try_from(size).ok())
+                .unwrap_or(bytes.len()),
+            notebook,
+        })
+    }
+
+    /// The revision now, or `None` when there is no such notebook.
+    async fn current_revision(&self, path: &NotebookPath) -> Result<Option<String>, ToolError> {
+        match self.server.get_notebook(server_path(path), false).await {
+            Ok(file) => match file.hash {
+                Some(hash) => Ok(Some(hash)),
+                None => Ok(Some(self.read(path).await?.revision)),
+            },
+            Err(ipython_mcp_jupyter::Error::RemoteNotFound { .. }) => Ok(None),
+            Err(error) => Err(jupyter_notebook_error(&path.relative, &error).into()),
+        }
+    }
+
+    async fn write(&self, path: &NotebookPath, notebook: &Notebook) -> Result<String, ToolError> {
+        let content = Value::Object(notebook.as_json().clone());
+        self.server
+            .put_notebook(server_path(path), &content)
+            .await
+            .map_err(|error| ToolError::from(jupyter_notebook_error(&path.relative, &error)))?;
+        // The revision of what the server wrote (its bytes are its own formatting).
+        Ok(self
+            .current_revision(path)
+            .await?
+            .unwrap_or_else(|| revision_of(&notebook.to_bytes())))
+    }
+}
+
+fn server_path(path: &NotebookPath) -> &str {
+    path.server_path().unwrap_or(&path.relative)
+}
+
+/// `metadata.trusted` is the server's per-session view of a cell (nbformat drops it on write):
+/// not part of the notebook the agent reads.
+fn strip_transient(content: &mut Value) {
+    if let Some(cells) = content.get_mut("cells").and_then(Value::as_array_mut) {
+        for cell in cells {
+            if let Some(metadata) = cell.get_mut("metadata").and_then(Value::as_object_mut) {
+                metadata.remove("trusted");
+            }
+        }
+    }
+}
+
+fn conflict(path: &NotebookPath, expected: &str, actual: &str) -> ToolError {
+    notebook_error(&Error::RevisionConflict {
+        path: path.relative.clone(),
+        expected: expected.to_owned(),
+        actual: actual.to_owned(),
+    })
+    .into()
+}
+
+fn check(path: &NotebookPath, expected: Option<&str>, actual: &str) -> Result<(), ToolError> {
+    match expected {
+        Some(expected) if !expected.eq_ignore_ascii_case(actual) => {
+            Err(conflict(path, expected, actual))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Runs file work on the blocking pool; the error is as the agent would see it.
+pub(super) async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> Result<T, Error> + Send + 'static,
+) -> Result<T, ToolError> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(error)) => Err(notebook_error(&error).into()),
+        Err(_) => Err(ToolError::new(
+            ipython_mcp_kernel::Code::InternalError,
+            "the file operation failed",
+        )),
+    }
+}
+
+impl Store {
+    /// Reads and parses a notebook.
+    pub(crate) async fn read(&self, path: &NotebookPath) -> Result<Loaded, ToolError> {
+        match self {
+            Store::Local(workspace) => {
+                let (workspace, path) = (Arc::clone(workspace), path.clone());
+                blocking(move || workspace.read(&path)).await
+            }
+            Store::Jupyter(jupyter) => jupyter.read(path).await,
+        }
+    }
+
+    /// Reads a notebook and checks it is at `expected` when given: what a run needs first.
+    pub(crate) async fn load(
+        &self,
+        path: &NotebookPath,
+        expected: Option<&str>,
+    ) -> Result<Loaded, ToolError> {
+        let loaded = self.read(path).await?;
+        check(path, expected, &loaded.revision)?;
+        Ok(loaded)
+    }
+
+    /// The revision and size of a notebook, parsed only where the place requires it.
+    pub(crate) async fn revision_and_size(
+        &self,
+        path: &NotebookPath,
+    ) -> Result<(String, usize), ToolError> {
+        match self {
+            Store::Local(workspace) => {
+                let (workspace, path) = (Arc::clone(workspace), path.clone());
+                blocking(move || workspace.revision_and_size(&path)).await
+            }
+            Store::Jupyter(jupyter) => {
+                let loaded = jupyter.read(path).await?;
+                Ok((loaded.revision, loaded.bytes))
+            }
+        }
+    }
+
+    /// Writes a new notebook: an existing one is `notebook_exists` unless `overwrite` (then
+    /// replaced only if still at `expected`, when given). Returns the new revision.
+    pub(crate) async fn create(
+        &self,
+        path: &NotebookPath,
+        notebook: Notebook,
+        overwrite: bool,
+        expected: Option<String>,
+    ) -> Result<String, ToolError> {
+        match self {
+            Store::Local(workspace) => {
+                let (workspace, path) = (Arc::clone(workspace), path.clone());
+                blocking(move || workspace.create(&path, &notebook, overwrite, expected.as_deref()))
+                    .await
+            }
+            Store::Jupyter(jupyter) => {
+                let lock = jupyter.lock_for(&path.relative);
+                let _turn = lock.lock().await;
+                match jupyter.current_revision(path).await? {
+                    Some(_) if !overwrite => {
+                        return Err(notebook_error(&Error::AlreadyExists {
+                            path: path.relative.clone(),
+                        })
+                        .into())
+                    }
+                    Some(current) => check(path, expected.as_deref(), &current)?,
+                    None => {}
+                }
+                jupyter.write(path, &notebook).await
+            }
+        }
+    }
+
+    /// The one read-modify-write: read the notebook, check it is at `expected` (when given),
+    /// apply `change` (ids ensured), write it. Nothing is written when a step fails.
+    pub(crate) async fn mutate<T: Send + 'static>(
+        &self,
+        path: &NotebookPath,
+        expected: Option<String>,
+        change: impl FnOnce(&mut Notebook) -> Result<T, Error> + Send + 'static,
+    ) -> Result<Mutated<T>, ToolError> {
+        match self {
+            Store::Local(workspace) => {
+                let (workspace, relative) = (Arc::clone(workspace), path.relative.clone());
+                blocking(move || workspace.mutate(&relative, expected.as_deref(), change)).await
+            }
+            Store::Jupyter(jupyter) => {
+                let lock = jupyter.lock_for(&path.relative);
+                let _turn = lock.lock().await;
+                let loaded = jupyter.read(path).await?;
+                check(path, expected.as_deref(), &loaded.revision)?;
+                let mut notebook = loaded.notebook;
+                notebook.ensure_ids();
+                let value = change(&mut notebook)
+                    .map_err(|error| ToolError::from(notebook_error(&error)))?;
+                let cell_count = notebook.cells().len();
+                // The last check: a person's save since the read is a conflict, not lost.
+                if let Some(now) = jupyter.current_revision(path).await? {
+                    if !now.eq_ignore_ascii_case(&loaded.revision) {
+                        return Err(conflict(path, &loaded.revision, &now));
+                    }
+                }
+                let revision = jupyter.write(path, &notebook).await?;
+                Ok(Mutated {
+                    path: path.clone(),
+                    value,
+                    revision,
+                    cell_count,
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_servers_trusted_flag_is_not_part_of_the_notebook() {
+        let mut content = serde_json::json!({
+            "cells": [{"cell_type": "code", "metadata": {"trusted": true, "tags": ["a"]}}],
+        });
+        strip_transient(&mut content);
+        assert_eq!(
+            content["cells"][0]["metadata"],
+            serde_json::json!({"tags": ["a"]})
+        );
+    }
+}
