@@ -117,7 +117,11 @@ async fn the_agents_insert_update_move_and_delete_reach_the_person() {
     server
         .put_notebook(
             "agent.ipynb",
-            &notebook(vec![code("a", "a = 1"), code("b", "b = 2"), code("c", "c = 3")]),
+            &notebook(vec![
+                code("a", "a = 1"),
+                code("b", "b = 2"),
+                code("c", "c = 3"),
+            ]),
         )
         .await;
     let room = open(&server, "agent.ipynb").await;
@@ -153,10 +157,7 @@ async fn the_agents_insert_update_move_and_delete_reach_the_person() {
     cells.retain(|cell| cell["id"] != "a");
     room.apply(&before, &after).await.expect("apply");
     let seen = person
-        .wait_for(
-            "[c['id'] for c in nb['cells']] == ['c', 'n', 'b']",
-            WITHIN,
-        )
+        .wait_for("[c['id'] for c in nb['cells']] == ['c', 'n', 'b']", WITHIN)
         .await;
     assert_eq!(cell(&seen, "c")["source"], "c = 3");
 
@@ -176,12 +177,12 @@ async fn the_agents_insert_update_move_and_delete_reach_the_person() {
     latencies.sort();
     eprintln!(
         "latency from apply to the person seeing it: median {:?} (min {:?}, max {:?}, 20 edits)",
-        latencies[10],
-        latencies[0],
-        latencies[19]
+        latencies[10], latencies[0], latencies[19]
     );
     person.close().await;
     room.close().await;
+    // The room handled every message of ours without an error.
+    assert!(!server.log().contains("Traceback"), "{}", server.log());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -218,7 +219,8 @@ async fn the_persons_edits_reach_the_agent_and_concurrent_edits_of_other_cells_b
     after["cells"][1]["source"] = json!("b = 2  # agent");
     room.apply(&before, &after).await.expect("apply");
 
-    let expr = "cells['a']['source'] == 'a = 2  # person' and cells['b']['source'] == 'b = 2  # agent'";
+    let expr =
+        "cells['a']['source'] == 'a = 2  # person' and cells['b']['source'] == 'b = 2  # agent'";
     person.wait_for(expr, WITHIN).await;
     room_until(&room, |nb| {
         cell(nb, "a")["source"] == "a = 2  # person" && cell(nb, "b")["source"] == "b = 2  # agent"
@@ -267,7 +269,10 @@ async fn outputs_set_while_a_cell_runs_reach_the_person() {
         .await
         .expect("outputs");
     let seen = person
-        .wait_for("cells['r']['outputs'] and cells['r']['outputs'][0]['text'] == 'hi\\n'", WITHIN)
+        .wait_for(
+            "cells['r']['outputs'] and cells['r']['outputs'][0]['text'] == 'hi\\n'",
+            WITHIN,
+        )
         .await;
     assert_eq!(cell(&seen, "r")["execution_count"], Value::Null);
 
@@ -287,7 +292,11 @@ async fn outputs_set_while_a_cell_runs_reach_the_person() {
 
     // A cell that is not there, or not code, is refused before anything is written.
     let missing = room.set_outputs("zz", None, &[]).await;
-    assert!(matches!(missing, Err(CollabError::Invalid { .. })), "{missing:?}");
+    assert!(
+        matches!(missing, Err(CollabError::Invalid { .. })),
+        "{missing:?}"
+    );
+    assert!(!server.log().contains("Traceback"), "{}", server.log());
     server
         .wait_on_disk("run.ipynb", SAVED_WITHIN, |nb| {
             nb["cells"][0]["execution_count"] == 7
@@ -300,7 +309,9 @@ async fn outputs_set_while_a_cell_runs_reach_the_person() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_without_collaboration_is_not_collaborative() {
     let server = support::JupyterServer::start().await;
-    let (status, created) = server.post("api/contents", json!({"type": "notebook"})).await;
+    let (status, created) = server
+        .post("api/contents", json!({"type": "notebook"}))
+        .await;
     assert_eq!(status, 201, "{created}");
     let path = created["path"].as_str().expect("path");
     let client = ipython_mcp_jupyter::remote::Server::new(
@@ -330,7 +341,10 @@ async fn a_killed_server_closes_the_room_and_an_edit_fails_never_succeeds() {
     after["cells"][0]["source"] = json!("g = 2");
     let edit = room.apply(&before, &after).await;
     assert!(
-        matches!(edit, Err(CollabError::Closed { .. } | CollabError::Timeout { .. })),
+        matches!(
+            edit,
+            Err(CollabError::Closed { .. } | CollabError::Timeout { .. })
+        ),
         "{edit:?}"
     );
     // And the room says why, once its task has seen the connection go.
@@ -340,6 +354,9 @@ async fn a_killed_server_closes_the_room_and_an_edit_fails_never_succeeds() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let again = room.apply(&before, &after).await;
-    assert!(matches!(again, Err(CollabError::Closed { .. })), "{again:?}");
+    assert!(
+        matches!(again, Err(CollabError::Closed { .. })),
+        "{again:?}"
+    );
     room.close().await;
 }

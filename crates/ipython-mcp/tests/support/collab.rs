@@ -53,8 +53,8 @@ pub async fn collab_python() -> (std::path::PathBuf, std::path::PathBuf) {
 }
 
 /// A real Jupyter server with the collaboration extension (jupyter_server_ydoc and the file
-/// id service it needs, enabled explicitly: a `--target` install leaves their config files
-/// where the server does not look), on a free loopback port, token auth, its own config,
+/// id service it needs, enabled in the server's own config file: a `--target` install leaves
+/// theirs where the server does not look), on a free loopback port, token auth, its own config,
 /// data, runtime and root directories. Killed on drop, or by [`CollabServer::kill`].
 pub struct CollabServer {
     child: std::process::Child,
@@ -70,6 +70,14 @@ impl CollabServer {
         for sub in ["runtime", "config", "data", "root"] {
             std::fs::create_dir(dir.path().join(sub)).expect("mkdir");
         }
+        std::fs::write(
+            dir.path().join("config").join("jupyter_server_config.json"),
+            json!({"ServerApp": {"jpserver_extensions": {
+                "jupyter_server_ydoc": true, "jupyter_server_fileid": true
+            }}})
+            .to_string(),
+        )
+        .expect("config");
         let token = format!("tok{}", super::uuid_like());
         let log = std::fs::File::create(dir.path().join("server.log")).expect("log");
         use std::os::unix::process::CommandExt as _;
@@ -81,7 +89,6 @@ impl CollabServer {
                 "--ServerApp.ip=127.0.0.1",
             ])
             .args(["--ServerApp.port=0", "--ServerApp.open_browser=False"])
-            .arg(r#"--ServerApp.jpserver_extensions={"jupyter_server_ydoc": true, "jupyter_server_fileid": true}"#)
             .arg(format!("--IdentityProvider.token={token}"))
             .arg(format!(
                 "--ServerApp.root_dir={}",
@@ -116,7 +123,13 @@ impl CollabServer {
                     server.url = url;
                 }
             }
-            if !server.url.is_empty() && server.request(reqwest::Method::GET, "api/status", None).await.0 == 200 {
+            if !server.url.is_empty()
+                && server
+                    .request(reqwest::Method::GET, "api/status", None)
+                    .await
+                    .0
+                    == 200
+            {
                 return server;
             }
             assert!(
@@ -129,7 +142,10 @@ impl CollabServer {
     }
 
     fn runtime_url(&self) -> Option<String> {
-        for entry in std::fs::read_dir(self.dir.path().join("runtime")).ok()?.flatten() {
+        for entry in std::fs::read_dir(self.dir.path().join("runtime"))
+            .ok()?
+            .flatten()
+        {
             let name = entry.file_name().to_string_lossy().into_owned();
             if name.starts_with("jpserver-") && name.ends_with(".json") {
                 let text = std::fs::read_to_string(entry.path()).ok()?;
