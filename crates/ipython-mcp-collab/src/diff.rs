@@ -151,12 +151,15 @@ pub(crate) fn diff(before: &Value, after: &Value) -> Result<Edit, CollabError> {
     Ok(edit)
 }
 
+/// A cell of a snapshot and its id.
+type IdentifiedCell<'a> = (String, &'a JsonMap<String, Value>);
+
 /// The cells of a notebook snapshot with their ids. Every cell needs a unique id: changes
 /// are keyed by it.
 fn cells_of<'a>(
     notebook: &'a Value,
     which: &str,
-) -> Result<Vec<(String, &'a JsonMap<String, Value>)>, CollabError> {
+) -> Result<Vec<IdentifiedCell<'a>>, CollabError> {
     let cells = notebook
         .get("cells")
         .and_then(Value::as_array)
