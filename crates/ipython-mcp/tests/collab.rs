@@ -107,8 +107,15 @@ async fn a_notebook_saved_through_the_contents_api_opens_and_reads_as_jupyter_yd
         matches!(missing, Err(CollabError::NotFound { .. })),
         "{missing:?}"
     );
-    person.close().await;
+    // Leaving removes the agent from the person's collaborators at once.
     room.close().await;
+    person
+        .wait_for(
+            "not any(s.get('user', {}).get('name') == 'ipython-mcp (agent)' for s in awareness)",
+            WITHIN,
+        )
+        .await;
+    person.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
