@@ -156,10 +156,7 @@ type IdentifiedCell<'a> = (String, &'a JsonMap<String, Value>);
 
 /// The cells of a notebook snapshot with their ids. Every cell needs a unique id: changes
 /// are keyed by it.
-fn cells_of<'a>(
-    notebook: &'a Value,
-    which: &str,
-) -> Result<Vec<IdentifiedCell<'a>>, CollabError> {
+fn cells_of<'a>(notebook: &'a Value, which: &str) -> Result<Vec<IdentifiedCell<'a>>, CollabError> {
     let cells = notebook
         .get("cells")
         .and_then(Value::as_array)

@@ -168,6 +168,22 @@ async fn the_agents_insert_update_move_and_delete_reach_the_person() {
         .await;
     assert_eq!(cell(&seen, "c")["source"], "c = 3");
 
+    // A type change (the cell re-created in place, as jupyter_ydoc does) and notebook
+    // metadata.
+    let before = room.notebook().expect("notebook");
+    let mut after = before.clone();
+    after["cells"][1] = markdown("n", "*now markdown*");
+    after["metadata"]["language_info"] = json!({"name": "python"});
+    room.apply(&before, &after).await.expect("apply");
+    let seen = person
+        .wait_for(
+            "cells['n']['cell_type'] == 'markdown' and nb['metadata'].get('language_info') == {'name': 'python'}",
+            WITHIN,
+        )
+        .await;
+    assert_eq!(ids(&seen), ["c", "n", "b"]);
+    assert_eq!(cell(&seen, "n")["source"], "*now markdown*");
+
     // The latency from calling apply to the person seeing the change, over 20 edits.
     let mut latencies = Vec::new();
     for round in 0..20 {
