@@ -352,13 +352,19 @@ impl Room {
         what: &'static str,
     ) -> impl std::future::Future<Output = Result<(), CollabError>> + 'static {
         let (ack, answer) = oneshot::channel();
+        // The first sync carries no edit: its failure says only why the room ended.
+        let caveat = if update.is_empty() {
+            ""
+        } else {
+            "; the edit may not have reached the document"
+        };
         let queued = self.shared.commands.send(Command::Write { update, ack });
         let ended = self.shared.ended.clone();
         let timeout = self.shared.timeout;
         async move {
             let closed = || CollabError::Closed {
                 why: format!(
-                    "{}; the edit may not have reached the document",
+                    "{}{caveat}",
                     ended
                         .borrow()
                         .as_ref()
@@ -372,7 +378,7 @@ impl Room {
                 Ok(Ok(result)) => result,
                 Ok(Err(_)) => Err(closed()),
                 Err(_) => Err(CollabError::Timeout {
-                    what: format!("{what} (the edit may not have reached the document)"),
+                    what: format!("{what}{caveat}"),
                     after: timeout,
                 }),
             }
