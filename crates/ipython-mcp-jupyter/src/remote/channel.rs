@@ -32,14 +32,15 @@ use crate::route::{Channel, Routed, Router};
 /// How long a dropped WebSocket may take to come back before the kernel counts as lost.
 const RECONNECT_BOUND: Duration = Duration::from_secs(10);
 
-type Socket = async_tungstenite::WebSocketStream<async_tungstenite::tokio::ClientStream<QuickAck>>;
+pub(super) type Socket =
+    async_tungstenite::WebSocketStream<async_tungstenite::tokio::ClientStream<QuickAck>>;
 
 /// The kernel socket's TCP stream, acknowledging what arrives at once. Jupyter Server leaves
 /// Nagle's algorithm on for its WebSockets, so each of the several small messages an execute
 /// sends back waits for our ACK of the previous one, which the kernel delays by ~40 ms:
 /// measured here as ~45 ms added to every execute. Linux's TCP_QUICKACK (re-armed after each
 /// read, as the kernel clears it) removes the wait; elsewhere this is a plain stream.
-struct QuickAck(tokio::net::TcpStream);
+pub struct QuickAck(tokio::net::TcpStream);
 
 impl QuickAck {
     fn arm(&self) {
@@ -214,8 +215,42 @@ pub(super) async fn connect(
 /// it), with the token in the Authorization header.
 async fn open(server: &Server, id: &str, session_id: &str) -> Result<(Socket, Framing), Error> {
     let url = server.websocket_url(id, session_id)?;
-    let failed = |message: String| Error::WebSocket {
-        kernel: id.to_owned(),
+    let (socket, protocol) = open_url(
+        server,
+        &url,
+        Some(KERNEL_WEBSOCKET_PROTOCOL),
+        &format!("the WebSocket of kernel {id}"),
+        &format!("kernel {id}"),
+    )
+    .await
+    .map_err(|error| match error {
+        Error::Remote { message, .. } => Error::WebSocket {
+            kernel: id.to_owned(),
+            message,
+        },
+        other => other,
+    })?;
+    let framing = match protocol.as_deref() {
+        Some(KERNEL_WEBSOCKET_PROTOCOL) => Framing::Binary,
+        _ => Framing::Json,
+    };
+    Ok((socket, framing))
+}
+
+/// Opens a WebSocket to `url` (a `ws`/`wss` URL under the server's base), offering
+/// `subprotocol` if any, with the token in the Authorization header (never in the URL), over
+/// the server's rustls configuration, bounded by its timeout. Returns the socket and the
+/// subprotocol the server chose. `what` names the connection in a timeout, `missing` what a
+/// 404 means; other failures are [`Error::Remote`].
+pub(super) async fn open_url(
+    server: &Server,
+    url: &url::Url,
+    subprotocol: Option<&'static str>,
+    what: &str,
+    missing: &str,
+) -> Result<(Socket, Option<String>), Error> {
+    let failed = |message: String| Error::Remote {
+        url: server.url().to_string(),
         message,
     };
     let mut request = url
@@ -223,10 +258,12 @@ async fn open(server: &Server, id: &str, session_id: &str) -> Result<(Socket, Fr
         .into_client_request()
         .map_err(|error| failed(error.to_string()))?;
     let headers = request.headers_mut();
-    headers.insert(
-        "Sec-WebSocket-Protocol",
-        HeaderValue::from_static(KERNEL_WEBSOCKET_PROTOCOL),
-    );
+    if let Some(subprotocol) = subprotocol {
+        headers.insert(
+            "Sec-WebSocket-Protocol",
+            HeaderValue::from_static(subprotocol),
+        );
+    }
     if let Some(token) = &server.inner.token {
         let value = HeaderValue::from_str(&format!("token {token}"))
             .map_err(|_| failed("the token cannot go in a header".to_owned()))?;
@@ -257,7 +294,7 @@ async fn open(server: &Server, id: &str, session_id: &str) -> Result<(Socket, Fr
     let (socket, response) = tokio::time::timeout(server.inner.timeout, connecting)
         .await
         .map_err(|_| Error::RemoteTimeout {
-            what: format!("the WebSocket of kernel {id}"),
+            what: what.to_owned(),
             seconds: server.inner.timeout.as_secs_f64(),
         })?
         .map_err(|error| {
@@ -269,22 +306,19 @@ async fn open(server: &Server, id: &str, session_id: &str) -> Result<(Socket, Fr
                         status: response.status().as_u16(),
                     },
                     404 => Error::RemoteNotFound {
-                        what: format!("kernel {id}"),
+                        what: missing.to_owned(),
                     },
                     status => failed(format!("the server answered {status}")),
                 },
                 other => failed(other.to_string()),
             }
         })?;
-    let framing = match response
+    let protocol = response
         .headers()
         .get("Sec-WebSocket-Protocol")
         .and_then(|value| value.to_str().ok())
-    {
-        Some(KERNEL_WEBSOCKET_PROTOCOL) => Framing::Binary,
-        _ => Framing::Json,
-    };
-    Ok((socket, framing))
+        .map(str::to_owned);
+    Ok((socket, protocol))
 }
 
 /// The socket's owner: writes queued messages, routes incoming ones, reconnects after a drop,

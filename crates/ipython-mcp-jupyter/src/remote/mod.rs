@@ -20,13 +20,18 @@
 mod channel;
 mod contents;
 
-pub use channel::RemoteKernel;
+/// The WebSocket types, for a caller of [`Server::websocket`].
+pub use async_tungstenite::tungstenite;
+pub use channel::{QuickAck, RemoteKernel};
 pub use contents::ContentsNotebook;
+pub use hyper::Method;
+
+/// A WebSocket opened by [`Server::websocket`]: a `Stream` of messages and a `Sink` for them.
+pub type WebSocket = channel::Socket;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::Method;
 use serde::Deserialize;
 
 use crate::error::Error;
@@ -297,6 +302,43 @@ impl Server {
     ) -> Result<RemoteKernel, Error> {
         check_id(id)?;
         channel::connect(self.clone(), id.to_owned(), owned, startup_timeout).await
+    }
+
+    /// One JSON REST call under the base (`path` relative to it, e.g. `api/…`, already
+    /// percent-encoded), with the token in its header, bounded like every call: the JSON body
+    /// of a 2xx answer (`null` when empty), or the typed error (404: [`Error::RemoteNotFound`]
+    /// naming `what`).
+    pub async fn call_json(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+        what: &str,
+    ) -> Result<serde_json::Value, Error> {
+        let reply = self
+            .call(method, path, body, what, self.inner.timeout)
+            .await?;
+        if reply.iter().all(u8::is_ascii_whitespace) {
+            return Ok(serde_json::Value::Null);
+        }
+        self.parse(&reply, what)
+    }
+
+    /// Opens a WebSocket to `path` under the base (`api/…`, already percent-encoded; the
+    /// query may carry identifiers, never credentials: the token goes in the `Authorization`
+    /// header), bounded by the call timeout. `what` names it in errors.
+    pub async fn websocket(&self, path: &str, what: &str) -> Result<WebSocket, Error> {
+        let mut url = self.inner.base.join(path).map_err(|error| Error::Remote {
+            url: self.inner.base.to_string(),
+            message: format!("cannot form the URL of {what}: {error}"),
+        })?;
+        let scheme = if url.scheme() == "https" { "wss" } else { "ws" };
+        url.set_scheme(scheme).map_err(|()| Error::Remote {
+            url: self.inner.base.to_string(),
+            message: format!("cannot form the WebSocket URL of {what}"),
+        })?;
+        let (socket, _protocol) = channel::open_url(self, &url, None, what, what).await?;
+        Ok(socket)
     }
 
     /// One REST call, bounded by `timeout`: the body of a 2xx answer, or the typed error.

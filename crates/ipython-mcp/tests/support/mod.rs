@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod collab;
+
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
