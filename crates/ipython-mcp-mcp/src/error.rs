@@ -152,6 +152,34 @@ pub(crate) fn jupyter_notebook_error(path: &str, error: &ipython_mcp_jupyter::Er
     }
 }
 
+/// A failure of a `jupyter:` notebook's live document (the collaboration room) as the agent
+/// sees it. An edit that timed out or met a closed room may or may not be in the document:
+/// the message says so, and the hint says how to find out.
+pub(crate) fn collab_error(path: &str, error: &ipython_mcp_collab::CollabError) -> ErrorInfo {
+    use ipython_mcp_collab::CollabError as Collab;
+    let message = ipython_mcp_text::shorten(&format!("notebook {path:?}: {error}"), 1000);
+    match error {
+        Collab::NotFound { .. } => notebook_error(&ipython_mcp_notebook::Error::NotFound {
+            path: path.to_owned(),
+        }),
+        Collab::Refused { .. } => ErrorInfo::new(Code::InvalidConfiguration, message).with_hint(
+            format!(
+                "set {} to a token the Jupyter server accepts",
+                ipython_mcp_config::JUPYTER_TOKEN.env
+            ),
+        ),
+        Collab::Invalid { .. } => ErrorInfo::new(Code::InvalidArguments, message)
+            .with_hint("notebook_read shows the document as it is now"),
+        Collab::Timeout { .. } | Collab::Closed { .. } => ErrorInfo::new(
+            Code::IoError,
+            format!("{message}; an edit in flight may or may not have reached the document"),
+        )
+        .with_hint("notebook_read shows whether it did (the next call joins the document again); then redo what is missing"),
+        _ => ErrorInfo::new(Code::IoError, message)
+            .with_hint("nothing was changed; notebook_read shows the document as it is now"),
+    }
+}
+
 /// An `ipython-mcp-notebook` error as the agent sees it.
 pub(crate) fn notebook_error(error: &ipython_mcp_notebook::Error) -> ErrorInfo {
     with_standard_hint(ErrorInfo::new(

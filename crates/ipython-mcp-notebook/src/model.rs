@@ -99,7 +99,8 @@ pub enum Output {
 }
 
 impl Output {
-    fn to_json(&self) -> Value {
+    /// The nbformat 4 output object.
+    pub fn to_json(&self) -> Value {
         match self {
             Output::Stream { name, text } => {
                 json!({"output_type": "stream", "name": name, "text": text})

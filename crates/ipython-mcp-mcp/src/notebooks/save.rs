@@ -7,7 +7,7 @@ use ipython_mcp_kernel::{
     Code, ErrorInfo, ExecuteArgs, ExecutionOutput, ExecutionStatus, PageRequest, SessionHandle,
     StreamName,
 };
-use ipython_mcp_notebook::{Notebook, NotebookPath, Output};
+use ipython_mcp_notebook::{CellRef, CellType, NewCell, Notebook, NotebookPath, Output};
 
 use super::store::Store;
 use rmcp::model::{CallToolResponse, CallToolResult, CreateTaskResult};
@@ -49,8 +49,20 @@ pub(crate) struct Run {
     pub(super) timeout: Option<Duration>,
     /// How the outputs are saved; `None` runs without touching the file.
     pub(super) save: Option<SaveCell>,
+    /// Where the saved outputs go: an existing cell, or a new one.
+    pub(super) target: Target,
     /// Answer once the execution is admitted, and save when it ends.
     pub(super) background: bool,
+    /// Ran in a live document (`run_live`): saved without a revision check.
+    pub(super) live: bool,
+}
+
+/// The cell a run's outputs are saved in.
+pub(crate) enum Target {
+    /// An existing cell, by id when it has one.
+    Cell(Option<String>),
+    /// A new code cell holding the run's code, at this index (`None`: at the end).
+    New(Option<usize>),
 }
 
 /// What an execution saves in the notebook, as Jupyter would: streams, displays, the result
@@ -405,7 +417,7 @@ impl IpythonMcp {
     /// with the task.
     pub(super) async fn run_and_save(
         &self,
-        run: Run,
+        mut run: Run,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ToolError> {
         let NotebookSession {
@@ -415,6 +427,15 @@ impl IpythonMcp {
         } = self.session_of(&run.path, run.kernel_name.clone()).await?;
         let kernel = String::from(kernel);
         let began = std::time::Instant::now();
+        if let (Store::Jupyter(jupyter), Some(_), false) = (&run.store, &run.save, run.background) {
+            if let Some(room) = jupyter.room(&run.path).await? {
+                let output = self.run_live(&mut run, &room, &session, context).await?;
+                return Ok(self
+                    .finish(run, &session, output, kernel, started, began)
+                    .await
+                    .into());
+            }
+        }
         if !run.background {
             let args = ExecuteArgs {
                 code: run.code.clone(),
@@ -487,6 +508,87 @@ impl IpythonMcp {
         .into())
     }
 
+    /// Runs `run` in a notebook's live document (a `jupyter:` notebook on a server that
+    /// collaborates) so a person with it open watches the cell run: a new cell is inserted
+    /// first, the cell is marked running, and its outputs and execution count are written
+    /// into the document as they arrive. Returns the final output; `finish` then saves it
+    /// like any run's (by cell id, merged with whatever the person changed meanwhile).
+    async fn run_live(
+        &self,
+        run: &mut Run,
+        room: &ipython_mcp_collab::Room,
+        session: &SessionHandle,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<ExecutionOutput, ToolError> {
+        let cell_id = match &run.target {
+            Target::Cell(Some(id)) => id.clone(),
+            Target::Cell(None) => {
+                return Err(ToolError::invalid(
+                    "the cell has no id in the live document",
+                ))
+            }
+            Target::New(index) => {
+                let (code, index) = (run.code.clone(), *index);
+                let inserted = run
+                    .store
+                    .mutate(&run.path, None, move |notebook| {
+                        let cell = NewCell {
+                            cell_type: CellType::Code,
+                            source: code,
+                            metadata: Map::new(),
+                        };
+                        notebook.insert(index, cell).map(|(_, id)| id)
+                    })
+                    .await?;
+                inserted.value
+            }
+        };
+        // From here on the cell is found by its id, wherever the person moved it.
+        let target = CellRef::Id(cell_id.clone());
+        run.target = Target::Cell(Some(cell_id.clone()));
+        run.save = Some(Box::new(move |notebook, execution_count, outputs| {
+            let index = notebook.locate(&target)?;
+            notebook.set_outputs(index, execution_count, outputs);
+            Ok(index)
+        }));
+        run.live = true;
+        let mut streaming = room.set_execution_state(&cell_id, true).await.is_ok();
+        let pending = session.execute_background(ExecuteArgs {
+            code: run.code.clone(),
+            timeout: run.timeout,
+            request_id: render::request_id(&context.id),
+            cancel: context.ct.clone(),
+            progress: None,
+        });
+        let mut output = pending;
+        let mut shown = Vec::new();
+        while output.status == ExecutionStatus::Pending {
+            let id = output.execution_id.as_str().to_owned();
+            let Some(now) = session.output(Some(&id), LIVE_OUTPUT_INTERVAL).await else {
+                break;
+            };
+            output = now;
+            if streaming && output.status == ExecutionStatus::Pending {
+                let outputs: Vec<Value> = outputs_to_save(session, &output)
+                    .await
+                    .iter()
+                    .map(Output::to_json)
+                    .collect();
+                if outputs != shown {
+                    let count = output.execution_count.and_then(|n| i64::try_from(n).ok());
+                    // A document that stops taking outputs is left alone until the end: the
+                    // final save says whether the outputs reached it.
+                    streaming = room.set_outputs(&cell_id, count, &outputs).await.is_ok();
+                    shown = outputs;
+                }
+            }
+        }
+        if streaming {
+            let _ = room.set_execution_state(&cell_id, false).await;
+        }
+        Ok(output)
+    }
+
     /// Runs `run` to its end in the notebook's session (never in the background), saves it as
     /// `run` says, and returns the result as data: the json-lines protocol's `execute` and
     /// `execute_cell`, which have no MCP request (`request_id` and `cancel` stand for it).
@@ -549,8 +651,12 @@ impl IpythonMcp {
             path,
             revision,
             save,
+            live,
             ..
         } = run;
+        // A live document merges: the outputs go into the cell (found by id) whatever else
+        // changed during the run.
+        let expected = (!live).then(|| revision.clone());
         let mut result = NotebookExecuteResult {
             output: output.clone(),
             path: path.relative.clone(),
@@ -565,7 +671,7 @@ impl IpythonMcp {
             let outputs = outputs_to_save(session, &output).await;
             let execution_count = output.execution_count;
             let saved = store
-                .mutate(&path, Some(revision), move |notebook| {
+                .mutate(&path, expected, move |notebook| {
                     let index = save(notebook, execution_count, &outputs)?;
                     Ok(summary(notebook, index))
                 })
@@ -611,6 +717,9 @@ impl IpythonMcp {
         (result, output, text)
     }
 }
+
+/// How often a live run's outputs are written into the document while it runs.
+const LIVE_OUTPUT_INTERVAL: Duration = Duration::from_millis(250);
 
 /// The final output of execution `id`, once it has ended; `None` if the session forgot it.
 async fn finished(session: &SessionHandle, id: &str) -> Option<ExecutionOutput> {

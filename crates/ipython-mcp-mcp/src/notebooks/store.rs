@@ -3,22 +3,30 @@
 //! revision, create, the one read-modify-write) with the same revision semantics, so the tool
 //! bodies do not know which one they use.
 //!
-//! A Jupyter notebook's revision is the SHA-256 of the file's bytes, as the server computes it
-//! (`hash=1`); a server too old to compute it gets the SHA-256 of the notebook as this server
-//! would write it. A write checks the revision right before it (the contents API has no
-//! conditional write), so only a change in the milliseconds between that check and the write
-//! goes unseen; writes of this server to one notebook take turns.
+//! A Jupyter server with real-time collaboration (jupyter-collaboration) gets every read and
+//! edit through the notebook's live document (`ipython_mcp_collab::Room`): the agent is one
+//! more collaborator beside a person in JupyterLab, its edits merge with theirs, and the
+//! revision is the SHA-256 of the document as this server would write it. An edit returns only
+//! once the server has it; a room that is gone is an error, never a silent write elsewhere.
+//!
+//! Without collaboration, the contents API: the revision is the SHA-256 of the file's bytes,
+//! as the server computes it (`hash=1`; a server too old to compute it gets the SHA-256 of the
+//! notebook as this server would write it). A write checks the revision right before it (the
+//! contents API has no conditional write), so only a change in the milliseconds between that
+//! check and the write goes unseen; writes of this server to one notebook take turns.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
+use ipython_mcp_collab::{CollabError, Room};
 use ipython_mcp_kernel::remote::Server;
 use ipython_mcp_notebook::{
     revision_of, Error, Loaded, Mutated, Notebook, NotebookPath, Workspace,
 };
 use serde_json::Value;
 
-use crate::error::{jupyter_notebook_error, notebook_error, ToolError};
+use crate::error::{collab_error, jupyter_notebook_error, notebook_error, ToolError};
 
 /// One of the places notebooks live.
 #[derive(Clone)]
@@ -33,13 +41,73 @@ pub(crate) struct JupyterNotebooks {
     /// One lock per notebook, held weakly (as the workspace's file locks): this server's
     /// read-modify-writes of one notebook never interleave.
     locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+    /// The live documents joined so far, by server path: kept open, so the next read is
+    /// local and a person sees the agent in the room.
+    rooms: tokio::sync::Mutex<HashMap<String, Room>>,
+    /// When the server last said it does not collaborate: not asked again for a while.
+    solo_since: Mutex<Option<Instant>>,
 }
+
+/// How long joining a room (session, WebSocket, first sync) and each acknowledged edit may
+/// take.
+const ROOM_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a server that does not collaborate is taken at its word.
+const SOLO_RECHECK: Duration = Duration::from_secs(60);
 
 impl JupyterNotebooks {
     pub(crate) fn new(server: Server) -> JupyterNotebooks {
         JupyterNotebooks {
             server,
             locks: Mutex::default(),
+            rooms: tokio::sync::Mutex::default(),
+            solo_since: Mutex::default(),
+        }
+    }
+
+    /// The notebook's live document when the server collaborates (`None`: it does not).
+    /// A room that closed is joined again once; failing that, the error says why.
+    pub(crate) async fn room(&self, path: &NotebookPath) -> Result<Option<Room>, ToolError> {
+        {
+            let solo = self
+                .solo_since
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if solo.is_some_and(|since| since.elapsed() < SOLO_RECHECK) {
+                return Ok(None);
+            }
+        }
+        let server_path = server_path(path);
+        let mut rooms = self.rooms.lock().await;
+        if let Some(room) = rooms.get(server_path) {
+            match room.closed() {
+                None => return Ok(Some(room.clone())),
+                Some(why) => {
+                    tracing::info!(why = %why, "a notebook's live document closed; joining again");
+                    rooms.remove(server_path);
+                }
+            }
+        }
+        match Room::open(&self.server, server_path, ROOM_TIMEOUT).await {
+            Ok(room) => {
+                rooms.insert(server_path.to_owned(), room.clone());
+                Ok(Some(room))
+            }
+            Err(CollabError::NotCollaborative) => {
+                *self
+                    .solo_since
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(Instant::now());
+                Ok(None)
+            }
+            Err(error) => Err(collab_error(&path.relative, &error).into()),
+        }
+    }
+
+    /// Leaves the notebook's live document, if joined.
+    pub(crate) async fn leave(&self, path: &NotebookPath) {
+        let room = self.rooms.lock().await.remove(server_path(path));
+        if let Some(room) = room {
+            room.close().await;
         }
     }
 
@@ -58,6 +126,13 @@ impl JupyterNotebooks {
     }
 
     async fn read(&self, path: &NotebookPath) -> Result<Loaded, ToolError> {
+        match self.room(path).await? {
+            Some(room) => live_read(path, &room).map(|(_, loaded)| loaded),
+            None => self.read_file(path).await,
+        }
+    }
+
+    async fn read_file(&self, path: &NotebookPath) -> Result<Loaded, ToolError> {
         let server_path = server_path(path);
         let file = self
             .server
@@ -94,7 +169,7 @@ impl JupyterNotebooks {
         match self.server.get_notebook(server_path(path), false).await {
             Ok(file) => match file.hash {
                 Some(hash) => Ok(Some(hash)),
-                None => Ok(Some(self.read(path).await?.revision)),
+                None => Ok(Some(self.read_file(path).await?.revision)),
             },
             Err(ipython_mcp_jupyter::Error::RemoteNotFound { .. }) => Ok(None),
             Err(error) => Err(jupyter_notebook_error(&path.relative, &error).into()),
@@ -113,6 +188,28 @@ impl JupyterNotebooks {
             .await?
             .unwrap_or_else(|| revision_of(&notebook.to_bytes())))
     }
+}
+
+/// The live document as a notebook, with the JSON it came from (the `before` of an edit).
+fn live_read(path: &NotebookPath, room: &Room) -> Result<(Value, Loaded), ToolError> {
+    let document = room
+        .notebook()
+        .map_err(|error| ToolError::from(collab_error(&path.relative, &error)))?;
+    let notebook = Notebook::from_value(document.clone()).map_err(|problem| {
+        ToolError::from(notebook_error(&Error::InvalidNotebook {
+            path: path.relative.clone(),
+            problem,
+        }))
+    })?;
+    let bytes = notebook.to_bytes();
+    Ok((
+        document,
+        Loaded {
+            revision: revision_of(&bytes),
+            bytes: bytes.len(),
+            notebook,
+        },
+    ))
 }
 
 fn server_path(path: &NotebookPath) -> &str {
@@ -231,7 +328,12 @@ impl Store {
                     Some(current) => check(path, expected.as_deref(), &current)?,
                     None => {}
                 }
-                jupyter.write(path, &notebook).await
+                let written = jupyter.write(path, &notebook).await?;
+                // With collaboration, revisions are the live document's: the one to edit next.
+                match jupyter.room(path).await? {
+                    Some(room) => live_read(path, &room).map(|(_, loaded)| loaded.revision),
+                    None => Ok(written),
+                }
             }
         }
     }
@@ -252,7 +354,10 @@ impl Store {
             Store::Jupyter(jupyter) => {
                 let lock = jupyter.lock_for(&path.relative);
                 let _turn = lock.lock().await;
-                let loaded = jupyter.read(path).await?;
+                if let Some(room) = jupyter.room(path).await? {
+                    return live_mutate(path, &room, expected, change).await;
+                }
+                let loaded = jupyter.read_file(path).await?;
                 check(path, expected.as_deref(), &loaded.revision)?;
                 let mut notebook = loaded.notebook;
                 notebook.ensure_ids();
@@ -275,6 +380,34 @@ impl Store {
             }
         }
     }
+}
+
+/// The read-modify-write of a live document: `change` runs on the document as it is now and
+/// only what it changed is written (merged with a person's concurrent edits to anything
+/// else). With `expected`, a document changed since the agent read it is a conflict.
+async fn live_mutate<T>(
+    path: &NotebookPath,
+    room: &Room,
+    expected: Option<String>,
+    change: impl FnOnce(&mut Notebook) -> Result<T, Error>,
+) -> Result<Mutated<T>, ToolError> {
+    let (before, loaded) = live_read(path, room)?;
+    check(path, expected.as_deref(), &loaded.revision)?;
+    let mut notebook = loaded.notebook;
+    notebook.ensure_ids();
+    let value = change(&mut notebook).map_err(|error| ToolError::from(notebook_error(&error)))?;
+    let cell_count = notebook.cells().len();
+    room.apply(&before, &Value::Object(notebook.as_json().clone()))
+        .await
+        .map_err(|error| ToolError::from(collab_error(&path.relative, &error)))?;
+    // The document now: ours and whatever merged with it meanwhile.
+    let (_, after) = live_read(path, room)?;
+    Ok(Mutated {
+        path: path.clone(),
+        value,
+        revision: after.revision,
+        cell_count,
+    })
 }
 
 #[cfg(test)]

@@ -15,7 +15,8 @@ use super::params::{
     CreateParams, EditAction, EditParams, ExecuteCellParams, NotebookExecuteParams, PathParams,
     ReadParams, SessionParams,
 };
-use super::save::{Run, SaveCell};
+use super::save::{Run, SaveCell, Target};
+use super::store::Store;
 use super::views::{
     cell_type_of, read_result, shown, summary, CellSummary, CloseResult, NotebookExecuteResult,
     ReadResult, ReadScope, RevisionResult, SessionResult, WriteResult,
@@ -241,7 +242,11 @@ impl IpythonMcp {
         &self,
         path: &str,
     ) -> Result<CloseResult, ToolError> {
-        let (_store, path) = self.notebook_path(path).await?;
+        let (store, path) = self.notebook_path(path).await?;
+        if let Store::Jupyter(notebooks) = &store {
+            // The agent leaves the notebook's live document too (the person sees it go).
+            notebooks.leave(&path).await;
+        }
         let released = self.kernels().unbind_notebook(&path.absolute);
         let mut stopped = false;
         if let Some((kernel, others)) = &released {
@@ -298,7 +303,9 @@ impl IpythonMcp {
             code,
             timeout,
             save: Some(save),
+            target: Target::Cell(cell_id(cell).map(str::to_owned)),
             background: params.background,
+            live: false,
         })
     }
 
@@ -342,7 +349,9 @@ impl IpythonMcp {
             code: params.code,
             timeout,
             save,
+            target: Target::New(params.index),
             background: params.background,
+            live: false,
         })
     }
 }
