@@ -47,6 +47,9 @@ pub use session::{
     ExecuteArgs, HelperCall, HelperOutput, Outcome, Progress, RemoteKernel, SessionOptions,
 };
 pub use status::{
-    EnvironmentStatus, KernelDescription, RemoteDescription, RuntimeStatus, SessionState,
+    EnvironmentStatus, KernelDescription, MemoryEnforcement, MemoryStatus, RemoteDescription,
+    RuntimeStatus, SessionState,
 };
+/// How a local kernel's memory is bounded (see `ipython_mcp_jupyter::memory`).
+pub use ipython_mcp_jupyter::{Enforcement, MemoryPolicy};
 pub use tokio_util::sync::CancellationToken;

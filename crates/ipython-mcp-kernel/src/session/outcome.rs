@@ -27,8 +27,36 @@ pub(super) enum End {
     Completed,
     /// It did not stop within the grace period after an interrupt.
     Killed,
-    /// The kernel process exited (its exit, for the message).
-    Died(String),
+    /// The kernel process exited (how, for the message and the code).
+    Died(Death),
+}
+
+/// How a kernel died, as the caller is told: its exit in words, and the limit and peak when it
+/// certainly ran out of memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Death {
+    pub(super) exit: String,
+    /// `(limit_bytes, peak_bytes)`.
+    pub(super) out_of_memory: Option<(u64, u64)>,
+}
+
+impl From<&ipython_mcp_jupyter::KernelExit> for Death {
+    fn from(exit: &ipython_mcp_jupyter::KernelExit) -> Death {
+        Death {
+            exit: exit.to_string(),
+            out_of_memory: exit.out_of_memory(),
+        }
+    }
+}
+
+impl From<String> for Death {
+    /// A death known only by its words (the kernel is gone, how is not known).
+    fn from(exit: String) -> Death {
+        Death {
+            exit,
+            out_of_memory: None,
+        }
+    }
 }
 
 /// Why an operation was interrupted.
@@ -160,6 +188,18 @@ pub(super) fn decide(ending: &Ending) -> Decision {
             };
             decision.namespace = Some(NamespaceOutcome::Reset);
             let (code, message) = killed(end, cause, *timeout, *grace);
+            let mut error = ErrorInfo::new(code, message).with_hint(hint);
+            if let End::Died(Death {
+                out_of_memory: Some((limit, peak)),
+                ..
+            }) = end
+            {
+                error.limit_bytes = Some(*limit);
+                error.peak_bytes = Some(*peak);
+                error.hint = Some(format!(
+                    "{hint}; the code needed more memory than the kernel may use: work on smaller pieces (chunks, generators, smaller dtypes, del what is no longer needed) or ask the user to raise the limit"
+                ));
+            }
             decision.status = match (died, cause) {
                 (true, _) => ExecutionStatus::Error,
                 (false, Some(Cause::Cancelled | Cause::Interrupted)) => ExecutionStatus::Cancelled,
@@ -168,7 +208,7 @@ pub(super) fn decide(ending: &Ending) -> Decision {
             if !died {
                 decision.interruption = Some(Interruption::Terminated);
             }
-            decision.error = Some(ErrorInfo::new(code, message).with_hint(hint));
+            decision.error = Some(error);
         }
     }
     decision
@@ -210,7 +250,17 @@ fn stopped(cause: Cause, timeout: Duration) -> (ExecutionStatus, ErrorInfo) {
 fn killed(end: &End, cause: Option<Cause>, timeout: Duration, grace: Duration) -> (Code, String) {
     let grace = grace.as_secs_f64();
     match (end, cause) {
-        (End::Died(exit), _) => (
+        (
+            End::Died(Death {
+                exit,
+                out_of_memory: Some(_),
+            }),
+            _,
+        ) => (
+            Code::OutOfMemory,
+            format!("the kernel ran out of memory during execution ({exit})"),
+        ),
+        (End::Died(Death { exit, .. }), _) => (
             Code::KernelDied,
             format!("the kernel process died during execution ({exit})"),
         ),
@@ -248,7 +298,7 @@ mod tests {
     const GOING: &str = "the server is shutting down";
 
     fn died() -> End {
-        End::Died("killed by signal 9".into())
+        End::Died(Death::from("killed by SIGKILL (signal 9)".to_owned()))
     }
 
     /// One row: the inputs, then what the caller must be told.
@@ -434,7 +484,7 @@ mod tests {
         );
         assert_eq!(
             decided(died(), None, Replaced(true)),
-            "the kernel process died during execution (killed by signal 9)"
+            "the kernel process died during execution (killed by SIGKILL (signal 9))"
         );
         assert_eq!(
             decided(End::Completed, Some(Interrupted), Healthy(true)),
