@@ -161,7 +161,7 @@ impl fmt::Display for KernelExit {
                 enforcer: Enforcer::Watchdog,
             } => write!(
                 f,
-                "out of memory: its processes grew past their {} limit ({} seen) and the server's memory watchdog killed them",
+                "its processes grew past their {} limit ({} seen) and the server's memory watchdog killed them",
                 human(*limit_bytes),
                 human(*peak_bytes)
             ),
@@ -171,7 +171,7 @@ impl fmt::Display for KernelExit {
                 enforcer: Enforcer::Cgroup,
             } => write!(
                 f,
-                "out of memory: its processes reached their {} limit ({} seen) and the system's out-of-memory killer ended them in their cgroup",
+                "its processes reached their {} limit ({} seen) and the system's out-of-memory killer ended them in their cgroup",
                 human(*limit_bytes),
                 human(*peak_bytes)
             ),

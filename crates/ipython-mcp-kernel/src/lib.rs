@@ -50,6 +50,7 @@ pub use status::{
     EnvironmentStatus, KernelDescription, MemoryEnforcement, MemoryStatus, RemoteDescription,
     RuntimeStatus, SessionState,
 };
-/// How a local kernel's memory is bounded (see `ipython_mcp_jupyter::memory`).
-pub use ipython_mcp_jupyter::{Enforcement, MemoryPolicy};
+/// How a local kernel's memory is bounded (see `ipython_mcp_jupyter::memory`); whether a
+/// cgroup can bound it here (`Err`: why not).
+pub use ipython_mcp_jupyter::{memory::cgroup_parent, Enforcement, MemoryPolicy};
 pub use tokio_util::sync::CancellationToken;
