@@ -6,10 +6,13 @@ use crate::environment::{self, NamedEnvironment};
 use crate::error::Error;
 use crate::jupyter::{self, JupyterServer};
 use crate::limits::{
-    KernelLimits, KernelMemory, OutputLimits, QueueLimits, Spares, SpoolBounds, Timeouts, ToolLimits,
+    KernelLimits, KernelMemory, OutputLimits, QueueLimits, Spares, SpoolBounds, Timeouts,
+    ToolLimits,
 };
 use crate::namespace::{namespace, Namespace};
-use crate::parse::{byte_size, existing_directory, non_negative_int, path, percent, positive_int, seconds};
+use crate::parse::{
+    byte_size, existing_directory, non_negative_int, path, percent, positive_int, seconds,
+};
 use crate::settings::*;
 use crate::surface::{structured_output, StructuredOutput, Toolsets};
 use crate::transport::{http, transport, Http, Transport};

@@ -36,5 +36,7 @@ pub use kernel::Kernel;
 pub use launch::{
     runs_ipykernel, use_pipe_death_watch, InterruptMode, KernelExit, LaunchSpec, IPYKERNEL_OPTIONS,
 };
-pub use memory::{Enforcement, Enforcer, MemoryBound, MemoryPolicy, MemoryReading, Meter as MemoryMeter};
+pub use memory::{
+    Enforcement, Enforcer, MemoryBound, MemoryPolicy, MemoryReading, Meter as MemoryMeter,
+};
 pub use route::{Channel, Routed};

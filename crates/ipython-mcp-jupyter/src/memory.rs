@@ -7,11 +7,12 @@
 //! nothing it allocates is ever outside the group; the kernel's OOM killer then acts at the
 //! limit and counts `oom_kill` in `memory.events`, which is the certain evidence. Creating such
 //! a group needs the memory controller in the subtree of the server's own cgroup: it is used
-//! when already delegated, or when the server may enable it there (its group is the root, or
-//! holds no process: cgroup v2 forbids controllers beside processes). The server never moves
-//! itself or anything else between groups. Elsewhere (cgroup v1 or hybrid hosts, containers
-//! without delegation, macOS) the watchdog samples the resident memory of the kernel and its
-//! descendants every [`SAMPLE_INTERVAL`] and kills the process group past the limit.
+//! when already delegated, or when the server may enable it there (cgroup v2 forbids
+//! controllers beside processes: its group is the root, or the server is alone in it and first
+//! moves itself into a leaf, `ipython-mcp-server`). It never moves another process.
+//! Elsewhere (cgroup v1 or hybrid hosts, containers without delegation, macOS) the watchdog
+//! samples the resident memory of the kernel and its descendants every [`SAMPLE_INTERVAL`] and
+//! kills the process group past the limit.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
@@ -260,7 +261,12 @@ pub(crate) async fn sample(
         if let (Some(limit), Some(Enforcer::Watchdog)) = (meter.limit, meter.enforcer) {
             if current > limit && exit.borrow().is_none() {
                 meter.killed_by_watchdog();
-                tracing::warn!(pid, current, limit, "kernel exceeded its memory limit; killing it");
+                tracing::warn!(
+                    pid,
+                    current,
+                    limit,
+                    "kernel exceeded its memory limit; killing it"
+                );
                 // SAFETY: killpg(2) has no memory-safety preconditions; the kernel has not been
                 // reaped (no exit yet), so its group still exists and holds only its tree.
                 unsafe { libc::killpg(process_group as libc::pid_t, libc::SIGKILL) };
@@ -298,7 +304,11 @@ pub(crate) fn tree_resident_bytes(pid: u32) -> Option<u64> {
         };
         for task in tasks.flatten() {
             if let Ok(children) = std::fs::read_to_string(task.path().join("children")) {
-                stack.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+                stack.extend(
+                    children
+                        .split_whitespace()
+                        .filter_map(|c| c.parse::<u32>().ok()),
+                );
             }
         }
     }
@@ -463,13 +473,36 @@ fn probe_cgroup_parent() -> Result<PathBuf, String> {
     }
     let subtree = dir.join("cgroup.subtree_control");
     let enabled = std::fs::read_to_string(&subtree).unwrap_or_default();
-    if !enabled.split_whitespace().any(|name| name == "memory") {
-        std::fs::write(&subtree, "+memory").map_err(|error| {
-            format!(
-                "cannot enable the memory controller for the children of {} ({error}; cgroup v2 allows it only in a group that holds no process)",
+    if !enabled.split_whitespace().any(|name| name == "memory")
+        && std::fs::write(&subtree, "+memory").is_err()
+    {
+        // cgroup v2 allows controllers for children only in a group that holds no process.
+        // Alone in its group (a service, a container's only process), the server moves itself
+        // into a leaf of it and tries again; beside other processes it never moves anything.
+        let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+        let alone = procs
+            .split_whitespace()
+            .eq([std::process::id().to_string().as_str()]);
+        if !alone {
+            return Err(format!(
+                "cannot enable the memory controller for the children of {}: cgroup v2 allows it only in a group that holds no process, and the server shares its group with other processes",
                 dir.display()
-            )
-        })?;
+            ));
+        }
+        let leaf = dir.join("ipython-mcp-server");
+        let moved = match std::fs::create_dir(&leaf) {
+            Err(error) if error.kind() != std::io::ErrorKind::AlreadyExists => Err(error),
+            _ => std::fs::write(leaf.join("cgroup.procs"), std::process::id().to_string()),
+        }
+        .and_then(|()| std::fs::write(&subtree, "+memory"));
+        if let Err(error) = moved {
+            return Err(format!(
+                "cannot enable the memory controller for the children of {} after moving the server into {} ({error})",
+                dir.display(),
+                leaf.display()
+            ));
+        }
+        tracing::info!(leaf = %leaf.display(), "moved the server into a leaf of its cgroup to give kernels their own groups");
     }
     Ok(dir)
 }
@@ -512,11 +545,10 @@ pub(crate) fn create_group(parent: &Path, limit: u64) -> std::io::Result<Group> 
     let dir = parent.join(name);
     std::fs::create_dir(&dir)?;
     let group = Group { dir, limit };
-    let configured = std::fs::write(group.dir.join("memory.max"), limit.to_string()).and_then(|()| {
+    let configured = std::fs::write(group.dir.join("memory.max"), limit.to_string()).map(|()| {
         // Older kernels lack these: the limit holds without them.
         let _ = std::fs::write(group.dir.join("memory.oom.group"), "1");
         let _ = std::fs::write(group.dir.join("memory.swap.max"), "0");
-        Ok(())
     });
     match configured {
         Ok(()) => Ok(group),
@@ -540,7 +572,10 @@ mod tests {
         };
         assert_eq!(verdict(gib, Some(gib), None), Some(MemoryBound::Limit));
         assert_eq!(verdict(gib / 2, Some(gib), Some(gib)), None);
-        assert_eq!(verdict(9 * gib, None, Some(16 * gib)), Some(MemoryBound::Machine));
+        assert_eq!(
+            verdict(9 * gib, None, Some(16 * gib)),
+            Some(MemoryBound::Machine)
+        );
         assert_eq!(verdict(gib, None, Some(16 * gib)), None);
         assert_eq!(verdict(gib, None, None), None);
         assert_eq!(verdict(0, Some(1), None), None);
@@ -554,10 +589,15 @@ mod tests {
         assert!(own_cgroup_dir("4:memory:/x\n", mountinfo)
             .unwrap_err()
             .contains("no cgroup v2"));
-        assert!(own_cgroup_dir("0::/\n", "24 30 0:22 / /sys rw - sysfs sysfs rw\n")
-            .unwrap_err()
-            .contains("no cgroup2"));
-        assert_eq!(oom_kills("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n"), Some(1));
+        assert!(
+            own_cgroup_dir("0::/\n", "24 30 0:22 / /sys rw - sysfs sysfs rw\n")
+                .unwrap_err()
+                .contains("no cgroup2")
+        );
+        assert_eq!(
+            oom_kills("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n"),
+            Some(1)
+        );
     }
 
     #[test]

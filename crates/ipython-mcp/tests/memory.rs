@@ -19,7 +19,10 @@ async fn bystander(server: &Server) {
         .expect("python")
         .to_owned();
     let started = server
-        .call("kernel_start", json!({"spec": python, "kernel": "bystander"}))
+        .call(
+            "kernel_start",
+            json!({"spec": python, "kernel": "bystander"}),
+        )
         .await;
     assert!(started.ok(), "{started:?}");
     let set = server
@@ -62,7 +65,9 @@ async fn the_limit_ends_the_kernel(server: &Server, enforcement: &str) {
     };
     assert!(message.contains(by), "{message}");
     assert!(
-        error["hint"].as_str().is_some_and(|hint| hint.contains("re-run your setup")),
+        error["hint"]
+            .as_str()
+            .is_some_and(|hint| hint.contains("re-run your setup")),
         "{error}"
     );
     assert_eq!(result.structured["status"], "error");
@@ -175,16 +180,30 @@ async fn deaths_are_told_by_what_ended_the_kernel() {
     let message = exited["message"].as_str().expect("message");
     assert!(message.contains("(exited with status 3)"), "{message}");
 
-    let segfault = death(&server, "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)").await;
+    let segfault = death(
+        &server,
+        "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)",
+    )
+    .await;
     assert_eq!(segfault["code"], "kernel_died", "{segfault}");
     let message = segfault["message"].as_str().expect("message");
-    assert!(message.contains("killed by SIGSEGV (signal 11)"), "{message}");
+    assert!(
+        message.contains("killed by SIGSEGV (signal 11)"),
+        "{message}"
+    );
 
     // A SIGKILL without memory pressure is only a SIGKILL.
-    let killed = death(&server, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)").await;
+    let killed = death(
+        &server,
+        "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
+    )
+    .await;
     assert_eq!(killed["code"], "kernel_died", "{killed}");
     let message = killed["message"].as_str().expect("message");
-    assert!(message.contains("(killed by SIGKILL (signal 9))"), "{message}");
+    assert!(
+        message.contains("(killed by SIGKILL (signal 9))"),
+        "{message}"
+    );
     assert!(!message.contains("memory"), "{message}");
     assert!(killed.get("limit_bytes").is_none(), "{killed}");
 
@@ -205,7 +224,11 @@ async fn deaths_are_told_by_what_ended_the_kernel() {
     server
         .wait_until(|status| status["memory"]["peak_bytes"].as_u64() >= Some(limit * 9 / 10))
         .await;
-    let likely = death(&server, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)").await;
+    let likely = death(
+        &server,
+        "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
+    )
+    .await;
     assert_eq!(likely["code"], "kernel_died", "{likely}");
     let message = likely["message"].as_str().expect("message");
     assert!(
