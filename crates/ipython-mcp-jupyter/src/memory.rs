@@ -582,6 +582,35 @@ mod tests {
     }
 
     #[test]
+    fn only_the_watchdog_s_own_kill_is_certain_and_the_server_s_kill_is_no_evidence() {
+        let limit = 300 << 20;
+        let verdict = |killed: fn(&Meter)| {
+            let meter = Meter::new(Some(limit), Some(Enforcer::Watchdog));
+            meter.record(limit + 1);
+            killed(&meter);
+            judge(&meter, None)
+        };
+        assert!(matches!(
+            verdict(Meter::killed_by_watchdog),
+            Verdict::OutOfMemory {
+                enforcer: Enforcer::Watchdog,
+                ..
+            }
+        ));
+        assert!(matches!(verdict(Meter::killed_by_server), Verdict::None));
+        // The server's kill after the watchdog's does not undo it.
+        assert!(matches!(
+            verdict(|meter| {
+                meter.killed_by_watchdog();
+                meter.killed_by_server();
+            }),
+            Verdict::OutOfMemory { .. }
+        ));
+        // Nobody here killed it, and it was at its limit: likely, not certain.
+        assert!(matches!(verdict(|_| {}), Verdict::Likely { .. }));
+    }
+
+    #[test]
     fn the_own_group_is_found_from_proc() {
         let mountinfo = "24 30 0:22 / /sys/fs/cgroup rw,nosuid shared:9 - cgroup2 cgroup2 rw\n";
         let root = own_cgroup_dir("0::/\n", mountinfo).expect("the root exists");

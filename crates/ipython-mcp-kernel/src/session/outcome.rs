@@ -452,6 +452,54 @@ mod tests {
     }
 
     #[test]
+    fn a_certain_memory_death_is_out_of_memory_with_its_limit_and_peak() {
+        let oom = ipython_mcp_jupyter::KernelExit::OutOfMemory {
+            limit_bytes: 300 << 20,
+            peak_bytes: 310 << 20,
+            enforcer: ipython_mcp_jupyter::Enforcer::Watchdog,
+        };
+        let likely = ipython_mcp_jupyter::KernelExit::LikelyOutOfMemory {
+            signal: 9,
+            peak_bytes: 290 << 20,
+            bound_bytes: 300 << 20,
+            bound: ipython_mcp_jupyter::MemoryBound::Limit,
+        };
+        let decided = |exit: &ipython_mcp_jupyter::KernelExit| {
+            decide(&Ending {
+                end: End::Died(Death::from(exit)),
+                cause: None,
+                finished_ok: false,
+                reported_error: None,
+                timeout: Duration::from_secs(1),
+                grace: Duration::from_secs(1),
+                checked: Replaced(true),
+                shutting_down: false,
+            })
+        };
+        let decision = decided(&oom);
+        assert_eq!(decision.status, S::Error);
+        assert_eq!(decision.namespace, Some(Reset));
+        let error = decision.error.expect("an error");
+        assert_eq!(error.code, Code::OutOfMemory);
+        assert_eq!(
+            (error.limit_bytes, error.peak_bytes),
+            (Some(300 << 20), Some(310 << 20))
+        );
+        assert_eq!(
+            error.message,
+            "the kernel ran out of memory during execution (its processes grew past their 300.0 MiB limit (310.0 MiB seen) and the server's memory watchdog killed them)"
+        );
+        // Likely is not certain: still a death, said as likely, without the memory fields.
+        let error = decided(&likely).error.expect("an error");
+        assert_eq!(error.code, Code::KernelDied);
+        assert_eq!(error.limit_bytes, None);
+        assert_eq!(
+            error.message,
+            "the kernel process died during execution (killed by SIGKILL (signal 9), likely by the system's out-of-memory killer: its processes had used up to 290.0 MiB of its 300.0 MiB limit)"
+        );
+    }
+
+    #[test]
     fn messages_name_the_deadline_the_grace_and_the_exit() {
         let decided = |end: End, cause: Option<Cause>, checked: Checked| {
             let ending = Ending {
