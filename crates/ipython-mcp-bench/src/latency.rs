@@ -216,6 +216,7 @@ pub(crate) async fn bench_raw_client(python: &Path) -> anyhow::Result<Vec<f64>> 
         interrupt_mode: Default::default(),
         argv: None,
         kernel_name: None,
+        memory: Default::default(),
     };
     let kernel = Kernel::launch(&spec, Duration::from_secs(30)).await?;
     let samples = timed_loop(|code| async {
@@ -313,6 +314,7 @@ pub(crate) async fn bench_session(python: &Path) -> anyhow::Result<Vec<f64>> {
         owner: None,
         // The session alone, timed without the MCP layer: its errors need no agent hints.
         wording: ipython_mcp_kernel::Wording::PLAIN,
+        memory: Default::default(),
     };
     let session = ipython_mcp_kernel::SessionHandle::start(options);
     let run = |code: &str| {

@@ -6,10 +6,13 @@ use crate::environment::{self, NamedEnvironment};
 use crate::error::Error;
 use crate::jupyter::{self, JupyterServer};
 use crate::limits::{
-    KernelLimits, OutputLimits, QueueLimits, Spares, SpoolBounds, Timeouts, ToolLimits,
+    KernelLimits, KernelMemory, OutputLimits, QueueLimits, Spares, SpoolBounds, Timeouts,
+    ToolLimits,
 };
 use crate::namespace::{namespace, Namespace};
-use crate::parse::{existing_directory, non_negative_int, path, percent, positive_int, seconds};
+use crate::parse::{
+    byte_size, existing_directory, non_negative_int, path, percent, positive_int, seconds,
+};
 use crate::settings::*;
 use crate::surface::{structured_output, StructuredOutput, Toolsets};
 use crate::transport::{http, transport, Http, Transport};
@@ -22,6 +25,7 @@ pub struct Config {
     pub queue: QueueLimits,
     pub spares: Spares,
     pub kernels: KernelLimits,
+    pub memory: KernelMemory,
     pub spool: SpoolBounds,
     pub tools: ToolLimits,
     pub namespace: Namespace,
@@ -167,6 +171,27 @@ impl Config {
                 max_kernels: positive_int(raw, MAX_KERNELS)?,
                 idle_timeout: seconds(raw, KERNEL_IDLE_TIMEOUT)?,
             },
+            memory: KernelMemory {
+                limit_bytes: byte_size(raw, KERNEL_MEMORY_LIMIT, 128 << 20)?,
+                watchdog_only: match raw
+                    .get(KERNEL_MEMORY_ENFORCEMENT)
+                    .unwrap_or(KERNEL_MEMORY_ENFORCEMENT.default)
+                    .trim()
+                {
+                    "auto" => false,
+                    "watchdog" => true,
+                    other => {
+                        return Err(Error::Invalid {
+                            env: KERNEL_MEMORY_ENFORCEMENT.env,
+                            flag: KERNEL_MEMORY_ENFORCEMENT.flag,
+                            problem: format!(
+                                "must be auto or watchdog, got {:?}",
+                                crate::parse::bounded(other)
+                            ),
+                        })
+                    }
+                },
+            },
             spool: SpoolBounds {
                 max_execution_bytes: non_negative_int(raw, MAX_SPOOL_EXECUTION_BYTES)? as u64,
                 max_total_bytes: positive_int(raw, MAX_SPOOL_BYTES)? as u64,
@@ -287,6 +312,35 @@ mod tests {
                 assert!(row.contains(&format!("`--{}`", setting.flag)), "{row}");
             }
         }
+    }
+
+    #[test]
+    fn the_kernel_memory_limit_takes_bytes_or_binary_units() {
+        let limit = |value: &str| {
+            Config::from_raw(&RawConfig::default().with(KERNEL_MEMORY_LIMIT, value))
+                .map(|config| config.memory.limit_bytes)
+                .map_err(|error| error.to_string())
+        };
+        assert_eq!(Config::default().memory, KernelMemory::default());
+        assert_eq!(limit("512MiB"), Ok(Some(512 << 20)));
+        assert_eq!(limit(" 4 GiB "), Ok(Some(4 << 30)));
+        assert_eq!(limit("1.5gib"), Ok(Some(3 << 29)));
+        assert_eq!(limit("1073741824"), Ok(Some(1 << 30)));
+        assert_eq!(limit("none"), Ok(None));
+        assert_eq!(
+            limit("lots").unwrap_err(),
+            "invalid configuration: IPYTHON_MCP_KERNEL_MEMORY_LIMIT (--kernel-memory-limit): must be a size in bytes, e.g. 536870912, 512MiB or 4GiB, got \"lots\""
+        );
+        assert!(limit("64MiB").unwrap_err().contains("at least 128 MiB"));
+        assert!(limit("-1").is_err() && limit("4GB").is_err());
+        let enforcement = |value: &str| {
+            Config::from_raw(&RawConfig::default().with(KERNEL_MEMORY_ENFORCEMENT, value))
+                .map(|config| config.memory.watchdog_only)
+                .map_err(|error| error.to_string())
+        };
+        assert_eq!(enforcement("watchdog"), Ok(true));
+        assert_eq!(enforcement("auto"), Ok(false));
+        assert!(enforcement("cgroup").is_err());
     }
 
     #[test]

@@ -28,7 +28,8 @@ pub use environment::{NamedEnvironment, Variables, MAX_REQUIREMENTS, MAX_REQUIRE
 pub use error::Error;
 pub use jupyter::{is_remote_name, JupyterServer, JupyterToken};
 pub use limits::{
-    KernelLimits, OutputLimits, QueueLimits, Spares, SpoolBounds, Timeouts, ToolLimits,
+    KernelLimits, KernelMemory, OutputLimits, QueueLimits, Spares, SpoolBounds, Timeouts,
+    ToolLimits,
 };
 pub use namespace::Namespace;
 pub use principals::{

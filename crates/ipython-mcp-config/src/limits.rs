@@ -82,3 +82,12 @@ pub struct ToolLimits {
     pub max_description_chars: usize,
     pub max_tools: usize,
 }
+
+/// The memory limit of each local kernel's process tree.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KernelMemory {
+    /// Bytes; `None`: no limit.
+    pub limit_bytes: Option<u64>,
+    /// Enforce it with the watchdog even where a cgroup could be made.
+    pub watchdog_only: bool,
+}

@@ -67,6 +67,64 @@ pub(crate) fn seconds(raw: &RawConfig, setting: Setting) -> Result<Duration, Err
     Duration::try_from_secs_f64(parsed).map_err(|_| error())
 }
 
+/// A size in bytes: plain digits, or a number with a binary unit (`512MiB`, `4GiB`, `1.5GiB`);
+/// `none` (the default) for no size at all. At least `minimum`.
+pub(crate) fn byte_size(
+    raw: &RawConfig,
+    setting: Setting,
+    minimum: u64,
+) -> Result<Option<u64>, Error> {
+    let value = given_or_default(raw, setting).trim();
+    if value.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    let error = |problem: String| Error::Invalid {
+        env: setting.env,
+        flag: setting.flag,
+        problem,
+    };
+    let units: [(&str, u64); 5] = [
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+        ("B", 1),
+    ];
+    let (number, scale) = units
+        .iter()
+        .find_map(|(unit, scale)| {
+            let lower = value.to_ascii_lowercase();
+            lower
+                .ends_with(&unit.to_ascii_lowercase())
+                .then(|| (value[..value.len() - unit.len()].trim(), *scale))
+        })
+        .unwrap_or((value, 1));
+    let bytes = number
+        .parse::<u64>()
+        .ok()
+        .and_then(|whole| whole.checked_mul(scale))
+        .or_else(|| {
+            let fraction = number.parse::<f64>().ok()?;
+            let bytes = fraction * scale as f64;
+            (fraction.is_finite() && fraction > 0.0 && bytes < u64::MAX as f64)
+                .then_some(bytes as u64)
+        })
+        .ok_or_else(|| {
+            error(format!(
+                "must be a size in bytes, e.g. 536870912, 512MiB or 4GiB, got {:?}",
+                bounded(value)
+            ))
+        })?;
+    if bytes < minimum {
+        return Err(error(format!(
+            "must be at least {} MiB (a kernel needs that much to start), got {:?}",
+            minimum >> 20,
+            bounded(value)
+        )));
+    }
+    Ok(Some(bytes))
+}
+
 /// A path setting; its table default is prose ("none", "found (see README)"), never a path.
 pub(crate) fn path(raw: &RawConfig, setting: Setting) -> Result<Option<PathBuf>, Error> {
     match raw.get(setting) {

@@ -90,6 +90,10 @@ settings! {
         "Kernel sessions that may run at once, `default` included (kernel_start refuses more)");
     KERNEL_IDLE_TIMEOUT = ("kernel_idle_timeout_seconds", "IPYTHON_MCP_KERNEL_IDLE_TIMEOUT_SECONDS", "kernel-idle-timeout-seconds", "900", Value, "SECONDS",
         "Idle time after which a started (non-default) kernel session is stopped");
+    KERNEL_MEMORY_LIMIT = ("kernel_memory_limit", "IPYTHON_MCP_KERNEL_MEMORY_LIMIT", "kernel-memory-limit", "none", Value, "BYTES",
+        "Memory a local kernel's processes may use together (bytes, or with KiB, MiB, GiB or TiB, e.g. 4GiB; at least 128MiB): past it the kernel is killed and replaced and the running call gets out_of_memory; remote kernels are bounded by their server");
+    KERNEL_MEMORY_ENFORCEMENT = ("kernel_memory_enforcement", "IPYTHON_MCP_KERNEL_MEMORY_ENFORCEMENT", "kernel-memory-enforcement", "auto", Value, "auto|watchdog",
+        "How the kernel memory limit is enforced: auto (a cgroup v2 group per kernel where the server may make one, else the watchdog) or watchdog (the server samples the kernel tree's resident memory and kills it past the limit)");
     MAX_SPOOL_EXECUTION_BYTES = ("max_spool_execution_bytes", "IPYTHON_MCP_MAX_SPOOL_EXECUTION_BYTES", "max-spool-execution-bytes", "268435456", Value, "BYTES",
         "Bytes of each stream of each execution kept on disk for get_output paging (0 disables the spool)");
     MAX_SPOOL_BYTES = ("max_spool_bytes", "IPYTHON_MCP_MAX_SPOOL_BYTES", "max-spool-bytes", "1073741824", Value, "BYTES",

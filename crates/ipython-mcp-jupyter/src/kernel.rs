@@ -99,6 +99,11 @@ impl Kernel {
             .expect("set by launch before the kernel is returned")
     }
 
+    /// The kernel tree's memory meter (current, peak, limit).
+    pub fn memory(&self) -> Arc<crate::memory::Meter> {
+        Arc::clone(&self.inner.meter)
+    }
+
     /// Watches the kernel process; the value becomes `Some` once it has exited.
     pub fn exit_watch(&self) -> watch::Receiver<Option<KernelExit>> {
         self.inner.exit.clone()

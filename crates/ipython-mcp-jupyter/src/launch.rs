@@ -22,6 +22,7 @@ use tokio::io::AsyncReadExt as _;
 use tokio::sync::watch;
 
 use crate::error::Error;
+use crate::memory::{self, Enforcement, Enforcer, MemoryBound, MemoryPolicy, Meter};
 use crate::route::Router;
 
 /// How to start a kernel.
@@ -42,6 +43,8 @@ pub struct LaunchSpec {
     pub argv: Option<Vec<String>>,
     /// The connection file's `kernel_name`.
     pub kernel_name: Option<String>,
+    /// The memory limit of the kernel's process tree, and how it is enforced.
+    pub memory: MemoryPolicy,
 }
 
 /// The ipykernel options every ipykernel we start gets. History in memory only: on disk it
@@ -93,20 +96,102 @@ pub enum InterruptMode {
     Message,
 }
 
-/// How a kernel process ended.
+/// How a kernel process ended, as precisely as the evidence allows: a memory verdict is
+/// certain only when the server's watchdog killed the kernel or its cgroup counted an
+/// `oom_kill`; a SIGKILL near a bound is told as likely, never as fact.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KernelExit {
+    /// It exited by itself (`sys.exit`, `os._exit`, a crash that exits) with this status.
     Code(i32),
+    /// A signal ended it (no evidence of memory pressure, or the server sent it).
     Signal(i32),
+    /// Killed for exceeding its memory limit: by the watchdog, or its cgroup's OOM killer.
+    OutOfMemory {
+        limit_bytes: u64,
+        peak_bytes: u64,
+        enforcer: Enforcer,
+    },
+    /// A `signal` (SIGKILL) the server did not send, while the tree's peak was near `bound`:
+    /// likely the system's out-of-memory killer, but not known.
+    LikelyOutOfMemory {
+        signal: i32,
+        peak_bytes: u64,
+        bound_bytes: u64,
+        bound: MemoryBound,
+    },
     /// We could not wait for the process (it is gone either way).
     Unknown(String),
 }
 
+impl KernelExit {
+    /// The limit and the peak, when the kernel certainly ran out of memory.
+    pub fn out_of_memory(&self) -> Option<(u64, u64)> {
+        match self {
+            KernelExit::OutOfMemory {
+                limit_bytes,
+                peak_bytes,
+                ..
+            } => Some((*limit_bytes, *peak_bytes)),
+            _ => None,
+        }
+    }
+}
+
+/// `killed by SIGSEGV (signal 11)`, or by number alone for a signal we do not name.
+struct Killed(i32);
+
+impl fmt::Display for Killed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match memory::signal_name(self.0) {
+            Some(name) => write!(f, "killed by {name} (signal {})", self.0),
+            None => write!(f, "killed by signal {}", self.0),
+        }
+    }
+}
+
 impl fmt::Display for KernelExit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use memory::human_bytes as human;
         match self {
-            KernelExit::Code(code) => write!(f, "exit code {code}"),
-            KernelExit::Signal(signal) => write!(f, "killed by signal {signal}"),
+            KernelExit::Code(code) => write!(f, "exited with status {code}"),
+            KernelExit::Signal(signal) => Killed(*signal).fmt(f),
+            KernelExit::OutOfMemory {
+                limit_bytes,
+                peak_bytes,
+                enforcer: Enforcer::Watchdog,
+            } => write!(
+                f,
+                "its processes grew past their {} limit ({} seen) and the server's memory watchdog killed them",
+                human(*limit_bytes),
+                human(*peak_bytes)
+            ),
+            KernelExit::OutOfMemory {
+                limit_bytes,
+                peak_bytes,
+                enforcer: Enforcer::Cgroup,
+            } => write!(
+                f,
+                "its processes reached their {} limit ({} seen) and the system's out-of-memory killer ended them in their cgroup",
+                human(*limit_bytes),
+                human(*peak_bytes)
+            ),
+            KernelExit::LikelyOutOfMemory {
+                signal,
+                peak_bytes,
+                bound_bytes,
+                bound,
+            } => {
+                let bound = match bound {
+                    MemoryBound::Limit => format!("its {} limit", human(*bound_bytes)),
+                    MemoryBound::Machine => format!("the machine's {}", human(*bound_bytes)),
+                };
+                write!(
+                    f,
+                    "{}, likely by the system's out-of-memory killer: its processes had used up to {} of {bound}",
+                    Killed(*signal),
+                    human(*peak_bytes)
+                )
+            }
             KernelExit::Unknown(message) => write!(f, "unknown exit: {message}"),
         }
     }
@@ -149,6 +234,8 @@ pub(crate) struct Process {
     // `kill_group`).
     _death_watch: Option<tokio::process::ChildStdin>,
     pub(crate) exit: watch::Receiver<Option<KernelExit>>,
+    /// The tree's memory, as sampled.
+    pub(crate) meter: Arc<Meter>,
     stderr_tail: Arc<Mutex<Tail>>,
     // Removed on drop (on the blocking pool): connection file and IPC socket files live here.
     // `None` only while dropping.
@@ -172,6 +259,7 @@ impl Process {
 
     pub(crate) fn kill_group(&self) {
         if self.exit.borrow().is_none() {
+            self.meter.killed_by_server();
             // SAFETY: as above; the group holds the kernel (and the watcher under the pipe
             // watch), so it still exists and this reaches anything the kernel forked too.
             unsafe { libc::killpg(self.group as libc::pid_t, libc::SIGKILL) };
@@ -324,12 +412,53 @@ pub(crate) async fn spawn(
             });
         }
     }
-    let mut child = command.spawn().map_err(|error| Error::Spawn {
+    // The kernel's own cgroup, where one may be made: the child writes itself into it before
+    // it execs (async-signal-safe open/write/close), so none of its memory is ever charged
+    // outside the group, which writing the pid after the spawn could not promise.
+    let group = match spec.memory {
+        MemoryPolicy {
+            limit_bytes: Some(limit),
+            enforcement: Enforcement::Auto,
+        } => kernel_group(limit).await,
+        _ => None,
+    };
+    if let Some(group) = &group {
+        let procs = group.procs();
+        // SAFETY: the closure runs in the forked child before exec and only calls
+        // async-signal-safe functions (open, write, close) on memory prepared before the fork.
+        unsafe {
+            command.pre_exec(move || {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // "0" is the writing process itself.
+                let written = libc::write(fd, b"0".as_ptr().cast(), 1);
+                let error = std::io::Error::last_os_error();
+                libc::close(fd);
+                if written != 1 {
+                    return Err(error);
+                }
+                Ok(())
+            });
+        }
+    }
+    let enforcer = match (spec.memory.limit_bytes, &group) {
+        (None, _) => None,
+        (Some(_), Some(_)) => Some(Enforcer::Cgroup),
+        (Some(_), None) => Some(Enforcer::Watchdog),
+    };
+    let meter = Arc::new(Meter::new(spec.memory.limit_bytes, enforcer));
+    let spawned = command.spawn();
+    if let (Err(_), Some(group)) = (&spawned, &group) {
+        group.remove();
+    }
+    let mut child = spawned.map_err(|error| Error::Spawn {
         program,
         message: error.to_string(),
     })?;
     let pid = child.id().expect("a just-spawned child has a pid");
-    let (group, death_watch, watcher_reaper) = match death_watch {
+    let (process_group, death_watch, watcher_reaper) = match death_watch {
         Some((watcher, pipe, reaper)) => (watcher, Some(pipe), Some(reaper)),
         None => (pid, None, None),
     };
@@ -352,18 +481,29 @@ pub(crate) async fn spawn(
 
     let router = Arc::new(Router::default());
     let (exit_sender, exit) = watch::channel(None);
+    tasks.push(tokio::spawn(memory::sample(
+        pid,
+        process_group,
+        Arc::clone(&meter),
+        group.as_ref().map(|group| group.dir.clone()),
+        exit.clone(),
+    )));
     {
         let router = Arc::clone(&router);
+        let meter = Arc::clone(&meter);
         tasks.push(tokio::spawn(async move {
             let status = match child.wait().await {
-                Ok(status) => KernelExit::from(status),
+                Ok(status) => explain(KernelExit::from(status), &meter, group.as_ref()),
                 Err(error) => KernelExit::Unknown(error.to_string()),
             };
             // The kernel may have left children behind (subprocesses of user code) in its
             // process group. The group id cannot be reused while members remain, so this
             // reaches exactly them (and the watcher, under the pipe watch).
             // SAFETY: killpg(2) has no memory-safety preconditions.
-            unsafe { libc::killpg(group as libc::pid_t, libc::SIGKILL) };
+            unsafe { libc::killpg(process_group as libc::pid_t, libc::SIGKILL) };
+            if let Some(group) = group {
+                drop(tokio::task::spawn_blocking(move || group.remove()));
+            }
             tracing::debug!(pid, %status, "kernel process exited");
             // Order matters: mark the exit first so new requests fail, then close receivers.
             exit_sender.send_replace(Some(status));
@@ -372,9 +512,10 @@ pub(crate) async fn spawn(
     }
     let process = Arc::new(Process {
         pid,
-        group,
+        group: process_group,
         _death_watch: death_watch,
         exit,
+        meter,
         stderr_tail,
         run_dir: Some(run_dir),
         tasks: Mutex::new(tasks),
@@ -382,6 +523,56 @@ pub(crate) async fn spawn(
     });
 
     Ok((process, connection, router))
+}
+
+/// A kernel's cgroup with `limit`, where the server may make one; otherwise `None` (the
+/// watchdog enforces the limit), and the reason is logged once.
+async fn kernel_group(limit: u64) -> Option<memory::Group> {
+    let parent = match memory::cgroup_parent() {
+        Ok(parent) => parent,
+        Err(why) => {
+            static TOLD: std::sync::Once = std::sync::Once::new();
+            TOLD.call_once(|| tracing::info!(%why, "no cgroup for kernels: their memory limit is enforced by the watchdog"));
+            return None;
+        }
+    };
+    match tokio::task::spawn_blocking(move || memory::create_group(parent, limit)).await {
+        Ok(Ok(group)) => Some(group),
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "could not make the kernel's cgroup; the watchdog enforces its memory limit");
+            None
+        }
+        Err(_) => None,
+    }
+}
+
+/// How the kernel ended, with what the memory evidence says of a SIGKILL.
+fn explain(exit: KernelExit, meter: &Meter, group: Option<&memory::Group>) -> KernelExit {
+    match exit {
+        KernelExit::Signal(libc::SIGKILL) => match memory::judge(meter, group) {
+            memory::Verdict::OutOfMemory {
+                limit_bytes,
+                peak_bytes,
+                enforcer,
+            } => KernelExit::OutOfMemory {
+                limit_bytes,
+                peak_bytes,
+                enforcer,
+            },
+            memory::Verdict::Likely {
+                peak_bytes,
+                bound_bytes,
+                bound,
+            } => KernelExit::LikelyOutOfMemory {
+                signal: libc::SIGKILL,
+                peak_bytes,
+                bound_bytes,
+                bound,
+            },
+            memory::Verdict::None => exit,
+        },
+        exit => exit,
+    }
 }
 
 /// Starts the pipe watch's watcher as the leader of a new process group; returns its pid, the

@@ -25,6 +25,7 @@ mod error;
 mod kernel;
 pub mod kernelspec;
 mod launch;
+pub mod memory;
 pub mod remote;
 mod route;
 pub mod task;
@@ -34,5 +35,8 @@ pub use jupyter_protocol as protocol;
 pub use kernel::Kernel;
 pub use launch::{
     runs_ipykernel, use_pipe_death_watch, InterruptMode, KernelExit, LaunchSpec, IPYKERNEL_OPTIONS,
+};
+pub use memory::{
+    Enforcement, Enforcer, MemoryBound, MemoryPolicy, MemoryReading, Meter as MemoryMeter,
 };
 pub use route::{Channel, Routed};

@@ -38,6 +38,7 @@ async fn launch_with(interrupt_mode: InterruptMode) -> Kernel {
             interrupt_mode,
             argv: None,
             kernel_name: None,
+            memory: Default::default(),
         },
         Duration::from_secs(30),
     )

@@ -28,6 +28,9 @@ pub use ipython_mcp_output::{raster, rich};
 /// How kernels die with a server that is killed (see `ipython_mcp_jupyter`).
 pub use ipython_mcp_jupyter::use_pipe_death_watch;
 
+/// How a local kernel's memory is bounded (see `ipython_mcp_jupyter::memory`); whether a
+/// cgroup can bound it here (`Err`: why not).
+pub use ipython_mcp_jupyter::{memory::cgroup_parent, Enforcement, MemoryPolicy};
 pub use ipython_mcp_output::{
     base64_decoded_len, Code, DisplayItem, ErrorInfo, ExecutionId, ExecutionOutput,
     ExecutionStatus, Interruption, Kept, NamespaceOutcome, Page, PageError, PageLine, PageRequest,
@@ -47,6 +50,7 @@ pub use session::{
     ExecuteArgs, HelperCall, HelperOutput, Outcome, Progress, RemoteKernel, SessionOptions,
 };
 pub use status::{
-    EnvironmentStatus, KernelDescription, RemoteDescription, RuntimeStatus, SessionState,
+    EnvironmentStatus, KernelDescription, MemoryEnforcement, MemoryStatus, RemoteDescription,
+    RuntimeStatus, SessionState,
 };
 pub use tokio_util::sync::CancellationToken;

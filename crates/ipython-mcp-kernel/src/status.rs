@@ -54,6 +54,45 @@ pub struct RemoteDescription {
     pub attached: bool,
 }
 
+/// The current kernel's memory: its process tree's resident memory (a cgroup's charge where
+/// one enforces the limit), sampled a few times a second. Local kernels only.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct MemoryStatus {
+    pub current_bytes: u64,
+    /// The most this kernel was seen to use since it started.
+    pub peak_bytes: u64,
+    /// The configured limit; `None`: no limit.
+    pub limit_bytes: Option<u64>,
+    /// What enforces the limit: `cgroup` or `watchdog`; `None` without a limit.
+    pub enforcement: Option<MemoryEnforcement>,
+}
+
+/// What enforces a kernel's memory limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryEnforcement {
+    /// The kernel's own cgroup v2 group (`memory.max`).
+    Cgroup,
+    /// The server's watchdog on the tree's resident memory.
+    Watchdog,
+}
+
+impl From<ipython_mcp_jupyter::MemoryReading> for MemoryStatus {
+    fn from(reading: ipython_mcp_jupyter::MemoryReading) -> MemoryStatus {
+        MemoryStatus {
+            current_bytes: reading.current_bytes,
+            peak_bytes: reading.peak_bytes,
+            limit_bytes: reading.limit_bytes,
+            enforcement: reading.enforcer.map(|enforcer| match enforcer {
+                ipython_mcp_jupyter::Enforcer::Cgroup => MemoryEnforcement::Cgroup,
+                ipython_mcp_jupyter::Enforcer::Watchdog => MemoryEnforcement::Watchdog,
+            }),
+        }
+    }
+}
+
 /// Where the kernel's Python comes from, and provisioning progress.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
@@ -91,6 +130,9 @@ pub struct RuntimeStatus<E = SessionError> {
     /// Seconds the latest replacement took (a promoted spare takes milliseconds).
     pub replacement_startup_seconds: Option<f64>,
     pub kernel: Option<KernelDescription>,
+    /// The kernel's memory; `None` for a remote kernel (its server bounds it) or before the
+    /// first kernel is up.
+    pub memory: Option<MemoryStatus>,
     /// Process ids of warm spare kernels ready to replace this one.
     pub spare_kernel_pids: Vec<u32>,
     pub environment: Option<EnvironmentStatus>,
@@ -112,6 +154,7 @@ impl<E> RuntimeStatus<E> {
             startup_seconds: self.startup_seconds,
             replacement_startup_seconds: self.replacement_startup_seconds,
             kernel: self.kernel,
+            memory: self.memory,
             spare_kernel_pids: self.spare_kernel_pids,
             environment: self.environment,
             error: self.error.map(word),
@@ -133,6 +176,7 @@ impl<E> RuntimeStatus<E> {
             startup_seconds: None,
             replacement_startup_seconds: None,
             kernel: None,
+            memory: None,
             spare_kernel_pids: Vec::new(),
             environment: None,
             error: None,

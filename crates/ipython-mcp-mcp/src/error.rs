@@ -213,6 +213,7 @@ fn standard_hint(code: Code) -> Option<&'static str> {
         | Code::OperationTimeout
         | Code::OperationCancelled
         | Code::KernelDied
+        | Code::OutOfMemory
         | Code::RuntimeBusy
         | Code::QueueTimeout
         | Code::RuntimeUnavailable

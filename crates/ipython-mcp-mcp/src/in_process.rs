@@ -53,6 +53,7 @@ impl Connected {
         // Worded as the binary words its sessions, so refusals carry the hints agents see.
         let options = ipython_mcp_kernel::SessionOptions {
             wording: crate::error::WORDING,
+            memory: Default::default(),
             ..FakeKernels::session_options("default")
         };
         let manager = KernelManager::with_fake_kernels(options, KernelLimits::default(), &kernels);

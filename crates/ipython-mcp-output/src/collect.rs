@@ -423,12 +423,10 @@ impl Collector {
             let mut message = format!("{ename}: {evalue}");
             ipython_mcp_text::truncate(&mut message, self.limits.max_text_chars);
             ErrorInfo {
-                code: Code::ExecutionError,
-                message,
                 ename: Some(ename),
                 evalue: Some(evalue),
                 traceback: Some(traceback),
-                hint: None,
+                ..ErrorInfo::new(Code::ExecutionError, message)
             }
         });
         Collected {

@@ -128,6 +128,8 @@ codes! {
     OperationTimeout = "operation_timeout";
     OperationCancelled = "operation_cancelled";
     KernelDied = "kernel_died";
+    /// The kernel's processes exceeded their memory limit and were killed (a kind of death).
+    OutOfMemory = "out_of_memory";
     RuntimeBusy = "runtime_busy";
     QueueTimeout = "queue_timeout";
     RuntimeUnavailable = "runtime_unavailable";
@@ -194,6 +196,12 @@ pub struct ErrorInfo {
     pub traceback: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
+    /// With `out_of_memory`: the kernel's memory limit, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit_bytes: Option<u64>,
+    /// With `out_of_memory`: the most the kernel's processes were seen to use, in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_bytes: Option<u64>,
 }
 
 impl ErrorInfo {
@@ -206,6 +214,8 @@ impl ErrorInfo {
             evalue: None,
             traceback: None,
             hint: None,
+            limit_bytes: None,
+            peak_bytes: None,
         }
     }
 

@@ -305,6 +305,14 @@ pub fn session_options(config: &Config, kernel_id: &str) -> anyhow::Result<Sessi
         jupyter: jupyter_server(config)?,
         remote: None,
         owner: None,
+        memory: ipython_mcp_kernel::MemoryPolicy {
+            limit_bytes: config.memory.limit_bytes,
+            enforcement: if config.memory.watchdog_only {
+                ipython_mcp_kernel::Enforcement::Watchdog
+            } else {
+                ipython_mcp_kernel::Enforcement::Auto
+            },
+        },
         // What sessions record themselves (refusals, paging markers) is worded by the MCP
         // crate, which knows the tools.
         wording: ipython_mcp_mcp::WORDING,

@@ -215,7 +215,7 @@ impl Actor {
             }
         }
         if let Some(reply) = restart {
-            let _ = reply.send(self.shared.status.lock().expect("status lock").clone());
+            let _ = reply.send(self.shared.status_now());
         }
         if !shutdown.is_cancelled() {
             self.serve().await;
@@ -346,7 +346,7 @@ impl Actor {
         });
         // The caller asked for it: no need to tell the next call.
         self.unreported_reset = None;
-        let _ = reply.send(self.shared.status.lock().expect("status lock").clone());
+        let _ = reply.send(self.shared.status_now());
     }
 
     /// Before the answer, on the spool queue: the upkeep (retention, large parts to disk) and
@@ -383,6 +383,7 @@ impl Actor {
     /// Makes `running` the session's kernel.
     pub(super) fn adopt(&mut self, running: Running) {
         let description = running.description.clone();
+        *self.shared.memory.lock().expect("memory lock") = running.kernel.memory();
         self.kernel = Some(running);
         self.update(|status| status.kernel = Some(description));
     }

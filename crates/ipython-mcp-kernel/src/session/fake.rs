@@ -197,6 +197,7 @@ impl FakeKernels {
             remote: None,
             owner: None,
             wording: Wording::PLAIN,
+            memory: Default::default(),
         }
     }
 
@@ -721,7 +722,7 @@ mod tests {
         assert_eq!(code(&output), Some(Code::KernelDied));
         assert_eq!(
             output.error.as_ref().map(|error| error.message.as_str()),
-            Some("the kernel process died during execution (killed by signal 9)")
+            Some("the kernel process died during execution (killed by SIGKILL (signal 9))")
         );
         assert_eq!(output.runtime.interruption, None, "nobody interrupted it");
         assert_eq!(output.runtime.namespace, Some(NamespaceOutcome::Reset));

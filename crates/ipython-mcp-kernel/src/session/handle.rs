@@ -55,6 +55,7 @@ impl SessionHandle {
         let (inbox, commands) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             status: Mutex::new(RuntimeStatus::starting(&options.kernel_id)),
+            memory: Mutex::new(None),
             capacity: Arc::new(Semaphore::new(options.max_pending.max(1))),
             reserved: Arc::new(Semaphore::new(1)),
             admission: Mutex::new(()),
@@ -79,9 +80,7 @@ impl SessionHandle {
 
     /// The session's status, answered without queueing.
     pub fn status(&self) -> RuntimeStatus {
-        let mut status = self.shared.status.lock().expect("status lock").clone();
-        status.queue_depth = self.shared.queue_depth.load(Ordering::Acquire);
-        status
+        self.shared.status_now()
     }
 
     /// Runs code in the kernel, waiting in the admission queue first.

@@ -89,6 +89,9 @@ pub struct SessionOptions {
     /// the kernel is told it as `KERNEL_USERNAME` (Enterprise Gateway runs and labels the
     /// kernel as that user; Kernel Gateway passes it to the kernel's environment).
     pub owner: Option<String>,
+    /// The memory limit of each local kernel's process tree, and how it is enforced (remote
+    /// kernels: their server's business).
+    pub memory: ipython_mcp_jupyter::MemoryPolicy,
     /// How the answers the session records itself are worded for the agent (the MCP crate's
     /// `error::WORDING`; [`Wording::PLAIN`] without it).
     pub wording: Wording,
@@ -133,6 +136,8 @@ struct Shared {
     options: SessionOptions,
     executions: Executions,
     status: Mutex<RuntimeStatus>,
+    /// The current kernel's memory meter (a local kernel's), read into each status.
+    memory: Mutex<Option<Arc<ipython_mcp_jupyter::MemoryMeter>>>,
     queue_depth: AtomicUsize,
     capacity: Arc<Semaphore>,
     /// One slot beside the `max_pending` ones, for the server's own bookkeeping calls.
@@ -154,6 +159,18 @@ struct Shared {
     /// Every task of the session: its actor (in `supervise`), spares starting, background
     /// executions' waits. They end once the actor has closed; `shutdown` joins them.
     tasks: crate::task::Tasks,
+}
+
+impl Shared {
+    /// The session's status now, with its kernel's memory as last sampled.
+    fn status_now(&self) -> RuntimeStatus {
+        let mut status = self.status.lock().expect("status lock").clone();
+        status.queue_depth = self.queue_depth.load(Ordering::Acquire);
+        if let Some(meter) = self.memory.lock().expect("memory lock").as_ref() {
+            status.memory = Some(crate::status::MemoryStatus::from(meter.reading()));
+        }
+        status
+    }
 }
 
 /// The operation running now, as the handle's `interrupt()` sees it: that call goes around

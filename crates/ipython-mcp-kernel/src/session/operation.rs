@@ -11,7 +11,7 @@ use ipython_mcp_jupyter::{Channel, Routed};
 use tokio::time::Instant;
 
 use super::actor::Actor;
-use super::outcome::{self, Cause, Checked, Decision, End, Ending, FollowUp};
+use super::outcome::{self, Cause, Checked, Death, Decision, End, Ending, FollowUp};
 use super::run::{Action, Event, Run, Seen, Timer};
 use super::transport::{KernelTransport, Running};
 use super::*;
@@ -164,7 +164,10 @@ impl Actor {
         let (msg_id, mut receiver) = match tokio::time::timeout_at(run.deadline, request).await {
             Ok(Ok(sent)) => sent,
             Ok(Err(error)) => {
-                run.step(Instant::now(), Event::SendFailed(error.to_string()));
+                // The process's exit says more than the failed send, when it is known.
+                let death = death_of(running.kernel.as_ref())
+                    .unwrap_or_else(|| Death::from(error.to_string()));
+                run.step(Instant::now(), Event::SendFailed(death));
                 return None;
             }
             Err(_) => {
@@ -237,7 +240,10 @@ impl Actor {
                         collector.absorb(routed);
                         Event::Message(seen(&collector))
                     }
-                    None => Event::KernelExited(exit_of(running.kernel.as_ref())),
+                    None => Event::KernelExited(
+                        death_of(running.kernel.as_ref())
+                            .unwrap_or_else(|| Death::from("kernel exited".to_owned())),
+                    ),
                 },
                 () = tokio::time::sleep_until(wake) => Event::Elapsed(timer),
                 _ = progress_tick.tick(), if operation.args.progress.is_some() => {
@@ -401,13 +407,9 @@ fn seen(collector: &Collector) -> Seen {
     }
 }
 
-/// Why a kernel's receiver closed, for the message.
-fn exit_of(kernel: &dyn KernelTransport) -> String {
-    kernel
-        .exit_watch()
-        .borrow()
-        .as_ref()
-        .map_or("kernel exited".to_owned(), ToString::to_string)
+/// How the kernel died, once its exit is known.
+fn death_of(kernel: &dyn KernelTransport) -> Option<Death> {
+    kernel.exit_watch().borrow().as_ref().map(Death::from)
 }
 
 /// Sends the latest line of output as progress (at most once a second).

@@ -27,8 +27,36 @@ pub(super) enum End {
     Completed,
     /// It did not stop within the grace period after an interrupt.
     Killed,
-    /// The kernel process exited (its exit, for the message).
-    Died(String),
+    /// The kernel process exited (how, for the message and the code).
+    Died(Death),
+}
+
+/// How a kernel died, as the caller is told: its exit in words, and the limit and peak when it
+/// certainly ran out of memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Death {
+    pub(super) exit: String,
+    /// `(limit_bytes, peak_bytes)`.
+    pub(super) out_of_memory: Option<(u64, u64)>,
+}
+
+impl From<&ipython_mcp_jupyter::KernelExit> for Death {
+    fn from(exit: &ipython_mcp_jupyter::KernelExit) -> Death {
+        Death {
+            exit: exit.to_string(),
+            out_of_memory: exit.out_of_memory(),
+        }
+    }
+}
+
+impl From<String> for Death {
+    /// A death known only by its words (the kernel is gone, how is not known).
+    fn from(exit: String) -> Death {
+        Death {
+            exit,
+            out_of_memory: None,
+        }
+    }
 }
 
 /// Why an operation was interrupted.
@@ -160,6 +188,18 @@ pub(super) fn decide(ending: &Ending) -> Decision {
             };
             decision.namespace = Some(NamespaceOutcome::Reset);
             let (code, message) = killed(end, cause, *timeout, *grace);
+            let mut error = ErrorInfo::new(code, message).with_hint(hint);
+            if let End::Died(Death {
+                out_of_memory: Some((limit, peak)),
+                ..
+            }) = end
+            {
+                error.limit_bytes = Some(*limit);
+                error.peak_bytes = Some(*peak);
+                error.hint = Some(format!(
+                    "{hint}; the code needed more memory than the kernel may use: work on smaller pieces (chunks, generators, smaller dtypes, del what is no longer needed) or ask the user to raise the limit"
+                ));
+            }
             decision.status = match (died, cause) {
                 (true, _) => ExecutionStatus::Error,
                 (false, Some(Cause::Cancelled | Cause::Interrupted)) => ExecutionStatus::Cancelled,
@@ -168,7 +208,7 @@ pub(super) fn decide(ending: &Ending) -> Decision {
             if !died {
                 decision.interruption = Some(Interruption::Terminated);
             }
-            decision.error = Some(ErrorInfo::new(code, message).with_hint(hint));
+            decision.error = Some(error);
         }
     }
     decision
@@ -210,7 +250,17 @@ fn stopped(cause: Cause, timeout: Duration) -> (ExecutionStatus, ErrorInfo) {
 fn killed(end: &End, cause: Option<Cause>, timeout: Duration, grace: Duration) -> (Code, String) {
     let grace = grace.as_secs_f64();
     match (end, cause) {
-        (End::Died(exit), _) => (
+        (
+            End::Died(Death {
+                exit,
+                out_of_memory: Some(_),
+            }),
+            _,
+        ) => (
+            Code::OutOfMemory,
+            format!("the kernel ran out of memory during execution ({exit})"),
+        ),
+        (End::Died(Death { exit, .. }), _) => (
             Code::KernelDied,
             format!("the kernel process died during execution ({exit})"),
         ),
@@ -248,7 +298,7 @@ mod tests {
     const GOING: &str = "the server is shutting down";
 
     fn died() -> End {
-        End::Died("killed by signal 9".into())
+        End::Died(Death::from("killed by SIGKILL (signal 9)".to_owned()))
     }
 
     /// One row: the inputs, then what the caller must be told.
@@ -402,6 +452,54 @@ mod tests {
     }
 
     #[test]
+    fn a_certain_memory_death_is_out_of_memory_with_its_limit_and_peak() {
+        let oom = ipython_mcp_jupyter::KernelExit::OutOfMemory {
+            limit_bytes: 300 << 20,
+            peak_bytes: 310 << 20,
+            enforcer: ipython_mcp_jupyter::Enforcer::Watchdog,
+        };
+        let likely = ipython_mcp_jupyter::KernelExit::LikelyOutOfMemory {
+            signal: 9,
+            peak_bytes: 290 << 20,
+            bound_bytes: 300 << 20,
+            bound: ipython_mcp_jupyter::MemoryBound::Limit,
+        };
+        let decided = |exit: &ipython_mcp_jupyter::KernelExit| {
+            decide(&Ending {
+                end: End::Died(Death::from(exit)),
+                cause: None,
+                finished_ok: false,
+                reported_error: None,
+                timeout: Duration::from_secs(1),
+                grace: Duration::from_secs(1),
+                checked: Replaced(true),
+                shutting_down: false,
+            })
+        };
+        let decision = decided(&oom);
+        assert_eq!(decision.status, S::Error);
+        assert_eq!(decision.namespace, Some(Reset));
+        let error = decision.error.expect("an error");
+        assert_eq!(error.code, Code::OutOfMemory);
+        assert_eq!(
+            (error.limit_bytes, error.peak_bytes),
+            (Some(300 << 20), Some(310 << 20))
+        );
+        assert_eq!(
+            error.message,
+            "the kernel ran out of memory during execution (its processes grew past their 300.0 MiB limit (310.0 MiB seen) and the server's memory watchdog killed them)"
+        );
+        // Likely is not certain: still a death, said as likely, without the memory fields.
+        let error = decided(&likely).error.expect("an error");
+        assert_eq!(error.code, Code::KernelDied);
+        assert_eq!(error.limit_bytes, None);
+        assert_eq!(
+            error.message,
+            "the kernel process died during execution (killed by SIGKILL (signal 9), likely by the system's out-of-memory killer: its processes had used up to 290.0 MiB of its 300.0 MiB limit)"
+        );
+    }
+
+    #[test]
     fn messages_name_the_deadline_the_grace_and_the_exit() {
         let decided = |end: End, cause: Option<Cause>, checked: Checked| {
             let ending = Ending {
@@ -434,7 +532,7 @@ mod tests {
         );
         assert_eq!(
             decided(died(), None, Replaced(true)),
-            "the kernel process died during execution (killed by signal 9)"
+            "the kernel process died during execution (killed by SIGKILL (signal 9))"
         );
         assert_eq!(
             decided(End::Completed, Some(Interrupted), Healthy(true)),

@@ -178,6 +178,7 @@ fn launch_spec(
                 interrupt_mode: Default::default(),
                 argv: None,
                 kernel_name: None,
+                memory: options.memory,
             },
             true,
             "python3".to_owned(),
@@ -195,6 +196,7 @@ fn launch_spec(
                 interrupt_mode: kernel_spec.interrupt_mode,
                 argv: Some(command),
                 kernel_name: Some(kernel_spec.name.clone()),
+                memory: options.memory,
             };
             (spec, kernel_spec.is_ipykernel(), kernel_spec.name.clone())
         }

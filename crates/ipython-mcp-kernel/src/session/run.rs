@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::outcome::{Cause, End};
+use super::outcome::{Cause, Death, End};
 
 /// How long a kernel that said nothing since an interrupt gets before it is sent once more.
 /// IPython swallows a `KeyboardInterrupt` that lands in its pre-run callbacks (between
@@ -66,11 +66,11 @@ pub(super) enum Event {
     /// The request is sent; its receiver is open.
     Sent,
     /// The request could not be sent: the kernel is gone (why, for the message).
-    SendFailed(String),
+    SendFailed(Death),
     /// A message of the request arrived; what the collector has seen after it.
     Message(Seen),
     /// The request's receiver closed: the kernel exited (its exit, for the message).
-    KernelExited(String),
+    KernelExited(Death),
     /// The interrupt asked for by [`Action::Interrupt`] has been delivered.
     InterruptSent,
     /// The timer [`Run::timer`] named went off.
@@ -402,8 +402,8 @@ mod tests {
         }
     }
 
-    fn exit() -> String {
-        "killed by signal 9".to_owned()
+    fn exit() -> Death {
+        Death::from("killed by SIGKILL (signal 9)".to_owned())
     }
 
     fn died(run: &Run) -> Run {

@@ -12,6 +12,8 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use ipython_mcp_jupyter::protocol::JupyterMessage;
 use ipython_mcp_jupyter::remote::RemoteKernel;
+use std::sync::Arc;
+
 use ipython_mcp_jupyter::{Channel, Kernel, KernelExit, Routed};
 use tokio::sync::{mpsc, watch};
 
@@ -57,6 +59,12 @@ pub(crate) trait KernelTransport: Send + Sync {
 
     /// Becomes `Some` once the kernel is gone (process exit, or the server lost it).
     fn exit_watch(&self) -> watch::Receiver<Option<KernelExit>>;
+
+    /// The kernel tree's memory meter: a local kernel's; `None` for one the server does not
+    /// run itself (its memory is its server's business).
+    fn memory(&self) -> Option<Arc<ipython_mcp_jupyter::MemoryMeter>> {
+        None
+    }
 
     /// Ends the kernel at once (and whatever it started) and waits, bounded, until it is gone.
     fn kill(&self) -> BoxFuture<'_, ()>;
@@ -140,6 +148,10 @@ impl KernelTransport for Kernel {
 
     fn exit_watch(&self) -> watch::Receiver<Option<KernelExit>> {
         Kernel::exit_watch(self)
+    }
+
+    fn memory(&self) -> Option<Arc<ipython_mcp_jupyter::MemoryMeter>> {
+        Some(Kernel::memory(self))
     }
 
     fn kill(&self) -> BoxFuture<'_, ()> {
