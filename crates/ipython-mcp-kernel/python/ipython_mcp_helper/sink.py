@@ -504,6 +504,8 @@ class StreamChannel:
         if not string:
             return False
         self._spool_write()
+        # ``written`` counts ``string`` already, and it is still to be appended.
+        self.spool_written_at -= len(string)
         if self.spooled < self.spool_limit:
             self.installation.outputs.stream(self.name, self.spooled)
             self._spool_open()
