@@ -198,7 +198,7 @@ async fn a_server_killed_after_an_answer_leaves_all_of_its_output_in_the_spool()
     let run = server.call("execute", json!({"code": code})).await;
     assert!(run.ok(), "{run:?}");
     let expected: String = (0..100_000)
-        .map(|i| format!("{i:06d} {}\n", "x".repeat(40)))
+        .map(|i| format!("{i:06} {}\n", "x".repeat(40)))
         .collect();
     assert_eq!(run.structured["spool"]["stdout_bytes"], expected.len());
 
