@@ -27,6 +27,11 @@
 //! that every call is answered once, and measures `runtime_status` and `execute` throughput
 //! (see `principals.rs`); it is not part of the full run.
 //!
+//! `ipython-mcp-bench spool [ROUNDS]` runs 200,000 prints of 99 characters on two servers of
+//! the same binary, spool on and spool off, interleaved, beside a bare `jupyter_client` loop,
+//! and fails when the spool costs more than 10 % (see `spool.rs`); it is not part of the full
+//! run.
+//!
 //! `ipython-mcp-bench execute` runs only (a) and the namespace calls, against the server in
 //! `IPYTHON_MCP_BENCH_SERVER` when it is set (to compare builds in interleaved runs).
 //!
@@ -37,7 +42,7 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
+use anyhow::{bail, Context as _};
 use rmcp::model::ClientConfig;
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
 
@@ -50,6 +55,7 @@ mod principals;
 mod python;
 mod remote;
 mod server;
+mod spool;
 
 use latency::{bench_jupyter_client, bench_mcp, bench_raw_client, bench_session, CALLS, WARMUP};
 use lifecycle::{
@@ -89,6 +95,26 @@ async fn main() -> anyhow::Result<()> {
         Some("principals") => return principals::bench_principals(&server_binary).await,
         Some("retained") => {
             print_retained(&bench_retained(&server_binary).await?);
+            return Ok(());
+        }
+        Some("spool") => {
+            let rounds = match std::env::args().nth(2) {
+                Some(rounds) => rounds.parse().context("ROUNDS is a positive number")?,
+                None => spool::SPOOL_ROUNDS,
+            };
+            if rounds == 0 {
+                bail!("ROUNDS is a positive number");
+            }
+            let python = resolve_python().await?;
+            let cost = spool::bench_spool(&server_binary, &python, rounds).await?;
+            spool::print_spool(&cost);
+            if cost.ratio() > spool::MAX_SPOOL_RATIO {
+                bail!(
+                    "the spool costs {:.1} % over a run without it (target <= {:.0} %)",
+                    (cost.ratio() - 1.0) * 100.0,
+                    (spool::MAX_SPOOL_RATIO - 1.0) * 100.0
+                );
+            }
             return Ok(());
         }
         Some("sigterm") => {

@@ -181,6 +181,58 @@ async fn background_output_is_polled_to_completion_and_paged_from_the_spool() {
     server.stop().await;
 }
 
+/// The spool's durability: an answered execution's output is in its spool files when the
+/// answer arrives (the kernel's helper writes what it batched before the kernel replies), so
+/// a SIGKILL right after the answer, which takes the kernel down too, loses none of it.
+#[tokio::test]
+async fn a_server_killed_after_an_answer_leaves_all_of_its_output_in_the_spool() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let tmp_path = tmp.path().display().to_string();
+    let server = Server::start(Family::Handshake, &[("TMPDIR", &tmp_path)]).await;
+    let list = server.call("kernel_list", json!({})).await;
+    let kernel_pid = list.structured["kernels"][0]["pid"]
+        .as_i64()
+        .expect("kernel pid") as i32;
+    // Many small writes, as a loop of prints makes them: they are batched in the kernel.
+    let code = "for i in range(100_000):\n    print(f'{i:06d}', 'x' * 40)";
+    let run = server.call("execute", json!({"code": code})).await;
+    assert!(run.ok(), "{run:?}");
+    let expected: String = (0..100_000)
+        .map(|i| format!("{i:06} {}\n", "x".repeat(40)))
+        .collect();
+    assert_eq!(run.structured["spool"]["stdout_bytes"], expected.len());
+
+    // SAFETY: kill(2) on the pid of our own child process.
+    unsafe {
+        libc::kill(server.pid as i32, libc::SIGKILL);
+    }
+    support::wait_until_gone(server.pid as i32).await;
+    support::wait_until_gone(kernel_pid).await;
+    drop(server);
+    let mut spooled = Vec::new();
+    for dir in std::fs::read_dir(tmp.path()).expect("tmp").flatten() {
+        if !dir
+            .file_name()
+            .to_string_lossy()
+            .starts_with("ipython-mcp-spool-")
+        {
+            continue;
+        }
+        for file in std::fs::read_dir(dir.path()).expect("spool").flatten() {
+            if file.file_name().to_string_lossy().ends_with(".stdout") {
+                spooled.push(std::fs::read(file.path()).expect("read"));
+            }
+        }
+    }
+    assert_eq!(spooled.len(), 1, "one execution printed");
+    assert!(
+        spooled[0] == expected.as_bytes(),
+        "the spool holds {} of the {} bytes answered",
+        spooled[0].len(),
+        expected.len()
+    );
+}
+
 /// Python that blocks the cell until `flag` exists: the test decides when the cell may end,
 /// so nothing depends on how fast a loaded machine runs it. Gives up after five minutes, so a
 /// test that failed before releasing it leaves no cell running for long.

@@ -54,6 +54,11 @@ OPTIONAL_CONFIG_KEYS = (
 # Beside them, ``<msg_id>.outputs`` logs every output as the kernel produced it, before any
 # bound, one JSON object a line in arrival order (see ``OutputLog``), so a notebook can be
 # saved with what Jupyter would have saved while the server only received the bounded view.
+# A stream's text reaches its file in batches (``sink.SPOOL_BATCH_CHARS``, at most
+# ``sink.SPOOL_FLUSH_SECONDS`` behind, by a timer thread when no write comes); ``end_execution``
+# (post_execute, before the kernel sends the reply the server answers on) writes the rest and
+# closes the files, so what an answer reports is in them. Nothing is fsynced: a killed server
+# or kernel loses none of it, a power cut may.
 
 
 _MISSING = object()

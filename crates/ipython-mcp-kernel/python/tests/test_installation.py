@@ -7,6 +7,7 @@ Run from the workspace root:  python -m pytest crates/ipython-mcp-kernel/python/
 import ast
 import json
 import os
+import time
 
 import pytest
 
@@ -290,6 +291,75 @@ class TestKernel:
             # A quiet execution writes no file; an existing file is never reused or followed.
             quiet = kernel.execute("x = 1")
             assert not any(name.startswith(quiet.msg_id) for name in os.listdir(spool_dir))
+        finally:
+            assert kernel.execute(install % CONFIG, silent=True).reply["content"]["status"] == "ok"
+
+    def test_spool_batches_but_shows_a_running_executions_output_and_is_whole_at_the_reply(
+        self, kernel, tmp_path
+    ):
+        spool_dir = str(tmp_path / "spool")
+        os.mkdir(spool_dir)
+        flag = str(tmp_path / "release")
+        install = "import sys; sys.modules['ipython_mcp_helper'].install(%r)"
+        config = dict(CONFIG, spool_dir=spool_dir, spool_max_bytes=10_000_000)
+        assert kernel.execute(install % config, silent=True).reply["content"]["status"] == "ok"
+        try:
+            # Small writes of both streams, ASCII and not, then a pause that the test ends.
+            code = (
+                "import os, sys, time\n"
+                "for i in range(30_000):\n"
+                "    print('line', i, 'é' * (i %% 3))\n"
+                "    if i %% 1000 == 0: print('err', i, file=sys.stderr)\n"
+                "print('waiting')\n"
+                "deadline = time.monotonic() + 300\n"
+                "while not os.path.exists(%r) and time.monotonic() < deadline:\n"
+                "    time.sleep(0.02)\n"
+                "print('end')\n"
+            ) % flag
+            msg = kernel.kc.session.msg("execute_request", {
+                "code": code, "silent": False, "store_history": True, "user_expressions": {},
+                "allow_stdin": False, "stop_on_error": False,
+            })
+            kernel.kc.shell_channel.send(msg)
+            msg_id = msg["header"]["msg_id"]
+            stdout_path = os.path.join(spool_dir, msg_id + ".stdout")
+            # While the cell runs, even the line it printed before pausing reaches the file:
+            # batched text waits at most SPOOL_FLUSH_SECONDS, whether more writes come or not.
+            deadline = time.monotonic() + 120
+            while True:
+                if os.path.exists(stdout_path):
+                    with open(stdout_path, "rb") as file:
+                        if file.read().endswith(b"waiting\n"):
+                            break
+                assert time.monotonic() < deadline, "the running execution's output never showed"
+                time.sleep(0.02)
+            with open(flag, "w"):
+                pass
+            run = kernel.collect(msg_id, wait_reply=True)
+            assert run.reply["content"]["status"] == "ok"
+            # At the reply every byte is in the files, and the log's offsets are byte offsets.
+            flood = "".join("line %d %s\n" % (i, "é" * (i % 3)) for i in range(30_000))
+            stderr = "".join("err %d\n" % i for i in range(0, 30_000, 1000))
+            stdout = flood + "waiting\nend\n"
+            with open(stdout_path, "rb") as file:
+                assert file.read() == stdout.encode()
+            with open(os.path.join(spool_dir, msg_id + ".stderr"), "rb") as file:
+                assert file.read() == stderr.encode()
+            with open(os.path.join(spool_dir, msg_id + ".outputs"), "rb") as file:
+                markers = [json.loads(line) for line in file]
+            expected, offsets = [], {"stdout": 0, "stderr": 0}
+            for i in range(30_000):
+                for name, text in [("stdout", "line %d %s\n" % (i, "é" * (i % 3)))] + (
+                    [("stderr", "err %d\n" % i)] if i % 1000 == 0 else []
+                ):
+                    if not expected or expected[-1]["name"] != name:
+                        expected.append({"output_type": "stream", "name": name, "offset": offsets[name]})
+                    offsets[name] += len(text.encode())
+            assert markers == expected
+            assert run.report()["spool"] == {
+                "stdout": {"bytes": len(stdout.encode()), "dropped_bytes": 0},
+                "stderr": {"bytes": len(stderr.encode()), "dropped_bytes": 0},
+            }
         finally:
             assert kernel.execute(install % CONFIG, silent=True).reply["content"]["status"] == "ok"
 
