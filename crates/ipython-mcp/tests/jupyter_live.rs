@@ -306,6 +306,28 @@ async fn a_room_that_is_gone_is_an_error_never_a_silent_success() {
         .await;
     assert_eq!(error_code(&missing), "notebook_not_found", "{missing:?}");
 
+    // The person deletes a notebook the agent has open: the agent's next edit is refused.
+    jupyter.put_notebook("deleted.ipynb", &notebook).await;
+    let before = agent
+        .call("notebook_read", json!({"path": "jupyter:deleted.ipynb"}))
+        .await;
+    assert!(before.ok(), "{before:?}");
+    let (status, _) = jupyter
+        .request(reqwest::Method::DELETE, "api/contents/deleted.ipynb", None)
+        .await;
+    assert_eq!(status, 204);
+    let edit = agent
+        .call(
+            "notebook_edit",
+            json!({"path": "jupyter:deleted.ipynb", "action": "insert", "source": "lost?"}),
+        )
+        .await;
+    assert_eq!(error_code(&edit), "notebook_not_found", "{edit:?}");
+    let read = agent
+        .call("notebook_read", json!({"path": "jupyter:deleted.ipynb"}))
+        .await;
+    assert_eq!(error_code(&read), "notebook_not_found", "{read:?}");
+
     jupyter.kill();
     let edit = agent
         .call(

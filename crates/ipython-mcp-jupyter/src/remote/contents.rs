@@ -80,6 +80,28 @@ impl Server {
         Ok(notebook_of(model))
     }
 
+    /// Whether the server has a notebook at `path` (without reading it).
+    pub async fn notebook_exists(&self, path: &str) -> Result<bool, Error> {
+        let what = format!("notebook {path}");
+        match self
+            .call(
+                Method::GET,
+                &contents_url(path, "content=0"),
+                None,
+                &what,
+                self.inner.timeout,
+            )
+            .await
+        {
+            Ok(body) => {
+                let model: Model = self.parse(&body, &what)?;
+                Ok(model.kind == "notebook" || model.kind == "file")
+            }
+            Err(Error::RemoteNotFound { .. }) => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
     /// Writes `notebook` (nbformat 4 JSON) to `path`, creating or replacing the file.
     pub async fn put_notebook(
         &self,

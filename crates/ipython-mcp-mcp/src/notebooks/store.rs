@@ -80,7 +80,30 @@ impl JupyterNotebooks {
         let mut rooms = self.rooms.lock().await;
         if let Some(room) = rooms.get(server_path) {
             match room.closed() {
-                None => return Ok(Some(room.clone())),
+                None => {
+                    // A room outlives its file (a person deleted or renamed the notebook):
+                    // its document is then no notebook on the server, and edits there would
+                    // be lost. One cheap request tells.
+                    let exists =
+                        self.server
+                            .notebook_exists(server_path)
+                            .await
+                            .map_err(|error| {
+                                ToolError::from(jupyter_notebook_error(&path.relative, &error))
+                            })?;
+                    if exists {
+                        return Ok(Some(room.clone()));
+                    }
+                    let room = rooms.remove(server_path);
+                    drop(rooms);
+                    if let Some(room) = room {
+                        room.close().await;
+                    }
+                    return Err(notebook_error(&Error::NotFound {
+                        path: path.relative.clone(),
+                    })
+                    .into());
+                }
                 Some(why) => {
                     tracing::info!(why = %why, "a notebook's live document closed; joining again");
                     rooms.remove(server_path);
