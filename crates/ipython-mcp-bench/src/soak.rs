@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -80,6 +80,8 @@ struct Stats {
     faults: BTreeMap<&'static str, u64>,
     statuses: BTreeMap<String, u64>,
     failures: Vec<String>,
+    /// Background jobs by how they read back.
+    jobs: BTreeMap<&'static str, u64>,
     /// Kernel processes seen, by pid and start time (so a reused pid is not taken for one).
     kernels: HashSet<(u32, u64)>,
 }
@@ -146,9 +148,14 @@ enum Via {
 struct Job {
     execution_id: String,
     marker: String,
-    /// The lane's fault count when it was started: a later fault may have ended it.
-    faults_before: u64,
+    /// The lane's executions before it: a kernel remembers only its latest
+    /// `ipython_mcp_kernel::MAX_RECORDS` (32).
+    executions_before: u64,
 }
+
+/// Executions after a job within which its record must still be there (32, with a margin for
+/// calls that make records without an `execute`).
+const RECORD_WINDOW: u64 = 16;
 
 struct Lane {
     name: String,
@@ -163,6 +170,8 @@ struct Lane {
     inserted: Vec<String>,
     faults: u64,
     serial: u64,
+    /// `execute` calls on the lane's kernel.
+    executions: AtomicU64,
 }
 
 /// One call, bounded; `None` when it was not answered (recorded as a failure).
@@ -244,6 +253,7 @@ impl Lane {
     }
 
     async fn execute(&self, code: &str, extra: Value) -> Option<Answer> {
+        self.executions.fetch_add(1, Ordering::Relaxed);
         let mut arguments = self.with_kernel(json!({ "code": code }));
         if let Value::Object(extra) = extra {
             for (key, value) in extra {
@@ -332,7 +342,7 @@ impl Lane {
                         Some(id) => self.jobs.push(Job {
                             execution_id: id.to_owned(),
                             marker,
-                            faults_before: self.faults,
+                            executions_before: self.executions.load(Ordering::Relaxed),
                         }),
                         None => self.fail(format!("background job without an id: {structured}")),
                     }
@@ -532,6 +542,7 @@ impl Lane {
                 with(&self.stats, |stats| {
                     *stats.calls.entry("execute".to_owned()).or_default() += 1
                 });
+                self.executions.fetch_add(1, Ordering::Relaxed);
                 let peer = self.peer.clone();
                 let cancelled = tokio::select! {
                     answered = peer.call_tool(request) => Some(answered),
@@ -562,6 +573,7 @@ impl Lane {
                         .cloned()
                         .unwrap_or_default(),
                 );
+                self.executions.fetch_add(1, Ordering::Relaxed);
                 let call = tokio::spawn(async move { peer.call_tool(request).await });
                 self.wait_active().await;
                 call.abort();
@@ -598,8 +610,22 @@ impl Lane {
                 )
                 .await;
             let Some(answer) = answer else { continue };
-            if job.faults_before == self.faults {
-                let text = answer.structured.to_string();
+            let text = answer.structured.to_string();
+            if self.executions.load(Ordering::Relaxed) - job.executions_before > RECORD_WINDOW {
+                // Aged out, or not yet: either answer is true.
+                let outcome = answer.outcome();
+                let kind = if outcome == "ok" && text.contains(&job.marker) {
+                    "background job read back (past the window)"
+                } else if outcome == "invalid_arguments" {
+                    "background job aged out"
+                } else {
+                    self.fail(format!("background job past the window answered {outcome}"));
+                    continue;
+                };
+                with(&self.stats, |stats| {
+                    *stats.jobs.entry(kind).or_default() += 1
+                });
+            } else {
                 if answer.outcome() != "ok" || !text.contains(&job.marker) {
                     let detail: String = text.chars().take(300).collect();
                     self.fail(format!(
@@ -608,6 +634,10 @@ impl Lane {
                         job.marker,
                         answer.outcome()
                     ));
+                } else {
+                    with(&self.stats, |stats| {
+                        *stats.jobs.entry("background job read back").or_default() += 1
+                    });
                 }
             }
         }
@@ -908,6 +938,7 @@ async fn run(server_binary: &Path, python: &Path, seconds: u64, seed: u64) -> an
             inserted: Vec::new(),
             faults: 0,
             serial: 0,
+            executions: AtomicU64::new(0),
         });
         http_clients.push(client);
     }
@@ -924,6 +955,7 @@ async fn run(server_binary: &Path, python: &Path, seconds: u64, seed: u64) -> an
             inserted: Vec::new(),
             faults: 0,
             serial: 0,
+            executions: AtomicU64::new(0),
         });
     }
     // Kernels and notebooks, before the clock starts.
@@ -1166,7 +1198,7 @@ async fn run(server_binary: &Path, python: &Path, seconds: u64, seed: u64) -> an
 
     let stats = with(&stats, std::mem::take);
     println!();
-    println!("load {load_seconds:.0} s; calls by tool:");
+    println!("{seconds} s of load, {load_seconds:.0} s to drained; calls by tool:");
     let total: u64 = stats.calls.values().sum();
     for (tool, count) in &stats.calls {
         println!("  {tool:<28} {count:>6}");
@@ -1175,6 +1207,10 @@ async fn run(server_binary: &Path, python: &Path, seconds: u64, seed: u64) -> an
     println!("faults injected:");
     for (kind, count) in &stats.faults {
         println!("  {kind:<28} {count:>6}");
+    }
+    println!("background jobs:");
+    for (kind, count) in &stats.jobs {
+        println!("  {kind:<44} {count:>6}");
     }
     println!("statuses seen:");
     for (status, count) in &stats.statuses {
