@@ -320,7 +320,7 @@ impl Lane {
             }
             30..=35 => {
                 let answer = self
-                    .execute("for i in range(150000):\n    print(i)", json!({}))
+                    .execute("for i in range(600000):\n    print(i)", json!({}))
                     .await;
                 self.expect("flood", &answer, &["ok"]);
             }
