@@ -37,10 +37,12 @@ use crate::python::resolve_python_in;
 use crate::server::proc_status_kib;
 
 /// Bound on any one call: the longest deadline a call here asks for (20 s) plus the grace,
-/// a kernel replacement on two loaded cores (startup bound 120 s) and a margin.
+/// a kernel replacement on two loaded cores (startup bound 30 s) and a large margin.
 const CALL_TIMEOUT: Duration = Duration::from_secs(180);
 const OPERATION_TIMEOUT_SECONDS: u64 = 20;
 const GRACE_SECONDS: u64 = 1;
+/// Kernel start bound; also how long an interrupt waits for a kernel to begin its request.
+const STARTUP_SECONDS: u64 = 30;
 const MEMORY_LIMIT: &str = "300MiB";
 const SPOOL_BYTES: u64 = 8 << 20;
 const SPOOL_EXECUTION_BYTES: u64 = 4 << 20;
@@ -314,6 +316,19 @@ impl Lane {
 
     async fn step(&mut self) {
         let roll = self.rng.below(100);
+        let began = Instant::now();
+        self.act(roll).await;
+        let took = began.elapsed();
+        if took > Duration::from_secs(30) {
+            println!(
+                "{}: step {roll} took {:.1} s",
+                self.name,
+                took.as_secs_f64()
+            );
+        }
+    }
+
+    async fn act(&mut self, roll: u64) {
         match roll {
             0..=29 => {
                 self.trivial().await;
@@ -472,6 +487,7 @@ impl Lane {
             ],
         };
         let kind = kinds[self.rng.below(kinds.len() as u64) as usize];
+        let began = Instant::now();
         with(&self.stats, |stats| {
             *stats.faults.entry(kind).or_default() += 1
         });
@@ -498,12 +514,24 @@ impl Lane {
                 }
             }
             "sigstop" => {
-                let Some(pid) = self.kernel_pid().await else {
-                    return;
+                // Stopped while it runs the cell, so the interrupt is delivered at the deadline
+                // and the grace ends in a replacement. (Stopped before it begins a request, the
+                // interrupt would wait up to the kernel startup bound: by design, see run.rs.)
+                let running =
+                    self.running("import time\ntime.sleep(15)", json!({"timeout_seconds": 3}));
+                let stopper = async {
+                    if self.wait_active().await {
+                        if let Some(pid) = self.kernel_pid().await {
+                            signal(pid, "STOP");
+                            return Some(pid);
+                        }
+                    }
+                    None
                 };
-                signal(pid, "STOP");
-                let answer = self.execute("1 + 1", json!({"timeout_seconds": 2})).await;
-                signal(pid, "CONT");
+                let (answer, stopped) = tokio::join!(running, stopper);
+                if let Some(pid) = stopped {
+                    signal(pid, "CONT");
+                }
                 self.expect(
                     "execute on a stopped kernel",
                     &answer,
@@ -586,8 +614,17 @@ impl Lane {
                 self.expect("kernel_restart", &answer, &["ok"]);
             }
         }
+        let faulted = began.elapsed();
         // The lane goes on, on a usable kernel.
         self.trivial().await;
+        if began.elapsed() > Duration::from_secs(30) {
+            println!(
+                "{}: fault {kind} took {:.1} s, {:.1} s more to the next answer",
+                self.name,
+                faulted.as_secs_f64(),
+                (began.elapsed() - faulted).as_secs_f64()
+            );
+        }
     }
 
     fn running(
@@ -894,7 +931,7 @@ async fn run(server_binary: &Path, python: &Path, seconds: u64, seed: u64) -> an
         ),
         (
             ipython_mcp_config::WORKER_STARTUP_TIMEOUT.env,
-            "120".to_owned(),
+            STARTUP_SECONDS.to_string(),
         ),
         (ipython_mcp_config::QUEUE_WAIT_TIMEOUT.env, "120".to_owned()),
         (
@@ -1037,7 +1074,13 @@ async fn run(server_binary: &Path, python: &Path, seconds: u64, seed: u64) -> an
             while Instant::now() < load_end {
                 lane.step().await;
             }
+            let stepped = load_end.elapsed().as_secs_f64();
             lane.drain().await;
+            println!(
+                "{}: last step done {stepped:.1} s after the load, drained {:.1} s after",
+                lane.name,
+                load_end.elapsed().as_secs_f64()
+            );
             lane
         });
     }
