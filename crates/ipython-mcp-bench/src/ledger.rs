@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use rmcp::model::{JsonRpcMessage, RequestId};
+use rmcp::model::{ClientNotification, JsonRpcMessage, RequestId};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::RoleClient;
@@ -17,6 +17,8 @@ pub(crate) struct Ledger {
     answers: HashMap<RequestId, u32>,
     /// Responses to ids never sent (or errors without an id).
     unsolicited: usize,
+    /// Requests the client cancelled: the server may answer them once, or not at all.
+    cancelled: std::collections::HashSet<RequestId>,
 }
 
 /// A ledger's verdict, summed over clients.
@@ -41,11 +43,20 @@ impl Ledger {
         }
     }
 
+    /// The client sent `notifications/cancelled` for `id`: no answer is then not a loss.
+    pub(crate) fn cancelled(&mut self, id: RequestId) {
+        self.cancelled.insert(id);
+    }
+
     /// Read once every call has returned: a request still unanswered then is lost.
     pub(crate) fn replies(&self) -> Replies {
         Replies {
             requests: self.answers.len(),
-            lost: self.answers.values().filter(|count| **count == 0).count(),
+            lost: self
+                .answers
+                .iter()
+                .filter(|(id, count)| **count == 0 && !self.cancelled.contains(*id))
+                .count(),
             duplicated: self.unsolicited
                 + self
                     .answers
@@ -87,8 +98,20 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Counted<T> {
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         // Noted before it leaves, so that its response always finds it.
-        if let JsonRpcMessage::Request(request) = &item {
-            note(&self.ledger, |ledger| ledger.sent(request.id.clone()));
+        match &item {
+            JsonRpcMessage::Request(request) => {
+                note(&self.ledger, |ledger| ledger.sent(request.id.clone()))
+            }
+            JsonRpcMessage::Notification(notification) => {
+                if let ClientNotification::CancelledNotification(cancelled) =
+                    &notification.notification
+                {
+                    if let Some(id) = cancelled.params.request_id.clone() {
+                        note(&self.ledger, |ledger| ledger.cancelled(id));
+                    }
+                }
+            }
+            _ => {}
         }
         self.inner.send(item)
     }
@@ -137,11 +160,14 @@ mod tests {
         ledger.answered(Some(&id(1)));
         ledger.answered(Some(&id(3)));
         ledger.answered(Some(&id(9)));
+        // A cancelled request may go unanswered: 4 is not lost.
+        ledger.sent(id(4));
+        ledger.cancelled(id(4));
         ledger.answered(None);
         assert_eq!(
             ledger.replies(),
             Replies {
-                requests: 4,
+                requests: 5,
                 lost: 1,
                 duplicated: 4
             }

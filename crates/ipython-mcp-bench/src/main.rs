@@ -32,6 +32,10 @@
 //! and fails when the spool costs more than 10 % (see `spool.rs`); it is not part of the full
 //! run.
 //!
+//! `ipython-mcp-bench soak [--seconds N] [--seed S]` is a chaos soak: a mixed workload with
+//! faults injected at random moments on two servers, then checks that every call was answered
+//! once and truthfully and that nothing leaked (see `soak.rs`); it is not part of the full run.
+//!
 //! `ipython-mcp-bench execute` runs only (a) and the namespace calls, against the server in
 //! `IPYTHON_MCP_BENCH_SERVER` when it is set (to compare builds in interleaved runs).
 //!
@@ -55,6 +59,7 @@ mod principals;
 mod python;
 mod remote;
 mod server;
+mod soak;
 mod spool;
 
 use latency::{bench_jupyter_client, bench_mcp, bench_raw_client, bench_session, CALLS, WARMUP};
@@ -116,6 +121,10 @@ async fn main() -> anyhow::Result<()> {
                 );
             }
             return Ok(());
+        }
+        Some("soak") => {
+            let (seconds, seed) = soak_arguments(std::env::args().skip(2))?;
+            return soak::soak(&server_binary, seconds, seed).await;
         }
         Some("sigterm") => {
             print_sigterm(&bench_sigterm(&server_binary).await?);
@@ -248,6 +257,25 @@ async fn main() -> anyhow::Result<()> {
     print_sigterm(&sigterm);
     print_image_fit(&image_fit);
     Ok(())
+}
+
+/// `[--seconds N] [--seed S]` of `soak`: 60 s and seed 1 unless given.
+fn soak_arguments(mut args: impl Iterator<Item = String>) -> anyhow::Result<(u64, u64)> {
+    let (mut seconds, mut seed) = (60, 1);
+    while let Some(flag) = args.next() {
+        let value = args
+            .next()
+            .with_context(|| format!("{flag} needs a value"))?;
+        let number: u64 = value
+            .parse()
+            .with_context(|| format!("{flag} takes a whole number, not {value:?}"))?;
+        match flag.as_str() {
+            "--seconds" if number > 0 => seconds = number,
+            "--seed" => seed = number,
+            _ => bail!("usage: ipython-mcp-bench soak [--seconds N (> 0)] [--seed S]"),
+        }
+    }
+    Ok((seconds, seed))
 }
 
 const STARTS: usize = 10;

@@ -294,10 +294,10 @@ fn print_figures(all: &[Figures]) {
 }
 
 /// The server under load, killed on drop if it was not stopped.
-struct HttpServer {
-    child: tokio::process::Child,
-    pid: u32,
-    url: String,
+pub(crate) struct HttpServer {
+    pub(crate) child: tokio::process::Child,
+    pub(crate) pid: u32,
+    pub(crate) url: String,
 }
 
 /// A connected client and what it is.
@@ -464,7 +464,7 @@ async fn run_layout(
 }
 
 /// 32 random bytes in hex: a bearer token well past the 16-character minimum.
-fn random_token() -> anyhow::Result<String> {
+pub(crate) fn random_token() -> anyhow::Result<String> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|error| anyhow::anyhow!("random token: {error}"))?;
     Ok(bytes.iter().map(|byte| format!("{byte:02x}")).collect())
@@ -481,7 +481,10 @@ fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
 
 /// Starts the server on a loopback port of its choosing and reads its URL from stderr; later
 /// lines (warnings) are passed on.
-async fn start(server_binary: &Path, env: &[(&str, String)]) -> anyhow::Result<HttpServer> {
+pub(crate) async fn start(
+    server_binary: &Path,
+    env: &[(&str, String)],
+) -> anyhow::Result<HttpServer> {
     let mut command = tokio::process::Command::new(server_binary);
     for name in [
         ipython_mcp_config::HTTP_TOKEN.env,

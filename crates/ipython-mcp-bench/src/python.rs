@@ -6,10 +6,17 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 pub(crate) async fn resolve_python() -> anyhow::Result<PathBuf> {
+    resolve_python_in(None).await
+}
+
+/// As [`resolve_python`], with `cache_dir` in place of the configured one when given.
+pub(crate) async fn resolve_python_in(cache_dir: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let xdg = std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from);
-    let cache_dir = match std::env::var_os(ipython_mcp_config::CACHE_DIR.env) {
-        Some(dir) => PathBuf::from(dir),
+    let cache_dir = match cache_dir
+        .or_else(|| std::env::var_os(ipython_mcp_config::CACHE_DIR.env).map(PathBuf::from))
+    {
+        Some(dir) => dir,
         None => ipython_mcp_env::default_cache_dir(home.as_deref(), xdg.as_deref())
             .context("no cache dir")?,
     };

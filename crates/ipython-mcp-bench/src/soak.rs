@@ -1,0 +1,1382 @@
+//! `ipython-mcp-bench soak [--seconds N] [--seed S]`: a chaos soak, bounded in count and time,
+//! on loopback only. Two servers of the binary under test (one over Streamable HTTP with three
+//! client lanes, one over stdio with one), each lane on a kernel of its own, run a mixed
+//! workload from a seeded pseudo-random schedule: trivial executes, output floods, images,
+//! background jobs, namespace tools, dynamic tool calls, notebook edits and executions; and
+//! faults at random moments, each on the lane's own kernel: SIGKILL, SIGSTOP past the
+//! deadline, a memory blow-up past the limit, `interrupt`, an MCP cancellation, an HTTP client
+//! dropped mid-call, `kernel_restart`.
+//!
+//! Then it drains and checks: every call answered exactly once (JSON-RPC ids counted below
+//! the client, `ledger.rs`; a cancelled request may go unanswered) with a status that matches
+//! what was done to it; every background job's output readable; notebook files parse at every
+//! sample and hold every acknowledged cell; spool directories within their bound; no kernel
+//! process outliving its session, nor the server; no temporary file left behind; the
+//! servers' RSS, file descriptors and threads flat (least-squares slopes reported; only gross
+//! growth fails, the machine is noisy). Any failure exits non-zero after the summary.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig};
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _, Peer, RunningService};
+use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::RoleClient;
+use serde_json::{json, Value};
+
+use crate::ledger::{Counted, Ledger, Replies};
+use crate::principals::{random_token, start, HttpServer};
+use crate::python::resolve_python_in;
+use crate::server::proc_status_kib;
+
+/// Bound on any one call: the longest deadline a call here asks for (20 s) plus the grace,
+/// a kernel replacement on two loaded cores (startup bound 30 s) and a large margin.
+const CALL_TIMEOUT: Duration = Duration::from_secs(180);
+const OPERATION_TIMEOUT_SECONDS: u64 = 20;
+const GRACE_SECONDS: u64 = 1;
+/// Kernel start bound; also how long an interrupt waits for a kernel to begin its request.
+const STARTUP_SECONDS: u64 = 30;
+const MEMORY_LIMIT: &str = "300MiB";
+const SPOOL_BYTES: u64 = 8 << 20;
+const SPOOL_EXECUTION_BYTES: u64 = 4 << 20;
+/// HTTP lanes (the first on the `default` kernel, the others on started ones) and stdio lanes.
+const HTTP_LANES: usize = 3;
+const STDIO_LANES: usize = 1;
+/// Gross growth only: the machine is shared and small.
+const MAX_FD_GROWTH: f64 = 50.0;
+const MAX_RSS_GROWTH_KIB: f64 = 512.0 * 1024.0;
+
+/// A tiny xorshift64*: the schedule is a function of the seed.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// What every lane counts and finds.
+#[derive(Default)]
+struct Stats {
+    calls: BTreeMap<String, u64>,
+    faults: BTreeMap<&'static str, u64>,
+    statuses: BTreeMap<String, u64>,
+    failures: Vec<String>,
+    /// Background jobs by how they read back.
+    jobs: BTreeMap<&'static str, u64>,
+    /// Kernel processes seen, by pid and start time (so a reused pid is not taken for one).
+    kernels: HashSet<(u32, u64)>,
+}
+
+type Shared = Arc<Mutex<Stats>>;
+
+fn with<T>(stats: &Shared, write: impl FnOnce(&mut Stats) -> T) -> T {
+    write(
+        &mut stats
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()),
+    )
+}
+
+/// A tool's answer, as far as the soak reads it.
+struct Answer {
+    is_error: bool,
+    structured: Value,
+}
+
+impl Answer {
+    /// `ok`, `pending`, or the error's code.
+    fn outcome(&self) -> String {
+        if self.is_error {
+            return self.structured["error"]["code"]
+                .as_str()
+                .unwrap_or("error")
+                .to_owned();
+        }
+        match self.structured["status"].as_str() {
+            Some("error") => self.structured["error"]["code"]
+                .as_str()
+                .unwrap_or("error")
+                .to_owned(),
+            Some(status) => status.to_owned(),
+            None => "ok".to_owned(),
+        }
+    }
+}
+
+fn answer_of(result: CallToolResult) -> Answer {
+    let text: String = result
+        .content
+        .iter()
+        .filter_map(|block| block.as_text())
+        .map(|text| text.text.as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    Answer {
+        is_error: result.is_error == Some(true),
+        structured: result
+            .structured_content
+            .unwrap_or_else(|| json!({ "text": text })),
+    }
+}
+
+/// How a lane reaches its server.
+#[derive(Clone)]
+enum Via {
+    Http { url: String, token: String },
+    Stdio,
+}
+
+struct Job {
+    execution_id: String,
+    marker: String,
+    /// The lane's executions before it: a kernel remembers only its latest
+    /// `ipython_mcp_kernel::MAX_RECORDS` (32).
+    executions_before: u64,
+}
+
+/// Executions after a job within which its record must still be there (32, with a margin for
+/// calls that make records without an `execute`).
+const RECORD_WINDOW: u64 = 16;
+
+struct Lane {
+    name: String,
+    peer: Peer<RoleClient>,
+    /// `None`: the `default` kernel.
+    kernel: Option<String>,
+    via: Via,
+    notebook: String,
+    rng: Rng,
+    stats: Shared,
+    jobs: Vec<Job>,
+    inserted: Vec<String>,
+    faults: u64,
+    serial: u64,
+    /// `execute` calls on the lane's kernel.
+    executions: AtomicU64,
+}
+
+/// One call, bounded; `None` when it was not answered (recorded as a failure).
+async fn call_on(
+    peer: &Peer<RoleClient>,
+    stats: &Shared,
+    lane: &str,
+    tool: &str,
+    arguments: Value,
+) -> Option<Answer> {
+    let arguments = arguments.as_object().cloned().unwrap_or_default();
+    with(stats, |stats| {
+        *stats.calls.entry(tool.to_owned()).or_default() += 1
+    });
+    let request = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+    match tokio::time::timeout(CALL_TIMEOUT, peer.call_tool(request)).await {
+        Err(_) => {
+            with(stats, |stats| {
+                stats.failures.push(format!(
+                    "{lane}: {tool} never answered (within {CALL_TIMEOUT:?})"
+                ))
+            });
+            None
+        }
+        Ok(Err(error)) => {
+            with(stats, |stats| {
+                stats
+                    .failures
+                    .push(format!("{lane}: {tool}: protocol error {error}"))
+            });
+            None
+        }
+        Ok(Ok(result)) => {
+            let answer = answer_of(result);
+            with(stats, |stats| {
+                *stats
+                    .statuses
+                    .entry(format!("{tool}: {}", answer.outcome()))
+                    .or_default() += 1
+            });
+            Some(answer)
+        }
+    }
+}
+
+impl Lane {
+    fn with_kernel(&self, mut arguments: Value) -> Value {
+        if let Some(kernel) = &self.kernel {
+            arguments["kernel"] = json!(kernel);
+        }
+        arguments
+    }
+
+    async fn call(&self, tool: &str, arguments: Value) -> Option<Answer> {
+        call_on(&self.peer, &self.stats, &self.name, tool, arguments).await
+    }
+
+    fn fail(&self, message: String) {
+        with(&self.stats, |stats| {
+            stats.failures.push(format!("{}: {message}", self.name))
+        });
+    }
+
+    /// Fails unless `answer` came and its outcome is one of `allowed`.
+    fn expect(&self, what: &str, answer: &Option<Answer>, allowed: &[&str]) -> bool {
+        match answer {
+            None => false,
+            Some(answer) => {
+                let outcome = answer.outcome();
+                if allowed.contains(&outcome.as_str()) {
+                    true
+                } else {
+                    let detail: String = answer.structured.to_string().chars().take(300).collect();
+                    self.fail(format!("{what}: {outcome}, expected {allowed:?}: {detail}"));
+                    false
+                }
+            }
+        }
+    }
+
+    async fn execute(&self, code: &str, extra: Value) -> Option<Answer> {
+        self.executions.fetch_add(1, Ordering::Relaxed);
+        let mut arguments = self.with_kernel(json!({ "code": code }));
+        if let Value::Object(extra) = extra {
+            for (key, value) in extra {
+                arguments[key] = value;
+            }
+        }
+        self.call("execute", arguments).await
+    }
+
+    fn next_serial(&mut self) -> u64 {
+        self.serial += 1;
+        self.serial
+    }
+
+    async fn status(&self) -> Option<Value> {
+        let status = self
+            .call("runtime_status", self.with_kernel(json!({})))
+            .await?;
+        note_kernels(&self.stats, &status.structured);
+        Some(status.structured)
+    }
+
+    async fn kernel_pid(&self) -> Option<u32> {
+        let status = self.status().await?;
+        status["kernel"]["pid"].as_u64().map(|pid| pid as u32)
+    }
+
+    /// Until the lane's kernel runs a call (so a fault lands on it), at most 30 s.
+    async fn wait_active(&self) -> bool {
+        let until = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < until {
+            match self.status().await {
+                Some(status) if status["operation_active"] == true => return true,
+                Some(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                None => return false,
+            }
+        }
+        self.fail("the call never became active".to_owned());
+        false
+    }
+
+    /// A trivial execute that must succeed; it also waits out background jobs before a fault.
+    async fn trivial(&mut self) -> bool {
+        let n = self.next_serial();
+        let answer = self
+            .execute(&format!("x_{n} = {n}\nx_{n}"), json!({}))
+            .await;
+        if !self.expect("trivial execute", &answer, &["ok"]) {
+            return false;
+        }
+        let value = &answer.as_ref().expect("answered").structured["result"]["text/plain"];
+        if value != &json!(n.to_string()) {
+            self.fail(format!("trivial execute of {n} answered {value}"));
+            return false;
+        }
+        true
+    }
+
+    async fn step(&mut self) {
+        let roll = self.rng.below(100);
+        let began = Instant::now();
+        self.act(roll).await;
+        let took = began.elapsed();
+        if took > Duration::from_secs(30) {
+            println!(
+                "{}: step {roll} took {:.1} s",
+                self.name,
+                took.as_secs_f64()
+            );
+        }
+    }
+
+    async fn act(&mut self, roll: u64) {
+        match roll {
+            0..=29 => {
+                self.trivial().await;
+            }
+            30..=35 => {
+                let answer = self
+                    .execute("for i in range(600000):\n    print(i)", json!({}))
+                    .await;
+                self.expect("flood", &answer, &["ok"]);
+            }
+            36..=41 => {
+                let answer = self.execute(IMAGE, json!({})).await;
+                self.expect("image", &answer, &["ok"]);
+            }
+            42..=49 => {
+                let n = self.next_serial();
+                let marker = format!("job-{}-{n}", self.name);
+                let code = format!(
+                    "import time\ntime.sleep({:.2})\nprint('{marker}')",
+                    self.rng.below(80) as f64 / 100.0
+                );
+                let answer = self.execute(&code, json!({"background": true})).await;
+                if self.expect("background job", &answer, &["pending", "ok"]) {
+                    let structured = &answer.expect("answered").structured;
+                    match structured["execution_id"].as_str() {
+                        Some(id) => self.jobs.push(Job {
+                            execution_id: id.to_owned(),
+                            marker,
+                            executions_before: self.executions.load(Ordering::Relaxed),
+                        }),
+                        None => self.fail(format!("background job without an id: {structured}")),
+                    }
+                }
+            }
+            50..=57 => self.namespace().await,
+            58..=62 => self.dynamic().await,
+            63..=72 => self.notebook().await,
+            73..=77 => {
+                self.status().await;
+            }
+            _ => self.fault().await,
+        }
+    }
+
+    async fn namespace(&mut self) {
+        let answer = self
+            .execute("def soak_double(x):\n    return x * 2", json!({}))
+            .await;
+        if !self.expect("define", &answer, &["ok"]) {
+            return;
+        }
+        let called = self
+            .call(
+                "call_function",
+                self.with_kernel(json!({"name": "soak_double", "arguments": {"x": 21}})),
+            )
+            .await;
+        if self.expect("call_function", &called, &["ok"]) {
+            let structured = &called.expect("answered").structured;
+            if !structured["result"].to_string().contains("42") {
+                self.fail(format!("call_function answered {structured}"));
+            }
+        }
+        let inspected = self
+            .call("inspect", self.with_kernel(json!({"name": "soak_double"})))
+            .await;
+        self.expect("inspect", &inspected, &["ok"]);
+        let listed = self.call("list", self.with_kernel(json!({}))).await;
+        self.expect("list", &listed, &["ok"]);
+    }
+
+    async fn dynamic(&mut self) {
+        let function = format!("soak_tool_{}", self.name);
+        let answer = self
+            .execute(
+                &format!(
+                    "def {function}(x: int) -> int:\n    \"\"\"Triples x.\"\"\"\n    return x * 3"
+                ),
+                json!({}),
+            )
+            .await;
+        if !self.expect("define tool", &answer, &["ok"]) {
+            return;
+        }
+        let registered = self
+            .call("register_tool", self.with_kernel(json!({"name": function})))
+            .await;
+        if !self.expect("register_tool", &registered, &["ok"]) {
+            return;
+        }
+        let called = self.call(&function, json!({"x": 5})).await;
+        if self.expect("dynamic tool call", &called, &["ok"]) {
+            let structured = &called.expect("answered").structured;
+            if !structured.to_string().contains("15") {
+                self.fail(format!("dynamic tool answered {structured}"));
+            }
+        }
+    }
+
+    async fn notebook(&mut self) {
+        let n = self.next_serial();
+        let inserted = self
+            .call(
+                "notebook_edit",
+                json!({"path": self.notebook, "action": "insert", "source": format!("z = {n}\nz")}),
+            )
+            .await;
+        if !self.expect("notebook insert", &inserted, &["ok"]) {
+            return;
+        }
+        let structured = &inserted.expect("answered").structured;
+        let Some(id) = structured["cell"]["id"].as_str() else {
+            self.fail(format!("insert without a cell id: {structured}"));
+            return;
+        };
+        let id = id.to_owned();
+        self.inserted.push(id.clone());
+        if self.rng.below(3) == 0 {
+            let ran = self
+                .call(
+                    "notebook_execute_cell",
+                    json!({"path": self.notebook, "cell_id": id}),
+                )
+                .await;
+            if self.expect("notebook_execute_cell", &ran, &["ok"]) {
+                let value = &ran.expect("answered").structured["result"]["text/plain"];
+                if value != &json!(n.to_string()) {
+                    self.fail(format!("notebook cell {n} answered {value}"));
+                }
+            }
+        }
+    }
+
+    async fn fault(&mut self) {
+        // Background jobs first: a fault must land on the call made for it.
+        if !self.trivial().await {
+            return;
+        }
+        let kinds: &[&'static str] = match self.via {
+            Via::Http { .. } => &[
+                "sigkill",
+                "sigstop",
+                "memory",
+                "interrupt",
+                "cancel",
+                "disconnect",
+                "restart",
+            ],
+            Via::Stdio => &[
+                "sigkill",
+                "sigstop",
+                "memory",
+                "interrupt",
+                "cancel",
+                "restart",
+            ],
+        };
+        let kind = kinds[self.rng.below(kinds.len() as u64) as usize];
+        let began = Instant::now();
+        with(&self.stats, |stats| {
+            *stats.faults.entry(kind).or_default() += 1
+        });
+        self.faults += 1;
+        match kind {
+            "sigkill" => {
+                let running = self.running("import time\ntime.sleep(15)", json!({}));
+                let killer = async {
+                    if self.wait_active().await {
+                        if let Some(pid) = self.kernel_pid().await {
+                            signal(pid, "KILL");
+                        }
+                    }
+                };
+                let (answer, ()) = tokio::join!(running, killer);
+                self.expect("execute under SIGKILL", &answer, &["kernel_died"]);
+                if let Some(answer) = &answer {
+                    if answer.structured["runtime"]["namespace"] != "reset" {
+                        self.fail(format!(
+                            "after SIGKILL the namespace is not reset: {}",
+                            answer.structured["runtime"]
+                        ));
+                    }
+                }
+            }
+            "sigstop" => {
+                // Stopped while it runs the cell, so the interrupt is delivered at the deadline
+                // and the grace ends in a replacement. (Stopped before it begins a request, the
+                // interrupt would wait up to the kernel startup bound: by design, see run.rs.)
+                let running =
+                    self.running("import time\ntime.sleep(15)", json!({"timeout_seconds": 3}));
+                let stopper = async {
+                    if self.wait_active().await {
+                        if let Some(pid) = self.kernel_pid().await {
+                            signal(pid, "STOP");
+                            return Some(pid);
+                        }
+                    }
+                    None
+                };
+                let (answer, stopped) = tokio::join!(running, stopper);
+                if let Some(pid) = stopped {
+                    signal(pid, "CONT");
+                }
+                self.expect(
+                    "execute on a stopped kernel",
+                    &answer,
+                    &["operation_timeout", "kernel_died"],
+                );
+            }
+            "memory" => {
+                let answer = self
+                    .execute(
+                        "import time\nb = bytearray(600 * 2**20)\ntime.sleep(15)",
+                        json!({}),
+                    )
+                    .await;
+                self.expect("memory blow-up", &answer, &["out_of_memory"]);
+            }
+            "interrupt" => {
+                let running = self.running("import time\ntime.sleep(15)", json!({}));
+                let interrupter = async {
+                    if self.wait_active().await {
+                        let answer = self.call("interrupt", self.with_kernel(json!({}))).await;
+                        self.expect("interrupt", &answer, &["ok"]);
+                    }
+                };
+                let (answer, ()) = tokio::join!(running, interrupter);
+                self.expect(
+                    "interrupted execute",
+                    &answer,
+                    &["execution_error", "operation_cancelled"],
+                );
+            }
+            "cancel" => {
+                // call_tool sends notifications/cancelled when its future is dropped.
+                let arguments = self.with_kernel(json!({"code": "import time\ntime.sleep(10)"}));
+                let request = CallToolRequestParams::new("execute")
+                    .with_arguments(arguments.as_object().cloned().unwrap_or_default());
+                with(&self.stats, |stats| {
+                    *stats.calls.entry("execute".to_owned()).or_default() += 1
+                });
+                self.executions.fetch_add(1, Ordering::Relaxed);
+                let peer = self.peer.clone();
+                let cancelled = tokio::select! {
+                    answered = peer.call_tool(request) => Some(answered),
+                    _ = self.wait_active() => None,
+                };
+                if let Some(answered) = cancelled {
+                    self.fail(format!(
+                        "the call to cancel ended first: {:?}",
+                        answered.map(|result| answer_of(result).outcome())
+                    ));
+                }
+            }
+            "disconnect" => {
+                let Via::Http { url, token } = self.via.clone() else {
+                    return;
+                };
+                let client = match connect_http(&url, &token, None).await {
+                    Ok(client) => client,
+                    Err(error) => {
+                        self.fail(format!("a second HTTP client did not connect: {error:#}"));
+                        return;
+                    }
+                };
+                let peer = client.peer().clone();
+                let request = CallToolRequestParams::new("execute").with_arguments(
+                    self.with_kernel(json!({"code": "import time\ntime.sleep(5)"}))
+                        .as_object()
+                        .cloned()
+                        .unwrap_or_default(),
+                );
+                self.executions.fetch_add(1, Ordering::Relaxed);
+                let call = tokio::spawn(async move { peer.call_tool(request).await });
+                self.wait_active().await;
+                call.abort();
+                drop(client);
+            }
+            _ => {
+                let answer = self
+                    .call("kernel_restart", self.with_kernel(json!({})))
+                    .await;
+                self.expect("kernel_restart", &answer, &["ok"]);
+            }
+        }
+        let faulted = began.elapsed();
+        // The lane goes on, on a usable kernel.
+        self.trivial().await;
+        if began.elapsed() > Duration::from_secs(30) {
+            println!(
+                "{}: fault {kind} took {:.1} s, {:.1} s more to the next answer",
+                self.name,
+                faulted.as_secs_f64(),
+                (began.elapsed() - faulted).as_secs_f64()
+            );
+        }
+    }
+
+    fn running(
+        &self,
+        code: &str,
+        extra: Value,
+    ) -> impl std::future::Future<Output = Option<Answer>> + '_ {
+        let code = code.to_owned();
+        async move { self.execute(&code, extra).await }
+    }
+
+    /// Every background job's output, read back.
+    async fn drain(&mut self) {
+        let jobs = std::mem::take(&mut self.jobs);
+        for job in jobs {
+            let answer = self
+                .call(
+                    "get_output",
+                    self.with_kernel(json!({"execution_id": job.execution_id, "wait_seconds": 30})),
+                )
+                .await;
+            let Some(answer) = answer else { continue };
+            let text = answer.structured.to_string();
+            if self.executions.load(Ordering::Relaxed) - job.executions_before > RECORD_WINDOW {
+                // Aged out, or not yet: either answer is true.
+                let outcome = answer.outcome();
+                let kind = if outcome == "ok" && text.contains(&job.marker) {
+                    "background job read back (past the window)"
+                } else if outcome == "invalid_arguments" {
+                    "background job aged out"
+                } else {
+                    self.fail(format!("background job past the window answered {outcome}"));
+                    continue;
+                };
+                with(&self.stats, |stats| {
+                    *stats.jobs.entry(kind).or_default() += 1
+                });
+            } else {
+                if answer.outcome() != "ok" || !text.contains(&job.marker) {
+                    let detail: String = text.chars().take(300).collect();
+                    self.fail(format!(
+                        "background job {} ({}) read back as {}: {detail}",
+                        job.execution_id,
+                        job.marker,
+                        answer.outcome()
+                    ));
+                } else {
+                    with(&self.stats, |stats| {
+                        *stats.jobs.entry("background job read back").or_default() += 1
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// Displays a 64x64 PNG of random pixels, made without Pillow.
+const IMAGE: &str = r#"import os, struct, zlib
+from IPython.display import Image, display
+def _chunk(kind, data):
+    return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(kind + data))
+_rows = b''.join(b'\x00' + os.urandom(64 * 3) for _ in range(64))
+_png = (b'\x89PNG\r\n\x1a\n' + _chunk(b'IHDR', struct.pack('>IIBBBBB', 64, 64, 8, 2, 0, 0, 0))
+        + _chunk(b'IDAT', zlib.compress(_rows)) + _chunk(b'IEND', b''))
+display(Image(data=_png))"#;
+
+fn signal(pid: u32, name: &str) {
+    let _ = std::process::Command::new("kill")
+        .args(["-s", name, &pid.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// A process's start time (field 22 of /proc/<pid>/stat), while it lives and is no zombie.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    if fields.first() == Some(&"Z") {
+        return None;
+    }
+    fields.get(19)?.parse().ok()
+}
+
+fn alive(kernel: (u32, u64)) -> bool {
+    start_time(kernel.0) == Some(kernel.1)
+}
+
+/// Notes the kernel and spare pids in a `runtime_status` answer.
+fn note_kernels(stats: &Shared, status: &Value) -> Vec<(u32, u64)> {
+    let mut pids: Vec<u64> = status["kernel"]["pid"].as_u64().into_iter().collect();
+    if let Some(spares) = status["spare_kernel_pids"].as_array() {
+        pids.extend(spares.iter().filter_map(Value::as_u64));
+    }
+    let kernels: Vec<(u32, u64)> = pids
+        .into_iter()
+        .filter_map(|pid| Some((pid as u32, start_time(pid as u32)?)))
+        .collect();
+    with(stats, |stats| stats.kernels.extend(kernels.iter().copied()));
+    kernels
+}
+
+async fn connect_http(
+    url: &str,
+    token: &str,
+    ledger: Option<Arc<Mutex<Ledger>>>,
+) -> anyhow::Result<RunningService<RoleClient, ClientConfig>> {
+    let config = StreamableHttpClientTransportConfig::with_uri(url).auth_header(token.to_owned());
+    let transport = StreamableHttpClientTransport::from_config(config);
+    let initialize = async {
+        match ledger {
+            Some(ledger) => {
+                ClientConfig::default()
+                    .serve_with_lifecycle(
+                        Counted {
+                            inner: transport,
+                            ledger,
+                        },
+                        ClientLifecycleMode::Initialize,
+                    )
+                    .await
+            }
+            None => {
+                ClientConfig::default()
+                    .serve_with_lifecycle(transport, ClientLifecycleMode::Initialize)
+                    .await
+            }
+        }
+    };
+    Ok(tokio::time::timeout(Duration::from_secs(60), initialize)
+        .await
+        .context("initialize timed out")??)
+}
+
+/// One sample of a server process.
+#[derive(Clone, Copy)]
+struct Sample {
+    minutes: f64,
+    rss_kib: f64,
+    fds: f64,
+    threads: f64,
+}
+
+fn sample(pid: u32, minutes: f64) -> Option<Sample> {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count();
+    let threads = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|line| line.strip_prefix("Threads:"))?
+        .trim()
+        .parse::<f64>()
+        .ok()?;
+    Some(Sample {
+        minutes,
+        rss_kib: proc_status_kib(pid, "VmRSS:") as f64,
+        fds: fds as f64,
+        threads,
+    })
+}
+
+/// Least-squares slope of `value` over `minutes`.
+fn slope(points: &[(f64, f64)]) -> f64 {
+    let n = points.len() as f64;
+    if points.len() < 2 {
+        return 0.0;
+    }
+    let mean_x = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let mean_y = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let covariance: f64 = points.iter().map(|p| (p.0 - mean_x) * (p.1 - mean_y)).sum();
+    let variance: f64 = points.iter().map(|p| (p.0 - mean_x).powi(2)).sum();
+    if variance == 0.0 {
+        0.0
+    } else {
+        covariance / variance
+    }
+}
+
+fn median(values: &mut [f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// Bytes under each `ipython-mcp-spool-*` directory of `tmp`.
+fn spool_bytes(tmp: &Path) -> HashMap<PathBuf, u64> {
+    fn size(path: &Path) -> u64 {
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) if meta.is_dir() => std::fs::read_dir(path)
+                .map(|entries| entries.flatten().map(|entry| size(&entry.path())).sum())
+                .unwrap_or(0),
+            Ok(meta) => meta.len(),
+            Err(_) => 0,
+        }
+    }
+    std::fs::read_dir(tmp)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|entry| {
+                    entry
+                        .file_name()
+                        .to_string_lossy()
+                        .starts_with("ipython-mcp-spool-")
+                })
+                .map(|entry| (entry.path(), size(&entry.path())))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Temporary files the server's atomic writes might leave: `.ipython-mcp-*.tmp` and
+/// `.ipython-mcp-tmp-*`, anywhere under `dir`.
+fn leftover_temporaries(dir: &Path) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        if (name.starts_with(".ipython-mcp-") && name.ends_with(".tmp"))
+            || name.starts_with(".ipython-mcp-tmp-")
+        {
+            found.push(path.clone());
+        }
+        if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+            found.extend(leftover_temporaries(&path));
+        }
+    }
+    found
+}
+
+/// Cell ids of a notebook file, or why it does not parse.
+fn notebook_cell_ids(path: &Path) -> Result<HashSet<String>, String> {
+    let text = std::fs::read_to_string(path).map_err(|error| error.to_string())?;
+    let notebook: Value = serde_json::from_str(&text).map_err(|error| error.to_string())?;
+    let cells = notebook["cells"].as_array().ok_or("no cells array")?;
+    Ok(cells
+        .iter()
+        .filter_map(|cell| cell["id"].as_str().map(str::to_owned))
+        .collect())
+}
+
+/// The managed environment the tests provision, when this binary runs from their target dir.
+fn default_cache_dir() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let target = exe.parent()?.parent()?;
+    let cache = target.join("tmp").join("ipython-mcp-cache");
+    cache.is_dir().then_some(cache)
+}
+
+pub(crate) async fn soak(server_binary: &Path, seconds: u64, seed: u64) -> anyhow::Result<()> {
+    // The tests' managed environment when none is configured (the servers get its Python).
+    let cache_dir = match std::env::var_os(ipython_mcp_config::CACHE_DIR.env) {
+        Some(_) => None,
+        None => default_cache_dir(),
+    };
+    let python = resolve_python_in(cache_dir).await?;
+    println!(
+        "ipython-mcp soak: {seconds} s of load, seed {seed}, {HTTP_LANES} HTTP lanes and {STDIO_LANES} stdio lane; python {}",
+        python.display()
+    );
+    let whole = Duration::from_secs(seconds) + Duration::from_secs(900);
+    tokio::time::timeout(whole, run(server_binary, &python, seconds, seed))
+        .await
+        .with_context(|| format!("the soak did not finish within {whole:?}"))?
+}
+
+async fn run(server_binary: &Path, python: &Path, seconds: u64, seed: u64) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir()?;
+    let workspace = dir.path().join("workspace");
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&workspace)?;
+    std::fs::create_dir(&tmp)?;
+    let token = random_token()?;
+    let env: Vec<(&str, String)> = vec![
+        (ipython_mcp_config::LOG.env, "error".to_owned()),
+        (ipython_mcp_config::PYTHON.env, python.display().to_string()),
+        (
+            ipython_mcp_config::WORKSPACE_ROOT.env,
+            workspace.display().to_string(),
+        ),
+        (
+            ipython_mcp_config::STRUCTURED_OUTPUT.env,
+            "always".to_owned(),
+        ),
+        (
+            ipython_mcp_config::KERNEL_MEMORY_LIMIT.env,
+            MEMORY_LIMIT.to_owned(),
+        ),
+        (
+            ipython_mcp_config::KERNEL_MEMORY_ENFORCEMENT.env,
+            "watchdog".to_owned(),
+        ),
+        (
+            ipython_mcp_config::OPERATION_TIMEOUT.env,
+            OPERATION_TIMEOUT_SECONDS.to_string(),
+        ),
+        (
+            ipython_mcp_config::INTERRUPTION_GRACE.env,
+            GRACE_SECONDS.to_string(),
+        ),
+        (
+            ipython_mcp_config::WORKER_STARTUP_TIMEOUT.env,
+            STARTUP_SECONDS.to_string(),
+        ),
+        (ipython_mcp_config::QUEUE_WAIT_TIMEOUT.env, "120".to_owned()),
+        (
+            ipython_mcp_config::MAX_SPOOL_BYTES.env,
+            SPOOL_BYTES.to_string(),
+        ),
+        (
+            ipython_mcp_config::MAX_SPOOL_EXECUTION_BYTES.env,
+            SPOOL_EXECUTION_BYTES.to_string(),
+        ),
+        (ipython_mcp_config::MAX_KERNELS.env, "16".to_owned()),
+        ("TMPDIR", tmp.display().to_string()),
+        (ipython_mcp_config::HTTP_TOKEN.env, token.clone()),
+    ];
+    let stats: Shared = Arc::default();
+
+    let mut http = start(server_binary, &env).await?;
+    let (mut stdio_child, stdio_pid, stdio_service, stdio_ledger) =
+        start_stdio(server_binary, &env).await?;
+
+    let mut http_clients = Vec::new();
+    let mut ledgers = vec![stdio_ledger];
+    let mut lanes = Vec::new();
+    let mut rng = Rng::new(seed);
+    for index in 0..HTTP_LANES {
+        let ledger = Arc::new(Mutex::new(Ledger::default()));
+        let client = connect_http(&http.url, &token, Some(Arc::clone(&ledger))).await?;
+        ledgers.push(ledger);
+        lanes.push(Lane {
+            name: format!("http{index}"),
+            peer: client.peer().clone(),
+            kernel: (index > 0).then(|| format!("k{index}")),
+            via: Via::Http {
+                url: http.url.clone(),
+                token: token.clone(),
+            },
+            notebook: format!("http{index}.ipynb"),
+            rng: Rng::new(rng.next()),
+            stats: Arc::clone(&stats),
+            jobs: Vec::new(),
+            inserted: Vec::new(),
+            faults: 0,
+            serial: 0,
+            executions: AtomicU64::new(0),
+        });
+        http_clients.push(client);
+    }
+    for index in 0..STDIO_LANES {
+        lanes.push(Lane {
+            name: format!("stdio{index}"),
+            peer: stdio_service.peer().clone(),
+            kernel: (index > 0).then(|| format!("k{index}")),
+            via: Via::Stdio,
+            notebook: format!("stdio{index}.ipynb"),
+            rng: Rng::new(rng.next()),
+            stats: Arc::clone(&stats),
+            jobs: Vec::new(),
+            inserted: Vec::new(),
+            faults: 0,
+            serial: 0,
+            executions: AtomicU64::new(0),
+        });
+    }
+    // Kernels and notebooks, before the clock starts.
+    for lane in &lanes {
+        let status = lane
+            .call("runtime_status", json!({}))
+            .await
+            .context("runtime_status")?;
+        let spec = status.structured["kernel"]["python"]
+            .as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| python.display().to_string());
+        if let Some(kernel) = &lane.kernel {
+            let started = lane
+                .call("kernel_start", json!({"spec": spec, "kernel": kernel}))
+                .await;
+            if !lane.expect("kernel_start", &started, &["ok"]) {
+                bail!("{}: kernel_start failed", lane.name);
+            }
+        }
+        let created = lane
+            .call("notebook_create", json!({"path": lane.notebook}))
+            .await;
+        if !lane.expect("notebook_create", &created, &["ok"]) {
+            bail!("{}: notebook_create failed", lane.name);
+        }
+    }
+    for lane in &mut lanes {
+        if !lane.trivial().await {
+            bail!("{}: the first execute failed", lane.name);
+        }
+    }
+
+    // The monitor: servers' /proc, spool sizes, notebook files, every second.
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let monitor = {
+        let stop = Arc::clone(&stop);
+        let stats = Arc::clone(&stats);
+        let tmp = tmp.clone();
+        let notebooks: Vec<PathBuf> = lanes
+            .iter()
+            .map(|lane| workspace.join(&lane.notebook))
+            .collect();
+        let pids = [http.pid, stdio_pid];
+        tokio::spawn(async move {
+            let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); pids.len()];
+            let mut spool_max: HashMap<PathBuf, u64> = HashMap::new();
+            while !stop.load(Ordering::Relaxed) {
+                let minutes = started.elapsed().as_secs_f64() / 60.0;
+                for (index, pid) in pids.iter().enumerate() {
+                    if let Some(sample) = sample(*pid, minutes) {
+                        samples[index].push(sample);
+                    }
+                }
+                for (path, bytes) in spool_bytes(&tmp) {
+                    let max = spool_max.entry(path).or_default();
+                    *max = (*max).max(bytes);
+                }
+                for path in &notebooks {
+                    if let Err(error) = notebook_cell_ids(path) {
+                        with(&stats, |stats| {
+                            stats
+                                .failures
+                                .push(format!("{} did not parse mid-run: {error}", path.display()))
+                        });
+                    }
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            (samples, spool_max)
+        })
+    };
+
+    let load_end = Instant::now() + Duration::from_secs(seconds);
+    let mut running = tokio::task::JoinSet::new();
+    for mut lane in lanes {
+        running.spawn(async move {
+            while Instant::now() < load_end {
+                lane.step().await;
+            }
+            let stepped = load_end.elapsed().as_secs_f64();
+            lane.drain().await;
+            println!(
+                "{}: last step done {stepped:.1} s after the load, drained {:.1} s after",
+                lane.name,
+                load_end.elapsed().as_secs_f64()
+            );
+            lane
+        });
+    }
+    let mut lanes = Vec::new();
+    while let Some(joined) = running.join_next().await {
+        lanes.push(joined?);
+    }
+    let load_seconds = started.elapsed().as_secs_f64();
+
+    // Replaced kernels must be gone while their sessions go on: only current ones may live.
+    let mut current = HashSet::new();
+    for lane in &lanes {
+        if let Some(status) = lane
+            .call("runtime_status", lane.with_kernel(json!({})))
+            .await
+        {
+            current.extend(note_kernels(&stats, &status.structured));
+        }
+        if let Some(status) = lane
+            .call("runtime_status", json!({"notebook": lane.notebook}))
+            .await
+        {
+            current.extend(note_kernels(&stats, &status.structured));
+        }
+    }
+    let seen: Vec<(u32, u64)> = with(&stats, |stats| stats.kernels.iter().copied().collect());
+    let replaced: Vec<(u32, u64)> = seen
+        .iter()
+        .copied()
+        .filter(|kernel| !current.contains(kernel))
+        .collect();
+    let lingering = wait_gone(&replaced, Duration::from_secs(30)).await;
+    for kernel in &lingering {
+        with(&stats, |stats| {
+            stats
+                .failures
+                .push(format!("replaced kernel {} still runs", kernel.0))
+        });
+    }
+
+    stop.store(true, Ordering::Relaxed);
+    let (samples, spool_max) = monitor.await?;
+    let spool_end: u64 = spool_bytes(&tmp).values().sum();
+
+    // Stop both servers; every kernel they had must go with them.
+    let mut replies = Replies::default();
+    for client in http_clients {
+        let _ = tokio::time::timeout(Duration::from_secs(10), client.cancel()).await;
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(10), stdio_service.cancel()).await;
+    for ledger in &ledgers {
+        replies += ledger
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .replies();
+    }
+    stop_server(&mut http).await;
+    let _ = tokio::time::timeout(Duration::from_secs(30), stdio_child.wait()).await;
+    let survivors = wait_gone(&seen, Duration::from_secs(30)).await;
+    let spool_left = spool_bytes(&tmp);
+    let temporaries = leftover_temporaries(&workspace);
+
+    // Notebook files: parse, and hold every cell the agent was told was inserted.
+    let mut failures = with(&stats, |stats| std::mem::take(&mut stats.failures));
+    for lane in &lanes {
+        match notebook_cell_ids(&workspace.join(&lane.notebook)) {
+            Ok(ids) => {
+                let missing = lane.inserted.iter().filter(|id| !ids.contains(*id)).count();
+                if missing > 0 {
+                    failures.push(format!(
+                        "{} lacks {missing} of {} acknowledged cells",
+                        lane.notebook,
+                        lane.inserted.len()
+                    ));
+                }
+            }
+            Err(error) => failures.push(format!("{} does not parse: {error}", lane.notebook)),
+        }
+    }
+    if replies.lost > 0 || replies.duplicated > 0 {
+        failures.push(format!(
+            "{} of {} requests unanswered, {} answers duplicated or unsolicited",
+            replies.lost, replies.requests, replies.duplicated
+        ));
+    }
+    for kernel in &survivors {
+        failures.push(format!("kernel {} outlived its server", kernel.0));
+    }
+    if !spool_left.is_empty() {
+        failures.push(format!(
+            "{} spool directories left behind",
+            spool_left.len()
+        ));
+    }
+    for path in &temporaries {
+        failures.push(format!("temporary file left behind: {}", path.display()));
+    }
+    // Per session: its limit, plus the executions being written (both streams).
+    let spool_bound = SPOOL_BYTES + 2 * SPOOL_EXECUTION_BYTES;
+    let spool_peak = spool_max.values().copied().max().unwrap_or(0);
+    if spool_peak > spool_bound {
+        failures.push(format!(
+            "a spool held {spool_peak} bytes (bound {spool_bound})"
+        ));
+    }
+
+    // Growth, after a warm-up of a fifth of the run (at least 10 s).
+    let warm = (load_seconds / 5.0).max(10.0) / 60.0;
+    let mut slopes = Vec::new();
+    for (name, samples) in ["http", "stdio"].iter().zip(&samples) {
+        let steady: Vec<Sample> = samples
+            .iter()
+            .copied()
+            .filter(|sample| sample.minutes >= warm)
+            .collect();
+        let series = |value: fn(&Sample) -> f64| -> Vec<(f64, f64)> {
+            steady.iter().map(|s| (s.minutes, value(s))).collect()
+        };
+        let rss = slope(&series(|s| s.rss_kib));
+        let fds = slope(&series(|s| s.fds));
+        let threads = slope(&series(|s| s.threads));
+        let head = steady.len().min(10);
+        let first = |value: fn(&Sample) -> f64| {
+            median(&mut steady[..head].iter().map(value).collect::<Vec<_>>())
+        };
+        let last = |value: fn(&Sample) -> f64| {
+            median(
+                &mut steady[steady.len() - head..]
+                    .iter()
+                    .map(value)
+                    .collect::<Vec<_>>(),
+            )
+        };
+        if head > 0 {
+            let fd_growth = last(|s| s.fds) - first(|s| s.fds);
+            if fd_growth > MAX_FD_GROWTH {
+                failures.push(format!(
+                    "{name} server: open files grew by {fd_growth:.0} (more than {MAX_FD_GROWTH})"
+                ));
+            }
+            let (threads_first, threads_last) = (first(|s| s.threads), last(|s| s.threads));
+            if threads_last > 2.0 * threads_first + 4.0 {
+                failures.push(format!(
+                    "{name} server: threads grew from {threads_first:.0} to {threads_last:.0}"
+                ));
+            }
+            let rss_growth = last(|s| s.rss_kib) - first(|s| s.rss_kib);
+            if rss_growth > MAX_RSS_GROWTH_KIB {
+                failures.push(format!(
+                    "{name} server: RSS grew by {:.0} MiB",
+                    rss_growth / 1024.0
+                ));
+            }
+        }
+        let end = steady.last().copied();
+        slopes.push((name, rss, fds, threads, steady.len(), end));
+    }
+
+    let stats = with(&stats, std::mem::take);
+    println!();
+    println!("{seconds} s of load, {load_seconds:.0} s to drained; calls by tool:");
+    let total: u64 = stats.calls.values().sum();
+    for (tool, count) in &stats.calls {
+        println!("  {tool:<28} {count:>6}");
+    }
+    println!("  {:<28} {total:>6}", "total");
+    println!("faults injected:");
+    for (kind, count) in &stats.faults {
+        println!("  {kind:<28} {count:>6}");
+    }
+    println!("background jobs:");
+    for (kind, count) in &stats.jobs {
+        println!("  {kind:<44} {count:>6}");
+    }
+    println!("statuses seen:");
+    for (status, count) in &stats.statuses {
+        println!("  {status:<40} {count:>6}");
+    }
+    println!(
+        "JSON-RPC requests {}, unanswered {}, duplicated {}; kernel processes seen {}",
+        replies.requests,
+        replies.lost,
+        replies.duplicated,
+        seen.len()
+    );
+    for (name, rss, fds, threads, count, end) in &slopes {
+        let end = end.map_or(String::new(), |s| {
+            format!(
+                " (end: RSS {:.1} MiB, {} fds, {} threads)",
+                s.rss_kib / 1024.0,
+                s.fds,
+                s.threads
+            )
+        });
+        println!(
+            "{name} server slopes over {count} samples: RSS {rss:+.0} KiB/min, fds {fds:+.2}/min, threads {threads:+.2}/min{end}"
+        );
+    }
+    println!(
+        "spool: peak {:.1} MiB in one session (bound {:.1} MiB), {:.1} MiB at the end of load",
+        spool_peak as f64 / 1048576.0,
+        spool_bound as f64 / 1048576.0,
+        spool_end as f64 / 1048576.0
+    );
+    if !failures.is_empty() {
+        println!();
+        println!("{} failures:", failures.len());
+        for failure in failures.iter().take(40) {
+            println!("  {failure}");
+        }
+        bail!("the soak failed ({} failures, above)", failures.len());
+    }
+    println!("soak passed");
+    Ok(())
+}
+
+type StdioServer = (
+    tokio::process::Child,
+    u32,
+    RunningService<RoleClient, ClientConfig>,
+    Arc<Mutex<Ledger>>,
+);
+
+async fn start_stdio(server_binary: &Path, env: &[(&str, String)]) -> anyhow::Result<StdioServer> {
+    let mut child = tokio::process::Command::new(server_binary)
+        .envs(env.iter().map(|(key, value)| (key, value)))
+        .env_remove(ipython_mcp_config::HTTP_TOKEN.env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()?;
+    let pid = child.id().context("pid")?;
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let transport = Counted {
+        inner: AsyncRwTransport::new_client(
+            child.stdout.take().context("stdout")?,
+            child.stdin.take().context("stdin")?,
+        ),
+        ledger: Arc::clone(&ledger),
+    };
+    let service = tokio::time::timeout(
+        Duration::from_secs(60),
+        ClientConfig::default().serve_with_lifecycle(transport, ClientLifecycleMode::Initialize),
+    )
+    .await
+    .context("initialize timed out")??;
+    Ok((child, pid, service, ledger))
+}
+
+async fn stop_server(server: &mut HttpServer) {
+    signal(server.pid, "TERM");
+    let _ = tokio::time::timeout(Duration::from_secs(30), server.child.wait()).await;
+}
+
+/// The kernels of `kernels` still alive after `within`.
+async fn wait_gone(kernels: &[(u32, u64)], within: Duration) -> Vec<(u32, u64)> {
+    let until = Instant::now() + within;
+    loop {
+        let alive: Vec<(u32, u64)> = kernels.iter().copied().filter(|k| alive(*k)).collect();
+        if alive.is_empty() || Instant::now() >= until {
+            return alive;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schedule_is_a_function_of_the_seed() {
+        let draw = |seed| {
+            let mut rng = Rng::new(seed);
+            (0..8).map(|_| rng.below(100)).collect::<Vec<_>>()
+        };
+        assert_eq!(draw(7), draw(7));
+        assert_ne!(draw(7), draw(8));
+        assert!(draw(0).iter().any(|n| *n != 0));
+    }
+
+    #[test]
+    fn slope_is_least_squares_per_minute() {
+        assert_eq!(slope(&[(0.0, 1.0), (1.0, 3.0), (2.0, 5.0)]), 2.0);
+        assert_eq!(slope(&[(1.0, 4.0)]), 0.0);
+        assert_eq!(slope(&[(1.0, 4.0), (1.0, 5.0)]), 0.0);
+    }
+
+    #[test]
+    fn leftover_temporaries_are_found_at_any_depth() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(dir.path().join("sub")).expect("sub");
+        std::fs::write(dir.path().join("kept.ipynb"), "{}").expect("write");
+        std::fs::write(dir.path().join("sub/.ipython-mcp-abc.tmp"), "").expect("write");
+        let found = leftover_temporaries(dir.path());
+        assert_eq!(found, [dir.path().join("sub/.ipython-mcp-abc.tmp")]);
+    }
+}
