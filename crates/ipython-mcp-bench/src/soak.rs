@@ -5,15 +5,17 @@
 //! background jobs, namespace tools, dynamic tool calls, notebook edits and executions; and
 //! faults at random moments, each on the lane's own kernel: SIGKILL, SIGSTOP past the
 //! deadline, a memory blow-up past the limit, `interrupt`, an MCP cancellation, an HTTP client
-//! dropped mid-call, `kernel_restart`.
+//! dropped mid-call, `kernel_restart`. The stdio client declares the MCP tasks extension: its
+//! background runs are tasks, some cancellations `tasks/cancel`.
 //!
 //! Then it drains and checks: every call answered exactly once (JSON-RPC ids counted below
 //! the client, `ledger.rs`; a cancelled request may go unanswered) with a status that matches
-//! what was done to it; every background job's output readable; notebook files parse at every
-//! sample and hold every acknowledged cell; spool directories within their bound; no kernel
-//! process outliving its session, nor the server; no temporary file left behind; the
-//! servers' RSS, file descriptors and threads flat (least-squares slopes reported; only gross
-//! growth fails, the machine is noisy). Any failure exits non-zero after the summary.
+//! what was done to it; every background job's output readable, and its task's result while
+//! the server remembers it (exactly the latest `MAX_TASKS`, older ones unknown); notebook files
+//! parse at every sample and hold every acknowledged cell; spool directories within their
+//! bound; no kernel process outliving its session, nor the server; no temporary file left
+//! behind; the servers' RSS, file descriptors and threads flat (least-squares slopes reported;
+//! only gross growth fails, the machine is noisy). Any failure exits non-zero after the summary.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -23,7 +25,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use rmcp::model::{CallToolRequestParams, CallToolResult, ClientConfig};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, ClientConfig,
+    GetTaskParams, GetTaskResult, TaskPayload, TaskStatus,
+};
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _, Peer, RunningService};
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -52,6 +57,9 @@ const STDIO_LANES: usize = 1;
 /// Gross growth only: the machine is shared and small.
 const MAX_FD_GROWTH: f64 = 50.0;
 const MAX_RSS_GROWTH_KIB: f64 = 512.0 * 1024.0;
+/// MCP tasks each server remembers (`IPYTHON_MCP_MAX_TASKS`): small, so that a short run
+/// crosses the bound and the soak sees the oldest forgotten.
+const MAX_TASKS: usize = 4;
 
 /// A tiny xorshift64*: the schedule is a function of the seed.
 struct Rng(u64);
@@ -84,6 +92,8 @@ struct Stats {
     failures: Vec<String>,
     /// Background jobs by how they read back.
     jobs: BTreeMap<&'static str, u64>,
+    /// MCP tasks by how `tasks/get` answered them at the end.
+    tasks: BTreeMap<&'static str, u64>,
     /// Kernel processes seen, by pid and start time (so a reused pid is not taken for one).
     kernels: HashSet<(u32, u64)>,
 }
@@ -174,6 +184,11 @@ struct Lane {
     serial: u64,
     /// `execute` calls on the lane's kernel.
     executions: AtomicU64,
+    /// Whether the lane's client declared the MCP tasks extension: its background runs are
+    /// tasks, and some cancellations are `tasks/cancel`.
+    tasks: bool,
+    /// Every task the lane's server made for it, oldest first.
+    task_ids: Vec<String>,
 }
 
 /// One call, bounded; `None` when it was not answered (recorded as a failure).
@@ -247,7 +262,11 @@ impl Lane {
                     true
                 } else {
                     let detail: String = answer.structured.to_string().chars().take(300).collect();
-                    self.fail(format!("{what}: {outcome}, expected {allowed:?}: {detail}"));
+                    // Where the time went (queue wait, run), which the cut above may lose.
+                    let runtime = &answer.structured["runtime"];
+                    self.fail(format!(
+                        "{what}: {outcome}, expected {allowed:?}: {detail} (runtime {runtime})"
+                    ));
                     false
                 }
             }
@@ -350,17 +369,12 @@ impl Lane {
                     "import time\ntime.sleep({:.2})\nprint('{marker}')",
                     self.rng.below(80) as f64 / 100.0
                 );
-                let answer = self.execute(&code, json!({"background": true})).await;
-                if self.expect("background job", &answer, &["pending", "ok"]) {
-                    let structured = &answer.expect("answered").structured;
-                    match structured["execution_id"].as_str() {
-                        Some(id) => self.jobs.push(Job {
-                            execution_id: id.to_owned(),
-                            marker,
-                            executions_before: self.executions.load(Ordering::Relaxed),
-                        }),
-                        None => self.fail(format!("background job without an id: {structured}")),
-                    }
+                if let Some(execution_id) = self.start_background(&code).await {
+                    self.jobs.push(Job {
+                        execution_id,
+                        marker,
+                        executions_before: self.executions.load(Ordering::Relaxed),
+                    });
                 }
             }
             50..=57 => self.namespace().await,
@@ -562,6 +576,7 @@ impl Lane {
                     &["execution_error", "operation_cancelled"],
                 );
             }
+            "cancel" if self.tasks && self.rng.below(2) == 0 => self.cancel_task().await,
             "cancel" => {
                 // call_tool sends notifications/cancelled when its future is dropped.
                 let arguments = self.with_kernel(json!({"code": "import time\ntime.sleep(10)"}));
@@ -627,6 +642,196 @@ impl Lane {
         }
     }
 
+    /// Starts `code` in the background; its execution id (a tasks lane's task id).
+    async fn start_background(&mut self, code: &str) -> Option<String> {
+        let arguments = self.with_kernel(json!({"code": code, "background": true}));
+        if !self.tasks {
+            self.executions.fetch_add(1, Ordering::Relaxed);
+            let answer = self.call("execute", arguments).await;
+            if !self.expect("background job", &answer, &["pending", "ok"]) {
+                return None;
+            }
+            let structured = &answer.expect("answered").structured;
+            let id = structured["execution_id"].as_str().map(str::to_owned);
+            if id.is_none() {
+                self.fail(format!("background job without an id: {structured}"));
+            }
+            return id;
+        }
+        self.executions.fetch_add(1, Ordering::Relaxed);
+        with(&self.stats, |stats| {
+            *stats.calls.entry("execute".to_owned()).or_default() += 1
+        });
+        let request = CallToolRequestParams::new("execute")
+            .with_arguments(arguments.as_object().cloned().unwrap_or_default());
+        let answered = tokio::time::timeout(CALL_TIMEOUT, self.peer.call_tool_once(request)).await;
+        let outcome = match answered {
+            Err(_) => {
+                self.fail(format!(
+                    "background task never answered (within {CALL_TIMEOUT:?})"
+                ));
+                return None;
+            }
+            Ok(Err(error)) => {
+                self.fail(format!("background task: protocol error {error}"));
+                return None;
+            }
+            Ok(Ok(CallToolResponse::Task(created))) => {
+                let id = created.task.task_id;
+                self.task_ids.push(id.clone());
+                Ok(id)
+            }
+            Ok(Ok(CallToolResponse::Complete(result))) => Err(answer_of(result).outcome()),
+            Ok(Ok(_)) => Err("input required".to_owned()),
+        };
+        let status = match &outcome {
+            Ok(_) => "task".to_owned(),
+            Err(outcome) => outcome.clone(),
+        };
+        with(&self.stats, |stats| {
+            *stats
+                .statuses
+                .entry(format!("execute: {status}"))
+                .or_default() += 1
+        });
+        match outcome {
+            Ok(id) => Some(id),
+            Err(outcome) => {
+                self.fail(format!(
+                    "a tasks client's background execute answered {outcome}, not a task"
+                ));
+                None
+            }
+        }
+    }
+
+    /// `tasks/get` of `id` until it is no longer working (at most the call bound): its last
+    /// answer, `None` (recorded as a failure) if none came.
+    async fn task_end(&self, id: &str) -> Option<GetTaskResult> {
+        let until = Instant::now() + CALL_TIMEOUT;
+        loop {
+            let polled = tokio::time::timeout(
+                CALL_TIMEOUT,
+                self.peer.get_task(GetTaskParams::new(id.to_owned())),
+            )
+            .await;
+            match polled {
+                Ok(Ok(got)) if got.task.task.status != TaskStatus::Working => return Some(got),
+                Ok(Ok(_)) if Instant::now() < until => {
+                    tokio::time::sleep(Duration::from_millis(100)).await
+                }
+                Ok(Ok(_)) => {
+                    self.fail(format!("task {id} still working after {CALL_TIMEOUT:?}"));
+                    return None;
+                }
+                Ok(Err(error)) => {
+                    self.fail(format!("tasks/get of {id}: {error}"));
+                    return None;
+                }
+                Err(_) => {
+                    self.fail(format!("tasks/get of {id} never answered"));
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// A running background task cancelled with `tasks/cancel`: it ends `cancelled`.
+    async fn cancel_task(&mut self) {
+        let Some(id) = self.start_background("import time\ntime.sleep(10)").await else {
+            return;
+        };
+        if !self.wait_active().await {
+            return;
+        }
+        let cancelled = tokio::time::timeout(
+            CALL_TIMEOUT,
+            self.peer.cancel_task(CancelTaskParams::new(id.clone())),
+        )
+        .await;
+        if !matches!(cancelled, Ok(Ok(()))) {
+            self.fail(format!("tasks/cancel of {id} failed: {cancelled:?}"));
+            return;
+        }
+        if let Some(ended) = self.task_end(&id).await {
+            if ended.task.task.status == TaskStatus::Cancelled {
+                with(&self.stats, |stats| {
+                    *stats
+                        .tasks
+                        .entry("task cancelled by tasks/cancel")
+                        .or_default() += 1
+                });
+            } else {
+                self.fail(format!(
+                    "a cancelled task ended {:?}",
+                    ended.task.task.status
+                ));
+            }
+        }
+    }
+
+    /// A background job's task (on a tasks lane, while the server still remembers it): it
+    /// ends `completed` with the job's output, or `failed` once its kernel forgot it.
+    async fn read_task(&self, job: &Job, within_window: bool) {
+        let remembered = self.task_ids.len().saturating_sub(MAX_TASKS);
+        if !self.task_ids[remembered..].contains(&job.execution_id) {
+            return; // past the bound: see `check_task_bound`
+        }
+        let Some(ended) = self.task_end(&job.execution_id).await else {
+            return;
+        };
+        let kind = match (&ended.task.task.status, &ended.task.payload) {
+            (TaskStatus::Completed, TaskPayload::Completed { result })
+                if result["structuredContent"]["stdout"]
+                    .as_str()
+                    .is_some_and(|stdout| stdout.contains(&job.marker)) =>
+            {
+                "task completed with its output"
+            }
+            (TaskStatus::Failed, _) if !within_window => "task failed: its execution aged out",
+            (status, payload) => {
+                let detail: String = format!("{payload:?}").chars().take(300).collect();
+                self.fail(format!(
+                    "task {} ({}) ended {status:?}: {detail}",
+                    job.execution_id, job.marker
+                ));
+                return;
+            }
+        };
+        with(&self.stats, |stats| {
+            *stats.tasks.entry(kind).or_default() += 1
+        });
+    }
+
+    /// The server remembers exactly the latest `MAX_TASKS` of the lane's tasks: `tasks/get`
+    /// answers those and calls every older one unknown.
+    async fn check_task_bound(&self) {
+        let remembered = self.task_ids.len().saturating_sub(MAX_TASKS);
+        for (index, id) in self.task_ids.iter().enumerate() {
+            let got = tokio::time::timeout(
+                CALL_TIMEOUT,
+                self.peer.get_task(GetTaskParams::new(id.clone())),
+            )
+            .await;
+            let kind = match (index >= remembered, got) {
+                (true, Ok(Ok(_))) => "task remembered (within the bound)",
+                (false, Ok(Err(error))) if error.to_string().contains("unknown task") => {
+                    "task forgotten (past the bound)"
+                }
+                (expected, got) => {
+                    self.fail(format!(
+                        "task {index} of {} (remembered: {expected}) answered {got:?}",
+                        self.task_ids.len()
+                    ));
+                    continue;
+                }
+            };
+            with(&self.stats, |stats| {
+                *stats.tasks.entry(kind).or_default() += 1
+            });
+        }
+    }
+
     fn running(
         &self,
         code: &str,
@@ -636,8 +841,12 @@ impl Lane {
         async move { self.execute(&code, extra).await }
     }
 
-    /// Every background job's output, read back.
+    /// Every background job's output, read back (and a tasks lane's task bound checked).
     async fn drain(&mut self) {
+        if self.tasks {
+            // Reading makes no task, so this holds for the reads below as well.
+            self.check_task_bound().await;
+        }
         let jobs = std::mem::take(&mut self.jobs);
         for job in jobs {
             let answer = self
@@ -648,7 +857,12 @@ impl Lane {
                 .await;
             let Some(answer) = answer else { continue };
             let text = answer.structured.to_string();
-            if self.executions.load(Ordering::Relaxed) - job.executions_before > RECORD_WINDOW {
+            let within_window =
+                self.executions.load(Ordering::Relaxed) - job.executions_before <= RECORD_WINDOW;
+            if self.tasks {
+                self.read_task(&job, within_window).await;
+            }
+            if !within_window {
                 // Aged out, or not yet: either answer is true.
                 let outcome = answer.outcome();
                 let kind = if outcome == "ok" && text.contains(&job.marker) {
@@ -903,7 +1117,11 @@ async fn run(server_binary: &Path, python: &Path, seconds: u64, seed: u64) -> an
     std::fs::create_dir(&tmp)?;
     let token = random_token()?;
     let env: Vec<(&str, String)> = vec![
-        (ipython_mcp_config::LOG.env, "error".to_owned()),
+        // Quiet unless the caller asks for the servers' logs (`IPYTHON_MCP_LOG=debug`).
+        (
+            ipython_mcp_config::LOG.env,
+            std::env::var(ipython_mcp_config::LOG.env).unwrap_or_else(|_| "error".to_owned()),
+        ),
         (ipython_mcp_config::PYTHON.env, python.display().to_string()),
         (
             ipython_mcp_config::WORKSPACE_ROOT.env,
@@ -943,6 +1161,7 @@ async fn run(server_binary: &Path, python: &Path, seconds: u64, seed: u64) -> an
             SPOOL_EXECUTION_BYTES.to_string(),
         ),
         (ipython_mcp_config::MAX_KERNELS.env, "16".to_owned()),
+        (ipython_mcp_config::MAX_TASKS.env, MAX_TASKS.to_string()),
         ("TMPDIR", tmp.display().to_string()),
         (ipython_mcp_config::HTTP_TOKEN.env, token.clone()),
     ];
@@ -976,6 +1195,8 @@ async fn run(server_binary: &Path, python: &Path, seconds: u64, seed: u64) -> an
             faults: 0,
             serial: 0,
             executions: AtomicU64::new(0),
+            tasks: false,
+            task_ids: Vec::new(),
         });
         http_clients.push(client);
     }
@@ -993,6 +1214,9 @@ async fn run(server_binary: &Path, python: &Path, seconds: u64, seed: u64) -> an
             faults: 0,
             serial: 0,
             executions: AtomicU64::new(0),
+            // The stdio server's only client: every task it remembers is this lane's.
+            tasks: true,
+            task_ids: Vec::new(),
         });
     }
     // Kernels and notebooks, before the clock starts.
@@ -1255,6 +1479,10 @@ async fn run(server_binary: &Path, python: &Path, seconds: u64, seed: u64) -> an
     for (kind, count) in &stats.jobs {
         println!("  {kind:<44} {count:>6}");
     }
+    println!("MCP tasks (the stdio client's; the server remembers {MAX_TASKS}):");
+    for (kind, count) in &stats.tasks {
+        println!("  {kind:<44} {count:>6}");
+    }
     println!("statuses seen:");
     for (status, count) in &stats.statuses {
         println!("  {status:<40} {count:>6}");
@@ -1322,9 +1550,18 @@ async fn start_stdio(server_binary: &Path, env: &[(&str, String)]) -> anyhow::Re
         ),
         ledger: Arc::clone(&ledger),
     };
+    // It declares the MCP tasks extension (see `Lane::tasks`).
+    let mut config = ClientConfig::default();
+    config.capabilities.extensions = Some(
+        [(
+            rmcp::model::TASKS_EXTENSION_ID.to_owned(),
+            rmcp::model::JsonObject::new(),
+        )]
+        .into(),
+    );
     let service = tokio::time::timeout(
         Duration::from_secs(60),
-        ClientConfig::default().serve_with_lifecycle(transport, ClientLifecycleMode::Initialize),
+        config.serve_with_lifecycle(transport, ClientLifecycleMode::Initialize),
     )
     .await
     .context("initialize timed out")??;

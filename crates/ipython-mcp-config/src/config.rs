@@ -203,6 +203,7 @@ impl Config {
                 max_name_chars: positive_int(raw, MAX_TOOL_NAME_CHARS)?,
                 max_description_chars: positive_int(raw, MAX_TOOL_DESCRIPTION_CHARS)?,
                 max_tools: positive_int(raw, MAX_DYNAMIC_TOOLS)?,
+                max_tasks: positive_int(raw, MAX_TASKS)?,
             },
             namespace: namespace(raw)?,
             python,

@@ -75,12 +75,14 @@ pub struct SpoolBounds {
     pub max_server_retained_bytes: u64,
 }
 
-/// Limits of dynamic tools.
+/// What clients may make the server hold: dynamic tools, and MCP tasks to remember.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ToolLimits {
     pub max_name_chars: usize,
     pub max_description_chars: usize,
     pub max_tools: usize,
+    /// MCP tasks remembered at once (the oldest forgotten first).
+    pub max_tasks: usize,
 }
 
 /// The memory limit of each local kernel's process tree.

@@ -108,6 +108,8 @@ settings! {
         "Longest description of a dynamic tool");
     MAX_DYNAMIC_TOOLS = ("max_dynamic_tools", "IPYTHON_MCP_MAX_DYNAMIC_TOOLS", "max-dynamic-tools", "100", Value, "N",
         "Dynamic tools registered at once, across all kernels");
+    MAX_TASKS = ("max_tasks", "IPYTHON_MCP_MAX_TASKS", "max-tasks", "1024", Value, "N",
+        "MCP tasks remembered for tasks/get and tasks/cancel, across all clients; the oldest are forgotten first");
     PYTHON = ("python", "IPYTHON_MCP_PYTHON", "python", "found (see README)", Value, "PATH",
         "Python interpreter for the default kernel; it must have ipykernel");
     KERNEL = ("kernel", "IPYTHON_MCP_KERNEL", "kernel", "none", Value, "SPEC",

@@ -43,7 +43,7 @@ impl ServerState {
             background,
             notebooks: Arc::new(NotebookState::new(config.workspace_root.clone())),
             peers,
-            tasks: Arc::default(),
+            tasks: Arc::new(Tasks::new(config.tools.max_tasks)),
         }
     }
 

@@ -15,16 +15,15 @@ use std::sync::{Arc, Mutex};
 use rmcp::model::{CallToolResult, DetailedTask, JsonObject, Task, TaskPayload, TaskStatus};
 use tokio_util::sync::CancellationToken;
 
-/// Tasks remembered at once; the oldest is forgotten first. Each kernel keeps only its recent
-/// executions anyway, and a task whose execution is forgotten reports `failed`.
-const MAX_TASKS: usize = 1024;
-
 /// How often a client should poll `tasks/get`, in milliseconds.
 const POLL_INTERVAL_MS: u64 = 1_000;
 
-#[derive(Default)]
+/// The tasks remembered, at most `limit` (`IPYTHON_MCP_MAX_TASKS`); the oldest is forgotten
+/// first. Each kernel keeps only its recent executions anyway, and a task whose execution is
+/// forgotten reports `failed`.
 pub(crate) struct Tasks {
     inner: Mutex<Inner>,
+    limit: usize,
 }
 
 #[derive(Default)]
@@ -65,6 +64,13 @@ pub(crate) struct Remembered {
 }
 
 impl Tasks {
+    pub fn new(limit: usize) -> Tasks {
+        Tasks {
+            inner: Mutex::default(),
+            limit: limit.max(1),
+        }
+    }
+
     /// Remembers the task of execution `id` (cancelled through `cancel`) and returns its seed
     /// state for the `CreateTaskResult`.
     pub fn insert(&self, id: &str, cancel: CancellationToken) -> Task {
@@ -82,7 +88,7 @@ impl Tasks {
     fn remember(&self, id: &str, cancel: CancellationToken, outcome: Option<Outcome>) -> Task {
         let now = rmcp::task_manager::current_timestamp();
         let mut inner = self.inner.lock().expect("tasks lock");
-        while inner.order.len() >= MAX_TASKS {
+        while inner.order.len() >= self.limit {
             if let Some(oldest) = inner.order.pop_front() {
                 inner.entries.remove(&oldest);
             }
@@ -134,12 +140,13 @@ pub(crate) fn object(value: impl serde::Serialize) -> JsonObject {
 
 #[cfg(test)]
 mod tests {
-    use super::{Tasks, MAX_TASKS};
+    use super::Tasks;
     use tokio_util::sync::CancellationToken;
 
     #[test]
     fn the_oldest_task_is_forgotten_first() {
-        let tasks = Tasks::default();
+        const MAX_TASKS: usize = 1024;
+        let tasks = Tasks::new(MAX_TASKS);
         for index in 0..=MAX_TASKS {
             let task = tasks.insert(&format!("t{index}"), CancellationToken::new());
             assert_eq!(task.task_id, format!("t{index}"));

@@ -177,3 +177,52 @@ async fn background_notebook_runs_are_tasks_for_a_tasks_client_and_pending_for_o
     }
     server.stop().await;
 }
+
+/// The server remembers the latest `IPYTHON_MCP_MAX_TASKS` tasks: an older one is an unknown
+/// task to `tasks/get` and `tasks/cancel`, while its output stays readable with `get_output`.
+#[tokio::test]
+async fn tasks_past_the_configured_bound_are_forgotten_oldest_first() {
+    use rmcp::model::{CallToolRequestParams, CallToolResponse, CancelTaskParams, GetTaskParams};
+    let server = Server::start_with_tasks(Family::Modern, &[("IPYTHON_MCP_MAX_TASKS", "2")]).await;
+    let peer = server.client.peer();
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        let arguments = json!({"code": format!("print('run {n}')"), "background": true});
+        let request = CallToolRequestParams::new("execute")
+            .with_arguments(arguments.as_object().cloned().expect("object"));
+        match peer.call_tool_once(request).await.expect("tools/call") {
+            CallToolResponse::Task(created) => ids.push(created.task.task_id),
+            other => panic!("a task, not {other:?}"),
+        }
+    }
+    for id in &ids[1..] {
+        let got = settled(peer, id).await;
+        assert_eq!(got.task.task.status, rmcp::model::TaskStatus::Completed);
+    }
+    let forgotten = peer
+        .get_task(GetTaskParams::new(ids[0].clone()))
+        .await
+        .expect_err("the oldest task is forgotten");
+    assert!(
+        forgotten.to_string().contains("unknown task"),
+        "{forgotten}"
+    );
+    let cancel = peer
+        .cancel_task(CancelTaskParams::new(ids[0].clone()))
+        .await
+        .expect_err("a forgotten task cannot be cancelled");
+    assert!(cancel.to_string().contains("unknown task"), "{cancel}");
+    // The execution itself is the kernel's to keep (its latest 32): still readable.
+    let output = server
+        .call(
+            "get_output",
+            json!({"execution_id": ids[0], "wait_seconds": 120}),
+        )
+        .await;
+    assert_eq!(
+        output.structured["stdout"], "run 0\n",
+        "{:?}",
+        output.structured
+    );
+    server.stop().await;
+}

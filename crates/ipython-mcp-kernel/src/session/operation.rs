@@ -101,6 +101,12 @@ impl Actor {
             started: Instant::now(),
             timeout: args.timeout.unwrap_or(options.timeouts.operation),
         };
+        tracing::debug!(
+            seq = ticket.seq,
+            queue_wait_ms,
+            timeout_ms = operation.timeout.as_millis() as u64,
+            "operation dispatched"
+        );
         let mut run = Run::new(
             operation.started + operation.timeout,
             options.timeouts.interruption_grace,
@@ -259,8 +265,24 @@ impl Actor {
                 }
                 () = shutdown.cancelled(), if stoppable => Event::Stop(Cause::Closing),
             };
+            // Metadata only (which event, when after dispatch): a slow or stopped call is
+            // explained by these lines. Messages are many, so they are traced only.
+            let at_ms = operation.started.elapsed().as_millis() as u64;
+            if let Event::Message(_) = event {
+                tracing::trace!(seq, at_ms, ?event, "operation event");
+            } else {
+                tracing::debug!(seq, at_ms, ?event, "operation event");
+            }
             perform(run, event, running.kernel.as_ref()).await;
         }
+        tracing::debug!(
+            seq,
+            at_ms = operation.started.elapsed().as_millis() as u64,
+            end = ?run.ended(),
+            cause = ?run.cause(),
+            seen = ?run.seen,
+            "operation ended"
+        );
     }
 
     /// The collector's final output, its payloads settled: images over the bound downscaled,
@@ -351,6 +373,7 @@ async fn perform(run: &mut Run, event: Event, kernel: &dyn KernelTransport) {
     while let Some(action) = actions.pop_front() {
         match action {
             Action::Interrupt => {
+                tracing::debug!(interrupt = ?run.interrupt, "interrupting the kernel");
                 kernel.interrupt().await;
                 actions.extend(run.step(Instant::now(), Event::InterruptSent));
             }

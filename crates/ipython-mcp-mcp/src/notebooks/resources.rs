@@ -243,6 +243,7 @@ impl IpythonMcp {
                 "max_kernels": config.kernels.max_kernels,
                 "kernel_idle_timeout_seconds": config.kernels.idle_timeout.as_secs_f64(),
                 "max_dynamic_tools": config.tools.max_tools,
+                "max_tasks": config.tools.max_tasks,
                 "max_notebook_read_cells": MAX_READ_CELLS,
                 "max_notebook_resource_bytes": MAX_RESOURCE_BYTES,
             },
