@@ -44,6 +44,11 @@ pub enum FakeBehaviour {
     IgnoreInterrupt,
     /// The process dies `after` from the start.
     Die { after: Duration },
+    /// Goes `idle` without a reply, as ipykernel does when a SIGINT nobody meant for this
+    /// request lands in its handler outside the code.
+    DropRequest,
+    /// Replies `ok` at once and goes `idle` only `after` that (iopub lagging the shell).
+    LateIdle { after: Duration },
 }
 
 impl FakeBehaviour {
@@ -390,6 +395,17 @@ async fn play(
             exit.send_replace(Some(KernelExit::Signal(libc_sigkill())));
             return; // the sender goes with the task: the receiver closes
         }
+        FakeBehaviour::DropRequest => {
+            let _ = sender.send(iopub(Status::idle()));
+            // The kernel lives on: its router keeps the request's channel open.
+            return std::future::pending().await;
+        }
+        FakeBehaviour::LateIdle { after } => {
+            let _ = sender.send(reply(count, None));
+            tokio::time::sleep(after).await;
+            let _ = sender.send(iopub(Status::idle()));
+            return;
+        }
     };
     let _ = sender.send(reply(count, error));
     let _ = sender.send(iopub(Status::idle()));
@@ -668,6 +684,62 @@ mod tests {
         assert!(output.runtime.run_ms < 60_000, "long before the deadline");
         assert_eq!(*events.interrupts.borrow(), 1);
         assert_eq!(*events.launches.borrow(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_the_kernel_drops_ends_soon_after_idle_not_at_the_deadline() {
+        const DROPPED: &str = "dropped = 1";
+        let script = Script::default().with(DROPPED, Behaviour::DropRequest);
+        let (handle, events) = session(script);
+        let output = handle.execute(run(DROPPED, Duration::from_secs(600))).await;
+        assert_eq!(output.status, ExecutionStatus::Cancelled, "{output:?}");
+        assert_eq!(code(&output), Some(Code::OperationCancelled));
+        let message = output.error.as_ref().map(|error| error.message.as_str());
+        assert!(
+            message.is_some_and(|message| message.contains("dropped this request")),
+            "{message:?}"
+        );
+        assert_eq!(output.runtime.namespace, Some(NamespaceOutcome::Preserved));
+        // The drain bound after idle, not the 600 s deadline; and no interrupt of ours.
+        assert!(output.runtime.run_ms < 60_000, "{:?}", output.runtime);
+        assert_eq!(*events.interrupts.borrow(), 0);
+        assert_eq!(*events.launches.borrow(), 1);
+        let next = handle.execute(run(PRINT, Duration::from_secs(1))).await;
+        assert!(next.ok, "{next:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cancellation_after_the_reply_sends_no_interrupt() {
+        // The reply is in, `idle` lags: a cancellation now must not interrupt, or the SIGINT
+        // would land in whatever the kernel runs next.
+        const LATE: &str = "late = 1";
+        let script = Script::default().with(
+            LATE,
+            Behaviour::LateIdle {
+                after: Duration::from_secs(2),
+            },
+        );
+        let (handle, events) = session(script);
+        let cancel = CancellationToken::new();
+        let running = tokio::spawn({
+            let (handle, cancel) = (handle.clone(), cancel.clone());
+            async move {
+                let args = ExecuteArgs {
+                    cancel,
+                    ..run(LATE, Duration::from_secs(60))
+                };
+                handle.execute(args).await
+            }
+        });
+        reached(&events.started, 1).await;
+        // Paused time moves only once every task waits: the reply has been taken by then.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        cancel.cancel();
+        let output = running.await.expect("join");
+        assert!(output.ok, "{output:?}");
+        assert_eq!(output.status, ExecutionStatus::Ok);
+        assert_eq!(output.runtime.interruption, None, "{output:?}");
+        assert_eq!(*events.interrupts.borrow(), 0);
     }
 
     #[tokio::test(start_paused = true)]

@@ -234,8 +234,9 @@ impl Actor {
             tokio::time::interval_at(operation.started + PROGRESS_INTERVAL, PROGRESS_INTERVAL);
         while run.ended().is_none() {
             let (wake, timer) = run.timer();
-            // Once a cause is decided, later ones change nothing: the first wins.
-            let stoppable = run.cause().is_none();
+            // Once a cause is decided, later ones change nothing (the first wins); once the
+            // reply is in, nothing is stopped.
+            let stoppable = run.stoppable();
             let event = tokio::select! {
                 routed = receiver.recv() => match routed {
                     Some(routed) => {

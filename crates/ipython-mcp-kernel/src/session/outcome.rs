@@ -23,8 +23,11 @@ fn closing_error() -> ErrorInfo {
 /// How the wait for an operation ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) enum End {
-    /// Reply and idle arrived (possibly after an interrupt).
+    /// Reply and idle arrived (possibly after an interrupt), or an interrupted kernel went idle.
     Completed,
+    /// The kernel went idle without replying, and nobody interrupted it: it dropped the
+    /// request (a stray SIGINT in its handler); whether the code ran, or how far, is unknown.
+    Unanswered,
     /// It did not stop within the grace period after an interrupt.
     Killed,
     /// The kernel process exited (how, for the message and the code).
@@ -124,7 +127,7 @@ pub(super) fn follow_up(end: &End, cause: Option<Cause>, finished_ok: bool) -> F
         (End::Completed, None) => FollowUp::None,
         // The code finished by itself before the interrupt could matter.
         (End::Completed, Some(_)) if finished_ok => FollowUp::None,
-        (End::Completed, Some(_)) => FollowUp::ConfirmHealth,
+        (End::Completed, Some(_)) | (End::Unanswered, _) => FollowUp::ConfirmHealth,
         // Shutting down: the kernel is stopped by the actor's close, never replaced.
         (End::Killed, Some(Cause::Closing)) => FollowUp::None,
         (End::Killed, _) | (End::Died(_), _) => FollowUp::KillAndReplace,
@@ -167,13 +170,18 @@ pub(super) fn decide(ending: &Ending) -> Decision {
             }
         },
         FollowUp::ConfirmHealth => {
-            let cause = cause.expect("only an interrupted operation is confirmed");
             decision.namespace = Some(if *checked == Checked::Healthy(true) {
                 NamespaceOutcome::Preserved
             } else {
                 NamespaceOutcome::Unknown
             });
-            let (status, error) = stopped(cause, *timeout);
+            let (status, error) = match cause {
+                Some(cause) => stopped(cause, *timeout),
+                None => {
+                    decision.interruption = Some(Interruption::Cooperative);
+                    unanswered()
+                }
+            };
             decision.status = status;
             decision.error = Some(error);
         }
@@ -212,6 +220,18 @@ pub(super) fn decide(ending: &Ending) -> Decision {
         }
     }
     decision
+}
+
+/// What the caller of a request the kernel dropped is told (see [`End::Unanswered`]).
+fn unanswered() -> (ExecutionStatus, ErrorInfo) {
+    (
+        ExecutionStatus::Cancelled,
+        ErrorInfo::new(
+            Code::OperationCancelled,
+            "the kernel dropped this request without answering: an interrupt reached it outside the code (someone else's, or a cancellation that raced the end of an earlier call); the code may not have run, or only in part",
+        )
+        .with_hint("the namespace was preserved: check whether the code's effects are there before running it again"),
+    )
 }
 
 /// What the caller of an operation that stopped cooperatively is told, by its cause.
@@ -404,6 +424,9 @@ mod tests {
             row((k.clone(), Some(Cancelled), false, Replaced(false), true), KillAndReplace, S::Cancelled, cancelled, Some(Terminated), Some(Reset), Some(GOING)),
             row((k.clone(), Some(Interrupted), false, Replaced(true), false), KillAndReplace, S::Cancelled, cancelled, Some(Terminated), Some(Reset), Some(FRESH)),
             row((k.clone(), Some(Interrupted), false, Replaced(false), false), KillAndReplace, S::Cancelled, cancelled, Some(Terminated), Some(Reset), Some(NO_SPARE)),
+            // Dropped by the kernel without a reply, nobody's interrupt: confirmed like a stop.
+            row((End::Unanswered, None, false, Healthy(true), false), ConfirmHealth, S::Cancelled, cancelled, Some(Cooperative), Some(Preserved), Some("check whether the code's effects")),
+            row((End::Unanswered, None, false, Healthy(false), false), ConfirmHealth, S::Cancelled, cancelled, Some(Cooperative), Some(Unknown), Some("check whether the code's effects")),
             // Shutting down: killed by the close, never replaced.
             row((k.clone(), Some(Closing), false, Nothing, true), Done, S::Cancelled, closed, Some(Terminated), Some(Reset), None),
             // The kernel died: replaced, whatever the cause; an interrupt already sent stays
@@ -546,7 +569,7 @@ mod tests {
     /// exactly when there was a cause or a kill.
     #[test]
     fn every_combination_is_consistent() {
-        let ends = [End::Completed, End::Killed, died()];
+        let ends = [End::Completed, End::Unanswered, End::Killed, died()];
         let causes = [
             None,
             Some(Deadline),
@@ -594,7 +617,8 @@ mod tests {
                             );
                             assert_eq!(
                                 decision.interruption.is_some(),
-                                cause.is_some() || *end == End::Killed,
+                                // A dropped request was interrupted too, by someone else.
+                                cause.is_some() || matches!(end, End::Killed | End::Unanswered),
                                 "{at}: {decision:?}"
                             );
                         }

@@ -26,10 +26,12 @@ use super::outcome::{Cause, Death, End};
 /// stops the code instead of the grace period ending in a kill that loses the namespace.
 pub(super) const RESEND_AFTER: Duration = Duration::from_secs(1);
 
-/// How long to wait for `idle` once the reply is in (or for the reply once an interrupted
-/// kernel is idle). Both normally arrive together; this only bounds a lost message, so it is
-/// generous: iopub can lag the shell reply by seconds on a loaded machine, and ending early
-/// would cut the output's tail.
+/// How long to wait for `idle` once the reply is in (or for the reply once the kernel is
+/// idle). Both normally arrive together; this only bounds a lost message, so it is generous:
+/// iopub can lag the shell reply by seconds on a loaded machine, and ending early would cut the
+/// output's tail. A kernel idle with no reply by then dropped the request: ipykernel does when
+/// a SIGINT lands in its handler outside the user's code (ours, or a stray one: a cancellation
+/// that raced the end of the call before, someone else's interrupt).
 pub(super) const IDLE_AFTER_REPLY: Duration = Duration::from_secs(5);
 
 /// What the collector has seen of the request so far (each fact stays true once true).
@@ -153,6 +155,13 @@ impl Run {
         self.cause
     }
 
+    /// Whether a stop would do anything: not once a cause is decided (the first wins), nor
+    /// once the reply is in (the code is over, and a SIGINT now would land in whatever the
+    /// kernel does next: the rest of this request's handler, where ipykernel drops the reply).
+    pub(super) fn stoppable(&self) -> bool {
+        self.cause.is_none() && !self.seen.replied
+    }
+
     /// How the run ended, once it has.
     pub(super) fn ended(&self) -> Option<&End> {
         match &self.phase {
@@ -215,6 +224,9 @@ impl Run {
 
     fn elapsed(&mut self, now: Instant, timer: Timer) -> Vec<Action> {
         match timer {
+            Timer::Drain if !self.seen.replied && self.cause.is_none() => {
+                self.finish(End::Unanswered)
+            }
             Timer::Drain => self.finish(End::Completed),
             Timer::Deadline => self.stop(now, Cause::Deadline),
             // The kernel never said it began: interrupt it anyway (some kernels announce
@@ -229,7 +241,7 @@ impl Run {
     }
 
     fn stop(&mut self, now: Instant, cause: Cause) -> Vec<Action> {
-        if self.cause.is_some() {
+        if !self.stoppable() {
             return Vec::new();
         }
         self.cause = Some(cause);
@@ -254,11 +266,10 @@ impl Run {
         if matches!(self.interrupt, Interrupt::Held { .. }) && self.seen.started {
             actions = self.deliver();
         }
-        // An interrupted kernel can also end a request with `idle` and no reply (ipykernel
-        // drops the reply when the interrupt lands between its handler's start and the
-        // user's code): it has stopped all the same.
-        let stopped = matches!(self.interrupt, Interrupt::Delivered { .. }) && self.seen.idle;
-        if self.drain_until.is_none() && (self.seen.replied || stopped) {
+        // A kernel can also end a request with `idle` and no reply (ipykernel drops the reply
+        // when a SIGINT lands in its handler outside the user's code): wait for a lagging reply
+        // as for a lagging `idle`, not until the deadline.
+        if self.drain_until.is_none() && (self.seen.replied || self.seen.idle) {
             self.drain_until = Some(now + IDLE_AFTER_REPLY);
         }
         actions
@@ -435,8 +446,10 @@ mod tests {
             Row("reply before idle: drain", begun.clone(), 20, Message(replied), s.draining(&begun, replied, 20), none()),
             Row("then idle: completed", s.draining(&begun, replied, 20), 21, Message(both), ended(&s.draining(&begun, both, 20), completed()), finish(completed())),
             Row("idle lost: completed at the drain bound", s.draining(&begun, replied, 20), 5_020, Elapsed(Timer::Drain), ended(&s.draining(&begun, replied, 20), completed()), finish(completed())),
-            Row("idle before reply: keep waiting", begun.clone(), 20, Message(idle), with_seen(&begun, idle), none()),
-            Row("then the reply: completed", with_seen(&begun, idle), 21, Message(both), ended(&with_seen(&begun, both), completed()), finish(completed())),
+            Row("idle before reply: drain", begun.clone(), 20, Message(idle), s.draining(&begun, idle, 20), none()),
+            Row("then the reply: completed", s.draining(&begun, idle, 20), 21, Message(both), ended(&s.draining(&begun, both, 20), completed()), finish(completed())),
+            Row("no reply by the drain bound: unanswered", s.draining(&begun, idle, 20), 5_020, Elapsed(Timer::Drain), ended(&s.draining(&begun, idle, 20), End::Unanswered), finish(End::Unanswered)),
+            Row("idle without a reply, before the kernel began: drain", waiting.clone(), 20, Message(seen(false, false, true)), s.draining(&waiting, seen(false, false, true), 20), none()),
             // Deadline → interrupt → grace → kill.
             Row("deadline: interrupt", begun.clone(), DEADLINE, Elapsed(Timer::Deadline), delivering(Deadline, &begun), interrupt()),
             Row("delivered: grace and resend armed", delivering(Deadline, &begun), DEADLINE, InterruptSent, delivered.clone(), none()),
@@ -457,6 +470,10 @@ mod tests {
             Row("interrupt call before the kernel began: held", waiting.clone(), 30, Stop(Interrupted), s.held(Interrupted, 30), none()),
             Row("shutdown: no waiting for the kernel to begin", waiting.clone(), 30, Stop(Closing), delivering(Closing, &waiting), interrupt()),
             Row("the first cause wins", delivered.clone(), DEADLINE + 10, Stop(Cancelled), delivered.clone(), none()),
+            Row("cancelled after the reply: no interrupt", s.draining(&begun, replied, 20), 30, Stop(Cancelled), s.draining(&begun, replied, 20), none()),
+            Row("interrupt call after the reply: no interrupt", s.draining(&begun, replied, 20), 30, Stop(Interrupted), s.draining(&begun, replied, 20), none()),
+            Row("shutdown after the reply: no interrupt", s.draining(&begun, replied, 20), 30, Stop(Closing), s.draining(&begun, replied, 20), none()),
+            Row("interrupted, idle without a reply: completed at the drain bound", s.draining(&heard, idle, DEADLINE + 20), DEADLINE + 5_020, Elapsed(Timer::Drain), ended(&s.draining(&heard, idle, DEADLINE + 20), completed()), finish(completed())),
             // Kernel death.
             Row("kernel died mid-run", begun.clone(), 50, KernelExited(exit()), died(&begun), finish(End::Died(exit()))),
             Row("kernel died in the grace", heard.clone(), DEADLINE + 100, KernelExited(exit()), died(&heard), finish(End::Died(exit()))),
