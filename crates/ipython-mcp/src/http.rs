@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
-use axum::http::header;
+use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::Response;
 use axum::serve::ListenerExt as _;
@@ -289,7 +289,19 @@ where
     S: rmcp::ServerHandler + Send + 'static,
 {
     let service = StreamableHttpService::new(move || Ok(factory()), sessions, config);
-    Router::new().nest_service("/mcp", service)
+    Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::map_response(closed_is_no_content))
+}
+
+/// rmcp answers a session's `DELETE` with 202 Accepted; the official Python SDK's client takes
+/// only 200 or 204 as success and logs a warning at every close otherwise. 204 is what every
+/// client (and the spec's "the session is terminated") reads as done.
+async fn closed_is_no_content(method: Method, mut response: Response) -> Response {
+    if method == Method::DELETE && response.status() == StatusCode::ACCEPTED {
+        *response.status_mut() = StatusCode::NO_CONTENT;
+    }
+    response
 }
 
 /// Lets a request through only with the right bearer token (RFC 6750; the scheme name is

@@ -842,6 +842,36 @@ async fn a_client_that_disconnects_mid_call_does_not_disturb_the_others() {
     assert!(server.terminate().await.success());
 }
 
+/// A session's `DELETE` answers 204 (the official Python SDK warns on anything but 200 or 204,
+/// at every close) and the session is gone after it.
+#[tokio::test]
+async fn closing_a_session_answers_no_content_and_forgets_it() {
+    let server = HttpServer::start(&[("IPYTHON_MCP_HTTP_TOKEN", TOKEN)]).await;
+    let bearer = format!("Bearer {TOKEN}");
+    let (status, head) = raw_post(server.address, "/mcp", &[("Authorization", &bearer)]).await;
+    assert_eq!(status, 200, "{head}");
+    let session = head
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| value.trim().to_owned())
+        })
+        .expect("a session id");
+    let headers = [
+        ("Authorization", bearer.as_str()),
+        ("Mcp-Session-Id", session.as_str()),
+        ("MCP-Protocol-Version", "2025-11-25"),
+    ];
+    let (status, head, _) = raw_request(server.address, "DELETE", "/mcp", &headers, "").await;
+    assert_eq!(status, 204, "{head}");
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
+    let (status, head, _) =
+        raw_request(server.address, "POST", "/mcp", &headers, &initialized).await;
+    assert_eq!(status, 404, "the closed session is gone: {head}");
+    assert!(server.terminate().await.success());
+}
+
 #[tokio::test]
 async fn sigterm_closes_the_streams_and_the_kernels() {
     let server = HttpServer::start(&[("IPYTHON_MCP_HTTP_TOKEN", TOKEN)]).await;
