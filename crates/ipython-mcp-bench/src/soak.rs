@@ -1248,6 +1248,23 @@ async fn run(server_binary: &Path, python: &Path, seconds: u64, seed: u64) -> an
         if !lane.trivial().await {
             bail!("{}: the first execute failed", lane.name);
         }
+        // More tasks than the server remembers before the clock starts, so that even a short
+        // run sees the oldest forgotten and the latest answered.
+        if lane.tasks {
+            for _ in 0..=MAX_TASKS {
+                let n = lane.next_serial();
+                let marker = format!("job-{}-{n}", lane.name);
+                if let Some(execution_id) =
+                    lane.start_background(&format!("print('{marker}')")).await
+                {
+                    lane.jobs.push(Job {
+                        execution_id,
+                        marker,
+                        executions_before: lane.executions.load(Ordering::Relaxed),
+                    });
+                }
+            }
+        }
     }
 
     // The monitor: servers' /proc, spool sizes, notebook files, every second.
