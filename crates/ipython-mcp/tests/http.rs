@@ -214,6 +214,17 @@ async fn raw_post(address: SocketAddr, path: &str, headers: &[(&str, &str)]) -> 
     (status, head)
 }
 
+/// The `Mcp-Session-Id` a raw response head carries.
+fn session_id(head: &str) -> String {
+    head.lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| value.trim().to_owned())
+        })
+        .expect("a session id")
+}
+
 /// One raw HTTP/1.1 request; returns the status, the response head and the open connection
 /// (positioned at the body).
 async fn raw_request(
@@ -801,14 +812,7 @@ async fn a_client_that_disconnects_mid_call_does_not_disturb_the_others() {
     let bearer = format!("Bearer {TOKEN}");
     let (status, head) = raw_post(server.address, "/mcp", &[("Authorization", &bearer)]).await;
     assert_eq!(status, 200, "{head}");
-    let session = head
-        .lines()
-        .find_map(|line| {
-            let (name, value) = line.split_once(':')?;
-            name.eq_ignore_ascii_case("mcp-session-id")
-                .then(|| value.trim().to_owned())
-        })
-        .expect("a session id");
+    let session = session_id(&head);
     let headers = [
         ("Authorization", bearer.as_str()),
         ("Mcp-Session-Id", session.as_str()),
@@ -850,14 +854,7 @@ async fn closing_a_session_answers_no_content_and_forgets_it() {
     let bearer = format!("Bearer {TOKEN}");
     let (status, head) = raw_post(server.address, "/mcp", &[("Authorization", &bearer)]).await;
     assert_eq!(status, 200, "{head}");
-    let session = head
-        .lines()
-        .find_map(|line| {
-            let (name, value) = line.split_once(':')?;
-            name.eq_ignore_ascii_case("mcp-session-id")
-                .then(|| value.trim().to_owned())
-        })
-        .expect("a session id");
+    let session = session_id(&head);
     let headers = [
         ("Authorization", bearer.as_str()),
         ("Mcp-Session-Id", session.as_str()),
@@ -886,14 +883,7 @@ async fn sigterm_closes_the_streams_and_the_kernels() {
     let bearer = format!("Bearer {TOKEN}");
     let (status, head) = raw_post(server.address, "/mcp", &[("Authorization", &bearer)]).await;
     assert_eq!(status, 200, "{head}");
-    let session = head
-        .lines()
-        .find_map(|line| {
-            let (name, value) = line.split_once(':')?;
-            name.eq_ignore_ascii_case("mcp-session-id")
-                .then(|| value.trim().to_owned())
-        })
-        .expect("a session id");
+    let session = session_id(&head);
     let headers = [
         ("Authorization", bearer.as_str()),
         ("Mcp-Session-Id", session.as_str()),

@@ -538,6 +538,25 @@ mod tests {
         (SessionHandle::start_fake(options, &kernels), kernels.events)
     }
 
+    /// Runs `code` (60 s deadline) on its own task; the token cancels it as a client would.
+    fn cancellable(
+        handle: &SessionHandle,
+        code: &'static str,
+    ) -> (tokio::task::JoinHandle<ExecutionOutput>, CancellationToken) {
+        let cancel = CancellationToken::new();
+        let running = tokio::spawn({
+            let (handle, cancel) = (handle.clone(), cancel.clone());
+            async move {
+                let args = ExecuteArgs {
+                    cancel,
+                    ..run(code, Duration::from_secs(60))
+                };
+                handle.execute(args).await
+            }
+        });
+        (running, cancel)
+    }
+
     fn run(code: &str, timeout: Duration) -> ExecuteArgs {
         ExecuteArgs {
             code: code.into(),
@@ -659,17 +678,7 @@ mod tests {
             },
         );
         let (handle, events) = session(script);
-        let cancel = CancellationToken::new();
-        let running = tokio::spawn({
-            let (handle, cancel) = (handle.clone(), cancel.clone());
-            async move {
-                let args = ExecuteArgs {
-                    cancel,
-                    ..run(LOOP, Duration::from_secs(60))
-                };
-                handle.execute(args).await
-            }
-        });
+        let (running, cancel) = cancellable(&handle, LOOP);
         reached(&events.started, 1).await;
         cancel.cancel();
         let output = running.await.expect("join");
@@ -720,17 +729,7 @@ mod tests {
             },
         );
         let (handle, events) = session(script);
-        let cancel = CancellationToken::new();
-        let running = tokio::spawn({
-            let (handle, cancel) = (handle.clone(), cancel.clone());
-            async move {
-                let args = ExecuteArgs {
-                    cancel,
-                    ..run(LATE, Duration::from_secs(60))
-                };
-                handle.execute(args).await
-            }
-        });
+        let (running, cancel) = cancellable(&handle, LATE);
         reached(&events.started, 1).await;
         // Paused time moves only once every task waits: the reply has been taken by then.
         tokio::time::sleep(Duration::from_secs(1)).await;
