@@ -433,12 +433,15 @@ struct Actor {
 async fn run(mut actor: Actor) {
     let ended = actor.serve().await;
     tracing::debug!(file_id = %actor.file_id, code = ?ended.code, why = %ended.why, "left a live document");
+    // Said before the waiters hear of it: a waiter's caller reads why (the close code) from
+    // `ended` (a missing file's 4404 is `NotFound` to `Room::open`).
+    let why = ended.why.clone();
+    actor.ended.send_replace(Some(ended));
     for (waiter, _) in actor.pending.drain(..) {
         let _ = waiter.send(Err(CollabError::Closed {
-            why: format!("{}; the edit may not have reached the document", ended.why),
+            why: format!("{why}; the edit may not have reached the document"),
         }));
     }
-    actor.ended.send_replace(Some(ended));
 }
 
 impl Actor {
