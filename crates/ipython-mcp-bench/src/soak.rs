@@ -645,8 +645,8 @@ impl Lane {
     /// Starts `code` in the background; its execution id (a tasks lane's task id).
     async fn start_background(&mut self, code: &str) -> Option<String> {
         let arguments = self.with_kernel(json!({"code": code, "background": true}));
+        self.executions.fetch_add(1, Ordering::Relaxed);
         if !self.tasks {
-            self.executions.fetch_add(1, Ordering::Relaxed);
             let answer = self.call("execute", arguments).await;
             if !self.expect("background job", &answer, &["pending", "ok"]) {
                 return None;
@@ -658,7 +658,6 @@ impl Lane {
             }
             return id;
         }
-        self.executions.fetch_add(1, Ordering::Relaxed);
         with(&self.stats, |stats| {
             *stats.calls.entry("execute".to_owned()).or_default() += 1
         });

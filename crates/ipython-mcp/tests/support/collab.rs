@@ -94,6 +94,9 @@ impl CollabServer {
                 "--ServerApp.root_dir={}",
                 dir.path().join("root").display()
             ))
+            // jupyter_server_ydoc writes its `.jupyter_ystore.db` into the working directory:
+            // the server's own, never the crate's.
+            .current_dir(dir.path())
             .env("PYTHONPATH", &deps)
             .env("JUPYTER_RUNTIME_DIR", dir.path().join("runtime"))
             .env("JUPYTER_CONFIG_DIR", dir.path().join("config"))
