@@ -130,8 +130,20 @@ pub fn parse_principals(text: &str) -> Result<Vec<Principal>, PrincipalsError> {
             continue;
         }
         let principal = parse_line(line).map_err(at)?;
-        if principals.iter().any(|known| known.name == principal.name) {
-            return Err(at(format!("{} is named twice", principal.name)));
+        if let Some(known) = principals
+            .iter()
+            .find(|known| known.name.as_str().eq_ignore_ascii_case(principal.name.as_str()))
+        {
+            // Names are directories: on a file system that ignores case (macOS, Windows), two
+            // names that differ only in case would share one.
+            return Err(at(if known.name == principal.name {
+                format!("{} is named twice", principal.name)
+            } else {
+                format!(
+                    "{} and {} differ only in case: they would share a directory where case is ignored",
+                    known.name, principal.name
+                )
+            }));
         }
         if let Some(known) = principals
             .iter()
@@ -276,6 +288,11 @@ mod tests {
                 "# c\nalice {ALICE}\nalice other-token-0123456789",
                 3,
                 "named twice",
+            ),
+            (
+                "alice {ALICE}\nAlice other-token-0123456789",
+                2,
+                "differ only in case",
             ),
             ("alice {ALICE}\nbob {ALICE}", 2, "same token as alice"),
             ("# nobody\n\n", 0, "names no principal"),

@@ -162,6 +162,8 @@ settings! {
         "This server's URL as clients reach it (e.g. https://gpu.example.org/mcp): access tokens must name it as their audience");
     HTTP_OAUTH_PRINCIPAL_CLAIM = ("http_oauth_principal_claim", "IPYTHON_MCP_HTTP_OAUTH_PRINCIPAL_CLAIM", "http-oauth-principal-claim", "sub", Value, "CLAIM",
         "The access token claim that names the principal (letters, digits, _ - . @)");
+    HTTP_OAUTH_MAX_PRINCIPALS = ("http_oauth_max_principals", "IPYTHON_MCP_HTTP_OAUTH_MAX_PRINCIPALS", "http-oauth-max-principals", "64", Value, "N",
+        "Access-token principals (not in the principals file) served at once; the next is refused (403) until one has been idle past the kernel idle timeout, which gives their kernels back");
     HTTP_ALLOWED_ORIGINS = ("http_allowed_origins", "IPYTHON_MCP_HTTP_ALLOWED_ORIGINS", "http-allowed-origins", "loopback", Value, "ORIGINS",
         "Comma-separated browser origins allowed to call the HTTP transport (scheme://host:port, :* for any port); requests from other origins get 403; the default allows http(s)://localhost, 127.0.0.1 and [::1] on any port");
     HTTP_ALLOWED_HOSTS = ("http_allowed_hosts", "IPYTHON_MCP_HTTP_ALLOWED_HOSTS", "http-allowed-hosts", "loopback", Value, "HOSTS",

@@ -112,6 +112,8 @@ pub struct OAuth {
     pub resource: url::Url,
     /// The claim that names the principal.
     pub principal_claim: String,
+    /// How many principals of access tokens (not of the principals file) are served at once.
+    pub max_principals: usize,
 }
 
 impl Http {
@@ -317,6 +319,12 @@ fn oauth(raw: &RawConfig) -> Result<Option<OAuth>, Error> {
         Ok(Some(url))
     };
     let (issuer, resource) = match (url(HTTP_OAUTH_ISSUER)?, url(HTTP_OAUTH_RESOURCE)?) {
+        (None, None) if raw.get(HTTP_OAUTH_MAX_PRINCIPALS).is_some() => {
+            return Err(invalid(
+                HTTP_OAUTH_MAX_PRINCIPALS,
+                format!("is only used with {}", HTTP_OAUTH_ISSUER.env),
+            ))
+        }
         (None, None) => return Ok(None),
         (Some(issuer), Some(resource)) => (issuer, resource),
         (Some(_), None) => {
@@ -349,6 +357,7 @@ fn oauth(raw: &RawConfig) -> Result<Option<OAuth>, Error> {
         issuer,
         resource,
         principal_claim: claim.to_owned(),
+        max_principals: crate::parse::positive_int(raw, HTTP_OAUTH_MAX_PRINCIPALS)?,
     }))
 }
 
@@ -372,6 +381,7 @@ mod tests {
         assert_eq!(oauth.issuer.as_str(), issuer);
         assert_eq!(oauth.resource.as_str(), resource);
         assert_eq!(oauth.principal_claim, "sub");
+        assert_eq!(oauth.max_principals, 64);
         assert_eq!(config.http.token, TokenSource::Generate);
 
         let refused = |raw: RawConfig, setting: Setting, problem: &str| {

@@ -271,6 +271,9 @@ struct Inner {
     next_id: std::sync::atomic::AtomicU64,
     /// Notebook file (canonical path) → the session that runs its cells.
     notebooks: Mutex<BTreeMap<PathBuf, SessionId>>,
+    /// The `default` session's options when it starts at its first use rather than with the
+    /// manager (see [`KernelManager::with_lazy_default`]).
+    lazy_default: Option<SessionOptions>,
     /// The idle reaper: `stopping` ends its loop, `shutdown` joins it, a drop aborts it.
     tasks: crate::task::Tasks,
     stopping: tokio_util::sync::CancellationToken,
@@ -289,7 +292,7 @@ struct Entry {
 impl KernelManager {
     /// `default` only and no way to start more (tests, embedding).
     pub fn new(default: SessionHandle) -> Self {
-        Self::build(default, None, StartSpec::Default, KernelLimits::default())
+        Self::build(Some(default), None, StartSpec::Default, KernelLimits::default())
     }
 
     /// Sessions that can start more like `template` (the default session's options, before
@@ -303,7 +306,26 @@ impl KernelManager {
         let default_spec = default_spec
             .and_then(|spec| spec.followed_by_notebooks())
             .unwrap_or(StartSpec::Default);
-        Self::build(default, Some(template), default_spec, limits)
+        Self::build(Some(default), Some(template), default_spec, limits)
+    }
+
+    /// As [`KernelManager::with_template`], but the `default` session (from `default`, its
+    /// options) starts only when a call first names it, so that a caller who never runs code
+    /// never costs a kernel process. Its place counts against `max_kernels` all along.
+    pub fn with_lazy_default(
+        default: SessionOptions,
+        template: SessionOptions,
+        default_spec: Option<StartSpec>,
+        limits: KernelLimits,
+    ) -> Self {
+        let default_spec = default_spec
+            .and_then(|spec| spec.followed_by_notebooks())
+            .unwrap_or(StartSpec::Default);
+        let mut manager = Self::build(None, Some(template), default_spec, limits);
+        Arc::get_mut(&mut manager.inner)
+            .expect("a manager just built has one owner")
+            .lazy_default = Some(default);
+        manager
     }
 
     /// As [`KernelManager::with_template`] (no `--kernel`), its sessions started by `starter`.
@@ -314,7 +336,7 @@ impl KernelManager {
         limits: KernelLimits,
         starter: Starter,
     ) -> Self {
-        let mut manager = Self::build(default, Some(template), StartSpec::Default, limits);
+        let mut manager = Self::build(Some(default), Some(template), StartSpec::Default, limits);
         Arc::get_mut(&mut manager.inner)
             .expect("a manager just built has one owner")
             .starter = starter;
@@ -322,20 +344,22 @@ impl KernelManager {
     }
 
     fn build(
-        default: SessionHandle,
+        default: Option<SessionHandle>,
         template: Option<SessionOptions>,
         default_spec: StartSpec,
         limits: KernelLimits,
     ) -> Self {
         let mut entries = BTreeMap::new();
-        entries.insert(
-            SessionId::default_session(),
-            Entry {
-                handle: default,
-                spec: SessionId::DEFAULT.to_owned(),
-                last_used: Instant::now(),
-            },
-        );
+        if let Some(default) = default {
+            entries.insert(
+                SessionId::default_session(),
+                Entry {
+                    handle: default,
+                    spec: SessionId::DEFAULT.to_owned(),
+                    last_used: Instant::now(),
+                },
+            );
+        }
         KernelManager {
             inner: Arc::new(Inner {
                 entries: Mutex::new(entries),
@@ -345,6 +369,7 @@ impl KernelManager {
                 starter: Arc::new(SessionHandle::start),
                 next_id: std::sync::atomic::AtomicU64::new(1),
                 notebooks: Mutex::default(),
+                lazy_default: None,
                 tasks: crate::task::Tasks::default(),
                 stopping: tokio_util::sync::CancellationToken::new(),
             }),
@@ -358,17 +383,38 @@ impl KernelManager {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The session `kernel` names (`None`: default), marked as used now.
+    /// The session `kernel` names (`None`: default), marked as used now. A lazy `default`
+    /// starts now (in the background, like any start).
     pub fn get(&self, kernel: Option<&str>) -> Result<SessionHandle, ManagerError> {
         let id = kernel.unwrap_or(SessionId::DEFAULT);
         let mut entries = self.lock();
-        match entries.get_mut(id) {
-            Some(entry) => {
-                entry.last_used = Instant::now();
-                Ok(entry.handle.clone())
-            }
-            None => Err(not_found(id, &entries)),
+        if let Some(entry) = entries.get_mut(id) {
+            entry.last_used = Instant::now();
+            return Ok(entry.handle.clone());
         }
+        match (&self.inner.lazy_default, id == SessionId::DEFAULT) {
+            (Some(options), true) if !self.inner.stopping.is_cancelled() => {
+                let handle = (self.inner.starter)(options.clone());
+                tracing::info!("default kernel session started at its first use");
+                entries.insert(
+                    SessionId::default_session(),
+                    Entry {
+                        handle: handle.clone(),
+                        spec: SessionId::DEFAULT.to_owned(),
+                        last_used: Instant::now(),
+                    },
+                );
+                Ok(handle)
+            }
+            _ => Err(not_found(id, &entries)),
+        }
+    }
+
+    /// Sessions running, with the place a lazy `default` not started yet keeps.
+    fn places_taken(&self, entries: &BTreeMap<SessionId, Entry>) -> usize {
+        let reserved = self.inner.lazy_default.is_some()
+            && !entries.contains_key(SessionId::DEFAULT);
+        entries.len() + usize::from(reserved)
     }
 
     /// Every session, by id.
@@ -465,9 +511,10 @@ impl KernelManager {
             return Err(ManagerError::IdTaken { id });
         }
         let max = self.inner.limits.max_kernels;
-        if entries.len() >= max {
+        let taken = self.places_taken(&entries);
+        if taken >= max {
             return Err(ManagerError::LimitReached {
-                running: entries.len(),
+                running: taken,
                 max,
             });
         }

@@ -48,7 +48,41 @@ struct Inner {
     /// The built-in tools and configuration every principal's server shares.
     blueprint: Blueprint,
     make: Box<StateFactory>,
-    servers: Mutex<HashMap<PrincipalName, IpythonMcp>>,
+    servers: Mutex<HashMap<PrincipalName, Served>>,
+}
+
+/// A principal's server and how busy it is.
+struct Served {
+    server: IpythonMcp,
+    /// Requests of theirs being handled now.
+    in_flight: usize,
+    /// When their last request ended (or their first began).
+    last_active: std::time::Instant,
+}
+
+/// A principal's request being handled: while it lives the principal is not idle.
+struct Busy {
+    inner: Arc<Inner>,
+    principal: PrincipalName,
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let mut servers = lock(&self.inner);
+        if let Some(served) = servers.get_mut(&self.principal) {
+            served.in_flight = served.in_flight.saturating_sub(1);
+            served.last_active = std::time::Instant::now();
+        }
+    }
+}
+
+fn lock(inner: &Inner) -> std::sync::MutexGuard<'_, HashMap<PrincipalName, Served>> {
+    // Inserts, removes and counter updates are single map operations: a panic cannot leave
+    // it half-done.
+    inner
+        .servers
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Principals {
@@ -62,11 +96,19 @@ impl Principals {
         }
     }
 
-    /// The principal's server, made now if this is their first request.
-    fn server(&self, principal: &PrincipalName) -> Result<IpythonMcp, ErrorData> {
+    /// The principal's server, made now if this is their first request, and the mark that
+    /// they are busy until the request ends. The factory may refuse (a principal removed from
+    /// the file since the request was let in): then no state is made.
+    fn server(&self, principal: &PrincipalName) -> Result<(IpythonMcp, Busy), ErrorData> {
+        // Made only once the principal is counted busy (its drop takes the lock).
+        let busy = || Busy {
+            inner: Arc::clone(&self.inner),
+            principal: principal.clone(),
+        };
         let mut servers = self.lock();
-        if let Some(server) = servers.get(principal) {
-            return Ok(server.clone());
+        if let Some(served) = servers.get_mut(principal) {
+            served.in_flight += 1;
+            return Ok((served.server.clone(), busy()));
         }
         let (state, config) = (self.inner.make)(principal).map_err(|problem| {
             tracing::error!(%principal, %problem, "cannot make the principal's sessions");
@@ -74,14 +116,24 @@ impl Principals {
         })?;
         state.spawn_reaper();
         let server = self.inner.blueprint.server_with(state, config);
-        servers.insert(principal.clone(), server.clone());
+        servers.insert(
+            principal.clone(),
+            Served {
+                server: server.clone(),
+                in_flight: 1,
+                last_active: std::time::Instant::now(),
+            },
+        );
         tracing::info!(%principal, "first request of a principal: sessions made");
-        Ok(server)
+        Ok((server, busy()))
     }
 
     /// The server of the request's caller. A request that reached a handler without a caller
     /// passed no authentication, which the transport never lets happen.
-    fn of(&self, extensions: &rmcp::model::Extensions) -> Result<(IpythonMcp, Caller), ErrorData> {
+    fn of(
+        &self,
+        extensions: &rmcp::model::Extensions,
+    ) -> Result<(IpythonMcp, Caller, Busy), ErrorData> {
         let caller = extensions
             .get::<http::request::Parts>()
             .and_then(|parts| parts.extensions.get::<Caller>())
@@ -89,22 +141,95 @@ impl Principals {
             .ok_or_else(|| {
                 ErrorData::internal_error("request without an authenticated principal", None)
             })?;
-        Ok((self.server(&caller.principal)?, caller))
+        let (server, busy) = self.server(&caller.principal)?;
+        Ok((server, caller, busy))
+    }
+
+    /// Whether the principal has a server now, else whether one may be made for them: fewer
+    /// than `max` of the principals `counted` names have one. Checked and made under one lock,
+    /// so concurrent newcomers cannot overshoot `max`. `Err`: the server could not be made.
+    pub fn admit(
+        &self,
+        principal: &PrincipalName,
+        max: usize,
+        counted: impl Fn(&PrincipalName) -> bool,
+    ) -> Result<bool, String> {
+        let mut servers = self.lock();
+        if servers.contains_key(principal) {
+            return Ok(true);
+        }
+        if servers.keys().filter(|name| counted(name)).count() >= max {
+            return Ok(false);
+        }
+        let (state, config) = (self.inner.make)(principal)?;
+        state.spawn_reaper();
+        let server = self.inner.blueprint.server_with(state, config);
+        servers.insert(
+            principal.clone(),
+            Served {
+                server,
+                in_flight: 0,
+                last_active: std::time::Instant::now(),
+            },
+        );
+        tracing::info!(%principal, "first request of a principal: sessions made");
+        Ok(true)
+    }
+
+    /// Forgets the principals `eligible` names that have been idle for `timeout`: no request
+    /// of theirs for that long, none in flight, nothing running or queued in their kernels.
+    /// Their sessions shut down and their kernels stop; a later request starts afresh. Returns
+    /// how many were forgotten.
+    pub async fn forget_idle(
+        &self,
+        timeout: std::time::Duration,
+        eligible: impl Fn(&PrincipalName) -> bool,
+    ) -> usize {
+        let idle: Vec<(PrincipalName, IpythonMcp)> = {
+            let mut servers = self.lock();
+            let names: Vec<PrincipalName> = servers
+                .iter()
+                .filter(|(name, served)| {
+                    eligible(name)
+                        && served.in_flight == 0
+                        && served.last_active.elapsed() >= timeout
+                        && !served.server.state().kernels().all().iter().any(|listing| {
+                            let status = listing.handle.status();
+                            status.operation_active || status.queue_depth > 0
+                        })
+                })
+                .map(|(name, _)| name.clone())
+                .collect();
+            names
+                .into_iter()
+                .filter_map(|name| servers.remove(&name).map(|served| (name, served.server)))
+                .collect()
+        };
+        let forgotten = idle.len();
+        for (principal, server) in idle {
+            tracing::info!(%principal, idle_seconds = timeout.as_secs(), "principal idle: their sessions closed, their kernels given back");
+            server.state().shutdown().await;
+        }
+        forgotten
     }
 
     /// Forgets a principal (removed from the file): their sessions shut down, their kernels
     /// stop. A later request of the same name starts afresh.
     pub async fn remove(&self, principal: &PrincipalName) {
         let removed = self.lock().remove(principal);
-        if let Some(server) = removed {
+        if let Some(served) = removed {
             tracing::info!(%principal, "principal removed: closing their sessions");
-            server.state().shutdown().await;
+            served.server.state().shutdown().await;
         }
     }
 
     /// Shuts every principal's sessions down, together.
     pub async fn shutdown(&self) {
-        let servers: Vec<IpythonMcp> = self.lock().drain().map(|(_, server)| server).collect();
+        let servers: Vec<IpythonMcp> = self
+            .lock()
+            .drain()
+            .map(|(_, served)| served.server)
+            .collect();
         let mut closing = tokio::task::JoinSet::new();
         for server in servers {
             closing.spawn(async move { server.state().shutdown().await });
@@ -112,12 +237,8 @@ impl Principals {
         while closing.join_next().await.is_some() {}
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PrincipalName, IpythonMcp>> {
-        // Inserts and removes are single map operations: a panic cannot leave it half-done.
-        self.inner
-            .servers
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PrincipalName, Served>> {
+        lock(&self.inner)
     }
 }
 
@@ -136,7 +257,7 @@ impl ServerHandler for Principals {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let (server, caller) = self.of(&context.extensions)?;
+        let (server, caller, _busy) = self.of(&context.extensions)?;
         server
             .list_tools(request, context)
             .instrument(span(&caller))
@@ -154,7 +275,7 @@ impl ServerHandler for Principals {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let (server, caller) = self.of(&context.extensions)?;
+        let (server, caller, _busy) = self.of(&context.extensions)?;
         server
             .call_tool(request, context)
             .instrument(span(&caller))
@@ -166,7 +287,7 @@ impl ServerHandler for Principals {
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        let (server, caller) = self.of(&context.extensions)?;
+        let (server, caller, _busy) = self.of(&context.extensions)?;
         server
             .get_task(request, context)
             .instrument(span(&caller))
@@ -178,7 +299,7 @@ impl ServerHandler for Principals {
         request: CancelTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let (server, caller) = self.of(&context.extensions)?;
+        let (server, caller, _busy) = self.of(&context.extensions)?;
         server
             .cancel_task(request, context)
             .instrument(span(&caller))
@@ -190,7 +311,7 @@ impl ServerHandler for Principals {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        let (server, caller) = self.of(&context.extensions)?;
+        let (server, caller, _busy) = self.of(&context.extensions)?;
         server
             .list_resources(request, context)
             .instrument(span(&caller))
@@ -202,7 +323,7 @@ impl ServerHandler for Principals {
         request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        let (server, caller) = self.of(&context.extensions)?;
+        let (server, caller, _busy) = self.of(&context.extensions)?;
         server
             .list_resource_templates(request, context)
             .instrument(span(&caller))
@@ -214,7 +335,7 @@ impl ServerHandler for Principals {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let (server, caller) = self.of(&context.extensions)?;
+        let (server, caller, _busy) = self.of(&context.extensions)?;
         server
             .read_resource(request, context)
             .instrument(span(&caller))
@@ -223,7 +344,7 @@ impl ServerHandler for Principals {
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         match self.of(&context.extensions) {
-            Ok((server, caller)) => {
+            Ok((server, caller, _busy)) => {
                 server
                     .on_initialized(context)
                     .instrument(span(&caller))
@@ -243,7 +364,9 @@ impl ServerHandler for Principals {
     }
 
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
-        let (server, caller) = self.of(&context.request_context().extensions)?;
+        // A standing subscription is not work: it keeps no principal from going idle.
+        let (server, caller, busy) = self.of(&context.request_context().extensions)?;
+        drop(busy);
         server.listen(context).instrument(span(&caller)).await
     }
 }

@@ -2,9 +2,11 @@
 //! server"): checked by the HTTP transport before the request reaches MCP.
 
 /// What an OAuth access token must grant (its `scope`) for a request: `execute` for anything
-/// that reaches a kernel (code, namespaces, kernels, dynamic tools, outputs, tasks),
-/// `notebooks:read` and `notebooks:write` for notebook files. Listing tools or resources needs
-/// none. `message` is one JSON-RPC message.
+/// that reaches a kernel or reveals one (code, namespaces, kernels, dynamic tools, outputs,
+/// tasks, the kernels resource), `notebooks:read` and `notebooks:write` for notebook files.
+/// Writing a `.py` (percent) notebook needs `execute` too: it is a Python module in the
+/// workspace, which the principal's kernels can import. Listing tools or resources needs none.
+/// `message` is one JSON-RPC message.
 pub fn required_scopes(message: &serde_json::Value) -> Vec<&'static str> {
     const EXECUTE: &str = "execute";
     const READ: &str = "notebooks:read";
@@ -13,6 +15,9 @@ pub fn required_scopes(message: &serde_json::Value) -> Vec<&'static str> {
     match message["method"].as_str().unwrap_or_default() {
         "tools/call" => match params["name"].as_str().unwrap_or_default() {
             "notebook_read" | "notebook_revision" => vec![READ],
+            "notebook_create" | "notebook_edit" if is_python_file(&params["arguments"]["path"]) => {
+                vec![WRITE, EXECUTE]
+            }
             "notebook_create" | "notebook_edit" => vec![WRITE],
             "notebook_execute" | "notebook_execute_cell" => vec![WRITE, EXECUTE],
             // Built-in or dynamic, every other tool reaches a kernel.
@@ -22,11 +27,20 @@ pub fn required_scopes(message: &serde_json::Value) -> Vec<&'static str> {
             uri if uri.starts_with("notebook:") => vec![READ],
             // An execution's output; the output view's page itself is static.
             uri if uri.starts_with(crate::apps::EXECUTION_PREFIX) => vec![EXECUTE],
+            // The caller's kernel sessions and the notebooks bound to them.
+            crate::notebooks::KERNELS_URI => vec![EXECUTE],
             _ => Vec::new(),
         },
         method if method.starts_with("tasks/") => vec![EXECUTE],
         _ => Vec::new(),
     }
+}
+
+/// Whether a notebook path argument names a Python file (what is not a string names nothing:
+/// the tool refuses it). Case-blind, as some file systems are.
+fn is_python_file(path: &serde_json::Value) -> bool {
+    path.as_str()
+        .is_some_and(|path| path.trim_end().to_ascii_lowercase().ends_with(".py"))
 }
 
 /// Every scope [`required_scopes`] can ask for, as the protected resource metadata lists them.
@@ -47,6 +61,14 @@ mod tests {
         assert_eq!(call("notebook_read"), ["notebooks:read"]);
         assert_eq!(call("notebook_edit"), ["notebooks:write"]);
         assert_eq!(call("notebook_execute"), ["notebooks:write", "execute"]);
+        let write = |name: &str, path: &str| {
+            required_scopes(&json!({"method": "tools/call", "params": {"name": name, "arguments": {"path": path}}}))
+        };
+        assert_eq!(write("notebook_create", "a.ipynb"), ["notebooks:write"]);
+        for python in ["ipykernel_launcher.py", "pkg/pandas.py", "X.PY", "a.py "] {
+            assert_eq!(write("notebook_create", python), ["notebooks:write", "execute"]);
+            assert_eq!(write("notebook_edit", python), ["notebooks:write", "execute"]);
+        }
         let read = |uri: &str| {
             required_scopes(&json!({"method": "resources/read", "params": {"uri": uri}}))
         };
@@ -54,6 +76,8 @@ mod tests {
         let execution = format!("{}abc", crate::apps::EXECUTION_PREFIX);
         assert_eq!(read(&execution), ["execute"]);
         assert!(read(crate::apps::VIEW_URI).is_empty());
+        assert_eq!(read("ipython-mcp://kernels"), ["execute"]);
+        assert!(read("ipython-mcp://capabilities").is_empty());
         assert!(required_scopes(&json!({"method": "tools/list"})).is_empty());
         assert_eq!(
             required_scopes(&json!({"method": "tasks/get"})),

@@ -308,17 +308,16 @@ impl ServerHandler for IpythonMcp {
                 .into_iter()
                 .map(|tool| self.shaped_tool(tool)),
         );
-        let modern = context
-            .protocol_version()
-            .is_some_and(|version| version >= rmcp::model::ProtocolVersion::V_2026_07_28);
+        let modern = is_modern(&context);
         Ok(rmcp::model::ListToolsResult {
             result_type: Some(rmcp::model::ResultType::COMPLETE),
             tools,
             meta: None,
             next_cursor: None,
-            // Dynamic tools come and go: clients must not cache the list.
+            // Dynamic tools come and go: clients must not cache the list. It is also this
+            // caller's own (their dynamic tools, under principals): no shared cache may keep it.
             ttl_ms: modern.then_some(0),
-            cache_scope: modern.then_some(rmcp::model::CacheScope::Public),
+            cache_scope: modern.then_some(rmcp::model::CacheScope::Private),
         })
     }
 
@@ -406,11 +405,18 @@ impl ServerHandler for IpythonMcp {
     async fn list_resources(
         &self,
         _request: Option<rmcp::model::PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ListResourcesResult, rmcp::ErrorData> {
         let mut resources = self.notebook_resources().await;
         resources.extend(crate::apps::resources());
-        Ok(rmcp::model::ListResourcesResult::with_all_items(resources))
+        let mut listed = rmcp::model::ListResourcesResult::with_all_items(resources);
+        // The caller's own notebooks (a principal's, under principals): fresh each time, and
+        // for no shared cache.
+        if is_modern(&context) {
+            listed.ttl_ms = Some(0);
+            listed.cache_scope = Some(rmcp::model::CacheScope::Private);
+        }
+        Ok(listed)
     }
 
     async fn list_resource_templates(
@@ -428,13 +434,19 @@ impl ServerHandler for IpythonMcp {
     async fn read_resource(
         &self,
         request: rmcp::model::ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::ReadResourceResponse, rmcp::ErrorData> {
         let contents = match crate::apps::read(self.kernels(), &request.uri).await {
             Some(read) => read?,
             None => self.read_notebook_resource(&request.uri).await?,
         };
-        Ok(rmcp::model::ReadResourceResult::new(vec![contents]).into())
+        let mut read = rmcp::model::ReadResourceResult::new(vec![contents]);
+        // A notebook, the caller's kernels or an execution's output: theirs alone.
+        if is_modern(&context) {
+            read.ttl_ms = Some(0);
+            read.cache_scope = Some(rmcp::model::CacheScope::Private);
+        }
+        Ok(read.into())
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
@@ -456,4 +468,12 @@ impl ServerHandler for IpythonMcp {
         self.state.peers().remove_sink(&sink);
         Ok(())
     }
+}
+
+/// Whether the request's protocol has results that say how long and by whom they may be
+/// cached (the 2026-07-28 family).
+fn is_modern(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|version| version >= rmcp::model::ProtocolVersion::V_2026_07_28)
 }

@@ -174,14 +174,14 @@ pub async fn run(
             }
         }
         Served::PerPrincipal { principals, gate } => {
-            let principals = principals.clone();
+            let handler = principals.clone();
             let mcp = mcp_router(
-                move || principals.clone(),
+                move || handler.clone(),
                 Arc::clone(&http_sessions),
                 service_config,
             )
             .layer(axum::middleware::from_fn_with_state(
-                Arc::clone(gate),
+                (Arc::clone(gate), principals.clone()),
                 crate::principals::authenticate,
             ));
             match gate.oauth() {
@@ -251,8 +251,17 @@ pub async fn run(
     let server =
         axum::serve(listener, app).with_graceful_shutdown(shutdown.clone().cancelled_owned());
     let mut server = tokio::spawn(std::future::IntoFuture::into_future(server));
+    // Principals' upkeep (ended MCP sessions, idle access-token principals), at a quarter of
+    // the idle timeout.
+    let period = (config.kernels.idle_timeout / 4)
+        .clamp(Duration::from_millis(250), Duration::from_secs(30));
+    let mut upkeep = tokio::time::interval(period);
+    upkeep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let failed = loop {
         tokio::select! {
+            _ = upkeep.tick() => if let Served::PerPrincipal { principals, gate } = &served {
+                gate.upkeep(principals, &http_sessions).await;
+            },
             _ = terminate.recv() => { tracing::info!("SIGTERM: shutting down"); break None }
             _ = interrupt.recv() => { tracing::info!("SIGINT: shutting down"); break None }
             _ = hangup.recv() => match &served {

@@ -12,6 +12,7 @@ mod http;
 mod logging;
 mod oauth;
 mod principals;
+mod secrets;
 mod serve;
 mod test_mode;
 
@@ -27,12 +28,10 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    // Kernels inherit this process's environment, and user code could print it: the tokens
-    // have been read, so they go. (Still single-threaded here, before the runtime starts.)
-    std::env::remove_var(ipython_mcp_config::HTTP_TOKEN.env);
-    // Not a token, but it says where the tokens are.
-    std::env::remove_var(ipython_mcp_config::HTTP_PRINCIPALS_FILE.env);
-    std::env::remove_var(ipython_mcp_config::JUPYTER_TOKEN.env);
+    // The tokens have been read: out of the environment kernels inherit, and out of what
+    // kernel code could read of this process (still single-threaded here, before the runtime
+    // starts; see secrets.rs).
+    secrets::conceal(&config);
     if let Some(jupyter) = &mut config.jupyter {
         if let ipython_mcp_config::JupyterToken::File(path) = &jupyter.token {
             let setting = ipython_mcp_config::JUPYTER_TOKEN_FILE;

@@ -14,11 +14,11 @@ use serde_json::Value;
 /// How long fetching the issuer's metadata or keys may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// At most this many fetches of the keys per [`FETCH_WINDOW`], so tokens naming made-up keys
-/// cannot make the server hammer the issuer, while a rotation (a new key right after a fetch)
-/// is still picked up at once.
-const FETCH_BURST: usize = 3;
-const FETCH_WINDOW: Duration = Duration::from_secs(60);
+/// At most one fetch of the keys per this interval, so tokens naming made-up keys cannot make
+/// the server hammer the issuer. A token naming a key the cache lacks waits for the next fetch
+/// (at most this long) instead of being refused, and one fetch answers every token that was
+/// waiting when it began: junk tokens delay a rotated key by seconds, and never lock it out.
+const MIN_FETCH_INTERVAL: Duration = Duration::from_secs(3);
 
 /// Algorithms accepted: asymmetric only, so the issuer's public keys cannot be used as an
 /// HMAC secret to forge a token.
@@ -47,8 +47,9 @@ pub struct Verifier {
     http: ipython_mcp_kernel::remote::Server,
     /// Keys by `kid`, with the algorithm each is for when the JWKS says.
     keys: tokio::sync::RwLock<HashMap<String, (DecodingKey, Option<Algorithm>)>>,
-    /// When the keys were fetched lately; held while fetching, so one fetch runs at a time.
-    fetched: tokio::sync::Mutex<std::collections::VecDeque<Instant>>,
+    /// When the last fetch of the keys began (none yet: `None`); held while fetching, so one
+    /// fetch runs at a time and waiters queue in order.
+    fetched: tokio::sync::Mutex<Option<Instant>>,
 }
 
 impl Verifier {
@@ -110,21 +111,23 @@ impl Verifier {
     }
 
     /// The key a token names (`kid`; an empty `kid` stands for the set's only key), fetching
-    /// the keys again when it is not known and the last fetch is old enough.
+    /// the keys again when it is not known: at once if the last fetch is older than
+    /// [`MIN_FETCH_INTERVAL`], else once it is. A fetch that began after this request arrived
+    /// already answered it.
     async fn key(&self, kid: &str) -> Result<Option<(DecodingKey, Option<Algorithm>)>, String> {
         if let Some(found) = self.keys.read().await.get(kid) {
             return Ok(Some(found.clone()));
         }
+        let arrived = Instant::now();
         let mut fetched = self.fetched.lock().await;
-        // Another request may have fetched them while this one waited.
-        if let Some(found) = self.keys.read().await.get(kid) {
-            return Ok(Some(found.clone()));
+        if fetched.is_some_and(|began| began >= arrived) {
+            // Fetched while this request waited its turn: the keys are as fresh as they get.
+            return Ok(self.keys.read().await.get(kid).cloned());
         }
-        fetched.retain(|at| at.elapsed() < FETCH_WINDOW);
-        if fetched.len() >= FETCH_BURST {
-            return Ok(None);
+        if let Some(began) = *fetched {
+            tokio::time::sleep_until((began + MIN_FETCH_INTERVAL).into()).await;
         }
-        fetched.push_back(Instant::now());
+        *fetched = Some(Instant::now());
         let keys = self.fetch_keys().await.inspect_err(|problem| {
             tracing::warn!(%problem, "cannot fetch the OAuth issuer's keys");
         })?;

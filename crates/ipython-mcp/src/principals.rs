@@ -51,6 +51,9 @@ pub struct Gate {
     oauth: Option<crate::oauth::Verifier>,
     /// Every open MCP session: who opened it.
     sessions: Mutex<HashMap<String, Opener>>,
+    /// How long a principal of an access token may stay idle before their state is dropped
+    /// (the kernel idle timeout).
+    idle_timeout: std::time::Duration,
 }
 
 /// A request's principal, and what its token lets it do (`None`: everything; a token of the
@@ -66,12 +69,81 @@ impl Gate {
         file: Option<PathBuf>,
         principals: Vec<Principal>,
         oauth: Option<crate::oauth::Verifier>,
+        idle_timeout: std::time::Duration,
     ) -> Gate {
         Gate {
             file,
             principals: RwLock::new(Arc::new(principals)),
             oauth,
             sessions: Mutex::default(),
+            idle_timeout,
+        }
+    }
+
+    /// Whether a principal may have state made for them now: one of the file's, or any
+    /// subject while an issuer's tokens are accepted (each is verified on every request). A
+    /// request let in just before a SIGHUP removed its principal finds this false, so the
+    /// removal is final: nothing of theirs is made again.
+    pub fn admits(&self, principal: &PrincipalName) -> bool {
+        self.oauth.is_some() || self.in_file(principal)
+    }
+
+    /// Whether the principals file names `principal` (as loaded now).
+    fn in_file(&self, principal: &PrincipalName) -> bool {
+        self.current().iter().any(|known| &known.name == principal)
+    }
+
+    /// Periodic upkeep: forgets MCP sessions rmcp has ended (expired idle ones included), and
+    /// drops the state of access-token principals idle past the idle timeout, which gives
+    /// their kernels back and their place under the cap.
+    pub async fn upkeep(&self, principals: &Principals, http_sessions: &LocalSessionManager) {
+        let open: std::collections::HashSet<String> = http_sessions
+            .sessions
+            .read()
+            .await
+            .keys()
+            .map(ToString::to_string)
+            .collect();
+        let pruned = {
+            let mut sessions = self.sessions();
+            let before = sessions.len();
+            sessions.retain(|id, _| open.contains(id));
+            before - sessions.len()
+        };
+        if pruned > 0 {
+            tracing::debug!(pruned, "ended MCP sessions forgotten");
+        }
+        if self.oauth.is_some() {
+            principals
+                .forget_idle(self.idle_timeout, |name| !self.in_file(name))
+                .await;
+        }
+    }
+
+    /// Lets an access-token principal in if they are served already or there is room for
+    /// them under `IPYTHON_MCP_HTTP_OAUTH_MAX_PRINCIPALS` (idle ones are dropped first to make
+    /// room); `false`: the server is full.
+    async fn room_for(&self, principal: &PrincipalName, principals: &Principals) -> bool {
+        let Some(oauth) = self.oauth() else {
+            return true;
+        };
+        if self.in_file(principal) {
+            return true;
+        }
+        let counted = |name: &PrincipalName| !self.in_file(name);
+        let mut admitted = principals.admit(principal, oauth.max_principals, counted);
+        if matches!(admitted, Ok(false))
+            && principals.forget_idle(self.idle_timeout, counted).await > 0
+        {
+            admitted = principals.admit(principal, oauth.max_principals, counted);
+        }
+        match admitted {
+            Ok(room) => room,
+            Err(problem) => {
+                // The MCP layer meets the same problem and answers it as an error.
+                tracing::debug!(%principal, %problem, "principal's state not made at the door");
+                true
+            }
         }
     }
 
@@ -202,7 +274,11 @@ impl Gate {
 /// Lets a request through as the principal its bearer token names, if the token grants what
 /// the request needs; refuses a session another principal opened as if it did not exist;
 /// remembers the sessions each principal opens.
-pub async fn authenticate(State(gate): State<Arc<Gate>>, request: Request, next: Next) -> Response {
+pub async fn authenticate(
+    State((gate, principals)): State<(Arc<Gate>, Principals)>,
+    request: Request,
+    next: Next,
+) -> Response {
     let given = crate::bearer::token(&request).map(str::to_owned);
     let admitted = match &given {
         Some(token) => gate.admit(token).await,
@@ -223,6 +299,18 @@ pub async fn authenticate(State(gate): State<Arc<Gate>>, request: Request, next:
         None => request,
     };
     let principal = admitted.principal;
+    if admitted.credential.is_none() && !gate.room_for(&principal, &principals).await {
+        let max = gate.oauth().map_or(0, |oauth| oauth.max_principals);
+        tracing::warn!(max, "HTTP request of a new access-token principal refused: 403, the server is full");
+        return (
+            StatusCode::FORBIDDEN,
+            format!(
+                "403 Forbidden: this server serves at most {max} access-token principals at once ({}), and none is idle; try again later\n",
+                ipython_mcp_config::HTTP_OAUTH_MAX_PRINCIPALS.env
+            ),
+        )
+            .into_response();
+    }
     let session = request
         .headers()
         .get(SESSION_HEADER)

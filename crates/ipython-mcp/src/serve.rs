@@ -42,10 +42,18 @@ pub async fn run(
             Some(settings) => Some(crate::oauth::Verifier::new(settings)?),
             None => None,
         };
-        let gate = Arc::new(crate::principals::Gate::new(path, principals, oauth));
+        let gate = Arc::new(crate::principals::Gate::new(
+            path,
+            principals,
+            oauth,
+            config.kernels.idle_timeout,
+        ));
         let make = {
             let (config, gate) = (Arc::clone(&config), Arc::clone(&gate));
             move |principal: &ipython_mcp_config::PrincipalName| {
+                if !gate.admits(principal) {
+                    return Err(format!("{principal} is no longer a principal of this server"));
+                }
                 let quotas = gate.quotas(principal);
                 principal_sessions(&config, default_spec.clone(), principal, quotas)
             }
@@ -89,6 +97,7 @@ async fn start_sessions(config: &Arc<Config>) -> anyhow::Result<Result<ServerSta
         config,
         default_spec,
         session_options(config, SessionId::DEFAULT)?,
+        DefaultStart::Now,
     );
     sessions.spawn_reaper();
     Ok(Ok(sessions))
@@ -113,24 +122,47 @@ pub async fn default_spec(config: &Config) -> anyhow::Result<Result<Option<Start
     }
 }
 
-/// A kernel manager whose `default` session starts now (in the background), and the state
-/// over it; sessions started later are made from `options`.
+/// When the `default` session starts.
+enum DefaultStart {
+    /// Now, in the background, so the first call finds it ready.
+    Now,
+    /// At the first call that needs it (a principal's: one who never runs code costs no
+    /// kernel process).
+    FirstUse,
+}
+
+/// A kernel manager with a `default` session, and the state over it; sessions started later
+/// are made from `options`.
 fn sessions(
     config: &Config,
     default_spec: Option<StartSpec>,
     options: SessionOptions,
+    default: DefaultStart,
 ) -> ServerState {
     let mut default_options = options.clone();
     if let Some(spec) = &default_spec {
         spec.clone().apply(&mut default_options);
     }
-    let default = SessionHandle::start(default_options);
-    let kernels = KernelManager::with_template(default, options, default_spec, config.kernels);
+    let kernels = match default {
+        DefaultStart::Now => KernelManager::with_template(
+            SessionHandle::start(default_options),
+            options,
+            default_spec,
+            config.kernels,
+        ),
+        DefaultStart::FirstUse => KernelManager::with_lazy_default(
+            default_options,
+            options,
+            default_spec,
+            config.kernels,
+        ),
+    };
     ServerState::new(kernels, config, Peers::default())
 }
 
 /// A principal's own sessions (see `Principals`): the server's settings with the principal's
-/// quotas, their notebooks and kernels in their own directory under the workspace root.
+/// quotas, their notebooks and kernels in their own directory under the workspace root. Their
+/// `default` kernel starts at the first call that needs it.
 pub fn principal_sessions(
     config: &Config,
     default_spec: Option<StartSpec>,
@@ -143,9 +175,7 @@ pub fn principal_sessions(
             std::env::current_dir().map_err(|error| format!("no working directory: {error}"))?
         }
     };
-    let workspace = root.join(principal.as_str());
-    std::fs::create_dir_all(&workspace)
-        .map_err(|error| format!("cannot create {}: {error}", workspace.display()))?;
+    let workspace = principal_workspace(&root, principal)?;
     let mut config = config.clone();
     config.workspace_root = Some(workspace.clone());
     if let Some(max) = quotas.max_kernels {
@@ -158,7 +188,57 @@ pub fn principal_sessions(
         session_options(&config, SessionId::DEFAULT).map_err(|error| format!("{error:#}"))?;
     options.working_dir = Some(workspace);
     options.owner = Some(principal.to_string());
-    Ok((sessions(&config, default_spec, options), Arc::new(config)))
+    Ok((
+        sessions(&config, default_spec, options, DefaultStart::FirstUse),
+        Arc::new(config),
+    ))
+}
+
+/// The file in a principal's directory that says the server made it for them (it holds their
+/// name). A directory without it, or naming someone else, is never taken as theirs: not a
+/// project directory that happens to share the name (the server's own working directory can
+/// be the root), nor another principal's where the file system ignores case.
+pub const PRINCIPAL_MARKER: &str = ".ipython-mcp-principal";
+
+/// `<root>/<principal>`, made now (with its marker, atomically: a directory is renamed into
+/// place only once marked) or made by this server for this principal before.
+fn principal_workspace(
+    root: &std::path::Path,
+    principal: &ipython_mcp_config::PrincipalName,
+) -> Result<std::path::PathBuf, String> {
+    let name = principal.as_str();
+    let workspace = root.join(name);
+    let shown = workspace.display();
+    if std::fs::symlink_metadata(&workspace).is_err() {
+        let mut random = [0u8; 8];
+        getrandom::fill(&mut random).map_err(|error| format!("no randomness: {error}"))?;
+        let suffix: String = random.iter().map(|byte| format!("{byte:02x}")).collect();
+        let making = root.join(format!(".{name}.{suffix}.new"));
+        let made = std::fs::create_dir(&making)
+            .and_then(|()| std::fs::write(making.join(PRINCIPAL_MARKER), name))
+            .and_then(|()| std::fs::rename(&making, &workspace));
+        match made {
+            Ok(()) => return Ok(workspace),
+            Err(error) => {
+                let _ = std::fs::remove_dir_all(&making);
+                // Another start may have made it meanwhile: checked below like any other.
+                if std::fs::symlink_metadata(&workspace).is_err() {
+                    return Err(format!("cannot create {shown}: {error}"));
+                }
+            }
+        }
+    }
+    let is_directory = std::fs::symlink_metadata(&workspace)
+        .map(|metadata| metadata.is_dir())
+        .unwrap_or(false);
+    let marked = std::fs::read_to_string(workspace.join(PRINCIPAL_MARKER))
+        .is_ok_and(|marker| marker.trim_end() == name);
+    if is_directory && marked {
+        return Ok(workspace);
+    }
+    Err(format!(
+        "{shown} exists but was not made by this server for {name} (it is not a directory holding a {PRINCIPAL_MARKER} file that names them); refused, so that no other directory is taken as theirs. If it is theirs, write their name into {shown}/{PRINCIPAL_MARKER}"
+    ))
 }
 
 /// `--json-lines`: the desktop protocol on stdin and stdout instead of MCP. End of input (or

@@ -358,6 +358,11 @@ fn a_bad_principals_file_stops_the_server_with_one_line_naming_the_line() {
             "line 2",
             "named twice",
         ),
+        (
+            format!("alice {ALICE}\nALICE {BOB}\n"),
+            "line 2",
+            "differ only in case",
+        ),
         ("ali/ce x\n".to_owned(), "line 1", "letters, digits"),
         ("# nobody\n".to_owned(), "", "names no principal"),
     ];

@@ -34,6 +34,7 @@ use crate::error::{notebook_error, ToolError};
 use crate::handler::IpythonMcp;
 use crate::render;
 pub use jsonlines::serve_json_lines;
+pub(crate) use resources::KERNELS_URI;
 pub(crate) use store::JupyterNotebooks;
 use store::Store;
 use views::{CellSummary, WriteResult};
