@@ -130,10 +130,12 @@ pub fn parse_principals(text: &str) -> Result<Vec<Principal>, PrincipalsError> {
             continue;
         }
         let principal = parse_line(line).map_err(at)?;
-        if let Some(known) = principals
-            .iter()
-            .find(|known| known.name.as_str().eq_ignore_ascii_case(principal.name.as_str()))
-        {
+        if let Some(known) = principals.iter().find(|known| {
+            known
+                .name
+                .as_str()
+                .eq_ignore_ascii_case(principal.name.as_str())
+        }) {
             // Names are directories: on a file system that ignores case (macOS, Windows), two
             // names that differ only in case would share one.
             return Err(at(if known.name == principal.name {

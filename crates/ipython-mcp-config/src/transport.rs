@@ -319,12 +319,6 @@ fn oauth(raw: &RawConfig) -> Result<Option<OAuth>, Error> {
         Ok(Some(url))
     };
     let (issuer, resource) = match (url(HTTP_OAUTH_ISSUER)?, url(HTTP_OAUTH_RESOURCE)?) {
-        (None, None) if raw.get(HTTP_OAUTH_MAX_PRINCIPALS).is_some() => {
-            return Err(invalid(
-                HTTP_OAUTH_MAX_PRINCIPALS,
-                format!("is only used with {}", HTTP_OAUTH_ISSUER.env),
-            ))
-        }
         (None, None) => return Ok(None),
         (Some(issuer), Some(resource)) => (issuer, resource),
         (Some(_), None) => {

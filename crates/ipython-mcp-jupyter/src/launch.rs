@@ -2,10 +2,12 @@
 //! process group and death watch, the stderr tail and the exit watch. Connecting to the started
 //! process is `kernel.rs`'s part.
 //!
-//! By default we launch `<python> -m ipykernel_launcher -f <conn.json>` ourselves; a
-//! kernelspec's argv is launched exactly as given (the caller fills in what only it knows, like
-//! `{resource_dir}`). The runtimed crate's kernelspec launcher is not used: it runs `python`
-//! from PATH and does not substitute `{resource_dir}`.
+//! By default we launch ipykernel ourselves, as `<python> -m ipykernel_launcher -f <conn.json>`
+//! would but with a safe path ([`safe_module`]); a kernelspec's argv is launched as given (the
+//! caller fills in what only it knows, like `{resource_dir}`), except that a plain
+//! `<python> -m ipykernel_launcher` (or `-m ipykernel`) gets the same safe path. The runtimed
+//! crate's kernelspec launcher is not used: it runs `python` from PATH and does not substitute
+//! `{resource_dir}`.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -54,6 +56,38 @@ pub const IPYKERNEL_OPTIONS: [&str; 2] = [
     "--HistoryManager.hist_file=:memory:",
     "--InteractiveShell.colors=nocolor",
 ];
+
+/// The arguments that make a Python run `module` as `-m module` does, but without the working
+/// directory first on `sys.path`. `-m` puts it there, so a file in the kernel's directory named
+/// like the module or anything it imports at start (`ipykernel_launcher.py`, `ipykernel.py`)
+/// would run instead, in every kernel started there: files the notebook tools can write must
+/// not become code. `-P` (Python 3.11+) says the same, but older Pythons refuse it; this works
+/// in every version. IPython adds the directory back, after the standard library, once the
+/// kernel has started, so a cell can still import the workspace's modules.
+pub fn safe_module(module: &str) -> [String; 2] {
+    [
+        "-c".to_owned(),
+        format!(
+            "import sys;sys.path[:1]=[p for p in sys.path[:1] if p];import runpy;runpy.run_module({module:?},run_name='__main__',alter_sys=True)"
+        ),
+    ]
+}
+
+/// A kernelspec's command line with a plain `<python> -m ipykernel_launcher …` (or
+/// `-m ipykernel`) run with a safe path instead ([`safe_module`]); any other as given.
+fn with_safe_path(argv: &[String]) -> Vec<String> {
+    match argv {
+        [python, flag, module, rest @ ..]
+            if flag == "-m" && matches!(module.as_str(), "ipykernel_launcher" | "ipykernel") =>
+        {
+            let mut safe = vec![python.clone()];
+            safe.extend(safe_module(module));
+            safe.extend(rest.iter().cloned());
+            safe
+        }
+        _ => argv.to_vec(),
+    }
+}
 
 /// Whether a command line runs ipykernel, so that it takes ipykernel's options: it has
 /// `-m ipykernel_launcher` (or `-m ipykernel`) anywhere, which covers wrappers such as
@@ -354,7 +388,7 @@ pub(crate) async fn spawn(
             let file = connection_file.display().to_string();
             let mut command = tokio::process::Command::new(&argv[0]);
             command.args(
-                argv[1..]
+                with_safe_path(argv)[1..]
                     .iter()
                     .map(|arg| arg.replace("{connection_file}", &file)),
             );
@@ -366,7 +400,8 @@ pub(crate) async fn spawn(
         _ => {
             let mut command = tokio::process::Command::new(&spec.python);
             command
-                .args(["-m", "ipykernel_launcher", "-f"])
+                .args(safe_module("ipykernel_launcher"))
+                .arg("-f")
                 .arg(&connection_file)
                 .args(IPYKERNEL_OPTIONS);
             (spec.python.display().to_string(), command)
@@ -651,6 +686,38 @@ mod tests {
 
     fn argv(args: &[&str]) -> Vec<String> {
         args.iter().map(|arg| (*arg).to_owned()).collect()
+    }
+
+    #[test]
+    fn a_plain_ipykernel_command_runs_with_a_safe_path_and_others_as_given() {
+        let plain = argv(&[
+            "/p/python",
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            "{connection_file}",
+        ]);
+        let safe = with_safe_path(&plain);
+        assert_eq!(safe[0], "/p/python");
+        assert_eq!(safe[1], "-c");
+        assert!(
+            safe[2].starts_with("import sys;sys.path[:1]=[p for p in sys.path[:1] if p];"),
+            "{}",
+            safe[2]
+        );
+        assert!(
+            safe[2].contains("run_module(\"ipykernel_launcher\""),
+            "{}",
+            safe[2]
+        );
+        assert_eq!(safe[3..], plain[3..]);
+        for other in [
+            &["conda", "run", "python", "-m", "ipykernel", "-f", "c"][..],
+            &["python", "-m", "bash_kernel", "-f", "c"],
+            &["/opt/bin/ipykernel", "-f", "c"],
+        ] {
+            assert_eq!(with_safe_path(&argv(other)), argv(other), "{other:?}");
+        }
     }
 
     #[test]

@@ -162,7 +162,7 @@ impl StartSpec {
             StartSpec::KernelSpec(spec) if spec.is_ipykernel() => Some(self.clone()),
             StartSpec::KernelSpec(_) => None,
             StartSpec::Remote(RemoteKernel::Start { .. }) => Some(self.clone()),
-            StartSpec::Remote(RemoteKernel::Attach { .. }) => None,
+            StartSpec::Remote(RemoteKernel::Attach { .. } | RemoteKernel::Foreign { .. }) => None,
         }
     }
 
@@ -178,7 +178,10 @@ impl StartSpec {
             StartSpec::Remote(kernel) => {
                 // A spare of an attached kernel would be a second connection to the same
                 // kernel, no spare at all: replacing it means restarting it in place.
-                if matches!(kernel, RemoteKernel::Attach { .. }) {
+                if matches!(
+                    kernel,
+                    RemoteKernel::Attach { .. } | RemoteKernel::Foreign { .. }
+                ) {
                     options.spare_kernels = 0;
                 }
                 options.remote = Some(kernel);
@@ -292,7 +295,12 @@ struct Entry {
 impl KernelManager {
     /// `default` only and no way to start more (tests, embedding).
     pub fn new(default: SessionHandle) -> Self {
-        Self::build(Some(default), None, StartSpec::Default, KernelLimits::default())
+        Self::build(
+            Some(default),
+            None,
+            StartSpec::Default,
+            KernelLimits::default(),
+        )
     }
 
     /// Sessions that can start more like `template` (the default session's options, before
@@ -412,8 +420,8 @@ impl KernelManager {
 
     /// Sessions running, with the place a lazy `default` not started yet keeps.
     fn places_taken(&self, entries: &BTreeMap<SessionId, Entry>) -> usize {
-        let reserved = self.inner.lazy_default.is_some()
-            && !entries.contains_key(SessionId::DEFAULT);
+        let reserved =
+            self.inner.lazy_default.is_some() && !entries.contains_key(SessionId::DEFAULT);
         entries.len() + usize::from(reserved)
     }
 
@@ -469,6 +477,15 @@ impl KernelManager {
             });
         }
         Ok(parsed)
+    }
+
+    /// The principal these sessions serve, when the server has several (their kernels are
+    /// started as theirs; see `SessionOptions::owner`).
+    pub fn owner(&self) -> Option<&str> {
+        self.inner
+            .template
+            .as_ref()
+            .and_then(|template| template.owner.as_deref())
     }
 
     /// The configured Jupyter server, if any (for discovery).

@@ -162,7 +162,80 @@ pub struct RemoteKernelEntry {
 }
 
 /// Lists the Jupyter server's kernelspecs, kernels and their notebooks (each call bounded).
-async fn discover_remote(server: &ipython_mcp_kernel::remote::Server) -> RemoteDiscovery {
+/// Which of the Jupyter server's kernels a caller may see and attach to. Without principals,
+/// every one (a person's included). Under principals, a principal's own only: those their
+/// sessions run, and those the server's sessions run for notebooks in their area (their
+/// directory there, e.g. a notebook they opened in JupyterLab); another principal's kernel is
+/// answered exactly like one that does not exist.
+pub(crate) struct RemoteOwnership {
+    /// `None`: no principals, everything is visible.
+    area: Option<String>,
+    /// Kernel ids the caller's own sessions run.
+    own: std::collections::HashSet<String>,
+}
+
+impl RemoteOwnership {
+    pub(crate) fn of(caller: &IpythonMcp) -> RemoteOwnership {
+        let kernels = caller.kernels();
+        let area = kernels.owner().map(str::to_owned);
+        let own = kernels
+            .all()
+            .into_iter()
+            .filter_map(|listing| listing.handle.status().kernel?.remote)
+            .map(|remote| remote.kernel_id)
+            .collect();
+        RemoteOwnership { area, own }
+    }
+
+    /// A notebook session path as the caller names it (inside their area), or `None` when it
+    /// is outside the area.
+    fn notebook<'a>(&self, path: &'a str) -> Option<&'a str> {
+        let path = path.trim_start_matches('/');
+        match &self.area {
+            None => Some(path),
+            Some(area) => path.strip_prefix(area.as_str())?.strip_prefix('/'),
+        }
+    }
+
+    /// Whether the caller may see and attach to kernel `id`, given the server's sessions.
+    fn allows(&self, id: &str, sessions: &[ipython_mcp_jupyter::remote::RemoteSession]) -> bool {
+        self.area.is_none()
+            || self.own.contains(id)
+            || sessions
+                .iter()
+                .any(|session| session.kernel_id == id && self.notebook(&session.path).is_some())
+    }
+
+    /// `spec` with an attach to a kernel the caller may not use turned into one that fails
+    /// as for an unknown id (the server's sessions are asked only then).
+    pub(crate) async fn check(
+        &self,
+        server: Option<&ipython_mcp_kernel::remote::Server>,
+        spec: StartSpec,
+    ) -> StartSpec {
+        use ipython_mcp_kernel::RemoteKernel;
+        let StartSpec::Remote(RemoteKernel::Attach { id }) = spec else {
+            return spec;
+        };
+        if self.area.is_none() || self.own.contains(&id) {
+            return StartSpec::Remote(RemoteKernel::Attach { id });
+        }
+        let sessions = match server {
+            Some(server) => server.sessions().await.unwrap_or_default(),
+            None => Vec::new(),
+        };
+        if self.allows(&id, &sessions) {
+            StartSpec::Remote(RemoteKernel::Attach { id })
+        } else {
+            StartSpec::Remote(RemoteKernel::Foreign { id })
+        }
+    }
+}
+
+async fn discover_remote(
+    server: &ipython_mcp_kernel::remote::Server,
+    ownership: &RemoteOwnership,
+) -> RemoteDiscovery {
     let (specs, kernels, sessions) =
         tokio::join!(server.kernelspecs(), server.kernels(), server.sessions());
     // A Kernel Gateway refuses to list its kernels and sessions (403) unless configured to,
@@ -201,11 +274,13 @@ async fn discover_remote(server: &ipython_mcp_kernel::remote::Server) -> RemoteD
         kernels: kernels
             .unwrap_or_default()
             .into_iter()
+            .filter(|kernel| ownership.allows(&kernel.id, &sessions))
             .map(|kernel| RemoteKernelEntry {
                 notebook_path: sessions
                     .iter()
                     .find(|session| session.kernel_id == kernel.id)
-                    .map(|session| session.path.clone()),
+                    .and_then(|session| ownership.notebook(&session.path))
+                    .map(str::to_owned),
                 name: format!("jupyter-kernel:{}", kernel.id),
                 kernelspec: kernel.name,
                 execution_state: kernel.execution_state,
@@ -473,7 +548,7 @@ impl IpythonMcp {
         });
         let (dirs, specs, venvs) = found?;
         let remote = match self.kernels().jupyter() {
-            Some(server) => Some(discover_remote(&server).await),
+            Some(server) => Some(discover_remote(&server, &RemoteOwnership::of(self)).await),
             None => None,
         };
         let result = DiscoverResult {
@@ -521,6 +596,9 @@ impl IpythonMcp {
             ))
         });
         let (spec, cwd) = parsed?;
+        let spec = RemoteOwnership::of(self)
+            .check(sessions.jupyter().as_ref(), spec)
+            .await;
         let language_hint = match &spec {
             StartSpec::KernelSpec(spec) => spec.language.clone(),
             StartSpec::Python { .. } | StartSpec::Default => "python".to_owned(),

@@ -62,12 +62,20 @@ mod tests {
         assert_eq!(call("notebook_edit"), ["notebooks:write"]);
         assert_eq!(call("notebook_execute"), ["notebooks:write", "execute"]);
         let write = |name: &str, path: &str| {
-            required_scopes(&json!({"method": "tools/call", "params": {"name": name, "arguments": {"path": path}}}))
+            required_scopes(
+                &json!({"method": "tools/call", "params": {"name": name, "arguments": {"path": path}}}),
+            )
         };
         assert_eq!(write("notebook_create", "a.ipynb"), ["notebooks:write"]);
         for python in ["ipykernel_launcher.py", "pkg/pandas.py", "X.PY", "a.py "] {
-            assert_eq!(write("notebook_create", python), ["notebooks:write", "execute"]);
-            assert_eq!(write("notebook_edit", python), ["notebooks:write", "execute"]);
+            assert_eq!(
+                write("notebook_create", python),
+                ["notebooks:write", "execute"]
+            );
+            assert_eq!(
+                write("notebook_edit", python),
+                ["notebooks:write", "execute"]
+            );
         }
         let read = |uri: &str| {
             required_scopes(&json!({"method": "resources/read", "params": {"uri": uri}}))

@@ -38,12 +38,15 @@ impl ServerState {
     pub fn new(kernels: KernelManager, config: &Config, peers: Peers) -> Self {
         let background = Background::default();
         ServerState {
-            kernels,
             catalog: Catalog::new(background.clone()),
             background,
-            notebooks: Arc::new(NotebookState::new(config.workspace_root.clone())),
+            notebooks: Arc::new(NotebookState::new(
+                config.workspace_root.clone(),
+                kernels.owner().map(str::to_owned),
+            )),
             peers,
             tasks: Arc::new(Tasks::new(config.tools.max_tasks)),
+            kernels,
         }
     }
 
@@ -121,11 +124,14 @@ async fn stop(
 /// notebooks (made at their first use).
 pub(crate) struct NotebookState {
     workspace: Result<Arc<Workspace>, String>,
+    /// The directory of the Jupyter server that holds these notebooks: the principal's own,
+    /// under principals (see `KernelManager::owner`).
+    jupyter_area: Option<String>,
     jupyter: std::sync::OnceLock<Arc<crate::notebooks::JupyterNotebooks>>,
 }
 
 impl NotebookState {
-    pub(crate) fn new(root: Option<PathBuf>) -> NotebookState {
+    pub(crate) fn new(root: Option<PathBuf>, jupyter_area: Option<String>) -> NotebookState {
         let root = root.or_else(|| std::env::current_dir().ok());
         let workspace = match root {
             Some(root) => Workspace::new(&root)
@@ -135,6 +141,7 @@ impl NotebookState {
         };
         NotebookState {
             workspace,
+            jupyter_area,
             jupyter: std::sync::OnceLock::new(),
         }
     }
@@ -144,10 +151,12 @@ impl NotebookState {
         &self,
         server: ipython_mcp_kernel::remote::Server,
     ) -> Arc<crate::notebooks::JupyterNotebooks> {
-        Arc::clone(
-            self.jupyter
-                .get_or_init(|| Arc::new(crate::notebooks::JupyterNotebooks::new(server))),
-        )
+        Arc::clone(self.jupyter.get_or_init(|| {
+            Arc::new(crate::notebooks::JupyterNotebooks::new(
+                server,
+                self.jupyter_area.clone(),
+            ))
+        }))
     }
 
     pub(crate) fn workspace(&self) -> Result<&Arc<Workspace>, Box<ErrorInfo>> {

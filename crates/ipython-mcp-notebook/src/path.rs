@@ -48,6 +48,9 @@ pub struct NotebookPath {
     /// Jupyter server, `relative` (never a file of this machine; it only names the notebook).
     pub absolute: PathBuf,
     pub format: Format,
+    /// For a notebook on the Jupyter server, its path in the server's contents: `relative`
+    /// without the prefix, inside the caller's area when it has one (a principal's directory).
+    server: Option<String>,
 }
 
 impl NotebookPath {
@@ -55,6 +58,12 @@ impl NotebookPath {
     /// is (relative, plain components, no `..`): the server confines it to its root. Only
     /// `.ipynb` (the contents API keeps other files as plain text).
     pub fn jupyter(server_path: &str) -> Result<NotebookPath, Error> {
+        NotebookPath::jupyter_in(server_path, None)
+    }
+
+    /// As [`NotebookPath::jupyter`], inside `area` (a directory name of the server's root,
+    /// e.g. a principal's): the agent's path is relative to it, and no path leaves it.
+    pub fn jupyter_in(server_path: &str, area: Option<&str>) -> Result<NotebookPath, Error> {
         let shown = || shorten(&format!("{JUPYTER_PREFIX}{server_path}"), 200);
         let components = check_syntax(server_path).map_err(|reason| Error::InvalidPath {
             path: shown(),
@@ -66,17 +75,23 @@ impl NotebookPath {
                 reason: "a notebook on the Jupyter server must end in '.ipynb'".to_owned(),
             });
         }
-        let relative = format!("{JUPYTER_PREFIX}{}", components.join("/"));
+        let inside = components.join("/");
+        let server = match area {
+            Some(area) => format!("{area}/{inside}"),
+            None => inside.clone(),
+        };
+        let relative = format!("{JUPYTER_PREFIX}{inside}");
         Ok(NotebookPath {
             absolute: PathBuf::from(&relative),
             relative,
             format: Format::Ipynb,
+            server: Some(server),
         })
     }
 
     /// The path in the Jupyter server's contents, for a notebook there.
     pub fn server_path(&self) -> Option<&str> {
-        self.relative.strip_prefix(JUPYTER_PREFIX)
+        self.server.as_deref()
     }
 }
 
@@ -160,6 +175,7 @@ impl Workspace {
             relative: components.join("/"),
             absolute,
             format,
+            server: None,
         })
     }
 
@@ -282,6 +298,11 @@ mod tests {
         let path = NotebookPath::jupyter("work/分析.ipynb").expect("valid");
         assert_eq!(path.relative, "jupyter:work/分析.ipynb");
         assert_eq!(path.server_path(), Some("work/分析.ipynb"));
+        // In an area: the agent's path is the same, the server's inside the area.
+        let path = NotebookPath::jupyter_in("work/a.ipynb", Some("alice")).expect("valid");
+        assert_eq!(path.relative, "jupyter:work/a.ipynb");
+        assert_eq!(path.server_path(), Some("alice/work/a.ipynb"));
+        assert!(NotebookPath::jupyter_in("../bob/a.ipynb", Some("alice")).is_err());
         for bad in ["", "../x.ipynb", "/x.ipynb", "a//x.ipynb", "x.py", "x.txt"] {
             let error = NotebookPath::jupyter(bad).expect_err(bad);
             assert_eq!(error.code(), "invalid_path", "{bad:?}: {error}");

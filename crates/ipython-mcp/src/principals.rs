@@ -301,7 +301,10 @@ pub async fn authenticate(
     let principal = admitted.principal;
     if admitted.credential.is_none() && !gate.room_for(&principal, &principals).await {
         let max = gate.oauth().map_or(0, |oauth| oauth.max_principals);
-        tracing::warn!(max, "HTTP request of a new access-token principal refused: 403, the server is full");
+        tracing::warn!(
+            max,
+            "HTTP request of a new access-token principal refused: 403, the server is full"
+        );
         return (
             StatusCode::FORBIDDEN,
             format!(

@@ -52,7 +52,9 @@ pub async fn run(
             let (config, gate) = (Arc::clone(&config), Arc::clone(&gate));
             move |principal: &ipython_mcp_config::PrincipalName| {
                 if !gate.admits(principal) {
-                    return Err(format!("{principal} is no longer a principal of this server"));
+                    return Err(format!(
+                        "{principal} is no longer a principal of this server"
+                    ));
                 }
                 let quotas = gate.quotas(principal);
                 principal_sessions(&config, default_spec.clone(), principal, quotas)
@@ -150,12 +152,9 @@ fn sessions(
             default_spec,
             config.kernels,
         ),
-        DefaultStart::FirstUse => KernelManager::with_lazy_default(
-            default_options,
-            options,
-            default_spec,
-            config.kernels,
-        ),
+        DefaultStart::FirstUse => {
+            KernelManager::with_lazy_default(default_options, options, default_spec, config.kernels)
+        }
     };
     ServerState::new(kernels, config, Peers::default())
 }

@@ -125,15 +125,35 @@ impl Server {
         .map(drop)
     }
 
+    /// Makes directory `path` (its parent must exist); one that exists already is kept.
+    pub async fn ensure_directory(&self, path: &str) -> Result<(), Error> {
+        let what = format!("directory {path}");
+        let body = serde_json::json!({ "type": "directory" });
+        self.call(
+            Method::PUT,
+            &contents_url(path, ""),
+            Some(body),
+            &what,
+            self.inner.timeout,
+        )
+        .await
+        .map(drop)
+    }
+
     /// The paths of the notebooks in directory `dir` ("" for the root) and, down to `depth`
     /// levels, in its subdirectories; at most `limit` of them. Hidden entries are the server's
-    /// business (it lists none unless configured to).
-    pub async fn list_notebooks(&self, depth: usize, limit: usize) -> Result<Vec<String>, Error> {
+    /// business (it lists none unless configured to). A `dir` that does not exist holds none.
+    pub async fn list_notebooks(
+        &self,
+        dir: &str,
+        depth: usize,
+        limit: usize,
+    ) -> Result<Vec<String>, Error> {
         let mut found = Vec::new();
-        let mut pending = vec![(String::new(), 0usize)];
+        let mut pending = vec![(dir.to_owned(), 0usize)];
         while let Some((dir, level)) = pending.pop() {
             let what = format!("directory {dir:?}");
-            let body = self
+            let listed = self
                 .call(
                     Method::GET,
                     &contents_url(&dir, "content=1"),
@@ -141,7 +161,11 @@ impl Server {
                     &what,
                     self.inner.timeout,
                 )
-                .await?;
+                .await;
+            let body = match listed {
+                Err(Error::RemoteNotFound { .. }) if level == 0 => return Ok(Vec::new()),
+                other => other?,
+            };
             let model: DirectoryModel = self.parse(&body, &what)?;
             for entry in model.content {
                 match entry.kind.as_str() {

@@ -106,6 +106,9 @@ pub enum RemoteKernel {
     /// A kernel already running there (`jupyter-kernel:<id>`), e.g. one a person uses in
     /// JupyterLab: shared, and left running when the session stops.
     Attach { id: String },
+    /// `jupyter-kernel:<id>` naming a kernel the caller may not attach to (another
+    /// principal's): the session fails to start exactly as for an id the server does not know.
+    Foreign { id: String },
 }
 
 /// A progress update for a running execution (at most one a second).

@@ -54,6 +54,7 @@ impl Remote {
                 .await
                 .map(drop)
                 .map_err(|error| StartFailure::server(&error)),
+            RemoteKernel::Foreign { id } => Err(not_found(id)),
         };
         if let Err(failure) = &checked {
             let shown = super::shown(&self.shared.options, failure.clone()).to_string();
@@ -200,7 +201,16 @@ async fn connect(
                 .map_err(|error| StartFailure::server(&error))?;
             Ok((connection, None, format!("jupyter-kernel:{id}")))
         }
+        RemoteKernel::Foreign { id } => Err(not_found(id)),
     }
+}
+
+/// How the server answers a kernel id it does not know, which is also the answer for one the
+/// caller may not attach to (another principal's): the two are indistinguishable.
+fn not_found(id: &str) -> StartFailure {
+    StartFailure::server(&ipython_mcp_jupyter::Error::RemoteNotFound {
+        what: format!("kernel {id}"),
+    })
 }
 
 /// Installs the helper through the kernel's channels; a failure gives the kernel up.

@@ -81,7 +81,8 @@ impl IpythonMcp {
     /// blocking pool).
     async fn notebook_path(&self, path: &str) -> Result<(Store, NotebookPath), ToolError> {
         if let Some(server_path) = path.strip_prefix(JUPYTER_PREFIX) {
-            let checked = NotebookPath::jupyter(server_path).map_err(|e| notebook_error(&e))?;
+            // Checked before anything else, as a workspace path is.
+            NotebookPath::jupyter(server_path).map_err(|e| notebook_error(&e))?;
             let Some(server) = self.kernels().jupyter() else {
                 return Err(ToolError::new(
                     Code::InvalidConfiguration,
@@ -96,6 +97,8 @@ impl IpythonMcp {
                 )));
             };
             let notebooks = self.notebook_state().jupyter(server);
+            let checked = NotebookPath::jupyter_in(server_path, notebooks.area())
+                .map_err(|e| notebook_error(&e))?;
             return Ok((Store::Jupyter(notebooks), checked));
         }
         let workspace = self.workspace()?;

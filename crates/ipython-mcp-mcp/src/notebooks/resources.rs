@@ -125,10 +125,12 @@ impl IpythonMcp {
             }));
         }
         if let Some(server) = self.kernels().jupyter() {
-            // The Jupyter server's notebooks as `jupyter:` paths; a server that does not
-            // answer lists none (the list is a convenience; the tools say what failed).
-            match server
-                .list_notebooks(MAX_SCAN_DEPTH - 1, MAX_LISTED_NOTEBOOKS)
+            // The Jupyter server's notebooks (the caller's area of it) as `jupyter:` paths; a
+            // server that does not answer lists none (the list is a convenience; the tools say
+            // what failed).
+            let notebooks = self.notebook_state().jupyter(server);
+            match notebooks
+                .list(MAX_SCAN_DEPTH - 1, MAX_LISTED_NOTEBOOKS)
                 .await
             {
                 Ok(notebooks) => resources.extend(notebooks.into_iter().map(|server_path| {

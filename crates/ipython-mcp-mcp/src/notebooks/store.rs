@@ -38,6 +38,10 @@ pub(crate) enum Store {
 /// Notebooks in a Jupyter server's contents.
 pub(crate) struct JupyterNotebooks {
     server: Server,
+    /// The directory of the server's root that holds this caller's notebooks (a principal's,
+    /// named after them), made at the first write; `None`: the whole root.
+    area: Option<String>,
+    area_made: tokio::sync::OnceCell<()>,
     /// One lock per notebook, held weakly (as the workspace's file locks): this server's
     /// read-modify-writes of one notebook never interleave.
     locks: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
@@ -55,9 +59,11 @@ const ROOM_TIMEOUT: Duration = Duration::from_secs(30);
 const SOLO_RECHECK: Duration = Duration::from_secs(60);
 
 impl JupyterNotebooks {
-    pub(crate) fn new(server: Server) -> JupyterNotebooks {
+    pub(crate) fn new(server: Server, area: Option<String>) -> JupyterNotebooks {
         JupyterNotebooks {
             server,
+            area,
+            area_made: tokio::sync::OnceCell::new(),
             locks: Mutex::default(),
             rooms: tokio::sync::Mutex::default(),
             solo_since: Mutex::default(),
@@ -199,7 +205,39 @@ impl JupyterNotebooks {
         }
     }
 
+    /// The caller's area, if any (notebook paths are checked inside it).
+    pub(crate) fn area(&self) -> Option<&str> {
+        self.area.as_deref()
+    }
+
+    /// The notebooks of the caller's area (all of the server's without one), as paths in it.
+    pub(crate) async fn list(
+        &self,
+        depth: usize,
+        limit: usize,
+    ) -> Result<Vec<String>, ipython_mcp_jupyter::Error> {
+        let dir = self.area.as_deref().unwrap_or_default();
+        let listed = self.server.list_notebooks(dir, depth, limit).await?;
+        Ok(match &self.area {
+            Some(area) => listed
+                .into_iter()
+                .filter_map(|path| {
+                    path.strip_prefix(area.as_str())
+                        .and_then(|rest| rest.strip_prefix('/'))
+                        .map(str::to_owned)
+                })
+                .collect(),
+            None => listed,
+        })
+    }
+
     async fn write(&self, path: &NotebookPath, notebook: &Notebook) -> Result<String, ToolError> {
+        if let Some(area) = &self.area {
+            self.area_made
+                .get_or_try_init(|| self.server.ensure_directory(area))
+                .await
+                .map_err(|error| ToolError::from(jupyter_notebook_error(&path.relative, &error)))?;
+        }
         let content = Value::Object(notebook.as_json().clone());
         self.server
             .put_notebook(server_path(path), &content)
