@@ -514,3 +514,331 @@ async fn principals_kernels_on_a_kernel_gateway_are_tagged_and_kept_apart() {
         .expect("wait");
     assert!(status.success());
 }
+
+/// What a kernel of the server sees of the server's own process: `/proc/<pid>/environ` and
+/// `/proc/<pid>/cmdline`, each as text or `unreadable`.
+fn reads_of_the_server(pid: u32) -> String {
+    format!(
+        "import os\nfor name in ('environ', 'cmdline'):\n    try:\n        print(name, open(f'/proc/{pid}/{{name}}', 'rb').read().decode('utf-8', 'replace').replace('\\0', ' '))\n    except OSError as error:\n        print(name, 'unreadable', error.errno)\n"
+    )
+}
+
+/// Under principals with a Jupyter server: another principal's remote kernels are neither
+/// listed nor attachable (answered exactly like an id that does not exist), `jupyter:`
+/// notebooks live in each principal's directory there and no path leaves it, a principal
+/// workspace the server did not make is refused, a kernel never runs a module planted in its
+/// workspace at start, and no kernel reads the server's secrets from its `/proc` entries.
+#[tokio::test]
+async fn principals_keep_remote_kernels_notebooks_workspaces_and_secrets_apart() {
+    use rmcp::model::ReadResourceRequestParams;
+    use serde_json::json;
+    use support::{call_peer, Family};
+    let jupyter = support::JupyterServer::start().await;
+    let home = tempfile::tempdir().expect("tempdir");
+    let root = home.path().join("workspaces");
+    std::fs::create_dir(&root).expect("root");
+    // A directory that happens to have a principal's name: never taken as carol's.
+    std::fs::create_dir(root.join("carol")).expect("carol's lookalike");
+    std::fs::write(root.join("carol/project.txt"), "not carol's").expect("write");
+    let file = home.path().join("principals");
+    let carol = "carol-token-0123456789abcdef";
+    write_principals(&file, &format!("alice {ALICE}\nbob {BOB}\ncarol {carol}\n"));
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_ipython-mcp"));
+    command
+        .args(["--transport", "http", "--port", "0"])
+        // The Jupyter token both as a flag and in the environment: neither may reach a kernel.
+        .args(["--jupyter-token", &jupyter.token])
+        .env("IPYTHON_MCP_JUPYTER_URL", &jupyter.url)
+        .env("IPYTHON_MCP_JUPYTER_TOKEN", &jupyter.token)
+        .env("IPYTHON_MCP_HTTP_PRINCIPALS_FILE", &file)
+        .env("IPYTHON_MCP_WORKSPACE_ROOT", &root)
+        .env("IPYTHON_MCP_CACHE_DIR", support::cache_dir())
+        .env("IPYTHON_MCP_STRUCTURED_OUTPUT", "always")
+        .env("IPYTHON_MCP_LOG", "info")
+        .env("IPYTHON_MCP_SPARE_KERNELS", "0")
+        .env("IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "120")
+        .env("IPYTHON_MCP_QUEUE_WAIT_TIMEOUT_SECONDS", "300")
+        .env_remove("IPYTHON_MCP_HTTP_TOKEN")
+        .env_remove("VIRTUAL_ENV")
+        .env_remove("IPYTHON_MCP_PYTHON")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut server = command.spawn().expect("spawn");
+    let server_pid = server.id().expect("pid");
+    let mut stderr = Stderr::follow(server.stderr.take().expect("stderr"));
+    let url = stderr
+        .wait_for("ipython-mcp: serving MCP over HTTP at ")
+        .await
+        .split("at ")
+        .last()
+        .expect("url")
+        .trim()
+        .to_owned();
+    let alice = connect(&url, ALICE, Family::Handshake).await;
+    let bob = connect(&url, BOB, Family::Modern).await;
+
+    // Bob's kernel and notebook on the Jupyter server.
+    let started = call_peer(
+        bob.peer(),
+        "kernel_start",
+        json!({"spec": "jupyter:python3", "kernel": "remote"}),
+    )
+    .await;
+    assert!(started.ok(), "{started:?}\n{}", jupyter.log());
+    let bobs_kernel = started.structured["status"]["kernel"]["remote"]["kernel_id"]
+        .as_str()
+        .expect("bob's kernel id")
+        .to_owned();
+    let defined = call_peer(
+        bob.peer(),
+        "execute",
+        json!({"kernel": "remote", "code": "secret = 'bob-only'"}),
+    )
+    .await;
+    assert!(defined.ok(), "{defined:?}");
+    let created = call_peer(
+        bob.peer(),
+        "notebook_create",
+        json!({"path": "jupyter:private.ipynb"}),
+    )
+    .await;
+    assert!(created.ok(), "{created:?}");
+    assert!(jupyter.root().join("bob/private.ipynb").is_file());
+    assert!(!jupyter.root().join("private.ipynb").exists());
+
+    // Alice's own: a notebook in her directory, a person's kernel for it, a kernel she starts.
+    let mine = call_peer(
+        alice.peer(),
+        "notebook_create",
+        json!({"path": "jupyter:mine.ipynb"}),
+    )
+    .await;
+    assert!(mine.ok(), "{mine:?}");
+    assert!(jupyter.root().join("alice/mine.ipynb").is_file());
+    let (status, person) = jupyter
+        .post(
+            "api/sessions",
+            json!({"path": "alice/mine.ipynb", "type": "notebook", "name": "mine.ipynb", "kernel": {"name": "python3"}}),
+        )
+        .await;
+    assert_eq!(status, 201, "{person}");
+    let persons_kernel = person["kernel"]["id"].as_str().expect("id").to_owned();
+
+    // Discovery: each sees only their own kernels.
+    let kernels_seen = |discovered: &support::ToolResult| -> Vec<String> {
+        discovered.structured["remote"]["kernels"]
+            .as_array()
+            .unwrap_or_else(|| panic!("remote kernels: {discovered:?}"))
+            .iter()
+            .map(|kernel| kernel["name"].as_str().expect("name").to_owned())
+            .collect()
+    };
+    let by_alice = call_peer(alice.peer(), "kernel_discover", json!({})).await;
+    let by_bob = call_peer(bob.peer(), "kernel_discover", json!({})).await;
+    let (alice_sees, bob_sees) = (kernels_seen(&by_alice), kernels_seen(&by_bob));
+    let bobs_spec = format!("jupyter-kernel:{bobs_kernel}");
+    let persons_spec = format!("jupyter-kernel:{persons_kernel}");
+    assert!(!alice_sees.contains(&bobs_spec), "{alice_sees:?}");
+    assert!(alice_sees.contains(&persons_spec), "{alice_sees:?}");
+    assert!(bob_sees.contains(&bobs_spec), "{bob_sees:?}");
+    assert!(!bob_sees.contains(&persons_spec), "{bob_sees:?}");
+    let listed = by_alice.structured["remote"]["kernels"]
+        .as_array()
+        .expect("kernels")
+        .iter()
+        .find(|kernel| kernel["name"] == persons_spec.as_str())
+        .expect("the person's kernel")
+        .clone();
+    assert_eq!(listed["notebook_path"], "mine.ipynb", "{listed}");
+
+    // Attaching to bob's kernel is answered exactly like attaching to none.
+    let nobodys = "0c0ffee0-0000-4000-8000-000000000000";
+    let theirs = call_peer(
+        alice.peer(),
+        "kernel_start",
+        json!({ "spec": bobs_spec, "kernel": "theirs" }),
+    )
+    .await;
+    let none = call_peer(
+        alice.peer(),
+        "kernel_start",
+        json!({ "spec": format!("jupyter-kernel:{nobodys}"), "kernel": "none" }),
+    )
+    .await;
+    assert!(!theirs.ok() && !none.ok(), "{theirs:?}\n{none:?}");
+    assert_eq!(
+        theirs.structured["error"]
+            .to_string()
+            .replace(&bobs_kernel, "ID")
+            .replace("theirs", "K"),
+        none.structured["error"]
+            .to_string()
+            .replace(nobodys, "ID")
+            .replace("none", "K"),
+        "another principal's kernel must be answered exactly like none"
+    );
+    for kernel in ["theirs", "none"] {
+        let peeked = call_peer(
+            alice.peer(),
+            "execute",
+            json!({"kernel": kernel, "code": "globals().get('secret', 'absent')"}),
+        )
+        .await;
+        assert!(!peeked.text().contains("bob-only"), "{peeked:?}");
+    }
+    // Her own person's kernel: attachable.
+    let attached = call_peer(
+        alice.peer(),
+        "kernel_start",
+        json!({ "spec": persons_spec, "kernel": "person" }),
+    )
+    .await;
+    assert!(attached.ok(), "{attached:?}");
+
+    // Notebooks: bob's is nowhere in alice's reach, by tool, resource or listing.
+    let read = |path: &str| {
+        call_peer(
+            alice.peer(),
+            "notebook_read",
+            json!({ "path": path.to_owned() }),
+        )
+    };
+    let bobs_read = read("jupyter:private.ipynb").await;
+    let nothing_read = read("jupyter:nothing.ipynb").await;
+    assert_eq!(
+        bobs_read.structured["error"]["code"], "notebook_not_found",
+        "{bobs_read:?}"
+    );
+    assert_eq!(
+        bobs_read.structured["error"]["code"],
+        nothing_read.structured["error"]["code"]
+    );
+    let climbed = read("jupyter:../bob/private.ipynb").await;
+    assert_eq!(
+        climbed.structured["error"]["code"], "invalid_path",
+        "{climbed:?}"
+    );
+    let edited = call_peer(
+        alice.peer(),
+        "notebook_edit",
+        json!({"path": "jupyter:private.ipynb", "action": "insert", "source": "alice-was-here"}),
+    )
+    .await;
+    assert!(edited.is_error, "{edited:?}");
+    assert!(!jupyter.root().join("alice/private.ipynb").exists());
+    let bobs_notebook = std::fs::read_to_string(jupyter.root().join("bob/private.ipynb"))
+        .expect("bob's notebook");
+    assert!(!bobs_notebook.contains("alice-was-here"), "{bobs_notebook}");
+    let resource = alice
+        .peer()
+        .read_resource(ReadResourceRequestParams::new(
+            "notebook:///jupyter%3Aprivate.ipynb",
+        ))
+        .await;
+    assert!(resource.is_err(), "{resource:?}");
+    let listed: Vec<String> = alice
+        .peer()
+        .list_all_resources()
+        .await
+        .expect("resources")
+        .into_iter()
+        .map(|resource| resource.uri.clone())
+        .collect();
+    assert!(
+        listed.iter().any(|uri| uri.contains("mine.ipynb")),
+        "{listed:?}"
+    );
+    assert!(
+        !listed.iter().any(|uri| uri.contains("private")),
+        "{listed:?}"
+    );
+
+    // A workspace the server did not make is refused, and nothing is written in it.
+    let carol_client = connect(&url, carol, Family::Handshake).await;
+    let refused = carol_client
+        .peer()
+        .call_tool(
+            rmcp::model::CallToolRequestParams::new("notebook_create").with_arguments(
+                json!({"path": "c.ipynb"})
+                    .as_object()
+                    .cloned()
+                    .expect("object"),
+            ),
+        )
+        .await;
+    let refused = format!("{refused:?}");
+    assert!(
+        refused.contains("was not made by this server for carol"),
+        "{refused}"
+    );
+    let left: Vec<_> = std::fs::read_dir(root.join("carol"))
+        .expect("carol's lookalike")
+        .flatten()
+        .map(|entry| entry.file_name())
+        .collect();
+    assert_eq!(left, ["project.txt"], "the lookalike was touched");
+    assert!(root.join("alice/.ipython-mcp-principal").is_file());
+
+    // Modules planted in alice's workspace never run when her kernels start.
+    let alice_dir = root.join("alice");
+    for module in ["ipykernel_launcher", "ipykernel"] {
+        std::fs::write(
+            alice_dir.join(format!("{module}.py")),
+            format!(
+                "open({:?}, 'w').write('ran')\n",
+                alice_dir.join(format!("{module}.ran")).display().to_string()
+            ),
+        )
+        .expect("plant");
+    }
+    // Her default kernel's first start (it starts at her first call that runs code), then a
+    // restart: both in the workspace.
+    let works = call_peer(alice.peer(), "execute", json!({"code": "6 * 7"})).await;
+    assert!(works.ok(), "{works:?}");
+    let restarted = call_peer(alice.peer(), "kernel_restart", json!({})).await;
+    assert!(!restarted.is_error, "{restarted:?}");
+    let works = call_peer(alice.peer(), "execute", json!({"code": "6 * 7"})).await;
+    assert!(works.ok(), "{works:?}");
+    assert!(works.text().contains("42"), "{works:?}");
+    for module in ["ipykernel_launcher", "ipykernel"] {
+        assert!(
+            !alice_dir.join(format!("{module}.ran")).exists(),
+            "{module}.py in the workspace ran at kernel start"
+        );
+    }
+
+    // No secret of the server is readable from a kernel: not its environment, not its /proc.
+    let seen = call_peer(
+        alice.peer(),
+        "execute",
+        json!({ "code": reads_of_the_server(server_pid) }),
+    )
+    .await;
+    let seen = seen.text();
+    assert!(!seen.contains(&jupyter.token), "{seen}");
+    assert!(!seen.contains(ALICE) && !seen.contains(BOB), "{seen}");
+    for name in ["environ", "cmdline"] {
+        let line = seen
+            .lines()
+            .find(|line| line.starts_with(name))
+            .unwrap_or_else(|| panic!("{name}: {seen}"));
+        // Either unreadable (not root), or read and masked: the right process was read.
+        assert!(
+            line.contains("unreadable") || line.contains("********"),
+            "{line}"
+        );
+    }
+
+    alice.cancel().await.expect("close alice");
+    bob.cancel().await.expect("close bob");
+    carol_client.cancel().await.expect("close carol");
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(server_pid as i32, libc::SIGTERM) };
+    let status = tokio::time::timeout(Duration::from_secs(60), server.wait())
+        .await
+        .expect("exit after SIGTERM")
+        .expect("wait");
+    assert!(status.success());
+    assert!(!stderr.all().contains(&jupyter.token), "a token reached the logs");
+}
