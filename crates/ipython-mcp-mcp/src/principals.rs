@@ -207,7 +207,8 @@ impl Principals {
         };
         let forgotten = idle.len();
         for (principal, server) in idle {
-            tracing::info!(%principal, idle_seconds = timeout.as_secs(), "principal idle: their sessions closed, their kernels given back");
+            let kernels = server.state().kernels().all().len();
+            tracing::info!(%principal, kernels, idle_seconds = timeout.as_secs(), "principal idle: their sessions closed, their kernels given back");
             server.state().shutdown().await;
         }
         forgotten

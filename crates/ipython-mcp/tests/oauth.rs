@@ -87,6 +87,8 @@ impl Key {
 struct Issuer {
     url: String,
     published: Arc<Mutex<Vec<Value>>>,
+    /// How many times the JWKS was fetched.
+    fetches: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Issuer {
@@ -98,6 +100,8 @@ impl Issuer {
         let published: Arc<Mutex<Vec<Value>>> = Arc::default();
         let metadata = json!({"issuer": url, "jwks_uri": format!("{url}/jwks")}).to_string();
         let keys = Arc::clone(&published);
+        let fetches: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+        let counted = Arc::clone(&fetches);
         let app = axum::Router::new()
             .route(
                 "/.well-known/oauth-authorization-server",
@@ -106,12 +110,21 @@ impl Issuer {
             .route(
                 "/jwks",
                 axum::routing::get(move || {
+                    counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                     let keys = keys.lock().expect("keys").clone();
                     std::future::ready(json!({ "keys": keys }).to_string())
                 }),
             );
         tokio::spawn(async move { axum::serve(listener, app).await });
-        Issuer { url, published }
+        Issuer {
+            url,
+            published,
+            fetches,
+        }
+    }
+
+    fn fetches(&self) -> usize {
+        self.fetches.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     fn publish(&self, key: &Key) {
@@ -174,48 +187,33 @@ async fn post(url: &str, token: Option<&str>, session: Option<&str>, message: Va
     }
 }
 
-/// Opens an MCP session with this token; its id.
-async fn open_session(url: &str, token: &str) -> String {
-    let initialize = json!({
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
-    });
-    let reply = post(url, Some(token), None, initialize).await;
-    assert_eq!(reply.status, 200, "{}", reply.body);
-    let session = reply
-        .body
-        .lines()
-        .next()
-        .and_then(|line| line.strip_prefix("session="))
-        .expect("a session id")
-        .to_owned();
-    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    post(url, Some(token), Some(&session), initialized).await;
-    session
-}
-
 fn call(id: u64, tool: &str, arguments: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}})
 }
 
-#[tokio::test]
-async fn access_tokens_of_the_issuer_are_checked_for_key_audience_time_and_scope() {
-    let issuer = Issuer::start().await;
-    let first = Key::new("k1");
-    issuer.publish(&first);
-    let home = tempfile::tempdir().expect("tempdir");
+/// The server under test, accepting `issuer`'s tokens, its logs gathered as they come.
+struct Served {
+    server: tokio::process::Child,
+    url: String,
+    logged: Arc<Mutex<String>>,
+}
+
+/// Starts the real binary with `issuer` as its OAuth issuer, principals' directories under
+/// `root`, and `extra` settings.
+async fn serve(issuer: &Issuer, root: &std::path::Path, extra: &[(&str, &str)]) -> Served {
     let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_ipython-mcp"))
         .args(["--transport", "http", "--port", "0"])
         .env("IPYTHON_MCP_HTTP_OAUTH_ISSUER", &issuer.url)
         .env("IPYTHON_MCP_HTTP_OAUTH_RESOURCE", RESOURCE)
-        .env("IPYTHON_MCP_WORKSPACE_ROOT", home.path())
+        .env("IPYTHON_MCP_WORKSPACE_ROOT", root)
         .env("IPYTHON_MCP_CACHE_DIR", support::cache_dir())
         .env("IPYTHON_MCP_LOG", "info")
         .env("IPYTHON_MCP_SPARE_KERNELS", "0")
         .env("IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "120")
-        // A principal's default kernel starts at their first request, which then waits for
-        // it: on a loaded machine that can outlast the default queue wait.
+        // A principal's default kernel starts at their first call that runs code, which then
+        // waits for it: on a loaded machine that can outlast the default queue wait.
         .env("IPYTHON_MCP_QUEUE_WAIT_TIMEOUT_SECONDS", "300")
+        .envs(extra.iter().copied())
         .env_remove("IPYTHON_MCP_HTTP_TOKEN")
         .env_remove("VIRTUAL_ENV")
         .env_remove("IPYTHON_MCP_PYTHON")
@@ -246,6 +244,74 @@ async fn access_tokens_of_the_issuer_are_checked_for_key_audience_time_and_scope
             }
         }
     });
+    Served {
+        server,
+        url,
+        logged,
+    }
+}
+
+/// Opens an MCP session with this token (once the server has room for its principal: a full
+/// server makes room as soon as someone is idle); its id.
+async fn open_session(url: &str, token: &str) -> String {
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let reply = post(url, Some(token), None, initialize.clone()).await;
+        if reply.status == 403 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let session = reply
+            .body
+            .lines()
+            .next()
+            .and_then(|line| line.strip_prefix("session="))
+            .expect("a session id")
+            .to_owned();
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        post(url, Some(token), Some(&session), initialized).await;
+        return session;
+    }
+}
+
+/// Waits (bounded: the test fails, never hangs) until a log line holds every one of `parts`.
+async fn logged_line(logged: &Mutex<String>, parts: &[&str]) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(180);
+    loop {
+        let found = logged
+            .lock()
+            .expect("log")
+            .lines()
+            .find(|line| parts.iter().all(|part| line.contains(part)))
+            .map(str::to_owned);
+        if let Some(line) = found {
+            return line;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no log line with {parts:?}:\n{}",
+            logged.lock().expect("log")
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn access_tokens_of_the_issuer_are_checked_for_key_audience_time_and_scope() {
+    let issuer = Issuer::start().await;
+    let first = Key::new("k1");
+    issuer.publish(&first);
+    let home = tempfile::tempdir().expect("tempdir");
+    let Served {
+        mut server,
+        url,
+        logged,
+    } = serve(&issuer, home.path(), &[]).await;
     let base = url.trim_end_matches("/mcp").to_owned();
     let expected_metadata = format!("http://ipython-mcp.test{METADATA_PATH}");
 
@@ -407,4 +473,193 @@ async fn access_tokens_of_the_issuer_are_checked_for_key_audience_time_and_scope
         let signature = token.rsplit('.').next().expect("signature");
         assert!(!logs.contains(signature), "a token reached the logs");
     }
+}
+
+/// The reach of a token short of `execute`, and of subjects in number: a token without
+/// `execute` reads no kernel listing, writes no Python module and never costs a kernel
+/// process; access-token principals are capped, and one idle past the idle timeout gives their
+/// kernels and place back; tokens naming made-up keys delay a rotated key by seconds, never
+/// lock it out.
+#[tokio::test]
+async fn tokens_short_of_execute_reach_no_kernel_and_subjects_are_capped() {
+    let issuer = Issuer::start().await;
+    let first = Key::new("k1");
+    issuer.publish(&first);
+    let home = tempfile::tempdir().expect("tempdir");
+    let Served {
+        mut server,
+        url,
+        logged,
+    } = serve(
+        &issuer,
+        home.path(),
+        &[
+            ("IPYTHON_MCP_HTTP_OAUTH_MAX_PRINCIPALS", "2"),
+            ("IPYTHON_MCP_KERNEL_IDLE_TIMEOUT_SECONDS", "2"),
+        ],
+    )
+    .await;
+    let read = |id: u64, uri: &str| json!({"jsonrpc": "2.0", "id": id, "method": "resources/read", "params": {"uri": uri}});
+
+    // No scope at all: the lists and the capabilities, nothing that reveals a kernel.
+    let sam = first.sign(&issuer.claims("sam", ""));
+    let session = open_session(&url, &sam).await;
+    for message in [
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        json!({"jsonrpc": "2.0", "id": 3, "method": "resources/list"}),
+        read(4, "ipython-mcp://capabilities"),
+    ] {
+        let answered = post(&url, Some(&sam), Some(&session), message.clone()).await;
+        assert_eq!(answered.status, 200, "{message}: {}", answered.body);
+    }
+    let kernels = post(
+        &url,
+        Some(&sam),
+        Some(&session),
+        read(5, "ipython-mcp://kernels"),
+    )
+    .await;
+    assert_eq!(kernels.status, 403, "{}", kernels.body);
+    assert!(
+        kernels.challenge.contains("scope=\"execute\""),
+        "{}",
+        kernels.challenge
+    );
+
+    // Writing notebooks: a `.py` file is a module the principal's kernels import, so it needs
+    // `execute` too.
+    let wendy = first.sign(&issuer.claims("wendy", "notebooks:read notebooks:write"));
+    let session = open_session(&url, &wendy).await;
+    let module = post(
+        &url,
+        Some(&wendy),
+        Some(&session),
+        call(
+            2,
+            "notebook_create",
+            json!({"path": "ipykernel_launcher.py"}),
+        ),
+    )
+    .await;
+    assert_eq!(module.status, 403, "{}", module.body);
+    assert!(
+        module.challenge.contains("scope=\"execute\""),
+        "{}",
+        module.challenge
+    );
+    assert!(!home.path().join("wendy/ipykernel_launcher.py").exists());
+    let notebook = post(
+        &url,
+        Some(&wendy),
+        Some(&session),
+        call(3, "notebook_create", json!({"path": "w.ipynb"})),
+    )
+    .await;
+    assert_eq!(notebook.status, 200, "{}", notebook.body);
+    assert!(home.path().join("wendy/w.ipynb").is_file());
+
+    // Neither cost a kernel: idle, each is forgotten holding none.
+    for subject in ["principal=sam", "principal=wendy"] {
+        let line = logged_line(&logged, &["principal idle", subject]).await;
+        assert!(line.contains("kernels=0"), "{line}");
+    }
+
+    // Made-up keys, all at once: the issuer is asked at most once per few seconds, and a key
+    // it publishes right after is accepted at the first try.
+    let before = issuer.fetches();
+    let started = std::time::Instant::now();
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    let junk: Vec<_> = (0..20)
+        .map(|n| {
+            let token = Key::new(&format!("made-up-{n}")).sign(&issuer.claims("sam", ""));
+            let (url, ping) = (url.clone(), ping.clone());
+            tokio::spawn(async move { post(&url, Some(&token), None, ping).await.status })
+        })
+        .collect();
+    for refused in junk {
+        assert_eq!(refused.await.expect("junk request"), 401);
+    }
+    let fetched = issuer.fetches() - before;
+    let bound = 2 + started.elapsed().as_secs() as usize / 3;
+    assert!(
+        fetched <= bound,
+        "{fetched} fetches of the keys in {:?}",
+        started.elapsed()
+    );
+    let rotated = Key::new("k2");
+    issuer.publish(&rotated);
+    let fresh = rotated.sign(&issuer.claims("sam", ""));
+    // (Opening a session asserts it is let in at once.)
+    let session = open_session(&url, &fresh).await;
+    let accepted = post(&url, Some(&fresh), Some(&session), ping).await;
+    assert_eq!(accepted.status, 200, "{}", accepted.body);
+
+    // Two principals at once: two busy ones keep a third out until they go idle.
+    let release = home.path().join("release");
+    let busy = |subject: &str| {
+        let token = first.sign(&issuer.claims(subject, "execute"));
+        let started = home.path().join(format!("{subject}.started"));
+        let code = format!(
+            "import os, time\nopen({started:?}, 'w').close()\ndeadline = time.time() + 600\nwhile not os.path.exists({release:?}) and time.time() < deadline:\n    time.sleep(0.05)\nprint('released')",
+            started = started.display().to_string(),
+            release = release.display().to_string(),
+        );
+        let url = url.clone();
+        let running = tokio::spawn(async move {
+            let session = open_session(&url, &token).await;
+            let arguments = json!({"code": code, "timeout_seconds": 900});
+            post(
+                &url,
+                Some(&token),
+                Some(&session),
+                call(2, "execute", arguments),
+            )
+            .await
+        });
+        (started, running)
+    };
+    let (ann_started, ann) = busy("ann");
+    let (ben_started, ben) = busy("ben");
+    for started in [&ann_started, &ben_started] {
+        let deadline = std::time::Instant::now() + Duration::from_secs(300);
+        while !started.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{started:?} never ran"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let cy = first.sign(&issuer.claims("cy", "execute"));
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+    });
+    let full = post(&url, Some(&cy), None, initialize.clone()).await;
+    assert_eq!(full.status, 403, "{}", full.body);
+    assert!(
+        full.body.contains("IPYTHON_MCP_HTTP_OAUTH_MAX_PRINCIPALS"),
+        "{}",
+        full.body
+    );
+    std::fs::write(&release, "").expect("release");
+    for running in [ann, ben] {
+        let done = running.await.expect("busy principal");
+        assert_eq!(done.status, 200, "{}", done.body);
+        assert!(done.body.contains("released"), "{}", done.body);
+    }
+    // Each gives back the kernel their code ran in.
+    for subject in ["principal=ann", "principal=ben"] {
+        logged_line(&logged, &["principal idle", subject, "kernels=1"]).await;
+    }
+    let admitted = post(&url, Some(&cy), None, initialize).await;
+    assert_eq!(admitted.status, 200, "{}", admitted.body);
+
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(server.id().expect("pid") as i32, libc::SIGTERM) };
+    let status = tokio::time::timeout(Duration::from_secs(60), server.wait())
+        .await
+        .expect("exit after SIGTERM")
+        .expect("wait");
+    assert!(status.success());
 }

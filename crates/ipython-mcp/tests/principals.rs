@@ -727,8 +727,8 @@ async fn principals_keep_remote_kernels_notebooks_workspaces_and_secrets_apart()
     .await;
     assert!(edited.is_error, "{edited:?}");
     assert!(!jupyter.root().join("alice/private.ipynb").exists());
-    let bobs_notebook = std::fs::read_to_string(jupyter.root().join("bob/private.ipynb"))
-        .expect("bob's notebook");
+    let bobs_notebook =
+        std::fs::read_to_string(jupyter.root().join("bob/private.ipynb")).expect("bob's notebook");
     assert!(!bobs_notebook.contains("alice-was-here"), "{bobs_notebook}");
     let resource = alice
         .peer()
@@ -787,7 +787,10 @@ async fn principals_keep_remote_kernels_notebooks_workspaces_and_secrets_apart()
             alice_dir.join(format!("{module}.py")),
             format!(
                 "open({:?}, 'w').write('ran')\n",
-                alice_dir.join(format!("{module}.ran")).display().to_string()
+                alice_dir
+                    .join(format!("{module}.ran"))
+                    .display()
+                    .to_string()
             ),
         )
         .expect("plant");
@@ -840,5 +843,8 @@ async fn principals_keep_remote_kernels_notebooks_workspaces_and_secrets_apart()
         .expect("exit after SIGTERM")
         .expect("wait");
     assert!(status.success());
-    assert!(!stderr.all().contains(&jupyter.token), "a token reached the logs");
+    assert!(
+        !stderr.all().contains(&jupyter.token),
+        "a token reached the logs"
+    );
 }
