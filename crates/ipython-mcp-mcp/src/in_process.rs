@@ -328,3 +328,58 @@ async fn published_tools_are_announced_and_unlisted_when_their_kernel_is_replace
     server.list_changes(2).await;
     assert!(server.state.catalog().get_tool("triple").is_none());
 }
+
+/// What a caller lists and reads is theirs (under principals, their dynamic tools and
+/// notebooks): a client of the 2026-07-28 family is told to cache none of it in a shared cache.
+#[tokio::test]
+async fn lists_and_reads_are_marked_private_for_the_modern_family() {
+    use rmcp::model::{CacheScope, ReadResourceRequestParams};
+    use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
+    let kernels = FakeKernels::new();
+    let manager = KernelManager::with_fake_kernels(
+        FakeKernels::session_options("default"),
+        KernelLimits::default(),
+        &kernels,
+    );
+    let config = Config::default();
+    let state = ServerState::new(manager, &config, Peers::default());
+    let server = IpythonMcp::new(state.clone(), Arc::new(config));
+    let (server_side, client_side) = tokio::io::duplex(1 << 20);
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(tokio::io::split(server_side)).await {
+            let _ = running.waiting().await;
+        }
+    });
+    let lifecycle = ClientLifecycleMode::Discover {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+    };
+    let client = ClientConfig::default()
+        .serve_with_lifecycle(tokio::io::split(client_side), lifecycle)
+        .await
+        .expect("discovery");
+    let tools = client.peer().list_tools(None).await.expect("tools/list");
+    assert_eq!(
+        (tools.cache_scope, tools.ttl_ms),
+        (Some(CacheScope::Private), Some(0))
+    );
+    let resources = client
+        .peer()
+        .list_resources(None)
+        .await
+        .expect("resources/list");
+    assert_eq!(
+        (resources.cache_scope, resources.ttl_ms),
+        (Some(CacheScope::Private), Some(0))
+    );
+    let read = client
+        .peer()
+        .read_resource(ReadResourceRequestParams::new("ipython-mcp://kernels"))
+        .await
+        .expect("resources/read");
+    assert_eq!(
+        (read.cache_scope, read.ttl_ms),
+        (Some(CacheScope::Private), Some(0))
+    );
+    client.cancel().await.expect("close");
+    state.shutdown().await;
+}

@@ -396,3 +396,27 @@ async fn scoped(
     }
     Ok(Request::from_parts(parts, axum::body::Body::from(bytes)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// rmcp ends idle MCP sessions by itself: the map of who opened which must not keep them.
+    #[tokio::test]
+    async fn upkeep_forgets_sessions_rmcp_has_ended() {
+        let gate = Gate::new(None, Vec::new(), None, std::time::Duration::from_secs(900));
+        let alice = PrincipalName::parse("alice").expect("name");
+        for n in 0..100 {
+            gate.sessions()
+                .insert(format!("ended-{n}"), (alice.clone(), None));
+        }
+        let config = Arc::new(ipython_mcp_config::Config::default());
+        let principals = Principals::new(
+            ipython_mcp_mcp::Blueprint::new(config),
+            Box::new(|_: &PrincipalName| Err("no state in this test".to_owned())),
+        );
+        gate.upkeep(&principals, &LocalSessionManager::default())
+            .await;
+        assert!(gate.sessions().is_empty());
+    }
+}

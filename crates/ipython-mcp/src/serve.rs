@@ -48,19 +48,8 @@ pub async fn run(
             oauth,
             config.kernels.idle_timeout,
         ));
-        let make = {
-            let (config, gate) = (Arc::clone(&config), Arc::clone(&gate));
-            move |principal: &ipython_mcp_config::PrincipalName| {
-                if !gate.admits(principal) {
-                    return Err(format!(
-                        "{principal} is no longer a principal of this server"
-                    ));
-                }
-                let quotas = gate.quotas(principal);
-                principal_sessions(&config, default_spec.clone(), principal, quotas)
-            }
-        };
-        let principals = Principals::new(Blueprint::new(Arc::clone(&config)), Box::new(make));
+        let make = principal_factory(Arc::clone(&config), default_spec, Arc::clone(&gate));
+        let principals = Principals::new(Blueprint::new(Arc::clone(&config)), make);
         let served = crate::http::Served::PerPrincipal { principals, gate };
         return crate::http::run(config, served, test_mode).await;
     }
@@ -157,6 +146,24 @@ fn sessions(
         }
     };
     ServerState::new(kernels, config, Peers::default())
+}
+
+/// How a principal's state is made at their first request: only while the gate still admits
+/// them (a request let in just before a SIGHUP removed them makes nothing), with their quotas.
+fn principal_factory(
+    config: Arc<Config>,
+    default_spec: Option<StartSpec>,
+    gate: Arc<crate::principals::Gate>,
+) -> Box<ipython_mcp_mcp::StateFactory> {
+    Box::new(move |principal: &ipython_mcp_config::PrincipalName| {
+        if !gate.admits(principal) {
+            return Err(format!(
+                "{principal} is no longer a principal of this server"
+            ));
+        }
+        let quotas = gate.quotas(principal);
+        principal_sessions(&config, default_spec.clone(), principal, quotas)
+    })
 }
 
 /// A principal's own sessions (see `Principals`): the server's settings with the principal's
@@ -439,4 +446,55 @@ fn resolver(config: &Config) -> anyhow::Result<Resolver> {
         install_timeout: config.timeouts.provision,
         named: config.environment.clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn principals_file(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
+        use std::os::unix::fs::PermissionsExt as _;
+        let file = dir.join("principals");
+        std::fs::write(&file, text).expect("write");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        file
+    }
+
+    /// A request let in just before a SIGHUP removed its principal reaches the factory after
+    /// the removal: it must make nothing, or the removed principal would have state again.
+    #[tokio::test]
+    async fn a_principal_removed_on_sighup_gets_no_state_made_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = principals_file(
+            dir.path(),
+            "alice alice-token-0123456789abcdef\nbob bob-token-0123456789abcdef\n",
+        );
+        let gate = Arc::new(crate::principals::Gate::new(
+            Some(file.clone()),
+            crate::principals::read_file(&file).expect("valid"),
+            None,
+            std::time::Duration::from_secs(900),
+        ));
+        let config = Arc::new(Config {
+            workspace_root: Some(dir.path().to_owned()),
+            ..Config::default()
+        });
+        let make = principal_factory(Arc::clone(&config), None, Arc::clone(&gate));
+        let principals = Principals::new(
+            Blueprint::new(Arc::clone(&config)),
+            principal_factory(Arc::clone(&config), None, Arc::clone(&gate)),
+        );
+        let bob = ipython_mcp_config::PrincipalName::parse("bob").expect("name");
+        let (state, _) = make(&bob).expect("bob is a principal");
+        state.shutdown().await;
+        principals_file(dir.path(), "alice alice-token-0123456789abcdef\n");
+        let sessions =
+            rmcp::transport::streamable_http_server::session::local::LocalSessionManager::default();
+        gate.reload(&principals, &sessions).await;
+        let refused = make(&bob).map(drop).expect_err("bob was removed");
+        assert!(refused.contains("no longer a principal"), "{refused}");
+        let alice = ipython_mcp_config::PrincipalName::parse("alice").expect("name");
+        let (state, _) = make(&alice).expect("alice stays");
+        state.shutdown().await;
+    }
 }
