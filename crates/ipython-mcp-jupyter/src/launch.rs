@@ -74,11 +74,20 @@ pub fn safe_module(module: &str) -> [String; 2] {
 }
 
 /// A kernelspec's command line with a plain `<python> -m ipykernel_launcher …` (or
-/// `-m ipykernel`) run with a safe path instead ([`safe_module`]); any other as given.
+/// `-m ipykernel`) run with a safe path instead ([`safe_module`]); any other as given (a
+/// wrapper script may not take `-c`).
 fn with_safe_path(argv: &[String]) -> Vec<String> {
+    let is_python = |program: &str| {
+        std::path::Path::new(program)
+            .file_name()
+            .and_then(|name| name.to_str())
+            .is_some_and(|name| name.starts_with("python"))
+    };
     match argv {
         [python, flag, module, rest @ ..]
-            if flag == "-m" && matches!(module.as_str(), "ipykernel_launcher" | "ipykernel") =>
+            if is_python(python)
+                && flag == "-m"
+                && matches!(module.as_str(), "ipykernel_launcher" | "ipykernel") =>
         {
             let mut safe = vec![python.clone()];
             safe.extend(safe_module(module));
@@ -715,6 +724,7 @@ mod tests {
             &["conda", "run", "python", "-m", "ipykernel", "-f", "c"][..],
             &["python", "-m", "bash_kernel", "-f", "c"],
             &["/opt/bin/ipykernel", "-f", "c"],
+            &["/opt/wrap.sh", "-m", "ipykernel_launcher", "-f", "c"],
         ] {
             assert_eq!(with_safe_path(&argv(other)), argv(other), "{other:?}");
         }

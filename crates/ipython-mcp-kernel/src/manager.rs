@@ -277,6 +277,8 @@ struct Inner {
     /// The `default` session's options when it starts at its first use rather than with the
     /// manager (see [`KernelManager::with_lazy_default`]).
     lazy_default: Option<SessionOptions>,
+    /// Said with the lazy `default`'s first result (see [`KernelManager::note_lost_state`]).
+    default_notice: Mutex<Option<String>>,
     /// The idle reaper: `stopping` ends its loop, `shutdown` joins it, a drop aborts it.
     tasks: crate::task::Tasks,
     stopping: tokio_util::sync::CancellationToken,
@@ -378,6 +380,7 @@ impl KernelManager {
                 next_id: std::sync::atomic::AtomicU64::new(1),
                 notebooks: Mutex::default(),
                 lazy_default: None,
+                default_notice: Mutex::default(),
                 tasks: crate::task::Tasks::default(),
                 stopping: tokio_util::sync::CancellationToken::new(),
             }),
@@ -402,7 +405,14 @@ impl KernelManager {
         }
         match (&self.inner.lazy_default, id == SessionId::DEFAULT) {
             (Some(options), true) if !self.inner.stopping.is_cancelled() => {
-                let handle = (self.inner.starter)(options.clone());
+                let mut options = options.clone();
+                options.notice = self
+                    .inner
+                    .default_notice
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .take();
+                let handle = (self.inner.starter)(options);
                 tracing::info!("default kernel session started at its first use");
                 entries.insert(
                     SessionId::default_session(),
@@ -416,6 +426,16 @@ impl KernelManager {
             }
             _ => Err(not_found(id, &entries)),
         }
+    }
+
+    /// Tells the first call of the lazy `default` why its namespace is new: the caller had
+    /// another, now gone (`notice` says how).
+    pub fn note_lost_state(&self, notice: String) {
+        *self
+            .inner
+            .default_notice
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(notice);
     }
 
     /// Sessions running, with the place a lazy `default` not started yet keeps.

@@ -49,7 +49,14 @@ struct Inner {
     blueprint: Blueprint,
     make: Box<StateFactory>,
     servers: Mutex<HashMap<PrincipalName, Served>>,
+    /// Principals let go while idle with kernels, and for how long they had been idle: their
+    /// next kernel's first result says their earlier namespace is gone.
+    let_go: Mutex<HashMap<PrincipalName, std::time::Duration>>,
 }
+
+/// Principals remembered as let go with kernels; past it the memory starts afresh (those
+/// forgotten are told nothing when they come back).
+const MAX_LET_GO: usize = 4096;
 
 /// A principal's server and how busy it is.
 struct Served {
@@ -92,6 +99,7 @@ impl Principals {
                 blueprint,
                 make,
                 servers: Mutex::default(),
+                let_go: Mutex::default(),
             }),
         }
     }
@@ -110,12 +118,10 @@ impl Principals {
             served.in_flight += 1;
             return Ok((served.server.clone(), busy()));
         }
-        let (state, config) = (self.inner.make)(principal).map_err(|problem| {
+        let server = self.make(principal).map_err(|problem| {
             tracing::error!(%principal, %problem, "cannot make the principal's sessions");
             ErrorData::internal_error(format!("cannot start your sessions: {problem}"), None)
         })?;
-        state.spawn_reaper();
-        let server = self.inner.blueprint.server_with(state, config);
         servers.insert(
             principal.clone(),
             Served {
@@ -126,6 +132,26 @@ impl Principals {
         );
         tracing::info!(%principal, "first request of a principal: sessions made");
         Ok((server, busy()))
+    }
+
+    /// A principal's server, new (the caller holds the servers' lock). One let go while idle
+    /// with kernels hears at their next kernel's first result that their namespace is new.
+    fn make(&self, principal: &PrincipalName) -> Result<IpythonMcp, String> {
+        let (state, config) = (self.inner.make)(principal)?;
+        let let_go = self
+            .inner
+            .let_go
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(principal);
+        if let Some(idle) = let_go {
+            state.kernels().note_lost_state(format!(
+                "your kernels were stopped after {} s idle, and this one is new: earlier variables, imports and functions are gone",
+                idle.as_secs()
+            ));
+        }
+        state.spawn_reaper();
+        Ok(self.inner.blueprint.server_with(state, config))
     }
 
     /// The server of the request's caller. A request that reached a handler without a caller
@@ -161,9 +187,7 @@ impl Principals {
         if servers.keys().filter(|name| counted(name)).count() >= max {
             return Ok(false);
         }
-        let (state, config) = (self.inner.make)(principal)?;
-        state.spawn_reaper();
-        let server = self.inner.blueprint.server_with(state, config);
+        let server = self.make(principal)?;
         servers.insert(
             principal.clone(),
             Served {
@@ -209,6 +233,17 @@ impl Principals {
         for (principal, server) in idle {
             let kernels = server.state().kernels().all().len();
             tracing::info!(%principal, kernels, idle_seconds = timeout.as_secs(), "principal idle: their sessions closed, their kernels given back");
+            if kernels > 0 {
+                let mut let_go = self
+                    .inner
+                    .let_go
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                if let_go.len() >= MAX_LET_GO {
+                    let_go.clear();
+                }
+                let_go.insert(principal, timeout);
+            }
             server.state().shutdown().await;
         }
         forgotten

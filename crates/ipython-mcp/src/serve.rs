@@ -402,6 +402,7 @@ pub fn session_options(config: &Config, kernel_id: &str) -> anyhow::Result<Sessi
         // What sessions record themselves (refusals, paging markers) is worded by the MCP
         // crate, which knows the tools.
         wording: ipython_mcp_mcp::WORDING,
+        notice: None,
     })
 }
 

@@ -654,6 +654,28 @@ async fn tokens_short_of_execute_reach_no_kernel_and_subjects_are_capped() {
     }
     let admitted = post(&url, Some(&cy), None, initialize).await;
     assert_eq!(admitted.status, 200, "{}", admitted.body);
+    // Back after being let go: the first result says the namespace is new, and why.
+    let ann = first.sign(&issuer.claims("ann", "execute"));
+    let session = open_session(&url, &ann).await;
+    let back = post(
+        &url,
+        Some(&ann),
+        Some(&session),
+        call(
+            2,
+            "execute",
+            json!({"code": "globals().get('deadline', 'gone')"}),
+        ),
+    )
+    .await;
+    assert_eq!(back.status, 200, "{}", back.body);
+    assert!(back.body.contains("'gone'"), "{}", back.body);
+    assert!(
+        back.body
+            .contains("earlier variables, imports and functions are gone"),
+        "{}",
+        back.body
+    );
 
     // SAFETY: plain kill(2) on our own child.
     unsafe { libc::kill(server.id().expect("pid") as i32, libc::SIGTERM) };

@@ -76,6 +76,7 @@ impl Actor {
         commands: mpsc::UnboundedReceiver<Command>,
         launcher: Arc<dyn Launcher>,
     ) -> Actor {
+        let unreported_reset = shared.options.notice.clone();
         Actor {
             shared,
             commands,
@@ -84,7 +85,7 @@ impl Actor {
             kernel: None,
             spares: std::collections::VecDeque::new(),
             epoch: 0,
-            unreported_reset: None,
+            unreported_reset,
             spool_lagging: false,
         }
     }

@@ -203,6 +203,7 @@ impl FakeKernels {
             owner: None,
             wording: Wording::PLAIN,
             memory: Default::default(),
+            notice: None,
         }
     }
 

@@ -95,6 +95,10 @@ pub struct SessionOptions {
     /// How the answers the session records itself are worded for the agent (the MCP crate's
     /// `error::WORDING`; [`Wording::PLAIN`] without it).
     pub wording: Wording,
+    /// Why this new session's namespace is not the one its caller had (their kernels were
+    /// stopped while they were idle): said with the first call's result, which reports the
+    /// namespace `reset`, as a replacement between calls is.
+    pub notice: Option<String>,
 }
 
 /// Which kernel a remote session runs on the Jupyter server.
