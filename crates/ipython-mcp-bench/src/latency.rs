@@ -315,6 +315,7 @@ pub(crate) async fn bench_session(python: &Path) -> anyhow::Result<Vec<f64>> {
         // The session alone, timed without the MCP layer: its errors need no agent hints.
         wording: ipython_mcp_kernel::Wording::PLAIN,
         memory: Default::default(),
+        notice: None,
     };
     let session = ipython_mcp_kernel::SessionHandle::start(options);
     let run = |code: &str| {
