@@ -1,7 +1,9 @@
 //! Test-only fixtures: the named tools, resources and prompts the official MCP conformance
 //! suite (`@modelcontextprotocol/conformance`) calls, plus two hooks for this project's tests:
 //! `test_trigger_tool_change` broadcasts `notifications/tools/list_changed` to every connected
-//! client, and `test_panic_session` makes a session's actor panic once it reaches the hook in
+//! client (`test_count_clients` says how many that is now: rmcp acknowledges a subscription
+//! before the handler registers it, so a test waits for the count before it fires), and
+//! `test_panic_session` makes a session's actor panic once it reaches the hook in
 //! its queue (to test supervision).
 //!
 //! The suite is not a black-box test: each scenario calls a fixture by name (a tool that
@@ -95,6 +97,11 @@ impl Fixtures {
             (
                 "test_trigger_tool_change",
                 "Sends notifications/tools/list_changed to every connected client",
+                empty(),
+            ),
+            (
+                "test_count_clients",
+                "How many clients test_trigger_tool_change would notify now",
                 empty(),
             ),
             (
@@ -282,6 +289,10 @@ impl Fixtures {
                 CallToolResult::success(vec![text(&format!(
                     "notified {clients} client(s) that the tool list changed"
                 ))])
+            }
+            "test_count_clients" => {
+                let clients = self.product.peers().len();
+                CallToolResult::success(vec![text(&format!("{clients} client(s)"))])
             }
             "test_panic_session" => {
                 let kernel = arguments.get("kernel").and_then(Value::as_str);

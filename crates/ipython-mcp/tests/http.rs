@@ -688,6 +688,18 @@ async fn tools_list_changed_reaches_every_connected_client_in_both_families() {
         modern.push(client);
     }
 
+    // rmcp acknowledges a subscription before the server's handler registers it: wait until
+    // all four clients are registered.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let counted = call_peer(legacy[0].peer(), "test_count_clients", json!({})).await;
+        if counted.text() == "4 client(s)" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}", counted.text());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
     // Fired from a 2026-07-28 client, then from a handshake one: everyone hears both.
     for round in 1..=2 {
         let trigger = if round == 1 {

@@ -128,6 +128,12 @@ def http_transport(url, token):
     return streamable_http_client(url, http_client=http)
 
 
+async def clients_counted(client):
+    """How many clients the fixtures' hook would notify now."""
+    result = await client.call_tool("test_count_clients", {})
+    return int(result_text(result).split()[0])
+
+
 async def list_changed_heard(client, mode, changed):
     """Fires the fixtures' hook and says whether this client was told the tool list changed."""
     if mode == "legacy":
@@ -137,7 +143,14 @@ async def list_changed_heard(client, mode, changed):
             return True
         except asyncio.TimeoutError:
             return False
+    before = await clients_counted(client)
     async with client.listen(tools_list_changed=True) as subscription:
+        # The server acknowledges a subscription before it registers it: wait for that.
+        deadline = asyncio.get_running_loop().time() + 60
+        while await clients_counted(client) <= before:
+            if asyncio.get_running_loop().time() > deadline:
+                return False
+            await asyncio.sleep(0.02)
         await client.call_tool("test_trigger_tool_change", {})
         try:
             await asyncio.wait_for(subscription.__anext__(), 60)
