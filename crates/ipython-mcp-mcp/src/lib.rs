@@ -42,6 +42,7 @@ mod schema;
 mod scopes;
 mod server;
 mod state;
+mod store;
 mod surface;
 mod tasks;
 

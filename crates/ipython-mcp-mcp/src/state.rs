@@ -127,7 +127,7 @@ pub(crate) struct NotebookState {
     /// The directory of the Jupyter server that holds these notebooks: the principal's own,
     /// under principals (see `KernelManager::owner`).
     jupyter_area: Option<String>,
-    jupyter: std::sync::OnceLock<Arc<crate::notebooks::JupyterNotebooks>>,
+    jupyter: std::sync::OnceLock<Arc<crate::store::JupyterNotebooks>>,
 }
 
 impl NotebookState {
@@ -150,9 +150,9 @@ impl NotebookState {
     pub(crate) fn jupyter(
         &self,
         server: ipython_mcp_kernel::remote::Server,
-    ) -> Arc<crate::notebooks::JupyterNotebooks> {
+    ) -> Arc<crate::store::JupyterNotebooks> {
         Arc::clone(self.jupyter.get_or_init(|| {
-            Arc::new(crate::notebooks::JupyterNotebooks::new(
+            Arc::new(crate::store::JupyterNotebooks::new(
                 server,
                 self.jupyter_area.clone(),
             ))

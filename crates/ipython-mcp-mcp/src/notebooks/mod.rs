@@ -16,7 +16,6 @@ mod jsonlines;
 mod params;
 mod resources;
 mod save;
-mod store;
 mod tools;
 mod views;
 
@@ -33,10 +32,9 @@ use serde::Serialize;
 use crate::error::{notebook_error, ToolError};
 use crate::handler::IpythonMcp;
 use crate::render;
+use crate::store::{self, Store};
 pub use jsonlines::serve_json_lines;
 pub(crate) use resources::KERNELS_URI;
-pub(crate) use store::JupyterNotebooks;
-use store::Store;
 use views::{CellSummary, WriteResult};
 
 /// Largest `max_cells` of one `notebook_read`.

@@ -9,7 +9,7 @@ use ipython_mcp_kernel::{
 };
 use ipython_mcp_notebook::{CellRef, CellType, NewCell, Notebook, NotebookPath, Output};
 
-use super::store::Store;
+use crate::store::Store;
 use rmcp::model::{CallToolResponse, CallToolResult, CreateTaskResult};
 use rmcp::service::RequestContext;
 use rmcp::RoleServer;

@@ -16,7 +16,6 @@ use super::params::{
     ReadParams, SessionParams,
 };
 use super::save::{Run, SaveCell, Target};
-use super::store::Store;
 use super::views::{
     cell_type_of, read_result, shown, summary, CellSummary, CloseResult, NotebookExecuteResult,
     ReadResult, ReadScope, RevisionResult, SessionResult, WriteResult,
@@ -26,6 +25,7 @@ use super::{
 };
 use crate::argument::Parameters;
 use crate::handler::{IpythonMcp, MAX_CODE_BYTES};
+use crate::store::Store;
 
 #[tool_router(router = notebooks_router, vis = "pub(crate)")]
 impl IpythonMcp {

@@ -308,7 +308,7 @@ fn check(path: &NotebookPath, expected: Option<&str>, actual: &str) -> Result<()
 }
 
 /// Runs file work on the blocking pool; the error is as the agent would see it.
-pub(super) async fn blocking<T: Send + 'static>(
+pub(crate) async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, Error> + Send + 'static,
 ) -> Result<T, ToolError> {
     match tokio::task::spawn_blocking(work).await {
