@@ -313,10 +313,7 @@ impl KernelManager {
         default_spec: Option<StartSpec>,
         limits: KernelLimits,
     ) -> Self {
-        let default_spec = default_spec
-            .and_then(|spec| spec.followed_by_notebooks())
-            .unwrap_or(StartSpec::Default);
-        Self::build(Some(default), Some(template), default_spec, limits)
+        Self::templated(Some(default), template, default_spec, limits)
     }
 
     /// As [`KernelManager::with_template`], but the `default` session (from `default`, its
@@ -328,14 +325,25 @@ impl KernelManager {
         default_spec: Option<StartSpec>,
         limits: KernelLimits,
     ) -> Self {
-        let default_spec = default_spec
-            .and_then(|spec| spec.followed_by_notebooks())
-            .unwrap_or(StartSpec::Default);
-        let mut manager = Self::build(None, Some(template), default_spec, limits);
+        let mut manager = Self::templated(None, template, default_spec, limits);
         Arc::get_mut(&mut manager.inner)
             .expect("a manager just built has one owner")
             .lazy_default = Some(default);
         manager
+    }
+
+    /// A manager over `template`, whose `StartSpec::Default` is `default_spec` where notebooks
+    /// follow it (see `StartSpec::followed_by_notebooks`).
+    fn templated(
+        default: Option<SessionHandle>,
+        template: SessionOptions,
+        default_spec: Option<StartSpec>,
+        limits: KernelLimits,
+    ) -> Self {
+        let default_spec = default_spec
+            .and_then(|spec| spec.followed_by_notebooks())
+            .unwrap_or(StartSpec::Default);
+        Self::build(default, Some(template), default_spec, limits)
     }
 
     /// As [`KernelManager::with_template`] (no `--kernel`), its sessions started by `starter`.

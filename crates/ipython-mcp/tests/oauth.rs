@@ -187,6 +187,14 @@ async fn post(url: &str, token: Option<&str>, session: Option<&str>, message: Va
     }
 }
 
+/// The `initialize` request of a handshake-era client.
+fn initialize() -> Value {
+    json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
+    })
+}
+
 fn call(id: u64, tool: &str, arguments: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": tool, "arguments": arguments}})
 }
@@ -254,10 +262,7 @@ async fn serve(issuer: &Issuer, root: &std::path::Path, extra: &[(&str, &str)]) 
 /// Opens an MCP session with this token (once the server has room for its principal: a full
 /// server makes room as soon as someone is idle); its id.
 async fn open_session(url: &str, token: &str) -> String {
-    let initialize = json!({
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
-    });
+    let initialize = initialize();
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     loop {
         let reply = post(url, Some(token), None, initialize.clone()).await;
@@ -631,10 +636,7 @@ async fn tokens_short_of_execute_reach_no_kernel_and_subjects_are_capped() {
         }
     }
     let cy = first.sign(&issuer.claims("cy", "execute"));
-    let initialize = json!({
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}},
-    });
+    let initialize = initialize();
     let full = post(&url, Some(&cy), None, initialize.clone()).await;
     assert_eq!(full.status, 403, "{}", full.body);
     assert!(
