@@ -163,7 +163,10 @@ async fn full_output(session: &SessionHandle, output: &ExecutionOutput) -> Value
 /// The bounded view as nbformat outputs (what the agent got, images perhaps downscaled).
 fn bounded_outputs(output: &ExecutionOutput) -> Vec<Value> {
     let mut outputs = Vec::new();
-    for (name, text) in [("stdout", &output.stdout), ("stderr", &output.stderr)] {
+    for (name, text) in [
+        ("stdout", output.stdout_view()),
+        ("stderr", output.stderr_view()),
+    ] {
         if !text.is_empty() {
             outputs.push(json!({ "output_type": "stream", "name": name, "text": text }));
         }

@@ -393,8 +393,8 @@ fn execution_text(output: &ExecutionOutput) -> String {
             text.push_str(&format!("\n--- {name} ---\n{body}"));
         }
     };
-    section("stdout", &output.stdout);
-    section("stderr", &output.stderr);
+    section("stdout", &output.stdout_view());
+    section("stderr", &output.stderr_view());
     if let Some(result) = &output.result {
         let metadata = output.result_metadata.as_ref();
         match summary_note(metadata) {

@@ -413,6 +413,10 @@ impl Collector {
         );
         truncated.stdout = stdout.omitted_chars > 0;
         truncated.stderr = stderr.omitted_chars > 0;
+        let cut_at =
+            |kept: &Kept| (kept.omitted_chars > 0).then(|| kept.head.chars().count() as u64);
+        truncated.stdout_cut_at = cut_at(&stdout);
+        truncated.stderr_cut_at = cut_at(&stderr);
         let display_omitted = self.display_omitted + kernel_display_omitted;
         let error = self.error.map(|(ename, evalue, traceback)| {
             let (traceback, cut) =
@@ -602,10 +606,19 @@ pub(crate) mod tests {
         }
     }
 
+    /// The flags with `fields` set; a cut stream is named with where it was cut
+    /// (`"stdout@10"`).
     fn truncated(fields: &[&str]) -> Value {
         let mut flags = json!({"stdout": false, "stderr": false, "display_data": false, "result": false, "traceback": false});
         for field in fields {
-            flags[*field] = Value::Bool(true);
+            let (field, cut_at) = match field.split_once('@') {
+                Some((stream, at)) => (stream, Some(at.parse::<u64>().unwrap())),
+                None => (*field, None),
+            };
+            flags[field] = Value::Bool(true);
+            if let Some(at) = cut_at {
+                flags[format!("{field}_cut_at")] = at.into();
+            }
         }
         flags
     }
@@ -665,12 +678,12 @@ pub(crate) mod tests {
             json!({
                 "stdout": "hello worl", "stdout_omitted_chars": 9,
                 "stderr": "100%\n", "stderr_omitted_chars": 0,
-                "truncated": truncated(&["stdout"]),
+                "truncated": truncated(&["stdout@10"]),
             }),
         );
         check(
             vec![err("0123456789ab\ncd")],
-            json!({"stderr": "0123456789", "stderr_omitted_chars": 5, "truncated": truncated(&["stderr"])}),
+            json!({"stderr": "0123456789", "stderr_omitted_chars": 5, "truncated": truncated(&["stderr@10"])}),
         );
         check(
             vec![],
@@ -1069,7 +1082,7 @@ pub(crate) mod tests {
                 "stdout": "0123456789", "stdout_omitted_chars": 93,
                 "stderr": "", "stderr_omitted_chars": 0,
                 "display_data": [item("a"), item("b")], "display_omitted": 6,
-                "truncated": truncated(&["stdout"]),
+                "truncated": truncated(&["stdout@10"]),
             }),
         );
         // Not the helper's report: another comm, another event, a malformed report.

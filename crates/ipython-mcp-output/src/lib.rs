@@ -40,7 +40,7 @@ pub use executions::{
     Page, PageError, PageLine, PageRequest, SpoolLimits, StreamName, MAX_RECORDS,
 };
 pub use output::{
-    Code, DisplayItem, ErrorInfo, ExecutionId, ExecutionOutput, ExecutionStatus, Interruption,
+    Code, Cut, DisplayItem, ErrorInfo, ExecutionId, ExecutionOutput, ExecutionStatus, Interruption,
     NamespaceOutcome, RuntimeInfo, SpoolInfo, Truncated, Withheld,
 };
 pub use terminal::{Kept, Pager, PagerCall, Paging, TerminalSink};

@@ -278,6 +278,46 @@ pub struct Truncated {
     pub display_data: bool,
     pub result: bool,
     pub traceback: bool,
+    /// Where the omitted characters were in a cut `stdout`: it holds the first
+    /// `stdout_cut_at` characters printed, then the last ones.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdout_cut_at: Option<u64>,
+    /// The same for `stderr`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr_cut_at: Option<u64>,
+}
+
+/// Where a stream's kept text was cut (a byte offset into it) and the line the text view
+/// shows there. Structured content has only what the code printed, so that a program can
+/// count on it; the marker is for the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cut {
+    pub at: usize,
+    pub marker: String,
+}
+
+fn stream_view<'a>(text: &'a str, cut: Option<&Cut>) -> std::borrow::Cow<'a, str> {
+    match cut {
+        Some(Cut { at, marker }) if text.is_char_boundary(*at) => {
+            join_at_marker(&text[..*at], marker, &text[*at..]).into()
+        }
+        _ => text.into(),
+    }
+}
+
+/// A cut text as an agent reads it: the head, the marker on a line of its own, the tail.
+pub fn join_at_marker(head: &str, marker: &str, tail: &str) -> String {
+    let mut text = String::with_capacity(head.len() + marker.len() + tail.len() + 2);
+    text.push_str(head);
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str(marker);
+    if !tail.is_empty() {
+        text.push('\n');
+        text.push_str(tail);
+    }
+    text
 }
 
 /// Where and how an operation ran.
@@ -319,6 +359,14 @@ pub struct ExecutionOutput {
     pub stderr: String,
     pub stdout_omitted_chars: u64,
     pub stderr_omitted_chars: u64,
+    /// Where `stdout` was cut, for the text view's marker.
+    #[serde(skip)]
+    #[cfg_attr(feature = "schema", schemars(skip))]
+    pub stdout_cut: Option<Cut>,
+    /// Where `stderr` was cut.
+    #[serde(skip)]
+    #[cfg_attr(feature = "schema", schemars(skip))]
+    pub stderr_cut: Option<Cut>,
     pub display_data: Vec<DisplayItem>,
     pub display_omitted: u64,
     pub result: Option<Map<String, Value>>,
@@ -354,6 +402,16 @@ impl ExecutionOutput {
         }
     }
 
+    /// `stdout` as the text view shows it: the marker line where it was cut.
+    pub fn stdout_view(&self) -> std::borrow::Cow<'_, str> {
+        stream_view(&self.stdout, self.stdout_cut.as_ref())
+    }
+
+    /// `stderr` as the text view shows it.
+    pub fn stderr_view(&self) -> std::borrow::Cow<'_, str> {
+        stream_view(&self.stderr, self.stderr_cut.as_ref())
+    }
+
     /// An execution that has not finished yet (nothing collected).
     pub fn pending(execution_id: ExecutionId, runtime: RuntimeInfo) -> Self {
         ExecutionOutput {
@@ -364,6 +422,8 @@ impl ExecutionOutput {
             stderr: String::new(),
             stdout_omitted_chars: 0,
             stderr_omitted_chars: 0,
+            stdout_cut: None,
+            stderr_cut: None,
             display_data: Vec::new(),
             display_omitted: 0,
             result: None,

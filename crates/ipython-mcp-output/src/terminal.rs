@@ -13,6 +13,8 @@
 
 use std::collections::VecDeque;
 
+use crate::output::{join_at_marker, Cut};
+
 /// Words the call that reads a stream's omitted middle back from the spool, for the marker
 /// between head and tail. The layer that names the tools supplies it (this crate knows none);
 /// without one, the marker only counts what was omitted.
@@ -133,34 +135,51 @@ impl Kept {
     /// The text an agent reads: the head, one marker line with the exact counts and, when the
     /// full stream is kept on disk (`pager`), the call that pages the middle, then the tail.
     pub fn render(&self, stream: &str, pager: Option<Pager<'_>>) -> String {
+        match self.marker(stream, pager) {
+            None => {
+                let mut text = self.head.clone();
+                text.push_str(&self.tail);
+                text
+            }
+            Some(marker) => join_at_marker(&self.head, &marker, &self.tail),
+        }
+    }
+
+    /// What a result holds of the stream: the characters printed (head then tail) and, when
+    /// the middle was cut, where, with the marker the text view shows there.
+    pub fn printed(self, stream: &str, pager: Option<Pager<'_>>) -> (String, Option<Cut>) {
+        let marker = self.marker(stream, pager);
+        let at = self.head.len();
+        let mut text = self.head;
+        text.push_str(&self.tail);
+        (text, marker.map(|marker| Cut { at, marker }))
+    }
+
+    /// The line that stands for the omitted middle (`None` when nothing is omitted): the exact
+    /// counts and, with a `pager`, the call that pages it.
+    pub fn marker(&self, stream: &str, pager: Option<Pager<'_>>) -> Option<String> {
         if self.omitted_chars == 0 {
-            let mut text = self.head.clone();
-            text.push_str(&self.tail);
-            return text;
+            return None;
         }
-        let mut text = String::with_capacity(self.head.len() + self.tail.len() + 160);
-        text.push_str(&self.head);
-        if !text.is_empty() && !text.ends_with('\n') {
-            text.push('\n');
-        }
-        text.push_str(&format!(
-            "[… {} characters ({} lines) omitted",
-            self.omitted_chars, self.omitted_lines
-        ));
+        // A cut inside one long line omits no line: saying "(0 lines)" would only puzzle.
+        let mut marker = match self.omitted_lines {
+            0 => format!("[… {} characters omitted", self.omitted_chars),
+            1 => format!("[… {} characters (1 line) omitted", self.omitted_chars),
+            lines => format!(
+                "[… {} characters ({lines} lines) omitted",
+                self.omitted_chars
+            ),
+        };
         if let Some(Pager { call, execution_id }) = pager {
-            text.push_str("; ");
-            text.push_str(&call(&Paging {
+            marker.push_str("; ");
+            marker.push_str(&call(&Paging {
                 execution_id,
                 stream,
                 start_line: self.first_omitted_line,
             }));
         }
-        text.push_str(" …]");
-        if !self.tail.is_empty() {
-            text.push('\n');
-            text.push_str(&self.tail);
-        }
-        text
+        marker.push_str(" …]");
+        Some(marker)
     }
 }
 
@@ -626,12 +645,60 @@ mod tests {
         };
         assert_eq!(
             kept.render("stderr", None),
-            "ab\n[… 7 characters (0 lines) omitted …]\nyz"
+            "ab\n[… 7 characters omitted …]\nyz"
         );
         let whole = Kept {
             head: "all".into(),
             ..Kept::default()
         };
         assert_eq!(whole.render("stdout", Some(pager("id"))), "all");
+    }
+
+    #[test]
+    fn a_result_holds_only_what_was_printed_and_the_view_adds_the_marker() {
+        let text: String = (0..40).map(|line| format!("line {line}\n")).collect();
+        let kept = Kept::of(&text, 60, 30);
+        let (omitted, lines) = (kept.omitted_chars, kept.omitted_lines);
+        let rendered = kept.render("stdout", Some(pager("e1")));
+        let (printed, cut) = kept.printed("stdout", Some(pager("e1")));
+        let cut = cut.expect("the middle was cut");
+        // Data only: every character was printed, and the counts add up to what was.
+        assert!(!printed.contains('…'), "{printed}");
+        assert_eq!(
+            printed.chars().count() as u64 + omitted,
+            text.chars().count() as u64
+        );
+        assert!(text.starts_with(&printed[..cut.at]) && text.ends_with(&printed[cut.at..]));
+        assert!(lines > 1);
+        assert!(cut.marker.starts_with(&format!(
+            "[… {omitted} characters ({lines} lines) omitted; "
+        )));
+        // The text view, rebuilt from the result, is the rendering.
+        let output = crate::ExecutionOutput {
+            stdout: printed,
+            stdout_cut: Some(cut),
+            ..crate::ExecutionOutput::pending(
+                crate::ExecutionId::generate(),
+                crate::RuntimeInfo::unadmitted("r"),
+            )
+        };
+        assert_eq!(output.stdout_view(), rendered);
+        // One whole line omitted says so in the singular; nothing cut, no marker.
+        let one = Kept {
+            head: "a\n".into(),
+            tail: "c\n".into(),
+            omitted_chars: 2,
+            omitted_lines: 1,
+            first_omitted_line: 2,
+        };
+        assert_eq!(
+            one.render("stdout", None),
+            "a\n[… 2 characters (1 line) omitted …]\nc\n"
+        );
+        let whole = Kept {
+            head: "all".into(),
+            ..Kept::default()
+        };
+        assert_eq!(whole.printed("stdout", None), ("all".to_owned(), None));
     }
 }

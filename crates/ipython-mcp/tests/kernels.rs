@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 use rmcp::model::{CallToolRequest, CallToolRequestParams, ClientRequest};
 use rmcp::service::PeerRequestOptions;
 use serde_json::{json, Value};
-use support::{Family, Server};
+use support::{Family, Server, ToolResult};
 
 /// Polls get_output until the execution has finished.
-async fn finished_output(server: &Server, execution_id: &str) -> Value {
+async fn finished_output(server: &Server, execution_id: &str) -> ToolResult {
     let deadline = Instant::now() + Duration::from_secs(900);
     loop {
         let output = server
@@ -23,7 +23,7 @@ async fn finished_output(server: &Server, execution_id: &str) -> Value {
             )
             .await;
         if output.structured["finished"] == true {
-            return output.structured;
+            return output;
         }
         assert!(Instant::now() < deadline, "never finished: {output:?}");
     }
@@ -46,16 +46,20 @@ async fn background_output_is_polled_to_completion_and_paged_from_the_spool() {
         .expect("execution_id")
         .to_owned();
 
-    let done = finished_output(&server, &id).await;
+    let finished = finished_output(&server, &id).await;
+    let done = &finished.structured;
     assert_eq!(done["status"], "ok", "{done}");
     assert_eq!(done["execution_id"], id.as_str());
     let line_bytes = "line 0000000 ".len() as u64 + 40 + 1;
-    let stdout = done["stdout"].as_str().expect("stdout");
     // Whole lines are kept from the beginning and the end, with one marker line between, and
     // all of it within the 8192 characters of max_text_chars.
-    assert!(stdout.chars().count() <= 8192, "{}", stdout.len());
-    let (head, rest) = stdout.split_once("[… ").expect("a marker");
-    let (marker, tail) = rest.split_once(" …]\n").expect("the marker's end");
+    let support::CutStream {
+        head,
+        marker,
+        tail,
+        view,
+    } = finished.cut("stdout");
+    assert!(view.chars().count() <= 8192, "{}", view.len());
     let (head_lines, tail_lines) = (head.lines().count() as u64, tail.lines().count() as u64);
     assert_eq!(head.len() as u64, head_lines * line_bytes, "{head}");
     assert_eq!(tail.len() as u64, tail_lines * line_bytes, "{tail}");
@@ -69,13 +73,13 @@ async fn background_output_is_polled_to_completion_and_paged_from_the_spool() {
     );
     assert!(
         tail.ends_with(&format!("line 0999999 {}\n", "x".repeat(40))),
-        "{stdout}"
+        "{view}"
     );
     let first_omitted = head_lines + 1;
     assert_eq!(
         marker,
         format!(
-            "{} characters ({} lines) omitted; get_output(execution_id=\"{id}\", stream=\"stdout\", start_line={first_omitted}) pages them",
+            "[… {} characters ({} lines) omitted; get_output(execution_id=\"{id}\", stream=\"stdout\", start_line={first_omitted}) pages them …]",
             (1_000_000 - head_lines - tail_lines) * line_bytes,
             1_000_000 - head_lines - tail_lines
         )
@@ -304,7 +308,7 @@ async fn a_caller_that_stops_waiting_can_come_back_for_the_output() {
         .expect("id")
         .to_owned();
     std::fs::write(&release, "").expect("release the cell");
-    let done = finished_output(&server, &id).await;
+    let done = finished_output(&server, &id).await.structured;
     assert_eq!(done["status"], "ok", "{done}");
     let expected: String = (0..8).map(|i| format!("tick {i}\n")).collect();
     assert_eq!(done["stdout"], expected);
@@ -480,7 +484,7 @@ async fn idle_started_kernels_are_reaped_but_not_while_working() {
     );
 
     std::fs::write(&release, "").expect("release the job");
-    let done = finished_output(&server, &job_id).await;
+    let done = finished_output(&server, &job_id).await.structured;
     assert_eq!(done["result"]["text/plain"], "'slept'");
     wait_for_sessions(
         &server,
@@ -647,7 +651,7 @@ async fn discovery_finds_a_real_venv_and_a_bash_kernelspec() {
     assert_eq!(stopped.structured["namespace"], "preserved");
     let sleeping_id = sleeping.structured["execution_id"].as_str().expect("id");
     assert_eq!(
-        finished_output(&server, sleeping_id).await["finished"],
+        finished_output(&server, sleeping_id).await.structured["finished"],
         true
     );
     let after = server

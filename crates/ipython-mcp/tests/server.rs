@@ -121,12 +121,14 @@ async fn truncation_counts_are_exact() {
     // A fifth of the budget keeps the beginning, the rest the end; one marker line between
     // them gives the exact count and the get_output call that pages the middle, and counts
     // against the budget too.
-    let stdout = result.structured["stdout"].as_str().expect("stdout");
     let execution_id = result.structured["execution_id"].as_str().expect("an id");
-    assert!(stdout.chars().count() <= 1000, "{stdout}");
-    let (head, marker, tail) = support::cut_stream(stdout);
-    // One line: the break before the marker is the rendering's, not the output's.
-    let head = head.strip_suffix('\n').expect("the marker on its own line");
+    let support::CutStream {
+        head,
+        marker,
+        tail,
+        view,
+    } = result.cut("stdout");
+    assert!(view.chars().count() <= 1000, "{view}");
     let tail_text = tail.strip_suffix('\n').expect("the print's newline");
     assert!(head.bytes().all(|b| b == b'a') && tail_text.bytes().all(|b| b == b'a'));
     assert!((150..=200).contains(&head.len()), "{}", head.len());
@@ -138,23 +140,26 @@ async fn truncation_counts_are_exact() {
     let omitted = 20001 - head.len() - tail.len();
     assert_eq!(
         marker,
-        format!("[… {omitted} characters (0 lines) omitted; get_output(execution_id=\"{execution_id}\", stream=\"stdout\", start_line=1) pages them …]")
+        format!("[… {omitted} characters omitted; get_output(execution_id=\"{execution_id}\", stream=\"stdout\", start_line=1) pages them …]")
     );
     assert_eq!(result.structured["stdout_omitted_chars"], omitted);
-    let stderr = result.structured["stderr"].as_str().expect("stderr");
-    assert!(stderr.chars().count() <= 1000, "{stderr}");
-    let (head, marker, tail) = support::cut_stream(stderr);
-    let head = head.strip_suffix('\n').expect("the marker on its own line");
+    let support::CutStream {
+        head,
+        marker,
+        tail,
+        view,
+    } = result.cut("stderr");
+    assert!(view.chars().count() <= 1000, "{view}");
     assert!(head.bytes().all(|b| b == b'e') && tail.bytes().all(|b| b == b'e'));
     let omitted = 1500 - head.len() - tail.len();
     assert!(
-        marker.starts_with(&format!("[… {omitted} characters (0 lines) omitted")),
+        marker.starts_with(&format!("[… {omitted} characters omitted")),
         "{marker}"
     );
     assert_eq!(result.structured["stderr_omitted_chars"], omitted);
     assert_eq!(result.structured["truncated"]["stdout"], true);
     assert_eq!(result.structured["truncated"]["stderr"], true);
-    assert!(result.text().contains(marker), "{}", result.text());
+    assert!(result.text().contains(&marker), "{}", result.text());
     assert!(
         result.text().contains(&format!("read it with get_output(execution_id=\"{execution_id}\", stream=\"stdout\", start_line=N)")),
         "{}",
@@ -167,14 +172,18 @@ async fn truncation_counts_are_exact() {
         .call("execute", json!({"code": "for i in range(5000):\n    print(f'line {i:05d}')\nfor i in range(1000):\n    print(f'\\r{i:04d}', end='')\nprint('\\ndone')"}))
         .await;
     let total = 5000 * 11 + 4 + 1 + 5;
-    let stdout = result.structured["stdout"].as_str().expect("stdout");
-    assert!(stdout.chars().count() <= 1000, "{stdout}");
-    let (head, marker, tail) = support::cut_stream(stdout);
-    assert!(head.starts_with("line 00000\nline 00001\n"), "{stdout}");
+    let support::CutStream {
+        head,
+        marker,
+        tail,
+        view,
+    } = result.cut("stdout");
+    assert!(view.chars().count() <= 1000, "{view}");
+    assert!(head.starts_with("line 00000\nline 00001\n"), "{view}");
     let head_lines = head.lines().count();
     assert_eq!(head.len(), 11 * head_lines, "whole lines: {head}");
     assert!(tail.starts_with("line 0"), "a whole line: {tail}");
-    assert!(tail.ends_with("line 04999\n0999\ndone\n"), "{stdout}");
+    assert!(tail.ends_with("line 04999\n0999\ndone\n"), "{view}");
     let tail_lines = tail.lines().count();
     let omitted = total - head.len() - tail.len();
     assert!(
@@ -266,10 +275,10 @@ async fn huge_output_keeps_server_memory_bounded() {
     assert!(result.ok(), "{result:?}");
     // What is shown, marker included, fits the 8192 characters of max_text_chars; the rest
     // is counted exactly.
-    let stdout = result.structured["stdout"].as_str().expect("stdout");
-    assert!(stdout.chars().count() <= 8192, "{}", stdout.len());
-    let (head, _, tail) = support::cut_stream(stdout);
-    let head = head.strip_suffix('\n').expect("the marker on its own line");
+    let support::CutStream {
+        head, tail, view, ..
+    } = result.cut("stdout");
+    assert!(view.chars().count() <= 8192, "{}", view.len());
     assert!(head.bytes().all(|b| b == b'x'), "{head}");
     assert_eq!(
         result.structured["stdout_omitted_chars"],
@@ -941,10 +950,10 @@ async fn a_warm_spare_replaces_a_dead_kernel() {
     let result = server
         .call("execute", json!({"code": "print('x' * 100_000)"}))
         .await;
-    let stdout = result.structured["stdout"].as_str().expect("stdout");
-    let (head, _, tail) = support::cut_stream(stdout);
-    let head = head.strip_suffix('\n').expect("the marker on its own line");
-    assert!(stdout.chars().count() <= 8192, "{}", stdout.len());
+    let support::CutStream {
+        head, tail, view, ..
+    } = result.cut("stdout");
+    assert!(view.chars().count() <= 8192, "{}", view.len());
     assert_eq!(
         result.structured["stdout_omitted_chars"],
         100_001 - head.len() - tail.len()

@@ -466,6 +466,12 @@ fn output(
     } = decision;
     let helper_reply = collected.helper_reply.clone();
     let ok = status == ExecutionStatus::Ok && error.is_none();
+    let (stdout_omitted_chars, stderr_omitted_chars) = (
+        collected.stdout.omitted_chars,
+        collected.stderr.omitted_chars,
+    );
+    let (stdout, stdout_cut) = collected.stdout.printed("stdout", pager);
+    let (stderr, stderr_cut) = collected.stderr.printed("stderr", pager);
     let output = ExecutionOutput {
         ok,
         status,
@@ -473,10 +479,12 @@ fn output(
             .reply
             .as_ref()
             .and_then(|reply| reply.execution_count),
-        stdout: collected.stdout.render("stdout", pager),
-        stderr: collected.stderr.render("stderr", pager),
-        stdout_omitted_chars: collected.stdout.omitted_chars,
-        stderr_omitted_chars: collected.stderr.omitted_chars,
+        stdout,
+        stderr,
+        stdout_omitted_chars,
+        stderr_omitted_chars,
+        stdout_cut,
+        stderr_cut,
         display_data: collected.display_data,
         display_omitted: collected.display_omitted,
         result: collected.result,

@@ -71,13 +71,13 @@ pub(crate) enum Target {
 fn saved_outputs(output: &ExecutionOutput) -> Vec<Output> {
     let mut outputs = Vec::new();
     for (name, text, omitted) in [
-        ("stdout", &output.stdout, output.stdout_omitted_chars),
-        ("stderr", &output.stderr, output.stderr_omitted_chars),
+        ("stdout", output.stdout_view(), output.stdout_omitted_chars),
+        ("stderr", output.stderr_view(), output.stderr_omitted_chars),
     ] {
         if text.is_empty() && omitted == 0 {
             continue;
         }
-        let mut text = text.clone();
+        let mut text = text.into_owned();
         if omitted > 0 {
             if !text.ends_with('\n') {
                 text.push('\n');
@@ -135,9 +135,17 @@ async fn with_full_streams(session: &SessionHandle, output: &ExecutionOutput) ->
         .as_ref()
         .is_some_and(|spool| spool.dropped_bytes > 0);
     for stream in [StreamName::Stdout, StreamName::Stderr] {
-        let (text, omitted) = match stream {
-            StreamName::Stdout => (&mut full.stdout, &mut full.stdout_omitted_chars),
-            StreamName::Stderr => (&mut full.stderr, &mut full.stderr_omitted_chars),
+        let (text, omitted, cut) = match stream {
+            StreamName::Stdout => (
+                &mut full.stdout,
+                &mut full.stdout_omitted_chars,
+                &mut full.stdout_cut,
+            ),
+            StreamName::Stderr => (
+                &mut full.stderr,
+                &mut full.stderr_omitted_chars,
+                &mut full.stderr_cut,
+            ),
         };
         if *omitted == 0 {
             continue;
@@ -171,6 +179,8 @@ async fn with_full_streams(session: &SessionHandle, output: &ExecutionOutput) ->
             total.saturating_sub(saved.chars().count() as u64).max(1)
         };
         *text = saved;
+        // The page starts at the stream's beginning: what was cut from the middle is in it.
+        *cut = None;
     }
     full
 }

@@ -634,7 +634,7 @@ mod tests {
         let page = read_page(Some(file.path()), &small, true, 2);
         assert_eq!(
             page.lines[0].text,
-            "01\n[… 5 characters (0 lines) omitted …]\n789abcdefghij"
+            "01\n[… 5 characters omitted …]\n789abcdefghij"
         );
         assert!(page.truncated);
         assert_eq!(page.next_line, Some(4));

@@ -226,10 +226,10 @@ impl Record {
                 call,
                 execution_id: self.execution_id.as_str(),
             });
-            output.stdout = collected.stdout.render("stdout", pager);
-            output.stderr = collected.stderr.render("stderr", pager);
             output.stdout_omitted_chars = collected.stdout.omitted_chars;
             output.stderr_omitted_chars = collected.stderr.omitted_chars;
+            (output.stdout, output.stdout_cut) = collected.stdout.printed("stdout", pager);
+            (output.stderr, output.stderr_cut) = collected.stderr.printed("stderr", pager);
             output.display_data = collected.display_data;
             output.display_omitted = collected.display_omitted;
             output.withheld = collected.withheld;

@@ -100,17 +100,65 @@ pub fn command_for(
     command
 }
 
-/// A cut stream as a result shows it: what it keeps of the beginning (with the line break
-/// that puts the marker on its own line), the marker, and what it keeps of the end.
-pub fn cut_stream(stream: &str) -> (&str, &str, &str) {
-    let start = stream.find("[… ").expect("a marker");
-    let end = start + stream[start..].find(" …]").expect("the marker's end") + " …]".len();
-    let tail = &stream[end..];
-    (
-        &stream[..start],
-        &stream[start..end],
-        tail.strip_prefix('\n').unwrap_or(tail),
-    )
+/// A cut stream of a result, as structured content and the text view hold it.
+#[derive(Debug)]
+pub struct CutStream {
+    /// What structured content keeps of the beginning: only characters the code printed.
+    pub head: String,
+    /// The line the text view shows between head and tail.
+    pub marker: String,
+    /// What structured content keeps of the end.
+    pub tail: String,
+    /// The stream as the model reads it: head, the marker on its own line, tail.
+    pub view: String,
+}
+
+impl ToolResult {
+    /// `stream` ("stdout" or "stderr") of a result whose middle was cut. Structured content
+    /// holds only printed characters, cut where `truncated.<stream>_cut_at` says; the text
+    /// view holds the same characters with the marker on a line of its own at the cut.
+    pub fn cut(&self, stream: &str) -> CutStream {
+        let structured = &self.structured;
+        let printed = structured[stream].as_str().expect("the stream");
+        assert!(
+            !printed.contains("[… "),
+            "{stream} holds a marker: {printed}"
+        );
+        let at = structured["truncated"][format!("{stream}_cut_at")]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no {stream}_cut_at: {structured}"))
+            as usize;
+        let split = printed
+            .char_indices()
+            .nth(at)
+            .map_or(printed.len(), |(index, _)| index);
+        let (head, tail) = printed.split_at(split);
+        let text = self.text();
+        let heading = format!("--- {stream} ---\n");
+        let section = &text[text.find(&heading).expect("the stream's section") + heading.len()..];
+        let start = section.find("[… ").expect("a marker in the text view");
+        let end = start + section[start..].find(" …]").expect("the marker's end") + " …]".len();
+        let marker = &section[start..end];
+        let mut view = head.to_owned();
+        if !view.is_empty() && !view.ends_with('\n') {
+            view.push('\n');
+        }
+        view.push_str(marker);
+        if !tail.is_empty() {
+            view.push('\n');
+            view.push_str(tail);
+        }
+        assert!(
+            section.starts_with(&view),
+            "the text view is not the printed text with the marker at the cut:\n{section}"
+        );
+        CutStream {
+            head: head.to_owned(),
+            marker: marker.to_owned(),
+            tail: tail.to_owned(),
+            view,
+        }
+    }
 }
 
 pub struct Server {
