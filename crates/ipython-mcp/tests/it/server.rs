@@ -2,7 +2,7 @@
 //! (rmcp's), against a real ipykernel provisioned by the product itself (the managed default
 //! environment, in a cache directory shared by the tests of this run).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -7,7 +7,7 @@
 //! The interpreters under test are "bare" venvs made from the real `python3` (no pip, no
 //! ipykernel), so the tests behave the same on a machine whose system Python has ipykernel.
 
-mod ci;
+use crate::ci;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

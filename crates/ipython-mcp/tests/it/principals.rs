@@ -5,7 +5,7 @@
 //! the old one, a removed principal is refused and their kernels stop); no token ever reaches
 //! the logs.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

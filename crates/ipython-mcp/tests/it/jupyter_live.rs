@@ -5,7 +5,7 @@
 //! an event with a generous deadline; the one figure measured (edit to person) is printed,
 //! never asserted.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

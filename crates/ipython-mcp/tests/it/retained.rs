@@ -2,7 +2,7 @@
 //! in the spool on disk and come back intact through `get_output`; what sessions keep in
 //! memory is held to its budget by forgetting the oldest executions.
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use support::{Family, Server};

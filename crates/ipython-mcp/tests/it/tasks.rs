@@ -1,6 +1,6 @@
 //! MCP Tasks over stdio, for clients that declare the extension and those that do not.
 
-mod support;
+use crate::support;
 
 use serde_json::json;
 use support::{Family, Server};

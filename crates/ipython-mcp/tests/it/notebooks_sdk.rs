@@ -2,7 +2,7 @@
 //! binary, once per protocol family; the SDK validates each `structuredContent` against the
 //! tool's `outputSchema`, so the schemas we advertise are the shapes we send.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! background executions, get_output and its spool paging, callers that stop waiting, several
 //! kernels, kernelspec and venv discovery, a non-Python kernel, max_kernels and idle reaping.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! fails here until the new snapshot is accepted (`INSTA_UPDATE=always cargo test -p
 //! ipython-mcp --test surface`, then review the diff of `tests/snapshots/` like code).
 
-mod support;
+use crate::support;
 
 use support::{Family, Server};
 

@@ -6,11 +6,10 @@
 //! `execute` round trip and `doctor`; and the crates packaged for crates.io. maturin and uv come
 //! from PyPI into `target/tmp`, never into the kernel's environment.
 
-mod support;
+use crate::support;
 
 // The one definition of "running in CI" for every test binary of the workspace.
-#[path = "../../ipython-mcp-env/tests/ci/mod.rs"]
-mod ci;
+use crate::ci;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! it in tools/list with its generated schema, call it, watch it go stale, and get
 //! `notifications/tools/list_changed` in both protocol families.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! mistakes, `--kernel` for local specs, and sessions on a real Jupyter Server and a real
 //! Jupyter Kernel Gateway started here on loopback.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -9,8 +9,7 @@
 //! `target/tmp/conformance-summary.txt`, which `.ci/run` prints.
 
 // The one definition of "running in CI" for every test binary of the workspace.
-#[path = "../../ipython-mcp-env/tests/ci/mod.rs"]
-mod ci;
+use crate::ci;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

@@ -2,7 +2,7 @@
 //! interrupt_mode exactly as registered (wrapper scripts included), and where kernels start
 //! (`cwd`, a venv's project directory).
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;

@@ -5,7 +5,7 @@
 //! checks that our results match the schemas we advertise: in the `always` result shape over
 //! stdio, in the default `auto` shape over HTTP.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! End to end: a kernel's memory limit (the watchdog always, the cgroup where this machine
 //! allows one) and deaths told by what ended them, against real kernels.
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use support::{Family, Server};

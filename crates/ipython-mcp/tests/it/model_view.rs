@@ -5,7 +5,7 @@
 //! can carry images, stdout, the value, the error and every image must reach every model, and
 //! a trivial call must stay cheap.
 
-mod support;
+use crate::support;
 
 use base64::Engine as _;
 use rmcp::model::ContentBlock;

@@ -3,7 +3,7 @@
 //! metadata, and refuses a wrong audience, an expired token, an unknown key and a missing
 //! scope; a key the issuer adds later is fetched when a token first names it.
 
-mod support;
+use crate::support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -3,7 +3,7 @@
 //! `unavailable` with a bounded, redacted error naming the phase while the server keeps
 //! answering; configuration errors that stop the server before anything is created.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 

@@ -3,7 +3,7 @@
 //! pycrdt + jupyter_ydoc, the model JupyterLab mirrors). Every wait is for an event, with a
 //! generous deadline; no timing is asserted.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! here on loopback: every notebook tool through its contents API, with the revision checks
 //! local notebooks have, the notebook's code run in a kernel on that server, the resources.
 
-mod support;
+use crate::support;
 
 use serde_json::{json, Value};
 use support::{Family, JupyterServer, Server};

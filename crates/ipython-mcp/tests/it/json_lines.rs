@@ -3,7 +3,7 @@
 //! that writes nothing, an interrupt that reaches a running execution, bad lines that are
 //! answered and never stop the loop, and a clean exit at end of input.
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::path::Path;

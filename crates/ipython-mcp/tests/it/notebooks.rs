@@ -3,7 +3,7 @@
 //! writing during an execution), id stability, crash safety of writes, bounded reads of a big
 //! notebook, and Jupyter's own `nbformat` validating and round-tripping every file written.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

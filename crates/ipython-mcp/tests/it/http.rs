@@ -2,7 +2,7 @@
 //! client in both protocol families, and raw requests for what a well-behaved client never
 //! sends (no token, a wrong one, a foreign Host or Origin).
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::process::Stdio;

@@ -10,9 +10,8 @@
 //! browser download is not used.
 
 // The one definition of "running in CI" for every test binary of the workspace.
-#[path = "../../ipython-mcp-env/tests/ci/mod.rs"]
-mod ci;
-mod support;
+use crate::ci;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

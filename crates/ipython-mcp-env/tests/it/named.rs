@@ -5,7 +5,7 @@
 //! against them in turn; another checks failing installs. Without `python3` these tests skip
 //! with a printed reason, except in CI (`ci::on_ci`), where they fail.
 
-mod ci;
+use crate::ci;
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;

@@ -1,0 +1,3 @@
+//! The config crate's integration tests, in one test binary.
+
+mod named_once;

@@ -1,0 +1,3 @@
+//! The jupyter crate's integration tests, in one test binary.
+
+mod kernel;
