@@ -19,8 +19,6 @@ use serde_json::{json, Map, Value};
 
 use ipython_mcp_kernel::KernelManager;
 
-use crate::surface::IMAGE_TOOLS;
-
 /// The output view.
 pub(crate) const VIEW_URI: &str = "ui://ipython-mcp/output";
 /// What MCP Apps clients render (an HTML page that speaks their postMessage protocol).
@@ -46,7 +44,7 @@ const CHART_ORIGINS: [&str; 2] = ["https://cdn.plot.ly", "https://cdn.jsdelivr.n
 pub(crate) fn link_tools<S>(router: &mut ToolRouter<S>) {
     for (name, route) in router.map.iter_mut() {
         // The tools whose results can carry images are the ones that run code.
-        if IMAGE_TOOLS.contains(&name.as_ref()) {
+        if crate::surface::spec(name).is_some_and(|spec| spec.returns_images) {
             let mut meta = route.attr.meta.take().unwrap_or_default();
             meta.0
                 .insert("ui".into(), json!({ "resourceUri": VIEW_URI }));

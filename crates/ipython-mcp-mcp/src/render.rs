@@ -218,8 +218,8 @@ pub(crate) fn invalid_arguments(
     request_id: String,
     error: ErrorInfo,
 ) -> CallToolResult {
-    match tool {
-        "execute" => rejected_execute(request_id, error),
+    match crate::surface::spec(tool) {
+        Some(spec) if spec.refused_as_execution => rejected_execute(request_id, error),
         _ => request_error(&error),
     }
 }
@@ -232,7 +232,7 @@ pub(crate) fn request_error(error: &ErrorInfo) -> CallToolResult {
 }
 
 /// A result in the shape `mode` asks for; `schemaless` says whether its tool declares no
-/// output schema (in `Auto`, the tools that run code: see `surface::IMAGE_TOOLS`), or it is
+/// output schema (in `Auto`, the tools that run code: see `ToolSpec::returns_images`), or it is
 /// the result of a task that runs code.
 pub(crate) fn shaped(
     mut result: CallToolResult,

@@ -1,6 +1,8 @@
 //! What an OAuth access token must grant for each request (see the README's "A team on one
 //! server"): checked by the HTTP transport before the request reaches MCP.
 
+use crate::surface::Access;
+
 /// What an OAuth access token must grant (its `scope`) for a request: `execute` for anything
 /// that reaches a kernel or reveals one (code, namespaces, kernels, dynamic tools, outputs,
 /// tasks, the kernels resource), `notebooks:read` and `notebooks:write` for notebook files.
@@ -13,16 +15,19 @@ pub fn required_scopes(message: &serde_json::Value) -> Vec<&'static str> {
     const WRITE: &str = "notebooks:write";
     let params = &message["params"];
     match message["method"].as_str().unwrap_or_default() {
-        "tools/call" => match params["name"].as_str().unwrap_or_default() {
-            "notebook_read" | "notebook_revision" => vec![READ],
-            "notebook_create" | "notebook_edit" if is_python_file(&params["arguments"]["path"]) => {
-                vec![WRITE, EXECUTE]
+        "tools/call" => {
+            let tool = crate::surface::spec(params["name"].as_str().unwrap_or_default());
+            // A dynamic tool (no row) reaches a kernel too.
+            match tool.map_or(Access::Execute, |spec| spec.access) {
+                Access::Execute => vec![EXECUTE],
+                Access::ReadNotebook => vec![READ],
+                Access::WriteNotebook if is_python_file(&params["arguments"]["path"]) => {
+                    vec![WRITE, EXECUTE]
+                }
+                Access::WriteNotebook => vec![WRITE],
+                Access::RunNotebook => vec![WRITE, EXECUTE],
             }
-            "notebook_create" | "notebook_edit" => vec![WRITE],
-            "notebook_execute" | "notebook_execute_cell" => vec![WRITE, EXECUTE],
-            // Built-in or dynamic, every other tool reaches a kernel.
-            _ => vec![EXECUTE],
-        },
+        }
         "resources/read" => match params["uri"].as_str().unwrap_or_default() {
             uri if uri.starts_with("notebook:") => vec![READ],
             // An execution's output; the output view's page itself is static.

@@ -15,7 +15,7 @@ use crate::handler::IpythonMcp;
 use crate::render;
 use crate::schema;
 use crate::state::ServerState;
-use crate::surface::{toolset_of, IMAGE_TOOLS};
+use crate::surface;
 
 /// What every server of one process shares, made once from the configuration: the built-in
 /// tools' router and the configuration. Each [`IpythonMcp`] is one of these over a state.
@@ -98,14 +98,8 @@ impl IpythonMcp {
             .map(|tool| tool.name.into_owned())
             .collect();
         for name in names {
-            let offered = match toolset_of(&name) {
-                Some("namespace") => toolsets.namespace,
-                Some("kernels") => toolsets.kernels,
-                Some("dynamic") => toolsets.dynamic,
-                Some("notebooks") => toolsets.notebooks,
-                _ => true,
-            };
-            if !offered {
+            let spec = surface::spec(&name).expect("every route has its row in surface::TOOLS");
+            if !spec.toolset.is_none_or(|toolset| toolset.offered(toolsets)) {
                 router.remove_route(&name);
             }
         }
@@ -114,7 +108,8 @@ impl IpythonMcp {
                 &route.attr.input_schema,
                 schema::Side::Input,
             ));
-            let image_tool = IMAGE_TOOLS.contains(&route.attr.name.as_ref());
+            let image_tool =
+                surface::spec(&route.attr.name).is_some_and(|spec| spec.returns_images);
             route.attr.output_schema = match (&route.attr.output_schema, structured_output) {
                 (Some(_), StructuredOutput::Auto) if image_tool => None,
                 (Some(output), _) => {

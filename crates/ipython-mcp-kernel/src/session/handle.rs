@@ -459,12 +459,10 @@ impl SessionHandle {
         max_bytes: u64,
     ) -> Option<ipython_mcp_output::SavedOutputs> {
         let record = self.shared.executions.find(execution_id)?;
-        let (dir, msg_id) = self.shared.executions.transcript_source(&record)?;
-        tokio::task::spawn_blocking(move || {
-            ipython_mcp_output::transcript::replay(&dir, &msg_id, execution_count, max_bytes)
-        })
-        .await
-        .ok()
+        self.shared
+            .executions
+            .saved_outputs(&record, execution_count, max_bytes)
+            .await
     }
 
     /// Replaces the kernel with a fresh one (promoting a warm spare when one is ready) after

@@ -358,9 +358,25 @@ impl Executions {
             .map(|(dir, msg_id)| stream_path(dir, msg_id, stream)))
     }
 
+    /// A record's outputs as a notebook saves them, from its output log (None when it has none
+    /// to read). Read on the spool queue, after everything queued before: for a kernel without
+    /// the helper the server writes the log from iopub through that queue, and a read beside
+    /// it could miss the execution's last outputs.
+    pub async fn saved_outputs(
+        &self,
+        record: &Record,
+        execution_count: Option<u64>,
+        max_bytes: u64,
+    ) -> Option<crate::SavedOutputs> {
+        let (dir, msg_id) = self.transcript_source(record)?;
+        self.queue
+            .ask(move || crate::transcript::replay(&dir, &msg_id, execution_count, max_bytes))
+            .await
+    }
+
     /// Where a record's output log is (the spool dir and its msg_id), or None when it has none
     /// to read: the spool is off, the execution never ran, or its files were evicted.
-    pub fn transcript_source(&self, record: &Record) -> Option<(PathBuf, String)> {
+    fn transcript_source(&self, record: &Record) -> Option<(PathBuf, String)> {
         let dir = self.dir()?;
         let state = record.state();
         if state.evicted {
