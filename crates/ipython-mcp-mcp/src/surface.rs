@@ -17,7 +17,7 @@ pub(crate) fn toolset_of(tool: &str) -> Option<&'static str> {
 /// Tools whose results can carry images. With `StructuredOutput::Auto` they declare no output
 /// schema and answer with their text block and images only: most clients show the model the
 /// JSON of `structuredContent` instead of the text when it is present, and Codex and opencode
-/// then drop the images (README, "What the model reads").
+/// then drop the images (docs/src/guide.md, "What the model reads").
 pub(crate) const IMAGE_TOOLS: [&str; 4] = [
     "execute",
     "get_output",
