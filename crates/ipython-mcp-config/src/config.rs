@@ -287,15 +287,18 @@ mod tests {
         assert_eq!(defaults.http.port, 8765);
     }
 
-    /// The README's configuration table must list every setting with its flag and default.
+    /// The configuration table (docs/src/configuration.md) must list every setting with its flag
+    /// and default, and every jupymcp flag with the settings it sets.
     #[test]
     fn readme_documents_every_setting() {
-        let readme = include_str!("../../../README.md");
+        let table = include_str!("../../../docs/src/configuration.md");
         for setting in SETTINGS {
-            let row = readme
+            let row = table
                 .lines()
                 .find(|line| line.starts_with(&format!("| `{}` |", setting.env)))
-                .unwrap_or_else(|| panic!("README has no row for {}", setting.env));
+                .unwrap_or_else(|| {
+                    panic!("docs/src/configuration.md has no row for {}", setting.env)
+                });
             assert!(row.contains(&format!("`--{}`", setting.flag)), "{row}");
             let default = setting.default.split(' ').next().unwrap_or_default();
             assert!(
@@ -305,10 +308,12 @@ mod tests {
             );
         }
         for compat in JUPYMCP_FLAGS {
-            let row = readme
+            let row = table
                 .lines()
                 .find(|line| line.starts_with(&format!("| `--{}` |", compat.flag)))
-                .unwrap_or_else(|| panic!("README has no row for --{}", compat.flag));
+                .unwrap_or_else(|| {
+                    panic!("docs/src/configuration.md has no row for --{}", compat.flag)
+                });
             for setting in compat.settings {
                 assert!(row.contains(&format!("`--{}`", setting.flag)), "{row}");
             }

@@ -8,9 +8,12 @@
 //!
 //! The table of settings ([`SETTINGS`]) is the single place a setting is declared: the CLI is
 //! built from it, [`RawConfig`] is keyed by it, the typed defaults are its default texts parsed
-//! like given values, and the README table and the error messages name what it names.
+//! like given values, and the documented table (`docs/src/configuration.md`) and the error
+//! messages name what it names.
 
 mod config;
+#[cfg(test)]
+mod docs_links;
 mod environment;
 mod error;
 mod jupyter;

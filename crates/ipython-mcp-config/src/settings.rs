@@ -11,13 +11,13 @@ pub struct Setting {
     pub env: &'static str,
     /// Long command-line flag that sets it (without the leading `--`).
     pub flag: &'static str,
-    /// The default as text, exactly as the README shows it.
+    /// The default as text, exactly as docs/src/configuration.md shows it.
     pub default: &'static str,
     /// How the command line takes it.
     pub kind: Kind,
     /// What `--help` calls its value (`N`, `SECONDS`, `stdio|http`, …).
     pub value_name: &'static str,
-    /// One line for `--help` and the README.
+    /// One line for `--help` and docs/src/configuration.md.
     pub help: &'static str,
 }
 
@@ -183,7 +183,7 @@ pub struct CompatFlag {
     pub value_name: &'static str,
     /// The settings it sets, each to the value given.
     pub settings: &'static [Setting],
-    /// One line for `--help` and the README: what it maps to and how its meaning differs.
+    /// One line for `--help` and docs/src/configuration.md: what it maps to and how its meaning differs.
     pub help: &'static str,
 }
 

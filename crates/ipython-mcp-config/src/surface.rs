@@ -70,7 +70,7 @@ impl Toolsets {
     }
 }
 
-/// Which tool results carry `structuredContent` (README, "What the model reads").
+/// Which tool results carry `structuredContent` (docs/src/guide.md, "What the model reads").
 ///
 /// Most clients show their model the JSON of `structuredContent` instead of the text blocks
 /// when it is present, and some then drop the images: so tools whose results can carry images

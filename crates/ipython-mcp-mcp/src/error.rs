@@ -587,8 +587,8 @@ mod tests {
             .parent()
             .expect("the crates directory");
         // Every crate but this one, those above it (the binaries, the benchmark) and config,
-        // whose settings table is the `--help` and README text for people, which may say what
-        // a setting does to a tool.
+        // whose settings table is the `--help` and docs/src/configuration.md text for people,
+        // which may say what a setting does to a tool.
         let skipped = [
             "ipython-mcp-mcp",
             "ipython-mcp",

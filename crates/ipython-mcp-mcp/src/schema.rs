@@ -3,8 +3,8 @@
 //! An agent reads every tool's input schema in every conversation, so the schemas schemars
 //! derives are made compact once, when the router is built: references inlined, `null` arms of
 //! optional fields and integer-format noise dropped, one-of-constants written as an `enum`.
-//! Output schemas lose their prose too (clients validate with them; the README documents the
-//! fields) but keep every type and every `null` a result can carry, so each result still fits.
+//! Output schemas lose their prose too (clients validate with them; docs/src/tools.md documents
+//! the fields) but keep every type and every `null` a result can carry, so each result still fits.
 //!
 //! Some clients send a boolean, number, array or object as a JSON string (`"true"`, `"5"`,
 //! `"[\"a\"]"`). [`coerce`] turns such a string into the value it spells when the schema
@@ -53,7 +53,7 @@ pub(crate) fn compact(schema: &JsonObject, side: Side) -> JsonObject {
     } else {
         // Results keep their top-level fields' `required` (the success arm of the root's
         // `anyOf`) and two levels of fields; deeper structure and nested `required` lists only
-        // restate what the README documents, in every tool's schema again.
+        // restate what docs/src/tools.md documents, in every tool's schema again.
         for value in root
             .get_mut("properties")
             .into_iter()

@@ -1,5 +1,5 @@
-//! What an OAuth access token must grant for each request (see the README's "A team on one
-//! server"): checked by the HTTP transport before the request reaches MCP.
+//! What an OAuth access token must grant for each request (docs/src/http.md, "OAuth for
+//! teams"): checked by the HTTP transport before the request reaches MCP.
 
 use crate::surface::Access;
 

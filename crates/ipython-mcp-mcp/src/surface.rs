@@ -16,7 +16,8 @@ pub(crate) struct ToolSpec {
     /// It runs code, so its results can carry images. With `StructuredOutput::Auto` it
     /// declares no output schema and answers with its text block and images only: most
     /// clients show the model the JSON of `structuredContent` instead of the text when it is
-    /// present, and Codex and opencode then drop the images (README, "What the model reads").
+    /// present, and Codex and opencode then drop the images (docs/src/guide.md, "What the model
+    /// reads").
     /// MCP Apps clients show its results in the output view.
     pub returns_images: bool,
     /// Invalid arguments are refused in the shape of an `execute` result (status `rejected`),

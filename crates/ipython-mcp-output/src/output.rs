@@ -1,5 +1,5 @@
 //! What an execution produced, bounded and ready to serialize: the `execute` result shape
-//! (README, "Tools"), independent of MCP. The bottom of the crate: every other module takes
+//! (docs/src/tools.md), independent of MCP. The bottom of the crate: every other module takes
 //! its vocabulary from here, and this module takes nothing from them.
 
 use serde::{Deserialize, Serialize};
@@ -92,7 +92,7 @@ impl PartialEq<str> for ExecutionId {
 /// Declares [`Code`] once: each variant with its wire name.
 macro_rules! codes {
     ($($(#[$doc:meta])* $variant:ident = $wire:literal;)*) => {
-        /// Every stable error code an agent can see (README, "Errors"). Closed: a code is added
+        /// Every stable error code an agent can see (docs/src/errors.md). Closed: a code is added
         /// here, with its wire name, or it does not exist. What an agent is told to do about
         /// one is the MCP crate's (its `error` module), which knows the tools.
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -179,11 +179,11 @@ impl<'de> Deserialize<'de> for Code {
     }
 }
 
-/// A structured failure, as the README lists them.
+/// A structured failure, as docs/src/errors.md lists them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ErrorInfo {
-    // A string in the schema: the closed list of codes lives in the README, not in every
+    // A string in the schema: the closed list of codes lives in docs/src/errors.md, not in every
     // `tools/list`.
     #[cfg_attr(feature = "schema", schemars(with = "String"))]
     pub code: Code,
@@ -445,11 +445,11 @@ mod tests {
 
     #[test]
     fn every_code_round_trips_and_is_listed_in_the_readme() {
-        let readme = include_str!("../../../README.md");
-        let start = readme
+        let errors = include_str!("../../../docs/src/errors.md");
+        let start = errors
             .find("Errors carry a")
-            .expect("README lists the error codes");
-        let listing = &readme[start..start + readme[start..].find("\n\n").unwrap()];
+            .expect("docs/src/errors.md lists the error codes");
+        let listing = &errors[start..start + errors[start..].find("\n\n").unwrap()];
         for &code in Code::ALL {
             assert_eq!(Code::from_wire(code.as_str()), Some(code));
             let json = serde_json::to_value(code).unwrap();
@@ -457,10 +457,10 @@ mod tests {
             assert_eq!(serde_json::from_value::<Code>(json).unwrap(), code);
             assert!(
                 listing.contains(&format!("`{code}`")),
-                "README's error-code list lacks `{code}`"
+                "docs/src/errors.md's error-code list lacks `{code}`"
             );
         }
-        // And the README names no code the server does not have.
+        // And the list names no code the server does not have.
         let listed = listing
             .split('`')
             .skip(1)
@@ -470,7 +470,7 @@ mod tests {
         for word in listed {
             assert!(
                 Code::from_wire(word).is_some(),
-                "README lists unknown code `{word}`"
+                "docs/src/errors.md lists unknown code `{word}`"
             );
         }
         assert!(serde_json::from_value::<Code>(Value::from("no_such_code")).is_err());

@@ -1,4 +1,4 @@
-//! Keeping the server's secrets out of its kernels' reach (see the README's "Security model").
+//! Keeping the server's secrets out of its kernels' reach (docs/src/http.md, "Security model").
 //!
 //! Kernels run as the server's user, so removing a token from the environment kernels inherit
 //! is not enough: `/proc/<server pid>/environ` and `/proc/<server pid>/cmdline` show the

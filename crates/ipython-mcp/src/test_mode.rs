@@ -1,7 +1,7 @@
 //! The hidden test mode, for the project's own tests only (ARCHITECTURE.md, "Test mode").
 //!
-//! `IPYTHON_MCP_TEST_MODE` is deliberately not a flag, not in `--help` and not in the README's
-//! settings table: a user cannot turn it on by accident. Its values:
+//! `IPYTHON_MCP_TEST_MODE` is deliberately not a flag, not in `--help` and not in the settings
+//! table (docs/src/configuration.md): a user cannot turn it on by accident. Its values:
 //! - `fixtures`: also serve the conformance fixtures (test tools, resources, prompts, the
 //!   `test_trigger_tool_change` hook and `test_panic_session`, which makes a session's actor
 //!   panic to test its supervision); the bearer token is still required.

@@ -26,7 +26,7 @@ NAMESPACE_KEYS = ("library_paths", "preload_modules", "module_aliases")
 # a user object that can run user code (repr, getattr, __doc__, signatures, isinstance through
 # a __class__ property) is guarded: a hostile object gives a placeholder, never a crash.
 
-# IPython's own bindings in user_ns, protected as the README lists them.
+# IPython's own bindings in user_ns, protected as docs/src/tools.md ("Protected names") lists them.
 IPYTHON_BINDINGS = frozenset(("In", "Out", "get_ipython", "exit", "quit", "open"))
 
 _MISSING = object()
@@ -595,7 +595,7 @@ def _method_remove(params):
     for name in sorted(set(string_list_param(params, "names"))):
         value = user_ns.get(name, _MISSING)
         if is_protected(name, installation.bindings) or (value is not _MISSING and is_hidden(name, value, hidden)):
-            refused.append(name)  # hidden: IPython's own binding, even if the README's protected list does not name it
+            refused.append(name)  # hidden: IPython's own binding, even if the docs' protected list does not name it
         elif value is _MISSING:
             unknown.append(name)
         else:

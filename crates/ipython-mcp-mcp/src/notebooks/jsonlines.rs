@@ -37,7 +37,7 @@ const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
 /// waits, nothing is dropped).
 const MAX_IN_FLIGHT: usize = 64;
 
-/// The methods, in the order the README documents them.
+/// The methods, in the order docs/src/json-lines.md documents them.
 const METHODS: [&str; 8] = [
     "capabilities",
     "open",

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use tokio::io::AsyncBufReadExt as _;
 
-/// The suite version, as pinned in `tests/conformance/package.json` and named in the README.
+/// The suite version, as pinned in `tests/conformance/package.json` and named in docs/src/http.md.
 const SUITE_VERSION: &str = "0.1.16";
 
 fn target_tmp() -> PathBuf {

@@ -1,4 +1,4 @@
-//! The json-lines protocol (`--json-lines`, README "JSON lines for desktop programs"), driven
+//! The json-lines protocol (`--json-lines`, docs/src/json-lines.md), driven
 //! through the real binary by a small client, against a real kernel: every method, a conflict
 //! that writes nothing, an interrupt that reaches a running execution, bad lines that are
 //! answered and never stop the loop, and a clean exit at end of input.

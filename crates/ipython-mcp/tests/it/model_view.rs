@@ -1,4 +1,4 @@
-//! What the model of each popular client reads of our results (README, "What the model
+//! What the model of each popular client reads of our results (docs/src/guide.md, "What the model
 //! reads"). A client converts a tool result before its model sees it; each rule below is that
 //! client's conversion as its source reads (late 2026), applied to real results of the binary
 //! in the default shape (`IPYTHON_MCP_STRUCTURED_OUTPUT=auto`). For every tool whose results
@@ -318,7 +318,7 @@ async fn a_trivial_call_costs_every_model_at_most_300_characters() {
                     )
                 })
                 .collect();
-            // The test's report (shown with --nocapture), for the README's table.
+            // The test's report (shown with --nocapture), for the table in docs/src/guide.md.
             eprintln!("{shape}: {name}: {}", sizes.join(", "));
         }
         server.stop().await;

@@ -48,8 +48,8 @@ async fn tools_list_is_the_reviewed_surface() {
 }
 
 /// What the default `tools/list` costs: in all, and the part a model reads in every
-/// conversation (each tool's name, description and input schema). README, "Tools", gives the
-/// figures per toolset.
+/// conversation (each tool's name, description and input schema). docs/src/tools.md, "What the
+/// tool list costs", gives the figures per toolset.
 #[tokio::test]
 async fn tools_list_fits_its_context_budget() {
     const MAX_TOTAL_BYTES: usize = 45 * 1024;
