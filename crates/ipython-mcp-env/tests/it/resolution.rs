@@ -1,6 +1,6 @@
 //! The resolution order and the managed-environment machinery, driven by fake interpreters and a
 //! fake `uv` (small shell scripts), so they run in milliseconds and need no Python or network.
-//! `tests/provision.rs` does the same against the real `python3` and PyPI.
+//! `tests/it/provision.rs` does the same against the real `python3` and PyPI.
 
 use std::ffi::OsString;
 use std::fs;

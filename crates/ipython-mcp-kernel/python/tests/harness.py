@@ -14,7 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PACKAGE = "ipython_mcp_helper"
 PACKAGE_DIR = os.path.join(HERE, os.pardir, PACKAGE)
 # The server's install code for a default config, written by the cargo test that runs this suite
-# (tests/python_helper.rs): the real bootstrap and the package exactly as the binary embeds it.
+# (tests/it/python_helper.rs): the real bootstrap and the package exactly as the binary embeds it.
 INSTALL_CODE_ENV = "IPYTHON_MCP_HELPER_INSTALL_CODE"
 
 

@@ -2,7 +2,7 @@
 
 The code executed is the server's install code (the fixed bootstrap carrying the embedded module
 table and a default config, base64-encoded), written by the cargo test that runs this suite
-(tests/python_helper.rs), so what is checked here is what every kernel the server starts runs.
+(tests/it/python_helper.rs), so what is checked here is what every kernel the server starts runs.
 
 Run from the workspace root:  python -m pytest crates/ipython-mcp-kernel/python/tests -q
 (these tests need the install code, so they run only under cargo or with
@@ -24,7 +24,7 @@ ANSI = re.compile(r"\x1b\[[0-9;]*m")
 # Skipped only where the install code is not given AND this is not CI: cargo always gives it.
 needs_install_code = pytest.mark.skipif(
     server_install_code() is None and os.environ.get("CI") != "true",
-    reason="%s not set (cargo test -p ipython-mcp-kernel --test python_helper sets it)" % INSTALL_CODE_ENV,
+    reason="%s not set (cargo test -p ipython-mcp-kernel --test it python_helper sets it)" % INSTALL_CODE_ENV,
 )
 
 

@@ -85,7 +85,7 @@ pub fn command_for(
         // A kernel start on a loaded 2-core machine can exceed the 10 s default; tests about the
         // startup bound set their own.
         .env("IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "120")
-        // Most tests read typed results; the ones about what a model reads (tests/model_view.rs,
+        // Most tests read typed results; the ones about what a model reads (tests/it/model_view.rs,
         // the surface) ask for the default shape, `auto`.
         .env("IPYTHON_MCP_STRUCTURED_OUTPUT", "always")
         .env_remove("VIRTUAL_ENV")
