@@ -63,7 +63,7 @@ pub(crate) async fn bench_image_fit() -> anyhow::Result<ImageFit> {
         let mut fitted = None;
         for _ in 0..IMAGE_FIT_RUNS {
             let started = Instant::now();
-            let result = ipython_mcp_kernel::raster::fit(&raw, "image/png", max_bytes, true)?;
+            let result = ipython_mcp_output::raster::fit(&raw, "image/png", max_bytes, true)?;
             seconds.push(started.elapsed().as_secs_f64());
             fitted = Some(result);
         }

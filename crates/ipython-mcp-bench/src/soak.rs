@@ -161,7 +161,7 @@ struct Job {
     execution_id: String,
     marker: String,
     /// The lane's executions before it: a kernel remembers only its latest
-    /// `ipython_mcp_kernel::MAX_RECORDS` (32).
+    /// `ipython_mcp_output::MAX_RECORDS` (32).
     executions_before: u64,
 }
 

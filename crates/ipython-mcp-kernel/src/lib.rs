@@ -9,34 +9,17 @@
 //! - An operation either runs exactly once or not at all, and its result says which.
 //! - A refusal is a typed [`SessionError`] and names no tool: the MCP crate words it for the
 //!   agent, here through the [`Wording`] it sets in [`SessionOptions`].
-//! - Every task a session or the manager spawns is tracked (`task::Tasks`) and joined by its
+//! - It re-exports nothing of the crates below it: users take the result vocabulary from
+//!   `ipython_mcp_output` and Jupyter's from `ipython_mcp_jupyter`.
+//! - Every task a session or the manager spawns is tracked (`ipython_mcp_jupyter::task::Tasks`) and joined by its
 //!   shutdown, within its bound.
 
-// Kernelspec discovery lives with the rest of Jupyter's conventions; re-exported for the MCP crate.
-pub use ipython_mcp_jupyter::kernelspec;
-/// The Jupyter server client, for building `SessionOptions::jupyter`.
-pub use ipython_mcp_jupyter::remote;
 pub mod manager;
 mod session;
 /// The bundled Python helper (installed by every Python session).
 pub use session::helper;
 mod status;
-mod task;
 
-pub use ipython_mcp_output::{raster, rich};
-
-/// How kernels die with a server that is killed (see `ipython_mcp_jupyter`).
-pub use ipython_mcp_jupyter::use_pipe_death_watch;
-
-/// How a local kernel's memory is bounded (see `ipython_mcp_jupyter::memory`); whether a
-/// cgroup can bound it here (`Err`: why not).
-pub use ipython_mcp_jupyter::{memory::cgroup_parent, Enforcement, MemoryPolicy};
-pub use ipython_mcp_output::{
-    base64_decoded_len, Code, DisplayItem, ErrorInfo, ExecutionId, ExecutionOutput,
-    ExecutionStatus, Interruption, Kept, NamespaceOutcome, Page, PageError, PageLine, PageRequest,
-    PagerCall, Paging, RuntimeInfo, SavedOutputs, SpoolInfo, SpoolLimits, StreamName, TerminalSink,
-    Truncated, Withheld, BINARY_IMAGE_TYPES, MAX_RECORDS, SVG_TYPE,
-};
 pub use manager::{KernelManager, Listing, ManagerError, SessionId, StartSpec};
 pub use session::error::{
     Behind, PanickedCall, ServerFailure, SessionError, StartFailure, Wording,
@@ -53,4 +36,3 @@ pub use status::{
     EnvironmentStatus, KernelDescription, MemoryEnforcement, MemoryStatus, RemoteDescription,
     RuntimeStatus, SessionState,
 };
-pub use tokio_util::sync::CancellationToken;

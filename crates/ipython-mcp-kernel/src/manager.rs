@@ -280,7 +280,7 @@ struct Inner {
     /// Said with the lazy `default`'s first result (see [`KernelManager::note_lost_state`]).
     default_notice: Mutex<Option<String>>,
     /// The idle reaper: `stopping` ends its loop, `shutdown` joins it, a drop aborts it.
-    tasks: crate::task::Tasks,
+    tasks: ipython_mcp_jupyter::task::Tasks,
     stopping: tokio_util::sync::CancellationToken,
 }
 
@@ -389,7 +389,7 @@ impl KernelManager {
                 notebooks: Mutex::default(),
                 lazy_default: None,
                 default_notice: Mutex::default(),
-                tasks: crate::task::Tasks::default(),
+                tasks: ipython_mcp_jupyter::task::Tasks::default(),
                 stopping: tokio_util::sync::CancellationToken::new(),
             }),
         }

@@ -12,7 +12,8 @@
 
 use std::time::Duration;
 
-use ipython_mcp_kernel::{ExecutionOutput, ExecutionStatus, SessionHandle};
+use ipython_mcp_kernel::SessionHandle;
+use ipython_mcp_output::{ExecutionOutput, ExecutionStatus};
 use rmcp::handler::server::tool::ToolRouter;
 use rmcp::model::{CallToolResult, MetaObject, Resource, ResourceContents, ResourceTemplate};
 use serde_json::{json, Map, Value};
@@ -213,13 +214,13 @@ mod tests {
 
     #[test]
     fn only_a_call_that_reached_a_session_names_its_execution() {
-        let runtime = ipython_mcp_kernel::RuntimeInfo::unadmitted("1");
+        let runtime = ipython_mcp_output::RuntimeInfo::unadmitted("1");
         let mut output =
-            ExecutionOutput::pending(ipython_mcp_kernel::ExecutionId::unassigned(), runtime);
+            ExecutionOutput::pending(ipython_mcp_output::ExecutionId::unassigned(), runtime);
         assert!(linked(CallToolResult::success(vec![]), &output)
             .meta
             .is_none());
-        output.execution_id = ipython_mcp_kernel::ExecutionId::generate();
+        output.execution_id = ipython_mcp_output::ExecutionId::generate();
         let meta = linked(CallToolResult::success(vec![]), &output)
             .meta
             .expect("meta");

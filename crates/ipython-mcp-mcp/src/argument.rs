@@ -8,7 +8,7 @@
 //! an `invalid_arguments` [`ErrorInfo`], which `call_tool` turns into the tool's own structured result
 //! ([`IpythonMcp::invalid_arguments`](crate::handler::IpythonMcp)).
 
-use ipython_mcp_kernel::{Code, ErrorInfo};
+use ipython_mcp_output::{Code, ErrorInfo};
 use rmcp::handler::server::common::FromContextPart;
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::schemars::{self, JsonSchema};

@@ -3,15 +3,16 @@
 //! [`Background`], so shutdown stops the ones that only wait and joins them all.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
+use ipython_mcp_jupyter::task::Tasks;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
-/// Tracks the tasks the MCP layer spawns. Clones share the tracker.
+/// Tracks the tasks the MCP layer spawns. Clones share the tasks.
 #[derive(Clone, Default)]
 pub(crate) struct Background {
-    tracker: TaskTracker,
+    tasks: Arc<Tasks>,
     stopping: CancellationToken,
 }
 
@@ -19,7 +20,7 @@ impl Background {
     /// Spawns work that may be abandoned at shutdown (it only waits or forwards).
     pub(crate) fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
         let stopping = self.stopping.clone();
-        self.tracker.spawn(async move {
+        self.tasks.spawn(async move {
             tokio::select! {
                 _ = stopping.cancelled() => {}
                 _ = work => {}
@@ -30,23 +31,21 @@ impl Background {
     /// Spawns work that shutdown waits for (within its bound) instead of stopping, such as
     /// saving a finished run into its notebook.
     pub(crate) fn spawn_to_finish(&self, work: impl Future<Output = ()> + Send + 'static) {
-        self.tracker.spawn(work);
+        self.tasks.spawn(work);
     }
 
-    /// Stops what may be abandoned, then waits at most `bound` for the rest; false when
-    /// something was still running then.
+    /// Stops what may be abandoned, then waits at most `bound` for the rest and aborts what
+    /// is still running then; false when something was.
     pub(crate) async fn join(&self, bound: Duration) -> bool {
         self.stopping.cancel();
-        self.tracker.close();
-        tokio::time::timeout(bound, self.tracker.wait())
-            .await
-            .is_ok()
+        let deadline = tokio::time::Instant::now() + bound;
+        self.tasks.join("the MCP layer", deadline).await
     }
 
     /// Tasks still tracked.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.tracker.len()
+        self.tasks.len()
     }
 }
 

@@ -18,9 +18,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use ipython_mcp_kernel::{
-    Code, ErrorInfo, HelperCall, HelperOutput, Outcome, RuntimeInfo, SessionHandle,
-};
+use ipython_mcp_kernel::{HelperCall, HelperOutput, Outcome, SessionHandle};
+use ipython_mcp_output::{Code, ErrorInfo, RuntimeInfo};
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -3,7 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use ipython_mcp_kernel::{Code, ErrorInfo, HelperCall};
+use ipython_mcp_kernel::HelperCall;
+use ipython_mcp_output::{Code, ErrorInfo};
 use rmcp::model::JsonObject;
 use serde::{Deserialize, Serialize};
 

@@ -10,11 +10,12 @@
 //! refused call's output, a stream's paging marker) it words with [`WORDING`], set in the
 //! options of every session the server starts.
 
-use ipython_mcp_kernel::kernelspec;
+use ipython_mcp_jupyter::kernelspec;
 use ipython_mcp_kernel::{
-    Behind, Code, ErrorInfo, ManagerError, Paging, RuntimeStatus, ServerFailure, SessionError,
-    SessionId, StartFailure, Wording,
+    Behind, ManagerError, RuntimeStatus, ServerFailure, SessionError, SessionId, StartFailure,
+    Wording,
 };
+use ipython_mcp_output::{Code, ErrorInfo, Paging};
 use rmcp::handler::server::tool::IntoCallToolResult;
 use rmcp::model::{CallToolResponse, CallToolResult};
 

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use ipython_mcp_kernel::{Code, ErrorInfo, ExecuteArgs, ExecutionOutput, SessionHandle};
+use ipython_mcp_kernel::{ExecuteArgs, SessionHandle};
+use ipython_mcp_output::{Code, ErrorInfo, ExecutionOutput};
 use rmcp::handler::server::tool::schema_for_output;
 use rmcp::model::{CallToolResponse, CallToolResult, ProgressNotificationParam};
 use rmcp::service::RequestContext;
@@ -86,7 +87,7 @@ impl IpythonMcp {
             task = true,
             "tool call"
         );
-        if output.status != ipython_mcp_kernel::ExecutionStatus::Pending {
+        if output.status != ipython_mcp_output::ExecutionStatus::Pending {
             // Refused at admission (busy, closed, unavailable): nothing to poll.
             return rmcp::model::CallToolResponse::Complete(render::execution(&output));
         }

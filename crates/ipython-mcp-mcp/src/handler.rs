@@ -72,7 +72,7 @@ impl IpythonMcp {
         timeout: Option<Duration>,
         request_id: String,
         cancel: tokio_util::sync::CancellationToken,
-    ) -> ipython_mcp_kernel::ExecutionOutput {
+    ) -> ipython_mcp_output::ExecutionOutput {
         session.execute_background(ExecuteArgs {
             code,
             timeout: timeout.or(Some(self.config.timeouts.max_operation)),

@@ -6,10 +6,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::argument::Parameters;
-use ipython_mcp_kernel::kernelspec;
-use ipython_mcp_kernel::{
-    Code, ErrorInfo, ExecutionOutput, Page, PageRequest, RuntimeStatus, SessionState, StreamName,
-};
+use ipython_mcp_jupyter::kernelspec;
+use ipython_mcp_kernel::{RuntimeStatus, SessionState};
+use ipython_mcp_output::{Code, ErrorInfo, ExecutionOutput, Page, PageRequest, StreamName};
 use rmcp::handler::server::tool::schema_for_output;
 use rmcp::model::CallToolResult;
 use rmcp::{schemars, tool, tool_router};
@@ -210,7 +209,7 @@ impl RemoteOwnership {
     /// as for an unknown id (the server's sessions are asked only then).
     pub(crate) async fn check(
         &self,
-        server: Option<&ipython_mcp_kernel::remote::Server>,
+        server: Option<&ipython_mcp_jupyter::remote::Server>,
         spec: StartSpec,
     ) -> StartSpec {
         use ipython_mcp_kernel::RemoteKernel;
@@ -233,7 +232,7 @@ impl RemoteOwnership {
 }
 
 async fn discover_remote(
-    server: &ipython_mcp_kernel::remote::Server,
+    server: &ipython_mcp_jupyter::remote::Server,
     ownership: &RemoteOwnership,
 ) -> RemoteDiscovery {
     let (specs, kernels, sessions) =
@@ -478,7 +477,7 @@ impl IpythonMcp {
                 ))
                 .with_hint(format!(
                     "each kernel remembers its latest {} executions (kernel_list shows their ids); a stopped kernel forgets its executions",
-                    ipython_mcp_kernel::MAX_RECORDS
+                    ipython_mcp_output::MAX_RECORDS
                 ))
             })?,
             None => self.session(params.kernel.as_deref())?,
@@ -497,7 +496,7 @@ impl IpythonMcp {
                 .await
                 .transpose()?,
         };
-        let finished = output.status != ipython_mcp_kernel::ExecutionStatus::Pending;
+        let finished = output.status != ipython_mcp_output::ExecutionStatus::Pending;
         let extra_text = page.as_ref().map(render::page_text).unwrap_or_default();
         // The fields GetOutputResult adds to the execution's own (its schema describes both).
         let mut extra = serde_json::Map::new();

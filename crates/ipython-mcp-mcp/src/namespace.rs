@@ -6,7 +6,8 @@
 //! gets always matches what `tools/list` promised.
 
 use crate::argument::Parameters;
-use ipython_mcp_kernel::{Code, ErrorInfo, HelperCall, HelperOutput, Outcome};
+use ipython_mcp_kernel::{HelperCall, HelperOutput, Outcome};
+use ipython_mcp_output::{Code, ErrorInfo};
 use rmcp::handler::server::tool::schema_for_output;
 use rmcp::model::CallToolResult;
 use rmcp::service::RequestContext;
@@ -594,7 +595,7 @@ impl IpythonMcp {
 
 #[cfg(test)]
 mod tests {
-    use ipython_mcp_kernel::RuntimeInfo;
+    use ipython_mcp_output::RuntimeInfo;
 
     use super::*;
 

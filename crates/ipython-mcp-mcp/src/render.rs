@@ -6,7 +6,7 @@
 
 use base64::Engine as _;
 use ipython_mcp_config::StructuredOutput;
-use ipython_mcp_kernel::{
+use ipython_mcp_output::{
     base64_decoded_len, ErrorInfo, ExecutionId, ExecutionOutput, ExecutionStatus, RuntimeInfo,
     BINARY_IMAGE_TYPES, SVG_TYPE,
 };
@@ -400,7 +400,7 @@ fn execution_text(output: &ExecutionOutput) -> String {
         match summary_note(metadata) {
             Some(summary) => section("result", &summary),
             None => {
-                if let Some(readable) = ipython_mcp_kernel::rich::readable_text(result) {
+                if let Some(readable) = ipython_mcp_output::rich::readable_text(result) {
                     section("result", readable);
                 }
             }
@@ -420,7 +420,7 @@ fn execution_text(output: &ExecutionOutput) -> String {
             match summary_note(Some(&item.metadata)) {
                 Some(summary) => text.push_str(&format!("\n{summary}")),
                 None => {
-                    if let Some(readable) = ipython_mcp_kernel::rich::readable_text(&item.data) {
+                    if let Some(readable) = ipython_mcp_output::rich::readable_text(&item.data) {
                         text.push_str(&format!("\n{}", shorten(readable, 500)));
                     }
                 }
@@ -472,7 +472,7 @@ fn execution_text(output: &ExecutionOutput) -> String {
     text
 }
 
-/// A display's summary for the model (see `ipython_mcp_kernel::rich`), with where its full
+/// A display's summary for the model (see `ipython_mcp_output::rich`), with where its full
 /// payload is.
 fn summary_note(metadata: Option<&serde_json::Map<String, Value>>) -> Option<String> {
     let summary = metadata?.get("ipython_mcp")?.get("summary")?;
@@ -567,7 +567,7 @@ fn last_frames(traceback: &str, ename: Option<&str>, evalue: Option<&str>) -> St
 
 /// The runtime facts worth a model's attention, each on its own line.
 fn runtime_facts(runtime: &RuntimeInfo) -> String {
-    use ipython_mcp_kernel::NamespaceOutcome;
+    use ipython_mcp_output::NamespaceOutcome;
     let mut text = String::new();
     if runtime.queue_wait_ms > QUEUE_WAIT_WORTH_SAYING_MS {
         text.push_str(&format!(
@@ -649,7 +649,7 @@ fn image_notes(metadata: &serde_json::Map<String, Value>) -> String {
 }
 
 /// A page of spooled output, for the text block.
-pub(crate) fn page_text(page: &ipython_mcp_kernel::Page) -> String {
+pub(crate) fn page_text(page: &ipython_mcp_output::Page) -> String {
     let stream = wire_name(&page.stream);
     let mut text = match (&page.pattern, page.total_matches) {
         (Some(pattern), Some(matches)) => format!(
@@ -672,7 +672,7 @@ pub(crate) fn page_text(page: &ipython_mcp_kernel::Page) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ipython_mcp_kernel::{ExecutionId, RuntimeInfo, SpoolInfo};
+    use ipython_mcp_output::{ExecutionId, RuntimeInfo, SpoolInfo};
 
     #[test]
     fn the_status_line_keeps_the_session_id_as_it_is_spelled() {

@@ -2,7 +2,8 @@
 //! `kernel_restart`, `interrupt`), shared by the tools that build them and `render`, which
 //! writes their text.
 
-use ipython_mcp_kernel::{ErrorInfo, Interruption, NamespaceOutcome, RuntimeStatus, SessionState};
+use ipython_mcp_kernel::{RuntimeStatus, SessionState};
+use ipython_mcp_output::{ErrorInfo, Interruption, NamespaceOutcome};
 use rmcp::schemars;
 use serde::Serialize;
 

@@ -177,8 +177,8 @@ impl IpythonMcp {
     /// An execute task's state, read from its execution's record (`None`: forgotten).
     fn execution_payload(
         &self,
-        output: Option<ipython_mcp_kernel::ExecutionOutput>,
-        cancelled: impl Fn(&ipython_mcp_kernel::ExecutionOutput) -> bool,
+        output: Option<ipython_mcp_output::ExecutionOutput>,
+        cancelled: impl Fn(&ipython_mcp_output::ExecutionOutput) -> bool,
     ) -> rmcp::model::TaskPayload {
         use rmcp::model::TaskPayload;
         match output {
@@ -188,7 +188,7 @@ impl IpythonMcp {
                     None,
                 )),
             },
-            Some(output) if output.status == ipython_mcp_kernel::ExecutionStatus::Pending => {
+            Some(output) if output.status == ipython_mcp_output::ExecutionStatus::Pending => {
                 TaskPayload::Working
             }
             Some(output) if cancelled(&output) => TaskPayload::Cancelled,
@@ -350,8 +350,8 @@ impl ServerHandler for IpythonMcp {
             Some(session) => session.output(Some(&id), Duration::ZERO).await,
             None => None,
         };
-        let cancelled = |output: &ipython_mcp_kernel::ExecutionOutput| {
-            output.status == ipython_mcp_kernel::ExecutionStatus::Cancelled
+        let cancelled = |output: &ipython_mcp_output::ExecutionOutput| {
+            output.status == ipython_mcp_output::ExecutionStatus::Cancelled
                 && remembered.cancel.is_cancelled()
         };
         // A notebook run has ended once its save has: until then it is working.

@@ -8,8 +8,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use ipython_mcp_config::Config;
-use ipython_mcp_kernel::{Code, ErrorInfo, KernelManager, ManagerError, SessionHandle};
+use ipython_mcp_kernel::{KernelManager, ManagerError, SessionHandle};
 use ipython_mcp_notebook::Workspace;
+use ipython_mcp_output::{Code, ErrorInfo};
 
 use crate::background::Background;
 use crate::catalog::Catalog;
@@ -149,7 +150,7 @@ impl NotebookState {
     /// The notebooks of `server` (the configured Jupyter server: the same one every call).
     pub(crate) fn jupyter(
         &self,
-        server: ipython_mcp_kernel::remote::Server,
+        server: ipython_mcp_jupyter::remote::Server,
     ) -> Arc<crate::store::JupyterNotebooks> {
         Arc::clone(self.jupyter.get_or_init(|| {
             Arc::new(crate::store::JupyterNotebooks::new(

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use ipython_mcp_collab::{CollabError, Room};
-use ipython_mcp_kernel::remote::Server;
+use ipython_mcp_jupyter::remote::Server;
 use ipython_mcp_notebook::{
     revision_of, Error, Loaded, Mutated, Notebook, NotebookPath, Workspace,
 };
@@ -315,7 +315,7 @@ pub(crate) async fn blocking<T: Send + 'static>(
         Ok(Ok(value)) => Ok(value),
         Ok(Err(error)) => Err(notebook_error(&error).into()),
         Err(_) => Err(ToolError::new(
-            ipython_mcp_kernel::Code::InternalError,
+            ipython_mcp_output::Code::InternalError,
             "the file operation failed",
         )),
     }

@@ -58,7 +58,7 @@ pub fn main() -> ExitCode {
         }
     };
     match test_mode::pipe_death_watch_from_env() {
-        Ok(true) => ipython_mcp_kernel::use_pipe_death_watch(),
+        Ok(true) => ipython_mcp_jupyter::use_pipe_death_watch(),
         Ok(false) => {}
         Err(error) => {
             eprintln!("ipython-mcp: {error}");

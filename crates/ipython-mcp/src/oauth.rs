@@ -44,7 +44,7 @@ pub struct Verified {
 /// Checks access tokens against the issuer's keys.
 pub struct Verifier {
     settings: OAuth,
-    http: ipython_mcp_kernel::remote::Server,
+    http: ipython_mcp_jupyter::remote::Server,
     /// Keys by `kid`, with the algorithm each is for when the JWKS says.
     keys: tokio::sync::RwLock<HashMap<String, (DecodingKey, Option<Algorithm>)>>,
     /// When the last fetch of the keys began (none yet: `None`); held while fetching, so one
@@ -56,7 +56,7 @@ impl Verifier {
     pub fn new(settings: OAuth) -> anyhow::Result<Verifier> {
         // No Jupyter token: this client only ever fetches the issuer's public documents.
         let http =
-            ipython_mcp_kernel::remote::Server::new(settings.issuer.clone(), None, FETCH_TIMEOUT)?;
+            ipython_mcp_jupyter::remote::Server::new(settings.issuer.clone(), None, FETCH_TIMEOUT)?;
         Ok(Verifier {
             settings,
             http,

@@ -380,7 +380,7 @@ pub fn session_options(config: &Config, kernel_id: &str) -> anyhow::Result<Sessi
         spare_kernels: config.spares.0,
         namespace: config.namespace.clone(),
         resolver: resolver(config)?,
-        spool: ipython_mcp_kernel::SpoolLimits {
+        spool: ipython_mcp_output::SpoolLimits {
             max_execution_bytes: config.spool.max_execution_bytes,
             max_total_bytes: config.spool.max_total_bytes,
             max_retained_bytes: config.spool.max_retained_bytes,
@@ -391,12 +391,12 @@ pub fn session_options(config: &Config, kernel_id: &str) -> anyhow::Result<Sessi
         jupyter: jupyter_server(config)?,
         remote: None,
         owner: None,
-        memory: ipython_mcp_kernel::MemoryPolicy {
+        memory: ipython_mcp_jupyter::MemoryPolicy {
             limit_bytes: config.memory.limit_bytes,
             enforcement: if config.memory.watchdog_only {
-                ipython_mcp_kernel::Enforcement::Watchdog
+                ipython_mcp_jupyter::Enforcement::Watchdog
             } else {
-                ipython_mcp_kernel::Enforcement::Auto
+                ipython_mcp_jupyter::Enforcement::Auto
             },
         },
         // What sessions record themselves (refusals, paging markers) is worded by the MCP
@@ -407,7 +407,7 @@ pub fn session_options(config: &Config, kernel_id: &str) -> anyhow::Result<Sessi
 }
 
 /// The configured Jupyter server's client (its token resolved already: see `main`).
-fn jupyter_server(config: &Config) -> anyhow::Result<Option<ipython_mcp_kernel::remote::Server>> {
+fn jupyter_server(config: &Config) -> anyhow::Result<Option<ipython_mcp_jupyter::remote::Server>> {
     let Some(jupyter) = &config.jupyter else {
         return Ok(None);
     };
@@ -416,7 +416,7 @@ fn jupyter_server(config: &Config) -> anyhow::Result<Option<ipython_mcp_kernel::
         _ => None,
     };
     // Each REST call is bounded by the kernel start bound (a start is the slowest call).
-    let server = ipython_mcp_kernel::remote::Server::new(
+    let server = ipython_mcp_jupyter::remote::Server::new(
         jupyter.url.clone(),
         token,
         config.timeouts.kernel_startup,

@@ -69,7 +69,7 @@ impl SessionHandle {
             epoch: watch::channel(0).0,
             failures: watch::channel(0).0,
             failed: AtomicBool::new(false),
-            tasks: crate::task::Tasks::default(),
+            tasks: ipython_mcp_jupyter::task::Tasks::default(),
         });
         (SessionHandle { shared, inbox }, commands)
     }

@@ -165,7 +165,7 @@ struct Shared {
     failed: AtomicBool,
     /// Every task of the session: its actor (in `supervise`), spares starting, background
     /// executions' waits. They end once the actor has closed; `shutdown` joins them.
-    tasks: crate::task::Tasks,
+    tasks: ipython_mcp_jupyter::task::Tasks,
 }
 
 impl Shared {

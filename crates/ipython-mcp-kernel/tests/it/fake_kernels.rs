@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use ipython_mcp_config::KernelLimits;
 use ipython_mcp_kernel::{
-    Code, ExecuteArgs, ExecutionStatus, FakeBehaviour, FakeKernels, Interruption, KernelManager,
-    NamespaceOutcome, SessionHandle, StartSpec,
+    ExecuteArgs, FakeBehaviour, FakeKernels, KernelManager, SessionHandle, StartSpec,
 };
+use ipython_mcp_output::{Code, ExecutionStatus, Interruption, NamespaceOutcome};
 
 fn run(code: &str, timeout: Duration) -> ExecuteArgs {
     ExecuteArgs {

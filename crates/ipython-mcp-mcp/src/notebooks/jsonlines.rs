@@ -17,8 +17,8 @@
 
 use std::sync::Arc;
 
-use ipython_mcp_kernel::{Code, ErrorInfo};
 use ipython_mcp_notebook::Notebook;
+use ipython_mcp_output::{Code, ErrorInfo};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};

@@ -22,10 +22,10 @@ mod views;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ipython_mcp_kernel::Code;
 use ipython_mcp_notebook::{
     uri_for_path, CellRef, Loaded, Notebook, NotebookPath, Workspace, JUPYTER_PREFIX,
 };
+use ipython_mcp_output::Code;
 use rmcp::model::CallToolResult;
 use serde::Serialize;
 

@@ -1,8 +1,8 @@
 //! The `notebook:///` resources and the server's JSON resources (capabilities, kernelspecs,
 //! kernels).
 
-use ipython_mcp_kernel::Code;
 use ipython_mcp_notebook::{uri_for_path, JUPYTER_PREFIX};
+use ipython_mcp_output::Code;
 use serde_json::Value;
 
 use super::views::shown;
@@ -156,8 +156,8 @@ impl IpythonMcp {
     async fn kernelspecs_json(&self) -> Value {
         let python = self.kernels().default_python();
         let specs = tokio::task::spawn_blocking(move || {
-            let dirs = ipython_mcp_kernel::kernelspec::data_dirs(python.as_deref());
-            ipython_mcp_kernel::kernelspec::discover(&dirs)
+            let dirs = ipython_mcp_jupyter::kernelspec::data_dirs(python.as_deref());
+            ipython_mcp_jupyter::kernelspec::discover(&dirs)
         })
         .await
         .unwrap_or_default();

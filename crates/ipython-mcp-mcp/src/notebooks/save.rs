@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use ipython_mcp_kernel::{
-    Code, ErrorInfo, ExecuteArgs, ExecutionOutput, ExecutionStatus, PageRequest, SessionHandle,
-    StreamName,
-};
+use ipython_mcp_kernel::{ExecuteArgs, SessionHandle};
 use ipython_mcp_notebook::{CellRef, CellType, NewCell, Notebook, NotebookPath, Output};
+use ipython_mcp_output::{
+    Code, ErrorInfo, ExecutionOutput, ExecutionStatus, PageRequest, StreamName,
+};
 
 use crate::store::Store;
 use rmcp::model::{CallToolResponse, CallToolResult, CreateTaskResult};
@@ -767,7 +767,7 @@ fn render_result(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ipython_mcp_kernel::{DisplayItem, RuntimeInfo};
+    use ipython_mcp_output::{DisplayItem, RuntimeInfo};
     use serde_json::json;
 
     fn output() -> ExecutionOutput {

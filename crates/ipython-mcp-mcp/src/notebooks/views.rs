@@ -1,6 +1,7 @@
 //! What the agent sees of a notebook: the tools' results, cells and saved outputs, bounded.
 
-use ipython_mcp_kernel::{ErrorInfo, ExecutionOutput, Kept, RuntimeStatus};
+use ipython_mcp_kernel::RuntimeStatus;
+use ipython_mcp_output::{ErrorInfo, ExecutionOutput, Kept};
 use ipython_mcp_text::{cut, Cut};
 use std::path::Path;
 

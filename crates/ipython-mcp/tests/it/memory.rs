@@ -122,7 +122,7 @@ async fn a_cgroup_ends_a_kernel_past_its_limit_where_the_machine_allows_one() {
         &[("IPYTHON_MCP_KERNEL_MEMORY_LIMIT", "300MiB")],
     )
     .await;
-    match ipython_mcp_kernel::cgroup_parent() {
+    match ipython_mcp_jupyter::memory::cgroup_parent() {
         Ok(parent) => {
             eprintln!("kernel cgroups under {}", parent.display());
             the_limit_ends_the_kernel(&server, "cgroup").await;
