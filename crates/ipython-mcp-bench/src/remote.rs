@@ -145,7 +145,11 @@ async fn mcp_execute(server_binary: &Path, env: &[(&str, String)]) -> anyhow::Re
 /// The loop through our WebSocket kernel client alone, on a kernel it starts and deletes.
 async fn raw_remote_client(server: &Server) -> anyhow::Result<Vec<f64>> {
     let started = server
-        .start_kernel("python3", &[], Duration::from_secs(120))
+        .start_kernel(
+            ipython_mcp_jupyter::kernelspec::PYTHON3,
+            &[],
+            Duration::from_secs(120),
+        )
         .await?;
     let kernel = server
         .connect(&started.id, true, Duration::from_secs(120))

@@ -141,7 +141,7 @@ pub(crate) fn kernel(
             flag: KERNEL.flag,
         });
     }
-    for prefix in ["jupyter:", "jupyter-kernel:"] {
+    for prefix in [REMOTE_START, REMOTE_ATTACH] {
         if let Some(name) = spec.strip_prefix(prefix) {
             if jupyter.is_none() {
                 return Err(invalid(
@@ -166,6 +166,11 @@ pub(crate) fn kernel(
     }
     Ok(Some(spec.to_owned()))
 }
+
+/// How a kernel spec names a new kernel on the Jupyter server (`jupyter:<kernelspec>`).
+pub const REMOTE_START: &str = "jupyter:";
+/// How a kernel spec names a kernel already running there (`jupyter-kernel:<id>`).
+pub const REMOTE_ATTACH: &str = "jupyter-kernel:";
 
 /// A remote kernelspec name or kernel id: it becomes a URL path segment, so nothing that could
 /// change the path.

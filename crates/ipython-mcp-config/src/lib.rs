@@ -29,7 +29,7 @@ mod transport;
 pub use config::Config;
 pub use environment::{NamedEnvironment, Variables, MAX_REQUIREMENTS, MAX_REQUIREMENT_CHARS};
 pub use error::Error;
-pub use jupyter::{is_remote_name, JupyterServer, JupyterToken};
+pub use jupyter::{is_remote_name, JupyterServer, JupyterToken, REMOTE_ATTACH, REMOTE_START};
 pub use limits::{
     KernelLimits, KernelMemory, OutputLimits, QueueLimits, Spares, SpoolBounds, Timeouts,
     ToolLimits,

@@ -14,6 +14,10 @@ use serde::Deserialize;
 
 use crate::launch::{runs_ipykernel, InterruptMode};
 
+/// The name Jupyter gives the default Python kernelspec, and what a new notebook names. A
+/// notebook that names it runs in a kernel like the default session's, found the same way.
+pub const PYTHON3: &str = "python3";
+
 /// A registered kernelspec (`kernels/<name>/kernel.json`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct KernelSpec {

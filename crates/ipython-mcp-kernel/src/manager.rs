@@ -107,7 +107,8 @@ impl StartSpec {
     /// (kernelspecs, venvs): call it from a blocking thread.
     pub fn parse(spec: &str, python: Option<&Path>) -> Result<StartSpec, ManagerError> {
         let spec = spec.trim();
-        for (prefix, attach) in [("jupyter:", false), ("jupyter-kernel:", true)] {
+        use ipython_mcp_config::{REMOTE_ATTACH, REMOTE_START};
+        for (prefix, attach) in [(REMOTE_START, false), (REMOTE_ATTACH, true)] {
             if let Some(name) = spec.strip_prefix(prefix) {
                 if !ipython_mcp_config::is_remote_name(name) {
                     return Err(ManagerError::InvalidRemote {

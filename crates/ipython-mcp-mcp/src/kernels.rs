@@ -280,7 +280,7 @@ async fn discover_remote(
                     .find(|session| session.kernel_id == kernel.id)
                     .and_then(|session| ownership.notebook(&session.path))
                     .map(str::to_owned),
-                name: format!("jupyter-kernel:{}", kernel.id),
+                name: ipython_mcp_kernel::RemoteKernel::Attach { id: kernel.id }.to_string(),
                 kernelspec: kernel.name,
                 execution_state: kernel.execution_state,
                 last_activity: kernel.last_activity,

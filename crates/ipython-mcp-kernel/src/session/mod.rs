@@ -115,6 +115,20 @@ pub enum RemoteKernel {
     Foreign { id: String },
 }
 
+/// The spec's text, as an agent passes it to `kernel_start` (`jupyter:<name>`,
+/// `jupyter-kernel:<id>`).
+impl std::fmt::Display for RemoteKernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use ipython_mcp_config::{REMOTE_ATTACH, REMOTE_START};
+        match self {
+            RemoteKernel::Start { name } => write!(f, "{REMOTE_START}{name}"),
+            RemoteKernel::Attach { id } | RemoteKernel::Foreign { id } => {
+                write!(f, "{REMOTE_ATTACH}{id}")
+            }
+        }
+    }
+}
+
 /// A progress update for a running execution (at most one a second).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Progress {

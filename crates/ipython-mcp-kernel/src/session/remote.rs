@@ -192,14 +192,14 @@ async fn connect(
                 .connect(&info.id, true, remaining)
                 .await
                 .map_err(|error| StartFailure::server(&error))?;
-            Ok((connection, Some(guard), format!("jupyter:{name}")))
+            Ok((connection, Some(guard), kernel.to_string()))
         }
         RemoteKernel::Attach { id } => {
             let connection = server
                 .connect(id, false, startup)
                 .await
                 .map_err(|error| StartFailure::server(&error))?;
-            Ok((connection, None, format!("jupyter-kernel:{id}")))
+            Ok((connection, None, kernel.to_string()))
         }
         RemoteKernel::Foreign { id } => Err(not_found(id)),
     }

@@ -19,7 +19,8 @@ use super::views::{summary, NotebookExecuteResult};
 use super::ToolError;
 use crate::handler::IpythonMcp;
 use crate::render;
-use ipython_mcp_kernel::{ManagerError, SessionId, StartSpec};
+use ipython_mcp_jupyter::kernelspec;
+use ipython_mcp_kernel::{ManagerError, RemoteKernel, SessionId, StartSpec};
 
 /// Characters of each stream an execution saves in the notebook (read back from the spool);
 /// the agent still gets only `max_text_chars`.
@@ -304,40 +305,7 @@ impl IpythonMcp {
         if let Some((id, handle)) = sessions.notebook_session(&path.absolute) {
             return Ok(NotebookSession::found(id, handle));
         }
-        let mut name = kernel_name.unwrap_or_else(|| "python3".to_owned());
-        if let Some(server_path) = path.server_path() {
-            // A notebook on the Jupyter server runs there: in the kernel of the server's own
-            // session for it (the one a person's JupyterLab runs it in), else a new one.
-            name = match self.server_kernel_of(server_path).await {
-                Some(kernel) => format!("jupyter-kernel:{kernel}"),
-                None => format!("jupyter:{name}"),
-            };
-        }
-        let sessions_for_spec = sessions.clone();
-        let spec_name = name.clone();
-        let spec = tokio::task::spawn_blocking(move || {
-            if spec_name == "python3" {
-                // The generic name: the default session's kernel, found exactly as for it.
-                Ok(StartSpec::Default)
-            } else {
-                sessions_for_spec.parse_spec(&spec_name)
-            }
-        })
-        .await
-        .unwrap_or(Err(ManagerError::Internal {
-            what: "kernelspec lookup failed",
-        }))
-        .map_err(|error| {
-            let error = crate::error::manager_error(&error);
-            ErrorInfo {
-                message: format!(
-                    "cannot start the notebook's kernel {:?}: {}",
-                    ipython_mcp_text::shorten(&name, 64),
-                    error.message
-                ),
-                ..error
-            }
-        })?;
+        let spec = self.notebook_spec(path, kernel_name).await?;
         let stem = path
             .relative
             .rsplit('/')
@@ -400,6 +368,62 @@ impl IpythonMcp {
             || ErrorInfo::new(Code::InternalError, "no free session id").into(),
             ToolError::from,
         ))
+    }
+
+    /// How a notebook's kernel starts: a notebook on the Jupyter server runs there, in the
+    /// kernel of the server's own session for it (the one a person's JupyterLab runs it in),
+    /// else in a new one of its kernelspec; a local notebook naming the generic `python3` runs
+    /// in a kernel like the default session's, found exactly as for it; any other name is a
+    /// registered kernelspec.
+    async fn notebook_spec(
+        &self,
+        path: &NotebookPath,
+        kernel_name: Option<String>,
+    ) -> Result<StartSpec, ToolError> {
+        let name = kernel_name.unwrap_or_else(|| kernelspec::PYTHON3.to_owned());
+        let found = match path.server_path() {
+            Some(server_path) => {
+                let remote = match self.server_kernel_of(server_path).await {
+                    Some(id) => RemoteKernel::Attach { id },
+                    None => RemoteKernel::Start { name },
+                };
+                if ipython_mcp_config::is_remote_name(match &remote {
+                    RemoteKernel::Start { name } => name,
+                    RemoteKernel::Attach { id } | RemoteKernel::Foreign { id } => id,
+                }) {
+                    Ok(StartSpec::Remote(remote))
+                } else {
+                    Err((
+                        ManagerError::InvalidRemote {
+                            spec: remote.to_string(),
+                        },
+                        remote.to_string(),
+                    ))
+                }
+            }
+            None if name == kernelspec::PYTHON3 => Ok(StartSpec::Default),
+            None => {
+                let (sessions, spec_name) = (self.kernels().clone(), name.clone());
+                tokio::task::spawn_blocking(move || sessions.parse_spec(&spec_name))
+                    .await
+                    .unwrap_or(Err(ManagerError::Internal {
+                        what: "kernelspec lookup failed",
+                    }))
+                    .map_err(|error| (error, name))
+            }
+        };
+        found.map_err(|(error, spec)| {
+            let error = crate::error::manager_error(&error);
+            ErrorInfo {
+                message: format!(
+                    "cannot start the notebook's kernel {:?}: {}",
+                    ipython_mcp_text::shorten(&spec, 64),
+                    error.message
+                ),
+                ..error
+            }
+            .into()
+        })
     }
 
     /// The kernel of the Jupyter server's session for notebook `server_path`, if it has one.

@@ -2,6 +2,7 @@
 //! chain whose refusal `answer` turns into the tool's result.
 
 use crate::error::ToolResult;
+use ipython_mcp_jupyter::kernelspec;
 use ipython_mcp_kernel::SessionId;
 use ipython_mcp_notebook::{
     cell_id, joined_text, uri_for_path, CellRef, CellType, NewCell, Notebook,
@@ -37,9 +38,11 @@ impl IpythonMcp {
     )]
     async fn notebook_create(&self, Parameters(params): Parameters<CreateParams>) -> ToolResult {
         let (store, path) = self.notebook_path(&params.path).await?;
-        let kernel_name = params.kernel_name.unwrap_or_else(|| "python3".to_owned());
+        let kernel_name = params
+            .kernel_name
+            .unwrap_or_else(|| kernelspec::PYTHON3.to_owned());
         let display_name = params.display_name.unwrap_or_else(|| {
-            if kernel_name == "python3" {
+            if kernel_name == kernelspec::PYTHON3 {
                 "Python 3".to_owned()
             } else {
                 kernel_name.clone()
