@@ -73,6 +73,43 @@ struct HelperRegistration {
 /// Largest name or description accepted before it reaches the kernel.
 const MAX_ARGUMENT_CHARS: usize = 65_536;
 
+/// Refuses a name, tool name or description over [`MAX_ARGUMENT_CHARS`] before any of it
+/// reaches the kernel.
+fn check_argument_lengths(params: &RegisterParams) -> Result<(), ToolError> {
+    let too_long = [
+        Some(&params.name),
+        params.tool_name.as_ref(),
+        params.description.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    .any(|text| text.chars().count() > MAX_ARGUMENT_CHARS);
+    if too_long {
+        return Err(ToolError::from(ErrorInfo::new(
+            Code::InvalidArguments,
+            format!(
+                "name, tool_name and description are limited to {MAX_ARGUMENT_CHARS} characters"
+            ),
+        )));
+    }
+    Ok(())
+}
+
+impl HelperRegistration {
+    /// The catalog entry for this answer, on `kernel`; the catalog assigns the revision.
+    fn into_registration(self, kernel: String) -> Registration {
+        Registration {
+            tool_name: self.tool_name,
+            name: self.name,
+            description: self.description,
+            input_schema: self.input_schema,
+            fingerprint: self.fingerprint,
+            kernel,
+            revision: 0,
+        }
+    }
+}
+
 #[rmcp::tool_router(router = dynamic_router, vis = "pub(crate)")]
 impl IpythonMcp {
     #[rmcp::tool(
@@ -86,54 +123,11 @@ impl IpythonMcp {
         crate::argument::Parameters(params): crate::argument::Parameters<RegisterParams>,
         context: rmcp::service::RequestContext<rmcp::RoleServer>,
     ) -> ToolResult {
-        let too_long = [
-            Some(&params.name),
-            params.tool_name.as_ref(),
-            params.description.as_ref(),
-        ]
-        .into_iter()
-        .flatten()
-        .any(|text| text.chars().count() > MAX_ARGUMENT_CHARS);
-        if too_long {
-            return Err(ToolError::from(ErrorInfo::new(
-                Code::InvalidArguments,
-                format!("name, tool_name and description are limited to {MAX_ARGUMENT_CHARS} characters"),
-            )));
-        }
+        check_argument_lengths(&params)?;
         let session = self.session(params.kernel.as_deref())?;
         let kernel = session.kernel_id().to_owned();
         let catalog = self.catalog();
-        let limits = self.config().tools;
-        let mut reserved: Vec<String> = self.stable_tool_names();
-        let elsewhere = catalog.names_outside(&kernel);
-        reserved.extend(elsewhere.iter().cloned());
-        let room = limits.max_tools.saturating_sub(elsewhere.len());
-        if room == 0 {
-            return Err(ToolError::from(
-                ErrorInfo::new(
-                    Code::LimitExceeded,
-                    format!(
-                        "{} dynamic tools are registered; the limit is {}",
-                        elsewhere.len(),
-                        limits.max_tools
-                    ),
-                )
-                .with_hint("unregister_tool one you no longer need"),
-            ));
-        }
-        let mut helper_params = serde_json::json!({
-            "name": params.name,
-            "reserved_names": reserved,
-            "max_tool_name_chars": limits.max_name_chars,
-            "max_tool_description_chars": limits.max_description_chars,
-            "max_dynamic_tools": room,
-        });
-        if let Some(tool_name) = &params.tool_name {
-            helper_params["tool_name"] = tool_name.clone().into();
-        }
-        if let Some(description) = &params.description {
-            helper_params["description"] = description.clone().into();
-        }
+        let helper_params = self.register_helper_params(&params, &kernel)?;
         let output = session
             .helper(HelperCall {
                 method: "register_tool".to_owned(),
@@ -161,15 +155,7 @@ impl IpythonMcp {
         };
         let registration = catalog
             .insert(
-                Registration {
-                    tool_name: registration.tool_name,
-                    name: registration.name,
-                    description: registration.description,
-                    input_schema: registration.input_schema,
-                    fingerprint: registration.fingerprint,
-                    kernel: kernel.clone(),
-                    revision: 0,
-                },
+                registration.into_registration(kernel.clone()),
                 &session,
                 self.peers(),
             )
@@ -255,6 +241,51 @@ impl IpythonMcp {
             serde_json::to_value(&result).unwrap_or_default(),
             true,
         ))
+    }
+}
+
+impl IpythonMcp {
+    /// The helper's `register_tool` parameters: the names the new tool must not take (the
+    /// stable tools and other kernels' dynamic ones) and the configured limits. Other kernels'
+    /// tools count against `max_tools` here; the helper counts the kernel's own against the
+    /// room left. Fails with `limit_exceeded` when no room is left.
+    fn register_helper_params(
+        &self,
+        params: &RegisterParams,
+        kernel: &str,
+    ) -> Result<serde_json::Value, ToolError> {
+        let limits = self.config().tools;
+        let mut reserved: Vec<String> = self.stable_tool_names();
+        let elsewhere = self.catalog().names_outside(kernel);
+        reserved.extend(elsewhere.iter().cloned());
+        let room = limits.max_tools.saturating_sub(elsewhere.len());
+        if room == 0 {
+            return Err(ToolError::from(
+                ErrorInfo::new(
+                    Code::LimitExceeded,
+                    format!(
+                        "{} dynamic tools are registered; the limit is {}",
+                        elsewhere.len(),
+                        limits.max_tools
+                    ),
+                )
+                .with_hint("unregister_tool one you no longer need"),
+            ));
+        }
+        let mut helper_params = serde_json::json!({
+            "name": params.name,
+            "reserved_names": reserved,
+            "max_tool_name_chars": limits.max_name_chars,
+            "max_tool_description_chars": limits.max_description_chars,
+            "max_dynamic_tools": room,
+        });
+        if let Some(tool_name) = &params.tool_name {
+            helper_params["tool_name"] = tool_name.clone().into();
+        }
+        if let Some(description) = &params.description {
+            helper_params["description"] = description.clone().into();
+        }
+        Ok(helper_params)
     }
 }
 

@@ -368,6 +368,24 @@ impl From<ipython_mcp_notebook::Error> for ToolError {
     }
 }
 
+/// Where a notebook lives failed: worded by where (the file, the contents API, the live
+/// document).
+pub(crate) fn store_error(error: &ipython_mcp_notebooks::Error) -> ErrorInfo {
+    use ipython_mcp_notebooks::Error as Store;
+    match error {
+        Store::Notebook(error) => notebook_error(error),
+        Store::Jupyter { path, error } => jupyter_notebook_error(path, error),
+        Store::Collab { path, error } => collab_error(path, error),
+        Store::Lost => ErrorInfo::new(Code::InternalError, "the file operation failed"),
+    }
+}
+
+impl From<ipython_mcp_notebooks::Error> for ToolError {
+    fn from(error: ipython_mcp_notebooks::Error) -> Self {
+        ToolError::from(store_error(&error))
+    }
+}
+
 impl IntoCallToolResult for ToolError {
     fn into_call_tool_result(self) -> Result<CallToolResponse, rmcp::ErrorData> {
         Ok(self.into_result().into())

@@ -118,171 +118,34 @@ impl Fixtures {
         .collect()
     }
 
+    /// Answers a fixture call, or `None` when `request` names a product tool. Each group of
+    /// fixtures leaves names outside it alone, so trying the groups in turn is a dispatch.
     async fn call_fixture(
         &self,
         request: &CallToolRequestParams,
         context: &RequestContext<RoleServer>,
     ) -> Option<CallToolResult> {
         let arguments = request.arguments.clone().unwrap_or_default();
-        let text = |text: &str| ContentBlock::text(text.to_owned());
-        let pause = || tokio::time::sleep(std::time::Duration::from_millis(50));
-        Some(match request.name.as_ref() {
-            "test_simple_text" => {
-                CallToolResult::success(vec![text("This is a simple text response for testing.")])
-            }
-            "test_image_content" => {
-                CallToolResult::success(vec![ContentBlock::image(PNG, "image/png")])
-            }
-            "test_audio_content" => CallToolResult::success(vec![ContentBlock::Audio(
-                AudioContent::new(WAV, "audio/wav"),
-            )]),
-            "test_embedded_resource" => CallToolResult::success(vec![ContentBlock::resource(
-                ResourceContents::text(
-                    "This is an embedded resource content.",
-                    "test://embedded-resource",
-                )
-                .with_mime_type("text/plain"),
-            )]),
-            "test_multiple_content_types" => CallToolResult::success(vec![
-                text("Multiple content types test:"),
-                ContentBlock::image(PNG, "image/png"),
-                ContentBlock::resource(
-                    ResourceContents::text(
-                        r#"{"test":"data","value":123}"#,
-                        "test://mixed-content-resource",
-                    )
-                    .with_mime_type("application/json"),
-                ),
-            ]),
-            "test_tool_with_logging" => {
-                for message in [
-                    "Tool execution started",
-                    "Tool processing data",
-                    "Tool execution completed",
-                ] {
-                    let param =
-                        LoggingMessageNotificationParam::new(LoggingLevel::Info, json!(message))
-                            .with_logger("ipython-mcp-fixtures");
-                    context.peer.notify_logging_message(param).await.ok();
-                    pause().await;
-                }
-                CallToolResult::success(vec![text("Logging test completed")])
-            }
-            "test_error_handling" => CallToolResult::error(vec![text(
-                "This tool intentionally returns an error for testing",
-            )]),
-            "test_tool_with_progress" => {
-                let token = context.meta.get_progress_token();
-                for (progress, message) in
-                    [(0.0, "Starting"), (50.0, "Halfway"), (100.0, "Complete")]
-                {
-                    if let Some(token) = &token {
-                        let param = ProgressNotificationParam::new(token.clone(), progress)
-                            .with_total(100.0)
-                            .with_message(message);
-                        context.peer.notify_progress(param).await.ok();
-                    }
-                    pause().await;
-                }
-                CallToolResult::success(vec![text("Progress test completed")])
-            }
-            "test_sampling" => {
-                let prompt = arguments
-                    .get("prompt")
-                    .and_then(Value::as_str)
-                    .unwrap_or("Hello");
-                let params =
-                    CreateMessageRequestParams::new(vec![SamplingMessage::user_text(prompt)], 100);
-                match context.peer.create_message(params).await {
-                    Ok(result) => {
-                        let answer = result
-                            .message
-                            .content
-                            .first()
-                            .and_then(|content| content.as_text())
-                            .map(|content| content.text.clone())
-                            .unwrap_or_else(|| "No text response".to_owned());
-                        CallToolResult::success(vec![text(&format!("LLM response: {answer}"))])
-                    }
-                    Err(error) => {
-                        CallToolResult::error(vec![text(&format!("Sampling error: {error}"))])
-                    }
-                }
-            }
-            "test_elicitation" => {
-                let message = arguments
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("Please provide your information");
-                let schema = json!({
-                    "type": "object",
-                    "properties": {
-                        "username": {"type": "string", "description": "User's response"},
-                        "email": {"type": "string", "description": "User's email address"},
-                    },
-                    "required": ["username", "email"],
-                });
-                self.elicit(context, message, schema, "User response").await
-            }
-            "test_elicitation_sep1034_defaults" => {
-                let schema = json!({
-                    "type": "object",
-                    "properties": {
-                        "name": {"type": "string", "description": "User's name", "default": "John Doe"},
-                        "age": {"type": "integer", "description": "User's age", "default": 30},
-                        "score": {"type": "number", "description": "User's score", "default": 95.5},
-                        "status": {"type": "string", "description": "User's status",
-                                   "enum": ["active", "inactive", "pending"], "default": "active"},
-                        "verified": {"type": "boolean", "description": "Whether user is verified", "default": true},
-                    },
-                });
-                self.elicit(
-                    context,
-                    "Please provide values (all have defaults)",
-                    schema,
-                    "Elicitation completed",
-                )
-                .await
-            }
-            "test_elicitation_sep1330_enums" => {
-                let titled = |title: &str| {
-                    json!([
-                        {"const": "value1", "title": format!("First {title}")},
-                        {"const": "value2", "title": format!("Second {title}")},
-                        {"const": "value3", "title": format!("Third {title}")},
-                    ])
-                };
-                let schema = json!({
-                    "type": "object",
-                    "properties": {
-                        "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
-                        "titledSingle": {"type": "string", "oneOf": titled("Option")},
-                        "legacyEnum": {"type": "string", "enum": ["opt1", "opt2", "opt3"],
-                                       "enumNames": ["Option One", "Option Two", "Option Three"]},
-                        "untitledMulti": {"type": "array", "items": {"type": "string",
-                                          "enum": ["option1", "option2", "option3"]}},
-                        "titledMulti": {"type": "array", "items": {"anyOf": titled("Choice")}},
-                    },
-                });
-                self.elicit(
-                    context,
-                    "Test enum schema improvements",
-                    schema,
-                    "Enum elicitation completed",
-                )
-                .await
-            }
-            "json_schema_2020_12_tool" => {
-                let name = arguments
-                    .get("name")
-                    .and_then(Value::as_str)
-                    .unwrap_or("world");
-                CallToolResult::success(vec![text(&format!("Hello, {name}!"))])
-            }
-            "test_reconnection" => {
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                CallToolResult::success(vec![text("Reconnection test completed")])
-            }
+        let name = request.name.as_ref();
+        if let Some(result) = content_fixture(name, &arguments) {
+            return Some(result);
+        }
+        if let Some(result) = notifying_fixture(name, context).await {
+            return Some(result);
+        }
+        if name == "test_sampling" {
+            return Some(sampling_fixture(&arguments, context).await);
+        }
+        if let Some((message, schema, label)) = elicitation_fixture(name, &arguments) {
+            return Some(self.elicit(context, message, schema, label).await);
+        }
+        self.hook_fixture(name, &arguments).await
+    }
+
+    /// The project's own test hooks: the tools-changed broadcast, the client count it would
+    /// reach, and the injected actor panic.
+    async fn hook_fixture(&self, name: &str, arguments: &JsonObject) -> Option<CallToolResult> {
+        Some(match name {
             "test_trigger_tool_change" => {
                 let clients = self.product.peers().len();
                 self.product.peers().notify_tool_list_changed().await;
@@ -356,6 +219,199 @@ fn object(value: Value) -> JsonObject {
         Value::Object(map) => map,
         _ => JsonObject::new(),
     }
+}
+
+/// A text content block.
+fn text(text: &str) -> ContentBlock {
+    ContentBlock::text(text.to_owned())
+}
+
+/// The short wait between a fixture's notifications, so a client sees them arrive apart.
+async fn pause() {
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await
+}
+
+/// Fixtures that only answer with content (one kind per block, or a mix, or an error result):
+/// nothing goes to the client before the answer.
+fn content_fixture(name: &str, arguments: &JsonObject) -> Option<CallToolResult> {
+    Some(match name {
+        "test_simple_text" => {
+            CallToolResult::success(vec![text("This is a simple text response for testing.")])
+        }
+        "test_image_content" => {
+            CallToolResult::success(vec![ContentBlock::image(PNG, "image/png")])
+        }
+        "test_audio_content" => CallToolResult::success(vec![ContentBlock::Audio(
+            AudioContent::new(WAV, "audio/wav"),
+        )]),
+        "test_embedded_resource" => CallToolResult::success(vec![ContentBlock::resource(
+            ResourceContents::text(
+                "This is an embedded resource content.",
+                "test://embedded-resource",
+            )
+            .with_mime_type("text/plain"),
+        )]),
+        "test_multiple_content_types" => CallToolResult::success(vec![
+            text("Multiple content types test:"),
+            ContentBlock::image(PNG, "image/png"),
+            ContentBlock::resource(
+                ResourceContents::text(
+                    r#"{"test":"data","value":123}"#,
+                    "test://mixed-content-resource",
+                )
+                .with_mime_type("application/json"),
+            ),
+        ]),
+        "test_error_handling" => CallToolResult::error(vec![text(
+            "This tool intentionally returns an error for testing",
+        )]),
+        "json_schema_2020_12_tool" => {
+            let name = arguments
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("world");
+            CallToolResult::success(vec![text(&format!("Hello, {name}!"))])
+        }
+        _ => return None,
+    })
+}
+
+/// Fixtures that send notifications (log messages, progress) or take their time before they
+/// answer.
+async fn notifying_fixture(
+    name: &str,
+    context: &RequestContext<RoleServer>,
+) -> Option<CallToolResult> {
+    Some(match name {
+        "test_tool_with_logging" => {
+            for message in [
+                "Tool execution started",
+                "Tool processing data",
+                "Tool execution completed",
+            ] {
+                let param =
+                    LoggingMessageNotificationParam::new(LoggingLevel::Info, json!(message))
+                        .with_logger("ipython-mcp-fixtures");
+                context.peer.notify_logging_message(param).await.ok();
+                pause().await;
+            }
+            CallToolResult::success(vec![text("Logging test completed")])
+        }
+        "test_tool_with_progress" => {
+            let token = context.meta.get_progress_token();
+            for (progress, message) in [(0.0, "Starting"), (50.0, "Halfway"), (100.0, "Complete")] {
+                if let Some(token) = &token {
+                    let param = ProgressNotificationParam::new(token.clone(), progress)
+                        .with_total(100.0)
+                        .with_message(message);
+                    context.peer.notify_progress(param).await.ok();
+                }
+                pause().await;
+            }
+            CallToolResult::success(vec![text("Progress test completed")])
+        }
+        "test_reconnection" => {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            CallToolResult::success(vec![text("Reconnection test completed")])
+        }
+        _ => return None,
+    })
+}
+
+/// `test_sampling`: asks the client's LLM to complete the `prompt` argument and answers with
+/// the first text it returns.
+async fn sampling_fixture(
+    arguments: &JsonObject,
+    context: &RequestContext<RoleServer>,
+) -> CallToolResult {
+    let prompt = arguments
+        .get("prompt")
+        .and_then(Value::as_str)
+        .unwrap_or("Hello");
+    let params = CreateMessageRequestParams::new(vec![SamplingMessage::user_text(prompt)], 100);
+    match context.peer.create_message(params).await {
+        Ok(result) => {
+            let answer = result
+                .message
+                .content
+                .first()
+                .and_then(|content| content.as_text())
+                .map(|content| content.text.clone())
+                .unwrap_or_else(|| "No text response".to_owned());
+            CallToolResult::success(vec![text(&format!("LLM response: {answer}"))])
+        }
+        Err(error) => CallToolResult::error(vec![text(&format!("Sampling error: {error}"))]),
+    }
+}
+
+/// The form an elicitation fixture asks the client to fill in: its message, its schema and the
+/// label of the answer; `None` for any other name.
+fn elicitation_fixture<'a>(
+    name: &str,
+    arguments: &'a JsonObject,
+) -> Option<(&'a str, Value, &'static str)> {
+    Some(match name {
+        "test_elicitation" => {
+            let message = arguments
+                .get("message")
+                .and_then(Value::as_str)
+                .unwrap_or("Please provide your information");
+            let schema = json!({
+                "type": "object",
+                "properties": {
+                    "username": {"type": "string", "description": "User's response"},
+                    "email": {"type": "string", "description": "User's email address"},
+                },
+                "required": ["username", "email"],
+            });
+            (message, schema, "User response")
+        }
+        "test_elicitation_sep1034_defaults" => {
+            let schema = json!({
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "description": "User's name", "default": "John Doe"},
+                    "age": {"type": "integer", "description": "User's age", "default": 30},
+                    "score": {"type": "number", "description": "User's score", "default": 95.5},
+                    "status": {"type": "string", "description": "User's status",
+                               "enum": ["active", "inactive", "pending"], "default": "active"},
+                    "verified": {"type": "boolean", "description": "Whether user is verified", "default": true},
+                },
+            });
+            (
+                "Please provide values (all have defaults)",
+                schema,
+                "Elicitation completed",
+            )
+        }
+        "test_elicitation_sep1330_enums" => {
+            let titled = |title: &str| {
+                json!([
+                    {"const": "value1", "title": format!("First {title}")},
+                    {"const": "value2", "title": format!("Second {title}")},
+                    {"const": "value3", "title": format!("Third {title}")},
+                ])
+            };
+            let schema = json!({
+                "type": "object",
+                "properties": {
+                    "untitledSingle": {"type": "string", "enum": ["option1", "option2", "option3"]},
+                    "titledSingle": {"type": "string", "oneOf": titled("Option")},
+                    "legacyEnum": {"type": "string", "enum": ["opt1", "opt2", "opt3"],
+                                   "enumNames": ["Option One", "Option Two", "Option Three"]},
+                    "untitledMulti": {"type": "array", "items": {"type": "string",
+                                      "enum": ["option1", "option2", "option3"]}},
+                    "titledMulti": {"type": "array", "items": {"anyOf": titled("Choice")}},
+                },
+            });
+            (
+                "Test enum schema improvements",
+                schema,
+                "Enum elicitation completed",
+            )
+        }
+        _ => return None,
+    })
 }
 
 impl ServerHandler for Fixtures {

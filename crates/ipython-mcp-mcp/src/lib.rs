@@ -42,7 +42,6 @@ mod schema;
 mod scopes;
 mod server;
 mod state;
-mod store;
 mod surface;
 mod tasks;
 

@@ -128,7 +128,7 @@ pub(crate) struct NotebookState {
     /// The directory of the Jupyter server that holds these notebooks: the principal's own,
     /// under principals (see `KernelManager::owner`).
     jupyter_area: Option<String>,
-    jupyter: std::sync::OnceLock<Arc<crate::store::JupyterNotebooks>>,
+    jupyter: std::sync::OnceLock<Arc<ipython_mcp_notebooks::JupyterNotebooks>>,
 }
 
 impl NotebookState {
@@ -151,9 +151,9 @@ impl NotebookState {
     pub(crate) fn jupyter(
         &self,
         server: ipython_mcp_jupyter::remote::Server,
-    ) -> Arc<crate::store::JupyterNotebooks> {
+    ) -> Arc<ipython_mcp_notebooks::JupyterNotebooks> {
         Arc::clone(self.jupyter.get_or_init(|| {
-            Arc::new(crate::store::JupyterNotebooks::new(
+            Arc::new(ipython_mcp_notebooks::JupyterNotebooks::new(
                 server,
                 self.jupyter_area.clone(),
             ))

@@ -32,7 +32,7 @@ use serde::Serialize;
 use crate::error::{notebook_error, ToolError};
 use crate::handler::IpythonMcp;
 use crate::render;
-use crate::store::{self, Store};
+use ipython_mcp_notebooks::{self as store, Store};
 pub use jsonlines::serve_json_lines;
 pub(crate) use resources::KERNELS_URI;
 use views::{CellSummary, WriteResult};

@@ -310,7 +310,7 @@ impl IpythonMcp {
         if relative.starts_with(JUPYTER_PREFIX) {
             let read = async {
                 let (store, path) = self.notebook_path(&relative).await?;
-                store.read(&path).await
+                store.read(&path).await.map_err(ToolError::from)
             };
             return match read.await.map_err(ToolError::into_info) {
                 Ok(loaded) => Ok(ResourceContents::text(

@@ -9,7 +9,7 @@ use ipython_mcp_output::{
     Code, ErrorInfo, ExecutionOutput, ExecutionStatus, PageRequest, StreamName,
 };
 
-use crate::store::Store;
+use ipython_mcp_notebooks::Store;
 use rmcp::model::{CallToolResponse, CallToolResult, CreateTaskResult};
 use rmcp::service::RequestContext;
 use rmcp::RoleServer;
@@ -710,7 +710,7 @@ impl IpythonMcp {
                     Ok(summary(notebook, index))
                 })
                 .await
-                .map_err(ToolError::into_info);
+                .map_err(|error| crate::error::store_error(&error));
             match saved {
                 Ok(mutated) => {
                     result.saved = true;

@@ -26,7 +26,7 @@ use super::{
 };
 use crate::argument::Parameters;
 use crate::handler::{IpythonMcp, MAX_CODE_BYTES};
-use crate::store::Store;
+use ipython_mcp_notebooks::Store;
 
 #[tool_router(router = notebooks_router, vis = "pub(crate)")]
 impl IpythonMcp {

@@ -21,12 +21,13 @@ use support::{Family, Server};
 const DISTRIBUTION: &str = "ipython-mcp-server";
 
 /// Every crate `cargo install ipython-mcp` needs, in the order cargo publishes them.
-const PUBLISHED: [&str; 7] = [
+const PUBLISHED: [&str; 8] = [
     "ipython-mcp-config",
     "ipython-mcp-notebook",
     "ipython-mcp-env",
     "ipython-mcp-jupyter",
     "ipython-mcp-kernel",
+    "ipython-mcp-notebooks",
     "ipython-mcp-mcp",
     "ipython-mcp",
 ];

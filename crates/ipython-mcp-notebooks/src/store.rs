@@ -26,17 +26,17 @@ use ipython_mcp_notebook::{
 };
 use serde_json::Value;
 
-use crate::error::{collab_error, jupyter_notebook_error, notebook_error, ToolError};
+use crate::Error as StoreError;
 
 /// One of the places notebooks live.
 #[derive(Clone)]
-pub(crate) enum Store {
+pub enum Store {
     Local(Arc<Workspace>),
     Jupyter(Arc<JupyterNotebooks>),
 }
 
 /// Notebooks in a Jupyter server's contents.
-pub(crate) struct JupyterNotebooks {
+pub struct JupyterNotebooks {
     server: Server,
     /// The directory of the server's root that holds this caller's notebooks (a principal's,
     /// named after them), made at the first write; `None`: the whole root.
@@ -59,7 +59,7 @@ const ROOM_TIMEOUT: Duration = Duration::from_secs(30);
 const SOLO_RECHECK: Duration = Duration::from_secs(60);
 
 impl JupyterNotebooks {
-    pub(crate) fn new(server: Server, area: Option<String>) -> JupyterNotebooks {
+    pub fn new(server: Server, area: Option<String>) -> JupyterNotebooks {
         JupyterNotebooks {
             server,
             area,
@@ -72,7 +72,7 @@ impl JupyterNotebooks {
 
     /// The notebook's live document when the server collaborates (`None`: it does not).
     /// A room that closed is joined again once; failing that, the error says why.
-    pub(crate) async fn room(&self, path: &NotebookPath) -> Result<Option<Room>, ToolError> {
+    pub async fn room(&self, path: &NotebookPath) -> Result<Option<Room>, StoreError> {
         {
             let solo = self
                 .solo_since
@@ -94,8 +94,9 @@ impl JupyterNotebooks {
                         self.server
                             .notebook_exists(server_path)
                             .await
-                            .map_err(|error| {
-                                ToolError::from(jupyter_notebook_error(&path.relative, &error))
+                            .map_err(|error| StoreError::Jupyter {
+                                path: path.relative.clone(),
+                                error,
                             })?;
                     if exists {
                         return Ok(Some(room.clone()));
@@ -105,10 +106,9 @@ impl JupyterNotebooks {
                     if let Some(room) = room {
                         room.close().await;
                     }
-                    return Err(notebook_error(&Error::NotFound {
+                    return Err(StoreError::Notebook(Error::NotFound {
                         path: path.relative.clone(),
-                    })
-                    .into());
+                    }));
                 }
                 Some(why) => {
                     tracing::info!(why = %why, "a notebook's live document closed; joining again");
@@ -128,12 +128,15 @@ impl JupyterNotebooks {
                     .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(Instant::now());
                 Ok(None)
             }
-            Err(error) => Err(collab_error(&path.relative, &error).into()),
+            Err(error) => Err(StoreError::Collab {
+                path: path.relative.clone(),
+                error,
+            }),
         }
     }
 
     /// Leaves the notebook's live document, if joined.
-    pub(crate) async fn leave(&self, path: &NotebookPath) {
+    pub async fn leave(&self, path: &NotebookPath) {
         let room = self.rooms.lock().await.remove(server_path(path));
         if let Some(room) = room {
             room.close().await;
@@ -154,33 +157,35 @@ impl JupyterNotebooks {
         lock
     }
 
-    async fn read(&self, path: &NotebookPath) -> Result<Loaded, ToolError> {
+    async fn read(&self, path: &NotebookPath) -> Result<Loaded, StoreError> {
         match self.room(path).await? {
             Some(room) => live_read(path, &room).map(|(_, loaded)| loaded),
             None => self.read_file(path).await,
         }
     }
 
-    async fn read_file(&self, path: &NotebookPath) -> Result<Loaded, ToolError> {
+    async fn read_file(&self, path: &NotebookPath) -> Result<Loaded, StoreError> {
         let server_path = server_path(path);
         let file = self
             .server
             .get_notebook(server_path, true)
             .await
-            .map_err(|error| ToolError::from(jupyter_notebook_error(&path.relative, &error)))?;
+            .map_err(|error| StoreError::Jupyter {
+                path: path.relative.clone(),
+                error,
+            })?;
         let Some(mut content) = file.content else {
-            return Err(notebook_error(&Error::InvalidNotebook {
+            return Err(StoreError::Notebook(Error::InvalidNotebook {
                 path: path.relative.clone(),
                 problem: "the server sent no content".to_owned(),
-            })
-            .into());
+            }));
         };
         strip_transient(&mut content);
         let notebook = Notebook::from_value(content).map_err(|problem| {
-            ToolError::from(notebook_error(&Error::InvalidNotebook {
+            StoreError::Notebook(Error::InvalidNotebook {
                 path: path.relative.clone(),
                 problem,
-            }))
+            })
         })?;
         let bytes = notebook.to_bytes();
         Ok(Loaded {
@@ -194,24 +199,27 @@ impl JupyterNotebooks {
     }
 
     /// The revision now, or `None` when there is no such notebook.
-    async fn current_revision(&self, path: &NotebookPath) -> Result<Option<String>, ToolError> {
+    async fn current_revision(&self, path: &NotebookPath) -> Result<Option<String>, StoreError> {
         match self.server.get_notebook(server_path(path), false).await {
             Ok(file) => match file.hash {
                 Some(hash) => Ok(Some(hash)),
                 None => Ok(Some(self.read_file(path).await?.revision)),
             },
             Err(ipython_mcp_jupyter::Error::RemoteNotFound { .. }) => Ok(None),
-            Err(error) => Err(jupyter_notebook_error(&path.relative, &error).into()),
+            Err(error) => Err(StoreError::Jupyter {
+                path: path.relative.clone(),
+                error,
+            }),
         }
     }
 
     /// The caller's area, if any (notebook paths are checked inside it).
-    pub(crate) fn area(&self) -> Option<&str> {
+    pub fn area(&self) -> Option<&str> {
         self.area.as_deref()
     }
 
     /// The notebooks of the caller's area (all of the server's without one), as paths in it.
-    pub(crate) async fn list(
+    pub async fn list(
         &self,
         depth: usize,
         limit: usize,
@@ -231,18 +239,24 @@ impl JupyterNotebooks {
         })
     }
 
-    async fn write(&self, path: &NotebookPath, notebook: &Notebook) -> Result<String, ToolError> {
+    async fn write(&self, path: &NotebookPath, notebook: &Notebook) -> Result<String, StoreError> {
         if let Some(area) = &self.area {
             self.area_made
                 .get_or_try_init(|| self.server.ensure_directory(area))
                 .await
-                .map_err(|error| ToolError::from(jupyter_notebook_error(&path.relative, &error)))?;
+                .map_err(|error| StoreError::Jupyter {
+                    path: path.relative.clone(),
+                    error,
+                })?;
         }
         let content = Value::Object(notebook.as_json().clone());
         self.server
             .put_notebook(server_path(path), &content)
             .await
-            .map_err(|error| ToolError::from(jupyter_notebook_error(&path.relative, &error)))?;
+            .map_err(|error| StoreError::Jupyter {
+                path: path.relative.clone(),
+                error,
+            })?;
         // The revision of what the server wrote (its bytes are its own formatting).
         Ok(self
             .current_revision(path)
@@ -252,15 +266,16 @@ impl JupyterNotebooks {
 }
 
 /// The live document as a notebook, with the JSON it came from (the `before` of an edit).
-fn live_read(path: &NotebookPath, room: &Room) -> Result<(Value, Loaded), ToolError> {
-    let document = room
-        .notebook()
-        .map_err(|error| ToolError::from(collab_error(&path.relative, &error)))?;
+fn live_read(path: &NotebookPath, room: &Room) -> Result<(Value, Loaded), StoreError> {
+    let document = room.notebook().map_err(|error| StoreError::Collab {
+        path: path.relative.clone(),
+        error,
+    })?;
     let notebook = Notebook::from_value(document.clone()).map_err(|problem| {
-        ToolError::from(notebook_error(&Error::InvalidNotebook {
+        StoreError::Notebook(Error::InvalidNotebook {
             path: path.relative.clone(),
             problem,
-        }))
+        })
     })?;
     let bytes = notebook.to_bytes();
     Ok((
@@ -289,16 +304,15 @@ fn strip_transient(content: &mut Value) {
     }
 }
 
-fn conflict(path: &NotebookPath, expected: &str, actual: &str) -> ToolError {
-    notebook_error(&Error::RevisionConflict {
+fn conflict(path: &NotebookPath, expected: &str, actual: &str) -> StoreError {
+    StoreError::Notebook(Error::RevisionConflict {
         path: path.relative.clone(),
         expected: expected.to_owned(),
         actual: actual.to_owned(),
     })
-    .into()
 }
 
-fn check(path: &NotebookPath, expected: Option<&str>, actual: &str) -> Result<(), ToolError> {
+fn check(path: &NotebookPath, expected: Option<&str>, actual: &str) -> Result<(), StoreError> {
     match expected {
         Some(expected) if !expected.eq_ignore_ascii_case(actual) => {
             Err(conflict(path, expected, actual))
@@ -307,23 +321,20 @@ fn check(path: &NotebookPath, expected: Option<&str>, actual: &str) -> Result<()
     }
 }
 
-/// Runs file work on the blocking pool; the error is as the agent would see it.
-pub(crate) async fn blocking<T: Send + 'static>(
+/// Runs file work on the blocking pool.
+pub async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, Error> + Send + 'static,
-) -> Result<T, ToolError> {
+) -> Result<T, StoreError> {
     match tokio::task::spawn_blocking(work).await {
         Ok(Ok(value)) => Ok(value),
-        Ok(Err(error)) => Err(notebook_error(&error).into()),
-        Err(_) => Err(ToolError::new(
-            ipython_mcp_output::Code::InternalError,
-            "the file operation failed",
-        )),
+        Ok(Err(error)) => Err(StoreError::Notebook(error)),
+        Err(_) => Err(StoreError::Lost),
     }
 }
 
 impl Store {
     /// Reads and parses a notebook.
-    pub(crate) async fn read(&self, path: &NotebookPath) -> Result<Loaded, ToolError> {
+    pub async fn read(&self, path: &NotebookPath) -> Result<Loaded, StoreError> {
         match self {
             Store::Local(workspace) => {
                 let (workspace, path) = (Arc::clone(workspace), path.clone());
@@ -334,21 +345,21 @@ impl Store {
     }
 
     /// Reads a notebook and checks it is at `expected` when given: what a run needs first.
-    pub(crate) async fn load(
+    pub async fn load(
         &self,
         path: &NotebookPath,
         expected: Option<&str>,
-    ) -> Result<Loaded, ToolError> {
+    ) -> Result<Loaded, StoreError> {
         let loaded = self.read(path).await?;
         check(path, expected, &loaded.revision)?;
         Ok(loaded)
     }
 
     /// The revision and size of a notebook, parsed only where the place requires it.
-    pub(crate) async fn revision_and_size(
+    pub async fn revision_and_size(
         &self,
         path: &NotebookPath,
-    ) -> Result<(String, usize), ToolError> {
+    ) -> Result<(String, usize), StoreError> {
         match self {
             Store::Local(workspace) => {
                 let (workspace, path) = (Arc::clone(workspace), path.clone());
@@ -363,13 +374,13 @@ impl Store {
 
     /// Writes a new notebook: an existing one is `notebook_exists` unless `overwrite` (then
     /// replaced only if still at `expected`, when given). Returns the new revision.
-    pub(crate) async fn create(
+    pub async fn create(
         &self,
         path: &NotebookPath,
         notebook: Notebook,
         overwrite: bool,
         expected: Option<String>,
-    ) -> Result<String, ToolError> {
+    ) -> Result<String, StoreError> {
         match self {
             Store::Local(workspace) => {
                 let (workspace, path) = (Arc::clone(workspace), path.clone());
@@ -381,10 +392,9 @@ impl Store {
                 let _turn = lock.lock().await;
                 match jupyter.current_revision(path).await? {
                     Some(_) if !overwrite => {
-                        return Err(notebook_error(&Error::AlreadyExists {
+                        return Err(StoreError::Notebook(Error::AlreadyExists {
                             path: path.relative.clone(),
-                        })
-                        .into())
+                        }))
                     }
                     Some(current) => check(path, expected.as_deref(), &current)?,
                     None => {}
@@ -401,12 +411,12 @@ impl Store {
 
     /// The one read-modify-write: read the notebook, check it is at `expected` (when given),
     /// apply `change` (ids ensured), write it. Nothing is written when a step fails.
-    pub(crate) async fn mutate<T: Send + 'static>(
+    pub async fn mutate<T: Send + 'static>(
         &self,
         path: &NotebookPath,
         expected: Option<String>,
         change: impl FnOnce(&mut Notebook) -> Result<T, Error> + Send + 'static,
-    ) -> Result<Mutated<T>, ToolError> {
+    ) -> Result<Mutated<T>, StoreError> {
         match self {
             Store::Local(workspace) => {
                 let (workspace, relative) = (Arc::clone(workspace), path.relative.clone());
@@ -422,8 +432,7 @@ impl Store {
                 check(path, expected.as_deref(), &loaded.revision)?;
                 let mut notebook = loaded.notebook;
                 notebook.ensure_ids();
-                let value = change(&mut notebook)
-                    .map_err(|error| ToolError::from(notebook_error(&error)))?;
+                let value = change(&mut notebook).map_err(StoreError::Notebook)?;
                 let cell_count = notebook.cells().len();
                 // The last check: a person's save since the read is a conflict, not lost.
                 if let Some(now) = jupyter.current_revision(path).await? {
@@ -451,16 +460,19 @@ async fn live_mutate<T>(
     room: &Room,
     expected: Option<String>,
     change: impl FnOnce(&mut Notebook) -> Result<T, Error>,
-) -> Result<Mutated<T>, ToolError> {
+) -> Result<Mutated<T>, StoreError> {
     let (before, loaded) = live_read(path, room)?;
     check(path, expected.as_deref(), &loaded.revision)?;
     let mut notebook = loaded.notebook;
     notebook.ensure_ids();
-    let value = change(&mut notebook).map_err(|error| ToolError::from(notebook_error(&error)))?;
+    let value = change(&mut notebook).map_err(StoreError::Notebook)?;
     let cell_count = notebook.cells().len();
     room.apply(&before, &Value::Object(notebook.as_json().clone()))
         .await
-        .map_err(|error| ToolError::from(collab_error(&path.relative, &error)))?;
+        .map_err(|error| StoreError::Collab {
+            path: path.relative.clone(),
+            error,
+        })?;
     // The document now: ours and whatever merged with it meanwhile.
     let (_, after) = live_read(path, room)?;
     Ok(Mutated {
