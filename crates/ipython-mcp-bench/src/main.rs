@@ -42,7 +42,7 @@
 //! and prints p50/p99 and the ratios a/b and a/c. Figures are medians of one run on a noisy
 //! machine; compare ratios, not absolute numbers.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -62,9 +62,12 @@ mod server;
 mod soak;
 mod spool;
 
-use latency::{bench_jupyter_client, bench_mcp, bench_raw_client, bench_session, CALLS, WARMUP};
+use latency::{
+    bench_jupyter_client, bench_mcp, bench_raw_client, bench_session, NamespaceTimes, Rss, CALLS,
+    WARMUP,
+};
 use lifecycle::{
-    bench_replacement, bench_sigterm, print_sigterm, HANG_GRACE_SECONDS, REPLACEMENTS,
+    bench_replacement, bench_sigterm, print_sigterm, Recovery, HANG_GRACE_SECONDS, REPLACEMENTS,
 };
 use output::{bench_image_fit, bench_retained, print_image_fit, print_retained};
 use percentile::percentile;
@@ -84,44 +87,14 @@ async fn main() -> anyhow::Result<()> {
         None => sibling_binary("ipython-mcp")?,
     };
     match std::env::args().nth(1).as_deref() {
-        Some("execute") => {
-            let (mcp, _, namespace) = bench_mcp(&server_binary).await?;
-            for (name, samples) in [
-                ("(a) MCP stdio execute", &mcp),
-                ("inspect", &namespace.inspect),
-                ("call_function", &namespace.call),
-                ("dynamic tool call", &namespace.dynamic_call),
-            ] {
-                println!("{name:<24} p50 {:>7.3} ms", percentile(samples, 0.50));
-            }
-            return Ok(());
-        }
+        Some("execute") => return bench_execute(&server_binary).await,
         Some("remote") => return remote::bench_remote(&server_binary).await,
         Some("principals") => return principals::bench_principals(&server_binary).await,
         Some("retained") => {
             print_retained(&bench_retained(&server_binary).await?);
             return Ok(());
         }
-        Some("spool") => {
-            let rounds = match std::env::args().nth(2) {
-                Some(rounds) => rounds.parse().context("ROUNDS is a positive number")?,
-                None => spool::SPOOL_ROUNDS,
-            };
-            if rounds == 0 {
-                bail!("ROUNDS is a positive number");
-            }
-            let python = resolve_python().await?;
-            let cost = spool::bench_spool(&server_binary, &python, rounds).await?;
-            spool::print_spool(&cost);
-            if cost.ratio() > spool::MAX_SPOOL_RATIO {
-                bail!(
-                    "the spool costs {:.1} % over a run without it (target <= {:.0} %)",
-                    (cost.ratio() - 1.0) * 100.0,
-                    (spool::MAX_SPOOL_RATIO - 1.0) * 100.0
-                );
-            }
-            return Ok(());
-        }
+        Some("spool") => return bench_spool(&server_binary).await,
         Some("soak") => {
             let (seconds, seed) = soak_arguments(std::env::args().skip(2))?;
             return soak::soak(&server_binary, seconds, seed).await;
@@ -156,32 +129,84 @@ async fn main() -> anyhow::Result<()> {
     let sigterm = bench_sigterm(&server_binary).await?;
     let image_fit = bench_image_fit().await?;
 
+    print_round_trips(&mcp, &raw, &session, &python_floor, &namespace);
+    print_memory(&rss);
+    print_recovery(&with_spare, &without_spare, &startup);
+    print_retained(&retained);
+    print_sigterm(&sigterm);
+    print_image_fit(&image_fit);
+    Ok(())
+}
+
+/// `ipython-mcp-bench execute`: (a) and the namespace calls alone, p50 only.
+async fn bench_execute(server_binary: &Path) -> anyhow::Result<()> {
+    let (mcp, _, namespace) = bench_mcp(server_binary).await?;
+    for (name, samples) in [
+        ("(a) MCP stdio execute", &mcp),
+        ("inspect", &namespace.inspect),
+        ("call_function", &namespace.call),
+        ("dynamic tool call", &namespace.dynamic_call),
+    ] {
+        println!("{name:<24} p50 {:>7.3} ms", percentile(samples, 0.50));
+    }
+    Ok(())
+}
+
+/// `ipython-mcp-bench spool [ROUNDS]`: the spool's cost over a run without it, failing past
+/// [`spool::MAX_SPOOL_RATIO`].
+async fn bench_spool(server_binary: &Path) -> anyhow::Result<()> {
+    let rounds = match std::env::args().nth(2) {
+        Some(rounds) => rounds.parse().context("ROUNDS is a positive number")?,
+        None => spool::SPOOL_ROUNDS,
+    };
+    if rounds == 0 {
+        bail!("ROUNDS is a positive number");
+    }
+    let python = resolve_python().await?;
+    let cost = spool::bench_spool(server_binary, &python, rounds).await?;
+    spool::print_spool(&cost);
+    if cost.ratio() > spool::MAX_SPOOL_RATIO {
+        bail!(
+            "the spool costs {:.1} % over a run without it (target <= {:.0} %)",
+            (cost.ratio() - 1.0) * 100.0,
+            (spool::MAX_SPOOL_RATIO - 1.0) * 100.0
+        );
+    }
+    Ok(())
+}
+
+/// The round-trip table of the full run, (a) to (c) and the namespace calls, and the ratios
+/// of (a) to the floors.
+fn print_round_trips(
+    mcp: &[f64],
+    raw: &[f64],
+    session: &[f64],
+    python_floor: &[f64],
+    namespace: &NamespaceTimes,
+) {
     println!();
     println!(
         "{:<58} {:>9} {:>9}",
         "round trip of `x = x + 1` (reply + idle)", "p50 ms", "p99 ms"
     );
     for (name, samples) in [
-        ("(a) MCP stdio: rmcp client -> ipython-mcp -> kernel", &mcp),
-        ("(b) our kernel client (ipython-mcp-jupyter), no MCP", &raw),
+        ("(a) MCP stdio: rmcp client -> ipython-mcp -> kernel", mcp),
+        ("(b) our kernel client (ipython-mcp-jupyter), no MCP", raw),
         (
             "(b2) our session layer (helper + bounding), no MCP",
-            &session,
+            session,
         ),
-        (
-            "(c) Python jupyter_client, same kernel flags",
-            &python_floor,
-        ),
+        ("(c) Python jupyter_client, same kernel flags", python_floor),
         (
             "inspect `f` through MCP (helper comm RPC)",
-            &namespace.inspect,
+            &namespace.inspect[..],
         ),
-        ("call_function `f(x=1)` through MCP", &namespace.call),
+        ("call_function `f(x=1)` through MCP", &namespace.call[..]),
         (
             "dynamic tool call `tool_0(x=1)` (100 registered)",
-            &namespace.dynamic_call,
+            &namespace.dynamic_call[..],
         ),
-        ("tools/list with 100 dynamic tools", &namespace.list_100),
+        ("tools/list with 100 dynamic tools", &namespace.list_100[..]),
     ] {
         println!(
             "{name:<58} {:>9.3} {:>9.3}",
@@ -190,10 +215,10 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     let (a, b, b2, c) = (
-        percentile(&mcp, 0.5),
-        percentile(&raw, 0.5),
-        percentile(&session, 0.5),
-        percentile(&python_floor, 0.5),
+        percentile(mcp, 0.5),
+        percentile(raw, 0.5),
+        percentile(session, 0.5),
+        percentile(python_floor, 0.5),
     );
     println!();
     println!(
@@ -208,6 +233,10 @@ async fn main() -> anyhow::Result<()> {
         "ratio a/c  (MCP stack vs bare jupyter_client, target <= 1.0): {:.2}",
         a / c
     );
+}
+
+/// (d): the server's RSS when idle and at its peak during the 200 MB print.
+fn print_memory(rss: &Rss) {
     println!();
     println!(
         "server RSS idle:                       {:>6.1} MiB (target <= 20)",
@@ -222,6 +251,11 @@ async fn main() -> anyhow::Result<()> {
         "flood execute took {:.2} s; omitted chars reported: {}",
         rss.flood_seconds, rss.flood_omitted
     );
+}
+
+/// (e) and (f): kernel replacement after a death, startup to `initialize`, and the time to a
+/// usable kernel after a hang, with a warm spare and without one.
+fn print_recovery(with_spare: &Recovery, without_spare: &Recovery, startup: &[(String, Vec<f64>)]) {
     println!();
     println!("kernel replacement after os._exit (replacement_startup_seconds, {REPLACEMENTS} kills each):");
     println!(
@@ -235,7 +269,7 @@ async fn main() -> anyhow::Result<()> {
         percentile(&without_spare.died, 1.0)
     );
     println!("process start -> `initialize` answered ({STARTS} starts each):");
-    for (name, samples) in &startup {
+    for (name, samples) in startup {
         println!(
             "  {name:<40} p50 {:>9.3} ms, max {:>9.3} ms",
             percentile(samples, 0.5),
@@ -253,10 +287,6 @@ async fn main() -> anyhow::Result<()> {
         percentile(&without_spare.hung, 0.5),
         percentile(&without_spare.hung, 1.0)
     );
-    print_retained(&retained);
-    print_sigterm(&sigterm);
-    print_image_fit(&image_fit);
-    Ok(())
 }
 
 /// `[--seconds N] [--seed S]` of `soak`: 60 s and seed 1 unless given.

@@ -319,39 +319,7 @@ async fn run_layout(
     let tokens: Vec<String> = (0..layout.principals())
         .map(|_| random_token())
         .collect::<anyhow::Result<_>>()?;
-    let mut env = vec![
-        (ipython_mcp_config::LOG.env, "warn".to_owned()),
-        (ipython_mcp_config::PYTHON.env, python.display().to_string()),
-        (ipython_mcp_config::SPARE_KERNELS.env, "0".to_owned()),
-        (
-            ipython_mcp_config::WORKSPACE_ROOT.env,
-            workspace.display().to_string(),
-        ),
-        (
-            ipython_mcp_config::MAX_PENDING_OPERATIONS.env,
-            MAX_PENDING.to_string(),
-        ),
-        (
-            ipython_mcp_config::WORKER_STARTUP_TIMEOUT.env,
-            "120".to_owned(),
-        ),
-    ];
-    match layout {
-        Layout::Principals => {
-            let file = dir.path().join("principals");
-            let lines: String = tokens
-                .iter()
-                .enumerate()
-                .map(|(index, token)| format!("{} {token}\n", principal_name(index)))
-                .collect();
-            write_private(&file, &lines)?;
-            env.push((
-                ipython_mcp_config::HTTP_PRINCIPALS_FILE.env,
-                file.display().to_string(),
-            ));
-        }
-        Layout::OneToken => env.push((ipython_mcp_config::HTTP_TOKEN.env, tokens[0].clone())),
-    }
+    let env = layout_env(dir.path(), &workspace, python, layout, &tokens)?;
     let server = start(server_binary, &env).await?;
 
     let clients = connect(&server.url, layout, &tokens).await?;
@@ -362,50 +330,8 @@ async fn run_layout(
     wait_ready(&peers).await?;
 
     // Marks: every client defines its own, then (all defined) lists what it sees.
-    let defined = each(&clients, |who, peer| async move {
-        let code = format!("{} = '{}'", mark(&who.principal, who.index), who.principal);
-        let mut calls = Calls::default();
-        match call(&peer, "execute", &execute_arguments(&code)).await {
-            Ok(result) => calls
-                .execution_counts
-                .extend(execution_count(&text_of(&result))),
-            Err(error) => calls.errors.push(error),
-        }
-        calls
-    })
-    .await?;
-    let checked = each(&clients, |who, peer| async move {
-        let code = "'|'.join(sorted(k for k in globals() if k.startswith('mark_')))";
-        let mut calls = Calls::default();
-        match call(&peer, "execute", &execute_arguments(code)).await {
-            Ok(result) => {
-                let text = text_of(&result);
-                calls.execution_counts.extend(execution_count(&text));
-                match listed_marks(&text) {
-                    Some(listed) => {
-                        let foreign = foreign_marks(&who.principal, &listed);
-                        let own = listed.len() - foreign.len();
-                        calls.leaks.extend(
-                            foreign
-                                .into_iter()
-                                .map(|name| format!("a client of {} sees {name}", who.principal)),
-                        );
-                        // Fewer would mean clients of one principal do not share a kernel.
-                        if own != who.siblings {
-                            calls.errors.push(format!(
-                                "a client of {} sees {own} of its principal's {} marks",
-                                who.principal, who.siblings
-                            ));
-                        }
-                    }
-                    None => calls.errors.push(format!("no marks listed: {text:?}")),
-                }
-            }
-            Err(error) => calls.errors.push(error),
-        }
-        calls
-    })
-    .await?;
+    let defined = each(&clients, define_mark).await?;
+    let checked = each(&clients, list_marks).await?;
 
     // CPU per call tells which side bounds the rate: the server, or this process's fifty
     // clients on the same cores.
@@ -461,6 +387,98 @@ async fn run_layout(
         peak_rss_kib,
         status_cpu_us,
     })
+}
+
+/// The server's environment for `layout`: quiet, no spare kernels, files under `workspace`,
+/// and the layout's credentials (a principals file written into `dir`, or the one token).
+fn layout_env(
+    dir: &Path,
+    workspace: &Path,
+    python: &Path,
+    layout: Layout,
+    tokens: &[String],
+) -> anyhow::Result<Vec<(&'static str, String)>> {
+    let mut env = vec![
+        (ipython_mcp_config::LOG.env, "warn".to_owned()),
+        (ipython_mcp_config::PYTHON.env, python.display().to_string()),
+        (ipython_mcp_config::SPARE_KERNELS.env, "0".to_owned()),
+        (
+            ipython_mcp_config::WORKSPACE_ROOT.env,
+            workspace.display().to_string(),
+        ),
+        (
+            ipython_mcp_config::MAX_PENDING_OPERATIONS.env,
+            MAX_PENDING.to_string(),
+        ),
+        (
+            ipython_mcp_config::WORKER_STARTUP_TIMEOUT.env,
+            "120".to_owned(),
+        ),
+    ];
+    match layout {
+        Layout::Principals => {
+            let file = dir.join("principals");
+            let lines: String = tokens
+                .iter()
+                .enumerate()
+                .map(|(index, token)| format!("{} {token}\n", principal_name(index)))
+                .collect();
+            write_private(&file, &lines)?;
+            env.push((
+                ipython_mcp_config::HTTP_PRINCIPALS_FILE.env,
+                file.display().to_string(),
+            ));
+        }
+        Layout::OneToken => env.push((ipython_mcp_config::HTTP_TOKEN.env, tokens[0].clone())),
+    }
+    Ok(env)
+}
+
+/// A client's mark: a variable named for it and its principal, in its principal's kernel.
+async fn define_mark(who: Who, peer: Peer<RoleClient>) -> Calls {
+    let code = format!("{} = '{}'", mark(&who.principal, who.index), who.principal);
+    let mut calls = Calls::default();
+    match call(&peer, "execute", &execute_arguments(&code)).await {
+        Ok(result) => calls
+            .execution_counts
+            .extend(execution_count(&text_of(&result))),
+        Err(error) => calls.errors.push(error),
+    }
+    calls
+}
+
+/// Lists the marks a client sees (once every client has defined its own): another
+/// principal's is a leak, and it must see all of its own principal's.
+async fn list_marks(who: Who, peer: Peer<RoleClient>) -> Calls {
+    let code = "'|'.join(sorted(k for k in globals() if k.startswith('mark_')))";
+    let mut calls = Calls::default();
+    match call(&peer, "execute", &execute_arguments(code)).await {
+        Ok(result) => {
+            let text = text_of(&result);
+            calls.execution_counts.extend(execution_count(&text));
+            match listed_marks(&text) {
+                Some(listed) => {
+                    let foreign = foreign_marks(&who.principal, &listed);
+                    let own = listed.len() - foreign.len();
+                    calls.leaks.extend(
+                        foreign
+                            .into_iter()
+                            .map(|name| format!("a client of {} sees {name}", who.principal)),
+                    );
+                    // Fewer would mean clients of one principal do not share a kernel.
+                    if own != who.siblings {
+                        calls.errors.push(format!(
+                            "a client of {} sees {own} of its principal's {} marks",
+                            who.principal, who.siblings
+                        ));
+                    }
+                }
+                None => calls.errors.push(format!("no marks listed: {text:?}")),
+            }
+        }
+        Err(error) => calls.errors.push(error),
+    }
+    calls
 }
 
 /// 32 random bytes in hex: a bearer token well past the 16-character minimum.

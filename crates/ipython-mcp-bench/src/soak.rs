@@ -51,6 +51,8 @@ const STARTUP_SECONDS: u64 = 30;
 const MEMORY_LIMIT: &str = "300MiB";
 const SPOOL_BYTES: u64 = 8 << 20;
 const SPOOL_EXECUTION_BYTES: u64 = 4 << 20;
+/// A spool's bound per session: its limit, plus the executions being written (both streams).
+const SPOOL_BOUND: u64 = SPOOL_BYTES + 2 * SPOOL_EXECUTION_BYTES;
 /// HTTP lanes (the first on the `default` kernel, the others on started ones) and stdio lanes.
 const HTTP_LANES: usize = 3;
 const STDIO_LANES: usize = 1;
@@ -235,6 +237,34 @@ async fn call_on(
 }
 
 impl Lane {
+    /// A lane named `name`, its notebook `<name>.ipynb`, with nothing done yet.
+    fn new(
+        name: String,
+        peer: Peer<RoleClient>,
+        kernel: Option<String>,
+        via: Via,
+        rng: Rng,
+        stats: &Shared,
+        tasks: bool,
+    ) -> Lane {
+        Lane {
+            notebook: format!("{name}.ipynb"),
+            name,
+            peer,
+            kernel,
+            via,
+            rng,
+            stats: Arc::clone(stats),
+            jobs: Vec::new(),
+            inserted: Vec::new(),
+            faults: 0,
+            serial: 0,
+            executions: AtomicU64::new(0),
+            tasks,
+            task_ids: Vec::new(),
+        }
+    }
+
     fn with_kernel(&self, mut arguments: Value) -> Value {
         if let Some(kernel) = &self.kernel {
             arguments["kernel"] = json!(kernel);
@@ -481,77 +511,15 @@ impl Lane {
         if !self.trivial().await {
             return;
         }
-        let kinds: &[&'static str] = match self.via {
-            Via::Http { .. } => &[
-                "sigkill",
-                "sigstop",
-                "memory",
-                "interrupt",
-                "cancel",
-                "disconnect",
-                "restart",
-            ],
-            Via::Stdio => &[
-                "sigkill",
-                "sigstop",
-                "memory",
-                "interrupt",
-                "cancel",
-                "restart",
-            ],
-        };
-        let kind = kinds[self.rng.below(kinds.len() as u64) as usize];
+        let kind = self.pick_fault();
         let began = Instant::now();
         with(&self.stats, |stats| {
             *stats.faults.entry(kind).or_default() += 1
         });
         self.faults += 1;
         match kind {
-            "sigkill" => {
-                let running = self.running("import time\ntime.sleep(15)", json!({}));
-                let killer = async {
-                    if self.wait_active().await {
-                        if let Some(pid) = self.kernel_pid().await {
-                            signal(pid, "KILL");
-                        }
-                    }
-                };
-                let (answer, ()) = tokio::join!(running, killer);
-                self.expect("execute under SIGKILL", &answer, &["kernel_died"]);
-                if let Some(answer) = &answer {
-                    if answer.structured["runtime"]["namespace"] != "reset" {
-                        self.fail(format!(
-                            "after SIGKILL the namespace is not reset: {}",
-                            answer.structured["runtime"]
-                        ));
-                    }
-                }
-            }
-            "sigstop" => {
-                // Stopped while it runs the cell, so the interrupt is delivered at the deadline
-                // and the grace ends in a replacement. (Stopped before it begins a request, the
-                // interrupt would wait up to the kernel startup bound: by design, see run.rs.)
-                let running =
-                    self.running("import time\ntime.sleep(15)", json!({"timeout_seconds": 3}));
-                let stopper = async {
-                    if self.wait_active().await {
-                        if let Some(pid) = self.kernel_pid().await {
-                            signal(pid, "STOP");
-                            return Some(pid);
-                        }
-                    }
-                    None
-                };
-                let (answer, stopped) = tokio::join!(running, stopper);
-                if let Some(pid) = stopped {
-                    signal(pid, "CONT");
-                }
-                self.expect(
-                    "execute on a stopped kernel",
-                    &answer,
-                    &["operation_timeout", "kernel_died"],
-                );
-            }
+            "sigkill" => self.sigkill_fault().await,
+            "sigstop" => self.sigstop_fault().await,
             "memory" => {
                 let answer = self
                     .execute(
@@ -561,66 +529,13 @@ impl Lane {
                     .await;
                 self.expect("memory blow-up", &answer, &["out_of_memory"]);
             }
-            "interrupt" => {
-                let running = self.running("import time\ntime.sleep(15)", json!({}));
-                let interrupter = async {
-                    if self.wait_active().await {
-                        let answer = self.call("interrupt", self.with_kernel(json!({}))).await;
-                        self.expect("interrupt", &answer, &["ok"]);
-                    }
-                };
-                let (answer, ()) = tokio::join!(running, interrupter);
-                self.expect(
-                    "interrupted execute",
-                    &answer,
-                    &["execution_error", "operation_cancelled"],
-                );
-            }
+            "interrupt" => self.interrupt_fault().await,
             "cancel" if self.tasks && self.rng.below(2) == 0 => self.cancel_task().await,
-            "cancel" => {
-                // call_tool sends notifications/cancelled when its future is dropped.
-                let arguments = self.with_kernel(json!({"code": "import time\ntime.sleep(10)"}));
-                let request = CallToolRequestParams::new("execute")
-                    .with_arguments(arguments.as_object().cloned().unwrap_or_default());
-                with(&self.stats, |stats| {
-                    *stats.calls.entry("execute".to_owned()).or_default() += 1
-                });
-                self.executions.fetch_add(1, Ordering::Relaxed);
-                let peer = self.peer.clone();
-                let cancelled = tokio::select! {
-                    answered = peer.call_tool(request) => Some(answered),
-                    _ = self.wait_active() => None,
-                };
-                if let Some(answered) = cancelled {
-                    self.fail(format!(
-                        "the call to cancel ended first: {:?}",
-                        answered.map(|result| answer_of(result).outcome())
-                    ));
-                }
-            }
+            "cancel" => self.cancel_fault().await,
             "disconnect" => {
-                let Via::Http { url, token } = self.via.clone() else {
+                if !self.disconnect_fault().await {
                     return;
-                };
-                let client = match connect_http(&url, &token, None).await {
-                    Ok(client) => client,
-                    Err(error) => {
-                        self.fail(format!("a second HTTP client did not connect: {error:#}"));
-                        return;
-                    }
-                };
-                let peer = client.peer().clone();
-                let request = CallToolRequestParams::new("execute").with_arguments(
-                    self.with_kernel(json!({"code": "import time\ntime.sleep(5)"}))
-                        .as_object()
-                        .cloned()
-                        .unwrap_or_default(),
-                );
-                self.executions.fetch_add(1, Ordering::Relaxed);
-                let call = tokio::spawn(async move { peer.call_tool(request).await });
-                self.wait_active().await;
-                call.abort();
-                drop(client);
+                }
             }
             _ => {
                 let answer = self
@@ -640,6 +555,150 @@ impl Lane {
                 (began.elapsed() - faulted).as_secs_f64()
             );
         }
+    }
+
+    /// The next fault, at random among those the lane's transport allows (a client dropped
+    /// mid-call is a second one, which only the HTTP server can take).
+    fn pick_fault(&mut self) -> &'static str {
+        let kinds: &[&'static str] = match self.via {
+            Via::Http { .. } => &[
+                "sigkill",
+                "sigstop",
+                "memory",
+                "interrupt",
+                "cancel",
+                "disconnect",
+                "restart",
+            ],
+            Via::Stdio => &[
+                "sigkill",
+                "sigstop",
+                "memory",
+                "interrupt",
+                "cancel",
+                "restart",
+            ],
+        };
+        kinds[self.rng.below(kinds.len() as u64) as usize]
+    }
+
+    /// SIGKILL of the kernel while it runs a cell: the call answers `kernel_died` and says the
+    /// namespace was reset.
+    async fn sigkill_fault(&self) {
+        let running = self.running("import time\ntime.sleep(15)", json!({}));
+        let killer = async {
+            if self.wait_active().await {
+                if let Some(pid) = self.kernel_pid().await {
+                    signal(pid, "KILL");
+                }
+            }
+        };
+        let (answer, ()) = tokio::join!(running, killer);
+        self.expect("execute under SIGKILL", &answer, &["kernel_died"]);
+        if let Some(answer) = &answer {
+            if answer.structured["runtime"]["namespace"] != "reset" {
+                self.fail(format!(
+                    "after SIGKILL the namespace is not reset: {}",
+                    answer.structured["runtime"]
+                ));
+            }
+        }
+    }
+
+    /// SIGSTOP of the kernel while it runs a cell with a short deadline: the call ends in a
+    /// timeout or a replacement (a stopped kernel is continued afterwards).
+    async fn sigstop_fault(&self) {
+        // Stopped while it runs the cell, so the interrupt is delivered at the deadline
+        // and the grace ends in a replacement. (Stopped before it begins a request, the
+        // interrupt would wait up to the kernel startup bound: by design, see run.rs.)
+        let running = self.running("import time\ntime.sleep(15)", json!({"timeout_seconds": 3}));
+        let stopper = async {
+            if self.wait_active().await {
+                if let Some(pid) = self.kernel_pid().await {
+                    signal(pid, "STOP");
+                    return Some(pid);
+                }
+            }
+            None
+        };
+        let (answer, stopped) = tokio::join!(running, stopper);
+        if let Some(pid) = stopped {
+            signal(pid, "CONT");
+        }
+        self.expect(
+            "execute on a stopped kernel",
+            &answer,
+            &["operation_timeout", "kernel_died"],
+        );
+    }
+
+    /// `interrupt` while a cell runs: the cell ends with an error or as cancelled.
+    async fn interrupt_fault(&self) {
+        let running = self.running("import time\ntime.sleep(15)", json!({}));
+        let interrupter = async {
+            if self.wait_active().await {
+                let answer = self.call("interrupt", self.with_kernel(json!({}))).await;
+                self.expect("interrupt", &answer, &["ok"]);
+            }
+        };
+        let (answer, ()) = tokio::join!(running, interrupter);
+        self.expect(
+            "interrupted execute",
+            &answer,
+            &["execution_error", "operation_cancelled"],
+        );
+    }
+
+    /// An MCP cancellation: the call's future is dropped once the kernel runs it. The
+    /// call's answer, if one comes first, is a failure.
+    async fn cancel_fault(&self) {
+        // call_tool sends notifications/cancelled when its future is dropped.
+        let arguments = self.with_kernel(json!({"code": "import time\ntime.sleep(10)"}));
+        let request = CallToolRequestParams::new("execute")
+            .with_arguments(arguments.as_object().cloned().unwrap_or_default());
+        with(&self.stats, |stats| {
+            *stats.calls.entry("execute".to_owned()).or_default() += 1
+        });
+        self.executions.fetch_add(1, Ordering::Relaxed);
+        let peer = self.peer.clone();
+        let cancelled = tokio::select! {
+            answered = peer.call_tool(request) => Some(answered),
+            _ = self.wait_active() => None,
+        };
+        if let Some(answered) = cancelled {
+            self.fail(format!(
+                "the call to cancel ended first: {:?}",
+                answered.map(|result| answer_of(result).outcome())
+            ));
+        }
+    }
+
+    /// A second HTTP client that drops mid-call. `false` when it could not connect (a
+    /// failure recorded here), and the lane skips its after-fault check.
+    async fn disconnect_fault(&self) -> bool {
+        let Via::Http { url, token } = self.via.clone() else {
+            return false;
+        };
+        let client = match connect_http(&url, &token, None).await {
+            Ok(client) => client,
+            Err(error) => {
+                self.fail(format!("a second HTTP client did not connect: {error:#}"));
+                return false;
+            }
+        };
+        let peer = client.peer().clone();
+        let request = CallToolRequestParams::new("execute").with_arguments(
+            self.with_kernel(json!({"code": "import time\ntime.sleep(5)"}))
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        );
+        self.executions.fetch_add(1, Ordering::Relaxed);
+        let call = tokio::spawn(async move { peer.call_tool(request).await });
+        self.wait_active().await;
+        call.abort();
+        drop(client);
+        true
     }
 
     /// Starts `code` in the background; its execution id (a tasks lane's task id).
@@ -1115,7 +1174,98 @@ async fn run(server_binary: &Path, python: &Path, seconds: u64, seed: u64) -> an
     std::fs::create_dir(&workspace)?;
     std::fs::create_dir(&tmp)?;
     let token = random_token()?;
-    let env: Vec<(&str, String)> = vec![
+    let env = server_env(python, &workspace, &tmp, &token);
+    let stats: Shared = Arc::default();
+
+    let mut http = start(server_binary, &env).await?;
+    let (mut stdio_child, stdio_pid, stdio_service, stdio_ledger) =
+        start_stdio(server_binary, &env).await?;
+
+    let mut ledgers = vec![stdio_ledger];
+    let (mut lanes, http_clients) = open_lanes(
+        &http.url,
+        &token,
+        stdio_service.peer(),
+        seed,
+        &stats,
+        &mut ledgers,
+    )
+    .await?;
+    prepare_lanes(&mut lanes, python).await?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let notebooks: Vec<PathBuf> = lanes
+        .iter()
+        .map(|lane| workspace.join(&lane.notebook))
+        .collect();
+    let monitor = spawn_monitor(
+        Arc::clone(&stop),
+        Arc::clone(&stats),
+        tmp.clone(),
+        notebooks,
+        [http.pid, stdio_pid],
+        started,
+    );
+
+    let lanes = run_load(lanes, seconds).await?;
+    let load_seconds = started.elapsed().as_secs_f64();
+    let seen = check_replaced_kernels(&lanes, &stats).await;
+
+    stop.store(true, Ordering::Relaxed);
+    let (samples, spool_max) = monitor.await?;
+    let spool_end: u64 = spool_bytes(&tmp).values().sum();
+
+    // Stop both servers; every kernel they had must go with them.
+    let replies = stop_servers(
+        http_clients,
+        stdio_service,
+        &ledgers,
+        &mut http,
+        &mut stdio_child,
+    )
+    .await;
+    let survivors = wait_gone(&seen, Duration::from_secs(30)).await;
+    let ending = Ending {
+        load_seconds,
+        replies,
+        seen,
+        survivors,
+        spool_max,
+        spool_end,
+        spool_left: spool_bytes(&tmp),
+        temporaries: leftover_temporaries(&workspace),
+    };
+
+    let mut failures = with(&stats, |stats| std::mem::take(&mut stats.failures));
+    check_notebooks(&lanes, &workspace, &mut failures);
+    ending.check_leftovers(&mut failures);
+    let trends = check_growth(&samples, load_seconds, &mut failures);
+
+    let stats = with(&stats, std::mem::take);
+    print_summary(seconds, &stats, &ending, &trends);
+    if !failures.is_empty() {
+        println!();
+        println!("{} failures:", failures.len());
+        for failure in failures.iter().take(40) {
+            println!("  {failure}");
+        }
+        bail!("the soak failed ({} failures, above)", failures.len());
+    }
+    println!("soak passed");
+    Ok(())
+}
+
+/// Both servers' environment: quiet logs, the soak's Python and workspace, every output and
+/// its spool kept, small bounds (memory, deadlines, spool, remembered tasks) that the faults
+/// and the load cross, the temporary files under `tmp`, and the HTTP server's token.
+fn server_env(
+    python: &Path,
+    workspace: &Path,
+    tmp: &Path,
+    token: &str,
+) -> Vec<(&'static str, String)> {
+    vec![
         // Quiet unless the caller asks for the servers' logs (`IPYTHON_MCP_LOG=debug`).
         (
             ipython_mcp_config::LOG.env,
@@ -1162,64 +1312,62 @@ async fn run(server_binary: &Path, python: &Path, seconds: u64, seed: u64) -> an
         (ipython_mcp_config::MAX_KERNELS.env, "16".to_owned()),
         (ipython_mcp_config::MAX_TASKS.env, MAX_TASKS.to_string()),
         ("TMPDIR", tmp.display().to_string()),
-        (ipython_mcp_config::HTTP_TOKEN.env, token.clone()),
-    ];
-    let stats: Shared = Arc::default();
+        (ipython_mcp_config::HTTP_TOKEN.env, token.to_owned()),
+    ]
+}
 
-    let mut http = start(server_binary, &env).await?;
-    let (mut stdio_child, stdio_pid, stdio_service, stdio_ledger) =
-        start_stdio(server_binary, &env).await?;
-
+/// Connects the HTTP lanes' clients, each counting its JSON-RPC ids in a ledger of its own
+/// (added to `ledgers`), and makes every lane with a schedule drawn from `seed`: the lanes,
+/// and the HTTP clients to close at the end.
+async fn open_lanes(
+    url: &str,
+    token: &str,
+    stdio_peer: &Peer<RoleClient>,
+    seed: u64,
+    stats: &Shared,
+    ledgers: &mut Vec<Arc<Mutex<Ledger>>>,
+) -> anyhow::Result<(Vec<Lane>, Vec<RunningService<RoleClient, ClientConfig>>)> {
     let mut http_clients = Vec::new();
-    let mut ledgers = vec![stdio_ledger];
     let mut lanes = Vec::new();
     let mut rng = Rng::new(seed);
     for index in 0..HTTP_LANES {
         let ledger = Arc::new(Mutex::new(Ledger::default()));
-        let client = connect_http(&http.url, &token, Some(Arc::clone(&ledger))).await?;
+        let client = connect_http(url, token, Some(Arc::clone(&ledger))).await?;
         ledgers.push(ledger);
-        lanes.push(Lane {
-            name: format!("http{index}"),
-            peer: client.peer().clone(),
-            kernel: (index > 0).then(|| format!("k{index}")),
-            via: Via::Http {
-                url: http.url.clone(),
-                token: token.clone(),
+        lanes.push(Lane::new(
+            format!("http{index}"),
+            client.peer().clone(),
+            (index > 0).then(|| format!("k{index}")),
+            Via::Http {
+                url: url.to_owned(),
+                token: token.to_owned(),
             },
-            notebook: format!("http{index}.ipynb"),
-            rng: Rng::new(rng.next()),
-            stats: Arc::clone(&stats),
-            jobs: Vec::new(),
-            inserted: Vec::new(),
-            faults: 0,
-            serial: 0,
-            executions: AtomicU64::new(0),
-            tasks: false,
-            task_ids: Vec::new(),
-        });
+            Rng::new(rng.next()),
+            stats,
+            false,
+        ));
         http_clients.push(client);
     }
     for index in 0..STDIO_LANES {
-        lanes.push(Lane {
-            name: format!("stdio{index}"),
-            peer: stdio_service.peer().clone(),
-            kernel: (index > 0).then(|| format!("k{index}")),
-            via: Via::Stdio,
-            notebook: format!("stdio{index}.ipynb"),
-            rng: Rng::new(rng.next()),
-            stats: Arc::clone(&stats),
-            jobs: Vec::new(),
-            inserted: Vec::new(),
-            faults: 0,
-            serial: 0,
-            executions: AtomicU64::new(0),
+        lanes.push(Lane::new(
+            format!("stdio{index}"),
+            stdio_peer.clone(),
+            (index > 0).then(|| format!("k{index}")),
+            Via::Stdio,
+            Rng::new(rng.next()),
+            stats,
             // The stdio server's only client: every task it remembers is this lane's.
-            tasks: true,
-            task_ids: Vec::new(),
-        });
+            true,
+        ));
     }
-    // Kernels and notebooks, before the clock starts.
-    for lane in &lanes {
+    Ok((lanes, http_clients))
+}
+
+/// Before the clock starts: every lane's kernel started and notebook created, then on each a
+/// first execute that must succeed (and on a tasks lane, more tasks than the server remembers).
+async fn prepare_lanes(lanes: &mut [Lane], python: &Path) -> anyhow::Result<()> {
+    // Kernels and notebooks first, for every lane.
+    for lane in lanes.iter() {
         let status = lane
             .call("runtime_status", json!({}))
             .await
@@ -1243,7 +1391,7 @@ async fn run(server_binary: &Path, python: &Path, seconds: u64, seed: u64) -> an
             bail!("{}: notebook_create failed", lane.name);
         }
     }
-    for lane in &mut lanes {
+    for lane in lanes.iter_mut() {
         if !lane.trivial().await {
             bail!("{}: the first execute failed", lane.name);
         }
@@ -1265,48 +1413,55 @@ async fn run(server_binary: &Path, python: &Path, seconds: u64, seed: u64) -> an
             }
         }
     }
+    Ok(())
+}
 
-    // The monitor: servers' /proc, spool sizes, notebook files, every second.
-    let stop = Arc::new(AtomicBool::new(false));
-    let started = Instant::now();
-    let monitor = {
-        let stop = Arc::clone(&stop);
-        let stats = Arc::clone(&stats);
-        let tmp = tmp.clone();
-        let notebooks: Vec<PathBuf> = lanes
-            .iter()
-            .map(|lane| workspace.join(&lane.notebook))
-            .collect();
-        let pids = [http.pid, stdio_pid];
-        tokio::spawn(async move {
-            let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); pids.len()];
-            let mut spool_max: HashMap<PathBuf, u64> = HashMap::new();
-            while !stop.load(Ordering::Relaxed) {
-                let minutes = started.elapsed().as_secs_f64() / 60.0;
-                for (index, pid) in pids.iter().enumerate() {
-                    if let Some(sample) = sample(*pid, minutes) {
-                        samples[index].push(sample);
-                    }
+/// What the monitor gathered: each server's samples, and each spool directory's peak size.
+type Monitored = (Vec<Vec<Sample>>, HashMap<PathBuf, u64>);
+
+/// The monitor: every second until `stop`, a sample of each server in `pids` from /proc, the
+/// size of every spool directory under `tmp`, and a parse of every notebook file (a failure
+/// if one does not parse mid-run).
+fn spawn_monitor(
+    stop: Arc<AtomicBool>,
+    stats: Shared,
+    tmp: PathBuf,
+    notebooks: Vec<PathBuf>,
+    pids: [u32; 2],
+    started: Instant,
+) -> tokio::task::JoinHandle<Monitored> {
+    tokio::spawn(async move {
+        let mut samples: Vec<Vec<Sample>> = vec![Vec::new(); pids.len()];
+        let mut spool_max: HashMap<PathBuf, u64> = HashMap::new();
+        while !stop.load(Ordering::Relaxed) {
+            let minutes = started.elapsed().as_secs_f64() / 60.0;
+            for (index, pid) in pids.iter().enumerate() {
+                if let Some(sample) = sample(*pid, minutes) {
+                    samples[index].push(sample);
                 }
-                for (path, bytes) in spool_bytes(&tmp) {
-                    let max = spool_max.entry(path).or_default();
-                    *max = (*max).max(bytes);
-                }
-                for path in &notebooks {
-                    if let Err(error) = notebook_cell_ids(path) {
-                        with(&stats, |stats| {
-                            stats
-                                .failures
-                                .push(format!("{} did not parse mid-run: {error}", path.display()))
-                        });
-                    }
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
             }
-            (samples, spool_max)
-        })
-    };
+            for (path, bytes) in spool_bytes(&tmp) {
+                let max = spool_max.entry(path).or_default();
+                *max = (*max).max(bytes);
+            }
+            for path in &notebooks {
+                if let Err(error) = notebook_cell_ids(path) {
+                    with(&stats, |stats| {
+                        stats
+                            .failures
+                            .push(format!("{} did not parse mid-run: {error}", path.display()))
+                    });
+                }
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+        (samples, spool_max)
+    })
+}
 
+/// The load: every lane steps through its schedule for `seconds`, each in a task of its own,
+/// then drains. The lanes, once all are done.
+async fn run_load(lanes: Vec<Lane>, seconds: u64) -> anyhow::Result<Vec<Lane>> {
     let load_end = Instant::now() + Duration::from_secs(seconds);
     let mut running = tokio::task::JoinSet::new();
     for mut lane in lanes {
@@ -1328,25 +1483,28 @@ async fn run(server_binary: &Path, python: &Path, seconds: u64, seed: u64) -> an
     while let Some(joined) = running.join_next().await {
         lanes.push(joined?);
     }
-    let load_seconds = started.elapsed().as_secs_f64();
+    Ok(lanes)
+}
 
-    // Replaced kernels must be gone while their sessions go on: only current ones may live.
+/// Replaced kernels must be gone while their sessions go on: only current ones may live.
+/// Records each replaced kernel still running as a failure; every kernel seen in the run.
+async fn check_replaced_kernels(lanes: &[Lane], stats: &Shared) -> Vec<(u32, u64)> {
     let mut current = HashSet::new();
-    for lane in &lanes {
+    for lane in lanes {
         if let Some(status) = lane
             .call("runtime_status", lane.with_kernel(json!({})))
             .await
         {
-            current.extend(note_kernels(&stats, &status.structured));
+            current.extend(note_kernels(stats, &status.structured));
         }
         if let Some(status) = lane
             .call("runtime_status", json!({"notebook": lane.notebook}))
             .await
         {
-            current.extend(note_kernels(&stats, &status.structured));
+            current.extend(note_kernels(stats, &status.structured));
         }
     }
-    let seen: Vec<(u32, u64)> = with(&stats, |stats| stats.kernels.iter().copied().collect());
+    let seen: Vec<(u32, u64)> = with(stats, |stats| stats.kernels.iter().copied().collect());
     let replaced: Vec<(u32, u64)> = seen
         .iter()
         .copied()
@@ -1354,38 +1512,100 @@ async fn run(server_binary: &Path, python: &Path, seconds: u64, seed: u64) -> an
         .collect();
     let lingering = wait_gone(&replaced, Duration::from_secs(30)).await;
     for kernel in &lingering {
-        with(&stats, |stats| {
+        with(stats, |stats| {
             stats
                 .failures
                 .push(format!("replaced kernel {} still runs", kernel.0))
         });
     }
+    seen
+}
 
-    stop.store(true, Ordering::Relaxed);
-    let (samples, spool_max) = monitor.await?;
-    let spool_end: u64 = spool_bytes(&tmp).values().sum();
-
-    // Stop both servers; every kernel they had must go with them.
+/// Closes every client, counts the replies their ledgers saw, then stops both servers, each
+/// with a bounded wait.
+async fn stop_servers(
+    http_clients: Vec<RunningService<RoleClient, ClientConfig>>,
+    stdio_service: RunningService<RoleClient, ClientConfig>,
+    ledgers: &[Arc<Mutex<Ledger>>],
+    http: &mut HttpServer,
+    stdio_child: &mut tokio::process::Child,
+) -> Replies {
     let mut replies = Replies::default();
     for client in http_clients {
         let _ = tokio::time::timeout(Duration::from_secs(10), client.cancel()).await;
     }
     let _ = tokio::time::timeout(Duration::from_secs(10), stdio_service.cancel()).await;
-    for ledger in &ledgers {
+    for ledger in ledgers {
         replies += ledger
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .replies();
     }
-    stop_server(&mut http).await;
+    stop_server(http).await;
     let _ = tokio::time::timeout(Duration::from_secs(30), stdio_child.wait()).await;
-    let survivors = wait_gone(&seen, Duration::from_secs(30)).await;
-    let spool_left = spool_bytes(&tmp);
-    let temporaries = leftover_temporaries(&workspace);
+    replies
+}
 
-    // Notebook files: parse, and hold every cell the agent was told was inserted.
-    let mut failures = with(&stats, |stats| std::mem::take(&mut stats.failures));
-    for lane in &lanes {
+/// What the soak found once the load ended and both servers stopped.
+struct Ending {
+    /// Seconds from the start of the clock to every lane drained.
+    load_seconds: f64,
+    replies: Replies,
+    /// Every kernel process seen in the run.
+    seen: Vec<(u32, u64)>,
+    /// Kernel processes still alive after their server stopped.
+    survivors: Vec<(u32, u64)>,
+    /// Each spool directory's peak size during the run.
+    spool_max: HashMap<PathBuf, u64>,
+    /// Spool bytes when the load ended.
+    spool_end: u64,
+    /// Spool directories still there after the servers stopped.
+    spool_left: HashMap<PathBuf, u64>,
+    /// Temporary files left in the workspace.
+    temporaries: Vec<PathBuf>,
+}
+
+impl Ending {
+    /// The largest any one spool directory grew.
+    fn spool_peak(&self) -> u64 {
+        self.spool_max.values().copied().max().unwrap_or(0)
+    }
+
+    /// Fails on anything the run left behind or lost: unanswered or duplicated replies,
+    /// kernels, spool directories and temporary files outliving the servers, and a spool past
+    /// its bound.
+    fn check_leftovers(&self, failures: &mut Vec<String>) {
+        let replies = &self.replies;
+        if replies.lost > 0 || replies.duplicated > 0 {
+            failures.push(format!(
+                "{} of {} requests unanswered, {} answers duplicated or unsolicited",
+                replies.lost, replies.requests, replies.duplicated
+            ));
+        }
+        for kernel in &self.survivors {
+            failures.push(format!("kernel {} outlived its server", kernel.0));
+        }
+        if !self.spool_left.is_empty() {
+            failures.push(format!(
+                "{} spool directories left behind",
+                self.spool_left.len()
+            ));
+        }
+        for path in &self.temporaries {
+            failures.push(format!("temporary file left behind: {}", path.display()));
+        }
+        let spool_peak = self.spool_peak();
+        if spool_peak > SPOOL_BOUND {
+            failures.push(format!(
+                "a spool held {spool_peak} bytes (bound {SPOOL_BOUND})"
+            ));
+        }
+    }
+}
+
+/// Notebook files: parse, and hold every cell the agent was told was inserted.
+fn check_notebooks(lanes: &[Lane], workspace: &Path, failures: &mut Vec<String>) {
+    for lane in lanes {
         match notebook_cell_ids(&workspace.join(&lane.notebook)) {
             Ok(ids) => {
                 let missing = lane.inserted.iter().filter(|id| !ids.contains(*id)).count();
@@ -1400,37 +1620,31 @@ async fn run(server_binary: &Path, python: &Path, seconds: u64, seed: u64) -> an
             Err(error) => failures.push(format!("{} does not parse: {error}", lane.notebook)),
         }
     }
-    if replies.lost > 0 || replies.duplicated > 0 {
-        failures.push(format!(
-            "{} of {} requests unanswered, {} answers duplicated or unsolicited",
-            replies.lost, replies.requests, replies.duplicated
-        ));
-    }
-    for kernel in &survivors {
-        failures.push(format!("kernel {} outlived its server", kernel.0));
-    }
-    if !spool_left.is_empty() {
-        failures.push(format!(
-            "{} spool directories left behind",
-            spool_left.len()
-        ));
-    }
-    for path in &temporaries {
-        failures.push(format!("temporary file left behind: {}", path.display()));
-    }
-    // Per session: its limit, plus the executions being written (both streams).
-    let spool_bound = SPOOL_BYTES + 2 * SPOOL_EXECUTION_BYTES;
-    let spool_peak = spool_max.values().copied().max().unwrap_or(0);
-    if spool_peak > spool_bound {
-        failures.push(format!(
-            "a spool held {spool_peak} bytes (bound {spool_bound})"
-        ));
-    }
+}
 
-    // Growth, after a warm-up of a fifth of the run (at least 10 s).
+/// A server's resource trend over the steady part of the run.
+struct Trend {
+    name: &'static str,
+    /// Least-squares slopes per minute.
+    rss: f64,
+    fds: f64,
+    threads: f64,
+    /// Samples in the steady part.
+    samples: usize,
+    /// The last sample.
+    end: Option<Sample>,
+}
+
+/// Growth, after a warm-up of a fifth of the run (at least 10 s): gross growth of a server's
+/// open files, threads or RSS is a failure. Each server's trend, for the report.
+fn check_growth(
+    samples: &[Vec<Sample>],
+    load_seconds: f64,
+    failures: &mut Vec<String>,
+) -> Vec<Trend> {
     let warm = (load_seconds / 5.0).max(10.0) / 60.0;
-    let mut slopes = Vec::new();
-    for (name, samples) in ["http", "stdio"].iter().zip(&samples) {
+    let mut trends = Vec::new();
+    for (name, samples) in ["http", "stdio"].into_iter().zip(samples) {
         let steady: Vec<Sample> = samples
             .iter()
             .copied()
@@ -1475,11 +1689,28 @@ async fn run(server_binary: &Path, python: &Path, seconds: u64, seed: u64) -> an
                 ));
             }
         }
-        let end = steady.last().copied();
-        slopes.push((name, rss, fds, threads, steady.len(), end));
+        trends.push(Trend {
+            name,
+            rss,
+            fds,
+            threads,
+            samples: steady.len(),
+            end: steady.last().copied(),
+        });
     }
+    trends
+}
 
-    let stats = with(&stats, std::mem::take);
+/// The report: calls, faults, background jobs, tasks and statuses counted; requests and
+/// replies; kernels seen; each server's trend; the spool.
+fn print_summary(seconds: u64, stats: &Stats, ending: &Ending, trends: &[Trend]) {
+    let Ending {
+        load_seconds,
+        replies,
+        seen,
+        spool_end,
+        ..
+    } = ending;
     println!();
     println!("{seconds} s of load, {load_seconds:.0} s to drained; calls by tool:");
     let total: u64 = stats.calls.values().sum();
@@ -1510,7 +1741,15 @@ async fn run(server_binary: &Path, python: &Path, seconds: u64, seed: u64) -> an
         replies.duplicated,
         seen.len()
     );
-    for (name, rss, fds, threads, count, end) in &slopes {
+    for trend in trends {
+        let Trend {
+            name,
+            rss,
+            fds,
+            threads,
+            samples: count,
+            end,
+        } = trend;
         let end = end.map_or(String::new(), |s| {
             format!(
                 " (end: RSS {:.1} MiB, {} fds, {} threads)",
@@ -1525,20 +1764,10 @@ async fn run(server_binary: &Path, python: &Path, seconds: u64, seed: u64) -> an
     }
     println!(
         "spool: peak {:.1} MiB in one session (bound {:.1} MiB), {:.1} MiB at the end of load",
-        spool_peak as f64 / 1048576.0,
-        spool_bound as f64 / 1048576.0,
-        spool_end as f64 / 1048576.0
+        ending.spool_peak() as f64 / 1048576.0,
+        SPOOL_BOUND as f64 / 1048576.0,
+        *spool_end as f64 / 1048576.0
     );
-    if !failures.is_empty() {
-        println!();
-        println!("{} failures:", failures.len());
-        for failure in failures.iter().take(40) {
-            println!("  {failure}");
-        }
-        bail!("the soak failed ({} failures, above)", failures.len());
-    }
-    println!("soak passed");
-    Ok(())
 }
 
 type StdioServer = (
