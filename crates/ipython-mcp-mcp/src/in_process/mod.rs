@@ -23,6 +23,14 @@ use crate::handler::IpythonMcp;
 use crate::peers::Peers;
 use crate::state::ServerState;
 
+// The tests by what they pin, on the harness below: argument errors and coercion, the result
+// shapes (with the snapshots), toolsets, refusals, and the notebook tools on a workspace.
+mod arguments;
+mod notebooks;
+mod refusals;
+mod shapes;
+mod toolsets;
+
 /// A client that counts `notifications/tools/list_changed`.
 #[derive(Clone)]
 struct Client {
@@ -116,6 +124,307 @@ impl Connected {
             .expect("list_changed arrives")
             .expect("the client is connected");
     }
+}
+
+/// A server set up beyond its shape, for the tests in this module's files: the
+/// configuration (toolsets, workspace, limits), the scripted kernels, whether output is
+/// spooled, and whether the client declares the tasks extension. The sessions get the
+/// configuration's output limits, timeouts and queue bounds, as the binary gives them.
+struct Setup {
+    config: Config,
+    kernels: FakeKernels,
+    tasks: bool,
+    spool: bool,
+}
+
+impl Setup {
+    fn new(shape: StructuredOutput) -> Setup {
+        Setup {
+            config: Config {
+                structured_output: shape,
+                ..Config::default()
+            },
+            kernels: FakeKernels::new(),
+            tasks: false,
+            spool: false,
+        }
+    }
+
+    /// Notebooks are files under `root` (a test's own temporary directory).
+    fn workspace(mut self, root: &std::path::Path) -> Setup {
+        self.config.workspace_root = Some(root.to_owned());
+        self
+    }
+
+    fn toolsets(mut self, toolsets: ipython_mcp_config::Toolsets) -> Setup {
+        self.config.toolsets = toolsets;
+        self
+    }
+
+    /// Streams longer than `chars` are cut (head and tail kept, with a marker).
+    fn max_text_chars(mut self, chars: usize) -> Setup {
+        self.config.limits.max_text_chars = chars;
+        self
+    }
+
+    fn script(mut self, code: &str, behaviour: ipython_mcp_kernel::FakeBehaviour) -> Setup {
+        self.kernels = self.kernels.with(code, behaviour);
+        self
+    }
+
+    fn tasks(mut self) -> Setup {
+        self.tasks = true;
+        self
+    }
+
+    /// Output past the bounds is kept on disk (a temporary directory per session), to page
+    /// with `get_output`.
+    fn spool(mut self) -> Setup {
+        self.spool = true;
+        self
+    }
+
+    async fn start(self) -> Connected {
+        let Setup {
+            config,
+            kernels,
+            tasks,
+            spool,
+        } = self;
+        let fake = FakeKernels::session_options("default");
+        // As the binary makes them (`serve::session_options`), but for what needs a process.
+        let options = ipython_mcp_kernel::SessionOptions {
+            wording: crate::error::WORDING,
+            memory: Default::default(),
+            limits: config.limits,
+            timeouts: config.timeouts,
+            max_json_items: config.limits.max_results,
+            max_pending: config.queue.max_pending,
+            queue_wait_timeout: config.queue.queue_wait,
+            spool: if spool {
+                ipython_mcp_output::SpoolLimits {
+                    max_execution_bytes: config.spool.max_execution_bytes,
+                    max_total_bytes: config.spool.max_total_bytes,
+                    max_retained_bytes: config.spool.max_retained_bytes,
+                    max_server_retained_bytes: config.spool.max_server_retained_bytes,
+                }
+            } else {
+                fake.spool
+            },
+            ..fake
+        };
+        let manager = KernelManager::with_fake_kernels(options, config.kernels, &kernels);
+        let state = ServerState::new(manager, &config, Peers::default());
+        let server = IpythonMcp::new(state.clone(), Arc::new(config));
+        let (server_side, client_side) = tokio::io::duplex(1 << 20);
+        tokio::spawn(async move {
+            if let Ok(running) = server.serve(tokio::io::split(server_side)).await {
+                let _ = running.waiting().await;
+            }
+        });
+        let mut info = ClientConfig::default().with_protocol_version(ProtocolVersion::V_2025_11_25);
+        if tasks {
+            info.capabilities = ClientCapabilities::builder().enable_tasks().build();
+        }
+        let (changed, receiver) = watch::channel(0);
+        let handler = Client {
+            info,
+            changed: Arc::new(changed),
+        };
+        let client = handler
+            .serve(tokio::io::split(client_side))
+            .await
+            .expect("the MCP handshake");
+        Connected {
+            client,
+            changed: receiver,
+            kernels,
+            state,
+        }
+    }
+}
+
+impl Connected {
+    /// The tools as `tools/list` offers them.
+    async fn tools(&self) -> Vec<rmcp::model::Tool> {
+        self.client
+            .peer()
+            .list_all_tools()
+            .await
+            .expect("tools/list")
+    }
+
+    /// Waits until the kernels have begun `count` requests in all.
+    async fn started(&self, count: usize) {
+        tokio::time::timeout(Duration::from_secs(30), self.kernels.started(count))
+            .await
+            .expect("the kernels begin the requests");
+    }
+
+    /// Whether the default session has run nothing (no execution recorded): what an argument
+    /// refusal must leave behind.
+    async fn ran_nothing(&self) -> bool {
+        let latest = self.call("get_output", json!({})).await;
+        text(&latest).contains("has run nothing yet")
+    }
+}
+
+/// The `code` of an error result as its text block names it (`error [code]`), checked to be
+/// the one its `structuredContent` carries where the shape keeps it.
+fn error_code(tool: &str, arguments: &Value, result: &CallToolResult) -> String {
+    assert_eq!(
+        result.is_error,
+        Some(true),
+        "{tool} {arguments}: {result:?}"
+    );
+    let shown = text(result);
+    let named = regex::Regex::new(r"error \[([a-z_]+)\]").expect("a valid pattern");
+    let code = named
+        .captures(&shown)
+        .map(|found| found[1].to_owned())
+        .unwrap_or_else(|| panic!("{tool} {arguments}: the text names no code: {shown}"));
+    if let Some(structured) = &result.structured_content {
+        assert_eq!(structured["ok"], false, "{tool} {arguments}: {structured}");
+        assert_eq!(
+            structured["error"]["code"], code,
+            "{tool} {arguments}: {structured}"
+        );
+    }
+    code
+}
+
+/// Both result shapes, for tests that hold in each.
+const SHAPES: [StructuredOutput; 2] = [StructuredOutput::Auto, StructuredOutput::Always];
+
+/// The `structuredContent` of a result that must have one.
+fn structured(result: &CallToolResult) -> &Value {
+    result
+        .structured_content
+        .as_ref()
+        .unwrap_or_else(|| panic!("structuredContent: {result:?}"))
+}
+
+/// The execution id a pending result's text names.
+fn pending_id(result: &CallToolResult) -> String {
+    let named = regex::Regex::new(r#"still running as execution_id "([^"]+)""#).expect("pattern");
+    let shown = text(result);
+    named
+        .captures(&shown)
+        .map(|found| found[1].to_owned())
+        .unwrap_or_else(|| panic!("no execution id in {shown}"))
+}
+
+/// A temporary notebook workspace.
+fn workspace() -> tempfile::TempDir {
+    tempfile::tempdir().expect("a temporary directory")
+}
+
+/// Where `value` does not fit JSON schema `schema`, if anywhere: the keywords the tools'
+/// schemas use (type, enum, const, properties, required, items, additionalProperties, anyOf,
+/// oneOf, allOf; `$ref` into the root's `$defs`).
+fn misfit(value: &Value, schema: &Value, root: &Value, path: &str) -> Option<String> {
+    let Some(schema) = schema.as_object() else {
+        return None; // `true`, or no schema
+    };
+    if let Some(reference) = schema.get("$ref").and_then(Value::as_str) {
+        let name = reference.trim_start_matches("#/$defs/");
+        return misfit(value, &root["$defs"][name], root, path);
+    }
+    let kind = match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(number) if number.is_i64() || number.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    };
+    let admits = |name: &Value| name == kind || (name == "number" && kind == "integer");
+    match schema.get("type") {
+        Some(Value::Array(names)) if !names.iter().any(admits) => {
+            return Some(format!("{path}: a {kind}, not one of {names:?}"))
+        }
+        Some(name @ Value::String(_)) if !admits(name) => {
+            return Some(format!("{path}: a {kind}, not {name}"))
+        }
+        _ => {}
+    }
+    if let Some(Value::Array(values)) = schema.get("enum") {
+        if !values.contains(value) {
+            return Some(format!("{path}: {value} is not one of {values:?}"));
+        }
+    }
+    if let Some(constant) = schema.get("const") {
+        if constant != value {
+            return Some(format!("{path}: {value} is not {constant}"));
+        }
+    }
+    if let Some(Value::Array(arms)) = schema.get("allOf") {
+        if let Some(problem) = arms.iter().find_map(|arm| misfit(value, arm, root, path)) {
+            return Some(problem);
+        }
+    }
+    for keyword in ["anyOf", "oneOf"] {
+        if let Some(Value::Array(arms)) = schema.get(keyword) {
+            let problems: Vec<String> = arms
+                .iter()
+                .filter_map(|arm| misfit(value, arm, root, path))
+                .collect();
+            if problems.len() == arms.len() {
+                return Some(format!("{path}: no arm of {keyword} fits: {problems:?}"));
+            }
+        }
+    }
+    if let Value::Object(fields) = value {
+        let properties = schema.get("properties").and_then(Value::as_object);
+        for required in schema
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            if !fields.contains_key(required) {
+                return Some(format!("{path}: `{required}` is missing"));
+            }
+        }
+        for (name, field) in fields {
+            let inner = format!("{path}.{name}");
+            let declared = properties.and_then(|properties| properties.get(name));
+            let problem = match (declared, schema.get("additionalProperties")) {
+                (Some(declared), _) => misfit(field, declared, root, &inner),
+                (None, Some(Value::Bool(false))) => Some(format!("{inner}: not allowed")),
+                (None, Some(extra)) => misfit(field, extra, root, &inner),
+                (None, None) => None,
+            };
+            if problem.is_some() {
+                return problem;
+            }
+        }
+    }
+    if let (Value::Array(items), Some(each)) = (value, schema.get("items")) {
+        for (index, item) in items.iter().enumerate() {
+            if let Some(problem) = misfit(item, each, root, &format!("{path}[{index}]")) {
+                return Some(problem);
+            }
+        }
+    }
+    None
+}
+
+/// What changes from run to run in the texts and results the snapshots keep: execution ids,
+/// revisions, cell ids, timings and request ids.
+fn snapshot_filters() -> Vec<(&'static str, &'static str)> {
+    vec![
+        (
+            r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+            "[execution-id]",
+        ),
+        (r"\b[0-9a-f]{64}\b", "[revision]"),
+        (r"\(id [0-9a-f]{8}\)", "(id [cell-id])"),
+        (r#""(run_ms|queue_wait_ms)": \d+"#, r#""$1": "[ms]""#),
+        (r#""request_id": "\d+""#, r#""request_id": "[request]""#),
+    ]
 }
 
 fn text(result: &CallToolResult) -> String {
