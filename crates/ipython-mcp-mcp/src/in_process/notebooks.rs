@@ -419,7 +419,7 @@ async fn a_jupyter_path_needs_a_jupyter_server() {
         .as_str()
         .unwrap_or("")
         .to_owned();
-    assert!(hint.contains("IPYTHON_MCP_JUPYTER_URL"), "{hint}");
+    assert!(hint.contains(ipython_mcp_config::JUPYTER_URL.env), "{hint}");
 }
 
 #[tokio::test]
@@ -436,7 +436,7 @@ async fn an_unusable_workspace_root_is_a_configuration_error_for_notebooks_only(
         .as_str()
         .unwrap_or("")
         .to_owned();
-    assert!(hint.contains("IPYTHON_MCP_WORKSPACE_ROOT"), "{hint}");
+    assert!(hint.contains(ipython_mcp_config::WORKSPACE_ROOT.env), "{hint}");
     // The rest of the server works.
     let ran = server.call("execute", json!({"code": "x = 1"})).await;
     assert_eq!(ran.is_error, Some(false));
