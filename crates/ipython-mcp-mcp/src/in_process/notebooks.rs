@@ -436,7 +436,10 @@ async fn an_unusable_workspace_root_is_a_configuration_error_for_notebooks_only(
         .as_str()
         .unwrap_or("")
         .to_owned();
-    assert!(hint.contains(ipython_mcp_config::WORKSPACE_ROOT.env), "{hint}");
+    assert!(
+        hint.contains(ipython_mcp_config::WORKSPACE_ROOT.env),
+        "{hint}"
+    );
     // The rest of the server works.
     let ran = server.call("execute", json!({"code": "x = 1"})).await;
     assert_eq!(ran.is_error, Some(false));
