@@ -122,44 +122,15 @@ impl Default for Http {
 impl Config {
     /// Checks every raw value and applies defaults.
     pub fn from_raw(raw: &RawConfig) -> Result<Config, Error> {
-        let limits = OutputLimits {
-            max_text_chars: positive_int(raw, MAX_TEXT_CHARS)?,
-            text_head_percent: percent(raw, TEXT_HEAD_PERCENT)?,
-            max_traceback_chars: positive_int(raw, MAX_TRACEBACK_CHARS)?,
-            max_repr_chars: positive_int(raw, MAX_REPR_CHARS)?,
-            max_results: positive_int(raw, MAX_RESULTS)?,
-            max_display_items: positive_int(raw, MAX_DISPLAY_ITEMS)?,
-            max_json_depth: positive_int(raw, MAX_JSON_DEPTH)?,
-            max_image_bytes: positive_int(raw, MAX_IMAGE_BYTES)?,
-            max_reply_bytes: positive_int(raw, MAX_REPLY_BYTES)?,
-        };
-        let timeouts = Timeouts {
-            operation: seconds(raw, OPERATION_TIMEOUT)?,
-            max_operation: seconds(raw, MAX_TIMEOUT)?,
-            interruption_grace: seconds(raw, INTERRUPTION_GRACE)?,
-            kernel_startup: seconds(raw, WORKER_STARTUP_TIMEOUT)?,
-            provision: seconds(raw, PROVISION_TIMEOUT)?,
-        };
-        if timeouts.max_operation < timeouts.operation {
-            return Err(Error::BelowOther {
-                env: MAX_TIMEOUT.env,
-                flag: MAX_TIMEOUT.flag,
-                value: timeouts.max_operation.as_secs_f64(),
-                other_env: OPERATION_TIMEOUT.env,
-                other: timeouts.operation.as_secs_f64(),
-            });
-        }
+        // The settings are checked in this order, so that of several bad ones the same one is
+        // reported every time.
+        let limits = output_limits(raw)?;
+        let timeouts = timeouts(raw)?;
         let queue = QueueLimits {
             max_pending: positive_int(raw, MAX_PENDING_OPERATIONS)?,
             queue_wait: seconds(raw, QUEUE_WAIT_TIMEOUT)?,
         };
-        // With a named environment, --python chooses the interpreter that environment is made
-        // from; the kernel runs in the environment.
-        let mut python = path(raw, PYTHON)?;
-        let mut environment = environment::named(raw)?;
-        if let Some(named) = &mut environment {
-            named.python = python.take();
-        }
+        let (python, environment) = python_and_environment(raw)?;
         let jupyter = jupyter::jupyter(raw)?;
         let kernel = jupyter::kernel(raw, jupyter.as_ref())?;
         Ok(Config {
@@ -171,40 +142,9 @@ impl Config {
                 max_kernels: positive_int(raw, MAX_KERNELS)?,
                 idle_timeout: seconds(raw, KERNEL_IDLE_TIMEOUT)?,
             },
-            memory: KernelMemory {
-                limit_bytes: byte_size(raw, KERNEL_MEMORY_LIMIT, 128 << 20)?,
-                watchdog_only: match raw
-                    .get(KERNEL_MEMORY_ENFORCEMENT)
-                    .unwrap_or(KERNEL_MEMORY_ENFORCEMENT.default)
-                    .trim()
-                {
-                    "auto" => false,
-                    "watchdog" => true,
-                    other => {
-                        return Err(Error::Invalid {
-                            env: KERNEL_MEMORY_ENFORCEMENT.env,
-                            flag: KERNEL_MEMORY_ENFORCEMENT.flag,
-                            problem: format!(
-                                "must be auto or watchdog, got {:?}",
-                                crate::parse::bounded(other)
-                            ),
-                        })
-                    }
-                },
-            },
-            spool: SpoolBounds {
-                max_execution_bytes: non_negative_int(raw, MAX_SPOOL_EXECUTION_BYTES)? as u64,
-                max_total_bytes: positive_int(raw, MAX_SPOOL_BYTES)? as u64,
-                max_retained_bytes: positive_int(raw, MAX_RETAINED_OUTPUT_BYTES)? as u64,
-                max_server_retained_bytes: positive_int(raw, MAX_SERVER_RETAINED_OUTPUT_BYTES)?
-                    as u64,
-            },
-            tools: ToolLimits {
-                max_name_chars: positive_int(raw, MAX_TOOL_NAME_CHARS)?,
-                max_description_chars: positive_int(raw, MAX_TOOL_DESCRIPTION_CHARS)?,
-                max_tools: positive_int(raw, MAX_DYNAMIC_TOOLS)?,
-                max_tasks: positive_int(raw, MAX_TASKS)?,
-            },
+            memory: kernel_memory(raw)?,
+            spool: spool_bounds(raw)?,
+            tools: tool_limits(raw)?,
             namespace: namespace(raw)?,
             python,
             environment,
@@ -220,18 +160,117 @@ impl Config {
             )?,
             structured_output: structured_output(raw)?,
             cache_dir: path(raw, CACHE_DIR)?,
-            log: match raw.get(LOG).unwrap_or(LOG.default).trim() {
-                "" => {
-                    return Err(Error::Empty {
-                        env: LOG.env,
-                        flag: LOG.flag,
-                    })
-                }
-                value => value.to_owned(),
-            },
+            log: log_filter(raw)?,
             transport: transport(raw)?,
             http: http(raw)?,
         })
+    }
+}
+
+/// The bounds on what one execution's reply may carry.
+fn output_limits(raw: &RawConfig) -> Result<OutputLimits, Error> {
+    Ok(OutputLimits {
+        max_text_chars: positive_int(raw, MAX_TEXT_CHARS)?,
+        text_head_percent: percent(raw, TEXT_HEAD_PERCENT)?,
+        max_traceback_chars: positive_int(raw, MAX_TRACEBACK_CHARS)?,
+        max_repr_chars: positive_int(raw, MAX_REPR_CHARS)?,
+        max_results: positive_int(raw, MAX_RESULTS)?,
+        max_display_items: positive_int(raw, MAX_DISPLAY_ITEMS)?,
+        max_json_depth: positive_int(raw, MAX_JSON_DEPTH)?,
+        max_image_bytes: positive_int(raw, MAX_IMAGE_BYTES)?,
+        max_reply_bytes: positive_int(raw, MAX_REPLY_BYTES)?,
+    })
+}
+
+/// The timeouts, checked to agree with each other: a call may not be given a default longer
+/// than the most any call may ask for.
+fn timeouts(raw: &RawConfig) -> Result<Timeouts, Error> {
+    let timeouts = Timeouts {
+        operation: seconds(raw, OPERATION_TIMEOUT)?,
+        max_operation: seconds(raw, MAX_TIMEOUT)?,
+        interruption_grace: seconds(raw, INTERRUPTION_GRACE)?,
+        kernel_startup: seconds(raw, WORKER_STARTUP_TIMEOUT)?,
+        provision: seconds(raw, PROVISION_TIMEOUT)?,
+    };
+    if timeouts.max_operation < timeouts.operation {
+        return Err(Error::BelowOther {
+            env: MAX_TIMEOUT.env,
+            flag: MAX_TIMEOUT.flag,
+            value: timeouts.max_operation.as_secs_f64(),
+            other_env: OPERATION_TIMEOUT.env,
+            other: timeouts.operation.as_secs_f64(),
+        });
+    }
+    Ok(timeouts)
+}
+
+/// The explicit interpreter and the named environment. With a named environment, --python
+/// chooses the interpreter that environment is made from; the kernel runs in the environment.
+fn python_and_environment(
+    raw: &RawConfig,
+) -> Result<(Option<PathBuf>, Option<NamedEnvironment>), Error> {
+    let mut python = path(raw, PYTHON)?;
+    let mut environment = environment::named(raw)?;
+    if let Some(named) = &mut environment {
+        named.python = python.take();
+    }
+    Ok((python, environment))
+}
+
+/// The kernels' memory limit and how it is enforced (`watchdog`: by the watchdog alone).
+fn kernel_memory(raw: &RawConfig) -> Result<KernelMemory, Error> {
+    Ok(KernelMemory {
+        limit_bytes: byte_size(raw, KERNEL_MEMORY_LIMIT, 128 << 20)?,
+        watchdog_only: match raw
+            .get(KERNEL_MEMORY_ENFORCEMENT)
+            .unwrap_or(KERNEL_MEMORY_ENFORCEMENT.default)
+            .trim()
+        {
+            "auto" => false,
+            "watchdog" => true,
+            other => {
+                return Err(Error::Invalid {
+                    env: KERNEL_MEMORY_ENFORCEMENT.env,
+                    flag: KERNEL_MEMORY_ENFORCEMENT.flag,
+                    problem: format!(
+                        "must be auto or watchdog, got {:?}",
+                        crate::parse::bounded(other)
+                    ),
+                })
+            }
+        },
+    })
+}
+
+/// The bounds on spooled output: per stream per execution, per session, and what finished
+/// output is kept in memory.
+fn spool_bounds(raw: &RawConfig) -> Result<SpoolBounds, Error> {
+    Ok(SpoolBounds {
+        max_execution_bytes: non_negative_int(raw, MAX_SPOOL_EXECUTION_BYTES)? as u64,
+        max_total_bytes: positive_int(raw, MAX_SPOOL_BYTES)? as u64,
+        max_retained_bytes: positive_int(raw, MAX_RETAINED_OUTPUT_BYTES)? as u64,
+        max_server_retained_bytes: positive_int(raw, MAX_SERVER_RETAINED_OUTPUT_BYTES)? as u64,
+    })
+}
+
+/// What clients may make the server hold: dynamic tools, and MCP tasks to remember.
+fn tool_limits(raw: &RawConfig) -> Result<ToolLimits, Error> {
+    Ok(ToolLimits {
+        max_name_chars: positive_int(raw, MAX_TOOL_NAME_CHARS)?,
+        max_description_chars: positive_int(raw, MAX_TOOL_DESCRIPTION_CHARS)?,
+        max_tools: positive_int(raw, MAX_DYNAMIC_TOOLS)?,
+        max_tasks: positive_int(raw, MAX_TASKS)?,
+    })
+}
+
+/// The log filter directive, which may not be empty.
+fn log_filter(raw: &RawConfig) -> Result<String, Error> {
+    match raw.get(LOG).unwrap_or(LOG.default).trim() {
+        "" => Err(Error::Empty {
+            env: LOG.env,
+            flag: LOG.flag,
+        }),
+        value => Ok(value.to_owned()),
     }
 }
 

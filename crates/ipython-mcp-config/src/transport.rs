@@ -147,46 +147,8 @@ pub(crate) fn transport(raw: &RawConfig) -> Result<Transport, Error> {
 }
 
 pub(crate) fn http(raw: &RawConfig) -> Result<Http, Error> {
-    let invalid = |setting: Setting, problem: String| Error::Invalid {
-        env: setting.env,
-        flag: setting.flag,
-        problem,
-    };
-    let allow_remote = match raw.get(ALLOW_REMOTE).unwrap_or(ALLOW_REMOTE.default).trim() {
-        "true" | "1" | "yes" => true,
-        "false" | "0" | "no" => false,
-        other => {
-            return Err(invalid(
-                ALLOW_REMOTE,
-                format!("must be true or false, got {:?}", bounded(other)),
-            ))
-        }
-    };
-    let host = match raw.get(HOST).unwrap_or(HOST.default).trim() {
-        "localhost" => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
-        text => text
-            .trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse::<std::net::IpAddr>()
-            .map_err(|_| {
-                invalid(
-                    HOST,
-                    format!(
-                        "must be an IP address such as 127.0.0.1 or ::1, got {:?}",
-                        bounded(text)
-                    ),
-                )
-            })?,
-    };
-    if !host.is_loopback() && !allow_remote {
-        return Err(invalid(
-            HOST,
-            format!(
-                "{host} is not a loopback address; other machines could connect, so this needs --allow-remote ({}=true)",
-                ALLOW_REMOTE.env
-            ),
-        ));
-    }
+    let allow_remote = allow_remote(raw)?;
+    let host = host(raw, allow_remote)?;
     let port = raw.get(PORT).unwrap_or(PORT.default).trim();
     let port = port.parse::<u16>().map_err(|_| {
         invalid(
@@ -195,33 +157,7 @@ pub(crate) fn http(raw: &RawConfig) -> Result<Http, Error> {
         )
     })?;
     let token = token_source(raw)?;
-    let list = |text: Option<&str>| -> Vec<String> {
-        text.into_iter()
-            .flat_map(|text| text.split(','))
-            .map(str::trim)
-            .filter(|item| !item.is_empty())
-            .map(str::to_owned)
-            .collect()
-    };
-    let allowed_origins = match raw.get(HTTP_ALLOWED_ORIGINS) {
-        None => Http::LOOPBACK_ORIGINS.map(str::to_owned).to_vec(),
-        Some(given) => {
-            let origins = list(Some(given));
-            if let Some(bad) = origins
-                .iter()
-                .find(|origin| !(origin.contains("://") || origin.as_str() == "null"))
-            {
-                return Err(invalid(
-                    HTTP_ALLOWED_ORIGINS,
-                    format!(
-                        "{:?} is not an origin like http://localhost:3000",
-                        bounded(bad)
-                    ),
-                ));
-            }
-            origins
-        }
-    };
+    let allowed_origins = allowed_origins(raw)?;
     let mut allowed_hosts = Http::LOOPBACK_HOSTS.map(str::to_owned).to_vec();
     if !host.is_loopback() && !host.is_unspecified() {
         allowed_hosts.push(host.to_string());
@@ -251,6 +187,90 @@ pub(crate) fn http(raw: &RawConfig) -> Result<Http, Error> {
         allow_remote,
         oauth,
     })
+}
+
+/// The error for a bad value of `setting`.
+fn invalid(setting: Setting, problem: String) -> Error {
+    Error::Invalid {
+        env: setting.env,
+        flag: setting.flag,
+        problem,
+    }
+}
+
+/// Whether the listener may bind an address other machines can reach.
+fn allow_remote(raw: &RawConfig) -> Result<bool, Error> {
+    match raw.get(ALLOW_REMOTE).unwrap_or(ALLOW_REMOTE.default).trim() {
+        "true" | "1" | "yes" => Ok(true),
+        "false" | "0" | "no" => Ok(false),
+        other => Err(invalid(
+            ALLOW_REMOTE,
+            format!("must be true or false, got {:?}", bounded(other)),
+        )),
+    }
+}
+
+/// The address to listen on (brackets around an IPv6 address allowed); one other machines
+/// could reach needs `allow_remote`, so that exposing the kernels is never an accident.
+fn host(raw: &RawConfig, allow_remote: bool) -> Result<std::net::IpAddr, Error> {
+    let host = match raw.get(HOST).unwrap_or(HOST.default).trim() {
+        "localhost" => std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        text => text
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .map_err(|_| {
+                invalid(
+                    HOST,
+                    format!(
+                        "must be an IP address such as 127.0.0.1 or ::1, got {:?}",
+                        bounded(text)
+                    ),
+                )
+            })?,
+    };
+    if !host.is_loopback() && !allow_remote {
+        return Err(invalid(
+            HOST,
+            format!(
+                "{host} is not a loopback address; other machines could connect, so this needs --allow-remote ({}=true)",
+                ALLOW_REMOTE.env
+            ),
+        ));
+    }
+    Ok(host)
+}
+
+/// The browser origins allowed: the loopback ones when none are given, else the given ones,
+/// each of which must look like an origin (or be `null`).
+fn allowed_origins(raw: &RawConfig) -> Result<Vec<String>, Error> {
+    let Some(given) = raw.get(HTTP_ALLOWED_ORIGINS) else {
+        return Ok(Http::LOOPBACK_ORIGINS.map(str::to_owned).to_vec());
+    };
+    let origins = list(Some(given));
+    if let Some(bad) = origins
+        .iter()
+        .find(|origin| !(origin.contains("://") || origin.as_str() == "null"))
+    {
+        return Err(invalid(
+            HTTP_ALLOWED_ORIGINS,
+            format!(
+                "{:?} is not an origin like http://localhost:3000",
+                bounded(bad)
+            ),
+        ));
+    }
+    Ok(origins)
+}
+
+/// The non-empty items of a comma-separated list, trimmed.
+fn list(text: Option<&str>) -> Vec<String> {
+    text.into_iter()
+        .flat_map(|text| text.split(','))
+        .map(str::trim)
+        .filter(|item| !item.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Where the bearer tokens come from: at most one of the three settings.
@@ -286,11 +306,6 @@ fn token_source(raw: &RawConfig) -> Result<TokenSource, Error> {
 
 /// The OAuth settings: the issuer and the resource together, or neither.
 fn oauth(raw: &RawConfig) -> Result<Option<OAuth>, Error> {
-    let invalid = |setting: Setting, problem: String| Error::Invalid {
-        env: setting.env,
-        flag: setting.flag,
-        problem,
-    };
     let url = |setting: Setting| -> Result<Option<url::Url>, Error> {
         let Some(text) = raw.get(setting).map(str::trim) else {
             return Ok(None);

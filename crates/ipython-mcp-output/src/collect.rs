@@ -7,7 +7,10 @@
 //! never sent).
 
 use ipython_mcp_config::OutputLimits;
-use ipython_mcp_jupyter::protocol::{ExecutionState, JupyterMessageContent, ReplyStatus, Stdio};
+use ipython_mcp_jupyter::protocol::{
+    CommMsg, ExecuteReply, ExecuteResult, ExecutionState, JupyterMessageContent, ReplyStatus,
+    Stdio, StreamContent, UpdateDisplayData,
+};
 use ipython_mcp_jupyter::{Channel, Routed};
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -207,22 +210,7 @@ impl Collector {
         let channel = routed.channel;
         match routed.message.content {
             JupyterMessageContent::ExecuteReply(reply) if channel == Channel::Shell => {
-                if let Some(error) = &reply.error {
-                    if self.error.is_none() {
-                        self.error = Some((
-                            error.ename.clone(),
-                            error.evalue.clone(),
-                            error.traceback.clone(),
-                        ));
-                    }
-                }
-                // IPython counts from 1; a kernel that omits the count (aborted requests)
-                // deserializes as 0, which means "none".
-                let count = reply.execution_count.0 as u64;
-                self.reply = Some(Reply {
-                    status: reply.status,
-                    execution_count: (count > 0).then_some(count),
-                });
+                self.absorb_reply(reply)
             }
             JupyterMessageContent::Status(status)
                 if status.execution_state == ExecutionState::Idle =>
@@ -235,62 +223,14 @@ impl Collector {
                 self.started |= self.helper_request.is_some();
             }
             JupyterMessageContent::ExecuteInput(_) => self.started = true,
-            JupyterMessageContent::StreamContent(stream) => {
-                self.apply_pending_clear();
-                if let Some(line) = stream
-                    .text
-                    .rsplit(['\n', '\r'])
-                    .map(str::trim)
-                    .find(|line| !line.is_empty())
-                {
-                    let mut line = bound::strip_ansi(line);
-                    ipython_mcp_text::truncate(&mut line, LATEST_LINE_CHARS);
-                    self.latest_line = Some(line);
-                }
-                match stream.name {
-                    Stdio::Stdout => self.stdout.write(&stream.text),
-                    Stdio::Stderr => self.stderr.write(&stream.text),
-                }
-            }
+            JupyterMessageContent::StreamContent(stream) => self.absorb_stream(stream),
             JupyterMessageContent::DisplayData(display) => {
                 self.apply_pending_clear();
                 let display_id = display.transient.and_then(|transient| transient.display_id);
                 self.push_display(display_id, media_map(&display.data), display.metadata);
             }
-            JupyterMessageContent::UpdateDisplayData(update) => {
-                // Every output with that display_id is updated, as in Jupyter front ends; an
-                // update nobody shows changes nothing (not even a truncation flag).
-                if let Some(display_id) = update.transient.display_id {
-                    if self
-                        .displays
-                        .iter()
-                        .any(|(id, _)| id.as_deref() == Some(&display_id))
-                    {
-                        let item = self.bounded_item(media_map(&update.data), update.metadata);
-                        for slot in self
-                            .displays
-                            .iter_mut()
-                            .filter(|(id, _)| id.as_deref() == Some(&display_id))
-                        {
-                            slot.1 = item.clone();
-                        }
-                    }
-                }
-            }
-            JupyterMessageContent::ExecuteResult(result) => {
-                self.apply_pending_clear();
-                let mut data = media_map(&result.data);
-                let mut metadata = result.metadata;
-                self.result_truncated |= bound::bound_bundle(
-                    &mut data,
-                    &mut metadata,
-                    self.json,
-                    self.limits.max_image_bytes,
-                    &mut self.fit_room,
-                );
-                self.result = Some(data);
-                self.result_notes = metadata.remove("ipython_mcp");
-            }
+            JupyterMessageContent::UpdateDisplayData(update) => self.absorb_update(update),
+            JupyterMessageContent::ExecuteResult(result) => self.absorb_result(result),
             JupyterMessageContent::ErrorOutput(error) => {
                 self.apply_pending_clear();
                 self.error = Some((error.ename, error.evalue, error.traceback));
@@ -302,25 +242,106 @@ impl Collector {
                     self.clear();
                 }
             }
-            JupyterMessageContent::CommMsg(comm)
-                if Some(&comm.comm_id.0) == self.helper_comm.as_ref()
-                    && self.helper_request.is_some()
-                    && comm.data.get("id").and_then(Value::as_str)
-                        == self.helper_request.as_deref() =>
-            {
-                self.helper_reply = Some(Value::Object(comm.data));
-            }
-            JupyterMessageContent::CommMsg(comm)
-                if Some(&comm.comm_id.0) == self.helper_comm.as_ref()
-                    && comm.data.get("event").and_then(Value::as_str)
-                        == Some("execution_report") =>
-            {
-                match serde_json::from_value::<HelperReport>(Value::Object(comm.data)) {
-                    Ok(report) => self.report = Some(report),
-                    Err(error) => tracing::warn!(%error, "malformed helper report ignored"),
-                }
-            }
+            JupyterMessageContent::CommMsg(comm) => self.absorb_comm(comm),
             _ => {}
+        }
+    }
+
+    /// Records the `execute_reply`, and the error it carries unless one was already recorded.
+    fn absorb_reply(&mut self, reply: ExecuteReply) {
+        if let Some(error) = &reply.error {
+            if self.error.is_none() {
+                self.error = Some((
+                    error.ename.clone(),
+                    error.evalue.clone(),
+                    error.traceback.clone(),
+                ));
+            }
+        }
+        // IPython counts from 1; a kernel that omits the count (aborted requests)
+        // deserializes as 0, which means "none".
+        let count = reply.execution_count.0 as u64;
+        self.reply = Some(Reply {
+            status: reply.status,
+            execution_count: (count > 0).then_some(count),
+        });
+    }
+
+    /// Writes stream text into its sink, and remembers its latest non-empty line (bounded and
+    /// without ANSI codes) for progress notifications.
+    fn absorb_stream(&mut self, stream: StreamContent) {
+        self.apply_pending_clear();
+        if let Some(line) = stream
+            .text
+            .rsplit(['\n', '\r'])
+            .map(str::trim)
+            .find(|line| !line.is_empty())
+        {
+            let mut line = bound::strip_ansi(line);
+            ipython_mcp_text::truncate(&mut line, LATEST_LINE_CHARS);
+            self.latest_line = Some(line);
+        }
+        match stream.name {
+            Stdio::Stdout => self.stdout.write(&stream.text),
+            Stdio::Stderr => self.stderr.write(&stream.text),
+        }
+    }
+
+    /// Replaces every output with the update's display id, as in Jupyter front ends; an
+    /// update nobody shows changes nothing (not even a truncation flag).
+    fn absorb_update(&mut self, update: UpdateDisplayData) {
+        let Some(display_id) = update.transient.display_id else {
+            return;
+        };
+        if self
+            .displays
+            .iter()
+            .any(|(id, _)| id.as_deref() == Some(&display_id))
+        {
+            let item = self.bounded_item(media_map(&update.data), update.metadata);
+            for slot in self
+                .displays
+                .iter_mut()
+                .filter(|(id, _)| id.as_deref() == Some(&display_id))
+            {
+                slot.1 = item.clone();
+            }
+        }
+    }
+
+    /// Keeps the `execute_result`, bounded, and its `ipython_mcp` notes (the only metadata
+    /// returned for it).
+    fn absorb_result(&mut self, result: ExecuteResult) {
+        self.apply_pending_clear();
+        let mut data = media_map(&result.data);
+        let mut metadata = result.metadata;
+        self.result_truncated |= bound::bound_bundle(
+            &mut data,
+            &mut metadata,
+            self.json,
+            self.limits.max_image_bytes,
+            &mut self.fit_room,
+        );
+        self.result = Some(data);
+        self.result_notes = metadata.remove("ipython_mcp");
+    }
+
+    /// Takes from the helper's comm the reply that completes a helper call, or its
+    /// end-of-execution report; comm messages from anyone else are ignored, since only the
+    /// helper is trusted to speak for the execution.
+    fn absorb_comm(&mut self, comm: CommMsg) {
+        if Some(&comm.comm_id.0) != self.helper_comm.as_ref() {
+            return;
+        }
+        if self.helper_request.is_some()
+            && comm.data.get("id").and_then(Value::as_str) == self.helper_request.as_deref()
+        {
+            self.helper_reply = Some(Value::Object(comm.data));
+        } else if comm.data.get("event").and_then(Value::as_str) == Some("execution_report") {
+            match serde_json::from_value::<HelperReport>(Value::Object(comm.data)) {
+                Ok(report) => self.report = Some(report),
+                Err(error) => tracing::warn!(%error, "malformed helper report ignored"),
+            }
         }
     }
 

@@ -57,14 +57,34 @@ pub fn replay(
     execution_count: Option<u64>,
     max_bytes: u64,
 ) -> SavedOutputs {
-    let mut saved = SavedOutputs {
+    let saved = SavedOutputs {
         outputs: Vec::new(),
         omitted_outputs: 0,
         omitted_bytes: 0,
         spool_incomplete: false,
         kernel_withheld: false,
     };
-    let entries: Vec<Value> = match File::open(log_path(dir, msg_id)) {
+    let entries = read_log(&log_path(dir, msg_id));
+    let mut replay = Replay {
+        dir,
+        msg_id,
+        execution_count,
+        ends: segment_ends(&entries),
+        budget: max_bytes,
+        display_ids: HashMap::new(),
+        clear_pending: false,
+        saved,
+    };
+    for (index, entry) in entries.iter().enumerate() {
+        replay.entry(index, entry);
+    }
+    replay.saved
+}
+
+/// The log's entries, one per non-empty line; a line that is not JSON becomes `null` (and
+/// counts as lost output), and a log that cannot be opened has no entries.
+fn read_log(path: &Path) -> Vec<Value> {
+    match File::open(path) {
         Ok(file) => BufReader::new(file)
             .split(b'\n')
             .map_while(Result::ok)
@@ -72,8 +92,12 @@ pub fn replay(
             .map(|line| serde_json::from_slice(&line).unwrap_or(Value::Null))
             .collect(),
         Err(_) => Vec::new(),
-    };
-    // Where each stream segment ends: at the next marker of the same stream, or the file's end.
+    }
+}
+
+/// Where each stream segment ends, by the index of its marker: at the next marker of the same
+/// stream; a segment missing here runs to the end of its spool file.
+fn segment_ends(entries: &[Value]) -> HashMap<usize, u64> {
     let mut ends: HashMap<usize, u64> = HashMap::new();
     let mut open: HashMap<String, usize> = HashMap::new();
     for (index, entry) in entries.iter().enumerate() {
@@ -84,72 +108,76 @@ pub fn replay(
             }
         }
     }
+    ends
+}
 
-    let mut budget = max_bytes;
-    let mut display_ids: HashMap<String, Vec<usize>> = HashMap::new();
-    let mut clear_pending = false;
-    for (index, entry) in entries.iter().enumerate() {
+/// The state of one replay: the outputs so far, the budget left, and what a later entry may
+/// still change (outputs by display id, a `clear_output` waiting for the next output).
+struct Replay<'a> {
+    dir: &'a Path,
+    msg_id: &'a str,
+    execution_count: Option<u64>,
+    ends: HashMap<usize, u64>,
+    budget: u64,
+    display_ids: HashMap<String, Vec<usize>>,
+    clear_pending: bool,
+    saved: SavedOutputs,
+}
+
+impl Replay<'_> {
+    /// Applies the log entry at `index`.
+    fn entry(&mut self, index: usize, entry: &Value) {
         let kind = entry["output_type"].as_str().unwrap_or_default();
         if kind == "omitted" || entry.is_null() {
-            saved.spool_incomplete = true;
-            continue;
+            self.saved.spool_incomplete = true;
+            return;
         }
-        if kind == "withheld" {
-            saved.kernel_withheld = true;
-            continue;
-        }
-        if kind == "clear_output" {
-            if entry["wait"].as_bool().unwrap_or(false) {
-                clear_pending = true;
-            } else {
-                clear_pending = false;
-                saved.outputs.clear();
-                display_ids.clear();
-            }
-            continue;
-        }
-        if kind == "update_display_data" {
-            let Some(targets) = display_id(entry).and_then(|id| display_ids.get(id)) else {
-                continue;
-            };
-            for &target in targets {
-                if let Some(output) = saved.outputs.get_mut(target) {
-                    output["data"] = entry["data"].clone();
-                    output["metadata"] = entry["metadata"].clone();
+        match kind {
+            "withheld" => self.saved.kernel_withheld = true,
+            "clear_output" => {
+                if entry["wait"].as_bool().unwrap_or(false) {
+                    self.clear_pending = true;
+                } else {
+                    self.clear_pending = false;
+                    self.clear();
                 }
             }
-            continue;
+            "update_display_data" => self.update_display(entry),
+            _ => self.output(index, kind, entry),
         }
-        if std::mem::take(&mut clear_pending) {
-            saved.outputs.clear();
-            display_ids.clear();
+    }
+
+    /// Drops every output so far (and the display ids that pointed at them).
+    fn clear(&mut self) {
+        self.saved.outputs.clear();
+        self.display_ids.clear();
+    }
+
+    /// Replaces the data and metadata of every output with the update's display id; an update
+    /// of an id no output has changes nothing.
+    fn update_display(&mut self, entry: &Value) {
+        let Some(targets) = display_id(entry).and_then(|id| self.display_ids.get(id)) else {
+            return;
+        };
+        for &target in targets {
+            if let Some(output) = self.saved.outputs.get_mut(target) {
+                output["data"] = entry["data"].clone();
+                output["metadata"] = entry["metadata"].clone();
+            }
+        }
+    }
+
+    /// Adds an output entry of `kind` within the budget, first applying a waiting
+    /// `clear_output` (any entry that is not itself a clear or an update counts as the next
+    /// output, as in nbclient).
+    fn output(&mut self, index: usize, kind: &str, entry: &Value) {
+        if std::mem::take(&mut self.clear_pending) {
+            self.clear();
         }
         let output = match kind {
             "stream" => {
-                let name = entry["name"].as_str().unwrap_or("stdout");
-                let start = entry["offset"].as_u64().unwrap_or(0);
-                let path = dir.join(format!("{msg_id}.{name}"));
-                let (text, left_out) =
-                    read_segment(&path, start, ends.get(&index).copied(), budget);
-                saved.omitted_bytes += left_out;
-                if left_out > 0 {
-                    saved.omitted_outputs += 1;
-                }
-                budget -= (text.len() as u64).min(budget);
-                match saved.outputs.last_mut() {
-                    Some(last) if last["output_type"] == "stream" && last["name"] == name => {
-                        let mut joined = last["text"].as_str().unwrap_or_default().to_owned();
-                        joined.push_str(&text);
-                        last["text"] = Value::String(joined);
-                        continue;
-                    }
-                    _ if text.is_empty() => {}
-                    // Its text was charged to the budget already.
-                    _ => saved
-                        .outputs
-                        .push(json!({"output_type": "stream", "name": name, "text": text})),
-                }
-                continue;
+                self.stream(index, entry);
+                return;
             }
             "display_data" => json!({
                 "output_type": "display_data",
@@ -158,7 +186,7 @@ pub fn replay(
             }),
             "execute_result" => json!({
                 "output_type": "execute_result",
-                "execution_count": execution_count,
+                "execution_count": self.execution_count,
                 "data": entry["data"],
                 "metadata": entry["metadata"],
             }),
@@ -168,26 +196,54 @@ pub fn replay(
                 "evalue": entry["evalue"],
                 "traceback": entry["traceback"],
             }),
-            _ => continue,
+            _ => return,
         };
         let size = output.to_string().len() as u64;
-        if size > budget {
-            saved.omitted_outputs += 1;
-            saved.omitted_bytes += size;
-            continue;
+        if size > self.budget {
+            self.saved.omitted_outputs += 1;
+            self.saved.omitted_bytes += size;
+            return;
         }
-        budget -= size;
+        self.budget -= size;
         if kind == "display_data" {
             if let Some(id) = display_id(entry) {
-                display_ids
+                self.display_ids
                     .entry(id.to_owned())
                     .or_default()
-                    .push(saved.outputs.len());
+                    .push(self.saved.outputs.len());
             }
         }
-        saved.outputs.push(output);
+        self.saved.outputs.push(output);
     }
-    saved
+
+    /// Reads the stream segment the marker at `index` begins, within the budget, and appends
+    /// it to the previous output when that is the same stream, as consecutive writes are one
+    /// output in a notebook.
+    fn stream(&mut self, index: usize, entry: &Value) {
+        let name = entry["name"].as_str().unwrap_or("stdout");
+        let start = entry["offset"].as_u64().unwrap_or(0);
+        let path = self.dir.join(format!("{}.{name}", self.msg_id));
+        let (text, left_out) =
+            read_segment(&path, start, self.ends.get(&index).copied(), self.budget);
+        self.saved.omitted_bytes += left_out;
+        if left_out > 0 {
+            self.saved.omitted_outputs += 1;
+        }
+        self.budget -= (text.len() as u64).min(self.budget);
+        match self.saved.outputs.last_mut() {
+            Some(last) if last["output_type"] == "stream" && last["name"] == name => {
+                let mut joined = last["text"].as_str().unwrap_or_default().to_owned();
+                joined.push_str(&text);
+                last["text"] = Value::String(joined);
+            }
+            _ if text.is_empty() => {}
+            // Its text was charged to the budget already.
+            _ => self
+                .saved
+                .outputs
+                .push(json!({"output_type": "stream", "name": name, "text": text})),
+        }
+    }
 }
 
 fn display_id(entry: &Value) -> Option<&str> {

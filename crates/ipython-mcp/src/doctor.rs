@@ -1,12 +1,12 @@
 //! `ipython-mcp doctor`: find or provision Python, start a kernel, run a round trip, and print
 //! what was found with timings. For people; output goes to stderr-free stdout as plain text.
 
-use std::io::Write as _;
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use ipython_mcp_config::Config;
-use ipython_mcp_kernel::{ExecuteArgs, SessionHandle, SessionState};
+use ipython_mcp_kernel::{ExecuteArgs, RuntimeStatus, SessionHandle, SessionState};
 
 pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
@@ -22,9 +22,45 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     }
     let started = Instant::now();
     let session = SessionHandle::start(options);
-    // Provisioning may take a while on first use: show progress until the session settles.
+    let status = settle(&mut out, &session, started).await?;
+    if let Some(error) = &status.error {
+        writeln!(out, "FAILED:          {error}")?;
+        session.shutdown().await;
+        return Ok(ExitCode::FAILURE);
+    }
+    let ready = started.elapsed();
+    describe(&mut out, &status)?;
+    writeln!(
+        out,
+        "ready after:     {:.0} ms",
+        ready.as_secs_f64() * 1000.0
+    )?;
+    let Some((mut samples, last)) = round_trips(&mut out, &session).await? else {
+        session.shutdown().await;
+        return Ok(ExitCode::FAILURE);
+    };
+    samples.sort();
+    writeln!(
+        out,
+        "round trip:      ok (x = {}), p50 {:.2} ms over {} calls",
+        last.unwrap_or_default(),
+        samples[samples.len() / 2].as_secs_f64() * 1000.0,
+        samples.len()
+    )?;
+    session.shutdown().await;
+    writeln!(out, "all good")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Waits until the session has left `Starting`, printing each environment phase as it is
+/// reached: provisioning may take a while on first use, and silence would look like a hang.
+async fn settle(
+    out: &mut impl Write,
+    session: &SessionHandle,
+    started: Instant,
+) -> std::io::Result<RuntimeStatus> {
     let mut last_phase = String::new();
-    let status = loop {
+    loop {
         let status = session.status();
         if let Some(environment) = &status.environment {
             if environment.phase != last_phase {
@@ -38,16 +74,14 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
             }
         }
         if !matches!(status.state, SessionState::Starting) {
-            break status;
+            return Ok(status);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    if let Some(error) = &status.error {
-        writeln!(out, "FAILED:          {error}")?;
-        session.shutdown().await;
-        return Ok(ExitCode::FAILURE);
     }
-    let ready = started.elapsed();
+}
+
+/// Prints where the Python came from, the kernel that runs it, and how long it took to start.
+fn describe(out: &mut impl Write, status: &RuntimeStatus) -> std::io::Result<()> {
     if let Some(environment) = &status.environment {
         writeln!(
             out,
@@ -77,11 +111,16 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     if let Some(seconds) = status.startup_seconds {
         writeln!(out, "kernel start:    {:.0} ms", seconds * 1000.0)?;
     }
-    writeln!(
-        out,
-        "ready after:     {:.0} ms",
-        ready.as_secs_f64() * 1000.0
-    )?;
+    Ok(())
+}
+
+/// Runs 20 small executions that build on each other (so the namespace is seen to persist),
+/// timing each; returns the timings and the last result's text, or `None` after printing why
+/// one failed.
+async fn round_trips(
+    out: &mut impl Write,
+    session: &SessionHandle,
+) -> std::io::Result<Option<(Vec<Duration>, Option<String>)>> {
     let mut samples = Vec::new();
     let mut last = None;
     for round in 0..20 {
@@ -105,8 +144,7 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
                 "FAILED:          round trip: {:?}",
                 output.error.map(|error| error.message)
             )?;
-            session.shutdown().await;
-            return Ok(ExitCode::FAILURE);
+            return Ok(None);
         }
         last = output.result.and_then(|result| {
             result
@@ -115,15 +153,5 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
                 .map(str::to_owned)
         });
     }
-    samples.sort();
-    writeln!(
-        out,
-        "round trip:      ok (x = {}), p50 {:.2} ms over {} calls",
-        last.unwrap_or_default(),
-        samples[samples.len() / 2].as_secs_f64() * 1000.0,
-        samples.len()
-    )?;
-    session.shutdown().await;
-    writeln!(out, "all good")?;
-    Ok(ExitCode::SUCCESS)
+    Ok(Some((samples, last)))
 }

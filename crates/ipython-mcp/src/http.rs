@@ -126,6 +126,8 @@ impl Served {
     }
 }
 
+/// Serves MCP over HTTP with the configured address and credentials until SIGTERM, SIGINT or a
+/// server failure, then closes every session.
 pub async fn run(
     config: Arc<Config>,
     served: Served,
@@ -142,7 +144,6 @@ pub async fn run(
         }
     };
     let address = listener.local_addr()?;
-    let url = format!("http://{address}/mcp");
 
     let shutdown = CancellationToken::new();
     let service_config = StreamableHttpServerConfig::default()
@@ -153,91 +154,33 @@ pub async fn run(
         .enforce_origin_validation();
     let http_sessions = Arc::new(LocalSessionManager::default());
     let app = match &served {
-        Served::Shared { state, token } => {
-            // Built once: every session's handler is a clone sharing the state and the router.
-            let product = {
-                let server = IpythonMcp::new(state.clone(), Arc::clone(&config));
-                move || server.clone()
-            };
-            let mcp = if test_mode.fixtures() {
-                let product = move || fixtures::wrap(product());
-                mcp_router(product, Arc::clone(&http_sessions), service_config)
-            } else {
-                mcp_router(product, Arc::clone(&http_sessions), service_config)
-            };
-            match token {
-                Some((token, _)) => mcp.layer(axum::middleware::from_fn_with_state(
-                    Arc::new(token.clone()),
-                    bearer,
-                )),
-                None => mcp,
-            }
-        }
+        Served::Shared { state, token } => shared_app(
+            &config,
+            state,
+            token.as_ref(),
+            test_mode,
+            Arc::clone(&http_sessions),
+            service_config,
+        ),
         Served::PerPrincipal { principals, gate } => {
-            let handler = principals.clone();
-            let mcp = mcp_router(
-                move || handler.clone(),
-                Arc::clone(&http_sessions),
-                service_config,
-            )
-            .layer(axum::middleware::from_fn_with_state(
-                (Arc::clone(gate), principals.clone()),
-                crate::principals::authenticate,
-            ));
-            match gate.oauth() {
-                // The metadata is public: it is how a client without a token finds the issuer.
-                Some(oauth) => {
-                    let document = crate::oauth::metadata(oauth).to_string();
-                    let path = crate::oauth::metadata_url(&oauth.resource)
-                        .path()
-                        .to_owned();
-                    let serve = move || {
-                        let json = [(header::CONTENT_TYPE, "application/json")];
-                        std::future::ready((json, document.clone()))
-                    };
-                    let mut routes = Router::new().route(&path, axum::routing::get(serve.clone()));
-                    if path != "/.well-known/oauth-protected-resource" {
-                        routes = routes.route(
-                            "/.well-known/oauth-protected-resource",
-                            axum::routing::get(serve),
-                        );
-                    }
-                    routes.merge(mcp)
-                }
-                None => mcp,
-            }
+            per_principal_app(principals, gate, Arc::clone(&http_sessions), service_config)
         }
     };
+    announce(&config, &served, address);
+    serve_until_stopped(listener, app, &config, served, http_sessions, shutdown).await
+}
 
-    // Printed (not logged) so that it shows whatever the log filter, and so that the token,
-    // which logs must never carry, appears exactly once.
-    eprintln!("ipython-mcp: serving MCP over HTTP at {url}");
-    if http.host.is_unspecified() {
-        eprintln!(
-            "ipython-mcp: listening on every interface: clients use this machine's name or address instead of {}, and it must be in {}",
-            http.host,
-            ipython_mcp_config::HTTP_ALLOWED_HOSTS.env
-        );
-    }
-    match &served {
-        Served::Shared { token: Some((token, true)), .. } => eprintln!(
-            "ipython-mcp: clients must send the header 'Authorization: Bearer {}' (generated for this run; set {} or {} to choose one)",
-            token.expose(),
-            ipython_mcp_config::HTTP_TOKEN.env,
-            ipython_mcp_config::HTTP_TOKEN_FILE.env
-        ),
-        Served::Shared { token: Some(_), .. } => eprintln!("ipython-mcp: clients must send 'Authorization: Bearer <your configured token>'"),
-        Served::Shared { token: None, .. } => {}
-        Served::PerPrincipal { .. } => eprintln!("ipython-mcp: each principal's clients send 'Authorization: Bearer <their token>' (from the principals file; SIGHUP re-reads it)"),
-    }
-    tracing::info!(
-        version = env!("CARGO_PKG_VERSION"),
-        %address,
-        remote = http.allow_remote,
-        principals = matches!(served, Served::PerPrincipal { .. }),
-        "serving MCP over Streamable HTTP"
-    );
-
+/// Serves `app` until a signal says stop or the server fails, looking after the principals
+/// meanwhile (upkeep, and SIGHUP re-reading their file); then closes the sessions and the
+/// server, in that order.
+async fn serve_until_stopped(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    config: &Config,
+    served: Served,
+    http_sessions: Arc<LocalSessionManager>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<ExitCode> {
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut hangup = signal(SignalKind::hangup())?;
@@ -287,6 +230,113 @@ pub async fn run(
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The app for one shared state: `/mcp` behind the one token (none only in a test mode that
+/// says so), with the test fixtures' tools added when the test mode asks for them.
+fn shared_app(
+    config: &Arc<Config>,
+    state: &ServerState,
+    token: Option<&(Token, bool)>,
+    test_mode: TestMode,
+    http_sessions: Arc<LocalSessionManager>,
+    service_config: StreamableHttpServerConfig,
+) -> Router {
+    // Built once: every session's handler is a clone sharing the state and the router.
+    let product = {
+        let server = IpythonMcp::new(state.clone(), Arc::clone(config));
+        move || server.clone()
+    };
+    let mcp = if test_mode.fixtures() {
+        let product = move || fixtures::wrap(product());
+        mcp_router(product, http_sessions, service_config)
+    } else {
+        mcp_router(product, http_sessions, service_config)
+    };
+    match token {
+        Some((token, _)) => mcp.layer(axum::middleware::from_fn_with_state(
+            Arc::new(token.clone()),
+            bearer,
+        )),
+        None => mcp,
+    }
+}
+
+/// The app for the principals: `/mcp` behind each principal's credentials and, with an
+/// OAuth issuer, the protected-resource metadata that names it.
+fn per_principal_app(
+    principals: &Principals,
+    gate: &Arc<crate::principals::Gate>,
+    http_sessions: Arc<LocalSessionManager>,
+    service_config: StreamableHttpServerConfig,
+) -> Router {
+    let handler = principals.clone();
+    let mcp = mcp_router(move || handler.clone(), http_sessions, service_config).layer(
+        axum::middleware::from_fn_with_state(
+            (Arc::clone(gate), principals.clone()),
+            crate::principals::authenticate,
+        ),
+    );
+    match gate.oauth() {
+        Some(oauth) => oauth_metadata(oauth).merge(mcp),
+        None => mcp,
+    }
+}
+
+/// Routes serving the OAuth protected-resource metadata at its URL for this resource and at
+/// the well-known root path. The metadata is public: it is how a client without a token
+/// finds the issuer.
+fn oauth_metadata(oauth: &ipython_mcp_config::OAuth) -> Router {
+    let document = crate::oauth::metadata(oauth).to_string();
+    let path = crate::oauth::metadata_url(&oauth.resource)
+        .path()
+        .to_owned();
+    let serve = move || {
+        let json = [(header::CONTENT_TYPE, "application/json")];
+        std::future::ready((json, document.clone()))
+    };
+    let mut routes = Router::new().route(&path, axum::routing::get(serve.clone()));
+    if path != "/.well-known/oauth-protected-resource" {
+        routes = routes.route(
+            "/.well-known/oauth-protected-resource",
+            axum::routing::get(serve),
+        );
+    }
+    routes
+}
+
+/// Tells the user where the server listens and what clients must send, and logs the start.
+/// Printed (not logged) so that it shows whatever the log filter, and so that the token,
+/// which logs must never carry, appears exactly once.
+fn announce(config: &Config, served: &Served, address: SocketAddr) {
+    let http = &config.http;
+    let url = format!("http://{address}/mcp");
+    eprintln!("ipython-mcp: serving MCP over HTTP at {url}");
+    if http.host.is_unspecified() {
+        eprintln!(
+            "ipython-mcp: listening on every interface: clients use this machine's name or address instead of {}, and it must be in {}",
+            http.host,
+            ipython_mcp_config::HTTP_ALLOWED_HOSTS.env
+        );
+    }
+    match served {
+        Served::Shared { token: Some((token, true)), .. } => eprintln!(
+            "ipython-mcp: clients must send the header 'Authorization: Bearer {}' (generated for this run; set {} or {} to choose one)",
+            token.expose(),
+            ipython_mcp_config::HTTP_TOKEN.env,
+            ipython_mcp_config::HTTP_TOKEN_FILE.env
+        ),
+        Served::Shared { token: Some(_), .. } => eprintln!("ipython-mcp: clients must send 'Authorization: Bearer <your configured token>'"),
+        Served::Shared { token: None, .. } => {}
+        Served::PerPrincipal { .. } => eprintln!("ipython-mcp: each principal's clients send 'Authorization: Bearer <their token>' (from the principals file; SIGHUP re-reads it)"),
+    }
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        %address,
+        remote = http.allow_remote,
+        principals = matches!(served, Served::PerPrincipal { .. }),
+        "serving MCP over Streamable HTTP"
+    );
 }
 
 fn mcp_router<S>(
