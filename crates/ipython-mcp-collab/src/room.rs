@@ -119,43 +119,7 @@ impl Room {
     /// document. Bounded by `timeout`, which also bounds each later acknowledgement.
     pub async fn open(server: &Server, path: &str, timeout: Duration) -> Result<Room, CollabError> {
         let deadline = Instant::now() + timeout;
-        let bounded = |what: &str| CollabError::Timeout {
-            what: what.to_owned(),
-            after: timeout,
-        };
-        let session_path = format!("api/collaboration/session/{}", encode_path(path));
-        let session = tokio::time::timeout_at(
-            deadline,
-            server.call_json(
-                Method::PUT,
-                &session_path,
-                Some(serde_json::json!({"format": "json", "type": "notebook"})),
-                "the document session",
-            ),
-        )
-        .await
-        .map_err(|_| bounded("opening the document session"))?;
-        let session = match session {
-            Ok(session) => session,
-            Err(ipython_mcp_jupyter::Error::RemoteNotFound { .. }) => {
-                // The extension answers 404 for a missing file; a server without it
-                // answers 404 for the endpoint. The contents API tells which.
-                return Err(missing(server, path, deadline).await);
-            }
-            Err(error) => return Err(CollabError::from_server(error, path)),
-        };
-        let field = |name: &str| {
-            session
-                .get(name)
-                .and_then(Value::as_str)
-                .filter(|value| !value.is_empty())
-                .map(str::to_owned)
-                .ok_or_else(|| CollabError::Protocol {
-                    message: format!("the document session has no {name}"),
-                })
-        };
-        let file_id = field("fileId")?;
-        let session_id = field("sessionId")?;
+        let (file_id, session_id) = document_session(server, path, deadline, timeout).await?;
         let room_path = format!(
             "api/collaboration/room/json:notebook:{}?sessionId={}",
             encode_component(&file_id),
@@ -166,9 +130,39 @@ impl Room {
             server.websocket(&room_path, "the document's room"),
         )
         .await
-        .map_err(|_| bounded("connecting to the document's room"))?
+        .map_err(|_| timed_out("connecting to the document's room", timeout))?
         .map_err(|error| CollabError::from_server(error, path))?;
 
+        let room = Room::start(path, socket, file_id, timeout)?;
+        // The first step 1 (empty update) is answered with the server's whole document.
+        let synced = room.send(Vec::new(), deadline, "the document's first sync");
+        match synced.await {
+            Ok(()) => Ok(room),
+            Err(error) => {
+                let code = room
+                    .shared
+                    .ended
+                    .borrow()
+                    .as_ref()
+                    .and_then(|ended| ended.code);
+                room.close().await;
+                Err(match code {
+                    Some(4404) => CollabError::NotFound {
+                        path: path.to_owned(),
+                    },
+                    _ => error,
+                })
+            }
+        }
+    }
+
+    /// The room over a connected `socket`, with its task serving it; not yet synced.
+    fn start(
+        path: &str,
+        socket: WebSocket,
+        file_id: String,
+        timeout: Duration,
+    ) -> Result<Room, CollabError> {
         let doc = Doc::new();
         let roots = Roots::of(&doc);
         let mut awareness = Awareness::new(doc.clone());
@@ -201,26 +195,7 @@ impl Room {
             }),
         };
         tracing::debug!(file_id = %file_id, "joining a live document");
-        // The first step 1 (empty update) is answered with the server's whole document.
-        let synced = room.send(Vec::new(), deadline, "the document's first sync");
-        match synced.await {
-            Ok(()) => Ok(room),
-            Err(error) => {
-                let code = room
-                    .shared
-                    .ended
-                    .borrow()
-                    .as_ref()
-                    .and_then(|ended| ended.code);
-                room.close().await;
-                Err(match code {
-                    Some(4404) => CollabError::NotFound {
-                        path: path.to_owned(),
-                    },
-                    _ => error,
-                })
-            }
-        }
+        Ok(room)
     }
 
     /// The document now, as nbformat 4 JSON, as jupyter_ydoc's `YNotebook.get()` renders it.
@@ -397,6 +372,56 @@ fn code_cell(roots: &Roots, txn: &TransactionMut, id: &str) -> Result<yrs::MapRe
             message: format!("cell {id:?} is not a code cell"),
         }),
     }
+}
+
+/// The error for a step of [`Room::open`] that did not finish within its `timeout`.
+fn timed_out(what: &str, timeout: Duration) -> CollabError {
+    CollabError::Timeout {
+        what: what.to_owned(),
+        after: timeout,
+    }
+}
+
+/// Asks the collaboration extension for the document session of the notebook at `path`, and
+/// returns its file id and session id.
+async fn document_session(
+    server: &Server,
+    path: &str,
+    deadline: Instant,
+    timeout: Duration,
+) -> Result<(String, String), CollabError> {
+    let session_path = format!("api/collaboration/session/{}", encode_path(path));
+    let session = tokio::time::timeout_at(
+        deadline,
+        server.call_json(
+            Method::PUT,
+            &session_path,
+            Some(serde_json::json!({"format": "json", "type": "notebook"})),
+            "the document session",
+        ),
+    )
+    .await
+    .map_err(|_| timed_out("opening the document session", timeout))?;
+    let session = match session {
+        Ok(session) => session,
+        Err(ipython_mcp_jupyter::Error::RemoteNotFound { .. }) => {
+            // The extension answers 404 for a missing file; a server without it
+            // answers 404 for the endpoint. The contents API tells which.
+            return Err(missing(server, path, deadline).await);
+        }
+        Err(error) => return Err(CollabError::from_server(error, path)),
+    };
+    let field = |name: &str| {
+        session
+            .get(name)
+            .and_then(Value::as_str)
+            .filter(|value| !value.is_empty())
+            .map(str::to_owned)
+            .ok_or_else(|| CollabError::Protocol {
+                message: format!("the document session has no {name}"),
+            })
+    };
+    Ok((field("fileId")?, field("sessionId")?))
 }
 
 /// Tells a missing file from a server without the extension (both answer 404).

@@ -231,6 +231,9 @@ impl Provisioner<'_> {
         result
     }
 
+    /// Creates the environment in `venv`, installs the recipe's requirements, verifies it and
+    /// writes its metadata, then moves it to `target`; creating and installing share one
+    /// install timeout.
     async fn build_in(
         &self,
         base: &Base,
@@ -245,11 +248,29 @@ impl Provisioner<'_> {
             None => Tool::Pip,
         };
         let venv_python = venv.join("bin").join("python");
+        self.create_venv(&tool, base, envs, venv, deadline, recipe)
+            .await?;
+        self.install(&tool, envs, &venv_python, deadline, recipe)
+            .await?;
+        let report = self.verify(&tool, venv, &venv_python, recipe).await?;
+        move_into_place(venv, target).await?;
+        Ok(report)
+    }
 
+    /// Creates the bare virtualenv in `venv` from the base interpreter.
+    async fn create_venv(
+        &self,
+        tool: &Tool,
+        base: &Base,
+        envs: &Path,
+        venv: &Path,
+        deadline: Instant,
+        recipe: &Recipe<'_>,
+    ) -> Result<(), Error> {
         (self.progress)(Phase::Creating {
             tool: tool.creator().to_owned(),
         });
-        let mut create = match &tool {
+        let mut create = match tool {
             // --seed puts pip in the environment, so `%pip install` works in the kernel.
             Tool::Uv(uv) => command(
                 uv,
@@ -257,7 +278,7 @@ impl Provisioner<'_> {
             ),
             Tool::Pip => command(&base.python, ["-m", "venv", "--prompt", recipe.prompt]),
         };
-        match &tool {
+        match tool {
             Tool::Uv(_) => create.arg(&base.python).arg(venv),
             Tool::Pip => create.arg(venv),
         };
@@ -274,15 +295,26 @@ impl Provisioner<'_> {
                 detail,
             },
         )
-        .await?;
+        .await
+    }
 
+    /// Installs the recipe's requirements (ipykernel included) into the environment whose
+    /// interpreter is `venv_python`.
+    async fn install(
+        &self,
+        tool: &Tool,
+        envs: &Path,
+        venv_python: &Path,
+        deadline: Instant,
+        recipe: &Recipe<'_>,
+    ) -> Result<(), Error> {
         (self.progress)(Phase::Installing {
             tool: tool.installer().to_owned(),
         });
-        let mut install = match &tool {
+        let mut install = match tool {
             Tool::Uv(uv) => command(uv, ["pip", "install", "--python"]),
             Tool::Pip => command(
-                &venv_python,
+                venv_python,
                 [
                     "-m",
                     "pip",
@@ -294,7 +326,7 @@ impl Provisioner<'_> {
             ),
         };
         if let Tool::Uv(_) = tool {
-            install.arg(&venv_python);
+            install.arg(venv_python);
         }
         install.args(&recipe.requirements);
         let installing = format!("installing {} with {}", recipe.packages, tool.installer());
@@ -311,15 +343,25 @@ impl Provisioner<'_> {
                 detail,
             },
         )
-        .await?;
+        .await
+    }
 
+    /// Probes the new environment and, once it imports ipykernel, writes its metadata file:
+    /// the metadata is what marks an environment as finished, so it comes last.
+    async fn verify(
+        &self,
+        tool: &Tool,
+        venv: &Path,
+        venv_python: &Path,
+        recipe: &Recipe<'_>,
+    ) -> Result<Report, Error> {
         (self.progress)(Phase::Verifying);
         let verify_error = |detail| Error::Verify {
             environment: recipe.label.clone(),
             path: venv.to_owned(),
             detail,
         };
-        let report = probe::probe(&venv_python, None, self.probe_timeout)
+        let report = probe::probe(venv_python, None, self.probe_timeout)
             .await
             .map_err(|failure| verify_error(failure.detail))?;
         let ipykernel_version = match &report.ipykernel {
@@ -336,16 +378,6 @@ impl Provisioner<'_> {
         tokio::fs::write(&metadata_path, bytes)
             .await
             .map_err(io_error("writing", &metadata_path))?;
-
-        let (from, to) = (venv.to_owned(), target.to_owned());
-        tokio::task::spawn_blocking(move || relocate(&from, &to))
-            .await
-            .map_err(|err| io::Error::other(err.to_string()))
-            .and_then(|result| result)
-            .map_err(io_error("rewriting script paths in", venv))?;
-        tokio::fs::rename(venv, target)
-            .await
-            .map_err(io_error("moving the new environment to", target))?;
         Ok(report)
     }
 
@@ -387,6 +419,20 @@ impl Provisioner<'_> {
             Err(Failure::TimedOut(output)) => Err(timed_out(output)),
         }
     }
+}
+
+/// Moves the finished environment from `venv` to `target`, first rewriting the build
+/// directory's path in its scripts to the final one (file work, on the blocking pool).
+async fn move_into_place(venv: &Path, target: &Path) -> Result<(), Error> {
+    let (from, to) = (venv.to_owned(), target.to_owned());
+    tokio::task::spawn_blocking(move || relocate(&from, &to))
+        .await
+        .map_err(|err| io::Error::other(err.to_string()))
+        .and_then(|result| result)
+        .map_err(io_error("rewriting script paths in", venv))?;
+    tokio::fs::rename(venv, target)
+        .await
+        .map_err(io_error("moving the new environment to", target))
 }
 
 fn command<const N: usize>(program: &Path, args: [&str; N]) -> Command {

@@ -14,7 +14,7 @@
 //!   verification; requirements are recorded with URL credentials masked (the fingerprint is
 //!   taken over the unmasked list, so a changed token is a changed dependency set).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use ipython_mcp_config::{NamedEnvironment, Redactor};
@@ -87,62 +87,22 @@ pub(crate) async fn ensure(
     validate_workspace(named, project).await?;
     let target = named.path();
     let executable = target.join("bin").join("python");
-    let wanted_fingerprint = fingerprint(&named.requirements);
-    let decide = |check: Check| -> Result<Option<Provisioned>, Error> {
-        match check {
-            Check::Absent => Ok(None),
-            Check::Ready(report) => Ok(Some(Provisioned {
-                executable: executable.clone(),
-                report,
-                provision_seconds: None,
-            })),
-            Check::Mismatch {
-                recorded_python,
-                recorded_fingerprint,
-            } => Err(Error::Mismatch {
-                name: named.name.clone(),
-                path: target.clone(),
-                recorded: describe(&recorded_python, &recorded_fingerprint),
-                wanted: describe(&base.major_minor, &wanted_fingerprint),
-            }),
-            Check::Unusable(detail) => Err(Error::Unusable {
-                name: named.name.clone(),
-                path: target.clone(),
-                detail,
-            }),
-            Check::Unanswered(detail) => Err(Error::Probe {
-                python: executable.clone(),
-                detail: format!(
-                    "{detail}; the environment was left as it is (a busy machine can be this slow: try again)"
-                ),
-            }),
-        }
+    let wanted = Wanted {
+        named,
+        base,
+        target,
+        executable,
+        fingerprint: fingerprint(&named.requirements),
     };
 
     // Fast path without the lock: the directory only appears complete.
-    if let Some(ready) = decide(
-        check(
-            &target,
-            &base.major_minor,
-            &wanted_fingerprint,
-            provisioner.probe_timeout,
-        )
-        .await,
-    )? {
+    if let Some(ready) = wanted.existing(provisioner.probe_timeout).await? {
         return Ok(ready);
     }
     (provisioner.progress)(Phase::Locking);
     let lock_path = named.workspace.join(format!(".{}.lock", named.name));
     let _held = lock::acquire(&lock_path, provisioner.install_timeout + LOCK_MARGIN).await?;
-    if let Some(ready) = decide(
-        check(
-            &target,
-            &base.major_minor,
-            &wanted_fingerprint,
-            provisioner.probe_timeout,
-        )
-        .await,
-    )? {
+    if let Some(ready) = wanted.existing(provisioner.probe_timeout).await? {
         tracing::debug!(name = %named.name, "named environment built by another process");
         return Ok(ready);
     }
@@ -152,7 +112,76 @@ pub(crate) async fn ensure(
         STALE_TEMP_AGE.max(provisioner.install_timeout * 2),
     )
     .await;
+    create(provisioner, wanted).await
+}
 
+/// The named environment this server wants, and where it lives.
+struct Wanted<'a> {
+    named: &'a NamedEnvironment,
+    base: &'a Base,
+    target: PathBuf,
+    executable: PathBuf,
+    /// Of the requirements as configured (see [`fingerprint`]).
+    fingerprint: String,
+}
+
+impl Wanted<'_> {
+    /// The environment at the target when it is ready and matches; `None` when there is none;
+    /// an error when something is there that must not be reused.
+    async fn existing(&self, probe_timeout: Duration) -> Result<Option<Provisioned>, Error> {
+        let found = check(
+            &self.target,
+            &self.base.major_minor,
+            &self.fingerprint,
+            probe_timeout,
+        )
+        .await;
+        self.decide(found)
+    }
+
+    /// What a check of the target means for this start: reuse, build, or refuse.
+    fn decide(&self, check: Check) -> Result<Option<Provisioned>, Error> {
+        match check {
+            Check::Absent => Ok(None),
+            Check::Ready(report) => Ok(Some(Provisioned {
+                executable: self.executable.clone(),
+                report,
+                provision_seconds: None,
+            })),
+            Check::Mismatch {
+                recorded_python,
+                recorded_fingerprint,
+            } => Err(Error::Mismatch {
+                name: self.named.name.clone(),
+                path: self.target.clone(),
+                recorded: describe(&recorded_python, &recorded_fingerprint),
+                wanted: describe(&self.base.major_minor, &self.fingerprint),
+            }),
+            Check::Unusable(detail) => Err(Error::Unusable {
+                name: self.named.name.clone(),
+                path: self.target.clone(),
+                detail,
+            }),
+            Check::Unanswered(detail) => Err(Error::Probe {
+                python: self.executable.clone(),
+                detail: format!(
+                    "{detail}; the environment was left as it is (a busy machine can be this slow: try again)"
+                ),
+            }),
+        }
+    }
+}
+
+/// Builds the environment (under the caller's lock) with the requirements plus ipykernel,
+/// recording them in its metadata with URL credentials masked.
+async fn create(provisioner: &Provisioner<'_>, wanted: Wanted<'_>) -> Result<Provisioned, Error> {
+    let Wanted {
+        named,
+        base,
+        target,
+        executable,
+        fingerprint: wanted_fingerprint,
+    } = wanted;
     let started = Instant::now();
     let masked: Vec<String> = named
         .requirements

@@ -273,6 +273,15 @@ pub(crate) fn prepare(mut message: JupyterMessage) -> JupyterMessage {
     message
 }
 
+/// The four client sockets of one kernel, connected.
+struct Sockets {
+    iopub: jzc::ClientIoPubConnection,
+    shell: jzc::ClientShellConnection,
+    control: jzc::ClientControlConnection,
+    heartbeat: jzc::ClientHeartbeatConnection,
+}
+
+/// Connects to the started kernel process and waits until it is ready (see [`Kernel::launch`]).
 async fn connect_and_handshake(
     spec: &LaunchSpec,
     connection: &ConnectionInfo,
@@ -282,7 +291,23 @@ async fn connect_and_handshake(
     startup_timeout: Duration,
 ) -> Result<Kernel, Error> {
     let session_id = uuid::Uuid::new_v4().to_string();
-    let identity = jzc::peer_identity_for_session(&session_id).map_err(|error| Error::Send {
+    let sockets =
+        connect_sockets(connection, process, &session_id, deadline, startup_timeout).await?;
+    let welcome = router.welcome();
+    let kernel = assemble(spec, connection, process, router, session_id, sockets);
+    wait_until_ready(kernel, welcome, process, deadline, startup_timeout).await
+}
+
+/// Connects the iopub, shell, control and heartbeat sockets at once, until `deadline` or the
+/// kernel's exit, whichever comes first.
+async fn connect_sockets(
+    connection: &ConnectionInfo,
+    process: &Process,
+    session_id: &str,
+    deadline: Instant,
+    startup_timeout: Duration,
+) -> Result<Sockets, Error> {
+    let identity = jzc::peer_identity_for_session(session_id).map_err(|error| Error::Send {
         channel: "shell",
         message: error.to_string(),
     })?;
@@ -293,9 +318,9 @@ async fn connect_and_handshake(
     let (iopub, shell, control, heartbeat) = tokio::select! {
         sockets = async {
             tokio::join!(
-                retry(deadline, || jzc::create_client_iopub_connection(connection, "", &session_id)),
-                retry(deadline, || jzc::create_client_shell_connection_with_identity(connection, &session_id, identity.clone())),
-                retry(deadline, || jzc::create_client_control_connection(connection, &session_id)),
+                retry(deadline, || jzc::create_client_iopub_connection(connection, "", session_id)),
+                retry(deadline, || jzc::create_client_shell_connection_with_identity(connection, session_id, identity.clone())),
+                retry(deadline, || jzc::create_client_control_connection(connection, session_id)),
                 retry(deadline, || jzc::create_client_heartbeat_connection(connection)),
             )
         } => sockets,
@@ -306,8 +331,30 @@ async fn connect_and_handshake(
     else {
         return Err(startup_error(process));
     };
+    Ok(Sockets {
+        iopub,
+        shell,
+        control,
+        heartbeat,
+    })
+}
 
-    let welcome = router.welcome();
+/// The kernel over connected sockets, with a reader task per receiving socket routing what
+/// arrives; its `info` is still unset.
+fn assemble(
+    spec: &LaunchSpec,
+    connection: &ConnectionInfo,
+    process: &Arc<Process>,
+    router: Arc<Router>,
+    session_id: String,
+    sockets: Sockets,
+) -> Kernel {
+    let Sockets {
+        iopub,
+        shell,
+        control,
+        heartbeat,
+    } = sockets;
     // Owned by the Kernel (see `Kernel::readers`): a failed handshake drops it, which aborts them.
     let (shell_send, shell_recv) = shell.split();
     let (control_send, control_recv) = control.split();
@@ -325,7 +372,7 @@ async fn connect_and_handshake(
         )),
     ];
 
-    let mut kernel = Kernel {
+    Kernel {
         inner: Arc::clone(process),
         router,
         shell: tokio::sync::Mutex::new(shell_send),
@@ -336,12 +383,22 @@ async fn connect_and_handshake(
         readers: std::sync::Mutex::new(readers),
         session_id,
         info: None,
-    };
+    }
+}
 
-    // Ready means: kernel_info_reply on shell, and proof that our iopub subscription is live
-    // (JEP 65 welcome, or iopub status parented by our request). Requests are re-sent like
-    // jupyter_client does, since a kernel that is still starting may miss the first one.
-    let mut welcome = welcome;
+/// Asks for `kernel_info` until the kernel is ready, and returns it with its info set.
+///
+/// Ready means: kernel_info_reply on shell, and proof that our iopub subscription is live
+/// (JEP 65 welcome, or iopub status parented by our request). Requests are re-sent like
+/// jupyter_client does, since a kernel that is still starting may miss the first one.
+async fn wait_until_ready(
+    mut kernel: Kernel,
+    mut welcome: watch::Receiver<bool>,
+    process: &Process,
+    deadline: Instant,
+    startup_timeout: Duration,
+) -> Result<Kernel, Error> {
+    let startup_error = |process: &Process| startup_failure(process, startup_timeout);
     loop {
         let request = JupyterMessage::new(KernelInfoRequest {}, None);
         let (msg_id, mut receiver) = kernel.request(Channel::Shell, request).await?;

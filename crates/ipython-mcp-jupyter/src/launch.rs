@@ -376,23 +376,137 @@ impl Tail {
 pub(crate) async fn spawn(
     spec: &LaunchSpec,
 ) -> Result<(Arc<Process>, ConnectionInfo, Arc<Router>), Error> {
+    let (run_dir, connection, connection_file) = make_run_dir(spec).await?;
+    let (program, mut command) = kernel_command(spec, &connection_file);
+    // Started first and leading the group the kernel joins, so no moment exists when the
+    // kernel runs and nothing would kill it if the server died.
+    let death_watch = if PIPE_DEATH_WATCH.load(Ordering::SeqCst) {
+        Some(spawn_watcher()?)
+    } else {
+        None
+    };
+    isolate(
+        &mut command,
+        spec,
+        death_watch.as_ref().map(|(pid, _, _)| *pid),
+    );
+    #[cfg(target_os = "linux")]
+    if death_watch.is_none() {
+        die_with_parent(&mut command);
+    }
+    // The kernel's own cgroup, where one may be made: the child writes itself into it before
+    // it execs (async-signal-safe open/write/close), so none of its memory is ever charged
+    // outside the group, which writing the pid after the spawn could not promise.
+    let group = match spec.memory {
+        MemoryPolicy {
+            limit_bytes: Some(limit),
+            enforcement: Enforcement::Auto,
+        } => kernel_group(limit).await,
+        _ => None,
+    };
+    if let Some(group) = &group {
+        join_group_before_exec(&mut command, group);
+    }
+    let enforcer = match (spec.memory.limit_bytes, &group) {
+        (None, _) => None,
+        (Some(_), Some(_)) => Some(Enforcer::Cgroup),
+        (Some(_), None) => Some(Enforcer::Watchdog),
+    };
+    let meter = Arc::new(Meter::new(spec.memory.limit_bytes, enforcer));
+    let spawned = command.spawn();
+    if let (Err(_), Some(group)) = (&spawned, &group) {
+        group.remove();
+    }
+    let child = spawned.map_err(|error| Error::Spawn {
+        program,
+        message: error.to_string(),
+    })?;
+    let (process, router) = supervise(child, death_watch, group, meter, run_dir);
+    Ok((process, connection, router))
+}
+
+/// The record of a just-spawned kernel and the tasks it keeps: the stderr reader, the memory
+/// sampler, the exit watch and, under the pipe watch, the watcher's reaper. Also returns the
+/// router, which the exit watch closes once the kernel is gone.
+fn supervise(
+    mut child: tokio::process::Child,
+    death_watch: Option<(u32, tokio::process::ChildStdin, tokio::task::JoinHandle<()>)>,
+    group: Option<memory::Group>,
+    meter: Arc<Meter>,
+    run_dir: tempfile::TempDir,
+) -> (Arc<Process>, Arc<Router>) {
+    let pid = child.id().expect("a just-spawned child has a pid");
+    let (process_group, death_watch, watcher_reaper) = match death_watch {
+        Some((watcher, pipe, reaper)) => (watcher, Some(pipe), Some(reaper)),
+        None => (pid, None, None),
+    };
+
+    // Each task the process needs is kept in `Process`, which stops them.
+    let mut tasks = Vec::from_iter(watcher_reaper);
+    let stderr_tail = Arc::new(Mutex::new(Tail::default()));
+    let stderr_reader = child
+        .stderr
+        .take()
+        .map(|stderr| read_stderr(stderr, Arc::clone(&stderr_tail)));
+
+    let router = Arc::new(Router::default());
+    let (exit_sender, exit) = watch::channel(None);
+    tasks.push(tokio::spawn(memory::sample(
+        pid,
+        process_group,
+        Arc::clone(&meter),
+        group.as_ref().map(|group| group.dir.clone()),
+        exit.clone(),
+    )));
+    tasks.push(tokio::spawn(watch_exit(
+        child,
+        pid,
+        process_group,
+        group,
+        Arc::clone(&meter),
+        Arc::clone(&router),
+        exit_sender,
+    )));
+    let process = Arc::new(Process {
+        pid,
+        group: process_group,
+        _death_watch: death_watch,
+        exit,
+        meter,
+        stderr_tail,
+        run_dir: Some(run_dir),
+        tasks: Mutex::new(tasks),
+        stderr_reader: Mutex::new(stderr_reader),
+    });
+    (process, router)
+}
+
+/// The kernel's run directory, connection and connection file, made on the blocking pool: a
+/// slow temp volume must not stall the async threads that serve every other session.
+async fn make_run_dir(
+    spec: &LaunchSpec,
+) -> Result<(tempfile::TempDir, ConnectionInfo, PathBuf), Error> {
     let kernel_name = spec
         .kernel_name
         .clone()
         .unwrap_or_else(|| "python3".to_owned());
-    // File work on the blocking pool: a slow temp volume must not stall the async threads that
-    // serve every other session.
-    let (run_dir, connection, connection_file) =
-        tokio::task::spawn_blocking(move || create_run_dir(kernel_name))
-            .await
-            .map_err(|error| Error::RunDir {
-                message: error.to_string(),
-            })?
-            .map_err(|error| Error::RunDir {
-                message: error.to_string(),
-            })?;
+    tokio::task::spawn_blocking(move || create_run_dir(kernel_name))
+        .await
+        .map_err(|error| Error::RunDir {
+            message: error.to_string(),
+        })?
+        .map_err(|error| Error::RunDir {
+            message: error.to_string(),
+        })
+}
 
-    let (program, mut command) = match &spec.argv {
+/// The kernel's command line and the program it runs (named in a spawn error): the
+/// kernelspec's argv when there is one, else ipykernel under our Python, with a safe path.
+fn kernel_command(
+    spec: &LaunchSpec,
+    connection_file: &std::path::Path,
+) -> (String, tokio::process::Command) {
+    match &spec.argv {
         Some(argv) if !argv.is_empty() => {
             let file = connection_file.display().to_string();
             let mut command = tokio::process::Command::new(&argv[0]);
@@ -411,162 +525,116 @@ pub(crate) async fn spawn(
             command
                 .args(safe_module("ipykernel_launcher"))
                 .arg("-f")
-                .arg(&connection_file)
+                .arg(connection_file)
                 .args(IPYKERNEL_OPTIONS);
             (spec.python.display().to_string(), command)
         }
-    };
-    // Started first and leading the group the kernel joins, so no moment exists when the
-    // kernel runs and nothing would kill it if the server died.
-    let death_watch = if PIPE_DEATH_WATCH.load(Ordering::SeqCst) {
-        Some(spawn_watcher()?)
-    } else {
-        None
-    };
+    }
+}
+
+/// Gives the kernel its environment and working directory, keeps its stdio off ours (only
+/// stderr is read, for the tail), and puts it in its own process group, or in the watcher's
+/// (`watcher`) under the pipe watch, so that one kill reaches everything it forks.
+fn isolate(command: &mut tokio::process::Command, spec: &LaunchSpec, watcher: Option<u32>) {
     command
         .env("PYDEVD_DISABLE_FILE_VALIDATION", "1")
         .envs(spec.env.iter().map(|(key, value)| (key, value)))
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .process_group(
-            death_watch
-                .as_ref()
-                .map_or(0, |(pid, _, _)| *pid as libc::pid_t),
-        )
+        .process_group(watcher.map_or(0, |pid| pid as libc::pid_t))
         .kill_on_drop(true);
     if let Some(dir) = &spec.working_dir {
         command.current_dir(dir);
     }
-    #[cfg(target_os = "linux")]
-    if death_watch.is_none() {
-        let parent_pid = std::process::id() as libc::pid_t;
-        // SAFETY: the closure runs in the forked child before exec and only calls
-        // async-signal-safe functions (prctl, getppid, _exit).
-        unsafe {
-            command.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // The parent may have died between fork and prctl: then nobody would signal us.
-                if libc::getppid() != parent_pid {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
-    }
-    // The kernel's own cgroup, where one may be made: the child writes itself into it before
-    // it execs (async-signal-safe open/write/close), so none of its memory is ever charged
-    // outside the group, which writing the pid after the spawn could not promise.
-    let group = match spec.memory {
-        MemoryPolicy {
-            limit_bytes: Some(limit),
-            enforcement: Enforcement::Auto,
-        } => kernel_group(limit).await,
-        _ => None,
-    };
-    if let Some(group) = &group {
-        let procs = group.procs();
-        // SAFETY: the closure runs in the forked child before exec and only calls
-        // async-signal-safe functions (open, write, close) on memory prepared before the fork.
-        unsafe {
-            command.pre_exec(move || {
-                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // "0" is the writing process itself.
-                let written = libc::write(fd, b"0".as_ptr().cast(), 1);
-                let error = std::io::Error::last_os_error();
-                libc::close(fd);
-                if written != 1 {
-                    return Err(error);
-                }
-                Ok(())
-            });
-        }
-    }
-    let enforcer = match (spec.memory.limit_bytes, &group) {
-        (None, _) => None,
-        (Some(_), Some(_)) => Some(Enforcer::Cgroup),
-        (Some(_), None) => Some(Enforcer::Watchdog),
-    };
-    let meter = Arc::new(Meter::new(spec.memory.limit_bytes, enforcer));
-    let spawned = command.spawn();
-    if let (Err(_), Some(group)) = (&spawned, &group) {
-        group.remove();
-    }
-    let mut child = spawned.map_err(|error| Error::Spawn {
-        program,
-        message: error.to_string(),
-    })?;
-    let pid = child.id().expect("a just-spawned child has a pid");
-    let (process_group, death_watch, watcher_reaper) = match death_watch {
-        Some((watcher, pipe, reaper)) => (watcher, Some(pipe), Some(reaper)),
-        None => (pid, None, None),
-    };
+}
 
-    // Each task the process needs is kept in `Process`, which stops them.
-    let mut tasks = Vec::from_iter(watcher_reaper);
-    let stderr_tail = Arc::new(Mutex::new(Tail::default()));
-    let stderr_reader = child.stderr.take().map(|mut stderr| {
-        let tail = Arc::clone(&stderr_tail);
-        tokio::spawn(async move {
-            let mut buffer = vec![0u8; 8192];
-            while let Ok(read) = stderr.read(&mut buffer).await {
-                if read == 0 {
-                    break;
-                }
-                tail.lock().expect("tail lock").push(&buffer[..read]);
+/// Makes the kernel die with the server through Linux's parent-death signal.
+#[cfg(target_os = "linux")]
+fn die_with_parent(command: &mut tokio::process::Command) {
+    let parent_pid = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs in the forked child before exec and only calls
+    // async-signal-safe functions (prctl, getppid, _exit).
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
             }
-        })
-    });
-
-    let router = Arc::new(Router::default());
-    let (exit_sender, exit) = watch::channel(None);
-    tasks.push(tokio::spawn(memory::sample(
-        pid,
-        process_group,
-        Arc::clone(&meter),
-        group.as_ref().map(|group| group.dir.clone()),
-        exit.clone(),
-    )));
-    {
-        let router = Arc::clone(&router);
-        let meter = Arc::clone(&meter);
-        tasks.push(tokio::spawn(async move {
-            let status = match child.wait().await {
-                Ok(status) => explain(KernelExit::from(status), &meter, group.as_ref()),
-                Err(error) => KernelExit::Unknown(error.to_string()),
-            };
-            // The kernel may have left children behind (subprocesses of user code) in its
-            // process group. The group id cannot be reused while members remain, so this
-            // reaches exactly them (and the watcher, under the pipe watch).
-            // SAFETY: killpg(2) has no memory-safety preconditions.
-            unsafe { libc::killpg(process_group as libc::pid_t, libc::SIGKILL) };
-            if let Some(group) = group {
-                drop(tokio::task::spawn_blocking(move || group.remove()));
+            // The parent may have died between fork and prctl: then nobody would signal us.
+            if libc::getppid() != parent_pid {
+                libc::_exit(1);
             }
-            tracing::debug!(pid, %status, "kernel process exited");
-            // Order matters: mark the exit first so new requests fail, then close receivers.
-            exit_sender.send_replace(Some(status));
-            router.close_all();
-        }));
+            Ok(())
+        });
     }
-    let process = Arc::new(Process {
-        pid,
-        group: process_group,
-        _death_watch: death_watch,
-        exit,
-        meter,
-        stderr_tail,
-        run_dir: Some(run_dir),
-        tasks: Mutex::new(tasks),
-        stderr_reader: Mutex::new(stderr_reader),
-    });
+}
 
-    Ok((process, connection, router))
+/// Makes the child write itself into `group` before it execs.
+fn join_group_before_exec(command: &mut tokio::process::Command, group: &memory::Group) {
+    let procs = group.procs();
+    // SAFETY: the closure runs in the forked child before exec and only calls
+    // async-signal-safe functions (open, write, close) on memory prepared before the fork.
+    unsafe {
+        command.pre_exec(move || {
+            let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // "0" is the writing process itself.
+            let written = libc::write(fd, b"0".as_ptr().cast(), 1);
+            let error = std::io::Error::last_os_error();
+            libc::close(fd);
+            if written != 1 {
+                return Err(error);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Reads the kernel's stderr into `tail` until end of file.
+fn read_stderr(
+    mut stderr: tokio::process::ChildStderr,
+    tail: Arc<Mutex<Tail>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut buffer = vec![0u8; 8192];
+        while let Ok(read) = stderr.read(&mut buffer).await {
+            if read == 0 {
+                break;
+            }
+            tail.lock().expect("tail lock").push(&buffer[..read]);
+        }
+    })
+}
+
+/// Waits for the kernel to exit, then kills what it left in its process group, removes its
+/// cgroup, and publishes how it ended.
+async fn watch_exit(
+    mut child: tokio::process::Child,
+    pid: u32,
+    process_group: u32,
+    group: Option<memory::Group>,
+    meter: Arc<Meter>,
+    router: Arc<Router>,
+    exit_sender: watch::Sender<Option<KernelExit>>,
+) {
+    let status = match child.wait().await {
+        Ok(status) => explain(KernelExit::from(status), &meter, group.as_ref()),
+        Err(error) => KernelExit::Unknown(error.to_string()),
+    };
+    // The kernel may have left children behind (subprocesses of user code) in its
+    // process group. The group id cannot be reused while members remain, so this
+    // reaches exactly them (and the watcher, under the pipe watch).
+    // SAFETY: killpg(2) has no memory-safety preconditions.
+    unsafe { libc::killpg(process_group as libc::pid_t, libc::SIGKILL) };
+    if let Some(group) = group {
+        drop(tokio::task::spawn_blocking(move || group.remove()));
+    }
+    tracing::debug!(pid, %status, "kernel process exited");
+    // Order matters: mark the exit first so new requests fail, then close receivers.
+    exit_sender.send_replace(Some(status));
+    router.close_all();
 }
 
 /// A kernel's cgroup with `limit`, where the server may make one; otherwise `None` (the
