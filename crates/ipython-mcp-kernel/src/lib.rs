@@ -15,6 +15,10 @@
 //!   shutdown, within its bound.
 
 pub mod manager;
+
+/// Largest code one execution accepts, in bytes (`execute`, a notebook's run).
+pub const MAX_CODE_BYTES: usize = 1024 * 1024;
+
 mod session;
 /// The bundled Python helper (installed by every Python session).
 pub use session::helper;

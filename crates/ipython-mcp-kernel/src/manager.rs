@@ -273,8 +273,6 @@ struct Inner {
     /// tests, under the `test-support` feature) one on scripted fake kernels.
     starter: Starter,
     next_id: std::sync::atomic::AtomicU64,
-    /// Notebook file (canonical path) → the session that runs its cells.
-    notebooks: Mutex<BTreeMap<PathBuf, SessionId>>,
     /// The `default` session's options when it starts at its first use rather than with the
     /// manager (see [`KernelManager::with_lazy_default`]).
     lazy_default: Option<SessionOptions>,
@@ -387,7 +385,6 @@ impl KernelManager {
                 limits,
                 starter: Arc::new(SessionHandle::start),
                 next_id: std::sync::atomic::AtomicU64::new(1),
-                notebooks: Mutex::default(),
                 lazy_default: None,
                 default_notice: Mutex::default(),
                 tasks: ipython_mcp_jupyter::task::Tasks::default(),
@@ -517,14 +514,6 @@ impl KernelManager {
             .and_then(|template| template.owner.as_deref())
     }
 
-    /// The configured Jupyter server, if any (for discovery).
-    pub fn jupyter(&self) -> Option<ipython_mcp_jupyter::remote::Server> {
-        self.inner
-            .template
-            .as_ref()
-            .and_then(|template| template.jupyter.clone())
-    }
-
     /// Starts a session (in the background; it is `starting` until its kernel is ready), its
     /// kernels in `working_dir`, else in the spec's project, else in the template's directory
     /// (a principal's workspace), else in the server's directory.
@@ -584,52 +573,6 @@ impl KernelManager {
             },
         );
         Ok((id, handle))
-    }
-
-    fn notebook_lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<PathBuf, SessionId>> {
-        self.inner
-            .notebooks
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// The session bound to a notebook file, if it is still running.
-    pub fn notebook_session(&self, notebook: &Path) -> Option<(SessionId, SessionHandle)> {
-        let id = self.notebook_lock().get(notebook).cloned()?;
-        match self.get(Some(id.as_str())) {
-            Ok(handle) => Some((id, handle)),
-            Err(_) => {
-                // Stopped (by a caller or the idle reaper): forget the binding.
-                self.notebook_lock().remove(notebook);
-                None
-            }
-        }
-    }
-
-    /// Binds a notebook file to a session (replacing an earlier binding).
-    pub fn bind_notebook(&self, notebook: PathBuf, id: SessionId) {
-        self.notebook_lock().insert(notebook, id);
-    }
-
-    /// Forgets a notebook's binding; returns the session and the notebooks still bound to it.
-    pub fn unbind_notebook(&self, notebook: &Path) -> Option<(SessionId, Vec<PathBuf>)> {
-        let mut bindings = self.notebook_lock();
-        let id = bindings.remove(notebook)?;
-        let others = bindings
-            .iter()
-            .filter(|(_, bound)| **bound == id)
-            .map(|(path, _)| path.clone())
-            .collect();
-        Some((id, others))
-    }
-
-    /// The notebooks bound to a session.
-    pub fn notebooks_of(&self, id: &str) -> Vec<PathBuf> {
-        self.notebook_lock()
-            .iter()
-            .filter(|(_, bound)| bound.as_str() == id)
-            .map(|(path, _)| path.clone())
-            .collect()
     }
 
     /// Forgets a started session without stopping it: the caller drops what it keeps for

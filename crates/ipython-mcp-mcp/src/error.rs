@@ -256,14 +256,19 @@ fn page_call(paging: &Paging<'_>) -> String {
     )
 }
 
+/// The call a note in a notebook names for outputs that were not saved with the cell.
+pub(crate) fn saved_output_pager(execution_id: &str) -> String {
+    format!("get_output with execution_id {execution_id}")
+}
+
 /// A session's status as results show it: its error worded for the agent.
-pub(crate) fn status(status: RuntimeStatus) -> RuntimeStatus<ErrorInfo> {
+pub fn status(status: RuntimeStatus) -> RuntimeStatus<ErrorInfo> {
     status.map_error(|error| session_error(&error))
 }
 
 /// A kernel session's error as the agent sees it: the code its variant has, its message, and
 /// what to do next.
-pub(crate) fn session_error(error: &SessionError) -> ErrorInfo {
+pub fn session_error(error: &SessionError) -> ErrorInfo {
     let message = match error {
         // Only the helper's calls fail here; the tool that needs no helper still works.
         SessionError::NoHelper => format!("{error}; only execute works here"),
@@ -368,21 +373,43 @@ impl From<ipython_mcp_notebook::Error> for ToolError {
     }
 }
 
-/// Where a notebook lives failed: worded by where (the file, the contents API, the live
-/// document).
-pub(crate) fn store_error(error: &ipython_mcp_notebooks::Error) -> ErrorInfo {
+/// A notebook operation failed: worded by where (the file, the contents API, the live
+/// document, the sessions). The json-lines protocol answers with the same words.
+pub fn notebooks_error(error: &ipython_mcp_notebooks::Error) -> ErrorInfo {
     use ipython_mcp_notebooks::Error as Store;
+    let message = error.to_string();
     match error {
         Store::Notebook(error) => notebook_error(error),
         Store::Jupyter { path, error } => jupyter_notebook_error(path, error),
         Store::Collab { path, error } => collab_error(path, error),
-        Store::Lost => ErrorInfo::new(Code::InternalError, "the file operation failed"),
+        Store::Lost => ErrorInfo::new(Code::InternalError, message),
+        Store::Invalid(_) => ErrorInfo::new(Code::InvalidArguments, message),
+        Store::Workspace { .. } => {
+            ErrorInfo::new(Code::InvalidConfiguration, message).with_hint(format!(
+                "set {} (--{}) to an existing directory",
+                ipython_mcp_config::WORKSPACE_ROOT.env,
+                ipython_mcp_config::WORKSPACE_ROOT.flag
+            ))
+        }
+        Store::NoJupyterServer { .. } => ErrorInfo::new(Code::InvalidConfiguration, message)
+            .with_hint(format!(
+                "set {} (and {}) to the server's URL, or give a path in the workspace",
+                ipython_mcp_config::JUPYTER_URL.env,
+                ipython_mcp_config::JUPYTER_TOKEN.env
+            )),
+        Store::NoSession { .. } => ErrorInfo::new(Code::InvalidArguments, message)
+            .with_hint("notebook_execute, notebook_execute_cell or notebook_session starts one"),
+        Store::Kernel(error) => manager_error(error),
+        Store::KernelStart { error: cause, .. } => ErrorInfo {
+            message,
+            ..manager_error(cause)
+        },
     }
 }
 
 impl From<ipython_mcp_notebooks::Error> for ToolError {
     fn from(error: ipython_mcp_notebooks::Error) -> Self {
-        ToolError::from(store_error(&error))
+        ToolError::from(notebooks_error(&error))
     }
 }
 

@@ -13,9 +13,10 @@ use serde::Deserialize;
 
 use crate::argument::Parameters;
 use crate::error::ToolResult;
-use crate::handler::{IpythonMcp, MAX_CODE_BYTES};
+use crate::handler::IpythonMcp;
 use crate::render;
 use crate::results::{InterruptResult, StatusResult};
+use ipython_mcp_kernel::MAX_CODE_BYTES;
 
 /// Arguments of `execute`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]

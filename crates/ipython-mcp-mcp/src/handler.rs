@@ -14,11 +14,7 @@ use crate::catalog::Catalog;
 use crate::error::ToolError;
 use crate::peers::Peers;
 use crate::render;
-use crate::state::NotebookState;
 use crate::state::ServerState;
-
-/// Largest `code` accepted by `execute`, in bytes.
-pub const MAX_CODE_BYTES: usize = 1024 * 1024;
 
 /// The ipython-mcp server. Cloning is cheap: every connection's clone shares the state and
 /// the router.
@@ -44,7 +40,8 @@ impl IpythonMcp {
         &self.state
     }
 
-    pub(crate) fn notebook_state(&self) -> &NotebookState {
+    /// The notebooks, their sessions and runs.
+    pub fn notebooks(&self) -> &ipython_mcp_notebooks::Notebooks {
         self.state.notebooks()
     }
 

@@ -546,8 +546,8 @@ impl IpythonMcp {
             )))
         });
         let (dirs, specs, venvs) = found?;
-        let remote = match self.kernels().jupyter() {
-            Some(server) => Some(discover_remote(&server, &RemoteOwnership::of(self)).await),
+        let remote = match self.state().jupyter() {
+            Some(server) => Some(discover_remote(server, &RemoteOwnership::of(self)).await),
             None => None,
         };
         let result = DiscoverResult {
@@ -596,7 +596,7 @@ impl IpythonMcp {
         });
         let (spec, cwd) = parsed?;
         let spec = RemoteOwnership::of(self)
-            .check(sessions.jupyter().as_ref(), spec)
+            .check(self.state().jupyter(), spec)
             .await;
         let language_hint = match &spec {
             StartSpec::KernelSpec(spec) => spec.language.clone(),

@@ -45,10 +45,10 @@ mod state;
 mod surface;
 mod tasks;
 
-pub use error::WORDING;
-pub use handler::{IpythonMcp, MAX_CODE_BYTES};
+pub use error::{notebooks_error, session_error, status as runtime_status, WORDING};
+pub use handler::IpythonMcp;
 pub use ipython_mcp_kernel::{KernelManager, SessionId, StartSpec};
-pub use notebooks::serve_json_lines;
+pub use notebooks::{CloseResult, NotebookExecuteResult};
 pub use peers::Peers;
 pub use principals::{Caller, Principals, StateFactory};
 pub use scopes::{required_scopes, SCOPES};

@@ -4,13 +4,11 @@
 //!
 //! [`IpythonMcp`]: crate::IpythonMcp
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use ipython_mcp_config::Config;
 use ipython_mcp_kernel::{KernelManager, ManagerError, SessionHandle};
-use ipython_mcp_notebook::Workspace;
-use ipython_mcp_output::{Code, ErrorInfo};
+use ipython_mcp_notebooks::Notebooks;
 
 use crate::background::Background;
 use crate::catalog::Catalog;
@@ -23,9 +21,12 @@ pub struct ServerState {
     kernels: KernelManager,
     /// Every session's dynamic tools.
     catalog: Catalog,
-    /// One workspace for every connection, so its per-file write locks are shared too.
-    notebooks: Arc<NotebookState>,
+    /// One set of notebooks for every connection, so the workspace's per-file write locks
+    /// and the notebooks' sessions are shared too.
+    notebooks: Arc<Notebooks>,
     peers: Peers,
+    /// The configured Jupyter server (remote kernels are listed and checked with it).
+    jupyter: Option<ipython_mcp_jupyter::remote::Server>,
     /// Background executions answered as MCP tasks.
     tasks: Arc<Tasks>,
     /// Every task this layer spawns, joined at shutdown.
@@ -36,15 +37,26 @@ pub struct ServerState {
 const BACKGROUND_JOIN: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl ServerState {
-    pub fn new(kernels: KernelManager, config: &Config, peers: Peers) -> Self {
+    /// The state over `kernels`, with the notebooks of the configured workspace and of
+    /// `jupyter`, the configured Jupyter server (the client the kernels use too).
+    pub fn new(
+        kernels: KernelManager,
+        config: &Config,
+        peers: Peers,
+        jupyter: Option<ipython_mcp_jupyter::remote::Server>,
+    ) -> Self {
         let background = Background::default();
         ServerState {
             catalog: Catalog::new(background.clone()),
             background,
-            notebooks: Arc::new(NotebookState::new(
+            notebooks: Arc::new(Notebooks::new(
+                kernels.clone(),
                 config.workspace_root.clone(),
-                kernels.owner().map(str::to_owned),
+                jupyter.clone(),
+                config.timeouts.max_operation,
+                crate::error::saved_output_pager,
             )),
+            jupyter,
             peers,
             tasks: Arc::new(Tasks::new(config.tools.max_tasks)),
             kernels,
@@ -59,8 +71,14 @@ impl ServerState {
         &self.catalog
     }
 
-    pub(crate) fn notebooks(&self) -> &NotebookState {
+    /// The notebooks, their sessions and runs (the json-lines protocol uses them too).
+    pub fn notebooks(&self) -> &Notebooks {
         &self.notebooks
+    }
+
+    /// The configured Jupyter server, if any.
+    pub(crate) fn jupyter(&self) -> Option<&ipython_mcp_jupyter::remote::Server> {
+        self.jupyter.as_ref()
     }
 
     pub fn peers(&self) -> &Peers {
@@ -119,60 +137,4 @@ async fn stop(
     catalog.forget_session(id).await;
     handle.shutdown().await;
     Ok(handle)
-}
-
-/// The workspace of this server, or why it is unusable; and the configured Jupyter server's
-/// notebooks (made at their first use).
-pub(crate) struct NotebookState {
-    workspace: Result<Arc<Workspace>, String>,
-    /// The directory of the Jupyter server that holds these notebooks: the principal's own,
-    /// under principals (see `KernelManager::owner`).
-    jupyter_area: Option<String>,
-    jupyter: std::sync::OnceLock<Arc<ipython_mcp_notebooks::JupyterNotebooks>>,
-}
-
-impl NotebookState {
-    pub(crate) fn new(root: Option<PathBuf>, jupyter_area: Option<String>) -> NotebookState {
-        let root = root.or_else(|| std::env::current_dir().ok());
-        let workspace = match root {
-            Some(root) => Workspace::new(&root)
-                .map(Arc::new)
-                .map_err(|error| error.to_string()),
-            None => Err("no working directory".to_owned()),
-        };
-        NotebookState {
-            workspace,
-            jupyter_area,
-            jupyter: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// The notebooks of `server` (the configured Jupyter server: the same one every call).
-    pub(crate) fn jupyter(
-        &self,
-        server: ipython_mcp_jupyter::remote::Server,
-    ) -> Arc<ipython_mcp_notebooks::JupyterNotebooks> {
-        Arc::clone(self.jupyter.get_or_init(|| {
-            Arc::new(ipython_mcp_notebooks::JupyterNotebooks::new(
-                server,
-                self.jupyter_area.clone(),
-            ))
-        }))
-    }
-
-    pub(crate) fn workspace(&self) -> Result<&Arc<Workspace>, Box<ErrorInfo>> {
-        self.workspace.as_ref().map_err(|problem| {
-            Box::new(
-                ErrorInfo::new(
-                    Code::InvalidConfiguration,
-                    format!("the notebook workspace root is unusable: {problem}"),
-                )
-                .with_hint(format!(
-                    "set {} (--{}) to an existing directory",
-                    ipython_mcp_config::WORKSPACE_ROOT.env,
-                    ipython_mcp_config::WORKSPACE_ROOT.flag
-                )),
-            )
-        })
-    }
 }

@@ -213,6 +213,11 @@ impl JupyterNotebooks {
         }
     }
 
+    /// The Jupyter server these notebooks are on.
+    pub fn server(&self) -> &Server {
+        &self.server
+    }
+
     /// The caller's area, if any (notebook paths are checked inside it).
     pub fn area(&self) -> Option<&str> {
         self.area.as_deref()

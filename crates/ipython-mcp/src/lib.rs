@@ -9,6 +9,7 @@ mod bearer;
 mod cli;
 mod doctor;
 mod http;
+mod jsonlines;
 mod logging;
 mod oauth;
 mod principals;

@@ -130,6 +130,8 @@ fn sessions(
     options: SessionOptions,
     default: DefaultStart,
 ) -> ServerState {
+    // One client of the Jupyter server for the kernels and the notebooks.
+    let jupyter = options.jupyter.clone();
     let mut default_options = options.clone();
     if let Some(spec) = &default_spec {
         spec.clone().apply(&mut default_options);
@@ -145,7 +147,7 @@ fn sessions(
             KernelManager::with_lazy_default(default_options, options, default_spec, config.kernels)
         }
     };
-    ServerState::new(kernels, config, Peers::default())
+    ServerState::new(kernels, config, Peers::default(), jupyter)
 }
 
 /// How a principal's state is made at their first request: only while the gate still admits
@@ -266,7 +268,7 @@ pub async fn run_json_lines(config: Config) -> anyhow::Result<ExitCode> {
         let sessions = sessions.clone();
         move || sessions.begin_shutdown()
     };
-    let served = ipython_mcp_mcp::serve_json_lines(
+    let served = crate::jsonlines::serve_json_lines(
         product,
         tokio::io::BufReader::new(tokio::io::stdin()),
         tokio::io::stdout(),

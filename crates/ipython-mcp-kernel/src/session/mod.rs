@@ -115,6 +115,16 @@ pub enum RemoteKernel {
     Foreign { id: String },
 }
 
+impl RemoteKernel {
+    /// What the spec names on the server: the kernelspec name, or the kernel id.
+    pub fn target(&self) -> &str {
+        match self {
+            RemoteKernel::Start { name } => name,
+            RemoteKernel::Attach { id } | RemoteKernel::Foreign { id } => id,
+        }
+    }
+}
+
 /// The spec's text, as an agent passes it to `kernel_start` (`jupyter:<name>`,
 /// `jupyter-kernel:<id>`).
 impl std::fmt::Display for RemoteKernel {

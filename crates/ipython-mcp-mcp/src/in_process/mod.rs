@@ -69,7 +69,7 @@ impl Connected {
             structured_output: shape,
             ..Config::default()
         };
-        let state = ServerState::new(manager, &config, Peers::default());
+        let state = ServerState::new(manager, &config, Peers::default(), None);
         let server = IpythonMcp::new(state.clone(), Arc::new(config));
         let (server_side, client_side) = tokio::io::duplex(1 << 20);
         tokio::spawn(async move {
@@ -214,7 +214,7 @@ impl Setup {
             ..fake
         };
         let manager = KernelManager::with_fake_kernels(options, config.kernels, &kernels);
-        let state = ServerState::new(manager, &config, Peers::default());
+        let state = ServerState::new(manager, &config, Peers::default(), None);
         let server = IpythonMcp::new(state.clone(), Arc::new(config));
         let (server_side, client_side) = tokio::io::duplex(1 << 20);
         tokio::spawn(async move {
@@ -651,7 +651,7 @@ async fn lists_and_reads_are_marked_private_for_the_modern_family() {
         &kernels,
     );
     let config = Config::default();
-    let state = ServerState::new(manager, &config, Peers::default());
+    let state = ServerState::new(manager, &config, Peers::default(), None);
     let server = IpythonMcp::new(state.clone(), Arc::new(config));
     let (server_side, client_side) = tokio::io::duplex(1 << 20);
     tokio::spawn(async move {

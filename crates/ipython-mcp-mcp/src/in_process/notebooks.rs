@@ -644,7 +644,7 @@ async fn a_run_at_a_stale_revision_or_past_the_end_runs_nothing() {
         ),
         (
             "notebook_execute",
-            json!({"path": "n.ipynb", "code": "#".repeat(crate::MAX_CODE_BYTES + 1)}),
+            json!({"path": "n.ipynb", "code": "#".repeat(ipython_mcp_kernel::MAX_CODE_BYTES + 1)}),
             "invalid_arguments",
         ),
     ] {

@@ -3,7 +3,7 @@
 //! do instead; none of them runs code or changes a session.
 
 use super::*;
-use crate::MAX_CODE_BYTES;
+use ipython_mcp_kernel::MAX_CODE_BYTES;
 
 #[tokio::test]
 async fn code_over_max_code_bytes_is_refused_before_it_reaches_the_kernel() {

@@ -1,41 +1,33 @@
 //! The notebooks toolset: create, read, edit and execute `.ipynb` files inside the
 //! workspace root, with SHA-256 revisions for optimistic concurrency and one kernel session per
-//! notebook. File work happens in `ipython-mcp-notebook` (on the blocking pool); this module
-//! checks arguments, picks sessions, turns executions into saved outputs and bounds what goes
-//! back to the agent.
+//! notebook. Where notebooks live, their sessions, and running and saving cells are
+//! `ipython_mcp_notebooks`'; this module checks arguments, answers runs in the background as
+//! MCP tasks, and bounds what goes back to the agent.
 //!
 //! - `params`: the tools' arguments; `views`: the results and what the agent sees of cells and
-//!   saved outputs; `save`: a notebook's kernel session and saving an execution's outputs;
-//!   `tools`: the tool bodies; `resources`: `notebook:///` and the server's JSON resources;
-//!   `jsonlines`: the same operations for desktop programs, one JSON request per line.
+//!   saved outputs; `save`: a notebook run's result, in the background too; `tools`: the tool
+//!   bodies; `resources`: `notebook:///` and the server's JSON resources.
 //! - Tool bodies return `ToolResult`: every failure becomes a [`ToolError`] through `?` (the
 //!   crate's one conversion point, `error.rs`, which also maps the notebook crate's errors to
 //!   codes).
 
-mod jsonlines;
 mod params;
 mod resources;
 mod save;
 mod tools;
 mod views;
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use ipython_mcp_notebook::{
-    uri_for_path, CellRef, Loaded, Notebook, NotebookPath, Workspace, JUPYTER_PREFIX,
-};
-use ipython_mcp_output::Code;
+use ipython_mcp_notebook::{uri_for_path, CellRef, Loaded, Notebook, NotebookPath};
 use rmcp::model::CallToolResult;
 use serde::Serialize;
 
-use crate::error::{notebook_error, ToolError};
+use crate::error::ToolError;
 use crate::handler::IpythonMcp;
 use crate::render;
-use ipython_mcp_notebooks::{self as store, Store};
-pub use jsonlines::serve_json_lines;
+use ipython_mcp_notebooks::Store;
 pub(crate) use resources::KERNELS_URI;
 use views::{CellSummary, WriteResult};
+pub use views::{CloseResult, NotebookExecuteResult};
 
 /// Largest `max_cells` of one `notebook_read`.
 const MAX_READ_CELLS: usize = 1000;
@@ -70,39 +62,9 @@ fn optional_cell_ref(
 }
 
 impl IpythonMcp {
-    fn workspace(&self) -> Result<Arc<Workspace>, ToolError> {
-        Ok(self.notebook_state().workspace()?.clone())
-    }
-
-    /// Where `path` lives and the checked path: a `jupyter:` path on the configured Jupyter
-    /// server, anything else in the workspace (resolving reads the file system: on the
-    /// blocking pool).
+    /// Where `path` lives and the checked path (see `Notebooks::locate`).
     async fn notebook_path(&self, path: &str) -> Result<(Store, NotebookPath), ToolError> {
-        if let Some(server_path) = path.strip_prefix(JUPYTER_PREFIX) {
-            // Checked before anything else, as a workspace path is.
-            NotebookPath::jupyter(server_path).map_err(|e| notebook_error(&e))?;
-            let Some(server) = self.kernels().jupyter() else {
-                return Err(ToolError::new(
-                    Code::InvalidConfiguration,
-                    format!(
-                        "{path:?} names a notebook on a Jupyter server, and none is configured"
-                    ),
-                )
-                .with_hint(format!(
-                    "set {} (and {}) to the server's URL, or give a path in the workspace",
-                    ipython_mcp_config::JUPYTER_URL.env,
-                    ipython_mcp_config::JUPYTER_TOKEN.env
-                )));
-            };
-            let notebooks = self.notebook_state().jupyter(server);
-            let checked = NotebookPath::jupyter_in(server_path, notebooks.area())
-                .map_err(|e| notebook_error(&e))?;
-            return Ok((Store::Jupyter(notebooks), checked));
-        }
-        let workspace = self.workspace()?;
-        let (resolver, path) = (Arc::clone(&workspace), path.to_owned());
-        let resolved = store::blocking(move || resolver.resolve(&path)).await?;
-        Ok((Store::Local(workspace), resolved))
+        Ok(self.notebooks().locate(path).await?)
     }
 
     /// Where `path` lives, the checked path and the notebook, checked against
@@ -112,9 +74,10 @@ impl IpythonMcp {
         path: &str,
         expected_revision: Option<String>,
     ) -> Result<(Store, NotebookPath, Loaded), ToolError> {
-        let (store, path) = self.notebook_path(path).await?;
-        let loaded = store.load(&path, expected_revision.as_deref()).await?;
-        Ok((store, path, loaded))
+        Ok(self
+            .notebooks()
+            .load(path, expected_revision.as_deref())
+            .await?)
     }
 
     /// A read-modify-write of one notebook (`Workspace::mutate`, on the blocking pool),
@@ -143,22 +106,6 @@ impl IpythonMcp {
                 cell: mutated.value.map(|cell| cell.in_format(format)),
             },
         ))
-    }
-
-    fn check_timeout(&self, timeout: Option<f64>) -> Result<Option<Duration>, ToolError> {
-        let max = self.config().timeouts.max_operation;
-        match timeout {
-            None => Ok(None),
-            Some(seconds)
-                if seconds.is_finite() && seconds > 0.0 && seconds <= max.as_secs_f64() =>
-            {
-                Ok(Some(Duration::from_secs_f64(seconds)))
-            }
-            Some(seconds) => Err(ToolError::invalid(format!(
-                "timeout_seconds must be a positive number of seconds up to {}, got {seconds}",
-                max.as_secs_f64()
-            ))),
-        }
     }
 }
 

@@ -5,10 +5,10 @@ use ipython_mcp_notebook::{uri_for_path, JUPYTER_PREFIX};
 use ipython_mcp_output::Code;
 use serde_json::Value;
 
-use super::views::shown;
 use super::MAX_READ_CELLS;
 use crate::error::{notebook_code, ToolError};
-use crate::handler::{IpythonMcp, MAX_CODE_BYTES};
+use crate::handler::IpythonMcp;
+use ipython_mcp_kernel::MAX_CODE_BYTES;
 
 // ---------------------------------------------------------------------------------------------
 // Resources
@@ -114,7 +114,7 @@ impl IpythonMcp {
                 .with_description("Running kernel sessions and the notebooks bound to them")
                 .with_mime_type("application/json"),
         ];
-        if let Ok(workspace) = self.notebook_state().workspace() {
+        if let Ok(workspace) = self.notebooks().workspace() {
             let root = workspace.root().to_owned();
             let notebooks = tokio::task::spawn_blocking(move || scan_notebooks(&root))
                 .await
@@ -124,11 +124,10 @@ impl IpythonMcp {
                     .with_mime_type("application/x-ipynb+json")
             }));
         }
-        if let Some(server) = self.kernels().jupyter() {
+        if let Some(notebooks) = self.notebooks().jupyter() {
             // The Jupyter server's notebooks (the caller's area of it) as `jupyter:` paths; a
             // server that does not answer lists none (the list is a convenience; the tools say
             // what failed).
-            let notebooks = self.notebook_state().jupyter(server);
             match notebooks
                 .list(MAX_SCAN_DEPTH - 1, MAX_LISTED_NOTEBOOKS)
                 .await
@@ -176,11 +175,6 @@ impl IpythonMcp {
     }
 
     fn kernels_json(&self) -> Value {
-        let root = self
-            .notebook_state()
-            .workspace()
-            .ok()
-            .map(|workspace| workspace.root().to_owned());
         let kernels: Vec<Value> = self
             .kernels()
             .all()
@@ -194,13 +188,10 @@ impl IpythonMcp {
                 } = listing;
                 let status = handle.status();
                 let notebooks: Vec<String> = self
-                    .kernels()
-                    .notebooks_of(kernel.as_str())
-                    .into_iter()
-                    .map(|path| match &root {
-                        Some(root) => shown(Some(root), &path),
-                        None => path.display().to_string(),
-                    })
+                    .notebooks()
+                    .bound_to(kernel.as_str())
+                    .iter()
+                    .map(|path| self.notebooks().shown(path))
                     .collect();
                 serde_json::json!({
                     "kernel": kernel,
@@ -215,12 +206,12 @@ impl IpythonMcp {
         Value::Array(kernels)
     }
 
-    pub(crate) async fn capabilities_json(&self) -> Value {
+    pub async fn capabilities_json(&self) -> Value {
         let config = self.config();
         let limits = config.limits;
         let timeouts = config.timeouts;
         let workspace_root = self
-            .notebook_state()
+            .notebooks()
             .workspace()
             .ok()
             .map(|workspace| workspace.root().display().to_string());
@@ -328,9 +319,12 @@ impl IpythonMcp {
             };
         }
         let workspace = self
-            .notebook_state()
+            .notebooks()
             .workspace()
-            .map_err(|error| invalid(error.code, error.message.clone()))?
+            .map_err(|error| {
+                let error = crate::error::notebooks_error(&error);
+                invalid(error.code, error.message)
+            })?
             .clone();
         // Resolving reads the file system too: all of it on the blocking pool.
         let read = tokio::task::spawn_blocking(move || {

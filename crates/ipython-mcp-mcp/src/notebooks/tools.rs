@@ -3,10 +3,8 @@
 
 use crate::error::ToolResult;
 use ipython_mcp_jupyter::kernelspec;
-use ipython_mcp_kernel::SessionId;
-use ipython_mcp_notebook::{
-    cell_id, joined_text, uri_for_path, CellRef, CellType, NewCell, Notebook,
-};
+use ipython_mcp_notebook::{uri_for_path, CellType, NewCell, Notebook};
+use ipython_mcp_output::ErrorInfo;
 use rmcp::handler::server::tool::schema_for_output;
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_router, RoleServer};
@@ -16,17 +14,16 @@ use super::params::{
     CreateParams, EditAction, EditParams, ExecuteCellParams, NotebookExecuteParams, PathParams,
     ReadParams, SessionParams,
 };
-use super::save::{Run, SaveCell, Target};
 use super::views::{
-    cell_type_of, read_result, shown, summary, CellSummary, CloseResult, NotebookExecuteResult,
-    ReadResult, ReadScope, RevisionResult, SessionResult, WriteResult,
+    read_result, summary, CellSummary, CloseResult, NotebookExecuteResult, ReadResult, ReadScope,
+    RevisionResult, SessionResult, WriteResult,
 };
 use super::{
     cell_ref, optional_cell_ref, structured, ToolError, DEFAULT_READ_CELLS, MAX_READ_CELLS,
 };
 use crate::argument::Parameters;
-use crate::handler::{IpythonMcp, MAX_CODE_BYTES};
-use ipython_mcp_notebooks::Store;
+use crate::handler::IpythonMcp;
+use ipython_mcp_notebooks::{CellRequest, CodeRequest, Store};
 
 #[tool_router(router = notebooks_router, vis = "pub(crate)")]
 impl IpythonMcp {
@@ -152,8 +149,15 @@ impl IpythonMcp {
         Parameters(params): Parameters<ExecuteCellParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CallToolResponse, ToolError> {
-        let run = self.cell_run(params).await?;
-        self.run_and_save(run, &context).await
+        let request = CellRequest {
+            cell: cell_ref(params.cell_id, params.index)?,
+            path: params.path,
+            expected_revision: params.expected_revision,
+            timeout_seconds: params.timeout_seconds,
+        };
+        let run = self.notebooks().cell_run(request).await?;
+        self.run_and_save("notebook_execute_cell", run, params.background, &context)
+            .await
     }
 
     #[tool(
@@ -167,8 +171,17 @@ impl IpythonMcp {
         Parameters(params): Parameters<NotebookExecuteParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CallToolResponse, ToolError> {
-        let run = self.code_run(params).await?;
-        self.run_and_save(run, &context).await
+        let request = CodeRequest {
+            path: params.path,
+            code: params.code,
+            index: params.index,
+            persist: params.persist,
+            expected_revision: params.expected_revision,
+            timeout_seconds: params.timeout_seconds,
+        };
+        let run = self.notebooks().code_run(request).await?;
+        self.run_and_save("notebook_execute", run, params.background, &context)
+            .await
     }
 
     #[tool(
@@ -178,31 +191,25 @@ impl IpythonMcp {
         annotations(title = "Notebook session", read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]
     async fn notebook_session(&self, Parameters(params): Parameters<SessionParams>) -> ToolResult {
+        let notebooks = self.notebooks();
         let (path, kernel, handle, started) = match params.kernel {
             Some(kernel) => {
-                let (_store, path) = self.notebook_path(&params.path).await?;
-                let handle = self.kernels().get(Some(&kernel))?;
-                self.kernels()
-                    .bind_notebook(path.absolute.clone(), SessionId::parse(&kernel)?);
+                let (_store, path) = notebooks.locate(&params.path).await?;
+                let handle = notebooks.bind(&path, &kernel)?;
                 (path, kernel, handle, false)
             }
             None => {
-                let (_store, path, loaded) = self.load(&params.path, None).await?;
+                let (_store, path, loaded) = notebooks.load(&params.path, None).await?;
                 let kernel_name = loaded.notebook.kernel_name().map(str::to_owned);
-                let session = self.session_of(&path, kernel_name).await?;
+                let session = notebooks.session_of(&path, kernel_name).await?;
                 (path, session.id.into(), session.handle, session.started)
             }
         };
-        let root = self
-            .workspace()
-            .ok()
-            .map(|workspace| workspace.root().to_owned());
-        let shared_with = self
-            .kernels()
-            .notebooks_of(&kernel)
+        let shared_with = notebooks
+            .bound_to(&kernel)
             .into_iter()
             .filter(|other| *other != path.absolute)
-            .map(|other| shown(root.as_deref(), &other))
+            .map(|other| notebooks.shown(&other))
             .collect();
         tracing::info!(tool = "notebook_session", kernel = %kernel, started, "tool call");
         Ok(structured(
@@ -239,18 +246,23 @@ impl IpythonMcp {
 }
 
 impl IpythonMcp {
+    /// `notebook_session_close` for the json-lines protocol's `close`: the same result, or
+    /// the same error.
+    pub async fn close_notebook(&self, path: &str) -> Result<CloseResult, ErrorInfo> {
+        self.close_notebook_session(path)
+            .await
+            .map_err(ToolError::into_info)
+    }
+
     /// Releases a notebook's session, stopping it unless another notebook uses it or it is
     /// `default` (`notebook_session_close`, json-lines `close`).
-    pub(crate) async fn close_notebook_session(
-        &self,
-        path: &str,
-    ) -> Result<CloseResult, ToolError> {
-        let (store, path) = self.notebook_path(path).await?;
+    async fn close_notebook_session(&self, path: &str) -> Result<CloseResult, ToolError> {
+        let (store, path) = self.notebooks().locate(path).await?;
         if let Store::Jupyter(notebooks) = &store {
             // The agent leaves the notebook's live document too (the person sees it go).
             notebooks.leave(&path).await;
         }
-        let released = self.kernels().unbind_notebook(&path.absolute);
+        let released = self.notebooks().unbind(&path);
         let mut stopped = false;
         if let Some((kernel, others)) = &released {
             if others.is_empty() && !kernel.is_default() {
@@ -267,94 +279,6 @@ impl IpythonMcp {
             path: path.relative,
             kernel: released.map(|(kernel, _)| kernel.into()),
             stopped,
-        })
-    }
-
-    /// What `notebook_execute_cell` (and json-lines `execute_cell`) runs: the checked code
-    /// cell, and a save that writes its outputs back into it.
-    pub(crate) async fn cell_run(&self, params: ExecuteCellParams) -> Result<Run, ToolError> {
-        let reference = cell_ref(params.cell_id, params.index)?;
-        let timeout = self.check_timeout(params.timeout_seconds)?;
-        let (store, path, loaded) = self.load(&params.path, params.expected_revision).await?;
-        let index = loaded.notebook.locate(&reference)?;
-        let cell = &loaded.notebook.cells()[index];
-        if cell_type_of(cell) != "code" {
-            return Err(ToolError::invalid(format!(
-                "cell {index} is a {} cell; only code cells run",
-                cell.get("cell_type").and_then(Value::as_str).unwrap_or("?")
-            )));
-        }
-        let code = joined_text(cell.get("source"));
-        // Found again by id after the run when it has one (ids are assigned on the first
-        // write of an older notebook; its index is then still valid, the revision being
-        // unchanged).
-        let target = match cell_id(cell) {
-            Some(id) => CellRef::Id(id.to_owned()),
-            None => CellRef::Index(index),
-        };
-        let save: SaveCell = Box::new(move |notebook, execution_count, outputs| {
-            let index = notebook.locate(&target)?;
-            notebook.set_outputs(index, execution_count, outputs);
-            Ok(index)
-        });
-        Ok(Run {
-            tool: "notebook_execute_cell",
-            store,
-            path,
-            kernel_name: loaded.notebook.kernel_name().map(str::to_owned),
-            revision: loaded.revision,
-            code,
-            timeout,
-            save: Some(save),
-            target: Target::Cell(cell_id(cell).map(str::to_owned)),
-            background: params.background,
-            live: false,
-        })
-    }
-
-    /// What `notebook_execute` (and json-lines `execute`) runs: the checked code, and a save
-    /// that inserts it as a new code cell with its outputs (unless `persist` is false).
-    pub(crate) async fn code_run(&self, params: NotebookExecuteParams) -> Result<Run, ToolError> {
-        if params.code.len() > MAX_CODE_BYTES {
-            return Err(ToolError::invalid(format!(
-                "code is {} bytes; the limit is {MAX_CODE_BYTES} bytes",
-                params.code.len()
-            )));
-        }
-        let timeout = self.check_timeout(params.timeout_seconds)?;
-        let (store, path, loaded) = self.load(&params.path, params.expected_revision).await?;
-        let length = loaded.notebook.cells().len();
-        if let Some(index) = params.index.filter(|index| *index > length) {
-            return Err(ToolError::invalid(format!(
-                "index {index} is past the end (the notebook has {length} cells)"
-            )));
-        }
-        let save = params.persist.then(|| {
-            let (code, position) = (params.code.clone(), params.index);
-            let save: SaveCell = Box::new(move |notebook, execution_count, outputs| {
-                let cell = NewCell {
-                    cell_type: CellType::Code,
-                    source: code,
-                    metadata: Map::new(),
-                };
-                let (index, _) = notebook.insert(position, cell)?;
-                notebook.set_outputs(index, execution_count, outputs);
-                Ok(index)
-            });
-            save
-        });
-        Ok(Run {
-            tool: "notebook_execute",
-            store,
-            path,
-            kernel_name: loaded.notebook.kernel_name().map(str::to_owned),
-            revision: loaded.revision,
-            code: params.code,
-            timeout,
-            save,
-            target: Target::New(params.index),
-            background: params.background,
-            live: false,
         })
     }
 }

@@ -3,7 +3,6 @@
 use ipython_mcp_kernel::RuntimeStatus;
 use ipython_mcp_output::{ErrorInfo, ExecutionOutput, Kept};
 use ipython_mcp_text::{cut, Cut};
-use std::path::Path;
 
 use ipython_mcp_config::OutputLimits;
 use ipython_mcp_notebook::{cell_id, joined_text, uri_for_path, CellRef, Format, Loaded, Notebook};
@@ -132,6 +131,49 @@ pub struct CloseResult {
     /// True when that session was stopped (no other notebook used it).
     pub stopped: bool,
 }
+
+impl NotebookExecuteResult {
+    /// The result of a finished run of notebook `path` in session `kernel` (`started` by it),
+    /// saved as `saved` says. A failed save is a failure like any other (`ok` false, in
+    /// `error` unless the code itself failed); `save_error` says why the file was not written.
+    pub fn of_run(
+        mut output: ExecutionOutput,
+        path: String,
+        kernel: String,
+        started: bool,
+        saved: ipython_mcp_notebooks::Saved,
+    ) -> NotebookExecuteResult {
+        let save_error = saved.error.as_ref().map(crate::error::notebooks_error);
+        if let Some(error) = &save_error {
+            if output.error.is_none() {
+                output.error = Some(error.clone());
+            }
+            output.ok = false;
+        }
+        NotebookExecuteResult {
+            output,
+            path,
+            kernel,
+            session_started: started,
+            saved: saved.cell.is_some(),
+            revision: Some(saved.revision),
+            cell: saved.cell.map(CellSummary::from),
+            save_error,
+        }
+    }
+}
+
+impl From<ipython_mcp_notebooks::SavedCell> for CellSummary {
+    fn from(cell: ipython_mcp_notebooks::SavedCell) -> CellSummary {
+        CellSummary {
+            index: cell.index,
+            id: cell.id,
+            cell_type: cell.cell_type,
+        }
+        .in_format(cell.format)
+    }
+}
+
 impl CellSummary {
     /// The summary as an agent knows the cell in a file of `format`: a percent script stores
     /// no ids, so its cells are known by their positional id (`cell-<index>`), the one the
@@ -159,14 +201,6 @@ pub(super) fn summary(notebook: &Notebook, index: usize) -> CellSummary {
         id: cell_id(cell).map(str::to_owned),
         cell_type: cell_type_of(cell).to_owned(),
     }
-}
-
-/// A notebook path as an agent knows it: relative to the workspace root (outside it, as is).
-/// (A `jupyter:` notebook's key is its agent-facing path already.)
-pub(super) fn shown(root: Option<&Path>, path: &Path) -> String {
-    root.and_then(|root| path.strip_prefix(root).ok())
-        .map(|relative| relative.display().to_string())
-        .unwrap_or_else(|| path.display().to_string())
 }
 
 /// Which cells `notebook_read` returns.

@@ -3,10 +3,10 @@
 //! concurrently (an `interrupt` reaches a running `execute`), so responses may come out of
 //! order.
 //!
-//! Every method is a notebook operation the MCP tools also do, through the same code: paths
-//! checked by the workspace, the notebook's own kernel session, the same bounded execution
-//! result, the same revisions and conflicts, errors with the same codes (`ErrorInfo`, converted
-//! once in `error.rs`). Nothing here knows MCP.
+//! Every method is a notebook operation the MCP tools also do, through the same code
+//! (`ipython_mcp_notebooks`): paths checked by the workspace, the notebook's own kernel
+//! session, the same bounded execution result, the same revisions and conflicts, errors with
+//! the same codes and words (`ipython_mcp_mcp::notebooks_error`). Nothing here speaks MCP.
 //!
 //! ```text
 //! → {"id": 1, "method": "open", "params": {"path": "a.ipynb"}}
@@ -17,17 +17,16 @@
 
 use std::sync::Arc;
 
-use ipython_mcp_notebook::Notebook;
+use ipython_mcp_kernel::SessionError;
+use ipython_mcp_mcp::{notebooks_error, IpythonMcp, NotebookExecuteResult};
+use ipython_mcp_notebook::{CellRef, Notebook};
+use ipython_mcp_notebooks::{CellRequest, CodeRequest, NotebookSession, Notebooks, Run};
 use ipython_mcp_output::{Code, ErrorInfo};
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt as _, AsyncWrite, AsyncWriteExt as _};
 use tokio_util::sync::CancellationToken;
-
-use super::params::{ExecuteCellParams, NotebookExecuteParams, PathParams};
-use super::ToolError;
-use crate::handler::IpythonMcp;
 
 /// Longest request line: a whole notebook travels in `save`, and resources serve notebooks up
 /// to this size too. A longer line is answered with an error and skipped.
@@ -106,11 +105,11 @@ where
         let (server, responses) = (server.clone(), responses.clone());
         running.spawn(async move {
             let Request { id, method, params } = request;
-            let answer = server.json_lines_call(&method, params).await;
+            let answer = call(&server, &method, params).await;
             tracing::info!(method = %method, ok = answer.is_ok(), "json-lines request");
             let response = match answer {
                 Ok(result) => json!({"id": id, "result": result}),
-                Err(error) => error_response(id, error.into_info()),
+                Err(error) => error_response(id, *error),
             };
             let _ = responses.send(response);
             drop(permit);
@@ -190,111 +189,161 @@ struct SaveParams {
     revision: Option<String>,
 }
 
-fn params<T: DeserializeOwned>(method: &str, params: Value) -> Result<T, ToolError> {
-    serde_json::from_value(params)
-        .map_err(|error| ToolError::invalid(format!("invalid params for {method}: {error}")))
+fn params<T: DeserializeOwned>(method: &str, params: Value) -> Result<T, Box<ErrorInfo>> {
+    serde_json::from_value(params).map_err(|error| {
+        Box::new(ErrorInfo::new(
+            Code::InvalidArguments,
+            format!("invalid params for {method}: {error}"),
+        ))
+    })
 }
 
-impl IpythonMcp {
-    /// One request's result, or the error it is answered with.
-    async fn json_lines_call(&self, method: &str, raw: Value) -> Result<Value, ToolError> {
-        match method {
-            "capabilities" => {
-                let _: EmptyParams = params(method, raw)?;
-                Ok(self.capabilities_json().await)
-            }
-            "open" => {
-                let PathParams { path } = params(method, raw)?;
-                let (_store, path, loaded) = self.load(&path, None).await?;
-                let notebook: Value =
-                    serde_json::from_slice(&loaded.notebook.to_bytes()).map_err(|_| {
-                        ToolError::new(Code::InternalError, "the notebook could not be encoded")
-                    })?;
-                Ok(json!({
-                    "path": path.relative,
-                    "revision": loaded.revision,
-                    "notebook": notebook,
-                }))
-            }
-            "save" => {
-                let SaveParams {
-                    path,
-                    notebook,
-                    revision,
-                } = params(method, raw)?;
-                let bytes = serde_json::to_vec(&notebook).unwrap_or_default();
-                let notebook = Notebook::parse(&bytes).map_err(|problem| {
-                    ToolError::invalid(format!(
-                        "params.notebook is not a valid notebook: {problem}"
-                    ))
-                })?;
-                let (store, path) = self.notebook_path(&path).await?;
-                let relative = path.relative.clone();
-                // With a revision: replace the file only if it still has it (nothing is written
-                // otherwise). Without one: a new file only.
-                let revision = store
-                    .create(&path, notebook, revision.is_some(), revision)
-                    .await?;
-                Ok(json!({"path": relative, "revision": revision}))
-            }
-            "execute" => {
-                let params: NotebookExecuteParams = params(method, raw)?;
-                refuse_background(params.background)?;
-                let run = self.code_run(params).await?;
-                let result = self
-                    .run_and_save_result(run, "json-lines".to_owned(), CancellationToken::new())
-                    .await?;
-                to_value(&result)
-            }
-            "execute_cell" => {
-                let params: ExecuteCellParams = params(method, raw)?;
-                refuse_background(params.background)?;
-                let run = self.cell_run(params).await?;
-                let result = self
-                    .run_and_save_result(run, "json-lines".to_owned(), CancellationToken::new())
-                    .await?;
-                to_value(&result)
-            }
-            "interrupt" => {
-                let PathParams { path } = params(method, raw)?;
-                let session = self.session_for_notebook(None, Some(&path)).await?;
-                let interrupted = session.interrupt().await;
-                Ok(json!({
-                    "path": path,
-                    "kernel": session.kernel_id(),
-                    "interrupted": interrupted.interrupted,
-                    "status": crate::error::status(interrupted.status),
-                }))
-            }
-            "restart" => {
-                let PathParams { path } = params(method, raw)?;
-                let session = self.session_for_notebook(None, Some(&path)).await?;
-                let status = session.restart().await?;
-                Ok(json!({
-                    "path": path,
-                    "kernel": session.kernel_id(),
-                    "status": crate::error::status(status),
-                }))
-            }
-            "close" => {
-                let PathParams { path } = params(method, raw)?;
-                to_value(&self.close_notebook_session(&path).await?)
-            }
-            other => Err(ToolError::invalid(format!(
-                "unknown method {:?}",
-                ipython_mcp_text::shorten(other, 64)
-            ))
-            .with_hint(format!("the methods are {}", METHODS.join(", ")))),
+/// One request's result, or the error it is answered with.
+async fn call(server: &IpythonMcp, method: &str, raw: Value) -> Result<Value, Box<ErrorInfo>> {
+    let notebooks = server.notebooks();
+    match method {
+        "capabilities" => {
+            let _: EmptyParams = params(method, raw)?;
+            Ok(server.capabilities_json().await)
         }
+        "open" => {
+            let PathParams { path } = params(method, raw)?;
+            open(notebooks, &path).await
+        }
+        "save" => save(notebooks, params(method, raw)?).await,
+        "execute" => {
+            let params: ExecuteParams = params(method, raw)?;
+            refuse_background(params.background)?;
+            let run = notebooks.code_run(params.request()).await.map_err(worded)?;
+            run_to_end(server, run).await
+        }
+        "execute_cell" => {
+            let params: ExecuteCellParams = params(method, raw)?;
+            refuse_background(params.background)?;
+            let run = notebooks
+                .cell_run(params.request()?)
+                .await
+                .map_err(worded)?;
+            run_to_end(server, run).await
+        }
+        "interrupt" => {
+            let PathParams { path } = params(method, raw)?;
+            let session = notebooks.session(&path).await.map_err(worded)?;
+            let interrupted = session.interrupt().await;
+            Ok(json!({
+                "path": path,
+                "kernel": session.kernel_id(),
+                "interrupted": interrupted.interrupted,
+                "status": ipython_mcp_mcp::runtime_status(interrupted.status),
+            }))
+        }
+        "restart" => {
+            let PathParams { path } = params(method, raw)?;
+            let session = notebooks.session(&path).await.map_err(worded)?;
+            let status = session
+                .restart()
+                .await
+                .map_err(|error: SessionError| ipython_mcp_mcp::session_error(&error))?;
+            Ok(json!({
+                "path": path,
+                "kernel": session.kernel_id(),
+                "status": ipython_mcp_mcp::runtime_status(status),
+            }))
+        }
+        "close" => {
+            let PathParams { path } = params(method, raw)?;
+            to_value(&server.close_notebook(&path).await?)
+        }
+        other => Err(Box::new(
+            ErrorInfo::new(
+                Code::InvalidArguments,
+                format!("unknown method {:?}", ipython_mcp_text::shorten(other, 64)),
+            )
+            .with_hint(format!("the methods are {}", METHODS.join(", "))),
+        )),
     }
 }
 
+/// `open`: the notebook and its revision.
+async fn open(notebooks: &Notebooks, path: &str) -> Result<Value, Box<ErrorInfo>> {
+    let (_store, path, loaded) = notebooks.load(path, None).await.map_err(worded)?;
+    let notebook: Value = serde_json::from_slice(&loaded.notebook.to_bytes())
+        .map_err(|_| ErrorInfo::new(Code::InternalError, "the notebook could not be encoded"))?;
+    Ok(json!({
+        "path": path.relative,
+        "revision": loaded.revision,
+        "notebook": notebook,
+    }))
+}
+
+/// `save`: with a revision, replaces the file only if it still has it (nothing is written
+/// otherwise); without one, a new file only.
+async fn save(notebooks: &Notebooks, params: SaveParams) -> Result<Value, Box<ErrorInfo>> {
+    let SaveParams {
+        path,
+        notebook,
+        revision,
+    } = params;
+    let bytes = serde_json::to_vec(&notebook).unwrap_or_default();
+    let notebook = Notebook::parse(&bytes).map_err(|problem| {
+        ErrorInfo::new(
+            Code::InvalidArguments,
+            format!("params.notebook is not a valid notebook: {problem}"),
+        )
+    })?;
+    let (store, path) = notebooks.locate(&path).await.map_err(worded)?;
+    let relative = path.relative.clone();
+    let revision = store
+        .create(&path, notebook, revision.is_some(), revision)
+        .await
+        .map_err(worded)?;
+    Ok(json!({"path": relative, "revision": revision}))
+}
+
+/// Runs `run` to its end in the notebook's session (the protocol has no background: an
+/// execution is answered when it ends) and saves it: `notebook_execute`'s result.
+async fn run_to_end(server: &IpythonMcp, mut run: Run) -> Result<Value, Box<ErrorInfo>> {
+    let notebooks = server.notebooks();
+    let NotebookSession {
+        id: kernel,
+        handle: session,
+        started,
+    } = notebooks.session_for(&run).await.map_err(worded)?;
+    let output = notebooks
+        .execute(
+            &mut run,
+            &session,
+            "json-lines".to_owned(),
+            CancellationToken::new(),
+        )
+        .await
+        .map_err(worded)?;
+    let path = run.path().relative.clone();
+    let saved = notebooks.save(run, &session, &output).await;
+    to_value(&NotebookExecuteResult::of_run(
+        output,
+        path,
+        kernel.into(),
+        started,
+        saved,
+    ))
+}
+
+fn invalid(message: &str) -> Box<ErrorInfo> {
+    Box::new(ErrorInfo::new(Code::InvalidArguments, message))
+}
+
+fn worded(error: ipython_mcp_notebooks::Error) -> ErrorInfo {
+    notebooks_error(&error)
+}
+
 /// The protocol has no `get_output`: an execution is answered when it ends.
-fn refuse_background(background: bool) -> Result<(), ToolError> {
+fn refuse_background(background: bool) -> Result<(), Box<ErrorInfo>> {
     if background {
-        return Err(ToolError::invalid(
+        return Err(Box::new(ErrorInfo::new(
+            Code::InvalidArguments,
             "background is not supported over json-lines; every execution is answered when it ends (send interrupt to stop one)",
-        ));
+        )));
     }
     Ok(())
 }
@@ -303,9 +352,89 @@ fn refuse_background(background: bool) -> Result<(), ToolError> {
 #[serde(deny_unknown_fields)]
 struct EmptyParams {}
 
-fn to_value<T: serde::Serialize>(value: &T) -> Result<Value, ToolError> {
-    serde_json::to_value(value)
-        .map_err(|_| ToolError::new(Code::InternalError, "the result could not be serialized"))
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PathParams {
+    path: String,
+}
+
+/// `execute`'s parameters: `notebook_execute`'s.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecuteParams {
+    path: String,
+    code: String,
+    #[serde(default = "yes")]
+    persist: bool,
+    #[serde(default)]
+    index: Option<usize>,
+    #[serde(default)]
+    timeout_seconds: Option<f64>,
+    #[serde(default)]
+    expected_revision: Option<String>,
+    /// Refused: accepted only to say why.
+    #[serde(default)]
+    background: bool,
+}
+
+/// `execute_cell`'s parameters: `notebook_execute_cell`'s.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecuteCellParams {
+    path: String,
+    #[serde(default)]
+    cell_id: Option<String>,
+    #[serde(default)]
+    index: Option<usize>,
+    #[serde(default)]
+    timeout_seconds: Option<f64>,
+    #[serde(default)]
+    expected_revision: Option<String>,
+    #[serde(default)]
+    background: bool,
+}
+
+impl ExecuteParams {
+    fn request(self) -> CodeRequest {
+        CodeRequest {
+            path: self.path,
+            code: self.code,
+            index: self.index,
+            persist: self.persist,
+            expected_revision: self.expected_revision,
+            timeout_seconds: self.timeout_seconds,
+        }
+    }
+}
+
+impl ExecuteCellParams {
+    fn request(self) -> Result<CellRequest, Box<ErrorInfo>> {
+        let cell = match (self.cell_id, self.index) {
+            (Some(id), None) => CellRef::Id(id),
+            (None, Some(index)) => CellRef::Index(index),
+            (Some(_), Some(_)) => return Err(invalid("give either cell_id or index, not both")),
+            (None, None) => return Err(invalid("give the cell's cell_id or its index")),
+        };
+        Ok(CellRequest {
+            path: self.path,
+            cell,
+            expected_revision: self.expected_revision,
+            timeout_seconds: self.timeout_seconds,
+        })
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn to_value<T: serde::Serialize>(value: &T) -> Result<Value, Box<ErrorInfo>> {
+    serde_json::to_value(value).map_err(|_| {
+        Box::new(ErrorInfo::new(
+            Code::InternalError,
+            "the result could not be serialized",
+        ))
+    })
 }
 
 /// A line, or why there is none.
