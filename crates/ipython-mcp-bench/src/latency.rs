@@ -217,6 +217,7 @@ pub(crate) async fn bench_raw_client(python: &Path) -> anyhow::Result<Vec<f64>> 
         argv: None,
         kernel_name: None,
         memory: Default::default(),
+        sandbox: None,
     };
     let kernel = Kernel::launch(&spec, Duration::from_secs(30)).await?;
     let samples = timed_loop(|code| async {
@@ -315,6 +316,7 @@ pub(crate) async fn bench_session(python: &Path) -> anyhow::Result<Vec<f64>> {
         // The session alone, timed without the MCP layer: its errors need no agent hints.
         wording: ipython_mcp_kernel::Wording::PLAIN,
         memory: Default::default(),
+        sandbox: None,
         notice: None,
     };
     let session = ipython_mcp_kernel::SessionHandle::start(options);

@@ -6,8 +6,8 @@ use crate::environment::{self, NamedEnvironment};
 use crate::error::Error;
 use crate::jupyter::{self, JupyterServer};
 use crate::limits::{
-    KernelLimits, KernelMemory, OutputLimits, QueueLimits, Spares, SpoolBounds, Timeouts,
-    ToolLimits,
+    KernelLimits, KernelMemory, OutputLimits, QueueLimits, Sandbox, SandboxMode, Spares,
+    SpoolBounds, Timeouts, ToolLimits,
 };
 use crate::namespace::{namespace, Namespace};
 use crate::parse::{
@@ -26,6 +26,8 @@ pub struct Config {
     pub spares: Spares,
     pub kernels: KernelLimits,
     pub memory: KernelMemory,
+    /// The kernels' OS sandbox.
+    pub sandbox: Sandbox,
     pub spool: SpoolBounds,
     pub tools: ToolLimits,
     pub namespace: Namespace,
@@ -143,6 +145,7 @@ impl Config {
                 idle_timeout: seconds(raw, KERNEL_IDLE_TIMEOUT)?,
             },
             memory: kernel_memory(raw)?,
+            sandbox: sandbox(raw)?,
             spool: spool_bounds(raw)?,
             tools: tool_limits(raw)?,
             namespace: namespace(raw)?,
@@ -215,6 +218,87 @@ fn python_and_environment(
         named.python = python.take();
     }
     Ok((python, environment))
+}
+
+impl Config {
+    /// The files holding this server's secrets (tokens, principals): no sandboxed kernel
+    /// reads them.
+    pub fn secret_files(&self) -> Vec<PathBuf> {
+        let mut files = Vec::new();
+        if let crate::transport::TokenSource::File(file)
+        | crate::transport::TokenSource::Principals(file) = &self.http.token
+        {
+            files.push(file.clone());
+        }
+        if let Some(JupyterServer {
+            token: crate::jupyter::JupyterToken::File(file),
+            ..
+        }) = &self.jupyter
+        {
+            files.push(file.clone());
+        }
+        files
+    }
+}
+
+/// The sandbox where nothing is set: enforced where the system can (Linux), else off.
+const DEFAULT_SANDBOX: SandboxMode = if cfg!(target_os = "linux") {
+    SandboxMode::WorkspaceWrite
+} else {
+    SandboxMode::Off
+};
+
+/// The kernels' sandbox: its mode (and whether it was asked for) and the extra paths.
+fn sandbox(raw: &RawConfig) -> Result<Sandbox, Error> {
+    let invalid = |setting: Setting, problem: String| Error::Invalid {
+        env: setting.env,
+        flag: setting.flag,
+        problem,
+    };
+    let (mode, explicit) = match raw.get(SANDBOX).map(str::trim) {
+        None => (DEFAULT_SANDBOX, false),
+        Some("workspace-write") => (SandboxMode::WorkspaceWrite, true),
+        Some("read-only") => (SandboxMode::ReadOnly, true),
+        Some("off") => (SandboxMode::Off, true),
+        Some(other) => {
+            return Err(invalid(
+                SANDBOX,
+                format!(
+                    "must be workspace-write, read-only or off, got {:?}",
+                    crate::parse::bounded(other)
+                ),
+            ))
+        }
+    };
+    let paths = |setting: Setting| -> Result<Vec<PathBuf>, Error> {
+        let Some(text) = raw.get(setting) else {
+            return Ok(Vec::new());
+        };
+        text.split(':')
+            .map(str::trim)
+            .filter(|entry| !entry.is_empty())
+            .map(|entry| {
+                let path = PathBuf::from(entry);
+                if path.is_absolute() {
+                    Ok(path)
+                } else {
+                    Err(invalid(
+                        setting,
+                        format!(
+                            "must be absolute paths separated by ':', got {:?}",
+                            crate::parse::bounded(entry)
+                        ),
+                    ))
+                }
+            })
+            .collect()
+    };
+    Ok(Sandbox {
+        mode,
+        explicit,
+        read_deny: paths(SANDBOX_READ_DENY)?,
+        write: paths(SANDBOX_WRITE)?,
+    })
 }
 
 /// The kernels' memory limit and how it is enforced (`watchdog`: by the watchdog alone).
@@ -304,6 +388,8 @@ mod tests {
             HTTP_TOKEN.name,
             HTTP_ALLOWED_ORIGINS.name,
             HTTP_ALLOWED_HOSTS.name,
+            // Set at all, a mode is explicit (it fails closed), unlike the default.
+            SANDBOX.name,
         ];
         for setting in SETTINGS {
             assert!(setting.env.starts_with("IPYTHON_MCP_"), "{}", setting.env);

@@ -93,3 +93,24 @@ pub struct KernelMemory {
     /// Enforce it with the watchdog even where a cgroup could be made.
     pub watchdog_only: bool,
 }
+
+/// How much a local kernel may do (see the sandbox crate for what enforces it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxMode {
+    WorkspaceWrite,
+    ReadOnly,
+    Off,
+}
+
+/// The kernels' OS sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sandbox {
+    pub mode: SandboxMode,
+    /// True when the mode was set, not defaulted: a system that cannot enforce it then
+    /// refuses to start kernels (the default runs unsandboxed there and says so).
+    pub explicit: bool,
+    /// Denied to reads besides the defaults.
+    pub read_deny: Vec<std::path::PathBuf>,
+    /// Writable besides the defaults.
+    pub write: Vec<std::path::PathBuf>,
+}

@@ -92,6 +92,12 @@ settings! {
         "Idle time after which a started (non-default) kernel session is stopped");
     KERNEL_MEMORY_LIMIT = ("kernel_memory_limit", "IPYTHON_MCP_KERNEL_MEMORY_LIMIT", "kernel-memory-limit", "none", Value, "BYTES",
         "Memory a local kernel's processes may use together (bytes, or with KiB, MiB, GiB or TiB, e.g. 4GiB; at least 128MiB): past it the kernel is killed and replaced and the running call gets out_of_memory; remote kernels are bounded by their server");
+    SANDBOX = ("sandbox", "IPYTHON_MCP_SANDBOX", "sandbox", "workspace-write on Linux, else off", Value, "workspace-write|read-only|off",
+        "The OS sandbox of every local kernel and what it starts: workspace-write (reads all but secret locations, writes the workspace, the temp directory and the kernel's own directories), read-only (writes only the temp directory) or off; set explicitly, a system that cannot enforce it refuses to start kernels");
+    SANDBOX_READ_DENY = ("sandbox_read_deny", "IPYTHON_MCP_SANDBOX_READ_DENY", "sandbox-read-deny", "none", Value, "PATHS",
+        "Colon-separated absolute paths a sandboxed kernel may not read, besides ~/.ssh, ~/.aws, ~/.gnupg and the other secret locations under HOME and the server's own secret files");
+    SANDBOX_WRITE = ("sandbox_write", "IPYTHON_MCP_SANDBOX_WRITE", "sandbox-write", "none", Value, "PATHS",
+        "Colon-separated absolute paths a kernel may write under workspace-write, besides the workspace, the temp directory and its own directories");
     KERNEL_MEMORY_ENFORCEMENT = ("kernel_memory_enforcement", "IPYTHON_MCP_KERNEL_MEMORY_ENFORCEMENT", "kernel-memory-enforcement", "auto", Value, "auto|watchdog",
         "How the kernel memory limit is enforced: auto (a cgroup v2 group per kernel where the server may make one, else the watchdog) or watchdog (the server samples the kernel tree's resident memory and kills it past the limit)");
     MAX_SPOOL_EXECUTION_BYTES = ("max_spool_execution_bytes", "IPYTHON_MCP_MAX_SPOOL_EXECUTION_BYTES", "max-spool-execution-bytes", "268435456", Value, "BYTES",

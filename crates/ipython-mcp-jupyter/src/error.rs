@@ -8,6 +8,9 @@ pub enum Error {
     RunDir { message: String },
     #[error("could not start the kernel process {program}: {message}")]
     Spawn { program: String, message: String },
+    /// The kernel's sandbox cannot be had (the sandbox fails closed: no kernel starts).
+    #[error("{message}")]
+    Sandbox { message: String },
     #[error("kernel exited during start-up ({exit}){stderr}")]
     ExitedDuringStartup { exit: String, stderr: String },
     #[error("kernel did not become ready within {seconds:.1}s{stderr}")]

@@ -100,6 +100,11 @@ impl Kernel {
     }
 
     /// The kernel tree's memory meter (current, peak, limit).
+    /// What the kernel's sandbox enforces; `None`: it runs without one.
+    pub fn sandbox(&self) -> Option<&ipython_mcp_sandbox::Report> {
+        self.inner.sandbox.as_ref()
+    }
+
     pub fn memory(&self) -> Arc<crate::memory::Meter> {
         Arc::clone(&self.inner.meter)
     }

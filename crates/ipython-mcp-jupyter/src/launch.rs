@@ -47,6 +47,8 @@ pub struct LaunchSpec {
     pub kernel_name: Option<String>,
     /// The memory limit of the kernel's process tree, and how it is enforced.
     pub memory: MemoryPolicy,
+    /// The OS sandbox of the kernel and everything it starts; `None`: none.
+    pub sandbox: Option<Arc<ipython_mcp_sandbox::Policy>>,
 }
 
 /// The ipykernel options every ipykernel we start gets. History in memory only: on disk it
@@ -279,6 +281,8 @@ pub(crate) struct Process {
     pub(crate) exit: watch::Receiver<Option<KernelExit>>,
     /// The tree's memory, as sampled.
     pub(crate) meter: Arc<Meter>,
+    /// What the kernel's sandbox enforces; `None`: it has none.
+    pub(crate) sandbox: Option<ipython_mcp_sandbox::Report>,
     stderr_tail: Arc<Mutex<Tail>>,
     // Removed on drop (on the blocking pool): connection file and IPC socket files live here.
     // `None` only while dropping.
@@ -413,7 +417,25 @@ pub(crate) async fn spawn(
         (Some(_), None) => Some(Enforcer::Watchdog),
     };
     let meter = Arc::new(Meter::new(spec.memory.limit_bytes, enforcer));
+    // Last: the child joins its cgroup before the sandbox closes /sys to it.
+    let sandbox = match sandbox(spec).await {
+        Ok(prepared) => prepared,
+        Err(error) => {
+            if let Some(group) = &group {
+                group.remove();
+            }
+            return Err(error);
+        }
+    };
+    if let Some(prepared) = &sandbox {
+        apply_sandbox_before_exec(&mut command, Arc::clone(prepared));
+    }
+    if let Some(policy) = &spec.sandbox {
+        command.envs(policy.kernel_env());
+    }
     let spawned = command.spawn();
+    // The child has its own copy of the ruleset now; the server's is closed.
+    let sandbox = sandbox.map(|prepared| prepared.report().clone());
     if let (Err(_), Some(group)) = (&spawned, &group) {
         group.remove();
     }
@@ -421,8 +443,43 @@ pub(crate) async fn spawn(
         program,
         message: error.to_string(),
     })?;
-    let (process, router) = supervise(child, death_watch, group, meter, run_dir);
+    let (process, router) = supervise(child, death_watch, group, meter, run_dir, sandbox);
     Ok((process, connection, router))
+}
+
+/// The kernel's sandbox made ready for its directories (on the blocking pool: it reads the
+/// file system), or why it cannot be had.
+async fn sandbox(spec: &LaunchSpec) -> Result<Option<Arc<ipython_mcp_sandbox::Prepared>>, Error> {
+    let Some(policy) = spec.sandbox.clone() else {
+        return Ok(None);
+    };
+    let dirs = ipython_mcp_sandbox::KernelDirs {
+        working_dir: spec.working_dir.clone(),
+        python: Some(spec.python.clone()),
+    };
+    tokio::task::spawn_blocking(move || policy.prepare(&dirs))
+        .await
+        .unwrap_or_else(|_| {
+            Err(ipython_mcp_sandbox::Error::Rules(
+                "preparing the sandbox failed".to_owned(),
+            ))
+        })
+        .map(|prepared| Some(Arc::new(prepared)))
+        .map_err(|error| Error::Sandbox {
+            message: error.to_string(),
+        })
+}
+
+/// Makes the child apply the sandbox to itself, after every other step before exec.
+fn apply_sandbox_before_exec(
+    command: &mut tokio::process::Command,
+    prepared: Arc<ipython_mcp_sandbox::Prepared>,
+) {
+    // SAFETY: `apply_in_child` makes only async-signal-safe calls on memory prepared before
+    // the fork (its contract).
+    unsafe {
+        command.pre_exec(move || prepared.apply_in_child());
+    }
 }
 
 /// The record of a just-spawned kernel and the tasks it keeps: the stderr reader, the memory
@@ -434,6 +491,7 @@ fn supervise(
     group: Option<memory::Group>,
     meter: Arc<Meter>,
     run_dir: tempfile::TempDir,
+    sandbox: Option<ipython_mcp_sandbox::Report>,
 ) -> (Arc<Process>, Arc<Router>) {
     let pid = child.id().expect("a just-spawned child has a pid");
     let (process_group, death_watch, watcher_reaper) = match death_watch {
@@ -473,6 +531,7 @@ fn supervise(
         _death_watch: death_watch,
         exit,
         meter,
+        sandbox,
         stderr_tail,
         run_dir: Some(run_dir),
         tasks: Mutex::new(tasks),

@@ -38,5 +38,5 @@ pub use session::{
 };
 pub use status::{
     EnvironmentStatus, KernelDescription, MemoryEnforcement, MemoryStatus, RemoteDescription,
-    RuntimeStatus, SessionState,
+    RuntimeStatus, SandboxStatus, SessionState,
 };

@@ -39,6 +39,46 @@ pub struct KernelDescription {
     pub helper: bool,
     /// The kernel's working directory at start.
     pub working_dir: String,
+    /// What confines a local kernel; `None` for a remote one (its server's business).
+    pub sandbox: Option<SandboxStatus>,
+}
+
+/// A local kernel's OS sandbox, as it is in force.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct SandboxStatus {
+    /// `workspace-write`, `read-only` or `off`.
+    pub mode: String,
+    /// True when the mode's rules are in force.
+    pub enforced: bool,
+    /// What enforces them (`landlock v7`, `seccomp`, `no_new_privs`, …).
+    pub mechanisms: Vec<String>,
+    /// Why the mode is not enforced, when it is not.
+    pub why_not: Option<String>,
+    /// What the rules cannot do here.
+    pub limits: Vec<String>,
+}
+
+impl SandboxStatus {
+    /// The status of a kernel with `report` (`None`: started without a sandbox).
+    pub fn of(report: Option<&ipython_mcp_sandbox::Report>) -> SandboxStatus {
+        match report {
+            Some(report) => SandboxStatus {
+                mode: report.mode.name().to_owned(),
+                enforced: report.enforced,
+                mechanisms: report.mechanisms.clone(),
+                why_not: report.why_not.clone(),
+                limits: report.limits.clone(),
+            },
+            None => SandboxStatus {
+                mode: ipython_mcp_sandbox::Mode::Off.name().to_owned(),
+                enforced: false,
+                mechanisms: Vec::new(),
+                why_not: None,
+                limits: Vec::new(),
+            },
+        }
+    }
 }
 
 /// A kernel on a Jupyter server.

@@ -401,11 +401,37 @@ pub fn session_options(config: &Config, kernel_id: &str) -> anyhow::Result<Sessi
                 ipython_mcp_jupyter::Enforcement::Auto
             },
         },
+        sandbox: sandbox_policy(config),
         // What sessions record themselves (refusals, paging markers) is worded by the MCP
         // crate, which knows the tools.
         wording: ipython_mcp_mcp::WORDING,
         notice: None,
     })
+}
+
+/// The local kernels' sandbox, from the configuration; `None` when it is off.
+fn sandbox_policy(config: &Config) -> Option<Arc<ipython_mcp_sandbox::Policy>> {
+    use ipython_mcp_config::SandboxMode;
+    let mode = match config.sandbox.mode {
+        SandboxMode::Off => return None,
+        SandboxMode::WorkspaceWrite => ipython_mcp_sandbox::Mode::WorkspaceWrite,
+        SandboxMode::ReadOnly => ipython_mcp_sandbox::Mode::ReadOnly,
+    };
+    let mut read_deny = config.secret_files();
+    read_deny.extend(config.sandbox.read_deny.iter().cloned());
+    Some(Arc::new(ipython_mcp_sandbox::Policy {
+        mode,
+        explicit: config.sandbox.explicit,
+        home: std::env::var_os("HOME").map(std::path::PathBuf::from),
+        read_deny,
+        write: config.sandbox.write.clone(),
+        workspace: config
+            .workspace_root
+            .clone()
+            .or_else(|| std::env::current_dir().ok()),
+        temp: std::env::temp_dir(),
+        max_processes: None,
+    }))
 }
 
 /// The configured Jupyter server's client (its token resolved already: see `main`).

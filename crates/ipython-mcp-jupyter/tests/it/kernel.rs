@@ -39,6 +39,7 @@ async fn launch_with(interrupt_mode: InterruptMode) -> Kernel {
             argv: None,
             kernel_name: None,
             memory: Default::default(),
+            sandbox: None,
         },
         Duration::from_secs(30),
     )

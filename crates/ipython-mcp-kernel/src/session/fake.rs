@@ -203,6 +203,7 @@ impl FakeKernels {
             owner: None,
             wording: Wording::PLAIN,
             memory: Default::default(),
+            sandbox: None,
             notice: None,
         }
     }
@@ -300,6 +301,7 @@ fn fake_description(pid: u32) -> KernelDescription {
         spec: "fake".into(),
         helper: false,
         working_dir: String::new(),
+        sandbox: None,
     }
 }
 

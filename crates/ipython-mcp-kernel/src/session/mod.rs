@@ -92,6 +92,9 @@ pub struct SessionOptions {
     /// The memory limit of each local kernel's process tree, and how it is enforced (remote
     /// kernels: their server's business).
     pub memory: ipython_mcp_jupyter::MemoryPolicy,
+    /// The OS sandbox of each local kernel (remote kernels: their server's business); `None`:
+    /// none.
+    pub sandbox: Option<std::sync::Arc<ipython_mcp_sandbox::Policy>>,
     /// How the answers the session records itself are worded for the agent (the MCP crate's
     /// `error::WORDING`; [`Wording::PLAIN`] without it).
     pub wording: Wording,

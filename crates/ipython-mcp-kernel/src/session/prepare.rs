@@ -13,7 +13,7 @@ use super::error::StartFailure;
 use super::helper;
 use super::transport::{Launcher, Running};
 use super::Shared;
-use crate::status::{EnvironmentStatus, KernelDescription};
+use crate::status::{EnvironmentStatus, KernelDescription, SandboxStatus};
 
 /// Local ipykernels over ZeroMQ: the Python environment is found or provisioned once, then
 /// every kernel is a child process of ours (see `ipython_mcp_jupyter::Kernel`).
@@ -179,6 +179,7 @@ fn launch_spec(
                 argv: None,
                 kernel_name: None,
                 memory: options.memory,
+                sandbox: options.sandbox.clone(),
             },
             true,
             "python3".to_owned(),
@@ -197,6 +198,7 @@ fn launch_spec(
                 argv: Some(command),
                 kernel_name: Some(kernel_spec.name.clone()),
                 memory: options.memory,
+                sandbox: options.sandbox.clone(),
             };
             (spec, kernel_spec.is_ipykernel(), kernel_spec.name.clone())
         }
@@ -270,6 +272,7 @@ fn describe(
                 .map(|dir| dir.display().to_string())
                 .unwrap_or_default(),
         },
+        sandbox: Some(SandboxStatus::of(kernel.sandbox())),
     }
 }
 

@@ -277,6 +277,7 @@ fn describe(
         spec,
         helper: installed.is_some(),
         working_dir: found(|installed| &installed.working_dir),
+        sandbox: None,
     }
 }
 

@@ -62,6 +62,7 @@ impl Connected {
         let options = ipython_mcp_kernel::SessionOptions {
             wording: crate::error::WORDING,
             memory: Default::default(),
+            sandbox: None,
             ..FakeKernels::session_options("default")
         };
         let manager = KernelManager::with_fake_kernels(options, KernelLimits::default(), &kernels);
@@ -196,6 +197,7 @@ impl Setup {
         let options = ipython_mcp_kernel::SessionOptions {
             wording: crate::error::WORDING,
             memory: Default::default(),
+            sandbox: None,
             limits: config.limits,
             timeouts: config.timeouts,
             max_json_items: config.limits.max_results,

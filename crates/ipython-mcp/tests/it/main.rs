@@ -27,6 +27,7 @@ mod principals;
 mod python_sdk;
 mod remote;
 mod retained;
+mod sandbox;
 mod server;
 mod surface;
 mod tasks;

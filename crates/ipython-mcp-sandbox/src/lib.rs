@@ -1,0 +1,148 @@
+//! The OS sandbox of a local kernel and of every process it starts.
+//!
+//! A [`Policy`] says what a kernel may read and write; [`Policy::prepare`] turns it, in the
+//! server, into what the child applies to itself between `fork` and `exec`
+//! ([`Prepared::apply_in_child`]), and a [`Report`] of what is enforced and why not. On Linux:
+//!
+//! - Landlock file rules. Landlock only allows, so a deny list is built by allowing every
+//!   other entry: each directory on the way to a denied path is "split", its entries allowed
+//!   one by one. An entry made later directly in a split directory is therefore out of reach,
+//!   and nothing new can be made directly in a split writable directory (its entries can).
+//!   `/proc` is split too: its own entry (added by the child, the only one that knows its
+//!   pid) and the system's files, no other process's.
+//! - A seccomp filter against what a kernel never needs (`ptrace`, `mount`, `bpf`, keyrings,
+//!   module loading, namespaces), under `no_new_privs`; Landlock's signal scope where the
+//!   kernel has it (ABI 6), so kernel code cannot signal the server.
+//! - `RLIMIT_NPROC` against fork bombs (it does not bind root).
+//!
+//! Elsewhere nothing is enforced and the report says so.
+
+#[cfg(target_os = "linux")]
+mod linux;
+mod policy;
+
+pub use policy::{KernelDirs, Mode, Policy, DEFAULT_DENIED_UNDER_HOME};
+
+/// What a kernel's sandbox enforces, as `runtime_status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub mode: Mode,
+    /// True when the mode's rules are in force.
+    pub enforced: bool,
+    /// What enforces them (`landlock v7`, `seccomp`, `no_new_privs`, …).
+    pub mechanisms: Vec<String>,
+    /// Why nothing is enforced, when it is not.
+    pub why_not: Option<String>,
+    /// What the rules cannot do here (a denied path inside a writable directory the rules
+    /// had to split, …).
+    pub limits: Vec<String>,
+}
+
+impl Report {
+    fn off() -> Report {
+        Report {
+            mode: Mode::Off,
+            enforced: false,
+            mechanisms: Vec::new(),
+            why_not: None,
+            limits: Vec::new(),
+        }
+    }
+
+    fn unenforced(mode: Mode, why: String) -> Report {
+        Report {
+            mode,
+            enforced: false,
+            mechanisms: Vec::new(),
+            why_not: Some(why),
+            limits: Vec::new(),
+        }
+    }
+}
+
+/// Why a sandbox cannot be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The mode was asked for and this system cannot enforce it (the sandbox fails closed).
+    #[error("the {mode} sandbox cannot be enforced here: {why}")]
+    Unenforceable { mode: &'static str, why: String },
+    /// Building the rules failed.
+    #[error("the sandbox's rules could not be built: {0}")]
+    Rules(String),
+}
+
+/// A policy made ready for one kernel: the child applies it to itself.
+pub struct Prepared {
+    #[cfg(target_os = "linux")]
+    linux: Option<linux::Rules>,
+    report: Report,
+}
+
+impl Prepared {
+    /// What is enforced.
+    pub fn report(&self) -> &Report {
+        &self.report
+    }
+
+    /// Applies the sandbox to the calling process: call it in the forked child, before exec.
+    ///
+    /// # Safety
+    ///
+    /// Only async-signal-safe calls are made (open, close, prctl, setrlimit and the Landlock
+    /// and seccomp system calls on memory prepared before the fork), so it may run in a child
+    /// forked from a multithreaded process.
+    pub unsafe fn apply_in_child(&self) -> std::io::Result<()> {
+        #[cfg(target_os = "linux")]
+        if let Some(rules) = &self.linux {
+            // SAFETY: the caller's contract, passed on.
+            return unsafe { rules.apply() };
+        }
+        Ok(())
+    }
+}
+
+impl Policy {
+    /// Prepares the policy for a kernel with `dirs` (reads the file system: call it from a
+    /// blocking thread). A mode set explicitly that this system cannot enforce is an error; the
+    /// default mode then runs unsandboxed, and the report says why.
+    pub fn prepare(&self, dirs: &KernelDirs) -> Result<Prepared, Error> {
+        if self.mode == Mode::Off {
+            return Ok(Prepared::unsandboxed(Report::off()));
+        }
+        match self.prepare_here(dirs) {
+            Ok(prepared) => Ok(prepared),
+            Err(Error::Unenforceable { why, .. }) if !self.explicit => {
+                Ok(Prepared::unsandboxed(Report::unenforced(self.mode, why)))
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    fn prepare_here(&self, dirs: &KernelDirs) -> Result<Prepared, Error> {
+        self.make_kernel_dirs();
+        let (rules, report) = linux::prepare(self, dirs)?;
+        Ok(Prepared {
+            linux: Some(rules),
+            report,
+        })
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn prepare_here(&self, _dirs: &KernelDirs) -> Result<Prepared, Error> {
+        Err(Error::Unenforceable {
+            mode: self.mode.name(),
+            why: format!("no sandbox is built for {} yet", std::env::consts::OS),
+        })
+    }
+}
+
+impl Prepared {
+    fn unsandboxed(report: Report) -> Prepared {
+        Prepared {
+            #[cfg(target_os = "linux")]
+            linux: None,
+            report,
+        }
+    }
+}

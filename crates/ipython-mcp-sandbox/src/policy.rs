@@ -1,0 +1,247 @@
+//! What a kernel may read and write, before any OS mechanism: the modes, the deny list and
+//! the writable directories.
+
+use std::path::{Path, PathBuf};
+
+/// How much a kernel may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Reads anywhere but the deny list; writes the workspace, the temp directory and what a
+    /// kernel needs (its environment, IPython's and matplotlib's directories).
+    WorkspaceWrite,
+    /// Reads as `WorkspaceWrite`; writes only the temp directory.
+    ReadOnly,
+    /// No sandbox.
+    Off,
+}
+
+impl Mode {
+    pub const NAMES: [&'static str; 3] = ["workspace-write", "read-only", "off"];
+
+    pub fn parse(text: &str) -> Option<Mode> {
+        match text.trim() {
+            "workspace-write" => Some(Mode::WorkspaceWrite),
+            "read-only" => Some(Mode::ReadOnly),
+            "off" => Some(Mode::Off),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::WorkspaceWrite => "workspace-write",
+            Mode::ReadOnly => "read-only",
+            Mode::Off => "off",
+        }
+    }
+}
+
+impl std::fmt::Display for Mode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Secret locations under HOME no kernel reads: keys, cloud and cluster credentials, package
+/// index and git credentials.
+pub const DEFAULT_DENIED_UNDER_HOME: [&str; 12] = [
+    ".ssh",
+    ".aws",
+    ".gnupg",
+    ".netrc",
+    ".config/gcloud",
+    ".kube",
+    ".docker",
+    ".git-credentials",
+    ".pypirc",
+    ".azure",
+    ".config/gh",
+    ".password-store",
+];
+
+/// What kernels of one server (or principal) may read and write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    pub mode: Mode,
+    /// True when the mode was set, not defaulted: then a system that cannot enforce it
+    /// refuses to start kernels.
+    pub explicit: bool,
+    /// The kernel's HOME: the default deny list and IPython's and matplotlib's directories
+    /// are under it.
+    pub home: Option<PathBuf>,
+    /// Denied besides the defaults (the server's own configuration and secret files, and
+    /// what the user lists).
+    pub read_deny: Vec<PathBuf>,
+    /// Writable besides the workspace, the temp directory and the kernel's own.
+    pub write: Vec<PathBuf>,
+    /// The notebook workspace.
+    pub workspace: Option<PathBuf>,
+    /// The temp directory (writable in every mode).
+    pub temp: PathBuf,
+    /// Most processes the kernel's user may run (`RLIMIT_NPROC`; not binding for root).
+    pub max_processes: Option<u64>,
+}
+
+/// A kernel's own directories.
+#[derive(Debug, Clone, Default)]
+pub struct KernelDirs {
+    /// Where it starts (a notebook's directory, a project).
+    pub working_dir: Option<PathBuf>,
+    /// Its interpreter: a virtual environment's is writable (`%pip install`).
+    pub python: Option<PathBuf>,
+}
+
+impl Policy {
+    /// Every denied path: the defaults under HOME, then the listed ones.
+    pub fn denied(&self) -> Vec<PathBuf> {
+        let mut denied: Vec<PathBuf> = match &self.home {
+            Some(home) => DEFAULT_DENIED_UNDER_HOME
+                .iter()
+                .map(|entry| home.join(entry))
+                .collect(),
+            None => Vec::new(),
+        };
+        denied.extend(self.read_deny.iter().cloned());
+        denied
+    }
+
+    /// Every writable directory for a kernel with `dirs`.
+    pub fn writable(&self, dirs: &KernelDirs) -> Vec<PathBuf> {
+        let mut writable = vec![self.temp.clone()];
+        if self.mode == Mode::WorkspaceWrite {
+            writable.extend(self.workspace.iter().cloned());
+            writable.extend(dirs.working_dir.iter().cloned());
+            writable.extend(dirs.python.as_deref().and_then(venv_of));
+            if let Some(home) = &self.home {
+                for dir in [
+                    ".ipython",
+                    ".cache",
+                    ".config/matplotlib",
+                    ".local/share/jupyter",
+                ] {
+                    writable.push(home.join(dir));
+                }
+            }
+            writable.extend(self.write.iter().cloned());
+        }
+        writable
+    }
+}
+
+impl Policy {
+    /// Variables the kernel gets: under `ReadOnly` IPython's and matplotlib's directories
+    /// move into the temp directory, the only place it writes.
+    pub fn kernel_env(&self) -> Vec<(&'static str, PathBuf)> {
+        match self.mode {
+            Mode::ReadOnly => vec![
+                ("IPYTHONDIR", self.temp.join("ipython-mcp-ipython")),
+                ("MPLCONFIGDIR", self.temp.join("ipython-mcp-matplotlib")),
+            ],
+            Mode::WorkspaceWrite | Mode::Off => Vec::new(),
+        }
+    }
+
+    /// Makes the kernel's own directories under HOME that IPython insists on making itself
+    /// (a HOME holding a denied path is split: nothing new can be made directly in it).
+    pub(crate) fn make_kernel_dirs(&self) {
+        if self.mode != Mode::WorkspaceWrite {
+            return;
+        }
+        if let Some(home) = self.home.as_deref().filter(|home| home.is_dir()) {
+            for dir in KERNEL_DIRS_UNDER_HOME {
+                let _ = std::fs::create_dir_all(home.join(dir));
+            }
+        }
+    }
+}
+
+/// What a kernel writes under HOME: IPython's profile, caches (pip's, matplotlib's),
+/// matplotlib's configuration, Jupyter's data.
+const KERNEL_DIRS_UNDER_HOME: [&str; 4] = [
+    ".ipython",
+    ".cache",
+    ".config/matplotlib",
+    ".local/share/jupyter",
+];
+
+/// The virtual environment an interpreter belongs to (`<venv>/bin/python`, beside
+/// `<venv>/pyvenv.cfg`); `None` for a system interpreter, whose prefix stays read-only.
+fn venv_of(python: &Path) -> Option<PathBuf> {
+    let prefix = python.parent()?.parent()?;
+    prefix
+        .join("pyvenv.cfg")
+        .is_file()
+        .then(|| prefix.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(mode: Mode) -> Policy {
+        Policy {
+            mode,
+            explicit: true,
+            home: Some("/home/u".into()),
+            read_deny: vec!["/etc/ipython-mcp/token".into()],
+            write: vec!["/data/out".into()],
+            workspace: Some("/work".into()),
+            temp: "/tmp".into(),
+            max_processes: None,
+        }
+    }
+
+    #[test]
+    fn modes_parse_by_name() {
+        for name in Mode::NAMES {
+            assert_eq!(Mode::parse(name).map(Mode::name), Some(name));
+        }
+        assert_eq!(Mode::parse(" off "), Some(Mode::Off));
+        assert_eq!(Mode::parse("strict"), None);
+    }
+
+    #[test]
+    fn the_deny_list_is_the_secrets_under_home_and_the_listed_paths() {
+        let denied = policy(Mode::ReadOnly).denied();
+        assert!(denied.contains(&PathBuf::from("/home/u/.ssh")));
+        assert!(denied.contains(&PathBuf::from("/home/u/.config/gcloud")));
+        assert!(denied.contains(&PathBuf::from("/etc/ipython-mcp/token")));
+    }
+
+    #[test]
+    fn read_only_writes_only_the_temp_directory() {
+        let dirs = KernelDirs {
+            working_dir: Some("/work/sub".into()),
+            python: None,
+        };
+        assert_eq!(
+            policy(Mode::ReadOnly).writable(&dirs),
+            vec![PathBuf::from("/tmp")]
+        );
+        let writable = policy(Mode::WorkspaceWrite).writable(&dirs);
+        for dir in [
+            "/tmp",
+            "/work",
+            "/work/sub",
+            "/home/u/.ipython",
+            "/data/out",
+        ] {
+            assert!(
+                writable.contains(&PathBuf::from(dir)),
+                "{dir}: {writable:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_virtual_environment_is_writable_and_a_system_python_is_not() {
+        let venv = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(venv.path().join("bin")).expect("bin");
+        std::fs::write(venv.path().join("pyvenv.cfg"), "home = /usr/bin\n").expect("cfg");
+        assert_eq!(
+            venv_of(&venv.path().join("bin/python")),
+            Some(venv.path().to_owned())
+        );
+        assert_eq!(venv_of(Path::new("/usr/bin/python3")), None);
+    }
+}

@@ -1,0 +1,272 @@
+//! End to end, as an attacker would: kernel code (and a process it starts) under the
+//! `workspace-write` sandbox tries to read secrets, write outside the workspace, read the
+//! server's environment, signal and trace the server; each try fails, the next call works,
+//! and `runtime_status` says what is enforced.
+
+use std::path::{Path, PathBuf};
+
+use crate::support;
+
+use serde_json::json;
+use support::{Family, Server};
+
+/// Secret files under a HOME the test makes (never the machine's own).
+const SECRETS: [&str; 5] = [
+    ".ssh/id_ed25519",
+    ".aws/credentials",
+    ".netrc",
+    ".git-credentials",
+    ".config/gcloud/credentials.db",
+];
+
+/// A directory for one test, outside the system temp directory (which kernels may write).
+fn private_dir(name: &str) -> tempfile::TempDir {
+    let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sandbox");
+    std::fs::create_dir_all(&base).expect("sandbox test dir");
+    tempfile::Builder::new()
+        .prefix(name)
+        .tempdir_in(base)
+        .expect("tempdir")
+}
+
+struct Setup {
+    home: tempfile::TempDir,
+    workspace: tempfile::TempDir,
+    outside: tempfile::TempDir,
+    server: Server,
+}
+
+async fn sandboxed(mode: &str) -> Setup {
+    if !cfg!(target_os = "linux") {
+        panic!("the sandbox tests run on Linux");
+    }
+    let home = private_dir("home");
+    for secret in SECRETS {
+        let path = home.path().join(secret);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&path, format!("SECRET {secret}\n")).expect("write secret");
+    }
+    std::fs::write(home.path().join("notes.txt"), "readable\n").expect("notes");
+    let workspace = private_dir("workspace");
+    let outside = private_dir("outside");
+    std::fs::write(outside.path().join("data.txt"), "outside data\n").expect("data");
+    let server = Server::start(
+        Family::Modern,
+        &[
+            ("IPYTHON_MCP_SANDBOX", mode),
+            ("HOME", home.path().to_str().expect("utf-8")),
+            (
+                "IPYTHON_MCP_WORKSPACE_ROOT",
+                workspace.path().to_str().expect("utf-8"),
+            ),
+        ],
+    )
+    .await;
+    Setup {
+        home,
+        workspace,
+        outside,
+        server,
+    }
+}
+
+/// Runs `code` in the default kernel and returns what it printed, checking the call worked.
+async fn run(server: &Server, code: &str) -> String {
+    let result = server.call("execute", json!({ "code": code })).await;
+    assert!(result.ok(), "{code}\n{result:?}");
+    result.structured["stdout"]
+        .as_str()
+        .expect("stdout")
+        .to_owned()
+}
+
+/// Python that tries `attempt` (an expression or statement) and prints `denied <label>` when
+/// the OS refuses it, `allowed <label>` otherwise.
+fn try_it(label: &str, attempt: &str) -> String {
+    format!(
+        "try:\n    {attempt}\n    print('allowed {label}')\nexcept (PermissionError, OSError) as e:\n    print('denied {label}', type(e).__name__)\n"
+    )
+}
+
+fn path_literal(path: &Path) -> String {
+    format!("{:?}", path.to_str().expect("utf-8"))
+}
+
+#[tokio::test]
+async fn kernel_code_cannot_reach_secrets_the_server_or_files_outside_the_workspace() {
+    let setup = sandboxed("workspace-write").await;
+    let server = &setup.server;
+    let status = server.call("runtime_status", json!({})).await;
+    let sandbox = &status.structured["kernel"]["sandbox"];
+    assert_eq!(sandbox["mode"], "workspace-write", "{status:?}");
+    assert_eq!(sandbox["enforced"], true, "{sandbox}");
+    let mechanisms = sandbox["mechanisms"].to_string();
+    for mechanism in ["landlock", "seccomp", "no_new_privs"] {
+        assert!(mechanisms.contains(mechanism), "{sandbox}");
+    }
+
+    // Secrets: from kernel code, and from a process it starts.
+    for secret in SECRETS {
+        let path = path_literal(&setup.home.path().join(secret));
+        let printed = run(server, &try_it(secret, &format!("open({path}).read()"))).await;
+        assert!(
+            printed.starts_with(&format!("denied {secret}")),
+            "{printed}"
+        );
+        let printed = run(
+            server,
+            &format!(
+                "import subprocess\nr = subprocess.run(['cat', {path}], capture_output=True, text=True)\nprint(r.returncode, 'SECRET' in r.stdout)"
+            ),
+        )
+        .await;
+        assert!(
+            printed.trim_end().ends_with("False") && !printed.starts_with('0'),
+            "a subprocess read {secret}: {printed}"
+        );
+    }
+    // The rest of HOME, and files outside the workspace, are readable.
+    let notes = path_literal(&setup.home.path().join("notes.txt"));
+    let outside_data = path_literal(&setup.outside.path().join("data.txt"));
+    assert_eq!(
+        run(server, &format!("print(open({notes}).read().strip())")).await,
+        "readable\n"
+    );
+    assert_eq!(
+        run(
+            server,
+            &format!("print(open({outside_data}).read().strip())")
+        )
+        .await,
+        "outside data\n"
+    );
+
+    // Writes: the workspace and the temp directory yes; outside, HOME, a secret no.
+    let inside = path_literal(&setup.workspace.path().join("made.txt"));
+    let printed = run(
+        server,
+        &try_it("workspace", &format!("open({inside}, 'w').write('x')")),
+    )
+    .await;
+    assert!(printed.starts_with("allowed workspace"), "{printed}");
+    assert!(setup.workspace.path().join("made.txt").exists());
+    let printed = run(
+        server,
+        &try_it(
+            "temp",
+            "import tempfile; tempfile.NamedTemporaryFile().write(b'x')",
+        ),
+    )
+    .await;
+    assert!(printed.starts_with("allowed temp"), "{printed}");
+    for (label, target) in [
+        ("outside", setup.outside.path().join("written.txt")),
+        ("home", setup.home.path().join("written.txt")),
+        ("ssh", setup.home.path().join(".ssh/authorized_keys")),
+    ] {
+        let path = path_literal(&target);
+        let printed = run(
+            server,
+            &try_it(label, &format!("open({path}, 'w').write('x')")),
+        )
+        .await;
+        assert!(printed.starts_with(&format!("denied {label}")), "{printed}");
+        assert!(!target.exists(), "{label} was written");
+        let printed = run(
+            server,
+            &format!(
+                "import subprocess\nprint(subprocess.run(['sh', '-c', 'echo x > {}'], capture_output=True).returncode)",
+                target.display()
+            ),
+        )
+        .await;
+        assert_ne!(printed.trim(), "0", "a subprocess wrote {label}");
+        assert!(!target.exists(), "{label} was written by a subprocess");
+    }
+
+    // The server: its environment, its signals, tracing it.
+    let pid = server.pid;
+    let printed = run(
+        server,
+        &try_it(
+            "environ",
+            &format!("open('/proc/{pid}/environ', 'rb').read()"),
+        ),
+    )
+    .await;
+    assert!(printed.starts_with("denied environ"), "{printed}");
+    let printed = run(
+        server,
+        &try_it("signal", &format!("import os; os.kill({pid}, 0)")),
+    )
+    .await;
+    assert!(printed.starts_with("denied signal"), "{printed}");
+    let printed = run(
+        server,
+        &format!(
+            "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nprint(libc.ptrace(16, {pid}, None, None), os.strerror(ctypes.get_errno()))"
+        ),
+    )
+    .await;
+    assert!(printed.starts_with("-1"), "ptrace attached: {printed}");
+    let printed = run(
+        server,
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nprint(libc.mount(b'none', b'/mnt', b'tmpfs', 0, None), ctypes.get_errno())",
+    )
+    .await;
+    assert!(printed.starts_with("-1"), "mount worked: {printed}");
+
+    // The kernel's own /proc entry still works, and the session is whole.
+    let printed = run(server, "print(len(open('/proc/self/status').read()) > 0)").await;
+    assert_eq!(printed, "True\n");
+    run(server, "kept = 41").await;
+    assert_eq!(run(server, "print(kept + 1)").await, "42\n");
+    let after = server.call("runtime_status", json!({})).await;
+    assert_eq!(after.structured["epoch"], status.structured["epoch"]);
+}
+
+#[tokio::test]
+async fn read_only_writes_nothing_but_the_temp_directory() {
+    let setup = sandboxed("read-only").await;
+    let server = &setup.server;
+    let status = server.call("runtime_status", json!({})).await;
+    assert_eq!(status.structured["kernel"]["sandbox"]["mode"], "read-only");
+    let inside: PathBuf = setup.workspace.path().join("made.txt");
+    let printed = run(
+        server,
+        &try_it(
+            "workspace",
+            &format!("open({}, 'w').write('x')", path_literal(&inside)),
+        ),
+    )
+    .await;
+    assert!(printed.starts_with("denied workspace"), "{printed}");
+    assert!(!inside.exists());
+    let printed = run(
+        server,
+        &try_it(
+            "temp",
+            "import tempfile; tempfile.NamedTemporaryFile().write(b'x')",
+        ),
+    )
+    .await;
+    assert!(printed.starts_with("allowed temp"), "{printed}");
+}
+
+#[tokio::test]
+async fn off_runs_the_kernel_unconfined_and_says_so() {
+    let setup = sandboxed("off").await;
+    let status = setup.server.call("runtime_status", json!({})).await;
+    let sandbox = &status.structured["kernel"]["sandbox"];
+    assert_eq!(sandbox["mode"], "off", "{status:?}");
+    assert_eq!(sandbox["enforced"], false);
+    let secret = path_literal(&setup.home.path().join(".netrc"));
+    assert_eq!(
+        run(
+            &setup.server,
+            &format!("print(open({secret}).read().strip())")
+        )
+        .await,
+        "SECRET .netrc\n"
+    );
+}
