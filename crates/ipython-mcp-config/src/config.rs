@@ -293,8 +293,32 @@ fn sandbox(raw: &RawConfig) -> Result<Sandbox, Error> {
             })
             .collect()
     };
+    let network = match raw
+        .get(SANDBOX_NETWORK)
+        .unwrap_or(SANDBOX_NETWORK.default)
+        .trim()
+    {
+        "on" => true,
+        "off" => false,
+        other => {
+            return Err(invalid(
+                SANDBOX_NETWORK,
+                format!(
+                    "must be on or off (an allowlist of hosts is not supported yet), got {:?}",
+                    crate::parse::bounded(other)
+                ),
+            ))
+        }
+    };
+    if !network && mode == SandboxMode::Off {
+        return Err(invalid(
+            SANDBOX_NETWORK,
+            format!("off needs the sandbox: {} is off", SANDBOX.env),
+        ));
+    }
     Ok(Sandbox {
         mode,
+        network,
         explicit,
         read_deny: paths(SANDBOX_READ_DENY)?,
         write: paths(SANDBOX_WRITE)?,

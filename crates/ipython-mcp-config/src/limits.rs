@@ -106,6 +106,8 @@ pub enum SandboxMode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sandbox {
     pub mode: SandboxMode,
+    /// False: no network for kernels (`IPYTHON_MCP_SANDBOX_NETWORK=off`).
+    pub network: bool,
     /// True when the mode was set, not defaulted: a system that cannot enforce it then
     /// refuses to start kernels (the default runs unsandboxed there and says so).
     pub explicit: bool,

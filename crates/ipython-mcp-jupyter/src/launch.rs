@@ -418,7 +418,7 @@ pub(crate) async fn spawn(
     };
     let meter = Arc::new(Meter::new(spec.memory.limit_bytes, enforcer));
     // Last: the child joins its cgroup before the sandbox closes /sys to it.
-    let sandbox = match sandbox(spec).await {
+    let sandbox = match sandbox(spec, &connection).await {
         Ok(prepared) => prepared,
         Err(error) => {
             if let Some(group) = &group {
@@ -449,13 +449,23 @@ pub(crate) async fn spawn(
 
 /// The kernel's sandbox made ready for its directories (on the blocking pool: it reads the
 /// file system), or why it cannot be had.
-async fn sandbox(spec: &LaunchSpec) -> Result<Option<Arc<ipython_mcp_sandbox::Prepared>>, Error> {
+async fn sandbox(
+    spec: &LaunchSpec,
+    connection: &ConnectionInfo,
+) -> Result<Option<Arc<ipython_mcp_sandbox::Prepared>>, Error> {
     let Some(policy) = spec.sandbox.clone() else {
         return Ok(None);
     };
     let dirs = ipython_mcp_sandbox::KernelDirs {
         working_dir: spec.working_dir.clone(),
         python: Some(spec.python.clone()),
+        ports: vec![
+            connection.shell_port,
+            connection.iopub_port,
+            connection.stdin_port,
+            connection.control_port,
+            connection.hb_port,
+        ],
     };
     tokio::task::spawn_blocking(move || policy.prepare(&dirs))
         .await

@@ -49,6 +49,8 @@ pub struct KernelDescription {
 pub struct SandboxStatus {
     /// `workspace-write`, `read-only` or `off`.
     pub mode: String,
+    /// `on` or `off`.
+    pub network: String,
     /// True when the mode's rules are in force.
     pub enforced: bool,
     /// What enforces them (`landlock v7`, `seccomp`, `no_new_privs`, …).
@@ -65,6 +67,7 @@ impl SandboxStatus {
         match report {
             Some(report) => SandboxStatus {
                 mode: report.mode.name().to_owned(),
+                network: report.network.name().to_owned(),
                 enforced: report.enforced,
                 mechanisms: report.mechanisms.clone(),
                 why_not: report.why_not.clone(),
@@ -72,6 +75,7 @@ impl SandboxStatus {
             },
             None => SandboxStatus {
                 mode: ipython_mcp_sandbox::Mode::Off.name().to_owned(),
+                network: ipython_mcp_sandbox::Network::On.name().to_owned(),
                 enforced: false,
                 mechanisms: Vec::new(),
                 why_not: None,

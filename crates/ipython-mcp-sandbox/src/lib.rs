@@ -13,6 +13,10 @@
 //! - A seccomp filter against what a kernel never needs (`ptrace`, `mount`, `bpf`, keyrings,
 //!   module loading, namespaces), under `no_new_privs`; Landlock's signal scope where the
 //!   kernel has it (ABI 6), so kernel code cannot signal the server.
+//! - Without network: Landlock lets the kernel bind only its own channels' ports and connect
+//!   nowhere over TCP (ABI 4); the seccomp filter refuses every other IP socket (datagrams,
+//!   raw, SCTP, MPTCP), packet sockets, TCP Fast Open (a connect inside `sendto`) and
+//!   `io_uring` (which would make sockets past the filter).
 //! - `RLIMIT_NPROC` against fork bombs (it does not bind root).
 //!
 //! Elsewhere nothing is enforced and the report says so.
@@ -21,12 +25,13 @@
 mod linux;
 mod policy;
 
-pub use policy::{KernelDirs, Mode, Policy, DEFAULT_DENIED_UNDER_HOME};
+pub use policy::{KernelDirs, Mode, Network, Policy, DEFAULT_DENIED_UNDER_HOME};
 
 /// What a kernel's sandbox enforces, as `runtime_status` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Report {
     pub mode: Mode,
+    pub network: Network,
     /// True when the mode's rules are in force.
     pub enforced: bool,
     /// What enforces them (`landlock v7`, `seccomp`, `no_new_privs`, …).
@@ -42,6 +47,7 @@ impl Report {
     fn off() -> Report {
         Report {
             mode: Mode::Off,
+            network: Network::On,
             enforced: false,
             mechanisms: Vec::new(),
             why_not: None,
@@ -52,6 +58,7 @@ impl Report {
     fn unenforced(mode: Mode, why: String) -> Report {
         Report {
             mode,
+            network: Network::On,
             enforced: false,
             mechanisms: Vec::new(),
             why_not: Some(why),
@@ -111,7 +118,10 @@ impl Policy {
         }
         match self.prepare_here(dirs) {
             Ok(prepared) => Ok(prepared),
-            Err(Error::Unenforceable { why, .. }) if !self.explicit => {
+            // A network turned off is always asked for: it fails closed.
+            Err(Error::Unenforceable { why, .. })
+                if !self.explicit && self.network == Network::On =>
+            {
                 Ok(Prepared::unsandboxed(Report::unenforced(self.mode, why)))
             }
             Err(error) => Err(error),

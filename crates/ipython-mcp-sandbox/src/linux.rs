@@ -8,12 +8,15 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 use landlock::{
-    Access, AccessFs, BitFlags, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreated,
-    RulesetCreatedAttr, Scope, ABI,
+    Access, AccessFs, AccessNet, BitFlags, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreated, RulesetCreatedAttr, Scope, ABI,
 };
-use seccompiler::{BpfProgram, SeccompAction, SeccompFilter};
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule,
+};
 
-use crate::{Error, KernelDirs, Mode, Policy, Report};
+use crate::{Error, KernelDirs, Mode, Network, Policy, Report};
 
 /// The Landlock ABI the rules are written for (file rights up to `IOCTL_DEV`); a newer
 /// kernel enforces them as they are, an older one the rights it knows.
@@ -62,7 +65,12 @@ const DENIED_CALLS: &[libc::c_long] = &[
     libc::SYS_reboot,
     libc::SYS_swapon,
     libc::SYS_swapoff,
+    // Its operations (sockets among them) run past seccomp filters.
+    libc::SYS_io_uring_setup,
 ];
+
+/// `IPPROTO_MPTCP`, not in every libc.
+const IPPROTO_MPTCP: u64 = 262;
 
 /// What the child applies to itself.
 pub(crate) struct Rules {
@@ -169,7 +177,26 @@ pub(crate) fn prepare(policy: &Policy, dirs: &KernelDirs) -> Result<(Rules, Repo
             .map_err(rules_error)?;
         mechanisms.push("landlock scopes (signals, abstract sockets)".to_owned());
     }
-    let created = ruleset.create().map_err(rules_error)?;
+    if policy.network == Network::Off {
+        if abi < 4 {
+            return Err(Error::Unenforceable {
+                mode: policy.mode.name(),
+                why: format!("turning the network off needs Landlock ABI 4 (Linux 6.7); this kernel has {abi}"),
+            });
+        }
+        ruleset = ruleset
+            .handle_access(AccessNet::from_all(ABI::V4))
+            .map_err(rules_error)?;
+        mechanisms.push("landlock network (TCP)".to_owned());
+    }
+    let mut created = ruleset.create().map_err(rules_error)?;
+    if policy.network == Network::Off {
+        for port in &dirs.ports {
+            created = created
+                .add_rule(NetPort::new(*port, AccessNet::BindTcp))
+                .map_err(rules_error)?;
+        }
+    }
     let denied: Vec<PathBuf> = policy.denied().iter().map(|path| resolved(path)).collect();
     let writable: Vec<PathBuf> = policy
         .writable(dirs)
@@ -199,7 +226,7 @@ pub(crate) fn prepare(policy: &Policy, dirs: &KernelDirs) -> Result<(Rules, Repo
             why: "Landlock refused the ruleset".to_owned(),
         });
     };
-    let seccomp = seccomp_program()?;
+    let seccomp = seccomp_program(policy.network)?;
     mechanisms.extend(["seccomp".to_owned(), "no_new_privs".to_owned()]);
     if policy.max_processes.is_some() {
         mechanisms.push("RLIMIT_NPROC".to_owned());
@@ -212,6 +239,7 @@ pub(crate) fn prepare(policy: &Policy, dirs: &KernelDirs) -> Result<(Rules, Repo
     };
     let report = Report {
         mode: policy.mode,
+        network: policy.network,
         enforced: true,
         mechanisms,
         why_not: None,
@@ -245,11 +273,14 @@ fn add_grants(
     Ok(ruleset)
 }
 
-fn seccomp_program() -> Result<BpfProgram, Error> {
-    let rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> = DENIED_CALLS
+fn seccomp_program(network: Network) -> Result<BpfProgram, Error> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = DENIED_CALLS
         .iter()
         .map(|call| (*call, Vec::new()))
         .collect();
+    if network == Network::Off {
+        rules.extend(offline_rules()?);
+    }
     let arch = std::env::consts::ARCH
         .try_into()
         .map_err(|_| Error::Rules(format!("no seccomp for {}", std::env::consts::ARCH)))?;
@@ -263,6 +294,66 @@ fn seccomp_program() -> Result<BpfProgram, Error> {
     filter
         .try_into()
         .map_err(|error: seccompiler::BackendError| Error::Rules(error.to_string()))
+}
+
+/// Without network: every IP socket but TCP's (whose connects and binds Landlock rules),
+/// packet sockets, and TCP Fast Open's connect inside `sendto`/`sendmsg`.
+fn offline_rules() -> Result<Vec<(i64, Vec<SeccompRule>)>, Error> {
+    let condition = |arg: u8, op: SeccompCmpOp, value: u64| {
+        SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value)
+            .map_err(|error| Error::Rules(error.to_string()))
+    };
+    let rule = |conditions: Vec<SeccompCondition>| {
+        SeccompRule::new(conditions).map_err(|error| Error::Rules(error.to_string()))
+    };
+    let mut socket = vec![rule(vec![condition(
+        0,
+        SeccompCmpOp::Eq,
+        libc::AF_PACKET as u64,
+    )?])?];
+    for domain in [libc::AF_INET, libc::AF_INET6] {
+        let domain = condition(0, SeccompCmpOp::Eq, domain as u64)?;
+        // The type's low bits (flags such as SOCK_CLOEXEC are above them).
+        for kind in [
+            libc::SOCK_DGRAM,
+            libc::SOCK_RAW,
+            libc::SOCK_RDM,
+            libc::SOCK_SEQPACKET,
+            // SOCK_PACKET, the old packet socket (libc deprecates its name).
+            10,
+        ] {
+            socket.push(rule(vec![
+                domain.clone(),
+                condition(1, SeccompCmpOp::MaskedEq(0xf), kind as u64)?,
+            ])?);
+        }
+        for protocol in [libc::IPPROTO_SCTP as u64, IPPROTO_MPTCP] {
+            socket.push(rule(vec![
+                domain.clone(),
+                condition(2, SeccompCmpOp::Eq, protocol)?,
+            ])?);
+        }
+    }
+    let fast_open = libc::MSG_FASTOPEN as u64;
+    Ok(vec![
+        (libc::SYS_socket, socket),
+        (
+            libc::SYS_sendto,
+            vec![rule(vec![condition(
+                3,
+                SeccompCmpOp::MaskedEq(fast_open),
+                fast_open,
+            )?])?],
+        ),
+        (
+            libc::SYS_sendmsg,
+            vec![rule(vec![condition(
+                2,
+                SeccompCmpOp::MaskedEq(fast_open),
+                fast_open,
+            )?])?],
+        ),
+    ])
 }
 
 /// `path` with its symbolic links resolved as far as it exists (a denied path made later is
@@ -458,6 +549,9 @@ mod tests {
 
     #[test]
     fn the_seccomp_program_compiles_for_this_machine() {
-        assert!(!seccomp_program().expect("compiles").is_empty());
+        let online = seccomp_program(Network::On).expect("compiles");
+        let offline = seccomp_program(Network::Off).expect("compiles");
+        assert!(!online.is_empty());
+        assert!(offline.len() > online.len());
     }
 }

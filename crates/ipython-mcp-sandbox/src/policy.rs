@@ -42,6 +42,25 @@ impl std::fmt::Display for Mode {
     }
 }
 
+/// Where a kernel's code may connect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Network {
+    /// Anywhere its user can.
+    On,
+    /// Nowhere: no TCP connection and no datagram leaves the kernel (its own channel to the
+    /// server, on ports it listens on, keeps working).
+    Off,
+}
+
+impl Network {
+    pub fn name(self) -> &'static str {
+        match self {
+            Network::On => "on",
+            Network::Off => "off",
+        }
+    }
+}
+
 /// Secret locations under HOME no kernel reads: keys, cloud and cluster credentials, package
 /// index and git credentials.
 pub const DEFAULT_DENIED_UNDER_HOME: [&str; 12] = [
@@ -63,6 +82,7 @@ pub const DEFAULT_DENIED_UNDER_HOME: [&str; 12] = [
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
     pub mode: Mode,
+    pub network: Network,
     /// True when the mode was set, not defaulted: then a system that cannot enforce it
     /// refuses to start kernels.
     pub explicit: bool,
@@ -89,6 +109,9 @@ pub struct KernelDirs {
     pub working_dir: Option<PathBuf>,
     /// Its interpreter: a virtual environment's is writable (`%pip install`).
     pub python: Option<PathBuf>,
+    /// The TCP ports it listens on for the server (its channels): the only ones it may bind
+    /// without network.
+    pub ports: Vec<u16>,
 }
 
 impl Policy {
@@ -181,6 +204,7 @@ mod tests {
     fn policy(mode: Mode) -> Policy {
         Policy {
             mode,
+            network: Network::On,
             explicit: true,
             home: Some("/home/u".into()),
             read_deny: vec!["/etc/ipython-mcp/token".into()],
@@ -213,6 +237,7 @@ mod tests {
         let dirs = KernelDirs {
             working_dir: Some("/work/sub".into()),
             python: None,
+            ports: Vec::new(),
         };
         assert_eq!(
             policy(Mode::ReadOnly).writable(&dirs),

@@ -107,11 +107,28 @@ fn describe(out: &mut impl Write, status: &RuntimeStatus) -> std::io::Result<()>
             kernel.pid.map_or("-".to_owned(), |pid| pid.to_string()),
             kernel.implementation
         )?;
+        if let Some(sandbox) = &kernel.sandbox {
+            writeln!(out, "sandbox:         {}", sandbox_line(sandbox))?;
+        }
     }
     if let Some(seconds) = status.startup_seconds {
         writeln!(out, "kernel start:    {:.0} ms", seconds * 1000.0)?;
     }
     Ok(())
+}
+
+/// The sandbox in one line: its mode and network, and what enforces it or why nothing does.
+fn sandbox_line(sandbox: &ipython_mcp_kernel::SandboxStatus) -> String {
+    let network = format!("network {}", sandbox.network);
+    match (sandbox.enforced, &sandbox.why_not) {
+        (true, _) => format!(
+            "{}, {network}, enforced by {}",
+            sandbox.mode,
+            sandbox.mechanisms.join(", ")
+        ),
+        (false, Some(why)) => format!("{}, NOT enforced: {why}", sandbox.mode),
+        (false, None) => format!("{} (kernels run unconfined)", sandbox.mode),
+    }
 }
 
 /// Runs 20 small executions that build on each other (so the namespace is seen to persist),

@@ -421,6 +421,11 @@ fn sandbox_policy(config: &Config) -> Option<Arc<ipython_mcp_sandbox::Policy>> {
     read_deny.extend(config.sandbox.read_deny.iter().cloned());
     Some(Arc::new(ipython_mcp_sandbox::Policy {
         mode,
+        network: if config.sandbox.network {
+            ipython_mcp_sandbox::Network::On
+        } else {
+            ipython_mcp_sandbox::Network::Off
+        },
         explicit: config.sandbox.explicit,
         home: std::env::var_os("HOME").map(std::path::PathBuf::from),
         read_deny,

@@ -37,6 +37,10 @@ struct Setup {
 }
 
 async fn sandboxed(mode: &str) -> Setup {
+    sandboxed_with(mode, "on").await
+}
+
+async fn sandboxed_with(mode: &str, network: &str) -> Setup {
     if !cfg!(target_os = "linux") {
         panic!("the sandbox tests run on Linux");
     }
@@ -54,6 +58,7 @@ async fn sandboxed(mode: &str) -> Setup {
         Family::Modern,
         &[
             ("IPYTHON_MCP_SANDBOX", mode),
+            ("IPYTHON_MCP_SANDBOX_NETWORK", network),
             ("HOME", home.path().to_str().expect("utf-8")),
             (
                 "IPYTHON_MCP_WORKSPACE_ROOT",
@@ -269,4 +274,73 @@ async fn off_runs_the_kernel_unconfined_and_says_so() {
         .await,
         "SECRET .netrc\n"
     );
+}
+
+/// Python that connects by TCP to `tcp` and sends a datagram to `udp`, printing what the OS
+/// said of each: from kernel code and from a `python -c` it starts.
+fn reach(tcp: u16, udp: u16) -> String {
+    let attempt = r#"import socket
+def tcp():
+    s = socket.create_connection(('127.0.0.1', TCP), timeout=30); s.close()
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b'ping', ('127.0.0.1', UDP)); s.close()
+def listen():
+    s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); s.close()
+for name, f in [('tcp', tcp), ('udp', udp), ('listen', listen)]:
+    try:
+        f(); print('allowed', name)
+    except OSError as e:
+        print('denied', name, type(e).__name__)
+"#
+    .replace("TCP", &tcp.to_string())
+    .replace("UDP", &udp.to_string());
+    format!(
+        "{attempt}import subprocess, sys\nprint(subprocess.run([sys.executable, '-c', {attempt:?}], capture_output=True, text=True).stdout, end='')"
+    )
+}
+
+#[tokio::test]
+async fn without_network_no_connection_or_datagram_leaves_the_kernel() {
+    let tcp = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("tcp");
+    let udp = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .expect("udp");
+    let (tcp_port, udp_port) = (
+        tcp.local_addr().expect("addr").port(),
+        udp.local_addr().expect("addr").port(),
+    );
+    let offline = sandboxed_with("workspace-write", "off").await;
+    let status = offline.server.call("runtime_status", json!({})).await;
+    let sandbox = &status.structured["kernel"]["sandbox"];
+    assert_eq!(sandbox["network"], "off", "{sandbox}");
+    assert!(
+        sandbox["mechanisms"]
+            .to_string()
+            .contains("landlock network"),
+        "{sandbox}"
+    );
+    let printed = run(&offline.server, &reach(tcp_port, udp_port)).await;
+    let lines: Vec<&str> = printed.lines().collect();
+    assert_eq!(lines.len(), 6, "{printed}");
+    for line in &lines {
+        assert!(line.starts_with("denied"), "{printed}");
+    }
+    // The kernel's own channel still works.
+    assert_eq!(run(&offline.server, "print(6 * 7)").await, "42\n");
+
+    // The same code with the network on reaches both: the attempts above could succeed.
+    let online = sandboxed_with("workspace-write", "on").await;
+    let printed = run(&online.server, &reach(tcp_port, udp_port)).await;
+    assert!(
+        printed.lines().all(|line| line.starts_with("allowed")),
+        "{printed}"
+    );
+    let mut buffer = [0u8; 16];
+    let received = tokio::time::timeout(std::time::Duration::from_secs(60), udp.recv(&mut buffer))
+        .await
+        .expect("the datagram arrives")
+        .expect("recv");
+    assert_eq!(&buffer[..received], b"ping");
 }
