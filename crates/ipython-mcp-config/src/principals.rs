@@ -5,7 +5,8 @@
 //! TOKEN is the bearer token itself (at least [`Token::MIN_CHARS`] printable characters) or
 //! `sha256:` and the 64 lowercase hex digits of its SHA-256, so the file need not hold the
 //! secret; the optional settings override `max_kernels` and `max_pending_operations` for that
-//! principal. Blank lines and `#` comments are ignored. A problem names the line, never a token.
+//! principal, and `sandbox=workspace-write|read-only|off` and `network=on|off` its kernels'
+//! sandbox. Blank lines and `#` comments are ignored. A problem names the line, never a token.
 
 use sha2::{Digest as _, Sha256};
 
@@ -96,7 +97,14 @@ impl std::fmt::Debug for Credential {
 pub struct Quotas {
     pub max_kernels: Option<usize>,
     pub max_pending_operations: Option<usize>,
+    /// The kernels' sandbox mode (set here, it is explicit: it fails closed).
+    pub sandbox: Option<crate::limits::SandboxMode>,
+    /// Whether the kernels reach the network.
+    pub network: Option<bool>,
 }
+
+/// The per-principal sandbox words, besides the numeric settings.
+const SANDBOX_WORDS: [&str; 2] = ["sandbox", "network"];
 
 /// A problem in the principals file, at a line (1-based; 0 for the file as a whole).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,8 +187,16 @@ fn parse_line(line: &str) -> Result<Principal, String> {
         let (key, value) = word.split_once('=').ok_or_else(|| {
             format!("after {name}'s token, only setting=N overrides may follow (one word each)")
         })?;
+        if SANDBOX_WORDS.contains(&key) {
+            sandbox_word(&mut quotas, &name, key, value)?;
+            continue;
+        }
         let Some(setting) = OVERRIDABLE.iter().find(|setting| setting.name == key) else {
-            let known: Vec<&str> = OVERRIDABLE.iter().map(|setting| setting.name).collect();
+            let known: Vec<&str> = OVERRIDABLE
+                .iter()
+                .map(|setting| setting.name)
+                .chain(SANDBOX_WORDS)
+                .collect();
             return Err(format!(
                 "{name}: {:?} cannot be set per principal (these can: {})",
                 crate::parse::bounded(key),
@@ -207,11 +223,55 @@ fn parse_line(line: &str) -> Result<Principal, String> {
             return Err(format!("{name}: {} is given twice", setting.name));
         }
     }
+    if quotas.network == Some(false) && quotas.sandbox == Some(crate::limits::SandboxMode::Off) {
+        return Err(format!(
+            "{name}: network=off needs the sandbox, and sandbox=off"
+        ));
+    }
     Ok(Principal {
         name,
         credential,
         quotas,
     })
+}
+
+/// `sandbox=MODE` or `network=on|off` for principal `name`.
+fn sandbox_word(
+    quotas: &mut Quotas,
+    name: &PrincipalName,
+    key: &str,
+    value: &str,
+) -> Result<(), String> {
+    use crate::limits::SandboxMode;
+    let refused = |allowed: &str| {
+        format!(
+            "{name}: {key} must be {allowed}, got {:?}",
+            crate::parse::bounded(value)
+        )
+    };
+    let twice = |was_set: bool| {
+        if was_set {
+            Err(format!("{name}: {key} is given twice"))
+        } else {
+            Ok(())
+        }
+    };
+    if key == "sandbox" {
+        let mode = match value {
+            "workspace-write" => SandboxMode::WorkspaceWrite,
+            "read-only" => SandboxMode::ReadOnly,
+            "off" => SandboxMode::Off,
+            _ => return Err(refused("workspace-write, read-only or off")),
+        };
+        twice(quotas.sandbox.replace(mode).is_some())
+    } else {
+        let on = match value {
+            "on" => true,
+            "off" => false,
+            _ => return Err(refused("on or off")),
+        };
+        twice(quotas.network.replace(on).is_some())
+    }
 }
 
 /// A token word: `sha256:<64 lowercase hex>` or the token itself. The messages never repeat it.
@@ -266,9 +326,34 @@ mod tests {
             principals[1].quotas,
             Quotas {
                 max_kernels: Some(2),
-                max_pending_operations: Some(5)
+                max_pending_operations: Some(5),
+                sandbox: None,
+                network: None,
             }
         );
+    }
+
+    #[test]
+    fn a_principal_may_have_its_own_sandbox() {
+        let text = format!("intern {ALICE} sandbox=read-only network=off\n");
+        let principals = parse_principals(&text).expect("parses");
+        assert_eq!(
+            principals[0].quotas.sandbox,
+            Some(crate::limits::SandboxMode::ReadOnly)
+        );
+        assert_eq!(principals[0].quotas.network, Some(false));
+        for (line, problem) in [
+            (
+                "sandbox=strict",
+                "must be workspace-write, read-only or off",
+            ),
+            ("network=maybe", "must be on or off"),
+            ("sandbox=off network=off", "network=off needs the sandbox"),
+            ("network=on network=off", "given twice"),
+        ] {
+            let error = parse_principals(&format!("intern {ALICE} {line}")).expect_err("refused");
+            assert!(error.problem.contains(problem), "{line}: {error}");
+        }
     }
 
     #[test]

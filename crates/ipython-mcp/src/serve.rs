@@ -192,6 +192,18 @@ pub fn principal_sessions(
     if let Some(max) = quotas.max_pending_operations {
         config.queue.max_pending = max;
     }
+    if let Some(mode) = quotas.sandbox {
+        config.sandbox.mode = mode;
+        config.sandbox.explicit = true;
+    }
+    if let Some(network) = quotas.network {
+        config.sandbox.network = network;
+    }
+    if !config.sandbox.network && config.sandbox.mode == ipython_mcp_config::SandboxMode::Off {
+        return Err(format!(
+            "{principal}: network=off needs the sandbox, and the server's is off"
+        ));
+    }
     let mut options =
         session_options(&config, SessionId::DEFAULT).map_err(|error| format!("{error:#}"))?;
     options.working_dir = Some(workspace);

@@ -848,3 +848,102 @@ async fn principals_keep_remote_kernels_notebooks_workspaces_and_secrets_apart()
         "a token reached the logs"
     );
 }
+
+/// Under the sandbox a principal's kernels write only their own directory, not another
+/// principal's nor the principals file; and the file gives one principal a stricter sandbox.
+#[tokio::test]
+async fn principals_kernels_write_only_their_own_directory_under_their_own_sandbox() {
+    use serde_json::json;
+    use support::{call_peer, Family};
+    let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let root = home.path().join("workspaces");
+    std::fs::create_dir(&root).expect("root");
+    let file = home.path().join("principals");
+    let intern = "intern-token-0123456789abcdef";
+    write_principals(
+        &file,
+        &format!("alice {ALICE}\nbob {BOB}\nintern {intern} sandbox=read-only network=off\n"),
+    );
+    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_ipython-mcp"))
+        .args(["--transport", "http", "--port", "0"])
+        .env("IPYTHON_MCP_HTTP_PRINCIPALS_FILE", &file)
+        .env("IPYTHON_MCP_WORKSPACE_ROOT", &root)
+        .env("IPYTHON_MCP_SANDBOX", "workspace-write")
+        .env("IPYTHON_MCP_CACHE_DIR", support::cache_dir())
+        .env("IPYTHON_MCP_STRUCTURED_OUTPUT", "always")
+        .env("IPYTHON_MCP_LOG", "warn")
+        .env("IPYTHON_MCP_SPARE_KERNELS", "0")
+        .env("IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "120")
+        .env_remove("IPYTHON_MCP_HTTP_TOKEN")
+        .env_remove("VIRTUAL_ENV")
+        .env_remove("IPYTHON_MCP_PYTHON")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn");
+    let mut stderr = Stderr::follow(server.stderr.take().expect("stderr"));
+    let url = stderr
+        .wait_for("ipython-mcp: serving MCP over HTTP at ")
+        .await
+        .split("at ")
+        .last()
+        .expect("url")
+        .trim()
+        .to_owned();
+    let alice = connect(&url, ALICE, Family::Modern).await;
+    let bob = connect(&url, BOB, Family::Modern).await;
+    let intern_client = connect(&url, intern, Family::Modern).await;
+    let run = async |peer: &rmcp::Peer<rmcp::RoleClient>, code: &str| -> String {
+        let result = call_peer(peer, "execute", json!({ "code": code })).await;
+        assert!(result.ok(), "{code}: {result:?}");
+        result.structured["stdout"]
+            .as_str()
+            .expect("stdout")
+            .to_owned()
+    };
+    // Bob's directory exists once bob has run something.
+    run(bob.peer(), "open('mine.txt', 'w').write('bob')").await;
+    let bobs = root.join("bob/mine.txt");
+    assert!(bobs.exists(), "bob writes his own directory");
+    let attempt = |path: &Path, mode: &str| {
+        format!(
+            "try:\n    f = open({:?}, '{mode}')\n    f.read() if '{mode}' == 'r' else f.write('x')\n    print('allowed')\nexcept OSError as e:\n    print('denied', type(e).__name__)\n",
+            path.to_str().expect("utf-8"),
+        )
+    };
+    let alices = run(
+        alice.peer(),
+        "open('mine.txt', 'w').write('alice'); print('ok')",
+    )
+    .await;
+    assert_eq!(alices, "ok\n");
+    for (target, what) in [
+        (root.join("bob/planted.txt"), "w"),
+        (bobs.clone(), "a"),
+        (file.clone(), "r"),
+    ] {
+        let printed = run(alice.peer(), &attempt(&target, what)).await;
+        assert!(
+            printed.starts_with("denied"),
+            "{}: {printed}",
+            target.display()
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&bobs).expect("bob's file"), "bob");
+    assert!(!root.join("bob/planted.txt").exists());
+
+    // The intern: read-only and no network, as the file says (their kernel starts at their
+    // first call).
+    let printed = run(
+        intern_client.peer(),
+        &attempt(&root.join("intern/notes.txt"), "w"),
+    )
+    .await;
+    assert!(printed.starts_with("denied"), "{printed}");
+    let status = call_peer(intern_client.peer(), "runtime_status", json!({})).await;
+    let sandbox = &status.structured["kernel"]["sandbox"];
+    assert_eq!(sandbox["mode"], "read-only", "{status:?}");
+    assert_eq!(sandbox["network"], "off", "{status:?}");
+    server.start_kill().ok();
+}
