@@ -254,10 +254,35 @@ impl IpythonMcp {
                 },
                 "supported": ["stdio", "http", "json-lines"],
             },
+            "sandbox": self.sandbox_json(),
             "protocol": protocol_json(self),
             "cancellation": cancellation_json(),
             "kernelspecs": self.kernelspecs_json().await,
             "sessions": self.kernels().all().into_iter().map(|listing| listing.id.to_string()).collect::<Vec<_>>(),
+        })
+    }
+
+    /// The configured sandbox, and what the default kernel has in force.
+    fn sandbox_json(&self) -> Value {
+        use ipython_mcp_config::SandboxMode;
+        let sandbox = &self.config().sandbox;
+        let in_force = self
+            .kernels()
+            .get(None)
+            .ok()
+            .and_then(|handle| handle.status().kernel)
+            .and_then(|kernel| kernel.sandbox);
+        serde_json::json!({
+            "mode": match sandbox.mode {
+                SandboxMode::WorkspaceWrite => "workspace-write",
+                SandboxMode::ReadOnly => "read-only",
+                SandboxMode::Off => "off",
+            },
+            "network": if sandbox.network { "on" } else { "off" },
+            "explicit": sandbox.explicit,
+            "enforced": in_force.as_ref().map(|status| status.enforced),
+            "mechanisms": in_force.as_ref().map(|status| status.mechanisms.clone()).unwrap_or_default(),
+            "why_not": in_force.and_then(|status| status.why_not),
         })
     }
 

@@ -109,6 +109,24 @@ async fn kernel_code_cannot_reach_secrets_the_server_or_files_outside_the_worksp
     for mechanism in ["landlock", "seccomp", "no_new_privs"] {
         assert!(mechanisms.contains(mechanism), "{sandbox}");
     }
+    // The capabilities resource says the same.
+    let capabilities = server
+        .client
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(
+            "ipython-mcp://capabilities",
+        ))
+        .await
+        .expect("capabilities");
+    let capabilities: serde_json::Value = match &capabilities.contents[0] {
+        rmcp::model::ResourceContents::TextResourceContents { text, .. } => {
+            serde_json::from_str(text).expect("capabilities JSON")
+        }
+        other => panic!("{other:?}"),
+    };
+    let declared = &capabilities["sandbox"];
+    assert_eq!(declared["mode"], "workspace-write", "{declared}");
+    assert_eq!(declared["explicit"], true, "{declared}");
+    assert_eq!(declared["enforced"], true, "{declared}");
 
     // Secrets: from kernel code, and from a process it starts.
     for secret in SECRETS {
