@@ -32,6 +32,10 @@
 //! and fails when the spool costs more than 10 % (see `spool.rs`); it is not part of the full
 //! run.
 //!
+//! `ipython-mcp-bench sandbox [ROUNDS]` starts servers with the kernels' sandbox on and off,
+//! interleaved, and prints what it adds to a kernel's start and to `execute`'s p50 (see
+//! `sandbox.rs`); it is not part of the full run.
+//!
 //! `ipython-mcp-bench soak [--seconds N] [--seed S]` is a chaos soak: a mixed workload with
 //! faults injected at random moments on two servers, then checks that every call was answered
 //! once and truthfully and that nothing leaked (see `soak.rs`); it is not part of the full run.
@@ -58,6 +62,7 @@ mod percentile;
 mod principals;
 mod python;
 mod remote;
+mod sandbox;
 mod server;
 mod soak;
 mod spool;
@@ -95,6 +100,14 @@ async fn main() -> anyhow::Result<()> {
             return Ok(());
         }
         Some("spool") => return bench_spool(&server_binary).await,
+        Some("sandbox") => {
+            let rounds = match std::env::args().nth(2) {
+                Some(rounds) => rounds.parse().context("ROUNDS is a positive number")?,
+                None => sandbox::SANDBOX_ROUNDS,
+            };
+            let python = resolve_python().await?;
+            return sandbox::bench_sandbox(&server_binary, &python, rounds).await;
+        }
         Some("soak") => {
             let (seconds, seed) = soak_arguments(std::env::args().skip(2))?;
             return soak::soak(&server_binary, seconds, seed).await;

@@ -1,0 +1,147 @@
+//! `ipython-mcp-bench sandbox [ROUNDS]`: what the kernels' sandbox costs. Each round starts
+//! two servers of the same binary, one sandboxed (`workspace-write`) and one not (`off`), in an
+//! order swapped every round; from each it takes the kernel's start (`runtime_status`'s
+//! `startup_seconds`, the server's own measurement, which includes preparing the sandbox) and
+//! the p50 of `CALLS` small `execute`s. Prints the medians and the medians of the rounds'
+//! differences (start) and ratios (execute).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use rmcp::model::{CallToolRequestParams, ClientConfig};
+use rmcp::service::RunningService;
+use serde_json::json;
+
+use crate::percentile::percentile;
+use crate::server::{serve, Served};
+
+/// Rounds unless the command line gives another number.
+pub(crate) const SANDBOX_ROUNDS: usize = 5;
+/// `execute` calls per server, after as many warm-up calls.
+const CALLS: usize = 100;
+
+type Client = RunningService<rmcp::RoleClient, ClientConfig>;
+
+/// One server's figures: its kernel's start and its `execute` p50, in milliseconds.
+struct Figures {
+    start_ms: f64,
+    execute_p50_ms: f64,
+}
+
+pub(crate) async fn bench_sandbox(
+    server_binary: &Path,
+    python: &Path,
+    rounds: usize,
+) -> anyhow::Result<()> {
+    let (mut on, mut off) = (Vec::new(), Vec::new());
+    for round in 0..rounds {
+        let order = if round % 2 == 0 {
+            ["workspace-write", "off"]
+        } else {
+            ["off", "workspace-write"]
+        };
+        for mode in order {
+            let figures = measure(server_binary, python, mode).await?;
+            if mode == "off" {
+                off.push(figures);
+            } else {
+                on.push(figures);
+            }
+        }
+    }
+    let column = |figures: &[Figures], pick: fn(&Figures) -> f64| -> Vec<f64> {
+        figures.iter().map(pick).collect()
+    };
+    println!("kernel sandbox, {rounds} interleaved rounds ({CALLS} execute calls each):");
+    for (name, figures) in [("workspace-write", &on), ("off", &off)] {
+        println!(
+            "  {name:<16} kernel start median {:>7.1} ms   execute p50 median {:>6.3} ms",
+            percentile(&column(figures, |f| f.start_ms), 0.5),
+            percentile(&column(figures, |f| f.execute_p50_ms), 0.5),
+        );
+    }
+    let start_added: Vec<f64> = on
+        .iter()
+        .zip(&off)
+        .map(|(on, off)| on.start_ms - off.start_ms)
+        .collect();
+    let execute_ratio: Vec<f64> = on
+        .iter()
+        .zip(&off)
+        .map(|(on, off)| on.execute_p50_ms / off.execute_p50_ms)
+        .collect();
+    println!(
+        "  added to the kernel's start, median of the rounds: {:+.1} ms; execute p50 ratio sandbox / off, median of the rounds: {:.3}",
+        percentile(&start_added, 0.5),
+        percentile(&execute_ratio, 0.5)
+    );
+    Ok(())
+}
+
+/// Starts a server with the sandbox `mode`, waits for its kernel and measures it.
+async fn measure(server_binary: &Path, python: &Path, mode: &str) -> anyhow::Result<Figures> {
+    let env = vec![
+        (ipython_mcp_config::LOG.env, "warn".to_owned()),
+        (ipython_mcp_config::SPARE_KERNELS.env, "0".to_owned()),
+        (ipython_mcp_config::PYTHON.env, python.display().to_string()),
+        (ipython_mcp_config::SANDBOX.env, mode.to_owned()),
+    ];
+    let Served {
+        mut child, client, ..
+    } = serve(server_binary, &env).await?;
+    let start_ms = started(&client).await? * 1000.0;
+    for _ in 0..CALLS {
+        execute(&client).await?;
+    }
+    let mut samples = Vec::with_capacity(CALLS);
+    for _ in 0..CALLS {
+        let began = Instant::now();
+        execute(&client).await?;
+        samples.push(began.elapsed().as_secs_f64() * 1000.0);
+    }
+    let _ = client.cancel().await;
+    let _ = tokio::time::timeout(Duration::from_secs(15), child.wait()).await;
+    Ok(Figures {
+        start_ms,
+        execute_p50_ms: percentile(&samples, 0.5),
+    })
+}
+
+async fn execute(client: &Client) -> anyhow::Result<()> {
+    let arguments = json!({"code": "x = 1"})
+        .as_object()
+        .cloned()
+        .expect("object");
+    let result = client
+        .peer()
+        .call_tool(CallToolRequestParams::new("execute").with_arguments(arguments))
+        .await?;
+    if result.is_error == Some(true) {
+        bail!("execute failed: {:?}", result.content);
+    }
+    Ok(())
+}
+
+/// The kernel's start in seconds, once it is ready (`runtime_status.startup_seconds`).
+async fn started(client: &Client) -> anyhow::Result<f64> {
+    let deadline = Instant::now() + Duration::from_secs(900);
+    loop {
+        let status = client
+            .peer()
+            .call_tool(CallToolRequestParams::new("runtime_status"))
+            .await?;
+        let status = status
+            .structured_content
+            .context("runtime_status has structured content")?;
+        if status["state"] == "ready" {
+            return status["startup_seconds"]
+                .as_f64()
+                .context("startup_seconds");
+        }
+        if status["state"] == "unavailable" || Instant::now() > deadline {
+            bail!("the kernel did not start: {status}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
