@@ -116,9 +116,14 @@ impl Policy {
         if self.mode == Mode::Off {
             return Ok(Prepared::unsandboxed(Report::off()));
         }
-        match self.prepare_here(dirs) {
+        self.settle(self.prepare_here(dirs))
+    }
+
+    /// What an attempt to prepare the sandbox comes to: an explicit mode (and a network turned
+    /// off, which is always asked for) fails closed; the default runs unsandboxed, saying why.
+    fn settle(&self, attempt: Result<Prepared, Error>) -> Result<Prepared, Error> {
+        match attempt {
             Ok(prepared) => Ok(prepared),
-            // A network turned off is always asked for: it fails closed.
             Err(Error::Unenforceable { why, .. })
                 if !self.explicit && self.network == Network::On =>
             {
@@ -154,5 +159,59 @@ impl Prepared {
             linux: None,
             report,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(explicit: bool, network: Network) -> Policy {
+        Policy {
+            mode: Mode::WorkspaceWrite,
+            network,
+            explicit,
+            home: None,
+            read_deny: Vec::new(),
+            write: Vec::new(),
+            workspace: None,
+            temp: std::env::temp_dir(),
+            max_processes: None,
+        }
+    }
+
+    fn unenforceable() -> Result<Prepared, Error> {
+        Err(Error::Unenforceable {
+            mode: "workspace-write",
+            why: "no Landlock here".to_owned(),
+        })
+    }
+
+    #[test]
+    fn an_explicit_mode_fails_closed_and_the_default_says_why_it_is_not_enforced() {
+        let explicit = policy(true, Network::On).settle(unenforceable());
+        assert!(matches!(explicit, Err(Error::Unenforceable { .. })));
+        let offline = policy(false, Network::Off).settle(unenforceable());
+        assert!(matches!(offline, Err(Error::Unenforceable { .. })));
+        let default = policy(false, Network::On)
+            .settle(unenforceable())
+            .expect("the default runs");
+        assert!(!default.report().enforced);
+        assert_eq!(
+            default.report().why_not.as_deref(),
+            Some("no Landlock here")
+        );
+        assert_eq!(default.report().mode, Mode::WorkspaceWrite);
+    }
+
+    #[test]
+    fn off_prepares_nothing() {
+        let mut off = policy(true, Network::On);
+        off.mode = Mode::Off;
+        let prepared = off.prepare(&KernelDirs::default()).expect("off");
+        assert_eq!(prepared.report().mode, Mode::Off);
+        assert!(!prepared.report().enforced);
+        // SAFETY: nothing is applied for `off`.
+        unsafe { prepared.apply_in_child() }.expect("nothing to apply");
     }
 }
