@@ -266,11 +266,13 @@ impl IpythonMcp {
     fn sandbox_json(&self) -> Value {
         use ipython_mcp_config::SandboxMode;
         let sandbox = &self.config().sandbox;
+        // Read from the listing: asking for `default` would start a principal's lazy one.
         let in_force = self
             .kernels()
-            .get(None)
-            .ok()
-            .and_then(|handle| handle.status().kernel)
+            .all()
+            .into_iter()
+            .find(|listing| listing.id.is_default())
+            .and_then(|listing| listing.handle.status().kernel)
             .and_then(|kernel| kernel.sandbox);
         serde_json::json!({
             "mode": match sandbox.mode {
