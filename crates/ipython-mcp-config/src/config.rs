@@ -6,8 +6,8 @@ use crate::environment::{self, NamedEnvironment};
 use crate::error::Error;
 use crate::jupyter::{self, JupyterServer};
 use crate::limits::{
-    KernelLimits, KernelMemory, OutputLimits, QueueLimits, Sandbox, SandboxMode, Spares,
-    SpoolBounds, Timeouts, ToolLimits,
+    KernelLimits, KernelMemory, OutputLimits, QueueLimits, Sandbox, SandboxMode, SandboxNetwork,
+    Spares, SpoolBounds, Timeouts, ToolLimits,
 };
 use crate::namespace::{namespace, Namespace};
 use crate::parse::{
@@ -293,27 +293,15 @@ fn sandbox(raw: &RawConfig) -> Result<Sandbox, Error> {
             })
             .collect()
     };
-    let network = match raw
-        .get(SANDBOX_NETWORK)
-        .unwrap_or(SANDBOX_NETWORK.default)
-        .trim()
-    {
-        "on" => true,
-        "off" => false,
-        other => {
-            return Err(invalid(
-                SANDBOX_NETWORK,
-                format!(
-                    "must be on or off (an allowlist of hosts is not supported yet), got {:?}",
-                    crate::parse::bounded(other)
-                ),
-            ))
-        }
-    };
-    if !network && mode == SandboxMode::Off {
+    let network = sandbox_network(raw.get(SANDBOX_NETWORK).unwrap_or(SANDBOX_NETWORK.default))
+        .map_err(|problem| invalid(SANDBOX_NETWORK, problem))?;
+    if network.confines() && mode == SandboxMode::Off {
         return Err(invalid(
             SANDBOX_NETWORK,
-            format!("off needs the sandbox: {} is off", SANDBOX.env),
+            format!(
+                "confining the network needs the sandbox: {} is off",
+                SANDBOX.env
+            ),
         ));
     }
     Ok(Sandbox {
@@ -323,6 +311,41 @@ fn sandbox(raw: &RawConfig) -> Result<Sandbox, Error> {
         read_deny: paths(SANDBOX_READ_DENY)?,
         write: paths(SANDBOX_WRITE)?,
     })
+}
+
+/// `on`, `off`, or a comma-separated allowlist of host names.
+pub(crate) fn sandbox_network(text: &str) -> Result<SandboxNetwork, String> {
+    match text.trim() {
+        "on" => return Ok(SandboxNetwork::On),
+        "off" => return Ok(SandboxNetwork::Off),
+        _ => {}
+    }
+    let mut hosts = Vec::new();
+    for host in text
+        .split(',')
+        .map(str::trim)
+        .filter(|host| !host.is_empty())
+    {
+        let name = host.strip_prefix("*.").unwrap_or(host);
+        let valid = !name.is_empty()
+            && name.len() <= 253
+            && name.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+            });
+        if !valid {
+            return Err(format!(
+                "must be on, off or comma-separated host names (*.example.com for subdomains), got {:?}",
+                crate::parse::bounded(host)
+            ));
+        }
+        hosts.push(host.to_ascii_lowercase());
+    }
+    if hosts.is_empty() {
+        return Err("must be on, off or comma-separated host names".to_owned());
+    }
+    Ok(SandboxNetwork::Allow(hosts))
 }
 
 /// The kernels' memory limit and how it is enforced (`watchdog`: by the watchdog alone).
@@ -399,6 +422,34 @@ mod tests {
             }
             (got, want) => panic!("got {got:?}, want {want:?}"),
         }
+    }
+
+    #[test]
+    fn the_network_is_on_off_or_a_list_of_host_names() {
+        assert_eq!(sandbox_network("on"), Ok(SandboxNetwork::On));
+        assert_eq!(sandbox_network(" off "), Ok(SandboxNetwork::Off));
+        assert_eq!(
+            sandbox_network("PyPI.org, *.pythonhosted.org,"),
+            Ok(SandboxNetwork::Allow(vec![
+                "pypi.org".into(),
+                "*.pythonhosted.org".into()
+            ]))
+        );
+        for bad in [
+            "",
+            ",",
+            "http://pypi.org",
+            "pypi.org:443",
+            "a b",
+            "*.",
+            "-x.y z",
+        ] {
+            assert!(sandbox_network(bad).is_err(), "{bad:?}");
+        }
+        let raw = RawConfig::default()
+            .with(SANDBOX, "off")
+            .with(SANDBOX_NETWORK, "pypi.org");
+        assert!(Config::from_raw(&raw).is_err(), "a list needs the sandbox");
     }
 
     #[test]

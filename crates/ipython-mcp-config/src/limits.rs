@@ -102,12 +102,28 @@ pub enum SandboxMode {
     Off,
 }
 
+/// Where sandboxed kernels may connect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SandboxNetwork {
+    On,
+    Off,
+    /// Only these host names (`*.example.com` for its subdomains), through the server's proxy.
+    Allow(Vec<String>),
+}
+
+impl SandboxNetwork {
+    /// Whether it confines the kernels at all (and so needs the sandbox).
+    pub fn confines(&self) -> bool {
+        !matches!(self, SandboxNetwork::On)
+    }
+}
+
 /// The kernels' OS sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sandbox {
     pub mode: SandboxMode,
-    /// False: no network for kernels (`IPYTHON_MCP_SANDBOX_NETWORK=off`).
-    pub network: bool,
+    /// Where kernels may connect.
+    pub network: SandboxNetwork,
     /// True when the mode was set, not defaulted: a system that cannot enforce it then
     /// refuses to start kernels (the default runs unsandboxed there and says so).
     pub explicit: bool,

@@ -93,14 +93,14 @@ impl std::fmt::Debug for Credential {
 }
 
 /// A principal's own bounds; `None` keeps the server-wide setting.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Quotas {
     pub max_kernels: Option<usize>,
     pub max_pending_operations: Option<usize>,
     /// The kernels' sandbox mode (set here, it is explicit: it fails closed).
     pub sandbox: Option<crate::limits::SandboxMode>,
     /// Whether the kernels reach the network.
-    pub network: Option<bool>,
+    pub network: Option<crate::limits::SandboxNetwork>,
 }
 
 /// The per-principal sandbox words, besides the numeric settings.
@@ -223,7 +223,12 @@ fn parse_line(line: &str) -> Result<Principal, String> {
             return Err(format!("{name}: {} is given twice", setting.name));
         }
     }
-    if quotas.network == Some(false) && quotas.sandbox == Some(crate::limits::SandboxMode::Off) {
+    if quotas
+        .network
+        .as_ref()
+        .is_some_and(crate::limits::SandboxNetwork::confines)
+        && quotas.sandbox == Some(crate::limits::SandboxMode::Off)
+    {
         return Err(format!(
             "{name}: network=off needs the sandbox, and sandbox=off"
         ));
@@ -265,12 +270,12 @@ fn sandbox_word(
         };
         twice(quotas.sandbox.replace(mode).is_some())
     } else {
-        let on = match value {
-            "on" => true,
-            "off" => false,
+        let network = match value {
+            "on" => crate::limits::SandboxNetwork::On,
+            "off" => crate::limits::SandboxNetwork::Off,
             _ => return Err(refused("on or off")),
         };
-        twice(quotas.network.replace(on).is_some())
+        twice(quotas.network.replace(network).is_some())
     }
 }
 
@@ -341,7 +346,10 @@ mod tests {
             principals[0].quotas.sandbox,
             Some(crate::limits::SandboxMode::ReadOnly)
         );
-        assert_eq!(principals[0].quotas.network, Some(false));
+        assert_eq!(
+            principals[0].quotas.network,
+            Some(crate::limits::SandboxNetwork::Off)
+        );
         for (line, problem) in [
             (
                 "sandbox=strict",

@@ -94,8 +94,8 @@ settings! {
         "Memory a local kernel's processes may use together (bytes, or with KiB, MiB, GiB or TiB, e.g. 4GiB; at least 128MiB): past it the kernel is killed and replaced and the running call gets out_of_memory; remote kernels are bounded by their server");
     SANDBOX = ("sandbox", "IPYTHON_MCP_SANDBOX", "sandbox", "workspace-write on Linux, else off", Value, "workspace-write|read-only|off",
         "The OS sandbox of every local kernel and what it starts: workspace-write (reads all but secret locations, writes the workspace, the temp directory and the kernel's own directories), read-only (writes only the temp directory) or off; set explicitly, a system that cannot enforce it refuses to start kernels");
-    SANDBOX_NETWORK = ("sandbox_network", "IPYTHON_MCP_SANDBOX_NETWORK", "sandbox-network", "on", Value, "on|off",
-        "Whether sandboxed kernels reach the network: on, or off (no TCP connection and no datagram leaves the kernel; its channel to the server keeps working); off fails closed where it cannot be enforced");
+    SANDBOX_NETWORK = ("sandbox_network", "IPYTHON_MCP_SANDBOX_NETWORK", "sandbox-network", "on", Value, "on|off|HOSTS",
+        "Where sandboxed kernels connect: on; off (no TCP connection and no datagram leaves the kernel; its channel to the server keeps working); or comma-separated host names (*.example.com for subdomains) reached only through the server's HTTP proxy; off and a list fail closed where they cannot be enforced");
     SANDBOX_READ_DENY = ("sandbox_read_deny", "IPYTHON_MCP_SANDBOX_READ_DENY", "sandbox-read-deny", "none", Value, "PATHS",
         "Colon-separated absolute paths a sandboxed kernel may not read, besides ~/.ssh, ~/.aws, ~/.gnupg and the other secret locations under HOME and the server's own secret files");
     SANDBOX_WRITE = ("sandbox_write", "IPYTHON_MCP_SANDBOX_WRITE", "sandbox-write", "none", Value, "PATHS",

@@ -49,8 +49,10 @@ pub struct KernelDescription {
 pub struct SandboxStatus {
     /// `workspace-write`, `read-only` or `off`.
     pub mode: String,
-    /// `on` or `off`.
+    /// `on`, `off` or `allowlist`.
     pub network: String,
+    /// The hosts an allowlist lets through (through the server's proxy).
+    pub hosts: Vec<String>,
     /// True when the mode's rules are in force.
     pub enforced: bool,
     /// What enforces them (`landlock v7`, `seccomp`, `no_new_privs`, …).
@@ -68,6 +70,7 @@ impl SandboxStatus {
             Some(report) => SandboxStatus {
                 mode: report.mode.name().to_owned(),
                 network: report.network.name().to_owned(),
+                hosts: report.network.hosts().to_vec(),
                 enforced: report.enforced,
                 mechanisms: report.mechanisms.clone(),
                 why_not: report.why_not.clone(),
@@ -76,6 +79,7 @@ impl SandboxStatus {
             None => SandboxStatus {
                 mode: ipython_mcp_sandbox::Mode::Off.name().to_owned(),
                 network: ipython_mcp_sandbox::Network::On.name().to_owned(),
+                hosts: Vec::new(),
                 enforced: false,
                 mechanisms: Vec::new(),
                 why_not: None,

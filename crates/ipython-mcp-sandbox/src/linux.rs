@@ -177,7 +177,7 @@ pub(crate) fn prepare(policy: &Policy, dirs: &KernelDirs) -> Result<(Rules, Repo
             .map_err(rules_error)?;
         mechanisms.push("landlock scopes (signals, abstract sockets)".to_owned());
     }
-    if policy.network == Network::Off {
+    if policy.network != Network::On {
         if abi < 4 {
             return Err(Error::Unenforceable {
                 mode: policy.mode.name(),
@@ -190,12 +190,18 @@ pub(crate) fn prepare(policy: &Policy, dirs: &KernelDirs) -> Result<(Rules, Repo
         mechanisms.push("landlock network (TCP)".to_owned());
     }
     let mut created = ruleset.create().map_err(rules_error)?;
-    if policy.network == Network::Off {
+    if policy.network != Network::On {
         for port in &dirs.ports {
             created = created
                 .add_rule(NetPort::new(*port, AccessNet::BindTcp))
                 .map_err(rules_error)?;
         }
+    }
+    if let Network::Proxy { port, .. } = &policy.network {
+        // The proxy's port on any address: the kernel's only way out.
+        created = created
+            .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
+            .map_err(rules_error)?;
     }
     let denied: Vec<PathBuf> = policy.denied().iter().map(|path| resolved(path)).collect();
     let writable: Vec<PathBuf> = policy
@@ -226,7 +232,7 @@ pub(crate) fn prepare(policy: &Policy, dirs: &KernelDirs) -> Result<(Rules, Repo
             why: "Landlock refused the ruleset".to_owned(),
         });
     };
-    let seccomp = seccomp_program(policy.network)?;
+    let seccomp = seccomp_program(&policy.network)?;
     mechanisms.extend(["seccomp".to_owned(), "no_new_privs".to_owned()]);
     if policy.max_processes.is_some() {
         mechanisms.push("RLIMIT_NPROC".to_owned());
@@ -239,7 +245,7 @@ pub(crate) fn prepare(policy: &Policy, dirs: &KernelDirs) -> Result<(Rules, Repo
     };
     let report = Report {
         mode: policy.mode,
-        network: policy.network,
+        network: policy.network.clone(),
         enforced: true,
         mechanisms,
         why_not: None,
@@ -273,12 +279,12 @@ fn add_grants(
     Ok(ruleset)
 }
 
-fn seccomp_program(network: Network) -> Result<BpfProgram, Error> {
+fn seccomp_program(network: &Network) -> Result<BpfProgram, Error> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = DENIED_CALLS
         .iter()
         .map(|call| (*call, Vec::new()))
         .collect();
-    if network == Network::Off {
+    if *network != Network::On {
         rules.extend(offline_rules()?);
     }
     let arch = std::env::consts::ARCH
@@ -549,8 +555,8 @@ mod tests {
 
     #[test]
     fn the_seccomp_program_compiles_for_this_machine() {
-        let online = seccomp_program(Network::On).expect("compiles");
-        let offline = seccomp_program(Network::Off).expect("compiles");
+        let online = seccomp_program(&Network::On).expect("compiles");
+        let offline = seccomp_program(&Network::Off).expect("compiles");
         assert!(!online.is_empty());
         assert!(offline.len() > online.len());
     }

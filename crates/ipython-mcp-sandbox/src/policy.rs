@@ -43,20 +43,31 @@ impl std::fmt::Display for Mode {
 }
 
 /// Where a kernel's code may connect.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Network {
     /// Anywhere its user can.
     On,
     /// Nowhere: no TCP connection and no datagram leaves the kernel (its own channel to the
     /// server, on ports it listens on, keeps working).
     Off,
+    /// Only through the server's HTTP proxy on loopback `port`, which lets `hosts` through.
+    Proxy { port: u16, hosts: Vec<String> },
 }
 
 impl Network {
-    pub fn name(self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self {
             Network::On => "on",
             Network::Off => "off",
+            Network::Proxy { .. } => "allowlist",
+        }
+    }
+
+    /// The hosts an allowlist lets through (none otherwise).
+    pub fn hosts(&self) -> &[String] {
+        match self {
+            Network::Proxy { hosts, .. } => hosts,
+            Network::On | Network::Off => &[],
         }
     }
 }
@@ -154,14 +165,27 @@ impl Policy {
 impl Policy {
     /// Variables the kernel gets: under `ReadOnly` IPython's and matplotlib's directories
     /// move into the temp directory, the only place it writes.
-    pub fn kernel_env(&self) -> Vec<(&'static str, PathBuf)> {
-        match self.mode {
-            Mode::ReadOnly => vec![
-                ("IPYTHONDIR", self.temp.join("ipython-mcp-ipython")),
-                ("MPLCONFIGDIR", self.temp.join("ipython-mcp-matplotlib")),
-            ],
-            Mode::WorkspaceWrite | Mode::Off => Vec::new(),
+    /// Under an allowlist, the proxy variables every HTTP client reads point at the server's
+    /// proxy, and nothing bypasses it.
+    pub fn kernel_env(&self) -> Vec<(&'static str, std::ffi::OsString)> {
+        let mut env = Vec::new();
+        if self.mode == Mode::ReadOnly {
+            env.push(("IPYTHONDIR", self.temp.join("ipython-mcp-ipython").into()));
+            env.push((
+                "MPLCONFIGDIR",
+                self.temp.join("ipython-mcp-matplotlib").into(),
+            ));
         }
+        if let Network::Proxy { port, .. } = &self.network {
+            let url = std::ffi::OsString::from(format!("http://127.0.0.1:{port}"));
+            for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+                env.push((name, url.clone()));
+            }
+            for name in ["NO_PROXY", "no_proxy"] {
+                env.push((name, std::ffi::OsString::new()));
+            }
+        }
+        env
     }
 
     /// Makes the kernel's own directories under HOME that IPython insists on making itself

@@ -13,6 +13,7 @@ mod jsonlines;
 mod logging;
 mod oauth;
 mod principals;
+mod proxy;
 mod secrets;
 mod serve;
 mod test_mode;

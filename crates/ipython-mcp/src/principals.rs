@@ -178,7 +178,7 @@ impl Gate {
         self.current()
             .iter()
             .find(|known| &known.name == principal)
-            .map(|known| known.quotas)
+            .map(|known| known.quotas.clone())
             .unwrap_or_default()
     }
 

@@ -24,6 +24,7 @@ pub async fn run(
     credentials: Option<crate::http::Credentials>,
     test_mode: TestMode,
 ) -> anyhow::Result<ExitCode> {
+    crate::proxy::ensure(&config).await?;
     let config = Arc::new(config);
     if test_mode != TestMode::Off {
         tracing::warn!(
@@ -196,10 +197,12 @@ pub fn principal_sessions(
         config.sandbox.mode = mode;
         config.sandbox.explicit = true;
     }
-    if let Some(network) = quotas.network {
+    if let Some(network) = quotas.network.clone() {
         config.sandbox.network = network;
     }
-    if !config.sandbox.network && config.sandbox.mode == ipython_mcp_config::SandboxMode::Off {
+    if config.sandbox.network.confines()
+        && config.sandbox.mode == ipython_mcp_config::SandboxMode::Off
+    {
         return Err(format!(
             "{principal}: network=off needs the sandbox, and the server's is off"
         ));
@@ -264,6 +267,7 @@ fn principal_workspace(
 /// `--json-lines`: the desktop protocol on stdin and stdout instead of MCP. End of input (or
 /// SIGTERM, SIGINT) shuts the sessions down; running executions end `runtime_closed`.
 pub async fn run_json_lines(config: Config) -> anyhow::Result<ExitCode> {
+    crate::proxy::ensure(&config).await?;
     let config = Arc::new(config);
     let sessions = match start_sessions(&config).await? {
         Ok(sessions) => sessions,
@@ -423,7 +427,7 @@ pub fn session_options(config: &Config, kernel_id: &str) -> anyhow::Result<Sessi
 
 /// The local kernels' sandbox, from the configuration; `None` when it is off.
 fn sandbox_policy(config: &Config) -> Option<Arc<ipython_mcp_sandbox::Policy>> {
-    use ipython_mcp_config::SandboxMode;
+    use ipython_mcp_config::{SandboxMode, SandboxNetwork};
     let mode = match config.sandbox.mode {
         SandboxMode::Off => return None,
         SandboxMode::WorkspaceWrite => ipython_mcp_sandbox::Mode::WorkspaceWrite,
@@ -431,13 +435,21 @@ fn sandbox_policy(config: &Config) -> Option<Arc<ipython_mcp_sandbox::Policy>> {
     };
     let mut read_deny = config.secret_files();
     read_deny.extend(config.sandbox.read_deny.iter().cloned());
+    let network = match &config.sandbox.network {
+        SandboxNetwork::On => ipython_mcp_sandbox::Network::On,
+        SandboxNetwork::Off => ipython_mcp_sandbox::Network::Off,
+        SandboxNetwork::Allow(hosts) => match crate::proxy::port() {
+            Some(port) => ipython_mcp_sandbox::Network::Proxy {
+                port,
+                hosts: hosts.clone(),
+            },
+            // No proxy runs (it could not start): no way out at all, never an open one.
+            None => ipython_mcp_sandbox::Network::Off,
+        },
+    };
     Some(Arc::new(ipython_mcp_sandbox::Policy {
         mode,
-        network: if config.sandbox.network {
-            ipython_mcp_sandbox::Network::On
-        } else {
-            ipython_mcp_sandbox::Network::Off
-        },
+        network,
         explicit: config.sandbox.explicit,
         home: std::env::var_os("HOME").map(std::path::PathBuf::from),
         read_deny,

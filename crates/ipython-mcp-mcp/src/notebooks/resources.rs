@@ -280,7 +280,15 @@ impl IpythonMcp {
                 SandboxMode::ReadOnly => "read-only",
                 SandboxMode::Off => "off",
             },
-            "network": if sandbox.network { "on" } else { "off" },
+            "network": match &sandbox.network {
+                ipython_mcp_config::SandboxNetwork::On => "on",
+                ipython_mcp_config::SandboxNetwork::Off => "off",
+                ipython_mcp_config::SandboxNetwork::Allow(_) => "allowlist",
+            },
+            "hosts": match &sandbox.network {
+                ipython_mcp_config::SandboxNetwork::Allow(hosts) => hosts.clone(),
+                _ => Vec::new(),
+            },
             "explicit": sandbox.explicit,
             "enforced": in_force.as_ref().map(|status| status.enforced),
             "mechanisms": in_force.as_ref().map(|status| status.mechanisms.clone()).unwrap_or_default(),

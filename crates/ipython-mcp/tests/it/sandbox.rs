@@ -362,3 +362,91 @@ async fn without_network_no_connection_or_datagram_leaves_the_kernel() {
         .expect("recv");
     assert_eq!(&buffer[..received], b"ping");
 }
+
+/// A loopback HTTP server that answers every request with `hello`.
+async fn hello_server() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("listen");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buffer = [0u8; 4096];
+                let _ = stream.read(&mut buffer).await;
+                let _ = stream
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+                    )
+                    .await;
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn an_allowlist_lets_listed_hosts_through_the_proxy_and_nothing_else_out() {
+    let port = hello_server().await;
+    let setup = sandboxed_with(
+        "workspace-write",
+        "localhost,pypi.org,files.pythonhosted.org",
+    )
+    .await;
+    let server = &setup.server;
+    let status = server.call("runtime_status", json!({})).await;
+    let sandbox = &status.structured["kernel"]["sandbox"];
+    assert_eq!(sandbox["network"], "allowlist", "{sandbox}");
+    assert_eq!(
+        sandbox["hosts"],
+        json!(["localhost", "pypi.org", "files.pythonhosted.org"])
+    );
+    let fetch = |url: String| {
+        format!(
+            "import urllib.request, urllib.error\ntry:\n    print('body', urllib.request.urlopen({url:?}, timeout=60).read().decode())\nexcept urllib.error.HTTPError as e:\n    print('refused', e.code, e.read().decode().strip())\n"
+        )
+    };
+    // A listed host, through the proxy.
+    let printed = run(server, &fetch(format!("http://localhost:{port}/x"))).await;
+    assert_eq!(printed, "body hello\n");
+    // The same server under a name that is not listed: refused by the proxy, with the reason.
+    let printed = run(server, &fetch(format!("http://127.0.0.1:{port}/x"))).await;
+    assert!(printed.starts_with("refused 403"), "{printed}");
+    assert!(
+        printed.contains("not in the kernels' network allowlist"),
+        "{printed}"
+    );
+    // Around the proxy: a direct connection, from the kernel and from a subprocess.
+    let direct = format!(
+        "import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=30)\n    print('allowed')\nexcept OSError as e:\n    print('denied', type(e).__name__)\n"
+    );
+    assert!(run(server, &direct).await.starts_with("denied"));
+    let printed = run(
+        server,
+        &format!(
+            "import subprocess, sys\nprint(subprocess.run([sys.executable, '-c', {direct:?}], capture_output=True, text=True).stdout, end='')"
+        ),
+    )
+    .await;
+    assert!(printed.starts_with("denied"), "{printed}");
+    // pip through the proxy, from PyPI.
+    let target = setup.workspace.path().join("wheels");
+    let printed = run(
+        server,
+        &format!(
+            "import subprocess, sys\nr = subprocess.run([sys.executable, '-m', 'pip', 'download', '--no-deps', '--disable-pip-version-check', '-d', {:?}, 'six==1.16.0'], capture_output=True, text=True)\nprint(r.returncode)\nprint(r.stderr[-2000:])",
+            target.to_str().expect("utf-8")
+        ),
+    )
+    .await;
+    assert!(
+        printed.starts_with("0\n"),
+        "pip through the proxy: {printed}"
+    );
+    let downloaded: Vec<_> = std::fs::read_dir(&target)
+        .expect("wheels")
+        .flatten()
+        .collect();
+    assert_eq!(downloaded.len(), 1, "{downloaded:?}");
+}
