@@ -3,7 +3,8 @@
 //! order swapped every round; from each it takes the kernel's start (`runtime_status`'s
 //! `startup_seconds`, the server's own measurement, which includes preparing the sandbox) and
 //! the p50 of `CALLS` small `execute`s. Prints the medians and the medians of the rounds'
-//! differences (start) and ratios (execute).
+//! differences (start) and ratios (execute). Then what the network allowlist's proxy adds to
+//! one HTTP request from the kernel to a loopback server.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -76,7 +77,80 @@ pub(crate) async fn bench_sandbox(
         percentile(&start_added, 0.5),
         percentile(&execute_ratio, 0.5)
     );
+    let (direct, proxied) = proxy_latency(server_binary, python).await?;
+    println!(
+        "  one HTTP request from the kernel to a loopback server, median of {REQUESTS}: direct {direct:.2} ms, through the allowlist proxy {proxied:.2} ms ({:+.2} ms)",
+        proxied - direct
+    );
     Ok(())
+}
+
+/// HTTP requests per server in `proxy_latency`.
+const REQUESTS: usize = 200;
+
+/// The median time of one `urllib` request from the kernel to a loopback HTTP server: with the
+/// network on (direct), and with an allowlist (through the server's proxy).
+async fn proxy_latency(server_binary: &Path, python: &Path) -> anyhow::Result<(f64, f64)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buffer = [0u8; 4096];
+                let _ = stream.read(&mut buffer).await;
+                let _ = stream
+                    .write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                    )
+                    .await;
+            });
+        }
+    });
+    let mut medians = Vec::new();
+    for (network, host) in [("on", "127.0.0.1"), ("localhost", "localhost")] {
+        let env = vec![
+            (ipython_mcp_config::LOG.env, "warn".to_owned()),
+            (ipython_mcp_config::SPARE_KERNELS.env, "0".to_owned()),
+            (ipython_mcp_config::PYTHON.env, python.display().to_string()),
+            (ipython_mcp_config::SANDBOX_NETWORK.env, network.to_owned()),
+            // The printed median is read from the typed result.
+            (
+                ipython_mcp_config::STRUCTURED_OUTPUT.env,
+                "always".to_owned(),
+            ),
+        ];
+        let Served {
+            mut child, client, ..
+        } = serve(server_binary, &env).await?;
+        started(&client).await?;
+        let code = format!(
+            "import time, urllib.request, statistics\nopener = urllib.request.build_opener()\nurl = 'http://{host}:{port}/'\nfor _ in range(20):\n    opener.open(url).read()\nsamples = []\nfor _ in range({REQUESTS}):\n    t = time.perf_counter(); opener.open(url).read(); samples.append((time.perf_counter() - t) * 1000)\nprint(statistics.median(samples))"
+        );
+        let arguments = json!({"code": code, "timeout_seconds": 300})
+            .as_object()
+            .cloned()
+            .expect("object");
+        let result = client
+            .peer()
+            .call_tool(CallToolRequestParams::new("execute").with_arguments(arguments))
+            .await?;
+        let printed = result
+            .structured_content
+            .as_ref()
+            .and_then(|structured| structured["stdout"].as_str())
+            .context("the requests printed nothing")?
+            .trim()
+            .to_owned();
+        medians.push(
+            printed
+                .parse::<f64>()
+                .with_context(|| format!("not a number: {printed}"))?,
+        );
+        let _ = client.cancel().await;
+        let _ = tokio::time::timeout(Duration::from_secs(15), child.wait()).await;
+    }
+    Ok((medians[0], medians[1]))
 }
 
 /// Starts a server with the sandbox `mode`, waits for its kernel and measures it.
