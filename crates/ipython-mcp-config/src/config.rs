@@ -307,6 +307,7 @@ fn sandbox(raw: &RawConfig) -> Result<Sandbox, Error> {
     Ok(Sandbox {
         mode,
         network,
+        max_processes: positive_int(raw, SANDBOX_MAX_PROCESSES)? as u64,
         explicit,
         read_deny: paths(SANDBOX_READ_DENY)?,
         write: paths(SANDBOX_WRITE)?,

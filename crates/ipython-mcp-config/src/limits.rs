@@ -124,6 +124,8 @@ pub struct Sandbox {
     pub mode: SandboxMode,
     /// Where kernels may connect.
     pub network: SandboxNetwork,
+    /// Most tasks a kernel's tree may have at once.
+    pub max_processes: u64,
     /// True when the mode was set, not defaulted: a system that cannot enforce it then
     /// refuses to start kernels (the default runs unsandboxed there and says so).
     pub explicit: bool,

@@ -102,7 +102,10 @@ impl Kernel {
     /// The kernel tree's memory meter (current, peak, limit).
     /// What the kernel's sandbox enforces; `None`: it runs without one.
     pub fn sandbox(&self) -> Option<&ipython_mcp_sandbox::Report> {
-        self.inner.sandbox.as_ref()
+        self.inner
+            .sandbox
+            .as_deref()
+            .map(ipython_mcp_sandbox::Prepared::report)
     }
 
     pub fn memory(&self) -> Arc<crate::memory::Meter> {

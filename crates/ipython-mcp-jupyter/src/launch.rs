@@ -281,8 +281,9 @@ pub(crate) struct Process {
     pub(crate) exit: watch::Receiver<Option<KernelExit>>,
     /// The tree's memory, as sampled.
     pub(crate) meter: Arc<Meter>,
-    /// What the kernel's sandbox enforces; `None`: it has none.
-    pub(crate) sandbox: Option<ipython_mcp_sandbox::Report>,
+    /// The kernel's sandbox, kept while it runs (dropping it removes the kernel's pids
+    /// group); `None`: it has none.
+    pub(crate) sandbox: Option<Arc<ipython_mcp_sandbox::Prepared>>,
     stderr_tail: Arc<Mutex<Tail>>,
     // Removed on drop (on the blocking pool): connection file and IPC socket files live here.
     // `None` only while dropping.
@@ -434,8 +435,6 @@ pub(crate) async fn spawn(
         command.envs(policy.kernel_env());
     }
     let spawned = command.spawn();
-    // The child has its own copy of the ruleset now; the server's is closed.
-    let sandbox = sandbox.map(|prepared| prepared.report().clone());
     if let (Err(_), Some(group)) = (&spawned, &group) {
         group.remove();
     }
@@ -501,7 +500,7 @@ fn supervise(
     group: Option<memory::Group>,
     meter: Arc<Meter>,
     run_dir: tempfile::TempDir,
-    sandbox: Option<ipython_mcp_sandbox::Report>,
+    sandbox: Option<Arc<ipython_mcp_sandbox::Prepared>>,
 ) -> (Arc<Process>, Arc<Router>) {
     let pid = child.id().expect("a just-spawned child has a pid");
     let (process_group, death_watch, watcher_reaper) = match death_watch {

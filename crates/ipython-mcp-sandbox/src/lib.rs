@@ -17,13 +17,16 @@
 //!   nowhere over TCP (ABI 4); the seccomp filter refuses every other IP socket (datagrams,
 //!   raw, SCTP, MPTCP), packet sockets, TCP Fast Open (a connect inside `sendto`) and
 //!   `io_uring` (which would make sockets past the filter).
-//! - `RLIMIT_NPROC` against fork bombs (it does not bind root).
+//! - A `pids` cgroup of its own against fork bombs (`tasks.rs`; `RLIMIT_NPROC` would not bind
+//!   root), where one can be made; otherwise the report says so.
 //!
 //! Elsewhere nothing is enforced and the report says so.
 
 #[cfg(target_os = "linux")]
 mod linux;
 mod policy;
+#[cfg(target_os = "linux")]
+mod tasks;
 
 pub use policy::{KernelDirs, Mode, Network, Policy, DEFAULT_DENIED_UNDER_HOME};
 
@@ -78,7 +81,8 @@ pub enum Error {
     Rules(String),
 }
 
-/// A policy made ready for one kernel: the child applies it to itself.
+/// A policy made ready for one kernel: the child applies it to itself. Keep it while the
+/// kernel runs: dropping it removes the kernel's pids group.
 pub struct Prepared {
     #[cfg(target_os = "linux")]
     linux: Option<linux::Rules>,

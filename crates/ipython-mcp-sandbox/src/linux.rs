@@ -79,7 +79,9 @@ pub(crate) struct Rules {
     /// The rights on the child's `/proc/<pid>`.
     own_proc: u64,
     seccomp: BpfProgram,
-    max_processes: Option<u64>,
+    /// The kernel's pids group, joined before the rules close `/sys` (kept, and removed, with
+    /// the prepared sandbox).
+    tasks: Option<crate::tasks::TaskBound>,
 }
 
 /// `struct landlock_path_beneath_attr` (packed, as the kernel declares it).
@@ -97,7 +99,7 @@ impl Rules {
     ///
     /// See `Prepared::apply_in_child`: async-signal-safe calls only.
     pub(crate) unsafe fn apply(&self) -> std::io::Result<()> {
-        // SAFETY: open, close, setrlimit, prctl and syscall on memory that outlives the calls.
+        // SAFETY: open, write, close, prctl and syscall on memory that outlives the calls.
         unsafe {
             let own = libc::open(c"/proc/self".as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
             if own < 0 {
@@ -119,13 +121,17 @@ impl Rules {
             if added != 0 {
                 return Err(error);
             }
-            if let Some(max) = self.max_processes {
-                let limit = libc::rlimit {
-                    rlim_cur: max,
-                    rlim_max: max,
-                };
-                if libc::setrlimit(libc::RLIMIT_NPROC, &limit) != 0 {
+            if let Some(tasks) = &self.tasks {
+                let fd = libc::open(tasks.procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                // "0" is the writing process itself.
+                let written = libc::write(fd, b"0".as_ptr().cast(), 1);
+                let error = std::io::Error::last_os_error();
+                libc::close(fd);
+                if written != 1 {
+                    return Err(error);
                 }
             }
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
@@ -234,14 +240,23 @@ pub(crate) fn prepare(policy: &Policy, dirs: &KernelDirs) -> Result<(Rules, Repo
     };
     let seccomp = seccomp_program(&policy.network)?;
     mechanisms.extend(["seccomp".to_owned(), "no_new_privs".to_owned()]);
-    if policy.max_processes.is_some() {
-        mechanisms.push("RLIMIT_NPROC".to_owned());
-    }
+    let mut limits = plan.limits;
+    let tasks = match policy.max_processes.map(crate::tasks::bound) {
+        Some(Ok(bound)) => {
+            mechanisms.push(bound.mechanism.clone());
+            Some(bound)
+        }
+        Some(Err(why)) => {
+            limits.push(format!("no bound on the kernel's processes: {why}"));
+            None
+        }
+        None => None,
+    };
     let rules = Rules {
         ruleset,
         own_proc: (read_access() | AccessFs::WriteFile).bits(),
         seccomp,
-        max_processes: policy.max_processes,
+        tasks,
     };
     let report = Report {
         mode: policy.mode,
@@ -249,7 +264,7 @@ pub(crate) fn prepare(policy: &Policy, dirs: &KernelDirs) -> Result<(Rules, Repo
         enforced: true,
         mechanisms,
         why_not: None,
-        limits: plan.limits,
+        limits,
     };
     Ok((rules, report))
 }

@@ -109,7 +109,8 @@ pub struct Policy {
     pub workspace: Option<PathBuf>,
     /// The temp directory (writable in every mode).
     pub temp: PathBuf,
-    /// Most processes the kernel's user may run (`RLIMIT_NPROC`; not binding for root).
+    /// Most tasks (processes and threads) the kernel and what it starts may have at once, in a
+    /// `pids` cgroup of its own; `None`: no bound.
     pub max_processes: Option<u64>,
 }
 

@@ -459,7 +459,7 @@ fn sandbox_policy(config: &Config) -> Option<Arc<ipython_mcp_sandbox::Policy>> {
             .clone()
             .or_else(|| std::env::current_dir().ok()),
         temp: std::env::temp_dir(),
-        max_processes: None,
+        max_processes: Some(config.sandbox.max_processes),
     }))
 }
 

@@ -450,3 +450,49 @@ async fn an_allowlist_lets_listed_hosts_through_the_proxy_and_nothing_else_out()
         .collect();
     assert_eq!(downloaded.len(), 1, "{downloaded:?}");
 }
+
+#[tokio::test]
+async fn a_fork_bomb_stops_at_the_process_bound_and_the_kernel_goes_on() {
+    let home = private_dir("home");
+    let workspace = private_dir("workspace");
+    let server = Server::start(
+        Family::Modern,
+        &[
+            ("IPYTHON_MCP_SANDBOX", "workspace-write"),
+            ("IPYTHON_MCP_SANDBOX_MAX_PROCESSES", "64"),
+            ("HOME", home.path().to_str().expect("utf-8")),
+            (
+                "IPYTHON_MCP_WORKSPACE_ROOT",
+                workspace.path().to_str().expect("utf-8"),
+            ),
+        ],
+    )
+    .await;
+    let status = server.call("runtime_status", json!({})).await;
+    let sandbox = &status.structured["kernel"]["sandbox"];
+    if !sandbox["mechanisms"].to_string().contains("pids.max 64") {
+        // Where no pids cgroup can be made, the status says so; CI's machine can make one.
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "no process bound: {sandbox}"
+        );
+        assert!(
+            sandbox["limits"]
+                .to_string()
+                .contains("no bound on the kernel's processes"),
+            "{sandbox}"
+        );
+        return;
+    }
+    let bomb = "import os, time\nchildren = []\ntry:\n    for _ in range(500):\n        pid = os.fork()\n        if pid == 0:\n            time.sleep(120)\n            os._exit(0)\n        children.append(pid)\n    print('unbounded', len(children))\nexcept OSError as e:\n    print('bounded', len(children), type(e).__name__)\nfinally:\n    for pid in children:\n        os.kill(pid, 9)\n        os.waitpid(pid, 0)\n";
+    let printed = run(&server, bomb).await;
+    let mut words = printed.split_whitespace();
+    assert_eq!(words.next(), Some("bounded"), "{printed}");
+    let forked: usize = words.next().and_then(|n| n.parse().ok()).expect("a count");
+    assert!(forked < 64, "{printed}");
+    // The bound holds for a subprocess's children too, and the kernel goes on.
+    run(&server, "kept = 'still here'").await;
+    assert_eq!(run(&server, "print(kept)").await, "still here\n");
+    let after = server.call("runtime_status", json!({})).await;
+    assert_eq!(after.structured["epoch"], status.structured["epoch"]);
+}
