@@ -117,7 +117,8 @@ pub struct Policy {
 /// A kernel's own directories.
 #[derive(Debug, Clone, Default)]
 pub struct KernelDirs {
-    /// Where it starts (a notebook's directory, a project).
+    /// Where it starts (a notebook's directory, a project). Not writable for that: a kernel
+    /// started elsewhere (`kernel_start`'s `cwd`) writes only where its mode allows.
     pub working_dir: Option<PathBuf>,
     /// Its interpreter: a virtual environment's is writable (`%pip install`).
     pub python: Option<PathBuf>,
@@ -145,7 +146,6 @@ impl Policy {
         let mut writable = vec![self.temp.clone()];
         if self.mode == Mode::WorkspaceWrite {
             writable.extend(self.workspace.iter().cloned());
-            writable.extend(dirs.working_dir.iter().cloned());
             writable.extend(dirs.python.as_deref().and_then(venv_of));
             if let Some(home) = &self.home {
                 for dir in [
@@ -269,18 +269,21 @@ mod tests {
             vec![PathBuf::from("/tmp")]
         );
         let writable = policy(Mode::WorkspaceWrite).writable(&dirs);
-        for dir in [
-            "/tmp",
-            "/work",
-            "/work/sub",
-            "/home/u/.ipython",
-            "/data/out",
-        ] {
+        for dir in ["/tmp", "/work", "/home/u/.ipython", "/data/out"] {
             assert!(
                 writable.contains(&PathBuf::from(dir)),
                 "{dir}: {writable:?}"
             );
         }
+        // Where a kernel starts gives it no writes of its own (another principal's directory).
+        let elsewhere = KernelDirs {
+            working_dir: Some("/elsewhere".into()),
+            python: None,
+            ports: Vec::new(),
+        };
+        assert!(!policy(Mode::WorkspaceWrite)
+            .writable(&elsewhere)
+            .contains(&PathBuf::from("/elsewhere")));
     }
 
     #[test]

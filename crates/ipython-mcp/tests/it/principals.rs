@@ -932,6 +932,32 @@ async fn principals_kernels_write_only_their_own_directory_under_their_own_sandb
     }
     assert_eq!(std::fs::read_to_string(&bobs).expect("bob's file"), "bob");
     assert!(!root.join("bob/planted.txt").exists());
+    // A kernel alice starts in bob's directory runs there, and still writes only hers.
+    let status = call_peer(alice.peer(), "runtime_status", json!({})).await;
+    let python = status.structured["kernel"]["python"]
+        .as_str()
+        .expect("python")
+        .to_owned();
+    let started = call_peer(
+        alice.peer(),
+        "kernel_start",
+        json!({"spec": python, "kernel": "there", "cwd": root.join("bob")}),
+    )
+    .await;
+    assert!(started.ok(), "{started:?}");
+    let planted = call_peer(
+        alice.peer(),
+        "execute",
+        json!({"kernel": "there", "code": attempt(&root.join("bob/planted.txt"), "w")}),
+    )
+    .await;
+    assert!(
+        planted.structured["stdout"]
+            .as_str()
+            .is_some_and(|out| out.starts_with("denied")),
+        "{planted:?}"
+    );
+    assert!(!root.join("bob/planted.txt").exists());
 
     // The intern: read-only and no network, as the file says (their kernel starts at their
     // first call).
