@@ -382,7 +382,12 @@ pub(crate) async fn spawn(
     spec: &LaunchSpec,
 ) -> Result<(Arc<Process>, ConnectionInfo, Arc<Router>), Error> {
     let (run_dir, connection, connection_file) = make_run_dir(spec).await?;
-    let (program, mut command) = kernel_command(spec, &connection_file);
+    let sandbox = sandbox(spec, &connection).await?;
+    let prefix = sandbox
+        .as_deref()
+        .and_then(ipython_mcp_sandbox::Prepared::command_prefix)
+        .unwrap_or_default();
+    let (program, mut command) = kernel_command(spec, &connection_file, prefix);
     // Started first and leading the group the kernel joins, so no moment exists when the
     // kernel runs and nothing would kill it if the server died.
     let death_watch = if PIPE_DEATH_WATCH.load(Ordering::SeqCst) {
@@ -419,15 +424,6 @@ pub(crate) async fn spawn(
     };
     let meter = Arc::new(Meter::new(spec.memory.limit_bytes, enforcer));
     // Last: the child joins its cgroup before the sandbox closes /sys to it.
-    let sandbox = match sandbox(spec, &connection).await {
-        Ok(prepared) => prepared,
-        Err(error) => {
-            if let Some(group) = &group {
-                group.remove();
-            }
-            return Err(error);
-        }
-    };
     if let Some(prepared) = &sandbox {
         apply_sandbox_before_exec(&mut command, Arc::clone(prepared));
     }
@@ -573,31 +569,42 @@ async fn make_run_dir(
 fn kernel_command(
     spec: &LaunchSpec,
     connection_file: &std::path::Path,
+    prefix: &[String],
 ) -> (String, tokio::process::Command) {
-    match &spec.argv {
+    let (program, args): (OsString, Vec<OsString>) = match &spec.argv {
         Some(argv) if !argv.is_empty() => {
             let file = connection_file.display().to_string();
-            let mut command = tokio::process::Command::new(&argv[0]);
-            command.args(
-                with_safe_path(argv)[1..]
-                    .iter()
-                    .map(|arg| arg.replace("{connection_file}", &file)),
-            );
+            let mut args: Vec<OsString> = with_safe_path(argv)[1..]
+                .iter()
+                .map(|arg| arg.replace("{connection_file}", &file).into())
+                .collect();
             if runs_ipykernel(argv) {
-                command.args(missing_ipykernel_options(argv));
+                args.extend(missing_ipykernel_options(argv).map(OsString::from));
             }
-            (argv[0].clone(), command)
+            (argv[0].clone().into(), args)
         }
         _ => {
-            let mut command = tokio::process::Command::new(&spec.python);
-            command
-                .args(safe_module("ipykernel_launcher"))
-                .arg("-f")
-                .arg(connection_file)
-                .args(IPYKERNEL_OPTIONS);
-            (spec.python.display().to_string(), command)
+            let mut args: Vec<OsString> = safe_module("ipykernel_launcher")
+                .into_iter()
+                .map(OsString::from)
+                .collect();
+            args.push("-f".into());
+            args.push(connection_file.into());
+            args.extend(IPYKERNEL_OPTIONS.iter().map(OsString::from));
+            (spec.python.clone().into_os_string(), args)
         }
-    }
+    };
+    // A sandbox that runs the kernel under another program (macOS: sandbox-exec) goes first.
+    let mut command = match prefix.split_first() {
+        Some((runner, runner_args)) => {
+            let mut command = tokio::process::Command::new(runner);
+            command.args(runner_args).arg(&program);
+            command
+        }
+        None => tokio::process::Command::new(&program),
+    };
+    command.args(args);
+    (program.to_string_lossy().into_owned(), command)
 }
 
 /// Gives the kernel its environment and working directory, keeps its stdio off ours (only

@@ -20,11 +20,16 @@
 //! - A `pids` cgroup of its own against fork bombs (`tasks.rs`; `RLIMIT_NPROC` would not bind
 //!   root), where one can be made; otherwise the report says so.
 //!
-//! Elsewhere nothing is enforced and the report says so.
+//! On macOS the same policy is a Seatbelt profile the kernel runs under
+//! (`/usr/bin/sandbox-exec -p`, [`Prepared::command_prefix`]): files and network, not yet the
+//! process-level rules. Elsewhere nothing is enforced and the report says so.
 
 #[cfg(target_os = "linux")]
 mod linux;
 mod policy;
+// Built everywhere so its profile text is tested everywhere; used on macOS.
+#[cfg_attr(not(target_os = "macos"), allow(dead_code))]
+mod seatbelt;
 #[cfg(target_os = "linux")]
 mod tasks;
 
@@ -86,6 +91,8 @@ pub enum Error {
 pub struct Prepared {
     #[cfg(target_os = "linux")]
     linux: Option<linux::Rules>,
+    /// A program (and its arguments) the kernel's command runs under.
+    prefix: Option<Vec<String>>,
     report: Report,
 }
 
@@ -93,6 +100,12 @@ impl Prepared {
     /// What is enforced.
     pub fn report(&self) -> &Report {
         &self.report
+    }
+
+    /// The program, with its arguments, the kernel's command must run under (macOS:
+    /// `sandbox-exec -p PROFILE`); `None`: the command runs as it is.
+    pub fn command_prefix(&self) -> Option<&[String]> {
+        self.prefix.as_deref()
     }
 
     /// Applies the sandbox to the calling process: call it in the forked child, before exec.
@@ -143,16 +156,46 @@ impl Policy {
         let (rules, report) = linux::prepare(self, dirs)?;
         Ok(Prepared {
             linux: Some(rules),
+            prefix: None,
             report,
         })
     }
 
     #[cfg(not(target_os = "linux"))]
-    fn prepare_here(&self, _dirs: &KernelDirs) -> Result<Prepared, Error> {
+    fn prepare_here(&self, dirs: &KernelDirs) -> Result<Prepared, Error> {
+        if cfg!(target_os = "macos") && std::path::Path::new(seatbelt::SANDBOX_EXEC).exists() {
+            return Ok(self.seatbelt(dirs));
+        }
         Err(Error::Unenforceable {
             mode: self.mode.name(),
             why: format!("no sandbox is built for {} yet", std::env::consts::OS),
         })
+    }
+
+    /// The policy as a Seatbelt profile the kernel runs under.
+    #[cfg_attr(target_os = "linux", allow(dead_code))]
+    fn seatbelt(&self, dirs: &KernelDirs) -> Prepared {
+        self.make_kernel_dirs();
+        let profile = seatbelt::profile(self, dirs);
+        Prepared {
+            #[cfg(target_os = "linux")]
+            linux: None,
+            prefix: Some(vec![
+                seatbelt::SANDBOX_EXEC.to_owned(),
+                "-p".to_owned(),
+                profile,
+            ]),
+            report: Report {
+                mode: self.mode,
+                network: self.network.clone(),
+                enforced: true,
+                mechanisms: vec!["seatbelt (sandbox-exec)".to_owned()],
+                why_not: None,
+                limits: vec![
+                    "on macOS only files and the network are confined: other processes, signals and the process count are not".to_owned(),
+                ],
+            },
+        }
     }
 }
 
@@ -161,6 +204,7 @@ impl Prepared {
         Prepared {
             #[cfg(target_os = "linux")]
             linux: None,
+            prefix: None,
             report,
         }
     }
@@ -206,6 +250,15 @@ mod tests {
             Some("no Landlock here")
         );
         assert_eq!(default.report().mode, Mode::WorkspaceWrite);
+    }
+
+    #[test]
+    fn the_seatbelt_form_runs_the_kernel_under_sandbox_exec() {
+        let prepared = policy(true, Network::Off).seatbelt(&KernelDirs::default());
+        let prefix = prepared.command_prefix().expect("a prefix");
+        assert_eq!(prefix[..2], ["/usr/bin/sandbox-exec", "-p"]);
+        assert!(prefix[2].starts_with("(version 1)"));
+        assert!(prepared.report().enforced);
     }
 
     #[test]

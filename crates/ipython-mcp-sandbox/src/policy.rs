@@ -191,6 +191,7 @@ impl Policy {
 
     /// Makes the kernel's own directories under HOME that IPython insists on making itself
     /// (a HOME holding a denied path is split: nothing new can be made directly in it).
+    #[cfg_attr(not(any(target_os = "linux", target_os = "macos")), allow(dead_code))]
     pub(crate) fn make_kernel_dirs(&self) {
         if self.mode != Mode::WorkspaceWrite {
             return;
