@@ -770,8 +770,10 @@ async fn a_bash_kernel_s_oversized_png_is_downscaled_by_the_server() {
         .await;
     assert!(started.ok(), "{started:?}");
     assert_eq!(started.structured["status"]["kernel"]["helper"], false);
-    // bash_kernel's own `display` sends a file piped to it as an image.
-    let picture = root.join("bash-noise.png");
+    // bash_kernel's own `display` sends a file piped to it as an image. Written in the temp
+    // directory: the kernel's sandbox lets it write there, not in the test's tree.
+    let pictures = tempfile::tempdir().expect("tempdir");
+    let picture = pictures.path().join("bash-noise.png");
     let script = format!(
         "{NOISE_PNG}open({:?}, 'wb').write(noise_png(1200, 800))\n",
         picture.display().to_string()
