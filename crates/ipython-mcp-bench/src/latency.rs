@@ -218,6 +218,8 @@ pub(crate) async fn bench_raw_client(python: &Path) -> anyhow::Result<Vec<f64>> 
         kernel_name: None,
         memory: Default::default(),
         sandbox: None,
+        run_dir_in: std::env::temp_dir(),
+        own_dirs: Vec::new(),
     };
     let kernel = Kernel::launch(&spec, Duration::from_secs(30)).await?;
     let samples = timed_loop(|code| async {
@@ -317,6 +319,7 @@ pub(crate) async fn bench_session(python: &Path) -> anyhow::Result<Vec<f64>> {
         wording: ipython_mcp_kernel::Wording::PLAIN,
         memory: Default::default(),
         sandbox: None,
+        private_dir: std::env::temp_dir(),
         notice: None,
     };
     let session = ipython_mcp_kernel::SessionHandle::start(options);

@@ -1082,7 +1082,14 @@ fn median(values: &mut [f64]) -> f64 {
     values[values.len() / 2]
 }
 
-/// Bytes under each `ipython-mcp-spool-*` directory of `tmp`.
+/// Where the server given `tmp` as its temp directory makes its private directory (its
+/// `XDG_RUNTIME_DIR`): a sibling, since one inside the temp directory is passed over.
+fn private_base(tmp: &Path) -> PathBuf {
+    tmp.with_file_name("run")
+}
+
+/// Bytes under each `ipython-mcp-spool-*` directory of the server given `tmp`, in its private
+/// directory or (without one) in `tmp`.
 fn spool_bytes(tmp: &Path) -> HashMap<PathBuf, u64> {
     fn size(path: &Path) -> u64 {
         match std::fs::symlink_metadata(path) {
@@ -1093,20 +1100,27 @@ fn spool_bytes(tmp: &Path) -> HashMap<PathBuf, u64> {
             Err(_) => 0,
         }
     }
-    std::fs::read_dir(tmp)
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter(|entry| {
-                    entry
-                        .file_name()
-                        .to_string_lossy()
-                        .starts_with("ipython-mcp-spool-")
-                })
-                .map(|entry| (entry.path(), size(&entry.path())))
-                .collect()
-        })
-        .unwrap_or_default()
+    fn spools(dir: &Path, found: &mut HashMap<PathBuf, u64>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if !entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                continue;
+            }
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with("ipython-mcp-spool-")
+            {
+                found.insert(path.clone(), size(&path));
+            } else {
+                spools(&path, found);
+            }
+        }
+    }
+    let mut found = HashMap::new();
+    spools(tmp, &mut found);
+    spools(&private_base(tmp), &mut found);
+    found
 }
 
 /// Temporary files the server's atomic writes might leave: `.ipython-mcp-*.tmp` and
@@ -1173,6 +1187,7 @@ async fn run(server_binary: &Path, python: &Path, seconds: u64, seed: u64) -> an
     let tmp = dir.path().join("tmp");
     std::fs::create_dir(&workspace)?;
     std::fs::create_dir(&tmp)?;
+    std::fs::create_dir(private_base(&tmp))?;
     let token = random_token()?;
     let env = server_env(python, &workspace, &tmp, &token);
     let stats: Shared = Arc::default();
@@ -1312,6 +1327,8 @@ fn server_env(
         (ipython_mcp_config::MAX_KERNELS.env, "16".to_owned()),
         (ipython_mcp_config::MAX_TASKS.env, MAX_TASKS.to_string()),
         ("TMPDIR", tmp.display().to_string()),
+        // The server's private directory (spools) beside it, where `spool_bytes` looks.
+        ("XDG_RUNTIME_DIR", private_base(tmp).display().to_string()),
         (ipython_mcp_config::HTTP_TOKEN.env, token.to_owned()),
     ]
 }

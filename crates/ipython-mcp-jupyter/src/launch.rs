@@ -49,6 +49,14 @@ pub struct LaunchSpec {
     pub memory: MemoryPolicy,
     /// The OS sandbox of the kernel and everything it starts; `None`: none.
     pub sandbox: Option<Arc<ipython_mcp_sandbox::Policy>>,
+    /// Where the kernel's run directory is made: the server's [`PrivateDir`], which the
+    /// sandbox keeps from every other kernel.
+    ///
+    /// [`PrivateDir`]: crate::private_dir::PrivateDir
+    pub run_dir_in: PathBuf,
+    /// Directories there that are the kernel's own besides its run directory (its session's
+    /// output spool): the sandbox gives them back to it.
+    pub own_dirs: Vec<PathBuf>,
 }
 
 /// The ipykernel options every ipykernel we start gets. History in memory only: on disk it
@@ -66,19 +74,36 @@ pub const IPYKERNEL_OPTIONS: [&str; 2] = [
 /// not become code. `-P` (Python 3.11+) says the same, but older Pythons refuse it; this works
 /// in every version. IPython adds the directory back, after the standard library, once the
 /// kernel has started, so a cell can still import the workspace's modules.
-pub fn safe_module(module: &str) -> [String; 2] {
-    [
-        "-c".to_owned(),
-        format!(
-            "import sys;sys.path[:1]=[p for p in sys.path[:1] if p];import runpy;runpy.run_module({module:?},run_name='__main__',alter_sys=True)"
-        ),
-    ]
+///
+/// With `guard` (the kernel's IPC endpoint prefix, `ipc://<dir>/k-`) the kernel's channels
+/// also accept connections from the server's process alone.
+///
+/// Landlock cannot keep one kernel from connecting to another's Unix sockets (only the
+/// signing key, in the run directory the sandbox denies, keeps it from sending requests), so
+/// without this it could subscribe to another kernel's output broadcast. libzmq checks each
+/// connecting process's pid (`SO_PEERCRED`) against `ZMQ_IPC_FILTER_PID`, set here on every
+/// socket bound to the kernel's own endpoints before it binds. A kernel whose libzmq cannot
+/// filter fails to start: a sandbox that cannot keep its promise refuses, as elsewhere.
+fn safe_module(module: &str, guard: Option<&str>) -> [String; 2] {
+    let path = "import sys;sys.path[:1]=[p for p in sys.path[:1] if p]";
+    let run =
+        format!("import runpy;runpy.run_module({module:?},run_name='__main__',alter_sys=True)");
+    let code = match guard {
+        None => format!("{path};{run}"),
+        Some(prefix) => {
+            let server = std::process::id();
+            format!(
+                "{path}\nimport zmq\n_b=zmq.Socket.bind\ndef _g(s,a,_b=_b):\n if isinstance(a,str) and a.startswith({prefix:?}):s.setsockopt(zmq.IPC_FILTER_PID,{server})\n return _b(s,a)\nzmq.Socket.bind=_g\ndel _g,_b\n{run}"
+            )
+        }
+    };
+    ["-c".to_owned(), code]
 }
 
 /// A kernelspec's command line with a plain `<python> -m ipykernel_launcher …` (or
 /// `-m ipykernel`) run with a safe path instead ([`safe_module`]); any other as given (a
 /// wrapper script may not take `-c`).
-fn with_safe_path(argv: &[String]) -> Vec<String> {
+fn with_safe_path(argv: &[String], guard: Option<&str>) -> Vec<String> {
     let is_python = |program: &str| {
         std::path::Path::new(program)
             .file_name()
@@ -92,7 +117,7 @@ fn with_safe_path(argv: &[String]) -> Vec<String> {
                 && matches!(module.as_str(), "ipykernel_launcher" | "ipykernel") =>
         {
             let mut safe = vec![python.clone()];
-            safe.extend(safe_module(module));
+            safe.extend(safe_module(module, guard));
             safe.extend(rest.iter().cloned());
             safe
         }
@@ -382,12 +407,26 @@ pub(crate) async fn spawn(
     spec: &LaunchSpec,
 ) -> Result<(Arc<Process>, ConnectionInfo, Arc<Router>), Error> {
     let (run_dir, connection, connection_file) = make_run_dir(spec).await?;
-    let sandbox = sandbox(spec, &connection).await?;
+    let mut sandbox = sandbox(spec, run_dir.path()).await?;
     let prefix = sandbox
-        .as_deref()
+        .as_ref()
         .and_then(ipython_mcp_sandbox::Prepared::command_prefix)
-        .unwrap_or_default();
-    let (program, mut command) = kernel_command(spec, &connection_file, prefix);
+        .unwrap_or_default()
+        .to_vec();
+    // A sandboxed kernel's channels take connections from the server alone ([`safe_module`]);
+    // on macOS the Seatbelt profile keeps other kernels off its sockets instead.
+    let guard = sandbox
+        .as_ref()
+        .filter(|prepared| cfg!(target_os = "linux") && prepared.report().enforced)
+        .map(|_| format!("ipc://{}-", connection.ip));
+    let (program, mut command, guarded) =
+        kernel_command(spec, &connection_file, &prefix, guard.as_deref());
+    if let (Some(prepared), Some(_), false) = (sandbox.as_mut(), &guard, guarded) {
+        prepared.add_limit(
+            "other kernels can connect to this one's channels and read its output: its command is not a plain `python -m ipykernel_launcher`, so they could not be restricted to the server".to_owned(),
+        );
+    }
+    let sandbox = sandbox.map(Arc::new);
     // Started first and leading the group the kernel joins, so no moment exists when the
     // kernel runs and nothing would kill it if the server died.
     let death_watch = if PIPE_DEATH_WATCH.load(Ordering::SeqCst) {
@@ -446,21 +485,17 @@ pub(crate) async fn spawn(
 /// file system), or why it cannot be had.
 async fn sandbox(
     spec: &LaunchSpec,
-    connection: &ConnectionInfo,
-) -> Result<Option<Arc<ipython_mcp_sandbox::Prepared>>, Error> {
+    run_dir: &std::path::Path,
+) -> Result<Option<ipython_mcp_sandbox::Prepared>, Error> {
     let Some(policy) = spec.sandbox.clone() else {
         return Ok(None);
     };
+    let mut own = vec![run_dir.to_owned()];
+    own.extend(spec.own_dirs.iter().cloned());
     let dirs = ipython_mcp_sandbox::KernelDirs {
         working_dir: spec.working_dir.clone(),
         python: Some(spec.python.clone()),
-        ports: vec![
-            connection.shell_port,
-            connection.iopub_port,
-            connection.stdin_port,
-            connection.control_port,
-            connection.hb_port,
-        ],
+        own,
     };
     tokio::task::spawn_blocking(move || policy.prepare(&dirs))
         .await
@@ -469,7 +504,7 @@ async fn sandbox(
                 "preparing the sandbox failed".to_owned(),
             ))
         })
-        .map(|prepared| Some(Arc::new(prepared)))
+        .map(Some)
         .map_err(|error| Error::Sandbox {
             message: error.to_string(),
         })
@@ -554,7 +589,8 @@ async fn make_run_dir(
         .kernel_name
         .clone()
         .unwrap_or_else(|| "python3".to_owned());
-    tokio::task::spawn_blocking(move || create_run_dir(kernel_name))
+    let parent = spec.run_dir_in.clone();
+    tokio::task::spawn_blocking(move || create_run_dir(kernel_name, &parent))
         .await
         .map_err(|error| Error::RunDir {
             message: error.to_string(),
@@ -570,11 +606,15 @@ fn kernel_command(
     spec: &LaunchSpec,
     connection_file: &std::path::Path,
     prefix: &[String],
-) -> (String, tokio::process::Command) {
+    guard: Option<&str>,
+) -> (String, tokio::process::Command, bool) {
+    let mut guarded = guard.is_some();
     let (program, args): (OsString, Vec<OsString>) = match &spec.argv {
         Some(argv) if !argv.is_empty() => {
             let file = connection_file.display().to_string();
-            let mut args: Vec<OsString> = with_safe_path(argv)[1..]
+            let safe = with_safe_path(argv, guard);
+            guarded &= safe != argv.as_slice();
+            let mut args: Vec<OsString> = safe[1..]
                 .iter()
                 .map(|arg| arg.replace("{connection_file}", &file).into())
                 .collect();
@@ -584,7 +624,7 @@ fn kernel_command(
             (argv[0].clone().into(), args)
         }
         _ => {
-            let mut args: Vec<OsString> = safe_module("ipykernel_launcher")
+            let mut args: Vec<OsString> = safe_module("ipykernel_launcher", guard)
                 .into_iter()
                 .map(OsString::from)
                 .collect();
@@ -604,7 +644,7 @@ fn kernel_command(
         None => tokio::process::Command::new(&program),
     };
     command.args(args);
-    (program.to_string_lossy().into_owned(), command)
+    (program.to_string_lossy().into_owned(), command, guarded)
 }
 
 /// Gives the kernel its environment and working directory, keeps its stdio off ours (only
@@ -794,13 +834,14 @@ fn spawn_watcher() -> Result<(u32, tokio::process::ChildStdin, tokio::task::Join
 /// The kernel's private run directory and its connection file (blocking).
 fn create_run_dir(
     kernel_name: String,
+    parent: &std::path::Path,
 ) -> std::io::Result<(tempfile::TempDir, ConnectionInfo, std::path::PathBuf)> {
     // Explicitly 0700: tempfile otherwise follows the umask, and anyone who can reach the IPC
     // sockets could read the kernel's output.
     let run_dir = tempfile::Builder::new()
-        .prefix("ipython-mcp-")
+        .prefix("ipython-mcp-k")
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700))
-        .tempdir()?;
+        .tempdir_in(parent)?;
     let connection = ConnectionInfo {
         transport: Transport::IPC,
         // IPC endpoints are `ipc://{ip}-{port}`: five socket files inside the private dir.
@@ -849,7 +890,7 @@ mod tests {
             "-f",
             "{connection_file}",
         ]);
-        let safe = with_safe_path(&plain);
+        let safe = with_safe_path(&plain, None);
         assert_eq!(safe[0], "/p/python");
         assert_eq!(safe[1], "-c");
         assert!(
@@ -869,7 +910,7 @@ mod tests {
             &["/opt/bin/ipykernel", "-f", "c"],
             &["/opt/wrap.sh", "-m", "ipykernel_launcher", "-f", "c"],
         ] {
-            assert_eq!(with_safe_path(&argv(other)), argv(other), "{other:?}");
+            assert_eq!(with_safe_path(&argv(other), None), argv(other), "{other:?}");
         }
     }
 

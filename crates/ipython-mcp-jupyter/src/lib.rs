@@ -26,6 +26,7 @@ mod kernel;
 pub mod kernelspec;
 mod launch;
 pub mod memory;
+pub mod private_dir;
 pub mod remote;
 mod route;
 pub mod task;

@@ -13,8 +13,11 @@
 //! - A seccomp filter against what a kernel never needs (`ptrace`, `mount`, `bpf`, keyrings,
 //!   module loading, namespaces), under `no_new_privs`; Landlock's signal scope where the
 //!   kernel has it (ABI 6), so kernel code cannot signal the server.
-//! - Without network: Landlock lets the kernel bind only its own channels' ports and connect
-//!   nowhere over TCP (ABI 4); the seccomp filter refuses every other IP socket (datagrams,
+//! - The server's private directory (every local kernel's run directory, with its signing
+//!   key, and output spool) is denied; each kernel is given back its own entries
+//!   ([`KernelDirs::own`]), so no kernel can read another's key and drive it.
+//! - Without network: Landlock lets the kernel bind and connect nowhere over TCP (ABI 4; its
+//!   channels are Unix sockets); the seccomp filter refuses every other IP socket (datagrams,
 //!   raw, SCTP, MPTCP), packet sockets, TCP Fast Open (a connect inside `sendto`) and
 //!   `io_uring` (which would make sockets past the filter).
 //! - A `pids` cgroup of its own against fork bombs (`tasks.rs`; `RLIMIT_NPROC` would not bind
@@ -100,6 +103,11 @@ impl Prepared {
     /// What is enforced.
     pub fn report(&self) -> &Report {
         &self.report
+    }
+
+    /// Adds what the rules cannot do for this kernel, found by the launcher.
+    pub fn add_limit(&mut self, limit: String) {
+        self.report.limits.push(limit);
     }
 
     /// The program, with its arguments, the kernel's command must run under (macOS:
@@ -225,6 +233,8 @@ mod tests {
             workspace: None,
             temp: std::env::temp_dir(),
             max_processes: None,
+            private: None,
+            state: None,
         }
     }
 

@@ -196,20 +196,32 @@ pub(crate) fn prepare(policy: &Policy, dirs: &KernelDirs) -> Result<(Rules, Repo
         mechanisms.push("landlock network (TCP)".to_owned());
     }
     let mut created = ruleset.create().map_err(rules_error)?;
-    if policy.network != Network::On {
-        for port in &dirs.ports {
-            created = created
-                .add_rule(NetPort::new(*port, AccessNet::BindTcp))
-                .map_err(rules_error)?;
-        }
-    }
     if let Network::Proxy { port, .. } = &policy.network {
         // The proxy's port on any address: the kernel's only way out.
         created = created
             .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
             .map_err(rules_error)?;
     }
-    let denied: Vec<PathBuf> = policy.denied().iter().map(|path| resolved(path)).collect();
+    let temp = resolved(&policy.temp);
+    let private = policy.private.as_deref().map(resolved);
+    let mut limits = Vec::new();
+    // The private directory inside the temp directory could only be denied by taking the
+    // temp directory's new entries away from the kernel: left readable, and said.
+    let denied: Vec<PathBuf> = policy
+        .denied()
+        .iter()
+        .map(|path| resolved(path))
+        .filter(|path| {
+            let shared = Some(path) == private.as_ref() && path.starts_with(&temp);
+            if shared {
+                limits.push(format!(
+                    "kernels can read each other's run directories: the server's private directory {} is inside the temp directory (set XDG_RUNTIME_DIR, or let /var/tmp or HOME hold it)",
+                    path.display()
+                ));
+            }
+            !shared
+        })
+        .collect();
     let writable: Vec<PathBuf> = policy
         .writable(dirs)
         .iter()
@@ -219,7 +231,7 @@ pub(crate) fn prepare(policy: &Policy, dirs: &KernelDirs) -> Result<(Rules, Repo
     let mut plan = Plan {
         denied: &denied,
         grants: Vec::new(),
-        limits: Vec::new(),
+        limits,
     };
     plan.allow(Path::new("/"), read_access(), Pass::Read);
     for dir in &writable {
@@ -230,6 +242,12 @@ pub(crate) fn prepare(policy: &Policy, dirs: &KernelDirs) -> Result<(Rules, Repo
             plan.grants
                 .push((PathBuf::from(device), AccessFs::from_all(RULES_ABI)));
         }
+    }
+    // Its own entries in the denied private directory: a rule on a directory holds below it
+    // whatever its parents' rules are.
+    for dir in policy.own(dirs) {
+        plan.grants
+            .push((resolved(&dir), AccessFs::from_all(RULES_ABI)));
     }
     let ruleset = add_grants(created, &plan.grants)?;
     let Some(ruleset) = Option::<OwnedFd>::from(ruleset) else {

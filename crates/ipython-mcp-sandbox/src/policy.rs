@@ -47,8 +47,8 @@ impl std::fmt::Display for Mode {
 pub enum Network {
     /// Anywhere its user can.
     On,
-    /// Nowhere: no TCP connection and no datagram leaves the kernel (its own channel to the
-    /// server, on ports it listens on, keeps working).
+    /// Nowhere: no TCP connection and no datagram leaves the kernel (its channels to the
+    /// server are Unix sockets in its run directory, and keep working).
     Off,
     /// Only through the server's HTTP proxy on loopback `port`, which lets `hosts` through.
     Proxy { port: u16, hosts: Vec<String> },
@@ -109,6 +109,16 @@ pub struct Policy {
     pub workspace: Option<PathBuf>,
     /// The temp directory (writable in every mode).
     pub temp: PathBuf,
+    /// The server's private directory (every local kernel's run directory and output spool):
+    /// denied, each kernel given back its own entries ([`KernelDirs::own`]). One inside the
+    /// temp directory cannot be denied on Linux without taking the temp directory's new
+    /// entries away: the report then says kernels can read each other's.
+    pub private: Option<PathBuf>,
+    /// Under `ReadOnly`, where this policy's kernels keep IPython's and matplotlib's
+    /// directories: one per server or principal in the private directory, writable by these
+    /// kernels alone (in the shared temp directory one kernel could plant a startup file that
+    /// another runs). `None`: the temp directory.
+    pub state: Option<PathBuf>,
     /// Most tasks (processes and threads) the kernel and what it starts may have at once, in a
     /// `pids` cgroup of its own; `None`: no bound.
     pub max_processes: Option<u64>,
@@ -122,13 +132,15 @@ pub struct KernelDirs {
     pub working_dir: Option<PathBuf>,
     /// Its interpreter: a virtual environment's is writable (`%pip install`).
     pub python: Option<PathBuf>,
-    /// The TCP ports it listens on for the server (its channels): the only ones it may bind
-    /// without network.
-    pub ports: Vec<u16>,
+    /// Its own entries in the server's private directory (its run directory with its
+    /// connection file and sockets, its session's output spool): readable and writable by
+    /// it alone.
+    pub own: Vec<PathBuf>,
 }
 
 impl Policy {
-    /// Every denied path: the defaults under HOME, then the listed ones.
+    /// Every denied path: the defaults under HOME, the listed ones, then the server's
+    /// private directory.
     pub fn denied(&self) -> Vec<PathBuf> {
         let mut denied: Vec<PathBuf> = match &self.home {
             Some(home) => DEFAULT_DENIED_UNDER_HOME
@@ -138,7 +150,18 @@ impl Policy {
             None => Vec::new(),
         };
         denied.extend(self.read_deny.iter().cloned());
+        denied.extend(self.private.iter().cloned());
         denied
+    }
+
+    /// The kernel's own directories in the (denied) private directory: its `dirs.own` and,
+    /// under `ReadOnly`, the policy's state directory.
+    pub fn own(&self, dirs: &KernelDirs) -> Vec<PathBuf> {
+        let mut own = dirs.own.clone();
+        if self.mode == Mode::ReadOnly {
+            own.extend(self.state.iter().cloned());
+        }
+        own
     }
 
     /// Every writable directory for a kernel with `dirs`.
@@ -165,17 +188,21 @@ impl Policy {
 
 impl Policy {
     /// Variables the kernel gets: under `ReadOnly` IPython's and matplotlib's directories
-    /// move into the temp directory, the only place it writes.
+    /// move into the policy's own state directory (else the temp directory).
     /// Under an allowlist, the proxy variables every HTTP client reads point at the server's
     /// proxy, and nothing bypasses it.
     pub fn kernel_env(&self) -> Vec<(&'static str, std::ffi::OsString)> {
         let mut env = Vec::new();
         if self.mode == Mode::ReadOnly {
-            env.push(("IPYTHONDIR", self.temp.join("ipython-mcp-ipython").into()));
-            env.push((
-                "MPLCONFIGDIR",
-                self.temp.join("ipython-mcp-matplotlib").into(),
-            ));
+            let (ipython, matplotlib) = match &self.state {
+                Some(state) => (state.join("ipython"), state.join("matplotlib")),
+                None => (
+                    self.temp.join("ipython-mcp-ipython"),
+                    self.temp.join("ipython-mcp-matplotlib"),
+                ),
+            };
+            env.push(("IPYTHONDIR", ipython.into()));
+            env.push(("MPLCONFIGDIR", matplotlib.into()));
         }
         if let Network::Proxy { port, .. } = &self.network {
             let url = std::ffi::OsString::from(format!("http://127.0.0.1:{port}"));
@@ -193,6 +220,13 @@ impl Policy {
     /// (a HOME holding a denied path is split: nothing new can be made directly in it).
     #[cfg_attr(not(any(target_os = "linux", target_os = "macos")), allow(dead_code))]
     pub(crate) fn make_kernel_dirs(&self) {
+        if let (Mode::ReadOnly, Some(state)) = (self.mode, &self.state) {
+            use std::os::unix::fs::DirBuilderExt as _;
+            let _ = std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(state);
+        }
         if self.mode != Mode::WorkspaceWrite {
             return;
         }
@@ -238,6 +272,8 @@ mod tests {
             workspace: Some("/work".into()),
             temp: "/tmp".into(),
             max_processes: None,
+            private: None,
+            state: None,
         }
     }
 
@@ -263,12 +299,33 @@ mod tests {
         let dirs = KernelDirs {
             working_dir: Some("/work/sub".into()),
             python: None,
-            ports: Vec::new(),
+            own: Vec::new(),
         };
         assert_eq!(
             policy(Mode::ReadOnly).writable(&dirs),
             vec![PathBuf::from("/tmp")]
         );
+        // Its IPython and matplotlib directories: the policy's own, given back in the denied
+        // private directory (the temp directory's without one).
+        let state = Policy {
+            private: Some("/run/p".into()),
+            state: Some("/run/p/kernels".into()),
+            ..policy(Mode::ReadOnly)
+        };
+        let env = state.kernel_env();
+        assert!(env.contains(&("IPYTHONDIR", "/run/p/kernels/ipython".into())));
+        assert!(env.contains(&("MPLCONFIGDIR", "/run/p/kernels/matplotlib".into())));
+        assert_eq!(
+            state.own(&KernelDirs {
+                own: vec!["/run/p/k1".into()],
+                ..KernelDirs::default()
+            }),
+            vec![PathBuf::from("/run/p/k1"), PathBuf::from("/run/p/kernels")]
+        );
+        assert!(state.denied().contains(&PathBuf::from("/run/p")));
+        assert!(policy(Mode::ReadOnly)
+            .kernel_env()
+            .contains(&("IPYTHONDIR", "/tmp/ipython-mcp-ipython".into())));
         let writable = policy(Mode::WorkspaceWrite).writable(&dirs);
         for dir in ["/tmp", "/work", "/home/u/.ipython", "/data/out"] {
             assert!(
@@ -280,7 +337,7 @@ mod tests {
         let elsewhere = KernelDirs {
             working_dir: Some("/elsewhere".into()),
             python: None,
-            ports: Vec::new(),
+            own: Vec::new(),
         };
         assert!(!policy(Mode::WorkspaceWrite)
             .writable(&elsewhere)

@@ -2,7 +2,8 @@
 //! `/usr/bin/sandbox-exec -p PROFILE`. Built on every OS so its text is tested everywhere; only
 //! macOS runs it. In Seatbelt's profile language the last matching rule wins, so the profile
 //! allows everything, then takes writes away and gives back the writable directories, then
-//! takes the denied paths away from reads and writes alike.
+//! takes the denied paths away from reads and writes alike, then gives the kernel back its
+//! own entries in the server's private directory.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -28,6 +29,15 @@ pub(crate) fn profile(policy: &Policy, dirs: &KernelDirs) -> String {
         profile.push_str("(deny file-read* file-write*\n");
         for path in &denied {
             let _ = writeln!(profile, "  (subpath {})", quoted(path));
+        }
+        profile.push_str(")\n");
+    }
+    // The kernel's own entries in the server's private directory, denied above.
+    let own = policy.own(dirs);
+    if !own.is_empty() {
+        profile.push_str("(allow file-read* file-write*\n");
+        for dir in &own {
+            let _ = writeln!(profile, "  (subpath {})", quoted(dir));
         }
         profile.push_str(")\n");
     }
@@ -77,14 +87,22 @@ mod tests {
             workspace: Some("/Users/u/project \"x\"".into()),
             temp: "/private/tmp".into(),
             max_processes: None,
+            private: None,
+            state: None,
         }
     }
 
     #[test]
     fn the_profile_gives_writes_back_then_takes_the_secrets_away() {
         let text = profile(
-            &policy(Mode::WorkspaceWrite, Network::On),
-            &KernelDirs::default(),
+            &Policy {
+                private: Some("/Users/u/.local/state/ipython-mcp/ipython-mcp-1".into()),
+                ..policy(Mode::WorkspaceWrite, Network::On)
+            },
+            &KernelDirs {
+                own: vec!["/Users/u/.local/state/ipython-mcp/ipython-mcp-1/k1".into()],
+                ..KernelDirs::default()
+            },
         );
         let position = |needle: &str| {
             text.find(needle)
@@ -100,6 +118,12 @@ mod tests {
         );
         assert!(text.contains("(subpath \"/Users/u/.ssh\")"));
         assert!(text.contains("(subpath \"/etc/ipython-mcp/token\")"));
+        // The private directory is denied, then the kernel's own entry in it given back.
+        let denied = position("(subpath \"/Users/u/.local/state/ipython-mcp/ipython-mcp-1\")");
+        let own = position("(subpath \"/Users/u/.local/state/ipython-mcp/ipython-mcp-1/k1\")");
+        assert!(position("(deny file-read* file-write*") < denied);
+        assert!(denied < position("(allow file-read* file-write*"));
+        assert!(position("(allow file-read* file-write*") < own);
         assert!(!text.contains("network-outbound"));
         // Balanced: every form closes.
         assert_eq!(
@@ -161,6 +185,8 @@ mod tests {
             workspace: Some(home.join("work")),
             temp: std::env::temp_dir().canonicalize().expect("temp"),
             max_processes: None,
+            private: None,
+            state: None,
         };
         let text = profile(&policy, &KernelDirs::default());
         let run = |script: &str| {

@@ -81,6 +81,8 @@ pub fn main() -> ExitCode {
         _ => None,
     };
     logging::init(cli.log_filter(&config));
+    // Held until the process ends, then removed (after every kernel is gone).
+    let private_dir = serve::make_private_dir();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -103,6 +105,7 @@ pub fn main() -> ExitCode {
     });
     // Kernels and their tasks are already closed; don't wait on a blocked stdin read.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    drop(private_dir);
     match result {
         Ok(code) => code,
         Err(error) => {

@@ -211,6 +211,14 @@ pub fn principal_sessions(
         session_options(&config, SessionId::DEFAULT).map_err(|error| format!("{error:#}"))?;
     options.working_dir = Some(workspace);
     options.owner = Some(principal.to_string());
+    // Their kernels' own IPython and matplotlib directories (read-only), kept from everyone
+    // else's.
+    if let Some(policy) = &options.sandbox {
+        options.sandbox = Some(Arc::new(ipython_mcp_sandbox::Policy {
+            state: Some(private_dir().join(format!("principal-{principal}"))),
+            ..(**policy).clone()
+        }));
+    }
     Ok((
         sessions(&config, default_spec, options, DefaultStart::FirstUse),
         Arc::new(config),
@@ -386,6 +394,43 @@ impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for EofSignal<R> {
     }
 }
 
+/// The server's private directory, once [`make_private_dir`] made it.
+static PRIVATE_DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+
+/// Makes the server's private directory, where local kernels' run directories and output
+/// spools go (out of the temp directory every kernel writes: see the jupyter crate's
+/// `private_dir`). Without one (nowhere writable), they go in the temp directory, as the
+/// sandbox's report then says.
+pub fn make_private_dir() -> Option<ipython_mcp_jupyter::private_dir::PrivateDir> {
+    use ipython_mcp_jupyter::private_dir::{candidate_bases, PrivateDir};
+    let var = |name: &str| std::env::var_os(name).map(std::path::PathBuf::from);
+    let bases = candidate_bases(
+        var("XDG_RUNTIME_DIR").as_deref(),
+        var("XDG_STATE_HOME").as_deref(),
+        var("HOME").as_deref(),
+        &std::env::temp_dir(),
+    );
+    match PrivateDir::create(&bases) {
+        Ok(dir) => {
+            tracing::debug!(dir = %dir.path().display(), "private directory");
+            let _ = PRIVATE_DIR.set(dir.path().to_owned());
+            Some(dir)
+        }
+        Err(error) => {
+            tracing::warn!(%error, "no private directory: kernels' run directories go in the temp directory");
+            None
+        }
+    }
+}
+
+/// Where local kernels' run directories and output spools are made.
+fn private_dir() -> std::path::PathBuf {
+    PRIVATE_DIR
+        .get()
+        .cloned()
+        .unwrap_or_else(std::env::temp_dir)
+}
+
 /// The session options every kernel session uses, from the validated configuration.
 pub fn session_options(config: &Config, kernel_id: &str) -> anyhow::Result<SessionOptions> {
     Ok(SessionOptions {
@@ -418,6 +463,7 @@ pub fn session_options(config: &Config, kernel_id: &str) -> anyhow::Result<Sessi
             },
         },
         sandbox: sandbox_policy(config),
+        private_dir: private_dir(),
         // What sessions record themselves (refusals, paging markers) is worded by the MCP
         // crate, which knows the tools.
         wording: ipython_mcp_mcp::WORDING,
@@ -460,6 +506,8 @@ fn sandbox_policy(config: &Config) -> Option<Arc<ipython_mcp_sandbox::Policy>> {
             .or_else(|| std::env::current_dir().ok()),
         temp: std::env::temp_dir(),
         max_processes: Some(config.sandbox.max_processes),
+        private: Some(private_dir()),
+        state: Some(private_dir().join("kernels")),
     }))
 }
 

@@ -40,6 +40,8 @@ async fn launch_with(interrupt_mode: InterruptMode) -> Kernel {
             kernel_name: None,
             memory: Default::default(),
             sandbox: None,
+            run_dir_in: std::env::temp_dir(),
+            own_dirs: Vec::new(),
         },
         Duration::from_secs(30),
     )

@@ -204,6 +204,7 @@ impl FakeKernels {
             wording: Wording::PLAIN,
             memory: Default::default(),
             sandbox: None,
+            private_dir: std::env::temp_dir(),
             notice: None,
         }
     }

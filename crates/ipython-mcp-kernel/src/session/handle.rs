@@ -59,7 +59,7 @@ impl SessionHandle {
             capacity: Arc::new(Semaphore::new(options.max_pending.max(1))),
             reserved: Arc::new(Semaphore::new(1)),
             admission: Mutex::new(()),
-            executions: Executions::new(options.spool),
+            executions: Executions::new(options.spool, options.private_dir.clone()),
             options,
             queue_depth: AtomicUsize::new(0),
             next_seq: AtomicU64::new(1),

@@ -95,6 +95,9 @@ pub struct SessionOptions {
     /// The OS sandbox of each local kernel (remote kernels: their server's business); `None`:
     /// none.
     pub sandbox: Option<std::sync::Arc<ipython_mcp_sandbox::Policy>>,
+    /// The server's private directory: local kernels' run directories and the session's
+    /// output spool are made in it (the sandbox keeps each kernel out of the others').
+    pub private_dir: std::path::PathBuf,
     /// How the answers the session records itself are worded for the agent (the MCP crate's
     /// `error::WORDING`; [`Wording::PLAIN`] without it).
     pub wording: Wording,

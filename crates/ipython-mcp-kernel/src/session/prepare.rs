@@ -125,7 +125,7 @@ async fn prepare(
     environment: PythonEnvironment,
 ) -> Result<Running, StartFailure> {
     let options = &shared.options;
-    let (spec, with_helper, spec_name) = launch_spec(options, &environment);
+    let (spec, with_helper, spec_name) = launch_spec(&shared, &environment);
     let started = Instant::now();
     let spec = with_variables(spec, &options.namespace.variables);
     let kernel = Kernel::launch(&spec, options.timeouts.kernel_startup)
@@ -165,10 +165,14 @@ async fn prepare(
 /// ipykernel launch by default. A kernelspec is launched with exactly its argv, env and
 /// interrupt mode (the launcher adds our ipykernel options only where the argv runs
 /// ipykernel); an ipykernel spec gets the helper, any other kernel none.
-fn launch_spec(
-    options: &super::SessionOptions,
-    environment: &PythonEnvironment,
-) -> (LaunchSpec, bool, String) {
+fn launch_spec(shared: &Shared, environment: &PythonEnvironment) -> (LaunchSpec, bool, String) {
+    let options = &shared.options;
+    let own_dirs: Vec<std::path::PathBuf> = shared
+        .executions
+        .spool()
+        .map(|(dir, _)| dir.to_owned())
+        .into_iter()
+        .collect();
     match &options.kernel_spec {
         None => (
             LaunchSpec {
@@ -180,6 +184,8 @@ fn launch_spec(
                 kernel_name: None,
                 memory: options.memory,
                 sandbox: options.sandbox.clone(),
+                run_dir_in: options.private_dir.clone(),
+                own_dirs: own_dirs.clone(),
             },
             true,
             "python3".to_owned(),
@@ -199,6 +205,8 @@ fn launch_spec(
                 kernel_name: Some(kernel_spec.name.clone()),
                 memory: options.memory,
                 sandbox: options.sandbox.clone(),
+                run_dir_in: options.private_dir.clone(),
+                own_dirs: own_dirs.clone(),
             };
             (spec, kernel_spec.is_ipykernel(), kernel_spec.name.clone())
         }

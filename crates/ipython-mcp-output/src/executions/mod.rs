@@ -163,6 +163,8 @@ pub struct PageRequest {
 pub struct Executions {
     /// The spool directory, once [`Executions::open`] made it (never, with the spool off).
     dir: OnceLock<tempfile::TempDir>,
+    /// Where the spool directory is made.
+    parent: PathBuf,
     limits: SpoolLimits,
     records: Records,
     /// Every file operation on the spool, in order, off the async threads (see `spool`).
@@ -183,9 +185,10 @@ struct Upkeep {
 
 impl Executions {
     /// Needs a tokio runtime (the spool queue's worker).
-    pub fn new(limits: SpoolLimits) -> Self {
+    pub fn new(limits: SpoolLimits, parent: PathBuf) -> Self {
         Executions {
             dir: OnceLock::new(),
+            parent,
             limits,
             records: Arc::default(),
             queue: SpoolQueue::start(),
@@ -200,10 +203,11 @@ impl Executions {
             return;
         }
         // tempfile creates the directory 0700.
-        let created = tokio::task::spawn_blocking(|| {
+        let parent = self.parent.clone();
+        let created = tokio::task::spawn_blocking(move || {
             tempfile::Builder::new()
                 .prefix("ipython-mcp-spool-")
-                .tempdir()
+                .tempdir_in(parent)
         })
         .await;
         match created {
@@ -658,7 +662,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_stream_faster_than_the_disk_is_cut_cleanly_and_counted() {
-        let executions = Executions::new(SpoolLimits::default());
+        let executions = Executions::new(SpoolLimits::default(), std::env::temp_dir());
         executions.open().await;
         let record = executions.register(ExecutionId::generate(), 1, "r".into());
         let collector = Collector::new(Default::default(), 10, None, None);

@@ -191,8 +191,12 @@ async fn background_output_is_polled_to_completion_and_paged_from_the_spool() {
 #[tokio::test]
 async fn a_server_killed_after_an_answer_leaves_all_of_its_output_in_the_spool() {
     let tmp = tempfile::tempdir().expect("tmp");
-    let tmp_path = tmp.path().display().to_string();
-    let server = Server::start(Family::Handshake, &[("TMPDIR", &tmp_path)]).await;
+    let [(tmp_var, tmp_dir), (run_var, run_dir)] = support::temp_and_private(tmp.path());
+    let server = Server::start(
+        Family::Handshake,
+        &[(tmp_var, &tmp_dir), (run_var, &run_dir)],
+    )
+    .await;
     let list = server.call("kernel_list", json!({})).await;
     let kernel_pid = list.structured["kernels"][0]["pid"]
         .as_i64()
@@ -214,15 +218,8 @@ async fn a_server_killed_after_an_answer_leaves_all_of_its_output_in_the_spool()
     support::wait_until_gone(kernel_pid).await;
     drop(server);
     let mut spooled = Vec::new();
-    for dir in std::fs::read_dir(tmp.path()).expect("tmp").flatten() {
-        if !dir
-            .file_name()
-            .to_string_lossy()
-            .starts_with("ipython-mcp-spool-")
-        {
-            continue;
-        }
-        for file in std::fs::read_dir(dir.path()).expect("spool").flatten() {
+    for dir in support::spool_dirs(tmp.path()) {
+        for file in std::fs::read_dir(dir).expect("spool").flatten() {
             if file.file_name().to_string_lossy().ends_with(".stdout") {
                 spooled.push(std::fs::read(file.path()).expect("read"));
             }

@@ -932,6 +932,54 @@ async fn principals_kernels_write_only_their_own_directory_under_their_own_sandb
     }
     assert_eq!(std::fs::read_to_string(&bobs).expect("bob's file"), "bob");
     assert!(!root.join("bob/planted.txt").exists());
+    // Nor can alice's code take bob's kernel's signing key (with it, it could run code in his
+    // kernel over its sockets), or write his run directory or output spool. (Landlock lets
+    // names be listed below a directory holding a denied path: she may see their names.)
+    let list = call_peer(bob.peer(), "kernel_list", json!({})).await;
+    let bob_pid = list.structured["kernels"][0]["pid"].as_i64().expect("pid") as i32;
+    let bob_run = support::kernel_run_dir(bob_pid);
+    let private = bob_run.parent().expect("private directory").to_owned();
+    assert!(
+        !private.starts_with(std::env::temp_dir()),
+        "the private directory {} is outside the temp directory",
+        private.display()
+    );
+    // Bob's spool: the one holding what bob printed (long enough to be cut, so spooled).
+    run(bob.peer(), "print('BOB-SPOOLED ' * 20000)").await;
+    let bob_spooled = support::spool_dirs(&private)
+        .into_iter()
+        .flat_map(|dir| std::fs::read_dir(dir).into_iter().flatten().flatten())
+        .map(|file| file.path())
+        .find(|file| {
+            std::fs::read(file)
+                .is_ok_and(|bytes| bytes.windows(11).any(|window| window == b"BOB-SPOOLED"))
+        })
+        .expect("bob's output in a spool in the private directory");
+    let bob_spool = bob_spooled.parent().expect("spool").to_owned();
+    for (target, what) in [
+        (bob_run.join("kernel.json"), "r"),
+        (bob_spooled.clone(), "r"),
+        (bob_run.join("planted"), "w"),
+        (bob_spool.join("planted"), "w"),
+    ] {
+        let printed = run(alice.peer(), &attempt(&target, what)).await;
+        assert!(
+            printed.starts_with("denied"),
+            "{}: {printed}",
+            target.display()
+        );
+    }
+    assert!(!bob_run.join("planted").exists() && !bob_spool.join("planted").exists());
+    // Her code can connect to his kernel's sockets (Landlock does not govern that), but his
+    // kernel takes connections from the server alone: each is closed before a greeting, so
+    // she cannot subscribe to his output.
+    let probe = format!(
+        "import socket\nfor n in range(1, 6):\n    s = socket.socket(socket.AF_UNIX)\n    s.settimeout(60)\n    try:\n        s.connect({:?} + str(n))\n        s.sendall(bytes([0xff] + [0] * 8 + [0x7f, 3]))\n        print(n, 'greeted' if s.recv(64) else 'closed')\n    except OSError as e:\n        print(n, 'refused', type(e).__name__)\n",
+        format!("{}/k-", bob_run.display())
+    );
+    let probed = run(alice.peer(), &probe).await;
+    assert_eq!(probed.lines().count(), 5, "{probed}");
+    assert!(!probed.contains("greeted"), "{probed}");
     // A kernel alice starts in bob's directory runs there, and still writes only hers.
     let status = call_peer(alice.peer(), "runtime_status", json!({})).await;
     let python = status.structured["kernel"]["python"]
@@ -971,5 +1019,22 @@ async fn principals_kernels_write_only_their_own_directory_under_their_own_sandb
     let sandbox = &status.structured["kernel"]["sandbox"];
     assert_eq!(sandbox["mode"], "read-only", "{status:?}");
     assert_eq!(sandbox["network"], "off", "{status:?}");
+    // Their IPython directory is their own, in the private directory: not the shared temp
+    // directory, where any kernel could plant a startup file that theirs would run.
+    let ipython_dir = run(
+        intern_client.peer(),
+        "import os; print(os.environ['IPYTHONDIR'])",
+    )
+    .await;
+    let ipython_dir = PathBuf::from(ipython_dir.trim_end());
+    assert!(
+        ipython_dir.starts_with(&private),
+        "{}",
+        ipython_dir.display()
+    );
+    let startup = ipython_dir.join("profile_default/startup/00-planted.py");
+    let printed = run(alice.peer(), &attempt(&startup, "w")).await;
+    assert!(printed.starts_with("denied"), "{printed}");
+    assert!(!startup.exists());
     server.start_kill().ok();
 }

@@ -14,17 +14,10 @@ fn images(count: usize, size: usize) -> String {
     )
 }
 
-fn spool_files(tmp: &std::path::Path, suffix: &str) -> Vec<std::path::PathBuf> {
+fn spool_files(root: &std::path::Path, suffix: &str) -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();
-    for dir in std::fs::read_dir(tmp).expect("tmp").flatten() {
-        if !dir
-            .file_name()
-            .to_string_lossy()
-            .starts_with("ipython-mcp-spool-")
-        {
-            continue;
-        }
-        for file in std::fs::read_dir(dir.path()).expect("spool").flatten() {
+    for dir in support::spool_dirs(root) {
+        for file in std::fs::read_dir(dir).expect("spool").flatten() {
             if file.file_name().to_string_lossy().ends_with(suffix) {
                 found.push(file.path());
             }
@@ -36,8 +29,12 @@ fn spool_files(tmp: &std::path::Path, suffix: &str) -> Vec<std::path::PathBuf> {
 #[tokio::test]
 async fn large_displays_of_finished_executions_live_on_disk_and_come_back_intact() {
     let tmp = tempfile::tempdir().expect("tmp");
-    let tmp_path = tmp.path().display().to_string();
-    let server = Server::start(Family::Handshake, &[("TMPDIR", &tmp_path)]).await;
+    let [(tmp_var, tmp_dir), (run_var, run_dir)] = support::temp_and_private(tmp.path());
+    let server = Server::start(
+        Family::Handshake,
+        &[(tmp_var, &tmp_dir), (run_var, &run_dir)],
+    )
+    .await;
     let run = server
         .call("execute", json!({"code": images(3, 200_000)}))
         .await;

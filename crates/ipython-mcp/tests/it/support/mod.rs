@@ -620,6 +620,42 @@ pub async fn wait_until_group_gone(group: i32) {
     }
 }
 
+/// A server's temp and private directories in one test directory: `TMPDIR` and
+/// `XDG_RUNTIME_DIR` (where the server makes its private directory, with kernels' run
+/// directories and output spools) beside each other, so [`spool_dirs`] finds its spools.
+pub fn temp_and_private(root: &std::path::Path) -> [(&'static str, String); 2] {
+    let tmp = root.join("tmp");
+    let run = root.join("run");
+    for dir in [&tmp, &run] {
+        std::fs::create_dir_all(dir).expect("test directory");
+    }
+    [
+        ("TMPDIR", tmp.display().to_string()),
+        ("XDG_RUNTIME_DIR", run.display().to_string()),
+    ]
+}
+
+/// Every output spool directory (`ipython-mcp-spool-*`) anywhere under `root`.
+pub fn spool_dirs(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if !path.is_dir() || path.is_symlink() {
+            continue;
+        }
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with("ipython-mcp-spool-")
+        {
+            found.push(path);
+        } else {
+            found.extend(spool_dirs(&path));
+        }
+    }
+    found
+}
+
 /// The private run directory of a kernel, read from its command line (`-f <dir>/kernel.json`).
 pub fn kernel_run_dir(pid: i32) -> std::path::PathBuf {
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("cmdline");
