@@ -15,6 +15,10 @@ use super::*;
 use crate::status::SessionState;
 use ipython_mcp_output::output::{Interruption, NamespaceOutcome};
 
+/// How long a closing session waits for a spare still starting on a Jupyter server, so that
+/// it can delete it (its start request cannot be taken back).
+const SPARE_SETTLE_WAIT: Duration = Duration::from_secs(10);
+
 /// A spare kernel being prepared (or ready) in the background, a task of the session's.
 pub(super) type Spare = tokio::task::JoinHandle<Result<Running, StartFailure>>;
 
@@ -549,11 +553,28 @@ impl Actor {
     }
 
     /// Spares never ran user code: a kill is enough. One still starting is aborted, which
-    /// drops its launch and kills its process.
+    /// drops its launch and kills its process; where that could leave a kernel behind (a
+    /// start request in flight to a Jupyter server), it is waited for, within
+    /// [`SPARE_SETTLE_WAIT`], and then deleted.
     pub(super) async fn drop_spares(&mut self) {
-        while let Some(spare) = self.spares.pop_front() {
-            spare.abort();
-            if let Ok(Ok(running)) = spare.await {
+        let cancellable = self.launcher.cancellable();
+        while let Some(mut spare) = self.spares.pop_front() {
+            let settled = if cancellable {
+                spare.abort();
+                spare.await
+            } else {
+                match tokio::time::timeout(SPARE_SETTLE_WAIT, &mut spare).await {
+                    Ok(settled) => settled,
+                    Err(_) => {
+                        tracing::warn!(
+                            "a spare kernel still starting on the Jupyter server was abandoned"
+                        );
+                        spare.abort();
+                        spare.await
+                    }
+                }
+            };
+            if let Ok(Ok(running)) = settled {
                 running.kernel.kill().await;
             }
         }

@@ -149,6 +149,23 @@ impl Events {
 pub struct FakeKernels {
     script: Script,
     events: Arc<Events>,
+    /// How long each launch takes, and whether dropping one in flight is clean.
+    launch: LaunchLike,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct LaunchLike {
+    delay: Duration,
+    cancellable: bool,
+}
+
+impl Default for LaunchLike {
+    fn default() -> Self {
+        LaunchLike {
+            delay: Duration::ZERO,
+            cancellable: true,
+        }
+    }
 }
 
 impl Default for FakeKernels {
@@ -162,7 +179,15 @@ impl FakeKernels {
         FakeKernels {
             script: Script::default(),
             events: Events::new(),
+            launch: LaunchLike::default(),
         }
+    }
+
+    /// Makes each launch take `delay` and, unless `cancellable`, be a start that dropping
+    /// could leave behind (as on a Jupyter server).
+    pub fn launching(mut self, delay: Duration, cancellable: bool) -> FakeKernels {
+        self.launch = LaunchLike { delay, cancellable };
+        self
     }
 
     /// Makes `code` do `behaviour` in sessions started after this.
@@ -224,6 +249,12 @@ impl FakeKernels {
         *self.events.kills.borrow()
     }
 
+    /// Waits until `count` launches have begun in all.
+    pub async fn launched(&self, count: usize) {
+        let mut launches = self.events.launches.subscribe();
+        let _ = launches.wait_for(|launches| *launches >= count).await;
+    }
+
     /// Waits until the kernels have begun `count` requests in all (to interrupt or cancel
     /// one that is running, without sleeping).
     pub async fn started(&self, count: usize) {
@@ -235,6 +266,7 @@ impl FakeKernels {
         Arc::new(FakeLauncher {
             script: Arc::new(self.script.clone()),
             events: Arc::clone(&self.events),
+            launch: self.launch,
         })
     }
 }
@@ -257,6 +289,7 @@ impl SessionHandle {
 struct FakeLauncher {
     script: Arc<Script>,
     events: Arc<Events>,
+    launch: LaunchLike,
 }
 
 impl Launcher for FakeLauncher {
@@ -266,12 +299,16 @@ impl Launcher for FakeLauncher {
 
     fn launch(&self) -> BoxFuture<'static, Result<Running, StartFailure>> {
         let (script, events) = (Arc::clone(&self.script), Arc::clone(&self.events));
+        let delay = self.launch.delay;
         Box::pin(async move {
             let mut pid = 0;
             events.launches.send_modify(|launches| {
                 *launches += 1;
                 pid = 1000 + *launches as u32;
             });
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
             let kernel = FakeKernel {
                 script,
                 events,
@@ -287,6 +324,10 @@ impl Launcher for FakeLauncher {
                 description: fake_description(pid),
             })
         })
+    }
+
+    fn cancellable(&self) -> bool {
+        self.launch.cancellable
     }
 }
 
@@ -538,6 +579,7 @@ mod tests {
         let kernels = FakeKernels {
             script,
             events: Events::new(),
+            launch: LaunchLike::default(),
         };
         (SessionHandle::start_fake(options, &kernels), kernels.events)
     }

@@ -75,6 +75,10 @@ impl Launcher for Remote {
         let kernel = self.kernel.clone();
         Box::pin(async move { prepare(shared, server, kernel).await })
     }
+
+    fn cancellable(&self) -> bool {
+        false
+    }
 }
 
 /// Deletes a kernel we started unless `defuse` is called: a launch abandoned half-way (its

@@ -84,6 +84,13 @@ pub(crate) trait Launcher: Send + Sync {
     /// it applies. Touches no session state, so spares are started the same way in the
     /// background. Its `KernelDescription` is what runtime_status shows.
     fn launch(&self) -> BoxFuture<'static, Result<Running, StartFailure>>;
+
+    /// Whether dropping a launch in flight leaves nothing behind. True for a local kernel
+    /// (its process dies with the dropped launch); false on a Jupyter server, where a start
+    /// request in flight may make a kernel whose id we would never learn.
+    fn cancellable(&self) -> bool {
+        true
+    }
 }
 
 /// A kernel on a Jupyter server: each method is the jupyter crate's own (REST for interrupt

@@ -123,3 +123,27 @@ async fn manager_shutdown_leaves_no_task_running() {
     let metrics = tokio::runtime::Handle::current().metrics();
     assert_eq!(metrics.num_alive_tasks(), 0, "a task outlived the shutdown");
 }
+
+/// A session closing while its spare is still starting kills that spare: a local start is
+/// dropped (its process dies with it); one that dropping could leave behind (a start request
+/// in flight to a Jupyter server) is waited for, then killed, never abandoned.
+#[tokio::test(start_paused = true)]
+async fn a_spare_still_starting_is_never_left_behind_at_close() {
+    for (cancellable, kills) in [(true, 1), (false, 2)] {
+        let kernels = FakeKernels::new().launching(Duration::from_secs(5), cancellable);
+        let options = ipython_mcp_kernel::SessionOptions {
+            spare_kernels: 1,
+            ..FakeKernels::session_options("default")
+        };
+        let session = SessionHandle::start_fake(options, &kernels);
+        // The session's kernel is up, and the spare's launch has begun.
+        kernels.launched(2).await;
+        session.shutdown().await;
+        assert_eq!(kernels.launches(), 2);
+        assert_eq!(
+            kernels.kills(),
+            kills,
+            "cancellable: {cancellable}: the session's kernel, and the spare unless dropped"
+        );
+    }
+}
