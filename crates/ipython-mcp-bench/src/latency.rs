@@ -320,6 +320,7 @@ pub(crate) async fn bench_session(python: &Path) -> anyhow::Result<Vec<f64>> {
         memory: Default::default(),
         sandbox: None,
         private_dir: std::env::temp_dir(),
+        checkpoint_max_bytes: None,
         notice: None,
     };
     let session = ipython_mcp_kernel::SessionHandle::start(options);

@@ -36,6 +36,11 @@
 //! interleaved, and prints what it adds to a kernel's start and to `execute`'s p50 (see
 //! `sandbox.rs`); it is not part of the full run.
 //!
+//! `ipython-mcp-bench checkpoint [ROUNDS]` starts servers with checkpoints of the namespace on
+//! and off, interleaved, and prints what they cost `execute`'s p50 and a cell making a 1 GiB
+//! buffer, what one trivial cell writes, and how long restoring the buffer takes (see
+//! `checkpoint.rs`); it is not part of the full run.
+//!
 //! `ipython-mcp-bench soak [--seconds N] [--seed S]` is a chaos soak: a mixed workload with
 //! faults injected at random moments on two servers, then checks that every call was answered
 //! once and truthfully and that nothing leaked (see `soak.rs`); it is not part of the full run.
@@ -54,6 +59,7 @@ use anyhow::{bail, Context as _};
 use rmcp::model::ClientConfig;
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
 
+mod checkpoint;
 mod latency;
 mod ledger;
 mod lifecycle;
@@ -107,6 +113,14 @@ async fn main() -> anyhow::Result<()> {
             };
             let python = resolve_python().await?;
             return sandbox::bench_sandbox(&server_binary, &python, rounds).await;
+        }
+        Some("checkpoint") => {
+            let rounds = match std::env::args().nth(2) {
+                Some(rounds) => rounds.parse().context("ROUNDS is a positive number")?,
+                None => checkpoint::CHECKPOINT_ROUNDS,
+            };
+            let python = resolve_python().await?;
+            return checkpoint::bench_checkpoint(&server_binary, &python, rounds).await;
         }
         Some("soak") => {
             let (seconds, seed) = soak_arguments(std::env::args().skip(2))?;

@@ -6,8 +6,8 @@ use crate::environment::{self, NamedEnvironment};
 use crate::error::Error;
 use crate::jupyter::{self, JupyterServer};
 use crate::limits::{
-    KernelLimits, KernelMemory, OutputLimits, QueueLimits, Sandbox, SandboxMode, SandboxNetwork,
-    Spares, SpoolBounds, Timeouts, ToolLimits,
+    Checkpoint, KernelLimits, KernelMemory, OutputLimits, QueueLimits, Sandbox, SandboxMode,
+    SandboxNetwork, Spares, SpoolBounds, Timeouts, ToolLimits,
 };
 use crate::namespace::{namespace, Namespace};
 use crate::parse::{
@@ -24,6 +24,7 @@ pub struct Config {
     pub timeouts: Timeouts,
     pub queue: QueueLimits,
     pub spares: Spares,
+    pub checkpoint: Checkpoint,
     pub kernels: KernelLimits,
     pub memory: KernelMemory,
     /// The kernels' OS sandbox.
@@ -140,6 +141,7 @@ impl Config {
             timeouts,
             queue,
             spares: Spares(non_negative_int(raw, SPARE_KERNELS)?),
+            checkpoint: checkpoint(raw)?,
             kernels: KernelLimits {
                 max_kernels: positive_int(raw, MAX_KERNELS)?,
                 idle_timeout: seconds(raw, KERNEL_IDLE_TIMEOUT)?,
@@ -347,6 +349,25 @@ pub(crate) fn sandbox_network(text: &str) -> Result<SandboxNetwork, String> {
         return Err("must be on, off or comma-separated host names".to_owned());
     }
     Ok(SandboxNetwork::Allow(hosts))
+}
+
+/// Whether namespaces are checkpointed, and the bound on a session's checkpoint.
+fn checkpoint(raw: &RawConfig) -> Result<Checkpoint, Error> {
+    let enabled = match raw.get(CHECKPOINT).unwrap_or(CHECKPOINT.default).trim() {
+        "on" => true,
+        "off" => false,
+        other => {
+            return Err(Error::Invalid {
+                env: CHECKPOINT.env,
+                flag: CHECKPOINT.flag,
+                problem: format!("must be on or off, got {:?}", crate::parse::bounded(other)),
+            })
+        }
+    };
+    Ok(Checkpoint {
+        enabled,
+        max_bytes: positive_int(raw, CHECKPOINT_MAX_BYTES)? as u64,
+    })
 }
 
 /// The kernels' memory limit and how it is enforced (`watchdog`: by the watchdog alone).

@@ -31,8 +31,8 @@ pub use environment::{NamedEnvironment, Variables, MAX_REQUIREMENTS, MAX_REQUIRE
 pub use error::Error;
 pub use jupyter::{is_remote_name, JupyterServer, JupyterToken, REMOTE_ATTACH, REMOTE_START};
 pub use limits::{
-    KernelLimits, KernelMemory, OutputLimits, QueueLimits, Sandbox, SandboxMode, SandboxNetwork,
-    Spares, SpoolBounds, Timeouts, ToolLimits,
+    Checkpoint, KernelLimits, KernelMemory, OutputLimits, QueueLimits, Sandbox, SandboxMode,
+    SandboxNetwork, Spares, SpoolBounds, Timeouts, ToolLimits,
 };
 pub use namespace::Namespace;
 pub use principals::{

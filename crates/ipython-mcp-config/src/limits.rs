@@ -49,6 +49,14 @@ pub struct QueueLimits {
     pub queue_wait: Duration,
 }
 
+/// Checkpoints of a local kernel's namespace, restored into a replacement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Checkpoint {
+    pub enabled: bool,
+    /// Bytes of pickled values a session's checkpoint keeps.
+    pub max_bytes: u64,
+}
+
 /// How many warm spare kernels a session keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Spares(pub usize);

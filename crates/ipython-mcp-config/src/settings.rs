@@ -84,6 +84,10 @@ settings! {
         "How long an operation may wait in the queue before it gets queue_timeout (nothing runs)");
     SPARE_KERNELS = ("spare_kernels", "IPYTHON_MCP_SPARE_KERNELS", "spare-kernels", "1", Value, "N",
         "Warm spare kernels kept ready per session so a replacement costs milliseconds (0 disables)");
+    CHECKPOINT = ("checkpoint", "IPYTHON_MCP_CHECKPOINT", "checkpoint", "on", Value, "on|off",
+        "on: after each execution a local kernel's namespace is checkpointed off the reply's path (values that pickle, imported modules), and a kernel that dies or is killed comes back with it (runtime.namespace restored); off: a replacement starts empty");
+    CHECKPOINT_MAX_BYTES = ("checkpoint_max_bytes", "IPYTHON_MCP_CHECKPOINT_MAX_BYTES", "checkpoint-max-bytes", "1073741824", Value, "BYTES",
+        "Bytes of pickled values a session's checkpoint keeps on disk; a value past it is not kept, and named as lost when the namespace is restored");
     PROVISION_TIMEOUT = ("provision_timeout_seconds", "IPYTHON_MCP_PROVISION_TIMEOUT_SECONDS", "provision-timeout-seconds", "600", Value, "SECONDS",
         "Bound on creating a managed environment (the default one, or a named one with its requirements)");
     MAX_KERNELS = ("max_kernels", "IPYTHON_MCP_MAX_KERNELS", "max-kernels", "8", Value, "N",

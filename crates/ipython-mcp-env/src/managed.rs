@@ -35,6 +35,10 @@ pub(crate) const METADATA_FILE: &str = "ipython-mcp-env.json";
 /// What we install; the bounds match what the kernel helper supports.
 pub(crate) const IPYKERNEL_REQUIREMENT: &str = "ipykernel>=6.29,<8";
 
+/// What the helper's checkpoints pickle with in the managed environment, so that functions,
+/// classes and lambdas defined in cells survive a kernel's death (pure Python, ~30 kB).
+const CLOUDPICKLE_REQUIREMENT: &str = "cloudpickle>=3,<4";
+
 /// Prefix of build and removal directories inside `<cache>/envs`.
 const TEMP_PREFIX: &str = ".tmp-";
 
@@ -49,7 +53,8 @@ pub(crate) const LOCK_MARGIN: Duration = Duration::from_secs(30);
 /// Files larger than this in `bin/` are not scripts and are left alone by relocation.
 const LARGEST_SCRIPT: u64 = 1024 * 1024;
 
-const METADATA_FORMAT: u32 = 1;
+/// 2: the managed environment has cloudpickle too (one of format 1 is rebuilt).
+const METADATA_FORMAT: u32 = 2;
 
 /// The prompt `bin/activate` shows; it would otherwise be the build directory's name.
 const PROMPT: &str = "ipython-mcp";
@@ -198,8 +203,11 @@ impl Provisioner<'_> {
         };
         let recipe = Recipe {
             label: "the managed environment".to_owned(),
-            packages: "ipykernel",
-            requirements: vec![IPYKERNEL_REQUIREMENT.to_owned()],
+            packages: "ipykernel and cloudpickle",
+            requirements: vec![
+                IPYKERNEL_REQUIREMENT.to_owned(),
+                CLOUDPICKLE_REQUIREMENT.to_owned(),
+            ],
             prompt: PROMPT,
             temp_prefix: TEMP_PREFIX,
             metadata: &metadata,
@@ -669,15 +677,16 @@ mod tests {
 
     #[test]
     fn metadata_must_be_complete() {
-        let good = br#"{"format":1,"python_version":"3.11.7","ipykernel_version":"7.1.0","tool":"pip","created_unix":1}"#;
+        let good = br#"{"format":2,"python_version":"3.11.7","ipykernel_version":"7.1.0","tool":"pip","created_unix":1}"#;
         assert!(metadata_is_valid(good));
         assert!(!metadata_is_valid(b""));
         assert!(!metadata_is_valid(b"{}"));
+        // An environment of an older format (without cloudpickle) is rebuilt.
         assert!(!metadata_is_valid(
-            br#"{"format":2,"python_version":"3.11.7","ipykernel_version":"7.1.0","tool":"pip","created_unix":1}"#
+            br#"{"format":1,"python_version":"3.11.7","ipykernel_version":"7.1.0","tool":"pip","created_unix":1}"#
         ));
         assert!(!metadata_is_valid(
-            br#"{"format":1,"python_version":"3.11.7","ipykernel_version":"","tool":"pip","created_unix":1}"#
+            br#"{"format":2,"python_version":"3.11.7","ipykernel_version":"","tool":"pip","created_unix":1}"#
         ));
     }
 
@@ -709,7 +718,7 @@ mod tests {
         let python = target.join("bin/python");
         fs::write(&python, script).expect("write");
         fs::set_permissions(&python, fs::Permissions::from_mode(0o755)).expect("chmod");
-        let metadata = br#"{"format":1,"python_version":"3.11.7","ipykernel_version":"7.1.0","tool":"pip","created_unix":1}"#;
+        let metadata = br#"{"format":2,"python_version":"3.11.7","ipykernel_version":"7.1.0","tool":"pip","created_unix":1}"#;
         fs::write(target.join(METADATA_FILE), metadata).expect("write");
         target
     }

@@ -174,6 +174,9 @@ pub struct RuntimeStatus<E = SessionError> {
     pub operation_active: bool,
     pub latest_interruption_kind: Option<Interruption>,
     pub latest_namespace_outcome: Option<NamespaceOutcome>,
+    /// With `latest_namespace_outcome: restored`: what came back from the checkpoint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latest_restore: Option<ipython_mcp_output::Restore>,
     pub startup_seconds: Option<f64>,
     /// Seconds the latest replacement took (a promoted spare takes milliseconds).
     pub replacement_startup_seconds: Option<f64>,
@@ -199,6 +202,7 @@ impl<E> RuntimeStatus<E> {
             operation_active: self.operation_active,
             latest_interruption_kind: self.latest_interruption_kind,
             latest_namespace_outcome: self.latest_namespace_outcome,
+            latest_restore: self.latest_restore,
             startup_seconds: self.startup_seconds,
             replacement_startup_seconds: self.replacement_startup_seconds,
             kernel: self.kernel,
@@ -221,6 +225,7 @@ impl<E> RuntimeStatus<E> {
             operation_active: false,
             latest_interruption_kind: None,
             latest_namespace_outcome: None,
+            latest_restore: None,
             startup_seconds: None,
             replacement_startup_seconds: None,
             kernel: None,

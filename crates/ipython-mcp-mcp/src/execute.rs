@@ -204,7 +204,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "interrupt",
-        description = "Stop the running code (hung, slow) and wait: namespace `preserved`, or `reset` if it ignored SIGINT (kernel replaced). Its call gets operation_cancelled; queued calls stay.",
+        description = "Stop the running code (hung, slow) and wait: namespace `preserved`, or if it ignored SIGINT (kernel replaced) `restored` from the last checkpoint (`reset` without one). Its call gets operation_cancelled; queued calls stay.",
         output_schema = schema_for_output::<InterruptResult>(),
         annotations(title = "Interrupt the kernel", read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
     )]

@@ -341,7 +341,7 @@ fn with_runtime(
     if let Some(Value::Object(properties)) = schema.get_mut("properties") {
         properties.insert(
             "runtime".into(),
-            json!({"type": "object", "description": "How the call ran, as in execute: epoch, interruption, namespace (preserved/reset/unknown), queue_wait_ms, run_ms."}),
+            json!({"type": "object", "description": "How the call ran, as in execute: epoch, interruption, namespace (preserved/restored/reset/unknown), queue_wait_ms, run_ms."}),
         );
     }
     std::sync::Arc::new(schema)

@@ -586,9 +586,59 @@ fn runtime_facts(runtime: &RuntimeInfo) -> String {
         (_, Some(NamespaceOutcome::Unknown)) => text.push_str(
             "\n[the namespace may have been lost: check with runtime_status before relying on it]",
         ),
+        (_, Some(NamespaceOutcome::Restored)) => {
+            text.push('\n');
+            text.push_str(&restored_line(runtime.restore.as_ref()));
+        }
         _ => {}
     }
     text
+}
+
+/// Names listed in the restored line; the rest are counted.
+const RESTORED_NAMES_SHOWN: usize = 12;
+const LOST_NAMES_SHOWN: usize = 6;
+const LOST_REASON_CHARS: usize = 80;
+
+/// One line: the kernel was replaced and what its checkpoint brought back, what it lost.
+fn restored_line(restore: Option<&ipython_mcp_output::Restore>) -> String {
+    let Some(restore) = restore else {
+        return "[the kernel was replaced; the namespace was restored from its checkpoint]"
+            .to_owned();
+    };
+    let listed = |names: Vec<String>, shown: usize| {
+        let more = names.len().saturating_sub(shown);
+        let mut text = names.into_iter().take(shown).collect::<Vec<_>>().join(", ");
+        if more > 0 {
+            text.push_str(&format!(", and {more} more"));
+        }
+        text
+    };
+    let after = restore
+        .execution_count
+        .map(|count| format!(" as of execution {count}"))
+        .unwrap_or_default();
+    let mut line = format!(
+        "[the kernel was replaced; namespace restored{after}: {} back ({})",
+        restore.restored.len(),
+        listed(restore.restored.clone(), RESTORED_NAMES_SHOWN)
+    );
+    if !restore.lost.is_empty() {
+        let lost = restore
+            .lost
+            .iter()
+            .map(|lost| {
+                format!(
+                    "{} ({})",
+                    lost.name,
+                    ipython_mcp_text::shorten(&lost.reason, LOST_REASON_CHARS)
+                )
+            })
+            .collect();
+        line.push_str(&format!("; lost: {}", listed(lost, LOST_NAMES_SHOWN)));
+    }
+    line.push(']');
+    line
 }
 
 /// What the kernel did to a display's images: downscaled (where the original is) or omitted.
@@ -697,6 +747,7 @@ mod tests {
             run_ms: 0,
             interruption: None,
             namespace: None,
+            restore: None,
         };
         let mut output = ExecutionOutput::pending(ExecutionId::from("e-1"), runtime);
         output.spool = Some(SpoolInfo {

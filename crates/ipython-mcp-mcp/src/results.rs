@@ -27,7 +27,7 @@ pub struct InterruptResult {
     /// What happened to the running code: `cooperative` (it stopped) or `terminated` (the
     /// kernel was killed and replaced); null when nothing was running.
     pub interruption: Option<Interruption>,
-    /// `preserved`, `reset` or `unknown`; null when nothing was running.
+    /// `preserved`, `restored`, `reset` or `unknown`; null when nothing was running.
     pub namespace: Option<NamespaceOutcome>,
     /// The session's state and epoch after the interrupt.
     pub state: SessionState,

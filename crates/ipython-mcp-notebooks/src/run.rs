@@ -590,6 +590,7 @@ mod tests {
             run_ms: 1,
             interruption: None,
             namespace: None,
+            restore: None,
         };
         let mut output = ExecutionOutput::pending("e1".into(), runtime);
         output.status = ExecutionStatus::Ok;

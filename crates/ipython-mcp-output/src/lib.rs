@@ -41,7 +41,7 @@ pub use executions::{
 };
 pub use output::{
     Code, Cut, DisplayItem, ErrorInfo, ExecutionId, ExecutionOutput, ExecutionStatus, Interruption,
-    NamespaceOutcome, RuntimeInfo, SpoolInfo, Truncated, Withheld,
+    LostName, NamespaceOutcome, Restore, RuntimeInfo, SpoolInfo, Truncated, Withheld,
 };
 pub use terminal::{Kept, Pager, PagerCall, Paging, TerminalSink};
 pub use transcript::SavedOutputs;

@@ -38,8 +38,34 @@ pub enum NamespaceOutcome {
     Preserved,
     /// The kernel was replaced: user names are gone.
     Reset,
+    /// The kernel was replaced, and the namespace as of the last completed execution came back
+    /// from its checkpoint (`restored` and `lost` say which names).
+    Restored,
     /// The server cannot tell.
     Unknown,
+}
+
+/// What came back when a replacement kernel loaded the session's checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct Restore {
+    /// The names restored (variables and imported modules).
+    pub restored: Vec<String>,
+    /// The names that could not be kept or loaded, and why.
+    pub lost: Vec<LostName>,
+    /// The execution count the checkpoint was taken after.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub execution_count: Option<u64>,
+    /// How long loading it took.
+    pub restore_ms: u64,
+}
+
+/// A name a checkpoint could not bring back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct LostName {
+    pub name: String,
+    pub reason: String,
 }
 
 /// An execution's id (a UUID), as `execute` returns it and `get_output` takes it back.
@@ -331,6 +357,9 @@ pub struct RuntimeInfo {
     pub run_ms: u64,
     pub interruption: Option<Interruption>,
     pub namespace: Option<NamespaceOutcome>,
+    /// With `namespace: restored`: what came back from the checkpoint.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub restore: Option<Restore>,
 }
 
 impl RuntimeInfo {
@@ -344,6 +373,7 @@ impl RuntimeInfo {
             run_ms: 0,
             interruption: None,
             namespace: None,
+            restore: None,
         }
     }
 }

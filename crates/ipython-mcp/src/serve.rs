@@ -464,6 +464,10 @@ pub fn session_options(config: &Config, kernel_id: &str) -> anyhow::Result<Sessi
         },
         sandbox: sandbox_policy(config),
         private_dir: private_dir(),
+        checkpoint_max_bytes: config
+            .checkpoint
+            .enabled
+            .then_some(config.checkpoint.max_bytes),
         // What sessions record themselves (refusals, paging markers) is worded by the MCP
         // crate, which knows the tools.
         wording: ipython_mcp_mcp::WORDING,

@@ -346,7 +346,10 @@ async fn managed_environment_is_created_with_uv_then_reused() {
     );
     assert_eq!(
         calls.next(),
-        Some(format!("pip install --python {tmp}/bin/python ipykernel>=6.29,<8").as_str())
+        Some(
+            format!("pip install --python {tmp}/bin/python ipykernel>=6.29,<8 cloudpickle>=3,<4")
+                .as_str()
+        )
     );
     assert_eq!(calls.next(), None);
 
@@ -510,7 +513,7 @@ async fn a_hung_installer_is_killed_at_the_install_timeout() {
     );
     assert_eq!(
         error.to_string(),
-        "provisioning the managed environment timed out after 3 s while installing ipykernel with uv (Downloading ipykernel)"
+        "provisioning the managed environment timed out after 3 s while installing ipykernel and cloudpickle with uv (Downloading ipykernel)"
     );
     assert!(scene.env_entries().is_empty(), "{:?}", scene.env_entries());
 }

@@ -36,14 +36,14 @@ The modules, each after the ones it imports (the server's bootstrap executes the
 order, see ``helper.rs``): ``bounds`` (sanitizing and bounding text, bundles, tracebacks),
 ``sink`` (the terminal sink, bounded stream capture, the output log), ``rpc`` (requests and
 replies, ``METHODS``), ``jsonconv`` (call results as JSON), ``namespace`` (the namespace
-methods and configured bindings), ``tools`` (dynamic tools), ``installation`` (``install`` and
-its hooks).
+methods and configured bindings), ``tools`` (dynamic tools), ``checkpoint`` (checkpoints of
+the namespace and ``restore``), ``installation`` (``install`` and its hooks).
 
 Standard library only at import time (Python >= 3.9); IPython, ipykernel and comm are
 imported inside ``install`` because they only exist in a running kernel.
 """
 
-from . import bounds, installation, jsonconv, namespace, rpc, sink, tools
+from . import bounds, checkpoint, installation, jsonconv, namespace, rpc, sink, tools
 from .installation import install
 from .rpc import COMM_TARGET, HELPER_VERSION
 

@@ -12,6 +12,7 @@ import sys
 import threading
 
 from .bounds import bound_bundle, bound_strings, bound_traceback, sanitize_text
+from .checkpoint import Checkpointer
 from .namespace import apply_library_paths, bind_configured, configured_bindings, validated_namespace
 from .rpc import COMM_TARGET, HELPER_VERSION, METHODS, checked_params, current, error_reply, handle_request, serve
 from .sink import OutputLog, StreamChannel
@@ -159,6 +160,17 @@ def _validated(config):
     if type(spool_max_bytes) is not int or spool_max_bytes < 0:
         raise ValueError("config['spool_max_bytes'] must be a non-negative int, got %r" % (spool_max_bytes,))
     checked["spool_max_bytes"] = spool_max_bytes
+    # Checkpoints of the namespace after each execution (see ``checkpoint``); None: none.
+    checkpoint_dir = config.get("checkpoint_dir")
+    if checkpoint_dir is not None and (not isinstance(checkpoint_dir, str) or not os.path.isabs(checkpoint_dir)):
+        raise ValueError("config['checkpoint_dir'] must be an absolute path or None, got %r" % (checkpoint_dir,))
+    checked["checkpoint_dir"] = checkpoint_dir
+    checkpoint_max_bytes = config.get("checkpoint_max_bytes", 0)
+    if type(checkpoint_max_bytes) is not int or checkpoint_max_bytes < 0:
+        raise ValueError(
+            "config['checkpoint_max_bytes'] must be a non-negative int, got %r" % (checkpoint_max_bytes,)
+        )
+    checked["checkpoint_max_bytes"] = checkpoint_max_bytes
     checked["namespace"] = validated_namespace(config.get("namespace"))
     return checked
 
@@ -192,6 +204,11 @@ class _Installation:
         self.display_omitted = 0
         self.outputs = OutputLog(None, 0)  # the running execution's unbounded outputs
         self.channels = []
+        self.checkpointer = None
+        if config["checkpoint_dir"] is not None:
+            self.checkpointer = Checkpointer(
+                shell, config["checkpoint_dir"], config["checkpoint_max_bytes"], self.bindings
+            )
         try:
             self._hook(shell)
         except BaseException:
@@ -231,6 +248,8 @@ class _Installation:
         self._undo.append(undo)
 
     def uninstall(self):
+        if self.checkpointer is not None:
+            self.checkpointer.wait()
         for undo in reversed(self._undo):
             undo()
         self._undo = []
@@ -361,14 +380,20 @@ class _Installation:
         # pre_execute callback and the report after every post_execute one. matplotlib-inline
         # registers its figure-flushing callback when pyplot is first imported, i.e. after us,
         # and its figures must be counted in the report.
+        # A checkpoint is taken after each cell that is not silent (post_run_cell, last), and
+        # waited for before anything runs next (pre_execute, first).
         def wrapped(event, *args, **kwargs):
             if event == "pre_execute":
+                if self.checkpointer is not None:
+                    self._guarded(self.checkpointer.wait)
                 self._guarded(self.begin_execution)
             try:
                 return trigger(event, *args, **kwargs)
             finally:
                 if event == "post_execute":
                     self._guarded(self.end_execution)
+                elif event == "post_run_cell" and self.checkpointer is not None:
+                    self._guarded(self.checkpointer.after_execution)
 
         return wrapped
 

@@ -10,14 +10,31 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::error::StartFailure;
+use super::outcome::Checked;
 use super::transport::{Launcher, Running};
 use super::*;
 use crate::status::SessionState;
-use ipython_mcp_output::output::{Interruption, NamespaceOutcome};
+use ipython_mcp_output::output::{Interruption, NamespaceOutcome, Restore};
 
 /// How long a closing session waits for a spare still starting on a Jupyter server, so that
 /// it can delete it (its start request cannot be taken back).
 const SPARE_SETTLE_WAIT: Duration = Duration::from_secs(10);
+
+/// The least time a checkpoint gets to load into a replacement.
+const RESTORE_BOUND: Duration = Duration::from_secs(120);
+
+/// What the next call is told of a replacement between calls.
+fn replaced_between_calls(checked: Checked) -> &'static str {
+    match checked {
+        Checked::Restored => {
+            "the namespace as of the last completed execution was restored from its checkpoint (runtime.restore lists the names back and those lost)"
+        }
+        Checked::RestoreFailed => {
+            "loading the namespace's checkpoint failed part-way: check which names are there before relying on them"
+        }
+        _ => "earlier variables, imports and functions are gone",
+    }
+}
 
 /// A spare kernel being prepared (or ready) in the background, a task of the session's.
 pub(super) type Spare = tokio::task::JoinHandle<Result<Running, StartFailure>>;
@@ -37,6 +54,9 @@ pub(super) struct Actor {
     /// The last answer's spool work outlasted its wait: the disk is behind, so answers wait
     /// only briefly until spool work finishes within that again.
     pub(super) spool_lagging: bool,
+    /// What the latest replacement brought back from the checkpoint, until the result that
+    /// reports the replacement carries it.
+    pub(super) restored: Option<Restore>,
 }
 
 /// Runs the session's actor and outlives it: the inbox lives here, so when the actor panics,
@@ -91,6 +111,7 @@ impl Actor {
             epoch: 0,
             unreported_reset,
             spool_lagging: false,
+            restored: None,
         }
     }
 
@@ -115,6 +136,7 @@ impl Actor {
             status.operation_active = false;
             status.latest_interruption_kind = None;
             status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
+            status.latest_restore = None;
             status.error = Some(panicked(PanickedCall::NoCall));
         });
         self.shared.epoch.send_replace(epoch);
@@ -177,6 +199,7 @@ impl Actor {
                 status.error = None;
                 status.latest_interruption_kind = None;
                 status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
+                status.latest_restore = None;
             });
             self.shared.epoch.send_replace(epoch);
             self.shared.failed.store(false, Ordering::Release);
@@ -283,11 +306,15 @@ impl Actor {
                 .execute(&ticket, &args, helper.as_ref(), record.as_ref())
                 .await;
             if let Some(notice) = self.unreported_reset.take() {
-                output
-                    .runtime
-                    .namespace
-                    .get_or_insert(NamespaceOutcome::Reset);
+                let outcome = match &self.restored {
+                    Some(_) => NamespaceOutcome::Restored,
+                    None => NamespaceOutcome::Reset,
+                };
+                output.runtime.namespace.get_or_insert(outcome);
                 output.notice = Some(notice);
+            }
+            if output.runtime.namespace == Some(NamespaceOutcome::Restored) {
+                output.runtime.restore = self.restored.take();
             }
             // Recorded before the caller hears, so a caller that stopped waiting loses nothing.
             if let Some(record) = &record {
@@ -307,13 +334,11 @@ impl Actor {
             .and_then(|running| running.kernel.exit_watch().borrow().clone());
         let detail = exit.map_or("it exited".to_owned(), |exit| exit.to_string());
         tracing::warn!(%detail, "kernel died while idle; replacing it");
-        self.replace().await;
-        self.update(|status| {
-            status.latest_interruption_kind = None;
-            status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
-        });
+        let checked = self.replace_and_restore().await;
+        self.update(|status| status.latest_interruption_kind = None);
         self.unreported_reset = Some(format!(
-            "the kernel died between calls ({detail}) and was replaced before this one: earlier variables, imports and functions are gone"
+            "the kernel died between calls ({detail}) and was replaced before this one: {}",
+            replaced_between_calls(checked)
         ));
     }
 
@@ -332,22 +357,22 @@ impl Actor {
             misses = HEARTBEAT_MISSES,
             "idle kernel stopped answering heartbeats; replacing it"
         );
-        self.replace().await;
-        self.update(|status| {
-            status.latest_interruption_kind = Some(Interruption::Terminated);
-            status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
-        });
-        self.unreported_reset = Some(
-            "the kernel stopped answering heartbeats between calls and was replaced before this one: earlier variables, imports and functions are gone".to_owned(),
-        );
+        let checked = self.replace_and_restore().await;
+        self.update(|status| status.latest_interruption_kind = Some(Interruption::Terminated));
+        self.unreported_reset = Some(format!(
+            "the kernel stopped answering heartbeats between calls and was replaced before this one: {}",
+            replaced_between_calls(checked)
+        ));
     }
 
     /// `kernel_restart`, in queue order: a fresh kernel, and the status after it.
     async fn restart(&mut self, reply: oneshot::Sender<RuntimeStatus>) {
         self.replace().await;
+        self.restored = None;
         self.update(|status| {
             status.latest_interruption_kind = None;
             status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
+            status.latest_restore = None;
         });
         // The caller asked for it: no need to tell the next call.
         self.unreported_reset = None;
@@ -519,6 +544,69 @@ impl Actor {
         }
     }
 
+    /// Replaces the kernel as [`Actor::replace`] does, then, with checkpoints on, loads the
+    /// session's checkpoint into the new one before anything else runs there. What it comes
+    /// to, for the decision; the status says it too, and `restored` keeps what came back for
+    /// the result that reports the replacement.
+    pub(super) async fn replace_and_restore(&mut self) -> Checked {
+        self.restored = None;
+        if !self.replace().await {
+            self.set_namespace(NamespaceOutcome::Reset);
+            return Checked::Replaced(false);
+        }
+        let checked = match self.restore().await {
+            Ok(Some(restore)) => {
+                tracing::info!(
+                    restored = restore.restored.len(),
+                    lost = restore.lost.len(),
+                    restore_ms = restore.restore_ms,
+                    "namespace restored from the checkpoint"
+                );
+                self.restored = Some(restore);
+                Checked::Restored
+            }
+            Ok(None) => Checked::Replaced(true),
+            Err(error) => {
+                tracing::warn!(%error, "restoring the checkpoint failed");
+                Checked::RestoreFailed
+            }
+        };
+        self.set_namespace(match checked {
+            Checked::Restored => NamespaceOutcome::Restored,
+            Checked::RestoreFailed => NamespaceOutcome::Unknown,
+            _ => NamespaceOutcome::Reset,
+        });
+        checked
+    }
+
+    /// The session's checkpoint loaded into the current kernel; `None`: checkpoints are off,
+    /// the kernel has no helper, or no checkpoint was taken yet.
+    async fn restore(&self) -> Result<Option<Restore>, helper::InstallError> {
+        let options = &self.shared.options;
+        let Some(running) = &self.kernel else {
+            return Ok(None);
+        };
+        let (Some(_), Some(comm_id), true) = (
+            options.checkpoint_max_bytes,
+            running.helper_comm.as_deref(),
+            running.helper_spools,
+        ) else {
+            return Ok(None);
+        };
+        // Loading is reading the disk and unpickling: bounded like a start, with room for a
+        // large checkpoint.
+        let bound = options.timeouts.kernel_startup.max(RESTORE_BOUND);
+        helper::restore(&*running.kernel, comm_id, bound).await
+    }
+
+    fn set_namespace(&self, outcome: NamespaceOutcome) {
+        let restore = self.restored.clone();
+        self.update(|status| {
+            status.latest_namespace_outcome = Some(outcome);
+            status.latest_restore = restore;
+        });
+    }
+
     /// Answers a queued request that will never run (unless its caller already gave up), and
     /// records it for `get_output`.
     pub(super) fn refuse(
@@ -540,6 +628,7 @@ impl Actor {
             run_ms: 0,
             interruption: None,
             namespace: None,
+            restore: None,
         };
         let output = ExecutionOutput::not_run(
             ticket.execution_id.clone(),

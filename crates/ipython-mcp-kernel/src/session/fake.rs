@@ -230,6 +230,7 @@ impl FakeKernels {
             memory: Default::default(),
             sandbox: None,
             private_dir: std::env::temp_dir(),
+            checkpoint_max_bytes: None,
             notice: None,
         }
     }

@@ -362,6 +362,7 @@ impl SessionHandle {
                 run_ms: 0,
                 interruption: None,
                 namespace: None,
+                restore: None,
             },
             self.shared.worded(&error),
         );

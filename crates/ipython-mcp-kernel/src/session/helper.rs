@@ -16,6 +16,7 @@ use ipython_mcp_jupyter::protocol::{
     JupyterMessageContent, ReplyStatus,
 };
 use ipython_mcp_jupyter::Channel;
+use ipython_mcp_output::{LostName, Restore};
 use serde_json::{json, Value};
 
 use super::KernelTransport;
@@ -40,6 +41,7 @@ pub const HELPER_MODULES: &[(&str, &str)] = &[
     helper_module!("jsonconv"),
     helper_module!("namespace"),
     helper_module!("tools"),
+    helper_module!("checkpoint"),
     helper_module!("installation"),
     helper_module!("__init__"),
 ];
@@ -84,6 +86,7 @@ pub fn install_code(
     limits: &OutputLimits,
     namespace: &Namespace,
     spool: Option<(&std::path::Path, u64)>,
+    checkpoint: Option<(&std::path::Path, u64)>,
     history_batch_cells: u64,
 ) -> String {
     let engine = base64::engine::general_purpose::STANDARD;
@@ -108,6 +111,9 @@ pub fn install_code(
         // Full stream text goes to <spool_dir>/<msg_id>.stdout|stderr (see the `executions` module).
         "spool_dir": spool.map(|(dir, _)| dir.display().to_string()),
         "spool_max_bytes": spool.map_or(0, |(_, max)| max),
+        // The namespace is checkpointed there after each cell (see the helper's `checkpoint`).
+        "checkpoint_dir": checkpoint.map(|(dir, _)| dir.display().to_string()),
+        "checkpoint_max_bytes": checkpoint.map_or(0, |(_, max)| max),
         "namespace": {
             "library_paths": namespace.library_paths.iter().map(|path| path.display().to_string()).collect::<Vec<_>>(),
             "preload_modules": namespace.preload_modules,
@@ -173,11 +179,13 @@ pub(crate) async fn set_variables(
 
 /// Installs the helper and opens its comm; returns the comm id and the kernel's facts. It only
 /// sends requests and reads their replies, so it works over any kernel transport.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn install(
     kernel: &dyn KernelTransport,
     limits: &OutputLimits,
     namespace: &Namespace,
     spool: Option<(&std::path::Path, u64)>,
+    checkpoint: Option<(&std::path::Path, u64)>,
     history_batch_cells: u64,
     timeout: Duration,
 ) -> Result<Installed, InstallError> {
@@ -187,7 +195,13 @@ pub(crate) async fn install(
         timeout,
     };
     waiter
-        .silent_execute(install_code(limits, namespace, spool, history_batch_cells))
+        .silent_execute(install_code(
+            limits,
+            namespace,
+            spool,
+            checkpoint,
+            history_batch_cells,
+        ))
         .await?;
     let comm_id = open_comm(&waiter).await?;
     let info = install_info(&waiter, &comm_id).await?;
@@ -231,8 +245,65 @@ async fn open_comm(waiter: &Waiter<'_>) -> Result<String, InstallError> {
 
 /// The helper's `install_info` answer: the kernel's facts and the namespace setup's errors.
 async fn install_info(waiter: &Waiter<'_>, comm_id: &str) -> Result<Value, InstallError> {
+    call(waiter, comm_id, "install_info").await
+}
+
+/// Loads the session's checkpoint into a replacement kernel, first thing (the helper's
+/// `restore`): what came back; `None` when no checkpoint was taken yet.
+pub(crate) async fn restore(
+    kernel: &dyn KernelTransport,
+    comm_id: &str,
+    timeout: Duration,
+) -> Result<Option<Restore>, InstallError> {
+    let started = std::time::Instant::now();
+    let waiter = Waiter {
+        kernel,
+        deadline: tokio::time::Instant::now() + timeout,
+        timeout,
+    };
+    let reply = call(&waiter, comm_id, "restore").await?;
+    if reply.get("ok").and_then(Value::as_bool) != Some(true) {
+        let message = reply
+            .pointer("/error/message")
+            .and_then(Value::as_str)
+            .unwrap_or("the helper refused")
+            .to_owned();
+        return Err(InstallError::Raised {
+            ename: "restore".to_owned(),
+            evalue: message,
+        });
+    }
+    let Some(result) = reply.get("result").filter(|result| !result.is_null()) else {
+        return Ok(None);
+    };
+    let names = |key: &str| -> Vec<Value> {
+        result
+            .get(key)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let text = |value: &Value| {
+        ipython_mcp_text::shorten(value.as_str().unwrap_or_default(), MAX_FACT_CHARS)
+    };
+    Ok(Some(Restore {
+        restored: names("restored").iter().map(text).collect(),
+        lost: names("lost")
+            .iter()
+            .map(|lost| LostName {
+                name: text(lost.get("name").unwrap_or(&Value::Null)),
+                reason: text(lost.get("reason").unwrap_or(&Value::Null)),
+            })
+            .collect(),
+        execution_count: result.get("execution_count").and_then(Value::as_u64),
+        restore_ms: started.elapsed().as_millis() as u64,
+    }))
+}
+
+/// One request to the helper and its reply (`{"id", "ok", "result" | "error"}`).
+async fn call(waiter: &Waiter<'_>, comm_id: &str, method: &str) -> Result<Value, InstallError> {
     let request_id = uuid::Uuid::new_v4().to_string();
-    let data = json!({"id": request_id, "method": "install_info", "params": {}});
+    let data = json!({"id": request_id, "method": method, "params": {}});
     let message = CommMsg {
         comm_id: CommId(comm_id.to_owned()),
         data: data.as_object().cloned().unwrap_or_default(),
@@ -391,7 +462,13 @@ mod tests {
 
     #[test]
     fn install_code_carries_no_raw_text() {
-        let code = install_code(&OutputLimits::default(), &Namespace::default(), None, 0);
+        let code = install_code(
+            &OutputLimits::default(),
+            &Namespace::default(),
+            None,
+            None,
+            0,
+        );
         // Only the fixed frame and base64 payloads: no quotes or newlines from the source.
         assert!(!code.contains('\n'));
         assert!(code.starts_with("exec(compile(__import__('base64')"));

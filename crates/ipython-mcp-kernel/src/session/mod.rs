@@ -95,6 +95,9 @@ pub struct SessionOptions {
     /// The OS sandbox of each local kernel (remote kernels: their server's business); `None`:
     /// none.
     pub sandbox: Option<std::sync::Arc<ipython_mcp_sandbox::Policy>>,
+    /// Checkpoints of a local kernel's namespace after each execution, restored into a
+    /// replacement the session did not ask for: the bound in bytes; `None`: off.
+    pub checkpoint_max_bytes: Option<u64>,
     /// The server's private directory: local kernels' run directories and the session's
     /// output spool are made in it (the sandbox keeps each kernel out of the others').
     pub private_dir: std::path::PathBuf,

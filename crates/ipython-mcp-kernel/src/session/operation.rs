@@ -49,6 +49,7 @@ fn runtime_info(
         run_ms,
         interruption: None,
         namespace: None,
+        restore: None,
     }
 }
 
@@ -152,6 +153,9 @@ impl Actor {
             if decision.interruption.is_some() || decision.namespace.is_some() {
                 status.latest_interruption_kind = decision.interruption;
                 status.latest_namespace_outcome = decision.namespace;
+                if decision.namespace != Some(ipython_mcp_output::NamespaceOutcome::Restored) {
+                    status.latest_restore = None;
+                }
             }
         });
     }
@@ -353,7 +357,7 @@ impl Actor {
                 Some(running) => running.kernel.heartbeat(COOPERATIVE_HEARTBEAT).await,
                 None => false,
             }),
-            FollowUp::KillAndReplace => Checked::Replaced(self.replace().await),
+            FollowUp::KillAndReplace => self.replace_and_restore().await,
         };
         outcome::decide(&Ending {
             end,

@@ -91,8 +91,12 @@ pub(super) enum Checked {
     Nothing,
     /// The heartbeat after a cooperative stop: answered or not.
     Healthy(bool),
-    /// Whether a replacement kernel is running now.
+    /// Whether a replacement kernel is running now (with an empty namespace).
     Replaced(bool),
+    /// A replacement is running, and the namespace came back from the session's checkpoint.
+    Restored,
+    /// A replacement is running, but loading the checkpoint failed part-way.
+    RestoreFailed,
 }
 
 /// Everything the decision depends on, as plain values.
@@ -187,14 +191,26 @@ pub(super) fn decide(ending: &Ending) -> Decision {
         }
         FollowUp::KillAndReplace => {
             let died = matches!(end, End::Died(_));
-            let hint = if *checked == Checked::Replaced(true) {
-                "a fresh kernel replaced it: every variable, import and function is gone; re-run your setup"
-            } else if *shutting_down {
-                "the server is shutting down"
-            } else {
-                "no replacement kernel could be started: the session is unavailable, and its status says why"
+            let hint = match checked {
+                Checked::Replaced(true) => {
+                    "a fresh kernel replaced it: every variable, import and function is gone; re-run your setup"
+                }
+                Checked::Restored => {
+                    "a fresh kernel replaced it and the namespace as of the last completed execution was restored from its checkpoint (runtime.restore lists the names back and those lost); what this call did is not there"
+                }
+                Checked::RestoreFailed => {
+                    "a fresh kernel replaced it, but loading the namespace's checkpoint failed: check which names are there before relying on them"
+                }
+                _ if *shutting_down => "the server is shutting down",
+                _ => {
+                    "no replacement kernel could be started: the session is unavailable, and its status says why"
+                }
             };
-            decision.namespace = Some(NamespaceOutcome::Reset);
+            decision.namespace = Some(match checked {
+                Checked::Restored => NamespaceOutcome::Restored,
+                Checked::RestoreFailed => NamespaceOutcome::Unknown,
+                _ => NamespaceOutcome::Reset,
+            });
             let (code, message) = killed(end, cause, *timeout, *grace);
             let mut error = ErrorInfo::new(code, message).with_hint(hint);
             if let End::Died(Death {
@@ -307,10 +323,12 @@ mod tests {
     use super::*;
 
     use Cause::{Cancelled, Closing, Deadline, Interrupted};
-    use Checked::{Healthy, Nothing, Replaced};
+    use Checked::{Healthy, Nothing, Replaced, RestoreFailed, Restored};
     use ExecutionStatus as S;
     use Interruption::{Cooperative, Terminated};
     use NamespaceOutcome::{Preserved, Reset, Unknown};
+    const RESTORED: &str = "restored from its checkpoint";
+    const RESTORE_FAILED: &str = "loading the namespace's checkpoint failed";
 
     const FRESH: &str = "a fresh kernel replaced it";
     const KEPT: &str = "the namespace was preserved";
@@ -424,6 +442,11 @@ mod tests {
             row((k.clone(), Some(Cancelled), false, Replaced(false), true), KillAndReplace, S::Cancelled, cancelled, Some(Terminated), Some(Reset), Some(GOING)),
             row((k.clone(), Some(Interrupted), false, Replaced(true), false), KillAndReplace, S::Cancelled, cancelled, Some(Terminated), Some(Reset), Some(FRESH)),
             row((k.clone(), Some(Interrupted), false, Replaced(false), false), KillAndReplace, S::Cancelled, cancelled, Some(Terminated), Some(Reset), Some(NO_SPARE)),
+            // Replaced with the checkpoint loaded, or a load that failed part-way.
+            row((k.clone(), Some(Deadline), false, Restored, false), KillAndReplace, S::Timeout, timeout, Some(Terminated), Some(NamespaceOutcome::Restored), Some(RESTORED)),
+            row((k.clone(), Some(Cancelled), false, RestoreFailed, false), KillAndReplace, S::Cancelled, cancelled, Some(Terminated), Some(Unknown), Some(RESTORE_FAILED)),
+            row((died(), None, false, Restored, false), KillAndReplace, S::Error, dead, None, Some(NamespaceOutcome::Restored), Some(RESTORED)),
+            row((died(), None, false, RestoreFailed, false), KillAndReplace, S::Error, dead, None, Some(Unknown), Some(RESTORE_FAILED)),
             // Dropped by the kernel without a reply, nobody's interrupt: confirmed like a stop.
             row((End::Unanswered, None, false, Healthy(true), false), ConfirmHealth, S::Cancelled, cancelled, Some(Cooperative), Some(Preserved), Some("check whether the code's effects")),
             row((End::Unanswered, None, false, Healthy(false), false), ConfirmHealth, S::Cancelled, cancelled, Some(Cooperative), Some(Unknown), Some("check whether the code's effects")),
@@ -565,7 +588,8 @@ mod tests {
 
     /// Over every input, not only those the table lists (the actor never kills without a
     /// cause, for one): an answer is ok exactly when a finished operation says so, the
-    /// namespace is reset exactly when the kernel went away, and an interruption is reported
+    /// namespace is reset exactly when the kernel went away and no checkpoint came back, and
+    /// an interruption is reported
     /// exactly when there was a cause or a kill.
     #[test]
     fn every_combination_is_consistent() {
@@ -583,6 +607,8 @@ mod tests {
             Healthy(false),
             Replaced(true),
             Replaced(false),
+            Restored,
+            RestoreFailed,
         ];
         for end in &ends {
             for cause in causes {
@@ -604,9 +630,12 @@ mod tests {
                             let step = follow_up(end, cause, finished_ok);
                             let gone = step == FollowUp::KillAndReplace
                                 || (*end == End::Killed && cause == Some(Closing));
+                            // Gone, unless the checkpoint brought it back (or may have).
+                            let kept = step == FollowUp::KillAndReplace
+                                && matches!(checked, Restored | RestoreFailed);
                             assert_eq!(
                                 decision.namespace == Some(Reset),
-                                gone,
+                                gone && !kept,
                                 "{at}: {decision:?}"
                             );
                             let ok = decision.status == S::Ok && decision.error.is_none();

@@ -239,6 +239,8 @@ async fn install_helper(
         &options.limits,
         &options.namespace,
         None,
+        // The checkpoint is our disk, which a remote kernel cannot reach.
+        None,
         history_batch_cells,
         remaining,
     )

@@ -169,6 +169,7 @@ async fn a_full_queue_is_busy_and_cancellation_withdraws() {
         run_ms: 0,
         interruption: None,
         namespace: None,
+        restore: None,
     };
     let mut done = ExecutionOutput::not_run(
         ticket.execution_id.clone(),
@@ -349,6 +350,7 @@ async fn a_dispatched_request_outlives_the_queue_wait() {
         run_ms: 10_000,
         interruption: None,
         namespace: None,
+        restore: None,
     };
     let mut done = ExecutionOutput::not_run(
         ticket.execution_id.clone(),
@@ -498,6 +500,7 @@ fn finished_helper_call() -> ExecutionOutput {
         run_ms: 0,
         interruption: None,
         namespace: None,
+        restore: None,
     };
     ExecutionOutput {
         ok: true,

@@ -61,6 +61,7 @@ async fn python_helper_pytest_suite_passes() {
         &ipython_mcp_config::OutputLimits::default(),
         &ipython_mcp_config::Namespace::default(),
         None,
+        None,
         0,
     );
     std::fs::write(install_code.path(), code).expect("write the install code");

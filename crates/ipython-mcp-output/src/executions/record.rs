@@ -215,6 +215,7 @@ impl Record {
             run_ms: run.as_millis() as u64,
             interruption: None,
             namespace: None,
+            restore: None,
         };
         let mut output = ExecutionOutput::pending(self.execution_id.clone(), runtime);
         if let Some(live) = &state.live {

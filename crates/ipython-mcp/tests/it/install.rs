@@ -196,7 +196,11 @@ async fn the_readme_command_installs_the_wheel_by_its_pypi_name_and_serves_mcp()
     let python = support::provisioned_python().await;
     let (_, uv) = support::python_with("uv==0.13.8", "uv", "install-uv").await;
     let work = Path::new(env!("CARGO_TARGET_TMPDIR")).join("install");
+    // A fresh cache: uv would take a wheel of the same name and version it cached in an
+    // earlier run (an older build of this checkout) over the one just built. The wheel has no
+    // dependencies, so nothing else is needed offline.
     let uv_cache = work.join("uv-cache");
+    let _ = std::fs::remove_dir_all(&uv_cache);
     let index = local_index(&dist, &python, &uv_cache);
     // `uvx` on PATH first, as the README's command expects it there.
     let path = format!(

@@ -7,6 +7,7 @@ mod ci;
 mod support;
 
 mod apps;
+mod checkpoint;
 mod collab;
 mod conformance;
 mod dynamic;

@@ -103,6 +103,7 @@ async fn the_watchdog_kills_a_kernel_past_its_limit_and_the_session_goes_on() {
     let server = Server::start(
         Family::Handshake,
         &[
+            ("IPYTHON_MCP_CHECKPOINT", "off"),
             ("IPYTHON_MCP_KERNEL_MEMORY_LIMIT", "300MiB"),
             ("IPYTHON_MCP_KERNEL_MEMORY_ENFORCEMENT", "watchdog"),
         ],
@@ -119,7 +120,10 @@ async fn the_watchdog_kills_a_kernel_past_its_limit_and_the_session_goes_on() {
 async fn a_cgroup_ends_a_kernel_past_its_limit_where_the_machine_allows_one() {
     let server = Server::start(
         Family::Handshake,
-        &[("IPYTHON_MCP_KERNEL_MEMORY_LIMIT", "300MiB")],
+        &[
+            ("IPYTHON_MCP_CHECKPOINT", "off"),
+            ("IPYTHON_MCP_KERNEL_MEMORY_LIMIT", "300MiB"),
+        ],
     )
     .await;
     match ipython_mcp_jupyter::memory::cgroup_parent() {
@@ -169,6 +173,7 @@ async fn deaths_are_told_by_what_ended_the_kernel() {
     let server = Server::start(
         Family::Handshake,
         &[
+            ("IPYTHON_MCP_CHECKPOINT", "off"),
             ("IPYTHON_MCP_KERNEL_MEMORY_LIMIT", "300MiB"),
             ("IPYTHON_MCP_KERNEL_MEMORY_ENFORCEMENT", "watchdog"),
         ],

@@ -408,7 +408,10 @@ async fn timeouts_interrupt_and_preserve_or_replace_the_kernel() {
     // so nothing races the deadline): the kernel is killed and replaced after the grace.
     let server = Server::start(
         Family::Handshake,
-        &[("IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS", "1")],
+        &[
+            ("IPYTHON_MCP_CHECKPOINT", "off"),
+            ("IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS", "1"),
+        ],
     )
     .await;
     let armed = server
@@ -440,7 +443,7 @@ async fn timeouts_interrupt_and_preserve_or_replace_the_kernel() {
 
 #[tokio::test]
 async fn a_dying_kernel_is_reported_and_replaced() {
-    let server = Server::start(Family::Handshake, &[]).await;
+    let server = Server::start(Family::Handshake, &[("IPYTHON_MCP_CHECKPOINT", "off")]).await;
     let before = server.call("runtime_status", json!({})).await;
     let pid = before.structured["kernel"]["pid"].as_u64().expect("pid");
     let child = server
@@ -963,7 +966,7 @@ async fn a_warm_spare_replaces_a_dead_kernel() {
 
 #[tokio::test]
 async fn a_kernel_killed_while_idle_is_replaced_and_the_next_call_is_told() {
-    let server = Server::start(Family::Handshake, &[]).await;
+    let server = Server::start(Family::Handshake, &[("IPYTHON_MCP_CHECKPOINT", "off")]).await;
     server
         .call("execute", json!({"code": "precious = 1"}))
         .await;
@@ -997,6 +1000,7 @@ async fn hangs_that_ignore_interrupts_and_crashes_are_recovered() {
     let server = Server::start(
         Family::Handshake,
         &[
+            ("IPYTHON_MCP_CHECKPOINT", "off"),
             ("IPYTHON_MCP_SPARE_KERNELS", "1"),
             ("IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS", "0.5"),
         ],
@@ -1254,7 +1258,7 @@ async fn a_server_that_exits_leaves_no_watcher_under_the_pipe_watch() {
 
 #[tokio::test]
 async fn an_idle_kernel_that_stops_answering_heartbeats_is_replaced() {
-    let server = Server::start(Family::Handshake, &[]).await;
+    let server = Server::start(Family::Handshake, &[("IPYTHON_MCP_CHECKPOINT", "off")]).await;
     server
         .call("execute", json!({"code": "precious = 1"}))
         .await;
@@ -1676,7 +1680,10 @@ async fn interrupt_stops_running_code_and_reports_the_namespace() {
     // Code that ignores SIGINT: killed after the (short) grace, the kernel replaced.
     let server = Server::start(
         Family::Handshake,
-        &[("IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS", "1")],
+        &[
+            ("IPYTHON_MCP_CHECKPOINT", "off"),
+            ("IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS", "1"),
+        ],
     )
     .await;
     let spawn = |code: &'static str| {

@@ -1,0 +1,292 @@
+"""Checkpoints of the user namespace, and restoring one into a fresh kernel.
+
+After each execution that is not silent, the kernel forks: the
+child, a copy-on-write snapshot of the namespace at that instant, pickles every user variable
+(cloudpickle, else dill, else the standard pickle), records imported modules by name, writes
+what changed, makes the new manifest current with one rename and exits. The parent only pays
+for the fork; the reply goes out at once. The next execution waits for the child before it
+runs, so a cell that kills the kernel never kills a checkpoint half-written, and a checkpoint
+never sees a namespace in mid-change. Writes and deletes are the child's alone; at most one
+child runs at a time.
+
+Why a fork of a threaded process is safe here: the child runs only this module's code (and
+the objects' own pickling methods), takes no lock another thread could hold except through
+those methods, never touches zmq or the output streams, and ends with ``os._exit``. Should a
+pickling method wait on a lock held by a thread that the fork left behind, ``SIGALRM`` ends
+the child after ``_CHILD_SECONDS`` and the previous checkpoint stays current.
+
+Layout of the checkpoint directory:
+
+* ``manifest.json``: ``{"format", "execution_count", "variables": {name: {"blob", "bytes"}},
+  "modules": {name: module}, "lost": [{"name", "reason"}], "bytes", "pickler"}``, replaced
+  atomically;
+* ``objects/<blake2b>``: one pickled value each, content-addressed, so a value that did not
+  change is not written again. A blob is ``MAGIC``, the count of out-of-band buffers (pickle
+  protocol 5: a numpy array's memory is written as it is, never copied into the pickle), the
+  pickle's length and each buffer's length (8 bytes each, little-endian), then the pickle and
+  the buffers.
+
+Standard library only at import time; cloudpickle or dill are used when the kernel has them.
+"""
+
+import hashlib
+import json
+import os
+import pickle
+import signal
+import struct
+import sys
+import types
+import warnings
+
+from .rpc import METHODS, RequestError, checked_params, current
+
+MANIFEST = "manifest.json"
+OBJECTS = "objects"
+MAGIC = b"IPMCKPT1"
+_FORMAT = 1
+# A child that has not finished by then is ended (see the module's documentation).
+_CHILD_SECONDS = 600
+# Names IPython and the helper keep in user_ns that are not the user's.
+_NOT_USERS = frozenset(("In", "Out", "exit", "quit", "get_ipython"))
+_MAX_REASON = 200
+
+
+def _pickler():
+    """(name, dumps) of the best pickler the kernel has."""
+    try:
+        import cloudpickle
+
+        return "cloudpickle", cloudpickle.dumps
+    except Exception:
+        pass
+    try:
+        import dill
+
+        return "dill", dill.dumps
+    except Exception:
+        pass
+    return "pickle", pickle.dumps
+
+
+def _user_names(shell, protected):
+    hidden = getattr(shell, "user_ns_hidden", {})
+    for name, value in list(shell.user_ns.items()):
+        if name.startswith("_") or name in _NOT_USERS or name in protected:
+            continue
+        if name in hidden and hidden[name] is value:
+            continue
+        yield name, value
+
+
+def _reason(error):
+    text = "%s: %s" % (type(error).__name__, error)
+    return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 1] + "…"
+
+
+class Checkpointer:
+    """Takes checkpoints of one kernel's namespace into ``directory``."""
+
+    def __init__(self, shell, directory, max_bytes, protected):
+        self.shell = shell
+        self.directory = directory
+        self.max_bytes = max_bytes
+        self.protected = protected  # configured bindings: the install brings them back
+        self.child = None
+        self.taken_at = None  # the execution count of the latest checkpoint started
+
+    def wait(self):
+        """Waits for the running child, if any (before the next execution runs)."""
+        child, self.child = self.child, None
+        if child is None:
+            return
+        try:
+            os.waitpid(child, 0)
+        except (ChildProcessError, InterruptedError, OSError):
+            pass
+
+    def after_execution(self):
+        """Starts a checkpoint of the namespace as it is now (after a cell that is not
+        silent; the shell counts the cell after this)."""
+        count = getattr(self.shell, "execution_count", None)
+        self.wait()
+        self.taken_at = count
+        with warnings.catch_warnings():
+            # Python 3.12+ warns of fork in a threaded process; see the module's documentation.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            try:
+                pid = os.fork()
+            except OSError:
+                return  # no process to spare (the sandbox's bound): no checkpoint this time
+        if pid == 0:
+            status = 1
+            try:
+                signal.signal(signal.SIGINT, signal.SIG_DFL)
+                signal.alarm(_CHILD_SECONDS)
+                write(self.directory, _user_names(self.shell, self.protected), self.max_bytes, count)
+                status = 0
+            except BaseException:
+                pass
+            finally:
+                os._exit(status)
+        self.child = pid
+
+
+def write(directory, names, max_bytes, execution_count):
+    """Writes a checkpoint of ``names`` (pairs) into ``directory`` and makes it current."""
+    objects = os.path.join(directory, OBJECTS)
+    os.makedirs(objects, exist_ok=True)
+    pickler, dumps = _pickler()
+    variables, modules, lost = {}, {}, []
+    total = 0
+    for name, value in names:
+        if isinstance(value, types.ModuleType):
+            modules[name] = value.__name__
+            continue
+        buffers = []
+        try:
+            data = dumps(value, protocol=5, buffer_callback=buffers.append)
+        except BaseException as error:
+            if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                raise
+            lost.append({"name": name, "reason": _reason(error)})
+            continue
+        try:
+            raws = [buffer.raw() for buffer in buffers]
+        except BufferError as error:  # a buffer that is not contiguous
+            lost.append({"name": name, "reason": _reason(error)})
+            continue
+        size = len(data) + sum(raw.nbytes for raw in raws)
+        if total + size > max_bytes:
+            lost.append(
+                {
+                    "name": name,
+                    "reason": "%d bytes pickled, past the checkpoint bound (%d bytes per session)"
+                    % (size, max_bytes),
+                }
+            )
+            continue
+        blob = _store(objects, data, raws)
+        total += size
+        variables[name] = {"blob": blob, "bytes": size}
+    manifest = {
+        "format": _FORMAT,
+        "execution_count": execution_count,
+        "variables": variables,
+        "modules": modules,
+        "lost": lost,
+        "bytes": total,
+        "pickler": pickler,
+    }
+    temporary = os.path.join(directory, ".%s.%d" % (MANIFEST, os.getpid()))
+    with open(temporary, "w", encoding="utf-8") as file:
+        json.dump(manifest, file)
+    os.replace(temporary, os.path.join(directory, MANIFEST))
+    kept = {entry["blob"] for entry in variables.values()}
+    for entry in os.listdir(objects):
+        if entry not in kept:
+            try:
+                os.remove(os.path.join(objects, entry))
+            except OSError:
+                pass
+
+
+def _store(objects, data, raws):
+    """Writes one value's blob unless it is there already; returns its name."""
+    header = MAGIC + struct.pack("<QQ", len(raws), len(data))
+    header += b"".join(struct.pack("<Q", raw.nbytes) for raw in raws)
+    digest = hashlib.blake2b(digest_size=20)
+    for part in (header, data, *raws):
+        digest.update(part)
+    blob = digest.hexdigest()
+    path = os.path.join(objects, blob)
+    if os.path.exists(path):
+        return blob
+    temporary = os.path.join(objects, ".%s.%d" % (blob, os.getpid()))
+    with open(temporary, "wb") as file:
+        for part in (header, data, *raws):
+            file.write(part)
+    os.replace(temporary, path)
+    return blob
+
+
+def _load(path):
+    # Into writable memory: an array rebuilt on a buffer shares it, and must stay writable.
+    content = bytearray(os.path.getsize(path))
+    with open(path, "rb") as file:
+        file.readinto(content)
+    view = memoryview(content)
+    if bytes(view[: len(MAGIC)]) != MAGIC:
+        raise ValueError("not a checkpoint blob")
+    offset = len(MAGIC)
+    count, length = struct.unpack_from("<QQ", view, offset)
+    offset += 16
+    sizes = struct.unpack_from("<%dQ" % count, view, offset)
+    offset += 8 * count
+    data = view[offset : offset + length]
+    offset += length
+    buffers = []
+    for size in sizes:
+        buffers.append(view[offset : offset + size])
+        offset += size
+    return pickle.loads(data, buffers=buffers)
+
+
+def restore(shell, directory):
+    """Loads the current checkpoint of ``directory`` into ``shell.user_ns``.
+
+    Returns ``{"execution_count", "restored": [names], "lost": [{"name", "reason"}]}``; None
+    when there is no checkpoint. Names the checkpoint could not keep are lost too.
+    """
+    try:
+        with open(os.path.join(directory, MANIFEST), encoding="utf-8") as file:
+            manifest = json.load(file)
+    except FileNotFoundError:
+        return None
+    if manifest.get("format") != _FORMAT:
+        return None
+    if manifest.get("pickler") == "cloudpickle":
+        try:
+            import cloudpickle  # noqa: F401  (its reducers must be importable to load)
+        except Exception:
+            pass
+    restored, lost = [], list(manifest.get("lost", []))
+    import importlib
+
+    for name, module in sorted(manifest.get("modules", {}).items()):
+        try:
+            shell.user_ns[name] = sys.modules.get(module) or importlib.import_module(module)
+            restored.append(name)
+        except BaseException as error:
+            if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                raise
+            lost.append({"name": name, "reason": _reason(error)})
+    objects = os.path.join(directory, OBJECTS)
+    for name, entry in sorted(manifest.get("variables", {}).items()):
+        try:
+            shell.user_ns[name] = _load(os.path.join(objects, entry["blob"]))
+            restored.append(name)
+        except BaseException as error:
+            if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                raise
+            lost.append({"name": name, "reason": _reason(error)})
+    restored.sort()
+    lost.sort(key=lambda item: item["name"])
+    return {
+        "execution_count": manifest.get("execution_count"),
+        "restored": restored,
+        "lost": lost,
+    }
+
+
+def _method_restore(params):
+    """Loads the session's checkpoint into the namespace (a replacement kernel, first thing)."""
+    checked_params(params, ())
+    installation = current()
+    checkpointer = installation.checkpointer
+    if checkpointer is None:
+        raise RequestError("no_checkpoint", "checkpoints are off in this kernel")
+    return restore(installation.shell, checkpointer.directory)
+
+
+METHODS["restore"] = _method_restore

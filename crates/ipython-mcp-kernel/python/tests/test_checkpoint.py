@@ -1,0 +1,141 @@
+"""Checkpoints of the namespace (``checkpoint``): writing, restoring, what is lost and why.
+
+The writer and the loader are plain functions over a namespace dict, tested here without a
+kernel; the fork after a cell runs in the fake shell's process (a real fork). The kernel-level
+flow (a kernel killed, its replacement restored) is the server's integration tests'.
+"""
+
+import json
+import os
+import sys
+import threading
+import types
+
+import pytest
+
+
+class Shell:
+    """What the checkpointer reads of an IPython shell."""
+
+    def __init__(self, **names):
+        self.user_ns = dict(names)
+        self.user_ns_hidden = {}
+        self.execution_count = 1
+
+
+def roundtrip(helper, tmp_path, names, max_bytes=1 << 30):
+    checkpoint = helper.checkpoint
+    checkpoint.write(str(tmp_path), sorted(names.items()), max_bytes, 7)
+    shell = Shell()
+    return checkpoint.restore(shell, str(tmp_path)), shell.user_ns
+
+
+def test_values_functions_classes_and_modules_come_back(helper, tmp_path):
+    import json as j
+
+    main = sys.modules["__main__"]
+    # Defined as a cell defines them: in __main__, so only pickling by value keeps them.
+    source = (
+        "def double(x):\n    return 2 * x\n"
+        "class Point:\n    def __init__(self, x):\n        self.x = x\n"
+        "square = lambda x: x * x\n"
+    )
+    namespace = {"__name__": "__main__"}
+    exec(compile(source, "<cell>", "exec"), namespace)
+    for name in ("double", "Point", "square"):
+        setattr(main, name, namespace[name])
+    try:
+        names = {
+            "x": 41,
+            "data": {"a": [1, 2, (3, "four")]},
+            "double": namespace["double"],
+            "Point": namespace["Point"],
+            "p": namespace["Point"](5),
+            "square": namespace["square"],
+            "j": j,
+            "buffer": bytearray(b"\x01" * 100_000),
+        }
+        result, restored = roundtrip(helper, tmp_path, names)
+    finally:
+        for name in ("double", "Point", "square"):
+            delattr(main, name)
+    assert result["execution_count"] == 7
+    assert result["lost"] == []
+    assert result["restored"] == sorted(names)
+    assert restored["x"] == 41
+    assert restored["data"] == {"a": [1, 2, (3, "four")]}
+    assert restored["double"](4) == 8
+    assert restored["square"](3) == 9
+    assert restored["p"].x == 5
+    assert restored["Point"](2).x == 2
+    assert restored["j"] is j
+    # Out of band (protocol 5), and still writable when it comes back.
+    assert restored["buffer"] == names["buffer"]
+    restored["buffer"][0] = 2
+
+
+def test_what_cannot_be_kept_is_lost_with_its_reason(helper, tmp_path):
+    generator = (n for n in range(3))
+    handle = open(os.path.join(str(tmp_path), "open.txt"), "w")
+    try:
+        result, restored = roundtrip(
+            helper,
+            tmp_path / "checkpoint",
+            {"gen": generator, "handle": handle, "lock": threading.Lock(), "kept": 1},
+        )
+    finally:
+        handle.close()
+    assert result["restored"] == ["kept"]
+    lost = {item["name"]: item["reason"] for item in result["lost"]}
+    assert sorted(lost) == ["gen", "handle", "lock"]
+    assert "generator" in lost["gen"], lost
+    assert all(reason.split(":")[0].endswith("Error") for reason in lost.values()), lost
+    assert "gen" not in restored and restored["kept"] == 1
+
+
+def test_a_value_past_the_bound_is_lost_and_named_while_the_rest_return(helper, tmp_path):
+    result, restored = roundtrip(
+        helper, tmp_path, {"big": bytearray(50_000), "small": "s"}, max_bytes=10_000
+    )
+    assert result["restored"] == ["small"]
+    assert [item["name"] for item in result["lost"]] == ["big"]
+    assert "past the checkpoint bound" in result["lost"][0]["reason"]
+    assert restored == {"small": "s"}
+
+
+def test_only_what_changed_is_written_and_nothing_unreferenced_stays(helper, tmp_path):
+    checkpoint = helper.checkpoint
+    directory = str(tmp_path)
+    objects = os.path.join(directory, checkpoint.OBJECTS)
+    checkpoint.write(directory, [("a", bytearray(1000)), ("b", 1)], 1 << 30, 1)
+    manifest = json.load(open(os.path.join(directory, checkpoint.MANIFEST)))
+    a_blob = os.path.join(objects, manifest["variables"]["a"]["blob"])
+    written = os.stat(a_blob).st_mtime_ns
+    os.utime(a_blob, ns=(1, 1))
+    checkpoint.write(directory, [("a", bytearray(1000)), ("b", 2)], 1 << 30, 2)
+    assert os.stat(a_blob).st_mtime_ns == 1, "an unchanged value is not written again"
+    manifest = json.load(open(os.path.join(directory, checkpoint.MANIFEST)))
+    assert manifest["execution_count"] == 2
+    assert sorted(os.listdir(objects)) == sorted(entry["blob"] for entry in manifest["variables"].values())
+    assert written > 0
+
+
+def test_no_checkpoint_restores_nothing(helper, tmp_path):
+    assert helper.checkpoint.restore(Shell(), str(tmp_path)) is None
+
+
+def test_a_checkpoint_is_taken_in_a_child_and_current_once_complete(helper, tmp_path):
+    checkpoint = helper.checkpoint
+    shell = Shell(x=1, _hidden=2, In=[], configured=types)
+    writer = checkpoint.Checkpointer(shell, str(tmp_path), 1 << 30, {"configured"})
+    writer.after_execution()
+    assert writer.child is not None
+    writer.wait()
+    assert writer.child is None
+    restored = Shell()
+    result = checkpoint.restore(restored, str(tmp_path))
+    # Private names, IPython's own and the configured bindings are not the user's.
+    assert result["restored"] == ["x"]
+    assert result["execution_count"] == 1
+    leftovers = [name for name in os.listdir(str(tmp_path)) if name.startswith(".")]
+    assert leftovers == []

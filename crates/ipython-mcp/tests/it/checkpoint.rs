@@ -1,0 +1,190 @@
+//! Checkpoints of the namespace: a kernel that dies or is killed comes back with the
+//! namespace as of the last completed execution, and the agent is told which names came back
+//! and which were lost.
+
+use serde_json::{json, Value};
+
+use crate::support::{self, Family, Server, ToolResult};
+
+/// Defines what a session builds up: plain values, a function, a class and its instance, a
+/// lambda, modules under aliases, and what cannot be kept (a generator, an open file).
+const SETUP: &str = "\
+import json as j
+import os.path as osp
+x = 41
+data = {'a': [1, 2, (3, 'four')]}
+def double(n):
+    return 2 * n
+class Point:
+    def __init__(self, x):
+        self.x = x
+p = Point(5)
+square = lambda n: n * n
+gen = (n for n in range(3))
+handle = open(osp.join(__import__('tempfile').gettempdir(), 'ipython-mcp-checkpoint-test.txt'), 'w')
+";
+
+const CHECK: &str = "(x, data, double(4), p.x, Point(2).x, square(3), j.dumps([1]), osp.basename('/a/b'), 'gen' in dir(), 'handle' in dir(), 'doomed' in dir())";
+const RESTORED: &str =
+    "(41, {'a': [1, 2, (3, 'four')]}, 8, 5, 2, 9, '[1]', 'b', False, False, False)";
+
+async fn run(server: &Server, code: &str) -> ToolResult {
+    let result = server.call("execute", json!({ "code": code })).await;
+    assert!(result.ok(), "{code}: {result:?}");
+    result
+}
+
+fn names(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .unwrap_or_else(|| panic!("names: {value}"))
+        .iter()
+        .map(|name| name.as_str().expect("a name").to_owned())
+        .collect()
+}
+
+/// What a replacement reports: the names back (configured bindings and private names are not
+/// the user's, so not listed), the lost ones with reasons, and the line the model reads.
+fn assert_restored(runtime: &Value, text: &str) {
+    assert_eq!(runtime["namespace"], "restored", "{runtime}");
+    let restore = &runtime["restore"];
+    assert_eq!(
+        names(&restore["restored"]),
+        ["Point", "data", "double", "j", "osp", "p", "square", "x"],
+        "{restore}"
+    );
+    let lost: Vec<(String, String)> = restore["lost"]
+        .as_array()
+        .expect("lost")
+        .iter()
+        .map(|lost| {
+            (
+                lost["name"].as_str().expect("name").to_owned(),
+                lost["reason"].as_str().expect("reason").to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        lost.iter()
+            .map(|(name, _)| name.as_str())
+            .collect::<Vec<_>>(),
+        ["gen", "handle"],
+        "{restore}"
+    );
+    assert!(lost[0].1.contains("generator"), "{lost:?}");
+    assert!(restore["restore_ms"].as_u64().is_some(), "{restore}");
+    assert!(
+        text.contains("namespace restored as of execution")
+            && text.contains("8 back (Point, data, double, j, osp, p, square, x)")
+            && text.contains("lost: gen ("),
+        "{text}"
+    );
+}
+
+/// A cell that kills its kernel (`os._exit`) and a SIGKILL from outside while it is idle:
+/// each time the replacement comes back with the last completed execution's namespace; what
+/// the killing cell assigned is not there.
+#[tokio::test]
+async fn a_dead_kernel_comes_back_with_the_namespace_of_the_last_completed_execution() {
+    let server = Server::start(Family::Handshake, &[]).await;
+    run(&server, SETUP).await;
+    let died = server
+        .call(
+            "execute",
+            json!({"code": "doomed = 1\nimport os\nos._exit(3)"}),
+        )
+        .await;
+    assert_eq!(died.structured["error"]["code"], "kernel_died", "{died:?}");
+    assert!(
+        died.structured["error"]["hint"]
+            .as_str()
+            .is_some_and(|hint| hint.contains("restored from its checkpoint")),
+        "{died:?}"
+    );
+    assert_restored(&died.structured["runtime"], &died.text());
+    let status = server.call("runtime_status", json!({})).await.structured;
+    assert_eq!(status["latest_namespace_outcome"], "restored", "{status}");
+    assert_eq!(status["latest_restore"]["restored"][0], "Point", "{status}");
+    let back = run(&server, CHECK).await;
+    assert_eq!(
+        back.structured["result"]["text/plain"], RESTORED,
+        "{back:?}"
+    );
+
+    // Killed from outside between calls: the next call is told, and finds the namespace.
+    run(&server, "x = 42").await;
+    let pid = status["kernel"]["pid"].as_i64().expect("pid") as i32;
+    // SAFETY: kill(2) on the pid of our own server's kernel.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    support::wait_until_gone(pid).await;
+    server
+        .wait_until(|status| status["epoch"] == 2 && status["state"] == "ready")
+        .await;
+    let next = run(&server, "x").await;
+    assert_eq!(next.structured["result"]["text/plain"], "42", "{next:?}");
+    assert_eq!(
+        next.structured["runtime"]["namespace"], "restored",
+        "{next:?}"
+    );
+    assert!(
+        next.structured["notice"]
+            .as_str()
+            .is_some_and(|notice| notice.contains("restored from its checkpoint")),
+        "{next:?}"
+    );
+    server.stop().await;
+}
+
+/// Code that ignores SIGINT, killed past its deadline: the replacement is restored too.
+#[tokio::test]
+async fn a_kernel_killed_past_its_deadline_comes_back_restored() {
+    let server = Server::start(
+        Family::Handshake,
+        &[("IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS", "1")],
+    )
+    .await;
+    run(&server, SETUP).await;
+    let killed = server
+        .call(
+            "execute",
+            json!({"code": "doomed = 1\nimport signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(600)", "timeout_seconds": 2}),
+        )
+        .await;
+    assert_eq!(killed.structured["status"], "timeout", "{killed:?}");
+    assert_eq!(killed.structured["runtime"]["interruption"], "terminated");
+    assert_restored(&killed.structured["runtime"], &killed.text());
+    let back = run(&server, CHECK).await;
+    assert_eq!(
+        back.structured["result"]["text/plain"], RESTORED,
+        "{back:?}"
+    );
+    server.stop().await;
+}
+
+/// With checkpoints off, and after `kernel_restart`, a replacement starts empty.
+#[tokio::test]
+async fn checkpoints_off_and_a_restart_reset_the_namespace() {
+    let server = Server::start(Family::Handshake, &[("IPYTHON_MCP_CHECKPOINT", "off")]).await;
+    run(&server, "x = 1").await;
+    let died = server
+        .call("execute", json!({"code": "import os\nos._exit(1)"}))
+        .await;
+    assert_eq!(died.structured["runtime"]["namespace"], "reset", "{died:?}");
+    assert!(died.structured["runtime"].get("restore").is_none());
+    let gone = run(&server, "'x' in dir()").await;
+    assert_eq!(gone.structured["result"]["text/plain"], "False");
+    server.stop().await;
+
+    let server = Server::start(Family::Handshake, &[]).await;
+    run(&server, "x = 1").await;
+    let restarted = server.call("kernel_restart", json!({})).await;
+    assert_eq!(
+        restarted.structured["latest_namespace_outcome"], "reset",
+        "{restarted:?}"
+    );
+    let gone = run(&server, "'x' in dir()").await;
+    assert_eq!(gone.structured["result"]["text/plain"], "False");
+    server.stop().await;
+}
