@@ -1093,10 +1093,17 @@ fn private_base(tmp: &Path) -> PathBuf {
 /// Bytes under each `ipython-mcp-spool-*` directory of the server given `tmp`, in its private
 /// directory or (without one) in `tmp`.
 fn spool_bytes(tmp: &Path) -> HashMap<PathBuf, u64> {
+    // The session's namespace checkpoint sits in its spool directory, under a bound of its own.
     fn size(path: &Path) -> u64 {
         match std::fs::symlink_metadata(path) {
             Ok(meta) if meta.is_dir() => std::fs::read_dir(path)
-                .map(|entries| entries.flatten().map(|entry| size(&entry.path())).sum())
+                .map(|entries| {
+                    entries
+                        .flatten()
+                        .filter(|entry| entry.file_name() != "checkpoint")
+                        .map(|entry| size(&entry.path()))
+                        .sum()
+                })
                 .unwrap_or(0),
             Ok(meta) => meta.len(),
             Err(_) => 0,
