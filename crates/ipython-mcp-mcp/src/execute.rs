@@ -35,6 +35,21 @@ pub struct ExecuteParams {
     pub background: bool,
 }
 
+/// Arguments of `kernel_restart`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestartParams {
+    /// Session id (default `default`).
+    #[serde(default)]
+    pub kernel: Option<String>,
+    /// Or the session of this notebook path.
+    #[serde(default)]
+    pub notebook: Option<String>,
+    /// Load the last checkpoint (names as of the last completed cell); default false: empty.
+    #[serde(default)]
+    pub restore: bool,
+}
+
 /// Arguments of `runtime_status`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -244,15 +259,15 @@ impl IpythonMcp {
 
     #[tool(
         name = "kernel_restart",
-        description = "Replace the kernel after calls queued before it: names, dynamic tools gone, count from 1, `epoch` + 1. Recovers an `unavailable` session; reset keeps the process.",
+        description = "Replace the kernel after calls queued before it: names (unless `restore` loads the last checkpoint), dynamic tools gone, count from 1, `epoch` + 1. Recovers an `unavailable` session; reset keeps the process.",
         output_schema = schema_for_output::<StatusResult>(),
         annotations(title = "Restart the kernel", read_only_hint = false, destructive_hint = true, idempotent_hint = false, open_world_hint = false)
     )]
-    async fn kernel_restart(&self, Parameters(params): Parameters<StatusParams>) -> ToolResult {
+    async fn kernel_restart(&self, Parameters(params): Parameters<RestartParams>) -> ToolResult {
         let session = self
             .session_for_notebook(params.kernel.as_deref(), params.notebook.as_deref())
             .await?;
-        let restarted = session.restart().await;
+        let restarted = session.restart(params.restore).await;
         tracing::info!(
             tool = "kernel_restart",
             kernel = session.kernel_id(),

@@ -241,7 +241,7 @@ async fn call(server: &IpythonMcp, method: &str, raw: Value) -> Result<Value, Bo
             let PathParams { path } = params(method, raw)?;
             let session = notebooks.session(&path).await.map_err(worded)?;
             let status = session
-                .restart()
+                .restart(false)
                 .await
                 .map_err(|error: SessionError| ipython_mcp_mcp::session_error(&error))?;
             Ok(json!({

@@ -21,7 +21,7 @@ use ipython_mcp_output::output::{Interruption, NamespaceOutcome, Restore};
 const SPARE_SETTLE_WAIT: Duration = Duration::from_secs(10);
 
 /// The least time a checkpoint gets to load into a replacement.
-const RESTORE_BOUND: Duration = Duration::from_secs(120);
+pub(super) const RESTORE_BOUND: Duration = Duration::from_secs(120);
 
 /// What the next call is told of a replacement between calls.
 fn replaced_between_calls(checked: Checked) -> &'static str {
@@ -170,7 +170,7 @@ impl Actor {
                         panicked(PanickedCall::NotRun),
                     );
                 }
-                Some(Command::Restart { reply }) => return Some(reply),
+                Some(Command::Restart { reply, .. }) => return Some(reply),
                 Some(Command::Panic) => {}
                 None => return None,
             }
@@ -286,11 +286,11 @@ impl Actor {
                     record,
                     reply,
                 }) => (ticket, args, helper, record, reply),
-                Some(Command::Restart { reply }) => {
+                Some(Command::Restart { reply, restore }) => {
                     if shutdown.is_cancelled() {
                         return;
                     }
-                    self.restart(reply).await;
+                    self.restart(reply, restore).await;
                     continue;
                 }
                 Some(Command::Panic) => panic!("panic requested by the test mode"),
@@ -366,14 +366,17 @@ impl Actor {
     }
 
     /// `kernel_restart`, in queue order: a fresh kernel, and the status after it.
-    async fn restart(&mut self, reply: oneshot::Sender<RuntimeStatus>) {
-        self.replace().await;
-        self.restored = None;
-        self.update(|status| {
-            status.latest_interruption_kind = None;
-            status.latest_namespace_outcome = Some(NamespaceOutcome::Reset);
-            status.latest_restore = None;
-        });
+    async fn restart(&mut self, reply: oneshot::Sender<RuntimeStatus>, restore: bool) {
+        if restore {
+            self.replace_and_restore().await;
+            // The caller reads what came back in the status this answers with.
+            self.restored = None;
+        } else {
+            self.replace().await;
+            self.restored = None;
+            self.set_namespace(NamespaceOutcome::Reset);
+        }
+        self.update(|status| status.latest_interruption_kind = None);
         // The caller asked for it: no need to tell the next call.
         self.unreported_reset = None;
         let _ = reply.send(self.shared.status_now());

@@ -467,8 +467,10 @@ impl SessionHandle {
     }
 
     /// Replaces the kernel with a fresh one (promoting a warm spare when one is ready) after
-    /// the operations queued before it; every name is gone afterwards and the epoch advances.
-    pub async fn restart(&self) -> Result<RuntimeStatus, SessionError> {
+    /// the operations queued before it; the epoch advances. Every name is gone afterwards,
+    /// unless `restore` loads the session's checkpoint (the namespace as of the last completed
+    /// execution) into the new kernel.
+    pub async fn restart(&self, restore: bool) -> Result<RuntimeStatus, SessionError> {
         match self.status().state {
             SessionState::Closed => return Err(SessionError::Closed),
             SessionState::Starting => return Err(SessionError::RestartWhileStarting),
@@ -476,10 +478,13 @@ impl SessionHandle {
         }
         let (reply, result) = oneshot::channel();
         self.inbox
-            .send(Command::Restart { reply })
+            .send(Command::Restart { reply, restore })
             .map_err(|_| SessionError::Closed)?;
-        let bound =
-            self.shared.options.queue_wait_timeout + self.shared.options.timeouts.kernel_startup;
+        let startup = self.shared.options.timeouts.kernel_startup;
+        let mut bound = self.shared.options.queue_wait_timeout + startup;
+        if restore {
+            bound += startup.max(super::actor::RESTORE_BOUND);
+        }
         match tokio::time::timeout(bound, result).await {
             Ok(Ok(status)) => Ok(status),
             Ok(Err(_)) => Err(SessionError::Closed),

@@ -280,6 +280,8 @@ enum Command {
     /// Replace the kernel with a fresh one (a promoted spare), in queue order.
     Restart {
         reply: oneshot::Sender<RuntimeStatus>,
+        /// Load the session's checkpoint into the new kernel.
+        restore: bool,
     },
     /// Makes the actor panic when it gets here (the test mode's trigger; see `inject_panic`).
     Panic,

@@ -285,7 +285,7 @@ async fn a_panicking_actor_answers_its_queue_unavailable_and_restart_respawns_it
     // The restart starts a fresh actor in a new epoch; this one cannot find its Python
     // either, so the session is unavailable for that reason now, not for the panic.
     assert_eq!(status.epoch, 1, "its kernel is gone");
-    let restarted = handle.restart().await.expect("restart answered");
+    let restarted = handle.restart(false).await.expect("restart answered");
     assert_eq!(restarted.epoch, 2);
     assert_eq!(restarted.state, SessionState::Unavailable);
     let reason = restarted.error.expect("reason").to_string();

@@ -163,9 +163,10 @@ async fn a_kernel_killed_past_its_deadline_comes_back_restored() {
     server.stop().await;
 }
 
-/// With checkpoints off, and after `kernel_restart`, a replacement starts empty.
+/// With checkpoints off, and after `kernel_restart`, a replacement starts empty; a restart
+/// asked to restore does.
 #[tokio::test]
-async fn checkpoints_off_and_a_restart_reset_the_namespace() {
+async fn checkpoints_off_and_a_plain_restart_reset_and_a_restoring_restart_restores() {
     let server = Server::start(Family::Handshake, &[("IPYTHON_MCP_CHECKPOINT", "off")]).await;
     run(&server, "x = 1").await;
     let died = server
@@ -186,5 +187,81 @@ async fn checkpoints_off_and_a_restart_reset_the_namespace() {
     );
     let gone = run(&server, "'x' in dir()").await;
     assert_eq!(gone.structured["result"]["text/plain"], "False");
+
+    // Asked for, a restart restores; what came back is in the status it answers with.
+    run(&server, "y = 2").await;
+    let restarted = server
+        .call("kernel_restart", json!({"restore": true}))
+        .await;
+    assert!(restarted.ok(), "{restarted:?}");
+    assert_eq!(
+        restarted.structured["latest_namespace_outcome"], "restored",
+        "{restarted:?}"
+    );
+    assert_eq!(
+        names(&restarted.structured["latest_restore"]["restored"]),
+        ["y"],
+        "{restarted:?}"
+    );
+    let back = run(&server, "y").await;
+    assert_eq!(back.structured["result"]["text/plain"], "2");
+    server.stop().await;
+}
+
+/// Killed by its memory limit (the watchdog, which every machine has): restored as after any
+/// death.
+#[tokio::test]
+async fn a_kernel_killed_by_its_memory_limit_comes_back_restored() {
+    let server = Server::start(
+        Family::Handshake,
+        &[
+            ("IPYTHON_MCP_KERNEL_MEMORY_LIMIT", "300MiB"),
+            ("IPYTHON_MCP_KERNEL_MEMORY_ENFORCEMENT", "watchdog"),
+        ],
+    )
+    .await;
+    run(&server, SETUP).await;
+    let grown = server
+        .call(
+            "execute",
+            json!({"code": "doomed = []\nwhile True:\n    doomed.append(b'x' * (8 * 2**20))"}),
+        )
+        .await;
+    assert_eq!(
+        grown.structured["error"]["code"], "out_of_memory",
+        "{grown:?}"
+    );
+    assert_restored(&grown.structured["runtime"], &grown.text());
+    let back = run(&server, CHECK).await;
+    assert_eq!(
+        back.structured["result"]["text/plain"], RESTORED,
+        "{back:?}"
+    );
+    server.stop().await;
+}
+
+/// A value past the session's bound is not kept and is named; the rest come back.
+#[tokio::test]
+async fn a_value_past_the_bound_is_lost_and_named_while_the_rest_return() {
+    let server = Server::start(
+        Family::Handshake,
+        &[("IPYTHON_MCP_CHECKPOINT_MAX_BYTES", "100000")],
+    )
+    .await;
+    run(&server, "big = bytearray(1_000_000)\nsmall = 'kept'").await;
+    let died = server
+        .call("execute", json!({"code": "import os\nos._exit(1)"}))
+        .await;
+    let restore = &died.structured["runtime"]["restore"];
+    assert_eq!(names(&restore["restored"]), ["small"], "{died:?}");
+    assert_eq!(restore["lost"][0]["name"], "big", "{restore}");
+    assert!(
+        restore["lost"][0]["reason"]
+            .as_str()
+            .is_some_and(|reason| reason.contains("past the checkpoint bound")),
+        "{restore}"
+    );
+    let back = run(&server, "(small, 'big' in dir())").await;
+    assert_eq!(back.structured["result"]["text/plain"], "('kept', False)");
     server.stop().await;
 }
