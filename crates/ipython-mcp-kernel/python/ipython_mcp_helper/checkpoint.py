@@ -1,13 +1,13 @@
 """Checkpoints of the user namespace, and restoring one into a fresh kernel.
 
-After each execution that is not silent, the kernel forks: the
-child, a copy-on-write snapshot of the namespace at that instant, pickles every user variable
-(cloudpickle, else dill, else the standard pickle), records imported modules by name, writes
-what changed, makes the new manifest current with one rename and exits. The parent only pays
-for the fork; the reply goes out at once. The next execution waits for the child before it
-runs, so a cell that kills the kernel never kills a checkpoint half-written, and a checkpoint
-never sees a namespace in mid-change. Writes and deletes are the child's alone; at most one
-child runs at a time.
+After each execution that is not silent, the namespace is pickled
+(cloudpickle, else dill, else the standard pickle; imported modules by name) and what changed
+is written, then the new manifest made current with one rename. A small namespace (the common
+case: a fork alone costs milliseconds) is written by the kernel itself before the reply, in
+well under a millisecond. A larger one by a forked child, a copy-on-write snapshot of the
+namespace at that instant: the parent only pays for the fork; the reply goes out at once.
+The next execution waits for the child before it runs, so a cell that kills the kernel never
+kills a checkpoint half-written. At most one writer runs at a time.
 
 Why a fork of a threaded process is safe here: the child runs only this module's code (and
 the objects' own pickling methods), takes no lock another thread could hold except through
@@ -29,19 +29,25 @@ Layout of the checkpoint directory:
 Standard library only at import time; cloudpickle or dill are used when the kernel has them.
 """
 
+import contextlib
+import fcntl
 import hashlib
+import io
 import json
 import os
 import pickle
 import signal
 import struct
 import sys
+import time
 import types
 import warnings
 
 from .rpc import METHODS, RequestError, checked_params, current
 
 MANIFEST = "manifest.json"
+# Held by a child while it writes (see Checkpointer._fork).
+WRITER_LOCK = "writer.lock"
 OBJECTS = "objects"
 MAGIC = b"IPMCKPT1"
 _FORMAT = 1
@@ -50,23 +56,45 @@ _CHILD_SECONDS = 600
 # Names IPython and the helper keep in user_ns that are not the user's.
 _NOT_USERS = frozenset(("In", "Out", "exit", "quit", "get_ipython"))
 _MAX_REASON = 200
+# A namespace that pickles within this, none of its containers past _SMALL_LEN items, is
+# written in the kernel itself (see Checkpointer.after_execution).
+_SMALL_BYTES = 1 << 20
+_SMALL_LEN = 10_000
+_CONTAINERS = (list, tuple, dict, set, frozenset)
 
 
 def _pickler():
-    """(name, dumps) of the best pickler the kernel has."""
+    """(name, Pickler class) of the best pickler the kernel has."""
     try:
         import cloudpickle
 
-        return "cloudpickle", cloudpickle.dumps
+        return "cloudpickle", cloudpickle.Pickler
     except Exception:
         pass
     try:
         import dill
 
-        return "dill", dill.dumps
+        return "dill", dill.Pickler
     except Exception:
         pass
-    return "pickle", pickle.dumps
+    return "pickle", pickle.Pickler
+
+
+class _Bounded(io.BytesIO):
+    """A pickle's output that stops it past ``_SMALL_BYTES`` (raising ``_TooBig``) before
+    taking the bytes in: a large value is given up at once, not copied first."""
+
+    def write(self, data):
+        if self.tell() + len(data) > _SMALL_BYTES:
+            raise _TooBig
+        return super().write(data)
+
+
+def _dumps(pickler, value, buffers, small):
+    """``value`` pickled (protocol 5; large buffers out of band into ``buffers``)."""
+    output = _Bounded() if small else io.BytesIO()
+    pickler(output, protocol=5, buffer_callback=buffers.append).dump(value)
+    return output.getvalue()
 
 
 def _user_names(shell, protected):
@@ -94,6 +122,7 @@ class Checkpointer:
         self.protected = protected  # configured bindings: the install brings them back
         self.child = None
         self.taken_at = None  # the execution count of the latest checkpoint started
+        self.pickler = None  # imported here, once: each child would import it again
 
     def wait(self):
         """Waits for the running child, if any (before the next execution runs)."""
@@ -106,48 +135,117 @@ class Checkpointer:
             pass
 
     def after_execution(self):
-        """Starts a checkpoint of the namespace as it is now (after a cell that is not
-        silent; the shell counts the cell after this)."""
+        """Takes a checkpoint of the namespace as it is now (after a cell that is not silent;
+        the shell counts the cell after this).
+
+        A namespace that pickles small (``_SMALL_BYTES``, no container past ``_SMALL_LEN``
+        items) is written here and now, in well under a millisecond: a fork alone costs more.
+        Anything larger is written by a forked child, off the reply's path.
+        """
         count = getattr(self.shell, "execution_count", None)
         self.wait()
         self.taken_at = count
-        with warnings.catch_warnings():
-            # Python 3.12+ warns of fork in a threaded process; see the module's documentation.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            try:
-                pid = os.fork()
-            except OSError:
-                return  # no process to spare (the sandbox's bound): no checkpoint this time
-        if pid == 0:
-            status = 1
-            try:
-                signal.signal(signal.SIGINT, signal.SIG_DFL)
-                signal.alarm(_CHILD_SECONDS)
-                write(self.directory, _user_names(self.shell, self.protected), self.max_bytes, count)
-                status = 0
-            except BaseException:
-                pass
-            finally:
-                os._exit(status)
-        self.child = pid
+        if self.pickler is None:
+            self.pickler = _pickler()
+        names = list(_user_names(self.shell, self.protected))
+        try:
+            with contextlib.redirect_stdout(_NOWHERE), contextlib.redirect_stderr(_NOWHERE):
+                snapshot = _pickle_all(names, self.pickler, self.max_bytes, small=True)
+        except _TooBig:
+            self._fork(names, count)
+            return
+        _commit(self.directory, count, self.pickler[0], snapshot)
+
+    def _fork(self, names, count):
+        # The writer's lock, taken before the fork so that no moment exists when the child
+        # writes unlocked: the child holds it through the descriptor it inherits, until it
+        # exits, and `restore` waits for it.
+        os.makedirs(self.directory, exist_ok=True)
+        lock = os.open(os.path.join(self.directory, WRITER_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+        pid = -1
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            with warnings.catch_warnings():
+                # Python 3.12+ warns of fork in a threaded process; see the module's documentation.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                try:
+                    pid = os.fork()
+                except OSError:
+                    pid = -1  # no process to spare (the sandbox's bound): none this time
+            if pid == 0:
+                self._write_in_child(names, count)
+        finally:
+            if pid != 0:
+                os.close(lock)
+        if pid > 0:
+            self.child = pid
+
+    def _write_in_child(self, names, count):
+        status = 1
+        try:
+            # Out of the kernel's process group: a kernel killed between cells (its group with
+            # it) does not take the checkpoint of its last cell along.
+            os.setpgid(0, 0)
+            # The kernel's streams publish through a thread the fork left behind: whatever a
+            # pickling method prints goes nowhere instead. The user's own SIGALRM and SIGINT
+            # handlers must not keep the child alive.
+            sys.stdout = sys.stderr = _NOWHERE
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+            signal.alarm(_CHILD_SECONDS)
+            snapshot = _pickle_all(names, self.pickler, self.max_bytes, small=False)
+            _commit(self.directory, count, self.pickler[0], snapshot)
+            status = 0
+        except BaseException:
+            pass
+        finally:
+            os._exit(status)
 
 
-def write(directory, names, max_bytes, execution_count):
-    """Writes a checkpoint of ``names`` (pairs) into ``directory`` and makes it current."""
-    objects = os.path.join(directory, OBJECTS)
-    os.makedirs(objects, exist_ok=True)
-    pickler, dumps = _pickler()
-    variables, modules, lost = {}, {}, []
+class _TooBig(Exception):
+    """The namespace does not pickle small: a child writes it."""
+
+
+class _Nowhere:
+    """A stream that drops what is written (no file descriptor to leak or inherit)."""
+
+    def write(self, text):
+        return len(text)
+
+    def flush(self):
+        pass
+
+
+_NOWHERE = _Nowhere()
+
+
+def write(directory, names, max_bytes, execution_count, pickler=None):
+    """Writes a checkpoint of ``names`` (pairs) into ``directory`` and makes it current, with
+    ``pickler`` (``(name, Pickler class)``; the best the kernel has by default)."""
+    pickler = pickler or _pickler()
+    snapshot = _pickle_all(names, pickler, max_bytes, small=False)
+    _commit(directory, execution_count, pickler[0], snapshot)
+
+
+def _pickle_all(names, pickler, max_bytes, small):
+    """``(values, modules, lost)``: each value pickled as ``(name, data, raws, size)``, each
+    module by name, each name that could not be kept with its reason. With ``small``, raises
+    ``_TooBig`` past ``_SMALL_BYTES`` in all or a container past ``_SMALL_LEN`` items, and
+    copies out-of-band buffers (the namespace goes on changing once the cell is answered)."""
+    _, pickler = pickler
+    values, modules, lost = [], {}, []
     total = 0
     for name, value in names:
         if isinstance(value, types.ModuleType):
             modules[name] = value.__name__
             continue
+        if small and isinstance(value, _CONTAINERS) and len(value) > _SMALL_LEN:
+            raise _TooBig
         buffers = []
         try:
-            data = dumps(value, protocol=5, buffer_callback=buffers.append)
+            data = _dumps(pickler, value, buffers, small)
         except BaseException as error:
-            if isinstance(error, (KeyboardInterrupt, SystemExit)):
+            if isinstance(error, (KeyboardInterrupt, SystemExit, _TooBig)):
                 raise
             lost.append({"name": name, "reason": _reason(error)})
             continue
@@ -157,6 +255,8 @@ def write(directory, names, max_bytes, execution_count):
             lost.append({"name": name, "reason": _reason(error)})
             continue
         size = len(data) + sum(raw.nbytes for raw in raws)
+        if small and total + size > _SMALL_BYTES:
+            raise _TooBig
         if total + size > max_bytes:
             lost.append(
                 {
@@ -166,16 +266,28 @@ def write(directory, names, max_bytes, execution_count):
                 }
             )
             continue
-        blob = _store(objects, data, raws)
+        if small:
+            raws = [bytes(raw) for raw in raws]
         total += size
-        variables[name] = {"blob": blob, "bytes": size}
+        values.append((name, data, raws, size))
+    return values, modules, lost
+
+
+def _commit(directory, execution_count, pickler, snapshot):
+    """Writes what changed of ``snapshot`` and makes its manifest current."""
+    values, modules, lost = snapshot
+    objects = os.path.join(directory, OBJECTS)
+    os.makedirs(objects, exist_ok=True)
+    variables = {}
+    for name, data, raws, size in values:
+        variables[name] = {"blob": _store(objects, data, raws), "bytes": size}
     manifest = {
         "format": _FORMAT,
         "execution_count": execution_count,
         "variables": variables,
         "modules": modules,
         "lost": lost,
-        "bytes": total,
+        "bytes": sum(entry["bytes"] for entry in variables.values()),
         "pickler": pickler,
     }
     temporary = os.path.join(directory, ".%s.%d" % (MANIFEST, os.getpid()))
@@ -238,6 +350,7 @@ def restore(shell, directory):
     Returns ``{"execution_count", "restored": [names], "lost": [{"name", "reason"}]}``; None
     when there is no checkpoint. Names the checkpoint could not keep are lost too.
     """
+    _wait_for_writer(directory)
     try:
         with open(os.path.join(directory, MANIFEST), encoding="utf-8") as file:
             manifest = json.load(file)
@@ -277,6 +390,27 @@ def restore(shell, directory):
         "restored": restored,
         "lost": lost,
     }
+
+
+def _wait_for_writer(directory):
+    """Waits until no child writes a checkpoint into ``directory``: one that outlived its
+    kernel finishes (or is ended by its alarm) before the checkpoint is read."""
+    try:
+        lock = os.open(os.path.join(directory, WRITER_LOCK), os.O_RDWR)
+    except OSError:
+        return  # no child ever wrote here
+    try:
+        deadline = time.monotonic() + _CHILD_SECONDS
+        while True:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    return
+                time.sleep(0.01)
+    finally:
+        os.close(lock)
 
 
 def _method_restore(params):

@@ -124,18 +124,29 @@ def test_no_checkpoint_restores_nothing(helper, tmp_path):
     assert helper.checkpoint.restore(Shell(), str(tmp_path)) is None
 
 
-def test_a_checkpoint_is_taken_in_a_child_and_current_once_complete(helper, tmp_path):
+def test_a_small_namespace_is_written_in_place_and_a_large_one_by_a_child(helper, tmp_path):
     checkpoint = helper.checkpoint
     shell = Shell(x=1, _hidden=2, In=[], configured=types)
     writer = checkpoint.Checkpointer(shell, str(tmp_path), 1 << 30, {"configured"})
     writer.after_execution()
-    assert writer.child is not None
-    writer.wait()
-    assert writer.child is None
+    assert writer.child is None, "small: no child"
     restored = Shell()
     result = checkpoint.restore(restored, str(tmp_path))
     # Private names, IPython's own and the configured bindings are not the user's.
     assert result["restored"] == ["x"]
     assert result["execution_count"] == 1
+    # Past the small bound (in bytes, or a long container): a child writes it.
+    for large in (bytearray(checkpoint._SMALL_BYTES + 1), list(range(checkpoint._SMALL_LEN + 1))):
+        shell.user_ns["big"] = large
+        shell.execution_count += 1
+        writer.after_execution()
+        assert writer.child is not None
+        writer.wait()
+        assert writer.child is None
+        restored = Shell()
+        result = checkpoint.restore(restored, str(tmp_path))
+        assert result["restored"] == ["big", "x"]
+        assert restored.user_ns["big"] == large
+        assert result["execution_count"] == shell.execution_count
     leftovers = [name for name in os.listdir(str(tmp_path)) if name.startswith(".")]
     assert leftovers == []

@@ -7,9 +7,12 @@ use serde_json::{json, Value};
 use crate::support::{self, Family, Server, ToolResult};
 
 /// Defines what a session builds up: plain values, a function, a class and its instance, a
-/// lambda, modules under aliases, and what cannot be kept (a generator, an open file).
+/// lambda, modules under aliases, and what cannot be kept (a generator, an open file); and a
+/// 2 MiB buffer, so that a forked child writes the checkpoint (a small namespace is written by
+/// the kernel itself).
 const SETUP: &str = "\
 import json as j
+blob = bytearray(range(256)) * 8192
 import os.path as osp
 x = 41
 data = {'a': [1, 2, (3, 'four')]}
@@ -24,9 +27,9 @@ gen = (n for n in range(3))
 handle = open(osp.join(__import__('tempfile').gettempdir(), 'ipython-mcp-checkpoint-test.txt'), 'w')
 ";
 
-const CHECK: &str = "(x, data, double(4), p.x, Point(2).x, square(3), j.dumps([1]), osp.basename('/a/b'), 'gen' in dir(), 'handle' in dir(), 'doomed' in dir())";
+const CHECK: &str = "print((x, data, double(4), p.x, Point(2).x, square(3), j.dumps([1]), osp.basename('/a/b'), len(blob), blob[-1], 'gen' in dir(), 'handle' in dir(), 'doomed' in dir()))";
 const RESTORED: &str =
-    "(41, {'a': [1, 2, (3, 'four')]}, 8, 5, 2, 9, '[1]', 'b', False, False, False)";
+    "(41, {'a': [1, 2, (3, 'four')]}, 8, 5, 2, 9, '[1]', 'b', 2097152, 255, False, False, False)\n";
 
 async fn run(server: &Server, code: &str) -> ToolResult {
     let result = server.call("execute", json!({ "code": code })).await;
@@ -50,7 +53,7 @@ fn assert_restored(runtime: &Value, text: &str) {
     let restore = &runtime["restore"];
     assert_eq!(
         names(&restore["restored"]),
-        ["Point", "data", "double", "j", "osp", "p", "square", "x"],
+        ["Point", "blob", "data", "double", "j", "osp", "p", "square", "x"],
         "{restore}"
     );
     let lost: Vec<(String, String)> = restore["lost"]
@@ -75,7 +78,7 @@ fn assert_restored(runtime: &Value, text: &str) {
     assert!(restore["restore_ms"].as_u64().is_some(), "{restore}");
     assert!(
         text.contains("namespace restored as of execution")
-            && text.contains("8 back (Point, data, double, j, osp, p, square, x)")
+            && text.contains("9 back (Point, blob, data, double, j, osp, p, square, x)")
             && text.contains("lost: gen ("),
         "{text}"
     );
@@ -106,10 +109,7 @@ async fn a_dead_kernel_comes_back_with_the_namespace_of_the_last_completed_execu
     assert_eq!(status["latest_namespace_outcome"], "restored", "{status}");
     assert_eq!(status["latest_restore"]["restored"][0], "Point", "{status}");
     let back = run(&server, CHECK).await;
-    assert_eq!(
-        back.structured["result"]["text/plain"], RESTORED,
-        "{back:?}"
-    );
+    assert_eq!(back.structured["stdout"], RESTORED, "{back:?}");
 
     // Killed from outside between calls: the next call is told, and finds the namespace.
     run(&server, "x = 42").await;
@@ -156,10 +156,7 @@ async fn a_kernel_killed_past_its_deadline_comes_back_restored() {
     assert_eq!(killed.structured["runtime"]["interruption"], "terminated");
     assert_restored(&killed.structured["runtime"], &killed.text());
     let back = run(&server, CHECK).await;
-    assert_eq!(
-        back.structured["result"]["text/plain"], RESTORED,
-        "{back:?}"
-    );
+    assert_eq!(back.structured["stdout"], RESTORED, "{back:?}");
     server.stop().await;
 }
 
@@ -233,10 +230,7 @@ async fn a_kernel_killed_by_its_memory_limit_comes_back_restored() {
     );
     assert_restored(&grown.structured["runtime"], &grown.text());
     let back = run(&server, CHECK).await;
-    assert_eq!(
-        back.structured["result"]["text/plain"], RESTORED,
-        "{back:?}"
-    );
+    assert_eq!(back.structured["stdout"], RESTORED, "{back:?}");
     server.stop().await;
 }
 
