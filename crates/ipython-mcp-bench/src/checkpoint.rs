@@ -230,5 +230,5 @@ async fn call(client: &Client, code: &str, timeout_seconds: u64) -> anyhow::Resu
         .await?;
     result
         .structured_content
-        .context("execute has structured content (IPYTHON_MCP_STRUCTURED_OUTPUT=always)")
+        .context("execute has structured content (structured output is always on here)")
 }
