@@ -134,15 +134,18 @@ class Checkpointer:
         except (ChildProcessError, InterruptedError, OSError):
             pass
 
-    def after_execution(self):
-        """Takes a checkpoint of the namespace as it is now (after a cell that is not silent;
-        the shell counts the cell after this).
+    def after_execution(self, count=None):
+        """Takes a checkpoint of the namespace as it is now: after a cell that is not silent
+        (``count``, its execution count) or a namespace call (the latest cell's count).
 
         A namespace that pickles small (``_SMALL_BYTES``, no container past ``_SMALL_LEN``
         items) is written here and now, in well under a millisecond: a fork alone costs more.
         Anything larger is written by a forked child, off the reply's path.
         """
-        count = getattr(self.shell, "execution_count", None)
+        if count is None:
+            # The shell counts the next cell already.
+            following = getattr(self.shell, "execution_count", None)
+            count = following - 1 if isinstance(following, int) else None
         self.wait()
         self.taken_at = count
         if self.pickler is None:

@@ -63,6 +63,8 @@ OPTIONAL_CONFIG_KEYS = (
 
 
 _MISSING = object()
+# Helper methods that may change user names (they run user code, or delete names).
+NAMESPACE_CHANGING = frozenset(("call_function", "call_tool", "reload", "remove", "reset"))
 _SPOOL_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 
 
@@ -393,7 +395,9 @@ class _Installation:
                 if event == "post_execute":
                     self._guarded(self.end_execution)
                 elif event == "post_run_cell" and self.checkpointer is not None:
-                    self._guarded(self.checkpointer.after_execution)
+                    result = args[0] if args else None
+                    count = getattr(result, "execution_count", None)
+                    self._guarded(lambda: self.checkpointer.after_execution(count))
 
         return wrapped
 
@@ -504,7 +508,13 @@ class _Installation:
         self.comm = comm
 
         def on_msg(msg):
-            reply = handle_request(msg.get("content", {}).get("data"))
+            data = msg.get("content", {}).get("data")
+            reply = handle_request(data)
+            # A call that can change the namespace is checkpointed like a cell: a name removed
+            # must not come back with a replacement kernel.
+            method = data.get("method") if isinstance(data, dict) else None
+            if method in NAMESPACE_CHANGING and self.checkpointer is not None:
+                self._guarded(self.checkpointer.after_execution)
             try:
                 comm.send(reply)
             except Exception as error:  # e.g. a result JSON cannot carry: still answer

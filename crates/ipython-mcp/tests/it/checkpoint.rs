@@ -76,6 +76,10 @@ fn assert_restored(runtime: &Value, text: &str) {
     );
     assert!(lost[0].1.contains("generator"), "{lost:?}");
     assert!(restore["restore_ms"].as_u64().is_some(), "{restore}");
+    assert_eq!(
+        restore["execution_count"], 1,
+        "taken after SETUP: {restore}"
+    );
     assert!(
         text.contains("namespace restored as of execution")
             && text.contains("9 back (Point, blob, data, double, j, osp, p, square, x)")
@@ -257,5 +261,22 @@ async fn a_value_past_the_bound_is_lost_and_named_while_the_rest_return() {
     );
     let back = run(&server, "(small, 'big' in dir())").await;
     assert_eq!(back.structured["result"]["text/plain"], "('kept', False)");
+    server.stop().await;
+}
+
+/// A name removed with `remove` (no cell runs after it) does not come back with a replacement,
+/// and the execution count is that of the last cell.
+#[tokio::test]
+async fn a_removed_name_stays_removed_after_a_restore() {
+    let server = Server::start(Family::Handshake, &[]).await;
+    run(&server, "a = 1\nb = 2").await;
+    let removed = server.call("remove", json!({"names": ["a"]})).await;
+    assert!(removed.ok(), "{removed:?}");
+    let died = server
+        .call("execute", json!({"code": "import os\nos._exit(1)"}))
+        .await;
+    let restore = &died.structured["runtime"]["restore"];
+    assert_eq!(names(&restore["restored"]), ["b"], "{died:?}");
+    assert_eq!(restore["execution_count"], 1, "{restore}");
     server.stop().await;
 }
