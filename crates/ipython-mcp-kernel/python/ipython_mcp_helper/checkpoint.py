@@ -29,7 +29,6 @@ Layout of the checkpoint directory:
 Standard library only at import time; cloudpickle or dill are used when the kernel has them.
 """
 
-import contextlib
 import fcntl
 import hashlib
 import io
@@ -151,9 +150,9 @@ class Checkpointer:
         if self.pickler is None:
             self.pickler = _pickler()
         names = list(_user_names(self.shell, self.protected))
+        # The streams stay as they are: swapping them would drop what other threads print.
         try:
-            with contextlib.redirect_stdout(_NOWHERE), contextlib.redirect_stderr(_NOWHERE):
-                snapshot = _pickle_all(names, self.pickler, self.max_bytes, small=True)
+            snapshot = _pickle_all(names, self.pickler, self.max_bytes, small=True)
         except _TooBig:
             self._fork(names, count)
             return
