@@ -102,6 +102,25 @@ pub struct RemoteDescription {
     pub attached: bool,
 }
 
+/// The session's namespace checkpoint (local kernels with checkpoints on).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct CheckpointStatus {
+    /// Whether one has been taken yet.
+    pub taken: bool,
+    /// The execution it was taken after.
+    pub execution_count: Option<u64>,
+    /// Names kept (variables and imported modules).
+    pub names: usize,
+    /// Bytes of pickled values kept.
+    pub bytes: u64,
+    /// Names it could not keep, and why (the first ones; `lost_names` counts them all).
+    pub lost: Vec<ipython_mcp_output::LostName>,
+    pub lost_names: usize,
+    /// Why the latest attempt failed, while it has (the previous checkpoint stays current).
+    pub failure: Option<String>,
+}
+
 /// The current kernel's memory: its process tree's resident memory (a cgroup's charge where
 /// one enforces the limit), sampled a few times a second. Local kernels only.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -177,6 +196,9 @@ pub struct RuntimeStatus<E = SessionError> {
     /// With `latest_namespace_outcome: restored`: what came back from the checkpoint.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub latest_restore: Option<ipython_mcp_output::Restore>,
+    /// The namespace checkpoint a replacement would restore (local kernels, checkpoints on).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<CheckpointStatus>,
     pub startup_seconds: Option<f64>,
     /// Seconds the latest replacement took (a promoted spare takes milliseconds).
     pub replacement_startup_seconds: Option<f64>,
@@ -203,6 +225,7 @@ impl<E> RuntimeStatus<E> {
             latest_interruption_kind: self.latest_interruption_kind,
             latest_namespace_outcome: self.latest_namespace_outcome,
             latest_restore: self.latest_restore,
+            checkpoint: self.checkpoint,
             startup_seconds: self.startup_seconds,
             replacement_startup_seconds: self.replacement_startup_seconds,
             kernel: self.kernel,
@@ -226,6 +249,7 @@ impl<E> RuntimeStatus<E> {
             latest_interruption_kind: None,
             latest_namespace_outcome: None,
             latest_restore: None,
+            checkpoint: None,
             startup_seconds: None,
             replacement_startup_seconds: None,
             kernel: None,

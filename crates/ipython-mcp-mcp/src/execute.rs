@@ -281,7 +281,7 @@ impl IpythonMcp {
 
     #[tool(
         name = "runtime_status",
-        description = "A session's state, epoch, queue, last interruption, kernel (pid, Python, cwd), environment setup, and why it is unavailable. Answers at once, even while code runs.",
+        description = "A session's state, epoch, queue, last interruption, kernel (pid, Python, cwd), environment setup, namespace checkpoint, and why it is unavailable. Answers at once, even while code runs.",
         output_schema = schema_for_output::<StatusResult>(),
         annotations(title = "Runtime status", read_only_hint = true, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
     )]

@@ -47,6 +47,8 @@ from .rpc import METHODS, RequestError, checked_params, current
 MANIFEST = "manifest.json"
 # Held by a child while it writes (see Checkpointer._fork).
 WRITER_LOCK = "writer.lock"
+# Why the latest attempt failed, until one succeeds.
+FAILURE = "failure.json"
 OBJECTS = "objects"
 MAGIC = b"IPMCKPT1"
 _FORMAT = 1
@@ -124,14 +126,19 @@ class Checkpointer:
         self.pickler = None  # imported here, once: each child would import it again
 
     def wait(self):
-        """Waits for the running child, if any (before the next execution runs)."""
+        """Waits for the running child, if any (before the next execution runs); one that
+        failed is recorded (see `_failed`)."""
         child, self.child = self.child, None
         if child is None:
             return
         try:
-            os.waitpid(child, 0)
+            _, status = os.waitpid(child, 0)
         except (ChildProcessError, InterruptedError, OSError):
-            pass
+            return
+        if os.WIFSIGNALED(status):
+            _failed(self.directory, self.taken_at, "the writer was ended by signal %d" % os.WTERMSIG(status))
+        elif os.WIFEXITED(status) and os.WEXITSTATUS(status) != 0:
+            pass  # it recorded why itself
 
     def after_execution(self, count=None):
         """Takes a checkpoint of the namespace as it is now: after a cell that is not silent
@@ -156,7 +163,13 @@ class Checkpointer:
         except _TooBig:
             self._fork(names, count)
             return
-        _commit(self.directory, count, self.pickler[0], snapshot)
+        except Exception as error:
+            _failed(self.directory, count, _reason(error))
+            return
+        try:
+            _commit(self.directory, count, self.pickler[0], snapshot)
+        except Exception as error:
+            _failed(self.directory, count, _reason(error))
 
     def _fork(self, names, count):
         # The writer's lock, taken before the fork so that no moment exists when the child
@@ -198,8 +211,11 @@ class Checkpointer:
             snapshot = _pickle_all(names, self.pickler, self.max_bytes, small=False)
             _commit(self.directory, count, self.pickler[0], snapshot)
             status = 0
-        except BaseException:
-            pass
+        except BaseException as error:
+            try:
+                _failed(self.directory, count, _reason(error))
+            except BaseException:
+                pass
         finally:
             os._exit(status)
 
@@ -275,8 +291,19 @@ def _pickle_all(names, pickler, max_bytes, small):
     return values, modules, lost
 
 
+def _failed(directory, execution_count, reason):
+    """Records why the checkpoint after ``execution_count`` was not taken (``FAILURE``, read
+    by the server for ``runtime_status``); the previous one stays current."""
+    os.makedirs(directory, exist_ok=True)
+    temporary = os.path.join(directory, ".%s.%d" % (FAILURE, os.getpid()))
+    with open(temporary, "w", encoding="utf-8") as file:
+        json.dump({"execution_count": execution_count, "reason": reason}, file)
+    os.replace(temporary, os.path.join(directory, FAILURE))
+
+
 def _commit(directory, execution_count, pickler, snapshot):
-    """Writes what changed of ``snapshot`` and makes its manifest current."""
+    """Writes what changed of ``snapshot`` and makes its manifest current (clearing a
+    recorded failure)."""
     values, modules, lost = snapshot
     objects = os.path.join(directory, OBJECTS)
     os.makedirs(objects, exist_ok=True)
@@ -296,6 +323,10 @@ def _commit(directory, execution_count, pickler, snapshot):
     with open(temporary, "w", encoding="utf-8") as file:
         json.dump(manifest, file)
     os.replace(temporary, os.path.join(directory, MANIFEST))
+    try:
+        os.remove(os.path.join(directory, FAILURE))
+    except FileNotFoundError:
+        pass
     kept = {entry["blob"] for entry in variables.values()}
     for entry in os.listdir(objects):
         if entry not in kept:

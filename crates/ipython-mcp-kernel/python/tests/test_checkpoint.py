@@ -150,3 +150,19 @@ def test_a_small_namespace_is_written_in_place_and_a_large_one_by_a_child(helper
         assert result["execution_count"] == shell.execution_count
     leftovers = [name for name in os.listdir(str(tmp_path)) if name.startswith(".")]
     assert leftovers == []
+
+
+def test_a_failed_checkpoint_is_recorded_until_one_succeeds(helper, tmp_path):
+    checkpoint = helper.checkpoint
+    shell = Shell(x=1)
+    writer = checkpoint.Checkpointer(shell, str(tmp_path), 1 << 30, set())
+    objects = tmp_path / checkpoint.OBJECTS
+    objects.write_text("a file where the objects directory goes")
+    writer.after_execution(1)
+    failure = json.load(open(tmp_path / checkpoint.FAILURE))
+    assert failure["execution_count"] == 1 and "Error" in failure["reason"], failure
+    assert not (tmp_path / checkpoint.MANIFEST).exists()
+    objects.unlink()
+    writer.after_execution(2)
+    assert not (tmp_path / checkpoint.FAILURE).exists()
+    assert json.load(open(tmp_path / checkpoint.MANIFEST))["execution_count"] == 2

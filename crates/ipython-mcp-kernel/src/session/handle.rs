@@ -70,6 +70,7 @@ impl SessionHandle {
             failures: watch::channel(0).0,
             failed: AtomicBool::new(false),
             tasks: ipython_mcp_jupyter::task::Tasks::default(),
+            checkpoint: Default::default(),
         });
         (SessionHandle { shared, inbox }, commands)
     }

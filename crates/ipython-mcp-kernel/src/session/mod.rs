@@ -27,6 +27,7 @@
 //! `test-support` feature, for other crates' tests).
 
 mod actor;
+mod checkpoint;
 pub mod error;
 #[cfg(any(test, feature = "test-support"))]
 pub(crate) mod fake;
@@ -199,17 +200,34 @@ struct Shared {
     /// Every task of the session: its actor (in `supervise`), spares starting, background
     /// executions' waits. They end once the actor has closed; `shutdown` joins them.
     tasks: ipython_mcp_jupyter::task::Tasks,
+    /// The namespace checkpoint's files as last read.
+    checkpoint: checkpoint::Cache,
 }
 
 impl Shared {
-    /// The session's status now, with its kernel's memory as last sampled.
+    /// The session's status now, with its kernel's memory as last sampled and its checkpoint.
     fn status_now(&self) -> RuntimeStatus {
         let mut status = self.status.lock().expect("status lock").clone();
         status.queue_depth = self.queue_depth.load(Ordering::Acquire);
         if let Some(meter) = self.memory.lock().expect("memory lock").as_ref() {
             status.memory = Some(crate::status::MemoryStatus::from(meter.reading()));
         }
+        status.checkpoint = self.checkpoint_dir().and_then(|dir| {
+            // A local kernel's (a remote one is not checkpointed).
+            let local = status
+                .kernel
+                .as_ref()
+                .is_some_and(|kernel| kernel.remote.is_none() && kernel.helper);
+            local.then(|| self.checkpoint.status(&dir))
+        });
         status
+    }
+
+    /// Where the session's checkpoint is, with checkpoints on.
+    fn checkpoint_dir(&self) -> Option<std::path::PathBuf> {
+        self.options.checkpoint_max_bytes?;
+        let (spool, _) = self.executions.spool()?;
+        Some(spool.join(checkpoint::CHECKPOINT_DIR))
     }
 }
 

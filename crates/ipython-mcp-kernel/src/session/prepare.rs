@@ -119,9 +119,6 @@ fn update(shared: &Shared, change: impl FnOnce(&mut crate::status::RuntimeStatus
     change(&mut shared.status.lock().expect("status lock"));
 }
 
-/// The checkpoint's directory in the session's spool directory.
-const CHECKPOINT_DIR: &str = "checkpoint";
-
 /// Starts a kernel and installs the helper; touches no session state, so spares use it too.
 async fn prepare(
     shared: Arc<Shared>,
@@ -226,7 +223,7 @@ async fn install_helper(
     let spool = shared.executions.spool();
     // The checkpoint lives beside the spool, in the session's directory: kept across its
     // kernels, deleted with the session.
-    let checkpoint_dir = spool.map(|(dir, _)| dir.join(CHECKPOINT_DIR));
+    let checkpoint_dir = spool.map(|(dir, _)| dir.join(super::checkpoint::CHECKPOINT_DIR));
     let checkpoint = options
         .checkpoint_max_bytes
         .zip(checkpoint_dir.as_deref())

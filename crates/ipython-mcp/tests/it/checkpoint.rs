@@ -95,6 +95,17 @@ fn assert_restored(runtime: &Value, text: &str) {
 async fn a_dead_kernel_comes_back_with_the_namespace_of_the_last_completed_execution() {
     let server = Server::start(Family::Handshake, &[]).await;
     run(&server, SETUP).await;
+    // The status says what a replacement would get, once the child has written it.
+    let status = server
+        .wait_until(|status| status["checkpoint"]["taken"] == true)
+        .await;
+    let checkpoint = &status["checkpoint"];
+    assert_eq!(checkpoint["execution_count"], 1, "{checkpoint}");
+    assert_eq!(checkpoint["names"], 9, "{checkpoint}");
+    assert_eq!(checkpoint["lost_names"], 2, "{checkpoint}");
+    assert_eq!(checkpoint["lost"][0]["name"], "gen", "{checkpoint}");
+    assert!(checkpoint["bytes"].as_u64() > Some(2 << 20), "{checkpoint}");
+    assert!(checkpoint["failure"].is_null(), "{checkpoint}");
     let died = server
         .call(
             "execute",
