@@ -276,8 +276,10 @@ pub(crate) async fn sample(
     }
 }
 
-/// Resident bytes of `pid` and all its descendants (Linux: `/proc/<pid>/task/*/children` and
-/// `statm`).
+/// Resident bytes of `pid` and all its descendants (Linux: `/proc/<pid>/task/*/children`;
+/// `statm` for `pid`, and for a descendant only its private pages (`smaps_rollup`): a forked
+/// child maps its parent's pages too, and counting those twice would kill a kernel using half
+/// its limit as soon as it forks (a namespace checkpoint's writer, a `multiprocessing` worker).
 #[cfg(target_os = "linux")]
 pub(crate) fn tree_resident_bytes(pid: u32) -> Option<u64> {
     // SAFETY: sysconf has no preconditions.
@@ -291,13 +293,18 @@ pub(crate) fn tree_resident_bytes(pid: u32) -> Option<u64> {
         if seen > 4096 {
             break; // a fork bomb: what was counted is already plenty
         }
-        let statm = std::fs::read_to_string(format!("/proc/{next}/statm"));
-        if let Some(resident) = statm
-            .ok()
-            .and_then(|text| text.split_whitespace().nth(1)?.parse::<u64>().ok())
-        {
-            total += resident * page;
-            root_read |= next == pid;
+        let private = (next != pid).then(|| private_bytes(next)).flatten();
+        if let Some(private) = private {
+            total += private;
+        } else {
+            let statm = std::fs::read_to_string(format!("/proc/{next}/statm"));
+            if let Some(resident) = statm
+                .ok()
+                .and_then(|text| text.split_whitespace().nth(1)?.parse::<u64>().ok())
+            {
+                total += resident * page;
+                root_read |= next == pid;
+            }
         }
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{next}/task")) else {
             continue;
@@ -313,6 +320,29 @@ pub(crate) fn tree_resident_bytes(pid: u32) -> Option<u64> {
         }
     }
     root_read.then_some(total)
+}
+
+/// The pages only `pid` maps (`Private_Clean` + `Private_Dirty` of `smaps_rollup`, in kB).
+#[cfg(target_os = "linux")]
+fn private_bytes(pid: u32) -> Option<u64> {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    let mut kib = 0u64;
+    let mut found = false;
+    for line in rollup.lines() {
+        if let Some(rest) = line
+            .strip_prefix("Private_Clean:")
+            .or_else(|| line.strip_prefix("Private_Dirty:"))
+        {
+            kib += rest
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()?;
+            found = true;
+        }
+    }
+    found.then_some(kib * 1024)
 }
 
 /// Resident bytes of `pid` and all its descendants (macOS: `proc_listchildpids`,
@@ -635,6 +665,39 @@ mod tests {
         assert_eq!(signal_name(libc::SIGSEGV), Some("SIGSEGV"));
         assert_eq!(human_bytes(300 << 20), "300.0 MiB");
         assert_eq!(human_bytes(5 << 29), "2.50 GiB");
+    }
+
+    /// A forked child's pages shared with its parent are counted once.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_forked_childs_shared_pages_are_counted_once() {
+        use std::io::BufRead as _;
+        use std::os::unix::process::CommandExt as _;
+        let mut python = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import os, sys, time\nb = bytearray(200 * 2**20)\nfor i in range(0, len(b), 4096): b[i] = 1\nif os.fork() == 0:\n    time.sleep(600)\n    os._exit(0)\nprint('forked', flush=True)\ntime.sleep(600)",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("python3");
+        let mut line = String::new();
+        std::io::BufReader::new(python.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("read");
+        assert_eq!(line.trim(), "forked");
+        let tree = tree_resident_bytes(python.id()).expect("metered");
+        // SAFETY: killpg(2) on our own child's group: the parent and its forked child.
+        unsafe {
+            libc::killpg(python.id() as libc::pid_t, libc::SIGKILL);
+        }
+        let _ = python.wait();
+        assert!(
+            (200 << 20..300 << 20).contains(&tree),
+            "200 MiB shared by parent and child, metered as {} MiB",
+            tree >> 20
+        );
     }
 
     #[test]

@@ -98,6 +98,12 @@ def _dumps(pickler, value, buffers, small):
     return output.getvalue()
 
 
+# A bytes or bytearray value from this size on is pickled as a PickleBuffer, out of band: the
+# pickler copies these types into the pickle itself (it handles them before any hook), which
+# would double the writer's memory, and a kernel's memory limit counts it.
+_OUT_OF_BAND_BYTES = 64 * 1024
+
+
 def _user_names(shell, protected):
     hidden = getattr(shell, "user_ns_hidden", {})
     for name, value in list(shell.user_ns.items()):
@@ -259,9 +265,12 @@ def _pickle_all(names, pickler, max_bytes, small):
             continue
         if small and isinstance(value, _CONTAINERS) and len(value) > _SMALL_LEN:
             raise _TooBig
+        kind = type(value).__name__ if type(value) in (bytes, bytearray) else None
+        if kind is not None and len(value) < _OUT_OF_BAND_BYTES:
+            kind = None
         buffers = []
         try:
-            data = _dumps(pickler, value, buffers, small)
+            data = _dumps(pickler, pickle.PickleBuffer(value) if kind else value, buffers, small)
         except BaseException as error:
             if isinstance(error, (KeyboardInterrupt, SystemExit, _TooBig)):
                 raise
@@ -287,7 +296,7 @@ def _pickle_all(names, pickler, max_bytes, small):
         if small:
             raws = [bytes(raw) for raw in raws]
         total += size
-        values.append((name, data, raws, size))
+        values.append((name, data, raws, size, kind))
     return values, modules, lost
 
 
@@ -308,8 +317,10 @@ def _commit(directory, execution_count, pickler, snapshot):
     objects = os.path.join(directory, OBJECTS)
     os.makedirs(objects, exist_ok=True)
     variables = {}
-    for name, data, raws, size in values:
+    for name, data, raws, size, kind in values:
         variables[name] = {"blob": _store(objects, data, raws), "bytes": size}
+        if kind is not None:
+            variables[name]["kind"] = kind
     manifest = {
         "format": _FORMAT,
         "execution_count": execution_count,
@@ -355,26 +366,26 @@ def _store(objects, data, raws):
     return blob
 
 
-def _load(path):
-    # Into writable memory: an array rebuilt on a buffer shares it, and must stay writable.
-    content = bytearray(os.path.getsize(path))
+def _load(path, kind=None):
+    """The value in a blob; each out-of-band buffer is read into memory of its own, so an
+    array or bytearray rebuilt on it takes it over without a copy (and stays writable)."""
     with open(path, "rb") as file:
-        file.readinto(content)
-    view = memoryview(content)
-    if bytes(view[: len(MAGIC)]) != MAGIC:
-        raise ValueError("not a checkpoint blob")
-    offset = len(MAGIC)
-    count, length = struct.unpack_from("<QQ", view, offset)
-    offset += 16
-    sizes = struct.unpack_from("<%dQ" % count, view, offset)
-    offset += 8 * count
-    data = view[offset : offset + length]
-    offset += length
-    buffers = []
-    for size in sizes:
-        buffers.append(view[offset : offset + size])
-        offset += size
-    return pickle.loads(data, buffers=buffers)
+        if file.read(len(MAGIC)) != MAGIC:
+            raise ValueError("not a checkpoint blob")
+        count, length = struct.unpack("<QQ", file.read(16))
+        sizes = struct.unpack("<%dQ" % count, file.read(8 * count))
+        data = file.read(length)
+        buffers = []
+        for size in sizes:
+            buffer = bytearray(size)
+            file.readinto(buffer)
+            buffers.append(buffer)
+    value = pickle.loads(data, buffers=buffers)
+    if kind == "bytearray":
+        return value if isinstance(value, bytearray) else bytearray(value)
+    if kind == "bytes":
+        return bytes(value)
+    return value
 
 
 def restore(shell, directory):
@@ -410,7 +421,7 @@ def restore(shell, directory):
     objects = os.path.join(directory, OBJECTS)
     for name, entry in sorted(manifest.get("variables", {}).items()):
         try:
-            shell.user_ns[name] = _load(os.path.join(objects, entry["blob"]))
+            shell.user_ns[name] = _load(os.path.join(objects, entry["blob"]), entry.get("kind"))
             restored.append(name)
         except BaseException as error:
             if isinstance(error, (KeyboardInterrupt, SystemExit)):

@@ -291,3 +291,26 @@ async fn a_removed_name_stays_removed_after_a_restore() {
     assert_eq!(restore["execution_count"], 1, "{restore}");
     server.stop().await;
 }
+
+/// A kernel using over half its memory limit takes checkpoints through a forked writer without
+/// being killed: the writer's pages shared with the kernel are metered once.
+#[tokio::test]
+async fn a_checkpoint_writer_does_not_count_twice_against_the_memory_limit() {
+    let server = Server::start(
+        Family::Handshake,
+        &[
+            ("IPYTHON_MCP_KERNEL_MEMORY_LIMIT", "400MiB"),
+            ("IPYTHON_MCP_KERNEL_MEMORY_ENFORCEMENT", "watchdog"),
+        ],
+    )
+    .await;
+    run(&server, "big = bytes(range(256)) * (250 * 4096)").await;
+    // The next cell waits for the writer: the kernel is still the first one after it.
+    run(&server, "pass").await;
+    let status = server
+        .wait_until(|status| status["checkpoint"]["taken"] == true)
+        .await;
+    assert_eq!(status["epoch"], 0, "{status}");
+    assert_eq!(status["checkpoint"]["names"], 1, "{status}");
+    server.stop().await;
+}
