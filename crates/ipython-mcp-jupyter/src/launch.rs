@@ -92,8 +92,10 @@ fn safe_module(module: &str, guard: Option<&str>) -> [String; 2] {
         None => format!("{path};{run}"),
         Some(prefix) => {
             let server = std::process::id();
+            // A JSON string is a valid Python literal for any path (Rust's `{:?}` is not).
+            let prefix = serde_json::to_string(prefix).expect("a string serializes");
             format!(
-                "{path}\nimport zmq\n_b=zmq.Socket.bind\ndef _g(s,a,_b=_b):\n if isinstance(a,str) and a.startswith({prefix:?}):s.setsockopt(zmq.IPC_FILTER_PID,{server})\n return _b(s,a)\nzmq.Socket.bind=_g\ndel _g,_b\n{run}"
+                "{path}\nimport zmq\n_b=zmq.Socket.bind\ndef _g(s,a,_b=_b):\n if isinstance(a,str) and a.startswith({prefix}):s.setsockopt(zmq.IPC_FILTER_PID,{server})\n return _b(s,a)\nzmq.Socket.bind=_g\ndel _g,_b\n{run}"
             )
         }
     };
@@ -879,6 +881,30 @@ mod tests {
 
     fn argv(args: &[&str]) -> Vec<String> {
         args.iter().map(|arg| (*arg).to_owned()).collect()
+    }
+
+    /// The guarded prologue is valid Python whatever the run directory's path holds.
+    #[test]
+    fn the_guarded_prologue_compiles_for_any_path() {
+        use std::io::Write as _;
+        let [flag, code] = safe_module("ipykernel_launcher", Some("ipc:///tmp/a\"b\\c\u{7f}é/k-"));
+        assert_eq!(flag, "-c");
+        assert!(code.contains("IPC_FILTER_PID"), "{code}");
+        let mut python = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import sys; compile(sys.stdin.read(), '<prologue>', 'exec')",
+            ])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3");
+        python
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(code.as_bytes())
+            .expect("write");
+        assert!(python.wait().expect("wait").success(), "{code}");
     }
 
     #[test]

@@ -141,10 +141,9 @@ class Checkpointer:
             _, status = os.waitpid(child, 0)
         except (ChildProcessError, InterruptedError, OSError):
             return
+        # A child that exits with an error has recorded why itself.
         if os.WIFSIGNALED(status):
             _failed(self.directory, self.taken_at, "the writer was ended by signal %d" % os.WTERMSIG(status))
-        elif os.WIFEXITED(status) and os.WEXITSTATUS(status) != 0:
-            pass  # it recorded why itself
 
     def after_execution(self, count=None):
         """Takes a checkpoint of the namespace as it is now: after a cell that is not silent

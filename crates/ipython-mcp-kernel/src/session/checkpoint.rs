@@ -2,7 +2,7 @@
 //! helper writes (its `checkpoint.py`: `manifest.json`, and `failure.json` while the latest
 //! attempt failed). Read again only when they change, so a status stays cheap.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::SystemTime;
 
@@ -43,7 +43,7 @@ impl Cache {
     }
 }
 
-fn stamp(path: &PathBuf) -> Option<(SystemTime, u64)> {
+fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
     let meta = std::fs::metadata(path).ok()?;
     Some((meta.modified().ok()?, meta.len()))
 }
