@@ -120,6 +120,22 @@ fn remote_id(status: &Value) -> String {
         .to_owned()
 }
 
+/// Waits until `condition` holds for the Jupyter server's model of kernel `id`.
+async fn until_kernel(jupyter: &JupyterServer, id: &str, condition: impl Fn(&Value) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (_, kernel) = jupyter.get(&format!("api/kernels/{id}")).await;
+        if condition(&kernel) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the kernel on the server: {kernel}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Waits until `condition` holds for the Jupyter server's kernel ids.
 async fn until_kernels(jupyter: &JupyterServer, condition: impl Fn(&[String]) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -525,9 +541,23 @@ async fn a_websocket_dropped_mid_execution_reconnects_without_failing_the_call()
         flag.wait_code()
     );
     let id = running_armed(&server, "default", &code).await;
-    // The network drops while the cell runs; it finishes while we may still be away.
-    proxy.cut();
+    // The network drops while the cell runs. Once the Jupyter server has seen the drop (it
+    // buffers the kernel's messages from then on) the cell finishes while we are away; what
+    // the kernel sends before the server notices a drop is lost by the server, not by us.
+    proxy.down();
+    until_kernel(&jupyter, &kernel_id, |kernel| kernel["connections"] == 0).await;
     flag.set();
+    // Back within the reconnect bound (10 s) whether or not the cell has finished by then:
+    // either way its output must arrive, replayed or live.
+    let away = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < away {
+        let (_, kernel) = jupyter.get(&format!("api/kernels/{kernel_id}")).await;
+        if kernel["execution_state"] == "idle" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    proxy.up();
     let output = server
         .call(
             "get_output",

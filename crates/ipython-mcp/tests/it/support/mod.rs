@@ -5,6 +5,7 @@
 pub mod collab;
 
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -952,6 +953,7 @@ fn uuid_like() -> String {
 pub struct Proxy {
     pub url: String,
     cut: tokio::sync::watch::Sender<u64>,
+    down: Arc<std::sync::atomic::AtomicBool>,
     accepting: tokio::task::JoinHandle<()>,
 }
 
@@ -967,9 +969,14 @@ impl Proxy {
             .expect("bind proxy");
         let url = format!("http://{}/", listener.local_addr().expect("address"));
         let (cut, _) = tokio::sync::watch::channel(0u64);
+        let down = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let cuts = cut.clone();
+        let refusing = down.clone();
         let accepting = tokio::spawn(async move {
             while let Ok((mut inbound, _)) = listener.accept().await {
+                if refusing.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue;
+                }
                 let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await else {
                     continue;
                 };
@@ -985,6 +992,7 @@ impl Proxy {
         Proxy {
             url,
             cut,
+            down,
             accepting,
         }
     }
@@ -992,6 +1000,17 @@ impl Proxy {
     /// Drops every connection open now.
     pub fn cut(&self) {
         self.cut.send_modify(|count| *count += 1);
+    }
+
+    /// Drops every connection open now and refuses new ones until [`Proxy::up`].
+    pub fn down(&self) {
+        self.down.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.cut();
+    }
+
+    /// Accepts connections again after [`Proxy::down`].
+    pub fn up(&self) {
+        self.down.store(false, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
