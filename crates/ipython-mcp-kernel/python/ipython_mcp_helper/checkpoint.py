@@ -29,7 +29,6 @@ Layout of the checkpoint directory:
 Standard library only at import time; cloudpickle or dill are used when the kernel has them.
 """
 
-import fcntl
 import hashlib
 import io
 import json
@@ -43,6 +42,11 @@ import types
 import warnings
 
 from .rpc import METHODS, RequestError, checked_params, current
+
+try:
+    import fcntl
+except ImportError:  # Windows: no fork and no flock, so no checkpoints (see `supported`)
+    fcntl = None
 
 MANIFEST = "manifest.json"
 # Held by a child while it writes (see Checkpointer._fork).
@@ -117,6 +121,37 @@ def _user_names(shell, protected):
 def _reason(error):
     text = "%s: %s" % (type(error).__name__, error)
     return text if len(text) <= _MAX_REASON else text[: _MAX_REASON - 1] + "…"
+
+
+def supported():
+    """Whether this kernel can take checkpoints: they need ``fork`` and ``flock``."""
+    return fcntl is not None and hasattr(os, "fork")
+
+
+def resolve(directory):
+    """The checkpoint directory for ``directory`` as configured.
+
+    An absolute path is the server's (a local kernel: a directory it made private). A relative
+    one comes from a server on another machine (a remote kernel): it goes in a directory of
+    this user's own under this machine's temp directory, ``ipython-mcp-<uid>``, made 0700 and
+    refused when someone else owns it or may write it, so that kernels of the same Jupyter
+    server find it again and nobody else reads it.
+    """
+    if os.path.isabs(directory):
+        return directory
+    import tempfile
+
+    base = os.path.join(tempfile.gettempdir(), "ipython-mcp-%d" % os.getuid())
+    try:
+        os.mkdir(base, 0o700)
+    except FileExistsError:
+        pass
+    info = os.lstat(base)
+    import stat
+
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise PermissionError("%s is not a private directory of this user's" % base)
+    return os.path.join(base, directory)
 
 
 class Checkpointer:
@@ -456,14 +491,30 @@ def _wait_for_writer(directory):
         os.close(lock)
 
 
+def _method_discard(params):
+    """Deletes the session's checkpoint (a remote kernel's, when its session closes): once no
+    child writes it, the directory goes."""
+    checked_params(params, ())
+    checkpointer = current().checkpointer
+    if checkpointer is None:
+        return None
+    checkpointer.wait()
+    _wait_for_writer(checkpointer.directory)
+    import shutil
+
+    shutil.rmtree(checkpointer.directory, ignore_errors=True)
+    return None
+
+
 def _method_restore(params):
     """Loads the session's checkpoint into the namespace (a replacement kernel, first thing)."""
     checked_params(params, ())
     installation = current()
     checkpointer = installation.checkpointer
     if checkpointer is None:
-        raise RequestError("no_checkpoint", "checkpoints are off in this kernel")
+        return None  # none taken here (off, or this machine cannot): nothing comes back
     return restore(installation.shell, checkpointer.directory)
 
 
 METHODS["restore"] = _method_restore
+METHODS["discard_checkpoint"] = _method_discard

@@ -13,6 +13,8 @@ import threading
 
 from .bounds import bound_bundle, bound_strings, bound_traceback, sanitize_text
 from .checkpoint import Checkpointer
+from .checkpoint import resolve as resolve_checkpoint
+from .checkpoint import supported as checkpoint_supported
 from .namespace import apply_library_paths, bind_configured, configured_bindings, validated_namespace
 from .rpc import COMM_TARGET, HELPER_VERSION, METHODS, checked_params, current, error_reply, handle_request, serve
 from .sink import OutputLog, StreamChannel
@@ -164,8 +166,11 @@ def _validated(config):
     checked["spool_max_bytes"] = spool_max_bytes
     # Checkpoints of the namespace after each execution (see ``checkpoint``); None: none.
     checkpoint_dir = config.get("checkpoint_dir")
-    if checkpoint_dir is not None and (not isinstance(checkpoint_dir, str) or not os.path.isabs(checkpoint_dir)):
-        raise ValueError("config['checkpoint_dir'] must be an absolute path or None, got %r" % (checkpoint_dir,))
+    # A relative one is a remote kernel's: see ``checkpoint.resolve``.
+    if checkpoint_dir is not None and (
+        not isinstance(checkpoint_dir, str) or not checkpoint_dir or ".." in checkpoint_dir.split("/")
+    ):
+        raise ValueError("config['checkpoint_dir'] must be a path without '..' or None, got %r" % (checkpoint_dir,))
     checked["checkpoint_dir"] = checkpoint_dir
     checkpoint_max_bytes = config.get("checkpoint_max_bytes", 0)
     if type(checkpoint_max_bytes) is not int or checkpoint_max_bytes < 0:
@@ -207,10 +212,13 @@ class _Installation:
         self.outputs = OutputLog(None, 0)  # the running execution's unbounded outputs
         self.channels = []
         self.checkpointer = None
-        if config["checkpoint_dir"] is not None:
-            self.checkpointer = Checkpointer(
-                shell, config["checkpoint_dir"], config["checkpoint_max_bytes"], self.bindings
-            )
+        if config["checkpoint_dir"] is not None and checkpoint_supported():
+            try:
+                directory = resolve_checkpoint(config["checkpoint_dir"])
+            except OSError:
+                directory = None  # no private place for them on this machine: none taken
+            if directory is not None:
+                self.checkpointer = Checkpointer(shell, directory, config["checkpoint_max_bytes"], self.bindings)
         try:
             self._hook(shell)
         except BaseException:

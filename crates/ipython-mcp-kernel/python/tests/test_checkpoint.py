@@ -166,3 +166,23 @@ def test_a_failed_checkpoint_is_recorded_until_one_succeeds(helper, tmp_path):
     writer.after_execution(2)
     assert not (tmp_path / checkpoint.FAILURE).exists()
     assert json.load(open(tmp_path / checkpoint.MANIFEST))["execution_count"] == 2
+
+
+def test_a_remote_kernel_s_directory_is_private_under_its_temp_directory(helper, tmp_path, monkeypatch):
+    import tempfile
+
+    checkpoint = helper.checkpoint
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert checkpoint.resolve("/abs/dir") == "/abs/dir", "a local kernel's: the server's path"
+    resolved = checkpoint.resolve("ipython-mcp-checkpoints/s1")
+    base = os.path.join(str(tmp_path), "ipython-mcp-%d" % os.getuid())
+    assert resolved == os.path.join(base, "ipython-mcp-checkpoints", "s1")
+    assert os.stat(base).st_mode & 0o777 == 0o700
+    # Someone else may write it: refused (they could swap the checkpoint for their own pickle).
+    os.chmod(base, 0o777)
+    with pytest.raises(PermissionError):
+        checkpoint.resolve("ipython-mcp-checkpoints/s1")
+    os.rmdir(base)
+    os.symlink(str(tmp_path), base)
+    with pytest.raises(PermissionError):
+        checkpoint.resolve("ipython-mcp-checkpoints/s1")

@@ -20,6 +20,9 @@ use ipython_mcp_output::output::{Interruption, NamespaceOutcome, Restore};
 /// it can delete it (its start request cannot be taken back).
 const SPARE_SETTLE_WAIT: Duration = Duration::from_secs(10);
 
+/// How long deleting the session's checkpoint may take (a restart, a remote session's close).
+const DISCARD_BOUND: Duration = Duration::from_secs(2);
+
 /// The least time a checkpoint gets to load into a replacement.
 pub(super) const RESTORE_BOUND: Duration = Duration::from_secs(120);
 
@@ -374,6 +377,7 @@ impl Actor {
         } else {
             self.replace().await;
             self.restored = None;
+            self.discard_checkpoint().await;
             self.set_namespace(NamespaceOutcome::Reset);
         }
         self.update(|status| status.latest_interruption_kind = None);
@@ -490,6 +494,15 @@ impl Actor {
     /// Kills the current kernel and promotes a spare (or starts a fresh kernel); the epoch
     /// advances either way.
     pub(super) async fn replace(&mut self) -> bool {
+        let replaced = self.replace_kernel().await;
+        if replaced {
+            self.update(|status| status.state = SessionState::Ready);
+        }
+        replaced
+    }
+
+    /// [`Actor::replace`], leaving the session `recovering` for what follows (a restore).
+    async fn replace_kernel(&mut self) -> bool {
         self.update(|status| status.state = SessionState::Recovering);
         if let Some(running) = self.kernel.take() {
             running.kernel.kill().await;
@@ -531,7 +544,6 @@ impl Actor {
                     "kernel replaced"
                 );
                 self.update(|status| {
-                    status.state = SessionState::Ready;
                     status.replacement_startup_seconds = Some(elapsed);
                     status.error = None;
                 });
@@ -553,11 +565,14 @@ impl Actor {
     /// the result that reports the replacement.
     pub(super) async fn replace_and_restore(&mut self) -> Checked {
         self.restored = None;
-        if !self.replace().await {
+        if !self.replace_kernel().await {
             self.set_namespace(NamespaceOutcome::Reset);
             return Checked::Replaced(false);
         }
-        let checked = match self.restore().await {
+        // `recovering` until the checkpoint is loaded: a call admitted meanwhile waits for it.
+        let restored = self.restore().await;
+        self.update(|status| status.state = SessionState::Ready);
+        let checked = match restored {
             Ok(Some(restore)) => {
                 tracing::info!(
                     restored = restore.restored.len(),
@@ -589,17 +604,29 @@ impl Actor {
         let Some(running) = &self.kernel else {
             return Ok(None);
         };
-        let (Some(_), Some(comm_id), true) = (
-            options.checkpoint_max_bytes,
-            running.helper_comm.as_deref(),
-            running.helper_spools,
-        ) else {
+        let (Some(comm_id), true) = (running.helper_comm.as_deref(), running.checkpoints) else {
             return Ok(None);
         };
         // Loading is reading the disk and unpickling: bounded like a start, with room for a
         // large checkpoint.
         let bound = options.timeouts.kernel_startup.max(RESTORE_BOUND);
         helper::restore(&*running.kernel, comm_id, bound).await
+    }
+
+    /// Deletes the session's checkpoint through the current kernel's helper, within a short
+    /// bound; a failure is logged (the next checkpoint replaces it anyway).
+    async fn discard_checkpoint(&self) {
+        let Some(running) = &self.kernel else {
+            return;
+        };
+        let (Some(comm_id), true) = (running.helper_comm.as_deref(), running.checkpoints) else {
+            return;
+        };
+        if let Err(error) =
+            helper::discard_checkpoint(&*running.kernel, comm_id, DISCARD_BOUND).await
+        {
+            tracing::warn!(%error, "deleting the namespace checkpoint failed");
+        }
     }
 
     fn set_namespace(&self, outcome: NamespaceOutcome) {
@@ -697,6 +724,15 @@ impl Actor {
                 reply,
                 SessionError::Closed,
             );
+        }
+        // A remote kernel's checkpoint is on its server's machine: deleted with the session
+        // there too (a local one goes with the session's directory).
+        if self
+            .kernel
+            .as_ref()
+            .is_some_and(|running| running.description.remote.is_some())
+        {
+            self.discard_checkpoint().await;
         }
         if let Some(running) = self.kernel.take() {
             running

@@ -322,6 +322,7 @@ impl Launcher for FakeLauncher {
                 kernel: Box::new(kernel),
                 helper_comm: None,
                 helper_spools: false,
+                checkpoints: false,
                 description: fake_description(pid),
             })
         })

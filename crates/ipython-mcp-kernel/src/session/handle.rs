@@ -71,6 +71,7 @@ impl SessionHandle {
             failed: AtomicBool::new(false),
             tasks: ipython_mcp_jupyter::task::Tasks::default(),
             checkpoint: Default::default(),
+            remote_checkpoint: format!("checkpoints/{}", uuid::Uuid::new_v4()),
         });
         (SessionHandle { shared, inbox }, commands)
     }

@@ -248,6 +248,28 @@ async fn install_info(waiter: &Waiter<'_>, comm_id: &str) -> Result<Value, Insta
     call(waiter, comm_id, "install_info").await
 }
 
+/// Deletes the session's checkpoint (the helper's `discard_checkpoint`): a restart that resets
+/// must not bring old names back should its kernel die before a checkpoint of its own.
+pub(crate) async fn discard_checkpoint(
+    kernel: &dyn KernelTransport,
+    comm_id: &str,
+    timeout: Duration,
+) -> Result<(), InstallError> {
+    let waiter = Waiter {
+        kernel,
+        deadline: tokio::time::Instant::now() + timeout,
+        timeout,
+    };
+    let reply = call(&waiter, comm_id, "discard_checkpoint").await?;
+    if reply.get("ok").and_then(Value::as_bool) != Some(true) {
+        return Err(InstallError::Raised {
+            ename: "discard_checkpoint".to_owned(),
+            evalue: reply.to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// Loads the session's checkpoint into a replacement kernel, first thing (the helper's
 /// `restore`): what came back; `None` when no checkpoint was taken yet.
 pub(crate) async fn restore(

@@ -202,6 +202,10 @@ struct Shared {
     tasks: ipython_mcp_jupyter::task::Tasks,
     /// The namespace checkpoint's files as last read.
     checkpoint: checkpoint::Cache,
+    /// Where the remote kernels this session starts keep its checkpoint, relative to their
+    /// machine's temp directory (the helper's `checkpoint.resolve`): the same for all of them,
+    /// so a replacement on the same server finds it.
+    remote_checkpoint: String,
 }
 
 impl Shared {

@@ -153,9 +153,14 @@ async fn prepare(
         elapsed_ms = started.elapsed().as_millis() as u64,
         "kernel prepared"
     );
+    // The helper checkpoints when it has a place for them (see `install_helper`).
+    let checkpoints = helper_comm.is_some()
+        && shared.options.checkpoint_max_bytes.is_some()
+        && shared.executions.spool().is_some();
     Ok(Running {
         kernel: Box::new(kernel),
         helper_spools: helper_comm.is_some(),
+        checkpoints,
         helper_comm,
         description,
     })

@@ -142,8 +142,10 @@ async fn prepare(
             });
         }
     }
+    // A kernel we started is checkpointed on its own machine; someone else's is left alone.
+    let checkpoints = python && connection.owned() && options.checkpoint_max_bytes.is_some();
     let installed = if python {
-        Some(install_helper(&shared, &connection, remaining()).await?)
+        Some(install_helper(&shared, &connection, checkpoints, remaining()).await?)
     } else {
         None
     };
@@ -159,6 +161,7 @@ async fn prepare(
     );
     Ok(Running {
         kernel: Box::new(connection),
+        checkpoints: checkpoints && helper_comm.is_some(),
         helper_comm,
         helper_spools: false,
         description,
@@ -221,6 +224,7 @@ fn not_found(id: &str) -> StartFailure {
 async fn install_helper(
     shared: &Shared,
     connection: &Connection,
+    checkpoints: bool,
     remaining: Duration,
 ) -> Result<helper::Installed, StartFailure> {
     let options = &shared.options;
@@ -239,8 +243,11 @@ async fn install_helper(
         &options.limits,
         &options.namespace,
         None,
-        // The checkpoint is our disk, which a remote kernel cannot reach.
-        None,
+        // Our disk is out of its reach: the checkpoint stays on the server's machine.
+        options
+            .checkpoint_max_bytes
+            .filter(|_| checkpoints)
+            .map(|max| (std::path::Path::new(&shared.remote_checkpoint), max)),
         history_batch_cells,
         remaining,
     )

@@ -29,6 +29,9 @@ pub(super) struct Running {
     /// The helper writes the full streams to the spool itself (a local kernel's helper, which
     /// shares our filesystem); otherwise the session spools what arrives.
     pub(super) helper_spools: bool,
+    /// The helper checkpoints the namespace (see the guide's "Checkpoints"), so a replacement
+    /// loads it.
+    pub(super) checkpoints: bool,
     pub(super) description: KernelDescription,
 }
 

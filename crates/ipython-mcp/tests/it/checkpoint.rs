@@ -152,6 +152,77 @@ async fn a_dead_kernel_comes_back_with_the_namespace_of_the_last_completed_execu
     server.stop().await;
 }
 
+/// A kernel that dies between calls is replaced at once and its checkpoint loads into the
+/// replacement meanwhile: the status says `recovering` until it is loaded, and a call admitted
+/// meanwhile waits for it, then reports the restore with how long it took.
+#[tokio::test]
+async fn a_call_after_a_death_between_calls_waits_for_the_restore() {
+    let server = Server::start(Family::Handshake, &[]).await;
+    let flag = support::Flag::new();
+    // A value whose loading waits for the flag: the restore holds until the test lets it go.
+    let code = format!(
+        "def _hold(path):\n    import os, time\n    deadline = time.monotonic() + 600\n    while not os.path.exists(path) and time.monotonic() < deadline:\n        time.sleep(0.02)\n    return 'held'\nclass Held:\n    def __reduce__(self):\n        return (_hold, ({:?},))\nheld = Held()\nx = 1",
+        flag.path().display().to_string()
+    );
+    run(&server, &code).await;
+    let status = server
+        .wait_until(|status| status["checkpoint"]["taken"] == true)
+        .await;
+    let pid = status["kernel"]["pid"].as_i64().expect("pid") as i32;
+    // SAFETY: kill(2) on the pid of our own server's kernel.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    // The replacement is up and loading: recovering, not ready.
+    let loading = server
+        .wait_until(|status| {
+            status["epoch"] == 1
+                && status["kernel"]["pid"]
+                    .as_i64()
+                    .is_some_and(|new| new != i64::from(pid))
+        })
+        .await;
+    assert_eq!(loading["state"], "recovering", "{loading}");
+    let queued = server
+        .call(
+            "execute",
+            json!({"code": "(held, x + 1)", "background": true}),
+        )
+        .await;
+    assert!(queued.ok(), "{queued:?}");
+    let id = queued.structured["execution_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    let still = server.call("runtime_status", json!({})).await.structured;
+    assert_eq!(still["state"], "recovering", "{still}");
+    flag.set();
+    let done = server
+        .call(
+            "get_output",
+            json!({"execution_id": id, "wait_seconds": 120}),
+        )
+        .await;
+    assert_eq!(
+        done.structured["result"]["text/plain"], "('held', 2)",
+        "{done:?}"
+    );
+    let runtime = &done.structured["runtime"];
+    assert_eq!(runtime["namespace"], "restored", "{done:?}");
+    assert_eq!(
+        names(&runtime["restore"]["restored"]),
+        ["Held", "held", "x"],
+        "{done:?}"
+    );
+    assert!(
+        runtime["restore"]["restore_ms"].as_u64().is_some(),
+        "{done:?}"
+    );
+    let status = server.call("runtime_status", json!({})).await.structured;
+    assert_eq!(status["state"], "ready", "{status}");
+    server.stop().await;
+}
+
 /// Code that ignores SIGINT, killed past its deadline: the replacement is restored too.
 #[tokio::test]
 async fn a_kernel_killed_past_its_deadline_comes_back_restored() {
@@ -197,6 +268,11 @@ async fn checkpoints_off_and_a_plain_restart_reset_and_a_restoring_restart_resto
         restarted.structured["latest_namespace_outcome"], "reset",
         "{restarted:?}"
     );
+    // Its kernel dies before a checkpoint of its own: what the restart dropped stays dropped.
+    let died = server
+        .call("execute", json!({"code": "import os\nos._exit(1)"}))
+        .await;
+    assert_eq!(died.structured["runtime"]["namespace"], "reset", "{died:?}");
     let gone = run(&server, "'x' in dir()").await;
     assert_eq!(gone.structured["result"]["text/plain"], "False");
 

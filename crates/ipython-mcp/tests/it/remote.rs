@@ -391,6 +391,8 @@ async fn a_remote_kernel_ignoring_sigint_is_replaced_and_reported() {
         &[
             ("IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS", "1"),
             ("IPYTHON_MCP_SPARE_KERNELS", "1"),
+            // The replacement starts empty (a restore is tested on its own).
+            ("IPYTHON_MCP_CHECKPOINT", "off"),
         ],
     )
     .await;
@@ -490,7 +492,13 @@ async fn interrupt_stops_remote_code_and_keeps_the_namespace() {
 #[tokio::test]
 async fn a_remote_kernel_deleted_behind_our_back_is_detected_and_replaced() {
     let jupyter = JupyterServer::start().await;
-    let server = remote_server(&jupyter, "jupyter:python3", &[]).await;
+    // The replacement starts empty (a restore is tested on its own).
+    let server = remote_server(
+        &jupyter,
+        "jupyter:python3",
+        &[("IPYTHON_MCP_CHECKPOINT", "off")],
+    )
+    .await;
     let status = settled(&server, "default").await;
     assert_eq!(status["state"], "ready", "{status}");
     let first = remote_id(&status);
@@ -577,36 +585,93 @@ async fn a_websocket_dropped_mid_execution_reconnects_without_failing_the_call()
     server.stop().await;
 }
 
+/// A remote kernel we started is checkpointed on its server's machine, in a private
+/// directory under its temp directory: a replacement on that server comes back with the
+/// namespace, and so does a restart asked to restore; closing the session deletes it there.
 #[tokio::test]
-async fn a_remote_kernel_that_dies_mid_call_is_reported_and_replaced() {
+async fn a_remote_kernel_that_dies_mid_call_is_replaced_and_restored_on_its_server() {
     let jupyter = JupyterServer::start().await;
     let server = remote_server(&jupyter, "jupyter:python3", &[]).await;
     let status = settled(&server, "default").await;
     assert_eq!(status["state"], "ready", "{status}");
     let first = remote_id(&status);
-    let made = server.call("execute", json!({"code": "lost = 1"})).await;
+    let made = server
+        .call(
+            "execute",
+            json!({"code": "kept = 21\ndef double(n):\n    return 2 * n\ngen = (n for n in 'ab')"}),
+        )
+        .await;
     assert!(made.ok(), "{made:?}");
-    // The server restarts a kernel whose process died and says so; the namespace is gone.
     let result = server
-        .call("execute", json!({"code": "import os\nos._exit(3)"}))
+        .call(
+            "execute",
+            json!({"code": "doomed = 1\nimport os\nos._exit(3)"}),
+        )
         .await;
     assert!(result.is_error, "{result:?}");
     assert_eq!(
         result.structured["error"]["code"], "kernel_died",
         "{result:?}"
     );
-    assert_eq!(result.structured["runtime"]["namespace"], "reset");
+    let runtime = &result.structured["runtime"];
+    assert_eq!(runtime["namespace"], "restored", "{result:?}");
+    assert_eq!(
+        runtime["restore"]["restored"],
+        json!(["double", "kept"]),
+        "{result:?}"
+    );
+    assert_eq!(runtime["restore"]["lost"][0]["name"], "gen", "{result:?}");
     let status = server.wait_until(|status| status["state"] == "ready").await;
     assert_ne!(remote_id(&status), first, "a fresh kernel: {status}");
     let after = server
-        .call("execute", json!({"code": "'lost' in dir()"}))
+        .call(
+            "execute",
+            json!({"code": "(double(kept), 'doomed' in dir())"}),
+        )
         .await;
     assert_eq!(
-        after.structured["result"]["text/plain"], "False",
+        after.structured["result"]["text/plain"], "(42, False)",
         "{after:?}"
     );
     until_kernels(&jupyter, |ids| !ids.contains(&first)).await;
+
+    // Asked for, a restart restores too.
+    let restarted = server
+        .call("kernel_restart", json!({"restore": true}))
+        .await;
+    assert_eq!(
+        restarted.structured["latest_namespace_outcome"], "restored",
+        "{restarted:?}"
+    );
+    let back = server.call("execute", json!({"code": "kept"})).await;
+    assert_eq!(back.structured["result"]["text/plain"], "21", "{back:?}");
+
+    // On the server's machine, in a directory only its user may enter.
+    let private = jupyter
+        .temp()
+        // SAFETY: getuid(2) cannot fail.
+        .join(format!("ipython-mcp-{}", unsafe { libc::getuid() }));
+    let mode = std::fs::metadata(&private)
+        .expect("the private directory")
+        .permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o700
+    );
+    let sessions = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(private.join("checkpoints"))
+            .map(|entries| entries.flatten().map(|entry| entry.path()).collect())
+            .unwrap_or_default()
+    };
+    let kept = sessions();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert!(kept[0].join("manifest.json").is_file(), "{kept:?}");
     server.stop().await;
+    assert_eq!(
+        sessions(),
+        Vec::<std::path::PathBuf>::new(),
+        "deleted with the session"
+    );
 }
 
 #[tokio::test]

@@ -743,7 +743,8 @@ impl Flag {
         }
     }
 
-    fn path(&self) -> std::path::PathBuf {
+    /// The file whose existence is the flag.
+    pub fn path(&self) -> std::path::PathBuf {
         self.dir.path().join("flag")
     }
 
@@ -778,7 +779,7 @@ impl JupyterServer {
         let (python, deps) =
             python_with(JUPYTER_SERVER, "jupyter_server", "jupyter-server-deps").await;
         let dir = tempfile::tempdir().expect("tempdir");
-        for sub in ["runtime", "config", "data", "root"] {
+        for sub in ["runtime", "config", "data", "root", "tmp"] {
             std::fs::create_dir(dir.path().join(sub)).expect("mkdir");
         }
         let token = format!("tok{}", uuid_like());
@@ -799,6 +800,8 @@ impl JupyterServer {
             ))
             .env("PYTHONPATH", &deps)
             .env("JUPYTER_RUNTIME_DIR", dir.path().join("runtime"))
+            // Its kernels' temp directory, where they keep their sessions' checkpoints.
+            .env("TMPDIR", dir.path().join("tmp"))
             .env("JUPYTER_CONFIG_DIR", dir.path().join("config"))
             .env("JUPYTER_DATA_DIR", dir.path().join("data"))
             .env("JUPYTER_PLATFORM_DIRS", "1")
@@ -872,6 +875,11 @@ impl JupyterServer {
     /// The directory the server serves its contents from.
     pub fn root(&self) -> std::path::PathBuf {
         self.dir.path().join("root")
+    }
+
+    /// Its kernels' temp directory.
+    pub fn temp(&self) -> std::path::PathBuf {
+        self.dir.path().join("tmp")
     }
 
     /// The environment that points the server under test at this Jupyter server.
