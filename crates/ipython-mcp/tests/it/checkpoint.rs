@@ -390,3 +390,48 @@ async fn a_checkpoint_writer_does_not_count_twice_against_the_memory_limit() {
     assert_eq!(status["checkpoint"]["names"], 1, "{status}");
     server.stop().await;
 }
+
+/// A 200 MB numpy array comes back whole and writable after the kernel dies (its memory is
+/// written as it is, out of band, by the forked writer).
+#[tokio::test]
+async fn a_200_mb_numpy_array_comes_back() {
+    let (_, deps) = support::python_with("numpy==2.2.6", "numpy", "numpy-deps").await;
+    let server = Server::start(
+        Family::Handshake,
+        &[("IPYTHON_MCP_LIBRARY_PATHS", &deps.display().to_string())],
+    )
+    .await;
+    run(
+        &server,
+        "import numpy as np\narr = np.arange(25_000_000, dtype=np.float64)",
+    )
+    .await;
+    let status = server
+        .wait_until(|status| status["checkpoint"]["execution_count"] == 1)
+        .await;
+    assert!(
+        status["checkpoint"]["bytes"].as_u64() > Some(200_000_000),
+        "{status}"
+    );
+    let died = server
+        .call("execute", json!({"code": "import os\nos._exit(1)"}))
+        .await;
+    let runtime = &died.structured["runtime"];
+    assert_eq!(runtime["namespace"], "restored", "{died:?}");
+    assert_eq!(
+        names(&runtime["restore"]["restored"]),
+        ["arr", "np"],
+        "{died:?}"
+    );
+    let back = run(
+        &server,
+        "arr[0] = -1\n(arr.shape, arr.dtype.name, float(arr[-1]), float(arr[0]), float(arr[1:].sum()))",
+    )
+    .await;
+    assert_eq!(
+        back.structured["result"]["text/plain"],
+        "((25000000,), 'float64', 24999999.0, -1.0, 312499987500000.0)",
+        "{back:?}"
+    );
+    server.stop().await;
+}
