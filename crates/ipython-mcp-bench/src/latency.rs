@@ -322,6 +322,7 @@ pub(crate) async fn bench_session(python: &Path) -> anyhow::Result<Vec<f64>> {
         private_dir: std::env::temp_dir(),
         checkpoint_max_bytes: None,
         notice: None,
+        code_mode: None,
     };
     let session = ipython_mcp_kernel::SessionHandle::start(options);
     let run = |code: &str| {

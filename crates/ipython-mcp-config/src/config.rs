@@ -51,6 +51,8 @@ pub struct Config {
     pub structured_output: StructuredOutput,
     /// Cache directory override; `None` means the platform default, resolved by the caller.
     pub cache_dir: Option<PathBuf>,
+    /// The `mcpServers` file of code mode's upstream servers, if any.
+    pub upstream_servers: Option<PathBuf>,
     /// Log filter directive for stderr.
     pub log: String,
     pub transport: Transport,
@@ -165,6 +167,7 @@ impl Config {
             )?,
             structured_output: structured_output(raw)?,
             cache_dir: path(raw, CACHE_DIR)?,
+            upstream_servers: path(raw, UPSTREAM_SERVERS)?,
             log: log_filter(raw)?,
             transport: transport(raw)?,
             http: http(raw)?,
@@ -237,6 +240,10 @@ impl Config {
             ..
         }) = &self.jupyter
         {
+            files.push(file.clone());
+        }
+        // Code mode's upstream servers: their env and headers are credentials.
+        if let Some(file) = &self.upstream_servers {
             files.push(file.clone());
         }
         files

@@ -24,6 +24,7 @@ pub struct Kernel {
     router: Arc<route::Router>,
     shell: Mutex<route::SendHalf>,
     control: Mutex<route::SendHalf>,
+    stdin: Mutex<route::SendHalf>,
     // `None` after a failed ping: a REQ socket whose request timed out cannot send again, so
     // the next ping connects a fresh one.
     heartbeat: Mutex<Option<jupyter_zmq_client::ClientHeartbeatConnection>>,
@@ -147,6 +148,7 @@ impl Kernel {
         let half = match channel {
             Channel::Shell => &self.shell,
             Channel::Control => &self.control,
+            Channel::Stdin => &self.stdin,
             Channel::IoPub => {
                 return Err(Error::Send {
                     channel: "iopub",
@@ -281,11 +283,12 @@ pub(crate) fn prepare(mut message: JupyterMessage) -> JupyterMessage {
     message
 }
 
-/// The four client sockets of one kernel, connected.
+/// The five client sockets of one kernel, connected.
 struct Sockets {
     iopub: jzc::ClientIoPubConnection,
     shell: jzc::ClientShellConnection,
     control: jzc::ClientControlConnection,
+    stdin: jzc::ClientStdinConnection,
     heartbeat: jzc::ClientHeartbeatConnection,
 }
 
@@ -323,19 +326,22 @@ async fn connect_sockets(
 
     // Each attempt builds a fresh socket and is capped at 25 ms: zeromq's own backoff starts at
     // 50 ms and doubles, which alone added ~120 ms to a cold start.
-    let (iopub, shell, control, heartbeat) = tokio::select! {
+    // Stdin shares the shell socket's identity: the kernel routes an `input_request` to the
+    // client whose shell request is running.
+    let (iopub, shell, control, stdin, heartbeat) = tokio::select! {
         sockets = async {
             tokio::join!(
                 retry(deadline, || jzc::create_client_iopub_connection(connection, "", session_id)),
                 retry(deadline, || jzc::create_client_shell_connection_with_identity(connection, session_id, identity.clone())),
                 retry(deadline, || jzc::create_client_control_connection(connection, session_id)),
+                retry(deadline, || jzc::create_client_stdin_connection_with_identity(connection, session_id, identity.clone())),
                 retry(deadline, || jzc::create_client_heartbeat_connection(connection)),
             )
         } => sockets,
         _ = exited(process) => return Err(startup_error(process)),
     };
-    let (Some(iopub), Some(shell), Some(control), Some(heartbeat)) =
-        (iopub, shell, control, heartbeat)
+    let (Some(iopub), Some(shell), Some(control), Some(stdin), Some(heartbeat)) =
+        (iopub, shell, control, stdin, heartbeat)
     else {
         return Err(startup_error(process));
     };
@@ -343,6 +349,7 @@ async fn connect_sockets(
         iopub,
         shell,
         control,
+        stdin,
         heartbeat,
     })
 }
@@ -361,11 +368,13 @@ fn assemble(
         iopub,
         shell,
         control,
+        stdin,
         heartbeat,
     } = sockets;
     // Owned by the Kernel (see `Kernel::readers`): a failed handshake drops it, which aborts them.
     let (shell_send, shell_recv) = shell.split();
     let (control_send, control_recv) = control.split();
+    let (stdin_send, stdin_recv) = stdin.split();
     let readers = vec![
         tokio::spawn(route::read_loop(Arc::clone(&router), Channel::IoPub, iopub)),
         tokio::spawn(route::read_loop(
@@ -378,6 +387,11 @@ fn assemble(
             Channel::Control,
             control_recv,
         )),
+        tokio::spawn(route::read_loop(
+            Arc::clone(&router),
+            Channel::Stdin,
+            stdin_recv,
+        )),
     ];
 
     Kernel {
@@ -385,6 +399,7 @@ fn assemble(
         router,
         shell: tokio::sync::Mutex::new(shell_send),
         control: tokio::sync::Mutex::new(control_send),
+        stdin: tokio::sync::Mutex::new(stdin_send),
         heartbeat: tokio::sync::Mutex::new(Some(heartbeat)),
         interrupt_mode: spec.interrupt_mode,
         connection: connection.clone(),

@@ -19,6 +19,8 @@ pub enum Channel {
     Shell,
     Control,
     IoPub,
+    /// The kernel's requests for input during an execution (`input_request`), and our replies.
+    Stdin,
 }
 
 impl Channel {
@@ -27,6 +29,7 @@ impl Channel {
             Channel::Shell => "shell",
             Channel::Control => "control",
             Channel::IoPub => "iopub",
+            Channel::Stdin => "stdin",
         }
     }
 }

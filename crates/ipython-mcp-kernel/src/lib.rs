@@ -34,7 +34,8 @@ pub use session::error::{
 pub use session::fake::{FakeBehaviour, FakeKernels};
 pub use session::handle::{Interrupted, SessionHandle};
 pub use session::{
-    ExecuteArgs, HelperCall, HelperOutput, Outcome, Progress, RemoteKernel, SessionOptions,
+    CodeMode, ExecuteArgs, HelperCall, HelperOutput, Outcome, Progress, RemoteKernel,
+    SessionOptions,
 };
 pub use status::{
     EnvironmentStatus, KernelDescription, MemoryEnforcement, MemoryStatus, RemoteDescription,

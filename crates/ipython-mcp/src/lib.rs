@@ -7,6 +7,7 @@
 
 mod bearer;
 mod cli;
+mod code_mode;
 mod doctor;
 mod http;
 mod jsonlines;

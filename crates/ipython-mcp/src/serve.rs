@@ -472,6 +472,7 @@ pub fn session_options(config: &Config, kernel_id: &str) -> anyhow::Result<Sessi
         // crate, which knows the tools.
         wording: ipython_mcp_mcp::WORDING,
         notice: None,
+        code_mode: crate::code_mode::upstreams(config)?,
     })
 }
 

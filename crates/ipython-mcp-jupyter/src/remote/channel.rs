@@ -433,6 +433,7 @@ async fn send(socket: &mut Socket, framing: Framing, outgoing: Outgoing) -> Resu
         Framing::Json => {
             message.channel = Some(match channel {
                 Channel::Control => jupyter_protocol::Channel::Control,
+                Channel::Stdin => jupyter_protocol::Channel::Stdin,
                 _ => jupyter_protocol::Channel::Shell,
             });
             Message::Text(
@@ -450,6 +451,7 @@ fn channel_named(name: &str) -> Option<Channel> {
         "shell" => Some(Channel::Shell),
         "control" => Some(Channel::Control),
         "iopub" => Some(Channel::IoPub),
+        "stdin" => Some(Channel::Stdin),
         _ => None,
     }
 }

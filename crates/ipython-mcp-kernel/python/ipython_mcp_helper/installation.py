@@ -12,6 +12,7 @@ import sys
 import threading
 
 from .bounds import bound_bundle, bound_strings, bound_traceback, sanitize_text
+from . import code_mode
 from .checkpoint import Checkpointer
 from .checkpoint import resolve as resolve_checkpoint
 from .checkpoint import supported as checkpoint_supported
@@ -121,6 +122,7 @@ def install(config):
     batch = config["history_batch_cells"]
     if batch and history is not None and history.db_cache_size < batch:
         history.db_cache_size = batch
+    code_mode.install(config["mcp_servers"])
     apply_library_paths(config["namespace"])
     installation.namespace_errors = bind_configured(shell.user_ns, config["namespace"])
     installation.info = {
@@ -178,6 +180,11 @@ def _validated(config):
             "config['checkpoint_max_bytes'] must be a non-negative int, got %r" % (checkpoint_max_bytes,)
         )
     checked["checkpoint_max_bytes"] = checkpoint_max_bytes
+    # The upstream MCP servers of code mode (names only); see ``code_mode``.
+    mcp_servers = config.get("mcp_servers") or []
+    if not isinstance(mcp_servers, list) or not all(isinstance(name, str) for name in mcp_servers):
+        raise ValueError("config['mcp_servers'] must be a list of names, got %r" % (mcp_servers,))
+    checked["mcp_servers"] = mcp_servers
     checked["namespace"] = validated_namespace(config.get("namespace"))
     return checked
 
@@ -260,6 +267,7 @@ class _Installation:
     def uninstall(self):
         if self.checkpointer is not None:
             self.checkpointer.wait()
+        code_mode.uninstall()
         for undo in reversed(self._undo):
             undo()
         self._undo = []
@@ -396,6 +404,8 @@ class _Installation:
             if event == "pre_execute":
                 if self.checkpointer is not None:
                     self._guarded(self.checkpointer.wait)
+                if self.config["mcp_servers"]:
+                    self._guarded(code_mode.refuse_input)
                 self._guarded(self.begin_execution)
             try:
                 return trigger(event, *args, **kwargs)

@@ -74,7 +74,7 @@ class TestKernel:
     def test_rpc(self, kernel):
         assert kernel.request("ping", {"x": [1, "é"]}) == {"id": "r1", "ok": True, "result": {"x": [1, "é"]}}
         assert kernel.request("config")["result"] == dict(
-            CONFIG, spool_dir=None, spool_max_bytes=0, checkpoint_dir=None, checkpoint_max_bytes=0
+            CONFIG, spool_dir=None, spool_max_bytes=0, checkpoint_dir=None, checkpoint_max_bytes=0, mcp_servers=[]
         )
         unknown = kernel.request("nope")
         assert unknown["ok"] is False and unknown["error"]["code"] == "unknown_method"

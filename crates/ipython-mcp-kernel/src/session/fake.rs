@@ -232,6 +232,7 @@ impl FakeKernels {
             private_dir: std::env::temp_dir(),
             checkpoint_max_bytes: None,
             notice: None,
+            code_mode: None,
         }
     }
 

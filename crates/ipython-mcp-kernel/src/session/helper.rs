@@ -42,6 +42,7 @@ pub const HELPER_MODULES: &[(&str, &str)] = &[
     helper_module!("namespace"),
     helper_module!("tools"),
     helper_module!("checkpoint"),
+    helper_module!("code_mode"),
     helper_module!("installation"),
     helper_module!("__init__"),
 ];
@@ -81,14 +82,28 @@ for name, source in json.loads(base64.b64decode(MODULES_B64).decode("utf-8")):
 package.install(json.loads(base64.b64decode(CONFIG_B64).decode("utf-8")))
 "#;
 
+/// What the helper is set up with besides the output limits and the namespace.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Setup<'a> {
+    /// Where it writes the full streams (a local kernel's), with the bound in bytes.
+    pub spool: Option<(&'a std::path::Path, u64)>,
+    /// Where it checkpoints the namespace, with the bound in bytes (a relative directory: on
+    /// a remote kernel's own machine).
+    pub checkpoint: Option<(&'a std::path::Path, u64)>,
+    /// Cells of history written to IPython's database at once (0: IPython's default).
+    pub history_batch_cells: u64,
+    /// The upstream MCP servers its `mcp_servers` module offers (code mode); empty: none.
+    pub mcp_servers: &'a [String],
+}
+
 /// The code of the silent install execute.
-pub fn install_code(
-    limits: &OutputLimits,
-    namespace: &Namespace,
-    spool: Option<(&std::path::Path, u64)>,
-    checkpoint: Option<(&std::path::Path, u64)>,
-    history_batch_cells: u64,
-) -> String {
+pub fn install_code(limits: &OutputLimits, namespace: &Namespace, setup: Setup<'_>) -> String {
+    let Setup {
+        spool,
+        checkpoint,
+        history_batch_cells,
+        mcp_servers,
+    } = setup;
     let engine = base64::engine::general_purpose::STANDARD;
     let config = json!({
         "max_text_chars": limits.max_text_chars,
@@ -114,6 +129,8 @@ pub fn install_code(
         // The namespace is checkpointed there after each cell (see the helper's `checkpoint`).
         "checkpoint_dir": checkpoint.map(|(dir, _)| dir.display().to_string()),
         "checkpoint_max_bytes": checkpoint.map_or(0, |(_, max)| max),
+        // Names only: how to reach them stays in the server.
+        "mcp_servers": mcp_servers,
         "namespace": {
             "library_paths": namespace.library_paths.iter().map(|path| path.display().to_string()).collect::<Vec<_>>(),
             "preload_modules": namespace.preload_modules,
@@ -184,9 +201,7 @@ pub(crate) async fn install(
     kernel: &dyn KernelTransport,
     limits: &OutputLimits,
     namespace: &Namespace,
-    spool: Option<(&std::path::Path, u64)>,
-    checkpoint: Option<(&std::path::Path, u64)>,
-    history_batch_cells: u64,
+    setup: Setup<'_>,
     timeout: Duration,
 ) -> Result<Installed, InstallError> {
     let waiter = Waiter {
@@ -195,13 +210,7 @@ pub(crate) async fn install(
         timeout,
     };
     waiter
-        .silent_execute(install_code(
-            limits,
-            namespace,
-            spool,
-            checkpoint,
-            history_batch_cells,
-        ))
+        .silent_execute(install_code(limits, namespace, setup))
         .await?;
     let comm_id = open_comm(&waiter).await?;
     let info = install_info(&waiter, &comm_id).await?;
@@ -487,9 +496,7 @@ mod tests {
         let code = install_code(
             &OutputLimits::default(),
             &Namespace::default(),
-            None,
-            None,
-            0,
+            Setup::default(),
         );
         // Only the fixed frame and base64 payloads: no quotes or newlines from the source.
         assert!(!code.contains('\n'));

@@ -109,6 +109,32 @@ pub struct SessionOptions {
     /// stopped while they were idle): said with the first call's result, which reports the
     /// namespace `reset`, as a replacement between calls is.
     pub notice: Option<String>,
+    /// Other MCP servers, as the `mcp_servers` module of the kernels with the helper calls
+    /// them (code mode); `None`: none configured.
+    pub code_mode: Option<std::sync::Arc<dyn CodeMode>>,
+}
+
+/// Other MCP servers as the kernel's `mcp_servers` module calls them (see the guide's "Code
+/// mode"). The module asks during an execution, on its stdin channel; the session answers.
+pub trait CodeMode: Send + Sync + std::fmt::Debug {
+    /// The servers' names: the module lists them before anything connects.
+    fn names(&self) -> Vec<String>;
+    /// The answer to one request of the module. Dropping the future (the execution was
+    /// stopped) must cancel what it started.
+    fn answer(
+        &self,
+        request: serde_json::Value,
+    ) -> futures_util::future::BoxFuture<'static, serde_json::Value>;
+}
+
+impl SessionOptions {
+    /// The upstream servers the kernels' `mcp_servers` module offers (none without code mode).
+    fn mcp_servers(&self) -> Vec<String> {
+        self.code_mode
+            .as_ref()
+            .map(|code_mode| code_mode.names())
+            .unwrap_or_default()
+    }
 }
 
 /// Which kernel a remote session runs on the Jupyter server.

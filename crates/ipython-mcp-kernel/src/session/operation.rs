@@ -6,7 +6,9 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ipython_mcp_jupyter::protocol::{CommId, CommMsg, ExecuteRequest, JupyterMessage, ReplyStatus};
+use ipython_mcp_jupyter::protocol::{
+    CommId, CommMsg, ExecuteRequest, InputReply, JupyterMessage, JupyterMessageContent, ReplyStatus,
+};
 use ipython_mcp_jupyter::{Channel, Routed};
 use tokio::time::Instant;
 
@@ -74,8 +76,10 @@ impl Actor {
             let status = self.shared.status.lock().expect("status lock").clone();
             return not_run(self.epoch, unavailable(&status));
         };
+        // Stdin is code mode's channel: open when the kernel has the `mcp_servers` module.
+        let allow_stdin = running.helper_comm.is_some() && self.shared.options.code_mode.is_some();
         let (message, helper_request) =
-            match request_message(args, helper, running.helper_comm.as_deref()) {
+            match request_message(args, helper, running.helper_comm.as_deref(), allow_stdin) {
                 Ok(request) => request,
                 Err(error) => return not_run(self.epoch, error),
             };
@@ -236,39 +240,61 @@ impl Actor {
         let (seq, cancel) = (operation.ticket.seq, &operation.ticket.cancel);
         let mut progress_tick =
             tokio::time::interval_at(operation.started + PROGRESS_INTERVAL, PROGRESS_INTERVAL);
+        // The code-mode request the kernel waits on (its `input_request`), and our answer in
+        // the making: dropped, which cancels it upstream, once the operation is stopped.
+        let mut asked: Option<(
+            JupyterMessage,
+            futures_util::future::BoxFuture<'static, serde_json::Value>,
+        )> = None;
         while run.ended().is_none() {
             let (wake, timer) = run.timer();
             // Once a cause is decided, later ones change nothing (the first wins); once the
             // reply is in, nothing is stopped.
             let stoppable = run.stoppable();
-            let event = tokio::select! {
+            let woke = tokio::select! {
                 routed = receiver.recv() => match routed {
+                    Some(routed) if routed.channel == Channel::Stdin => Woke::Input(Box::new(routed.message)),
                     Some(routed) => {
                         if let Some(writer) = spool_writer.as_deref_mut() {
                             writer.absorb(&routed);
                         }
                         let mut collector = locked(&operation.collector);
                         collector.absorb(routed);
-                        Event::Message(seen(&collector))
+                        Woke::Event(Event::Message(seen(&collector)))
                     }
-                    None => Event::KernelExited(
+                    None => Woke::Event(Event::KernelExited(
                         death_of(running.kernel.as_ref())
                             .unwrap_or_else(|| Death::from("kernel exited".to_owned())),
-                    ),
+                    )),
                 },
-                () = tokio::time::sleep_until(wake) => Event::Elapsed(timer),
+                answer = async { asked.as_mut().expect("guarded").1.as_mut().await }, if asked.is_some() => {
+                    Woke::Answered(answer)
+                }
+                () = tokio::time::sleep_until(wake) => Woke::Event(Event::Elapsed(timer)),
                 _ = progress_tick.tick(), if operation.args.progress.is_some() => {
                     report_progress(operation);
                     continue;
                 }
                 // Shutdown also cancels every request: that is not the client's doing.
                 () = cancel.cancelled(), if stoppable => {
-                    Event::Stop(if shutdown.is_cancelled() { Cause::Closing } else { Cause::Cancelled })
+                    Woke::Event(Event::Stop(if shutdown.is_cancelled() { Cause::Closing } else { Cause::Cancelled }))
                 }
                 _ = interrupts.wait_for(|target| *target == Some(seq)), if stoppable => {
-                    Event::Stop(Cause::Interrupted)
+                    Woke::Event(Event::Stop(Cause::Interrupted))
                 }
-                () = shutdown.cancelled(), if stoppable => Event::Stop(Cause::Closing),
+                () = shutdown.cancelled(), if stoppable => Woke::Event(Event::Stop(Cause::Closing)),
+            };
+            let event = match woke {
+                Woke::Event(event) => event,
+                Woke::Input(request) => {
+                    asked = self.input_requested(running, *request).await;
+                    continue;
+                }
+                Woke::Answered(answer) => {
+                    let (request, _) = asked.take().expect("answered");
+                    answer_input(running, &request, answer.to_string()).await;
+                    continue;
+                }
             };
             // Metadata only (which event, when after dispatch): a slow or stopped call is
             // explained by these lines. Messages are many, so they are traced only.
@@ -277,6 +303,11 @@ impl Actor {
                 tracing::trace!(seq, at_ms, ?event, "operation event");
             } else {
                 tracing::debug!(seq, at_ms, ?event, "operation event");
+            }
+            if matches!(event, Event::Stop(_) | Event::Elapsed(Timer::Deadline))
+                && asked.take().is_some()
+            {
+                tracing::debug!(seq, "code-mode call cancelled with its operation");
             }
             perform(run, event, running.kernel.as_ref()).await;
         }
@@ -388,12 +419,80 @@ async fn perform(run: &mut Run, event: Event, kernel: &dyn KernelTransport) {
     }
 }
 
+/// What woke the operation's loop.
+enum Woke {
+    Event(Event),
+    /// The kernel asks for input (code mode).
+    Input(Box<JupyterMessage>),
+    /// The answer to the code-mode request it waits on.
+    Answered(serde_json::Value),
+}
+
+/// What the kernel's `mcp_servers` module puts before its request (JSON) in an `input_request`
+/// prompt (see the helper's `code_mode.py`).
+const CODE_MODE_PROMPT: &str = "\u{1}ipython-mcp code mode\u{1}";
+
+impl Actor {
+    /// An `input_request` of the running execution: a code-mode request starts its answer;
+    /// anything else (code mode is the only reason we allow stdin) is answered empty at once,
+    /// so the kernel never waits on us.
+    async fn input_requested(
+        &self,
+        running: &Running,
+        request: JupyterMessage,
+    ) -> Option<(
+        JupyterMessage,
+        futures_util::future::BoxFuture<'static, serde_json::Value>,
+    )> {
+        let prompt = match &request.content {
+            JupyterMessageContent::InputRequest(input) => input.prompt.as_str(),
+            _ => return None,
+        };
+        let asked = prompt
+            .strip_prefix(CODE_MODE_PROMPT)
+            .and_then(|json| serde_json::from_str::<serde_json::Value>(json).ok());
+        match (asked, &self.shared.options.code_mode) {
+            (Some(asked), Some(code_mode)) => {
+                tracing::debug!(op = ?asked.get("op"), server = ?asked.get("server"), "code-mode request");
+                let answer = code_mode.answer(asked);
+                Some((request, answer))
+            }
+            _ => {
+                answer_input(running, &request, String::new()).await;
+                None
+            }
+        }
+    }
+}
+
+/// Sends the `input_reply` to `request` (bounded: a kernel that stopped reading is the run's
+/// to judge).
+async fn answer_input(running: &Running, request: &JupyterMessage, value: String) {
+    let reply = JupyterMessage::new(
+        InputReply {
+            value,
+            status: ReplyStatus::Ok,
+            error: None,
+        },
+        Some(request),
+    );
+    let sent = tokio::time::timeout(
+        Duration::from_secs(5),
+        running.kernel.request(Channel::Stdin, reply),
+    )
+    .await;
+    if let Ok(Ok((msg_id, _))) = sent {
+        running.kernel.forget(&msg_id);
+    }
+}
+
 /// The request to send: an execute_request, or for a helper call a comm message to the helper
 /// (its reply is matched by the id returned beside it).
 fn request_message(
     args: &ExecuteArgs,
     helper: Option<&HelperRequest>,
     helper_comm: Option<&str>,
+    allow_stdin: bool,
 ) -> Result<(JupyterMessage, Option<String>), SessionError> {
     match (helper, helper_comm) {
         (None, _) => Ok((
@@ -403,7 +502,7 @@ fn request_message(
                     silent: false,
                     store_history: true,
                     user_expressions: None,
-                    allow_stdin: false,
+                    allow_stdin,
                     // One request at a time anyway; never abort what a later caller queued.
                     stop_on_error: false,
                 },

@@ -233,15 +233,19 @@ async fn install_helper(
         .checkpoint_max_bytes
         .zip(checkpoint_dir.as_deref())
         .map(|(max, dir)| (dir, max));
-    // Local kernels keep history in memory (a launch option).
-    let history_batch_cells = 0;
+    let mcp_servers = options.mcp_servers();
+    let setup = helper::Setup {
+        spool,
+        checkpoint,
+        // Local kernels keep history in memory (a launch option).
+        history_batch_cells: 0,
+        mcp_servers: &mcp_servers,
+    };
     match helper::install(
         kernel,
         &options.limits,
         &options.namespace,
-        spool,
-        checkpoint,
-        history_batch_cells,
+        setup,
         remaining,
     )
     .await

@@ -238,17 +238,22 @@ async fn install_helper(
     };
     // The helper's spool is our disk, which a remote kernel cannot reach: it bounds output
     // in the kernel, and the session spools what arrives.
-    let installed = helper::install(
-        connection,
-        &options.limits,
-        &options.namespace,
-        None,
+    let mcp_servers = options.mcp_servers();
+    let setup = helper::Setup {
+        spool: None,
         // Our disk is out of its reach: the checkpoint stays on the server's machine.
-        options
+        checkpoint: options
             .checkpoint_max_bytes
             .filter(|_| checkpoints)
             .map(|max| (std::path::Path::new(&shared.remote_checkpoint), max)),
         history_batch_cells,
+        mcp_servers: &mcp_servers,
+    };
+    let installed = helper::install(
+        connection,
+        &options.limits,
+        &options.namespace,
+        setup,
         remaining,
     )
     .await;

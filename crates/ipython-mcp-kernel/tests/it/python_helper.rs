@@ -60,9 +60,7 @@ async fn python_helper_pytest_suite_passes() {
     let code = ipython_mcp_kernel::helper::install_code(
         &ipython_mcp_config::OutputLimits::default(),
         &ipython_mcp_config::Namespace::default(),
-        None,
-        None,
-        0,
+        ipython_mcp_kernel::helper::Setup::default(),
     );
     std::fs::write(install_code.path(), code).expect("write the install code");
     let output = Command::new(&python)

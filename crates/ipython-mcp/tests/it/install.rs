@@ -21,8 +21,9 @@ use support::{Family, Server};
 const DISTRIBUTION: &str = "ipython-mcp-server";
 
 /// Every crate `cargo install ipython-mcp` needs, in the order cargo publishes them.
-const PUBLISHED: [&str; 8] = [
+const PUBLISHED: [&str; 9] = [
     "ipython-mcp-config",
+    "ipython-mcp-upstream",
     "ipython-mcp-notebook",
     "ipython-mcp-env",
     "ipython-mcp-jupyter",

@@ -8,6 +8,7 @@ mod support;
 
 mod apps;
 mod checkpoint;
+mod code_mode;
 mod collab;
 mod conformance;
 mod dynamic;

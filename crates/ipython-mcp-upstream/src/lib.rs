@@ -1,0 +1,556 @@
+//! Code mode: other MCP servers ("upstreams") as Python APIs inside the kernel.
+//!
+//! The server is their MCP client. A kernel's `mcp_servers` module asks through its
+//! execution's stdin channel (an `input_request` the session answers, see the kernel crate),
+//! and [`Upstreams::answer`] answers: the tools of a server, or the result of a call. The
+//! configuration (an `mcpServers` file, the format of Claude Desktop and Cursor) stays here:
+//! its `env` and `headers` never reach a kernel.
+//!
+//! Connections are made at first use, one per server for everyone who shares this
+//! [`Upstreams`] (a principal has their own), and made again once when a call finds the old
+//! one closed (a child process that died, a dropped HTTP session). A call whose future is
+//! dropped (the execution was interrupted, timed out or cancelled) is cancelled upstream with
+//! `notifications/cancelled`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CancelledNotificationParam, ClientRequest, ServerResult, Tool,
+};
+use rmcp::service::{PeerRequestOptions, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{ConfigureCommandExt as _, StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{Peer, RoleClient, ServiceExt as _};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+/// How long connecting to an upstream (starting its process, `initialize`, `tools/list`) may
+/// take.
+const CONNECT_BOUND: Duration = Duration::from_secs(60);
+
+/// Why the upstream file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not an mcpServers file: {source}")]
+    Parse {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{path}: server {name:?}: {reason}")]
+    Server {
+        path: PathBuf,
+        name: String,
+        reason: String,
+    },
+}
+
+/// The file: `{"mcpServers": {"NAME": {...}}}`.
+#[derive(Deserialize)]
+struct File {
+    #[serde(rename = "mcpServers")]
+    servers: BTreeMap<String, Entry>,
+}
+
+/// One server as the file describes it: a command to start (stdio) or a URL (streamable
+/// HTTP). Other keys (`type`, `disabled`, a client's own) are ignored.
+#[derive(Deserialize)]
+struct Entry {
+    command: Option<String>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    cwd: Option<PathBuf>,
+    url: Option<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+}
+
+/// How to reach one upstream.
+#[derive(Clone)]
+enum Spec {
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+        cwd: Option<PathBuf>,
+    },
+    Http {
+        url: String,
+        headers: HashMap<http::HeaderName, http::HeaderValue>,
+    },
+}
+
+// By hand: the environment and headers hold credentials, never logged.
+impl std::fmt::Debug for Spec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Spec::Stdio { command, .. } => write!(f, "stdio {command:?}"),
+            Spec::Http { .. } => f.write_str("streamable HTTP"),
+        }
+    }
+}
+
+impl Spec {
+    fn of(entry: Entry) -> Result<Spec, String> {
+        match (entry.command, entry.url) {
+            (Some(command), None) => Ok(Spec::Stdio {
+                command,
+                args: entry.args,
+                env: entry.env,
+                cwd: entry.cwd,
+            }),
+            (None, Some(url)) => {
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err("url must be http:// or https://".to_owned());
+                }
+                let mut headers = HashMap::new();
+                for (name, value) in entry.headers {
+                    let name = http::HeaderName::try_from(name.as_str())
+                        .map_err(|_| format!("{name:?} is not a header name"))?;
+                    let value = http::HeaderValue::try_from(value.as_str())
+                        .map_err(|_| format!("the value of header {name} is not valid"))?;
+                    headers.insert(name, value);
+                }
+                Ok(Spec::Http { url, headers })
+            }
+            (Some(_), Some(_)) => Err("has both command and url".to_owned()),
+            (None, None) => Err("has neither command nor url".to_owned()),
+        }
+    }
+
+    fn transport(&self) -> &'static str {
+        match self {
+            Spec::Stdio { .. } => "stdio",
+            Spec::Http { .. } => "http",
+        }
+    }
+}
+
+/// What `runtime_status` and the capabilities resource say of one upstream.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Status {
+    pub name: String,
+    /// `stdio` or `http`.
+    pub transport: &'static str,
+    /// `not_started`, `connected` or `failed`.
+    pub state: &'static str,
+    /// Why it failed, while it has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// How many tools it has, once connected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tools: Option<usize>,
+}
+
+/// A live connection and the tools it listed.
+struct Connection {
+    service: RunningService<RoleClient, ()>,
+    tools: Arc<Vec<Tool>>,
+}
+
+struct Upstream {
+    spec: Spec,
+    /// Held while connecting, so concurrent first uses connect once.
+    connection: tokio::sync::Mutex<Option<Connection>>,
+    status: Mutex<(&'static str, Option<String>, Option<usize>)>,
+}
+
+/// The upstream servers of one server (or one principal).
+pub struct Upstreams {
+    servers: BTreeMap<String, Arc<Upstream>>,
+}
+
+impl std::fmt::Debug for Upstreams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstreams")
+            .field("servers", &self.servers.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// An error an answer carries to the kernel: `kind` is what the module raises on.
+fn refused(kind: &str, message: impl Into<String>) -> Value {
+    json!({"ok": false, "kind": kind, "error": message.into()})
+}
+
+impl Upstreams {
+    /// Reads an `mcpServers` file; nothing is started yet.
+    pub fn load(path: &Path) -> Result<Upstreams, LoadError> {
+        let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let file: File = serde_json::from_str(&text).map_err(|source| LoadError::Parse {
+            path: path.to_owned(),
+            source,
+        })?;
+        let mut servers = BTreeMap::new();
+        for (name, entry) in file.servers {
+            let spec = Spec::of(entry).map_err(|reason| LoadError::Server {
+                path: path.to_owned(),
+                name: name.clone(),
+                reason,
+            })?;
+            servers.insert(
+                name,
+                Arc::new(Upstream {
+                    spec,
+                    connection: tokio::sync::Mutex::new(None),
+                    status: Mutex::new(("not_started", None, None)),
+                }),
+            );
+        }
+        Ok(Upstreams { servers })
+    }
+
+    /// The configured servers' names.
+    pub fn names(&self) -> Vec<String> {
+        self.servers.keys().cloned().collect()
+    }
+
+    /// Each upstream's state now.
+    pub fn status(&self) -> Vec<Status> {
+        self.servers
+            .iter()
+            .map(|(name, upstream)| {
+                let (state, error, tools) = upstream.status.lock().expect("status lock").clone();
+                Status {
+                    name: name.clone(),
+                    transport: upstream.spec.transport(),
+                    state,
+                    error,
+                    tools,
+                }
+            })
+            .collect()
+    }
+
+    /// Answers one request of the kernel's `mcp_servers` module:
+    /// `{"op": "tools", "server"}` → `{"ok": true, "tools": [{name, description, inputSchema}]}`;
+    /// `{"op": "call", "server", "tool", "arguments"}` → `{"ok": true, "result": CallToolResult}`.
+    /// Failures are `{"ok": false, "kind", "error"}`. Dropping the future cancels a call.
+    pub async fn answer(&self, request: &Value) -> Value {
+        let op = request
+            .get("op")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let Some(name) = request.get("server").and_then(Value::as_str) else {
+            return refused("invalid", "the request names no server");
+        };
+        let Some(upstream) = self.servers.get(name) else {
+            return refused(
+                "unknown_server",
+                format!(
+                    "no upstream server {name:?}; configured: {}",
+                    self.names().join(", ")
+                ),
+            );
+        };
+        match op {
+            "tools" => match upstream.tools(name).await {
+                Ok(tools) => json!({"ok": true, "tools": tools
+                    .iter()
+                    .map(|tool| json!({
+                        "name": tool.name,
+                        "description": tool.description,
+                        "inputSchema": tool.input_schema,
+                    }))
+                    .collect::<Vec<_>>()}),
+                Err(error) => refused("connect", error),
+            },
+            "call" => {
+                let Some(tool) = request.get("tool").and_then(Value::as_str) else {
+                    return refused("invalid", "the request names no tool");
+                };
+                let arguments = match request.get("arguments") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::Object(arguments)) => Some(arguments.clone()),
+                    Some(_) => return refused("invalid", "arguments must be an object"),
+                };
+                upstream.call(name, tool, arguments).await
+            }
+            _ => refused("invalid", format!("unknown op {op:?}")),
+        }
+    }
+
+    /// Closes every connection (stdio children end with their stdin).
+    pub async fn close(&self) {
+        for upstream in self.servers.values() {
+            if let Some(mut connection) = upstream.connection.lock().await.take() {
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(5), connection.service.close()).await;
+            }
+        }
+    }
+}
+
+impl Upstream {
+    fn set_status(&self, state: &'static str, error: Option<String>, tools: Option<usize>) {
+        *self.status.lock().expect("status lock") = (state, error, tools);
+    }
+
+    /// The peer of a live connection, connecting first if there is none (or it closed).
+    async fn peer(&self, name: &str) -> Result<(Peer<RoleClient>, Arc<Vec<Tool>>), String> {
+        let mut slot = self.connection.lock().await;
+        if let Some(connection) = slot.as_ref() {
+            // A child that exited (or a dropped HTTP session) closes the transport.
+            if !connection.service.is_closed() && !connection.service.is_transport_closed() {
+                return Ok((
+                    connection.service.peer().clone(),
+                    Arc::clone(&connection.tools),
+                ));
+            }
+            tracing::info!(
+                upstream = name,
+                "upstream connection closed; connecting again"
+            );
+        }
+        *slot = None;
+        match tokio::time::timeout(CONNECT_BOUND, self.connect()).await {
+            Ok(Ok(connection)) => {
+                let found = (
+                    connection.service.peer().clone(),
+                    Arc::clone(&connection.tools),
+                );
+                self.set_status("connected", None, Some(connection.tools.len()));
+                tracing::info!(
+                    upstream = name,
+                    tools = connection.tools.len(),
+                    "upstream connected"
+                );
+                *slot = Some(connection);
+                Ok(found)
+            }
+            Ok(Err(error)) => {
+                let error = format!("connecting to upstream {name:?} failed: {error}");
+                self.set_status("failed", Some(error.clone()), None);
+                Err(error)
+            }
+            Err(_) => {
+                let error = format!(
+                    "upstream {name:?} did not connect within {}s",
+                    CONNECT_BOUND.as_secs()
+                );
+                self.set_status("failed", Some(error.clone()), None);
+                Err(error)
+            }
+        }
+    }
+
+    async fn connect(&self) -> Result<Connection, String> {
+        let service = match &self.spec {
+            Spec::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                let command = tokio::process::Command::new(command).configure(|command| {
+                    command.args(args).envs(env);
+                    if let Some(cwd) = cwd {
+                        command.current_dir(cwd);
+                    }
+                });
+                // Its stderr is its own business: never mixed into ours (our stderr is our log).
+                let (transport, _) = TokioChildProcess::builder(command)
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .map_err(|error| error.to_string())?;
+                ().serve(transport)
+                    .await
+                    .map_err(|error| error.to_string())?
+            }
+            Spec::Http { url, headers } => {
+                let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                    .custom_headers(headers.clone());
+                let transport = StreamableHttpClientTransport::from_config(config);
+                ().serve(transport)
+                    .await
+                    .map_err(|error| error.to_string())?
+            }
+        };
+        let tools = service
+            .peer()
+            .list_all_tools()
+            .await
+            .map_err(|error| format!("tools/list: {error}"))?;
+        Ok(Connection {
+            service,
+            tools: Arc::new(tools),
+        })
+    }
+
+    async fn tools(&self, name: &str) -> Result<Arc<Vec<Tool>>, String> {
+        self.peer(name).await.map(|(_, tools)| tools)
+    }
+
+    /// One `tools/call`: once more on a fresh connection when the connection closed under it
+    /// (an upstream process that died since the last call is seen only when the call is
+    /// written to it; one that dies while handling the call gets it again).
+    async fn call(
+        &self,
+        name: &str,
+        tool: &str,
+        arguments: Option<serde_json::Map<String, Value>>,
+    ) -> Value {
+        for attempt in 0..2 {
+            let (peer, tools) = match self.peer(name).await {
+                Ok(found) => found,
+                Err(error) => return refused("connect", error),
+            };
+            if !tools.iter().any(|known| known.name == tool) {
+                return refused(
+                    "unknown_tool",
+                    format!(
+                        "upstream {name:?} has no tool {tool:?}; it has: {}",
+                        tools
+                            .iter()
+                            .map(|tool| tool.name.as_ref())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                );
+            }
+            let mut params = CallToolRequestParams::new(tool.to_owned());
+            if let Some(arguments) = arguments.clone() {
+                params = params.with_arguments(arguments);
+            }
+            let request = ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(params));
+            let handle = match peer
+                .send_cancellable_request(request, PeerRequestOptions::no_options())
+                .await
+            {
+                Ok(handle) => handle,
+                Err(error) if attempt == 0 => {
+                    tracing::info!(upstream = name, %error, "upstream call not sent; connecting again");
+                    continue;
+                }
+                Err(error) => return refused("call", error.to_string()),
+            };
+            let mut guard = CancelOnDrop {
+                peer: peer.clone(),
+                id: Some(handle.id.clone()),
+            };
+            let response = handle.await_response().await;
+            guard.id = None;
+            if attempt == 0 && matches!(response, Err(rmcp::ServiceError::TransportClosed)) {
+                tracing::info!(
+                    upstream = name,
+                    "upstream connection closed during a call; connecting again"
+                );
+                continue;
+            }
+            return match response {
+                Ok(ServerResult::CallToolResult(result)) => json!({"ok": true, "result": result}),
+                Ok(other) => refused("call", format!("unexpected answer: {other:?}")),
+                Err(error) => refused("call", error.to_string()),
+            };
+        }
+        refused("call", "unreachable")
+    }
+}
+
+/// Sends `notifications/cancelled` for a request whose caller stopped waiting.
+struct CancelOnDrop {
+    peer: Peer<RoleClient>,
+    id: Option<rmcp::model::RequestId>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        let cancelled = CancelledNotificationParam::new(
+            Some(id),
+            Some("the execution that made the call was stopped".to_owned()),
+        );
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = peer.notify_cancelled(cancelled).await;
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<Upstreams, LoadError> {
+        let file = tempfile::NamedTempFile::new().expect("file");
+        std::fs::write(file.path(), text).expect("write");
+        Upstreams::load(file.path())
+    }
+
+    #[test]
+    fn the_claude_desktop_format_loads_and_nothing_starts() {
+        let upstreams = load(
+            r#"{"mcpServers": {
+                "files": {"command": "npx", "args": ["-y", "x"], "env": {"TOKEN": "s3cret"}},
+                "web": {"type": "http", "url": "https://example.com/mcp", "headers": {"Authorization": "Bearer s3cret"}}
+            }}"#,
+        )
+        .expect("loads");
+        assert_eq!(upstreams.names(), ["files", "web"]);
+        let status = upstreams.status();
+        assert_eq!(status[0].state, "not_started");
+        assert_eq!(status[1].transport, "http");
+        // Credentials are never shown.
+        assert!(!format!("{upstreams:?} {:?}", upstreams.servers["files"].spec).contains("s3cret"));
+    }
+
+    #[test]
+    fn a_bad_file_says_what_is_wrong() {
+        for (text, expected) in [
+            ("{}", "not an mcpServers file"),
+            (r#"{"mcpServers": {"a": {}}}"#, "neither command nor url"),
+            (
+                r#"{"mcpServers": {"a": {"command": "x", "url": "http://h"}}}"#,
+                "both",
+            ),
+            (
+                r#"{"mcpServers": {"a": {"url": "ftp://h"}}}"#,
+                "http:// or https://",
+            ),
+            (
+                r#"{"mcpServers": {"a": {"url": "http://h", "headers": {"a b": "c"}}}}"#,
+                "not a header name",
+            ),
+        ] {
+            let error = load(text).expect_err("refused").to_string();
+            assert!(error.contains(expected), "{text}: {error}");
+        }
+    }
+
+    #[tokio::test]
+    async fn unknown_servers_and_bad_requests_are_refused_with_what_exists() {
+        let upstreams = load(r#"{"mcpServers": {"one": {"command": "true"}}}"#).expect("loads");
+        let answer = upstreams
+            .answer(&json!({"op": "tools", "server": "two"}))
+            .await;
+        assert_eq!(answer["kind"], "unknown_server");
+        assert!(answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("configured: one"));
+        let answer = upstreams
+            .answer(&json!({"op": "call", "server": "one"}))
+            .await;
+        assert_eq!(answer["kind"], "invalid");
+        let answer = upstreams
+            .answer(&json!({"op": "nope", "server": "one"}))
+            .await;
+        assert_eq!(answer["kind"], "invalid");
+    }
+}

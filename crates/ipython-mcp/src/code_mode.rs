@@ -1,0 +1,42 @@
+//! Code mode's glue: the configured upstream MCP servers (`ipython-mcp-upstream`) as the
+//! sessions' [`CodeMode`], one set of connections per server or principal.
+
+use std::sync::Arc;
+
+use std::future::Future;
+use std::pin::Pin;
+
+type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+use ipython_mcp_kernel::CodeMode;
+
+#[derive(Debug)]
+struct Upstreams(Arc<ipython_mcp_upstream::Upstreams>);
+
+impl CodeMode for Upstreams {
+    fn names(&self) -> Vec<String> {
+        self.0.names()
+    }
+
+    fn answer(&self, request: serde_json::Value) -> BoxFuture<serde_json::Value> {
+        let upstreams = Arc::clone(&self.0);
+        Box::pin(async move { upstreams.answer(&request).await })
+    }
+}
+
+/// The upstream servers of the configuration's file, connected at first use; `None` without
+/// one. Each call makes a set of its own (a principal's connections are theirs alone).
+pub(crate) fn upstreams(
+    config: &ipython_mcp_config::Config,
+) -> anyhow::Result<Option<Arc<dyn CodeMode>>> {
+    let Some(path) = &config.upstream_servers else {
+        return Ok(None);
+    };
+    let upstreams = ipython_mcp_upstream::Upstreams::load(path).map_err(|error| {
+        anyhow::anyhow!(
+            "invalid configuration: {} (--{}): {error}",
+            ipython_mcp_config::UPSTREAM_SERVERS.env,
+            ipython_mcp_config::UPSTREAM_SERVERS.flag
+        )
+    })?;
+    Ok(Some(Arc::new(Upstreams(Arc::new(upstreams)))))
+}

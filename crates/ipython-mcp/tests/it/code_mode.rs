@@ -1,0 +1,254 @@
+//! Code mode: an upstream MCP server (written with the official Python SDK, over stdio) as the
+//! kernel's `mcp_servers` module, called through the server, which keeps its credentials.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::support::{self, Family, Server, ToolResult};
+
+/// The upstream: structured and text results, a failing tool, its own secret, a slow tool
+/// that notes when it starts and when it is cancelled, and its pid.
+const UPSTREAM: &str = r#"
+import os, anyio
+from mcp.server import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+server = MCPServer("weather")
+LOG = os.environ["UPSTREAM_LOG"]
+
+def note(line):
+    with open(LOG, "a") as file:
+        file.write(line + "\n")
+
+@server.tool()
+def forecast(city: str, days: int = 1) -> dict[str, object]:
+    """The forecast for a city, day by day."""
+    return {"city": city, "temps": [20 + day for day in range(days)]}
+
+@server.tool(structured_output=False)
+def token() -> str:
+    """The token this server was given."""
+    return os.environ.get("UPSTREAM_TOKEN", "missing")
+
+@server.tool(structured_output=False)
+def fail() -> str:
+    """Always fails."""
+    raise ToolError("the sky fell")
+
+@server.tool(structured_output=False)
+def pid() -> str:
+    """This server's process id."""
+    return str(os.getpid())
+
+@server.tool(structured_output=False)
+async def slow(seconds: float) -> str:
+    """Sleeps."""
+    note("started")
+    try:
+        await anyio.sleep(seconds)
+    except BaseException:
+        note("cancelled")
+        raise
+    return "slept"
+
+server.run()
+"#;
+
+const SECRET: &str = "s3cret-upstream-token";
+
+struct Upstream {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+impl Upstream {
+    async fn new() -> Upstream {
+        let (python, deps) = support::python_with("mcp==2.3.0", "mcp", "mcp-sdk-deps").await;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let script = dir.path().join("weather.py");
+        std::fs::write(&script, UPSTREAM).expect("script");
+        let config = dir.path().join("upstreams.json");
+        let file = json!({"mcpServers": {"weather-api": {
+            "command": python,
+            "args": [script],
+            "env": {
+                "PYTHONPATH": deps,
+                "UPSTREAM_TOKEN": SECRET,
+                "UPSTREAM_LOG": dir.path().join("log"),
+            },
+        }}});
+        std::fs::write(&config, file.to_string()).expect("config");
+        Upstream { dir, config }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("log")).unwrap_or_default()
+    }
+
+    async fn until_logged(&self, line: &str) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !self.log().lines().any(|logged| logged == line) {
+            assert!(
+                Instant::now() < deadline,
+                "{line:?} not in {:?}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+async fn run(server: &Server, code: &str) -> ToolResult {
+    let result = server.call("execute", json!({ "code": code })).await;
+    assert!(result.ok(), "{code}: {result:?}");
+    result
+}
+
+fn stdout(result: &ToolResult) -> &str {
+    result.structured["stdout"].as_str().unwrap_or_default()
+}
+
+async fn server_with(upstream: &Upstream) -> Server {
+    let config = upstream.config.display().to_string();
+    Server::start(
+        Family::Handshake,
+        &[("IPYTHON_MCP_UPSTREAM_SERVERS", config.as_str())],
+    )
+    .await
+}
+
+/// Tools are functions with signatures and docstrings; results come back as Python objects;
+/// errors and unknown names raise; search finds tools; none of it is a tool of ours.
+#[tokio::test]
+async fn an_upstream_server_is_a_python_module_in_the_kernel() {
+    let upstream = Upstream::new().await;
+    let server = server_with(&upstream).await;
+    let called = run(
+        &server,
+        "import inspect, mcp_servers\n\
+         w = mcp_servers.weather_api\n\
+         print(w.forecast('Paris', 2))\n\
+         print(w.forecast(city='Oslo'))\n\
+         print(inspect.signature(w.forecast))\n\
+         print(w.forecast.__doc__.splitlines()[0])\n\
+         print(repr(w.token()))\n\
+         try:\n    w.fail()\nexcept mcp_servers.ToolError as error:\n    print('ToolError', 'the sky fell' in str(error))\n\
+         for name in ('mcp_servers.nowhere', 'w.nothing'):\n    try:\n        eval(name)\n    except AttributeError as error:\n        print('AttributeError', error)\n\
+         print(mcp_servers.search('city'))\n\
+         print('weather_api' in dir(mcp_servers))",
+    )
+    .await;
+    let lines: Vec<&str> = stdout(&called).lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "{'city': 'Paris', 'temps': [20, 21]}",
+            "{'city': 'Oslo', 'temps': [20]}",
+            "(city: str, days: int = None)",
+            "The forecast for a city, day by day.",
+            &format!("'{SECRET}'"),
+            "ToolError True",
+            "AttributeError no upstream MCP server 'nowhere'; configured: weather_api",
+            "AttributeError upstream 'weather-api' has no tool 'nothing'; it has: fail, forecast, pid, slow, token",
+            "weather_api.forecast(city: str, days: int = None) - The forecast for a city, day by day.",
+            "True",
+        ],
+        "{called:?}"
+    );
+    // The upstream's tools are not ours.
+    let tools = server.client.list_all_tools().await.expect("tools/list");
+    let names: Vec<&str> = tools.iter().map(|tool| tool.name.as_ref()).collect();
+    assert_eq!(names, support::TOOLS);
+    server.stop().await;
+}
+
+/// The upstream's credentials stay in the server: not in the kernel's environment, and the
+/// file that holds them is out of the sandboxed kernel's reach.
+#[tokio::test]
+async fn the_upstream_s_credentials_never_reach_the_kernel() {
+    let upstream = Upstream::new().await;
+    let server = server_with(&upstream).await;
+    let code = format!(
+        "import os, mcp_servers\n\
+         print(mcp_servers.weather_api.token() == {SECRET:?})\n\
+         print({SECRET:?} in repr(dict(os.environ)), {SECRET:?} in open('/proc/self/environ', errors='replace').read())\n\
+         try:\n    open({config:?}).read()\n    print('read')\nexcept PermissionError:\n    print('denied')",
+        config = upstream.config.display().to_string()
+    );
+    let checked = run(&server, &code).await;
+    assert_eq!(
+        stdout(&checked),
+        "True\nFalse False\ndenied\n",
+        "{checked:?}"
+    );
+    server.stop().await;
+}
+
+/// An interrupt during a long upstream call returns promptly and cancels the call upstream;
+/// an upstream process that died between calls is started again by the next call.
+#[tokio::test]
+async fn an_interrupt_cancels_the_upstream_call_and_a_dead_upstream_is_restarted() {
+    let upstream = Upstream::new().await;
+    let server = server_with(&upstream).await;
+    let first = run(
+        &server,
+        "import mcp_servers\nprint(mcp_servers.weather_api.pid())",
+    )
+    .await;
+    let pid: i32 = stdout(&first).trim().parse().expect("a pid");
+    let running = server
+        .call(
+            "execute",
+            json!({"code": "mcp_servers.weather_api.slow(60)", "background": true}),
+        )
+        .await;
+    let id = running.structured["execution_id"]
+        .as_str()
+        .expect("id")
+        .to_owned();
+    upstream.until_logged("started").await;
+    let interrupted = server.call("interrupt", json!({})).await;
+    assert!(interrupted.ok(), "{interrupted:?}");
+    let output = server
+        .call(
+            "get_output",
+            json!({"execution_id": id, "wait_seconds": 60}),
+        )
+        .await;
+    assert_eq!(output.structured["status"], "cancelled", "{output:?}");
+    assert_eq!(output.structured["runtime"]["namespace"], "preserved");
+    upstream.until_logged("cancelled").await;
+
+    // SAFETY: kill(2) on the upstream process our server started for this test.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    support::wait_until_gone(pid).await;
+    let again = run(&server, "print(mcp_servers.weather_api.pid())").await;
+    let second: i32 = stdout(&again).trim().parse().expect("a pid");
+    assert_ne!(second, pid, "a new upstream process");
+    server.stop().await;
+}
+
+/// What the file must be, said at start.
+#[tokio::test]
+async fn a_bad_upstream_file_stops_the_server_with_a_clear_error() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("upstreams.json");
+    std::fs::write(&file, r#"{"mcpServers": {"x": {}}}"#).expect("write");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_ipython-mcp"))
+        .env("IPYTHON_MCP_UPSTREAM_SERVERS", &file)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains("IPYTHON_MCP_UPSTREAM_SERVERS")
+            && stderr.contains("neither command nor url"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty(), "nothing but JSON-RPC on stdout");
+}
