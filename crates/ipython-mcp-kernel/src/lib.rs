@@ -39,5 +39,5 @@ pub use session::{
 };
 pub use status::{
     EnvironmentStatus, KernelDescription, MemoryEnforcement, MemoryStatus, RemoteDescription,
-    RuntimeStatus, SandboxStatus, SessionState,
+    RuntimeStatus, SandboxStatus, SessionState, UpstreamStatus,
 };

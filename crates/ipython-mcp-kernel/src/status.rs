@@ -179,6 +179,24 @@ pub struct EnvironmentStatus {
     pub failed_phase: Option<String>,
 }
 
+/// One upstream MCP server of code mode, as `runtime_status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub struct UpstreamStatus {
+    /// Its name in the file (`mcp_servers.<name>`, made an identifier).
+    pub name: String,
+    /// `stdio` or `http`.
+    pub transport: String,
+    /// `not_started` (nothing used it yet), `connected` or `failed`.
+    pub state: String,
+    /// Why it failed, while it has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Its tools, once connected.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tools: Option<usize>,
+}
+
 /// What `runtime_status` returns for one session. The session keeps its error typed (`E` is
 /// [`SessionError`]); the MCP crate words it for the agent (`RuntimeStatus<ErrorInfo>`, which
 /// is what serializes) with [`RuntimeStatus::map_error`].
@@ -211,6 +229,10 @@ pub struct RuntimeStatus<E = SessionError> {
     pub environment: Option<EnvironmentStatus>,
     /// Why the session is unavailable (its start failed, or its actor panicked).
     pub error: Option<E>,
+    /// Code mode's upstream MCP servers (the kernel's `mcp_servers`), shared by the sessions
+    /// of a server or principal.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub upstream_servers: Vec<UpstreamStatus>,
 }
 
 impl<E> RuntimeStatus<E> {
@@ -233,6 +255,7 @@ impl<E> RuntimeStatus<E> {
             spare_kernel_pids: self.spare_kernel_pids,
             environment: self.environment,
             error: self.error.map(word),
+            upstream_servers: self.upstream_servers,
         }
     }
 }
@@ -257,6 +280,7 @@ impl<E> RuntimeStatus<E> {
             spare_kernel_pids: Vec::new(),
             environment: None,
             error: None,
+            upstream_servers: Vec::new(),
         }
     }
 }

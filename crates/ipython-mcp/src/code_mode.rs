@@ -21,6 +21,20 @@ impl CodeMode for Upstreams {
         let upstreams = Arc::clone(&self.0);
         Box::pin(async move { upstreams.answer(&request).await })
     }
+
+    fn status(&self) -> Vec<ipython_mcp_kernel::UpstreamStatus> {
+        self.0
+            .status()
+            .into_iter()
+            .map(|status| ipython_mcp_kernel::UpstreamStatus {
+                name: status.name,
+                transport: status.transport.to_owned(),
+                state: status.state.to_owned(),
+                error: status.error,
+                tools: status.tools,
+            })
+            .collect()
+    }
 }
 
 /// The upstream servers of the configuration's file, connected at first use; `None` without

@@ -125,6 +125,8 @@ pub trait CodeMode: Send + Sync + std::fmt::Debug {
         &self,
         request: serde_json::Value,
     ) -> futures_util::future::BoxFuture<'static, serde_json::Value>;
+    /// Each server's state now, for `runtime_status`.
+    fn status(&self) -> Vec<crate::status::UpstreamStatus>;
 }
 
 impl SessionOptions {
@@ -241,6 +243,9 @@ impl Shared {
         status.queue_depth = self.queue_depth.load(Ordering::Acquire);
         if let Some(meter) = self.memory.lock().expect("memory lock").as_ref() {
             status.memory = Some(crate::status::MemoryStatus::from(meter.reading()));
+        }
+        if let Some(code_mode) = &self.options.code_mode {
+            status.upstream_servers = code_mode.status();
         }
         status.checkpoint = self.checkpoint_dir().and_then(|dir| {
             // A local kernel's (a remote one is not checkpointed).

@@ -125,6 +125,13 @@ async fn server_with(upstream: &Upstream) -> Server {
 async fn an_upstream_server_is_a_python_module_in_the_kernel() {
     let upstream = Upstream::new().await;
     let server = server_with(&upstream).await;
+    // Nothing connects before a kernel uses it.
+    let status = server.call("runtime_status", json!({})).await.structured;
+    assert_eq!(
+        status["upstream_servers"],
+        json!([{"name": "weather-api", "transport": "stdio", "state": "not_started"}]),
+        "{status}"
+    );
     let called = run(
         &server,
         "import inspect, mcp_servers\n\
@@ -156,6 +163,12 @@ async fn an_upstream_server_is_a_python_module_in_the_kernel() {
             "True",
         ],
         "{called:?}"
+    );
+    let status = server.call("runtime_status", json!({})).await.structured;
+    assert_eq!(
+        status["upstream_servers"],
+        json!([{"name": "weather-api", "transport": "stdio", "state": "connected", "tools": 5}]),
+        "{status}"
     );
     // The upstream's tools are not ours.
     let tools = server.client.list_all_tools().await.expect("tools/list");
