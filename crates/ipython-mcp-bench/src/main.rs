@@ -41,6 +41,10 @@
 //! buffer, what one trivial cell writes, and how long restoring the buffer takes (see
 //! `checkpoint.rs`); it is not part of the full run.
 //!
+//! `ipython-mcp-bench code-mode [CALLS]` times a no-op upstream MCP tool called from kernel
+//! code through `mcp_servers` against the Python SDK's own client, and counts the characters a
+//! model reads for one task both ways (see `code_mode.rs`); it is not part of the full run.
+//!
 //! `ipython-mcp-bench soak [--seconds N] [--seed S]` is a chaos soak: a mixed workload with
 //! faults injected at random moments on two servers, then checks that every call was answered
 //! once and truthfully and that nothing leaked (see `soak.rs`); it is not part of the full run.
@@ -60,6 +64,7 @@ use rmcp::model::ClientConfig;
 use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
 
 mod checkpoint;
+mod code_mode;
 mod latency;
 mod ledger;
 mod lifecycle;
@@ -121,6 +126,14 @@ async fn main() -> anyhow::Result<()> {
             };
             let python = resolve_python().await?;
             return checkpoint::bench_checkpoint(&server_binary, &python, rounds).await;
+        }
+        Some("code-mode") => {
+            let calls = match std::env::args().nth(2) {
+                Some(calls) => calls.parse().context("CALLS is a positive number")?,
+                None => code_mode::CODE_MODE_CALLS,
+            };
+            let python = resolve_python().await?;
+            return code_mode::bench_code_mode(&server_binary, &python, calls).await;
         }
         Some("soak") => {
             let (seconds, seed) = soak_arguments(std::env::args().skip(2))?;
