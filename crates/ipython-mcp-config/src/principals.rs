@@ -5,8 +5,8 @@
 //! TOKEN is the bearer token itself (at least [`Token::MIN_CHARS`] printable characters) or
 //! `sha256:` and the 64 lowercase hex digits of its SHA-256, so the file need not hold the
 //! secret; the optional settings override `max_kernels` and `max_pending_operations` for that
-//! principal, and `sandbox=workspace-write|read-only|off` and `network=on|off` its kernels'
-//! sandbox. Blank lines and `#` comments are ignored. A problem names the line, never a token.
+//! principal, `sandbox=workspace-write|read-only|off` and `network=on|off` its kernels'
+//! sandbox, and `upstream_servers=/absolute/path` its own code-mode upstreams file. Blank lines and `#` comments are ignored. A problem names the line, never a token.
 
 use sha2::{Digest as _, Sha256};
 
@@ -101,10 +101,12 @@ pub struct Quotas {
     pub sandbox: Option<crate::limits::SandboxMode>,
     /// Whether the kernels reach the network.
     pub network: Option<crate::limits::SandboxNetwork>,
+    /// Their own `mcpServers` file for code mode, instead of the server's.
+    pub upstream_servers: Option<std::path::PathBuf>,
 }
 
 /// The per-principal sandbox words, besides the numeric settings.
-const SANDBOX_WORDS: [&str; 2] = ["sandbox", "network"];
+const SANDBOX_WORDS: [&str; 3] = ["sandbox", "network", "upstream_servers"];
 
 /// A problem in the principals file, at a line (1-based; 0 for the file as a whole).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -261,6 +263,13 @@ fn sandbox_word(
             Ok(())
         }
     };
+    if key == "upstream_servers" {
+        let path = std::path::PathBuf::from(value);
+        if !path.is_absolute() {
+            return Err(refused("an absolute path"));
+        }
+        return twice(quotas.upstream_servers.replace(path).is_some());
+    }
     if key == "sandbox" {
         let mode = match value {
             "workspace-write" => SandboxMode::WorkspaceWrite,
@@ -334,8 +343,22 @@ mod tests {
                 max_pending_operations: Some(5),
                 sandbox: None,
                 network: None,
+                upstream_servers: None,
             }
         );
+    }
+
+    #[test]
+    fn a_principal_may_have_their_own_upstream_servers() {
+        let text = format!("intern {ALICE} upstream_servers=/etc/ipython-mcp/intern.json\n");
+        let principals = parse_principals(&text).expect("parses");
+        assert_eq!(
+            principals[0].quotas.upstream_servers.as_deref(),
+            Some(std::path::Path::new("/etc/ipython-mcp/intern.json"))
+        );
+        let text = format!("intern {ALICE} upstream_servers=relative.json\n");
+        let error = parse_principals(&text).expect_err("refused").to_string();
+        assert!(error.contains("must be an absolute path"), "{error}");
     }
 
     #[test]

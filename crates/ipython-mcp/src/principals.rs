@@ -174,6 +174,14 @@ impl Gate {
     }
 
     /// The principal's quotas now (a principal not in the file has none: the server's).
+    /// Every principal's own code-mode upstreams file.
+    pub fn upstream_files(&self) -> Vec<PathBuf> {
+        self.current()
+            .iter()
+            .filter_map(|known| known.quotas.upstream_servers.clone())
+            .collect()
+    }
+
     pub fn quotas(&self, principal: &PrincipalName) -> Quotas {
         self.current()
             .iter()

@@ -165,6 +165,9 @@ fn principal_factory(
             ));
         }
         let quotas = gate.quotas(principal);
+        // Every principal's upstreams file holds credentials: no one's kernel reads any.
+        let mut config = (*config).clone();
+        config.sandbox.read_deny.extend(gate.upstream_files());
         principal_sessions(&config, default_spec.clone(), principal, quotas)
     })
 }
@@ -199,6 +202,9 @@ pub fn principal_sessions(
     }
     if let Some(network) = quotas.network.clone() {
         config.sandbox.network = network;
+    }
+    if let Some(file) = quotas.upstream_servers.clone() {
+        config.upstream_servers = Some(file);
     }
     if config.sandbox.network.confines()
         && config.sandbox.mode == ipython_mcp_config::SandboxMode::Off

@@ -56,15 +56,16 @@ async def slow(seconds: float) -> str:
 server.run()
 "#;
 
-const SECRET: &str = "s3cret-upstream-token";
+pub(crate) const SECRET: &str = "s3cret-upstream-token";
 
-struct Upstream {
+/// An upstreams file naming the upstream above as `weather-api`, in a directory of its own.
+pub(crate) struct Upstream {
     dir: tempfile::TempDir,
-    config: PathBuf,
+    pub(crate) config: PathBuf,
 }
 
 impl Upstream {
-    async fn new() -> Upstream {
+    pub(crate) async fn new() -> Upstream {
         let (python, deps) = support::python_with("mcp==2.3.0", "mcp", "mcp-sdk-deps").await;
         let dir = tempfile::tempdir().expect("tempdir");
         let script = dir.path().join("weather.py");

@@ -1038,3 +1038,78 @@ async fn principals_kernels_write_only_their_own_directory_under_their_own_sandb
     assert!(!startup.exists());
     server.start_kill().ok();
 }
+
+/// A principal may have their own code-mode upstreams: their kernels get `mcp_servers`, another
+/// principal's do not, and no principal's kernel reads the file that holds the credentials.
+#[tokio::test]
+async fn a_principal_s_own_upstream_servers_are_theirs_alone() {
+    use crate::code_mode::{Upstream, SECRET};
+    use serde_json::json;
+    use support::{call_peer, Family};
+    let upstream = Upstream::new().await;
+    let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let root = home.path().join("workspaces");
+    std::fs::create_dir(&root).expect("root");
+    let file = home.path().join("principals");
+    let upstreams = upstream.config.to_str().expect("utf-8").to_owned();
+    write_principals(
+        &file,
+        &format!("alice {ALICE} upstream_servers={upstreams}\nbob {BOB}\n"),
+    );
+    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_ipython-mcp"))
+        .args(["--transport", "http", "--port", "0"])
+        .env("IPYTHON_MCP_HTTP_PRINCIPALS_FILE", &file)
+        .env("IPYTHON_MCP_WORKSPACE_ROOT", &root)
+        .env("IPYTHON_MCP_SANDBOX", "workspace-write")
+        .env("IPYTHON_MCP_CACHE_DIR", support::cache_dir())
+        .env("IPYTHON_MCP_STRUCTURED_OUTPUT", "always")
+        .env("IPYTHON_MCP_LOG", "warn")
+        .env("IPYTHON_MCP_SPARE_KERNELS", "0")
+        .env_remove("IPYTHON_MCP_HTTP_TOKEN")
+        .env_remove("IPYTHON_MCP_UPSTREAM_SERVERS")
+        .env_remove("VIRTUAL_ENV")
+        .env_remove("IPYTHON_MCP_PYTHON")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn");
+    let mut stderr = Stderr::follow(server.stderr.take().expect("stderr"));
+    let url = stderr
+        .wait_for("ipython-mcp: serving MCP over HTTP at ")
+        .await
+        .split("at ")
+        .last()
+        .expect("url")
+        .trim()
+        .to_owned();
+    let alice = connect(&url, ALICE, Family::Modern).await;
+    let bob = connect(&url, BOB, Family::Modern).await;
+    let run = async |peer: &rmcp::Peer<rmcp::RoleClient>, code: &str| -> String {
+        let result = call_peer(peer, "execute", json!({ "code": code })).await;
+        assert!(result.ok(), "{code}: {result:?}");
+        result.structured["stdout"]
+            .as_str()
+            .expect("stdout")
+            .to_owned()
+    };
+    let read = format!(
+        "try:\n    open({upstreams:?}).read()\n    print('read')\nexcept PermissionError:\n    print('denied')\n"
+    );
+    let alices = run(
+        alice.peer(),
+        &format!(
+            "import mcp_servers\nprint(mcp_servers.weather_api.token() == {SECRET:?})\n{read}"
+        ),
+    )
+    .await;
+    assert_eq!(alices, "True\ndenied\n");
+    let bobs = run(
+        bob.peer(),
+        &format!("try:\n    import mcp_servers\n    print('has it')\nexcept ImportError:\n    print('none')\n{read}"),
+    )
+    .await;
+    assert_eq!(bobs, "none\ndenied\n");
+    drop((alice, bob));
+    let _ = server.kill().await;
+}
