@@ -355,7 +355,9 @@ impl Upstream {
                 cwd,
             } => {
                 let command = tokio::process::Command::new(command).configure(|command| {
-                    command.args(args).envs(env);
+                    // Killed with its connection, even when the runtime is shutting down
+                    // (rmcp's own cleanup is a task that may not run then).
+                    command.args(args).envs(env).kill_on_drop(true);
                     if let Some(cwd) = cwd {
                         command.current_dir(cwd);
                     }

@@ -183,7 +183,16 @@ async fn an_upstream_server_is_a_python_module_in_the_kernel() {
 #[tokio::test]
 async fn the_upstream_s_credentials_never_reach_the_kernel() {
     let upstream = Upstream::new().await;
-    let server = server_with(&upstream).await;
+    // Calls do not use the kernel's network: they work with it off.
+    let config = upstream.config.display().to_string();
+    let server = Server::start(
+        Family::Handshake,
+        &[
+            ("IPYTHON_MCP_UPSTREAM_SERVERS", config.as_str()),
+            ("IPYTHON_MCP_SANDBOX_NETWORK", "off"),
+        ],
+    )
+    .await;
     let code = format!(
         "import os, mcp_servers\n\
          print(mcp_servers.weather_api.token() == {SECRET:?})\n\
@@ -243,7 +252,9 @@ async fn an_interrupt_cancels_the_upstream_call_and_a_dead_upstream_is_restarted
     let again = run(&server, "print(mcp_servers.weather_api.pid())").await;
     let second: i32 = stdout(&again).trim().parse().expect("a pid");
     assert_ne!(second, pid, "a new upstream process");
+    // The upstream ends with the server.
     server.stop().await;
+    support::wait_until_gone(second).await;
 }
 
 /// What the file must be, said at start.
@@ -265,4 +276,93 @@ async fn a_bad_upstream_file_stops_the_server_with_a_clear_error() {
         "{stderr}"
     );
     assert!(output.stdout.is_empty(), "nothing but JSON-RPC on stdout");
+}
+
+/// An upstream over streamable HTTP that wants a bearer token: the configured header reaches
+/// it (and only it: the kernel never sees it); a wrong one leaves the upstream `failed`, said
+/// in the status and raised in the kernel.
+const HTTP_UPSTREAM: &str = r#"
+import os, socket, uvicorn
+from mcp.server import MCPServer
+
+server = MCPServer("remote")
+
+@server.tool(structured_output=False)
+def hello(name: str) -> str:
+    """Greets."""
+    return "hello " + name
+
+app = server.streamable_http_app()
+expected = ("Bearer " + os.environ["UPSTREAM_BEARER"]).encode()
+
+async def guarded(scope, receive, send):
+    if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != expected:
+        await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"unauthorized"})
+        return
+    await app(scope, receive, send)
+
+sock = socket.socket()
+sock.bind(("127.0.0.1", 0))
+print(sock.getsockname()[1], flush=True)
+uvicorn.Server(uvicorn.Config(guarded, log_level="warning")).run(sockets=[sock])
+"#;
+
+#[tokio::test]
+async fn an_upstream_over_http_gets_its_bearer_header() {
+    use tokio::io::AsyncBufReadExt as _;
+    let (python, deps) = support::python_with("mcp==2.3.0", "mcp", "mcp-sdk-deps").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("remote.py");
+    std::fs::write(&script, HTTP_UPSTREAM).expect("script");
+    let mut upstream = tokio::process::Command::new(&python)
+        .arg(&script)
+        .env("PYTHONPATH", &deps)
+        .env("UPSTREAM_BEARER", SECRET)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("upstream");
+    let mut lines = tokio::io::BufReader::new(upstream.stdout.take().expect("stdout")).lines();
+    let port = tokio::time::timeout(Duration::from_secs(120), lines.next_line())
+        .await
+        .expect("the upstream's port in time")
+        .expect("read")
+        .expect("a port");
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let config = dir.path().join("upstreams.json");
+    let file = json!({"mcpServers": {
+        "remote": {"type": "http", "url": url, "headers": {"Authorization": format!("Bearer {SECRET}")}},
+        "wrong": {"url": url, "headers": {"Authorization": "Bearer nope"}},
+    }});
+    std::fs::write(&config, file.to_string()).expect("config");
+    let config = config.display().to_string();
+    let server = Server::start(
+        Family::Handshake,
+        &[("IPYTHON_MCP_UPSTREAM_SERVERS", config.as_str())],
+    )
+    .await;
+    let called = run(
+        &server,
+        "import mcp_servers\nprint(mcp_servers.remote.hello('agent'))\ntry:\n    mcp_servers.wrong.hello\nexcept mcp_servers.UpstreamError as error:\n    print('UpstreamError')",
+    )
+    .await;
+    assert_eq!(
+        stdout(&called),
+        "hello agent\nUpstreamError\n",
+        "{called:?}"
+    );
+    let status = server.call("runtime_status", json!({})).await.structured;
+    let upstreams = &status["upstream_servers"];
+    assert_eq!(upstreams[0]["state"], "connected", "{status}");
+    assert_eq!(upstreams[0]["transport"], "http", "{status}");
+    assert_eq!(upstreams[1]["state"], "failed", "{status}");
+    assert!(
+        upstreams[1]["error"]
+            .as_str()
+            .is_some_and(|error| error.contains("wrong") && !error.contains(SECRET)),
+        "{status}"
+    );
+    server.stop().await;
+    let _ = upstream.kill().await;
 }
