@@ -366,7 +366,7 @@ def _commit(directory, execution_count, pickler, snapshot):
     }
     temporary = os.path.join(directory, ".%s.%d" % (MANIFEST, os.getpid()))
     with open(temporary, "w", encoding="utf-8") as file:
-        json.dump(manifest, file)
+        file.write(json.dumps(manifest))  # the C encoder: json.dump streams through the Python one
     os.replace(temporary, os.path.join(directory, MANIFEST))
     try:
         os.remove(os.path.join(directory, FAILURE))
