@@ -294,6 +294,17 @@ struct Entry {
 }
 
 impl KernelManager {
+    /// Code mode's upstream servers as the sessions share them (the `default` session's
+    /// options); empty without code mode.
+    pub fn upstream_servers(&self) -> Vec<crate::status::UpstreamStatus> {
+        self.inner
+            .template
+            .as_ref()
+            .and_then(|template| template.code_mode.as_ref())
+            .map(|code_mode| code_mode.status())
+            .unwrap_or_default()
+    }
+
     /// `default` only and no way to start more (tests, embedding).
     pub fn new(default: SessionHandle) -> Self {
         Self::build(

@@ -255,6 +255,7 @@ impl IpythonMcp {
                 "supported": ["stdio", "http", "json-lines"],
             },
             "sandbox": self.sandbox_json(),
+            "upstream_servers": self.kernels().upstream_servers(),
             "protocol": protocol_json(self),
             "cancellation": cancellation_json(),
             "kernelspecs": self.kernelspecs_json().await,

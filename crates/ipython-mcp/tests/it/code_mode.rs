@@ -171,6 +171,22 @@ async fn an_upstream_server_is_a_python_module_in_the_kernel() {
         json!([{"name": "weather-api", "transport": "stdio", "state": "connected", "tools": 5}]),
         "{status}"
     );
+    // The capabilities resource lists them too, as its schema says.
+    let read = server
+        .client
+        .read_resource(rmcp::model::ReadResourceRequestParams::new(
+            "ipython-mcp://capabilities",
+        ))
+        .await
+        .expect("read the capabilities");
+    let rmcp::model::ResourceContents::TextResourceContents { text, .. } = &read.contents[0] else {
+        panic!("text contents: {read:?}");
+    };
+    let capabilities: serde_json::Value = serde_json::from_str(text).expect("JSON");
+    assert_eq!(capabilities["upstream_servers"], status["upstream_servers"]);
+    let schema = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../schemas/capabilities.schema.json");
+    support::assert_matches_schema(&schema, &capabilities).await;
     // The upstream's tools are not ours.
     let tools = server.client.list_all_tools().await.expect("tools/list");
     let names: Vec<&str> = tools.iter().map(|tool| tool.name.as_ref()).collect();
