@@ -35,7 +35,7 @@ pub use session::fake::{FakeBehaviour, FakeKernels};
 pub use session::handle::{Interrupted, SessionHandle};
 pub use session::{
     CodeMode, ExecuteArgs, HelperCall, HelperOutput, Outcome, Progress, RemoteKernel,
-    SessionOptions,
+    SessionOptions, UpstreamProgress,
 };
 pub use status::{
     EnvironmentStatus, KernelDescription, MemoryEnforcement, MemoryStatus, RemoteDescription,

@@ -151,9 +151,46 @@ pub struct Status {
     pub tools: Option<usize>,
 }
 
+/// Where a call's progress goes: one line per notification.
+pub type Progress = Arc<dyn Fn(String) + Send + Sync>;
+
+/// Our client side of one upstream: it hands each call's progress notifications to the call's
+/// [`Progress`] (by the progress token rmcp gives every request). Sampling and elicitation are
+/// rmcp's defaults: refused (we advertise neither).
+#[derive(Clone, Default)]
+struct Handler {
+    calls: Arc<Mutex<HashMap<rmcp::model::ProgressToken, Progress>>>,
+}
+
+impl rmcp::ClientHandler for Handler {
+    async fn on_progress(
+        &self,
+        params: rmcp::model::ProgressNotificationParam,
+        _context: rmcp::service::NotificationContext<RoleClient>,
+    ) {
+        let sink = self
+            .calls
+            .lock()
+            .expect("progress lock")
+            .get(&params.progress_token)
+            .cloned();
+        if let Some(sink) = sink {
+            let amount = match params.total {
+                Some(total) => format!("{}/{total}", params.progress),
+                None => params.progress.to_string(),
+            };
+            sink(match params.message {
+                Some(message) => format!("{message} ({amount})"),
+                None => amount,
+            });
+        }
+    }
+}
+
 /// A live connection and the tools it listed.
 struct Connection {
-    service: RunningService<RoleClient, ()>,
+    service: RunningService<RoleClient, Handler>,
+    handler: Handler,
     tools: Arc<Vec<Tool>>,
 }
 
@@ -238,7 +275,7 @@ impl Upstreams {
     /// `{"op": "tools", "server"}` → `{"ok": true, "tools": [{name, description, inputSchema}]}`;
     /// `{"op": "call", "server", "tool", "arguments"}` → `{"ok": true, "result": CallToolResult}`.
     /// Failures are `{"ok": false, "kind", "error"}`. Dropping the future cancels a call.
-    pub async fn answer(&self, request: &Value) -> Value {
+    pub async fn answer(&self, request: &Value, progress: Option<Progress>) -> Value {
         let op = request
             .get("op")
             .and_then(Value::as_str)
@@ -276,7 +313,7 @@ impl Upstreams {
                     Some(Value::Object(arguments)) => Some(arguments.clone()),
                     Some(_) => return refused("invalid", "arguments must be an object"),
                 };
-                upstream.call(name, tool, arguments).await
+                upstream.call(name, tool, arguments, progress).await
             }
             _ => refused("invalid", format!("unknown op {op:?}")),
         }
@@ -299,15 +336,12 @@ impl Upstream {
     }
 
     /// The peer of a live connection, connecting first if there is none (or it closed).
-    async fn peer(&self, name: &str) -> Result<(Peer<RoleClient>, Arc<Vec<Tool>>), String> {
+    async fn peer(&self, name: &str) -> Result<Live, String> {
         let mut slot = self.connection.lock().await;
         if let Some(connection) = slot.as_ref() {
             // A child that exited (or a dropped HTTP session) closes the transport.
             if !connection.service.is_closed() && !connection.service.is_transport_closed() {
-                return Ok((
-                    connection.service.peer().clone(),
-                    Arc::clone(&connection.tools),
-                ));
+                return Ok(Live::of(connection));
             }
             tracing::info!(
                 upstream = name,
@@ -317,10 +351,7 @@ impl Upstream {
         *slot = None;
         match tokio::time::timeout(CONNECT_BOUND, self.connect()).await {
             Ok(Ok(connection)) => {
-                let found = (
-                    connection.service.peer().clone(),
-                    Arc::clone(&connection.tools),
-                );
+                let found = Live::of(&connection);
                 self.set_status("connected", None, Some(connection.tools.len()));
                 tracing::info!(
                     upstream = name,
@@ -347,6 +378,7 @@ impl Upstream {
     }
 
     async fn connect(&self) -> Result<Connection, String> {
+        let handler = Handler::default();
         let service = match &self.spec {
             Spec::Stdio {
                 command,
@@ -367,7 +399,9 @@ impl Upstream {
                     .stderr(std::process::Stdio::null())
                     .spawn()
                     .map_err(|error| error.to_string())?;
-                ().serve(transport)
+                handler
+                    .clone()
+                    .serve(transport)
                     .await
                     .map_err(|error| error.to_string())?
             }
@@ -375,7 +409,9 @@ impl Upstream {
                 let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .custom_headers(headers.clone());
                 let transport = StreamableHttpClientTransport::from_config(config);
-                ().serve(transport)
+                handler
+                    .clone()
+                    .serve(transport)
                     .await
                     .map_err(|error| error.to_string())?
             }
@@ -387,12 +423,13 @@ impl Upstream {
             .map_err(|error| format!("tools/list: {error}"))?;
         Ok(Connection {
             service,
+            handler,
             tools: Arc::new(tools),
         })
     }
 
     async fn tools(&self, name: &str) -> Result<Arc<Vec<Tool>>, String> {
-        self.peer(name).await.map(|(_, tools)| tools)
+        self.peer(name).await.map(|live| live.tools)
     }
 
     /// One `tools/call`: once more on a fresh connection when the connection closed under it
@@ -403,9 +440,14 @@ impl Upstream {
         name: &str,
         tool: &str,
         arguments: Option<serde_json::Map<String, Value>>,
+        progress: Option<Progress>,
     ) -> Value {
         for attempt in 0..2 {
-            let (peer, tools) = match self.peer(name).await {
+            let Live {
+                peer,
+                tools,
+                handler,
+            } = match self.peer(name).await {
                 Ok(found) => found,
                 Err(error) => return refused("connect", error),
             };
@@ -438,12 +480,21 @@ impl Upstream {
                 }
                 Err(error) => return refused("call", error.to_string()),
             };
+            if let Some(progress) = &progress {
+                handler
+                    .calls
+                    .lock()
+                    .expect("progress lock")
+                    .insert(handle.progress_token.clone(), Arc::clone(progress));
+            }
             let mut guard = CancelOnDrop {
                 peer: peer.clone(),
                 id: Some(handle.id.clone()),
+                progress: Some((handler.clone(), handle.progress_token.clone())),
             };
             let response = handle.await_response().await;
             guard.id = None;
+            drop(guard);
             if attempt == 0 && matches!(response, Err(rmcp::ServiceError::TransportClosed)) {
                 tracing::info!(
                     upstream = name,
@@ -461,14 +512,36 @@ impl Upstream {
     }
 }
 
-/// Sends `notifications/cancelled` for a request whose caller stopped waiting.
+/// What a call needs of a live connection.
+struct Live {
+    peer: Peer<RoleClient>,
+    tools: Arc<Vec<Tool>>,
+    handler: Handler,
+}
+
+impl Live {
+    fn of(connection: &Connection) -> Live {
+        Live {
+            peer: connection.service.peer().clone(),
+            tools: Arc::clone(&connection.tools),
+            handler: connection.handler.clone(),
+        }
+    }
+}
+
+/// Sends `notifications/cancelled` for a request whose caller stopped waiting, and stops
+/// routing its progress either way.
 struct CancelOnDrop {
     peer: Peer<RoleClient>,
     id: Option<rmcp::model::RequestId>,
+    progress: Option<(Handler, rmcp::model::ProgressToken)>,
 }
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
+        if let Some((handler, token)) = self.progress.take() {
+            handler.calls.lock().expect("progress lock").remove(&token);
+        }
         let Some(id) = self.id.take() else {
             return;
         };
@@ -539,7 +612,7 @@ mod tests {
     async fn unknown_servers_and_bad_requests_are_refused_with_what_exists() {
         let upstreams = load(r#"{"mcpServers": {"one": {"command": "true"}}}"#).expect("loads");
         let answer = upstreams
-            .answer(&json!({"op": "tools", "server": "two"}))
+            .answer(&json!({"op": "tools", "server": "two"}), None)
             .await;
         assert_eq!(answer["kind"], "unknown_server");
         assert!(answer["error"]
@@ -547,11 +620,11 @@ mod tests {
             .unwrap()
             .contains("configured: one"));
         let answer = upstreams
-            .answer(&json!({"op": "call", "server": "one"}))
+            .answer(&json!({"op": "call", "server": "one"}), None)
             .await;
         assert_eq!(answer["kind"], "invalid");
         let answer = upstreams
-            .answer(&json!({"op": "nope", "server": "one"}))
+            .answer(&json!({"op": "nope", "server": "one"}), None)
             .await;
         assert_eq!(answer["kind"], "invalid");
     }

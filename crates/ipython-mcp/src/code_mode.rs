@@ -17,9 +17,13 @@ impl CodeMode for Upstreams {
         self.0.names()
     }
 
-    fn answer(&self, request: serde_json::Value) -> BoxFuture<serde_json::Value> {
+    fn answer(
+        &self,
+        request: serde_json::Value,
+        progress: ipython_mcp_kernel::UpstreamProgress,
+    ) -> BoxFuture<serde_json::Value> {
         let upstreams = Arc::clone(&self.0);
-        Box::pin(async move { upstreams.answer(&request).await })
+        Box::pin(async move { upstreams.answer(&request, Some(progress)).await })
     }
 
     fn status(&self) -> Vec<ipython_mcp_kernel::UpstreamStatus> {

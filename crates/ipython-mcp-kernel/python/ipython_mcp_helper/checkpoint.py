@@ -233,6 +233,14 @@ class Checkpointer:
             if pid != 0:
                 os.close(lock)
         if pid > 0:
+            # Out of the kernel's process group before the reply goes out, whether or not the
+            # child has run yet: a kernel killed right after its reply has its group killed
+            # (the server ends what a dead kernel left behind), and the writer must not be in
+            # it. The child does the same first thing; whichever runs first wins.
+            try:
+                os.setpgid(pid, pid)
+            except OSError:
+                pass  # it has exited already
             self.child = pid
 
     def _write_in_child(self, names, count):

@@ -186,3 +186,24 @@ def test_a_remote_kernel_s_directory_is_private_under_its_temp_directory(helper,
     os.symlink(str(tmp_path), base)
     with pytest.raises(PermissionError):
         checkpoint.resolve("ipython-mcp-checkpoints/s1")
+
+
+def test_the_writer_leaves_the_kernel_s_process_group_before_the_reply(helper, tmp_path):
+    """A kernel killed just after its reply has its process group killed: the writer is out
+    of it by then, even when it has not run at all yet."""
+    checkpoint = helper.checkpoint
+
+    class Slow(checkpoint.Checkpointer):
+        def _write_in_child(self, names, count):
+            import time
+
+            time.sleep(0.5)  # the parent's turn, the child not yet in a group of its own
+            super()._write_in_child(names, count)
+
+    shell = Shell(big=bytearray(checkpoint._SMALL_BYTES + 1))
+    writer = Slow(shell, str(tmp_path), 1 << 30, set())
+    writer.after_execution()
+    child = writer.child
+    assert child is not None and os.getpgid(child) == child != os.getpgrp()
+    writer.wait()
+    assert checkpoint.restore(Shell(), str(tmp_path))["restored"] == ["big"]

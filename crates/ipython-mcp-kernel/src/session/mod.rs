@@ -114,16 +114,21 @@ pub struct SessionOptions {
     pub code_mode: Option<std::sync::Arc<dyn CodeMode>>,
 }
 
+/// Where a code-mode call's progress goes: the latest line the upstream reported.
+pub type UpstreamProgress = std::sync::Arc<dyn Fn(String) + Send + Sync>;
+
 /// Other MCP servers as the kernel's `mcp_servers` module calls them (see the guide's "Code
 /// mode"). The module asks during an execution, on its stdin channel; the session answers.
 pub trait CodeMode: Send + Sync + std::fmt::Debug {
     /// The servers' names: the module lists them before anything connects.
     fn names(&self) -> Vec<String>;
     /// The answer to one request of the module. Dropping the future (the execution was
-    /// stopped) must cancel what it started.
+    /// stopped) must cancel what it started. `progress` takes what the upstream reports of
+    /// the call meanwhile (one line), for the execution's progress.
     fn answer(
         &self,
         request: serde_json::Value,
+        progress: UpstreamProgress,
     ) -> futures_util::future::BoxFuture<'static, serde_json::Value>;
     /// Each server's state now, for `runtime_status`.
     fn status(&self) -> Vec<crate::status::UpstreamStatus>;

@@ -246,6 +246,8 @@ impl Actor {
             JupyterMessage,
             futures_util::future::BoxFuture<'static, serde_json::Value>,
         )> = None;
+        // What the upstream of that request last reported; progress says it while it runs.
+        let upstream_progress: Arc<Mutex<Option<String>>> = Arc::default();
         while run.ended().is_none() {
             let (wake, timer) = run.timer();
             // Once a cause is decided, later ones change nothing (the first wins); once the
@@ -272,7 +274,11 @@ impl Actor {
                 }
                 () = tokio::time::sleep_until(wake) => Woke::Event(Event::Elapsed(timer)),
                 _ = progress_tick.tick(), if operation.args.progress.is_some() => {
-                    report_progress(operation);
+                    let upstream = asked
+                        .is_some()
+                        .then(|| upstream_progress.lock().ok().and_then(|line| line.clone()))
+                        .flatten();
+                    report_progress(operation, upstream);
                     continue;
                 }
                 // Shutdown also cancels every request: that is not the client's doing.
@@ -287,7 +293,14 @@ impl Actor {
             let event = match woke {
                 Woke::Event(event) => event,
                 Woke::Input(request) => {
-                    asked = self.input_requested(running, *request).await;
+                    *upstream_progress
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+                    let sink = Arc::clone(&upstream_progress);
+                    let progress: super::UpstreamProgress = Arc::new(move |line| {
+                        *sink.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(line);
+                    });
+                    asked = self.input_requested(running, *request, progress).await;
                     continue;
                 }
                 Woke::Answered(answer) => {
@@ -440,6 +453,7 @@ impl Actor {
         &self,
         running: &Running,
         request: JupyterMessage,
+        progress: super::UpstreamProgress,
     ) -> Option<(
         JupyterMessage,
         futures_util::future::BoxFuture<'static, serde_json::Value>,
@@ -454,7 +468,7 @@ impl Actor {
         match (asked, &self.shared.options.code_mode) {
             (Some(asked), Some(code_mode)) => {
                 tracing::debug!(op = ?asked.get("op"), server = ?asked.get("server"), "code-mode request");
-                let answer = code_mode.answer(asked);
+                let answer = code_mode.answer(asked, progress);
                 Some((request, answer))
             }
             _ => {
@@ -539,12 +553,15 @@ fn death_of(kernel: &dyn KernelTransport) -> Option<Death> {
     kernel.exit_watch().borrow().as_ref().map(Death::from)
 }
 
-/// Sends the latest line of output as progress (at most once a second).
-fn report_progress(operation: &Operation<'_>) {
+/// Sends the latest line of output as progress (at most once a second), or what the upstream
+/// of a code-mode call in flight last reported.
+fn report_progress(operation: &Operation<'_>, upstream: Option<String>) {
     if let Some(progress) = &operation.args.progress {
-        let message = locked(&operation.collector)
-            .latest_line()
-            .map_or_else(|| "running, no output yet".to_owned(), str::to_owned);
+        let message = upstream.unwrap_or_else(|| {
+            locked(&operation.collector)
+                .latest_line()
+                .map_or_else(|| "running, no output yet".to_owned(), str::to_owned)
+        });
         let elapsed_seconds = operation.started.elapsed().as_secs_f64();
         let _ = progress.send(Progress {
             elapsed_seconds,

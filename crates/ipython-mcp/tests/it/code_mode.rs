@@ -13,6 +13,7 @@ use crate::support::{self, Family, Server, ToolResult};
 const UPSTREAM: &str = r#"
 import os, anyio
 from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 
 server = MCPServer("weather")
@@ -52,6 +53,14 @@ async def slow(seconds: float) -> str:
         note("cancelled")
         raise
     return "slept"
+
+@server.tool(structured_output=False)
+async def steps(ctx: Context) -> str:
+    """Reports progress, then waits for its go-ahead."""
+    await ctx.report_progress(1, 2, "fetched page 1")
+    while not os.path.exists(LOG + ".go"):
+        await anyio.sleep(0.02)
+    return "stepped"
 
 server.run()
 "#;
@@ -159,7 +168,7 @@ async fn an_upstream_server_is_a_python_module_in_the_kernel() {
             &format!("'{SECRET}'"),
             "ToolError True",
             "AttributeError no upstream MCP server 'nowhere'; configured: weather_api",
-            "AttributeError upstream 'weather-api' has no tool 'nothing'; it has: fail, forecast, pid, slow, token",
+            "AttributeError upstream 'weather-api' has no tool 'nothing'; it has: fail, forecast, pid, slow, steps, token",
             "weather_api.forecast(city: str, days: int = None) - The forecast for a city, day by day.",
             "True",
         ],
@@ -168,7 +177,7 @@ async fn an_upstream_server_is_a_python_module_in_the_kernel() {
     let status = server.call("runtime_status", json!({})).await.structured;
     assert_eq!(
         status["upstream_servers"],
-        json!([{"name": "weather-api", "transport": "stdio", "state": "connected", "tools": 5}]),
+        json!([{"name": "weather-api", "transport": "stdio", "state": "connected", "tools": 6}]),
         "{status}"
     );
     // The capabilities resource lists them too, as its schema says.
@@ -381,4 +390,36 @@ async fn an_upstream_over_http_gets_its_bearer_header() {
     );
     server.stop().await;
     let _ = upstream.kill().await;
+}
+
+/// What the upstream reports of a call in flight is the execution's progress.
+#[tokio::test]
+async fn an_upstream_s_progress_is_the_execution_s_progress() {
+    let upstream = Upstream::new().await;
+    let config = upstream.config.display().to_string();
+    let server =
+        crate::remote::Watched::start(&[("IPYTHON_MCP_UPSTREAM_SERVERS", config.as_str())]).await;
+    let go = upstream.dir.path().join("log.go");
+    let calling = server.call(
+        "execute",
+        json!({"code": "import mcp_servers\nmcp_servers.weather_api.steps()"}),
+    );
+    let watching = async {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let seen = server.progress_messages();
+            if seen.iter().any(|message| message == "fetched page 1 (1/2)") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "progress seen: {seen:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        std::fs::write(&go, b"").expect("go");
+    };
+    let (called, ()) = tokio::join!(calling, watching);
+    assert_eq!(
+        called.structured["result"]["text/plain"], "'stepped'",
+        "{called:?}"
+    );
+    server.stop().await;
 }

@@ -835,7 +835,7 @@ started_with = open('/proc/self/environ', 'rb').read().split(b'\\0')
 /// A client that keeps the progress notifications and counts the `tools/list_changed` ones it
 /// hears.
 #[derive(Clone, Default)]
-struct Watcher {
+pub(crate) struct Watcher {
     progress: Arc<Mutex<Vec<ProgressNotificationParam>>>,
     list_changes: Arc<AtomicUsize>,
     changed: Arc<tokio::sync::Notify>,
@@ -861,14 +861,14 @@ impl ClientHandler for Watcher {
 }
 
 /// The server under test, driven by a [`Watcher`].
-struct Watched {
+pub(crate) struct Watched {
     client: RunningService<RoleClient, Watcher>,
     watcher: Watcher,
     child: tokio::process::Child,
 }
 
 impl Watched {
-    async fn start(env: &[(&str, &str)]) -> Watched {
+    pub(crate) async fn start(env: &[(&str, &str)]) -> Watched {
         let mut child = support::command(env).spawn().expect("spawn ipython-mcp");
         let stdout = child.stdout.take().expect("stdout");
         let stdin = child.stdin.take().expect("stdin");
@@ -887,7 +887,18 @@ impl Watched {
         }
     }
 
-    async fn call(&self, tool: &str, arguments: Value) -> support::ToolResult {
+    /// The messages of every progress notification heard so far.
+    pub(crate) fn progress_messages(&self) -> Vec<String> {
+        self.watcher
+            .progress
+            .lock()
+            .expect("progress lock")
+            .iter()
+            .filter_map(|update| update.message.clone())
+            .collect()
+    }
+
+    pub(crate) async fn call(&self, tool: &str, arguments: Value) -> support::ToolResult {
         support::call_peer(self.client.peer(), tool, arguments).await
     }
 
@@ -952,7 +963,7 @@ impl Watched {
     }
 
     /// Closes stdin and waits for the server to exit cleanly.
-    async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         let _ = self.client.cancel().await;
         let status = tokio::time::timeout(Duration::from_secs(60), self.child.wait()).await;
         let status = status
