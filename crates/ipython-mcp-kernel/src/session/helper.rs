@@ -257,6 +257,34 @@ async fn install_info(waiter: &Waiter<'_>, comm_id: &str) -> Result<Value, Insta
     call(waiter, comm_id, "install_info").await
 }
 
+/// One request to the helper, bounded by `timeout`: its reply, or the helper's refusal as an
+/// error named after the method.
+async fn request(
+    kernel: &dyn KernelTransport,
+    comm_id: &str,
+    method: &str,
+    timeout: Duration,
+) -> Result<Value, InstallError> {
+    let waiter = Waiter {
+        kernel,
+        deadline: tokio::time::Instant::now() + timeout,
+        timeout,
+    };
+    let reply = call(&waiter, comm_id, method).await?;
+    if reply.get("ok").and_then(Value::as_bool) != Some(true) {
+        let message = reply
+            .pointer("/error/message")
+            .and_then(Value::as_str)
+            .unwrap_or("the helper refused")
+            .to_owned();
+        return Err(InstallError::Raised {
+            ename: method.to_owned(),
+            evalue: message,
+        });
+    }
+    Ok(reply)
+}
+
 /// Deletes the session's checkpoint (the helper's `discard_checkpoint`): a restart that resets
 /// must not bring old names back should its kernel die before a checkpoint of its own.
 pub(crate) async fn discard_checkpoint(
@@ -264,19 +292,9 @@ pub(crate) async fn discard_checkpoint(
     comm_id: &str,
     timeout: Duration,
 ) -> Result<(), InstallError> {
-    let waiter = Waiter {
-        kernel,
-        deadline: tokio::time::Instant::now() + timeout,
-        timeout,
-    };
-    let reply = call(&waiter, comm_id, "discard_checkpoint").await?;
-    if reply.get("ok").and_then(Value::as_bool) != Some(true) {
-        return Err(InstallError::Raised {
-            ename: "discard_checkpoint".to_owned(),
-            evalue: reply.to_string(),
-        });
-    }
-    Ok(())
+    request(kernel, comm_id, "discard_checkpoint", timeout)
+        .await
+        .map(|_| ())
 }
 
 /// Loads the session's checkpoint into a replacement kernel, first thing (the helper's
@@ -287,23 +305,7 @@ pub(crate) async fn restore(
     timeout: Duration,
 ) -> Result<Option<Restore>, InstallError> {
     let started = std::time::Instant::now();
-    let waiter = Waiter {
-        kernel,
-        deadline: tokio::time::Instant::now() + timeout,
-        timeout,
-    };
-    let reply = call(&waiter, comm_id, "restore").await?;
-    if reply.get("ok").and_then(Value::as_bool) != Some(true) {
-        let message = reply
-            .pointer("/error/message")
-            .and_then(Value::as_str)
-            .unwrap_or("the helper refused")
-            .to_owned();
-        return Err(InstallError::Raised {
-            ename: "restore".to_owned(),
-            evalue: message,
-        });
-    }
+    let reply = request(kernel, comm_id, "restore", timeout).await?;
     let Some(result) = reply.get("result").filter(|result| !result.is_null()) else {
         return Ok(None);
     };

@@ -864,44 +864,11 @@ async fn principals_kernels_write_only_their_own_directory_under_their_own_sandb
         &file,
         &format!("alice {ALICE}\nbob {BOB}\nintern {intern} sandbox=read-only network=off\n"),
     );
-    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_ipython-mcp"))
-        .args(["--transport", "http", "--port", "0"])
-        .env("IPYTHON_MCP_HTTP_PRINCIPALS_FILE", &file)
-        .env("IPYTHON_MCP_WORKSPACE_ROOT", &root)
-        .env("IPYTHON_MCP_SANDBOX", "workspace-write")
-        .env("IPYTHON_MCP_CACHE_DIR", support::cache_dir())
-        .env("IPYTHON_MCP_STRUCTURED_OUTPUT", "always")
-        .env("IPYTHON_MCP_LOG", "warn")
-        .env("IPYTHON_MCP_SPARE_KERNELS", "0")
-        .env("IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "120")
-        .env_remove("IPYTHON_MCP_HTTP_TOKEN")
-        .env_remove("VIRTUAL_ENV")
-        .env_remove("IPYTHON_MCP_PYTHON")
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn");
-    let mut stderr = Stderr::follow(server.stderr.take().expect("stderr"));
-    let url = stderr
-        .wait_for("ipython-mcp: serving MCP over HTTP at ")
-        .await
-        .split("at ")
-        .last()
-        .expect("url")
-        .trim()
-        .to_owned();
+    let (mut server, _stderr, url) = sandboxed_server(&file, &root).await;
     let alice = connect(&url, ALICE, Family::Modern).await;
     let bob = connect(&url, BOB, Family::Modern).await;
     let intern_client = connect(&url, intern, Family::Modern).await;
-    let run = async |peer: &rmcp::Peer<rmcp::RoleClient>, code: &str| -> String {
-        let result = call_peer(peer, "execute", json!({ "code": code })).await;
-        assert!(result.ok(), "{code}: {result:?}");
-        result.structured["stdout"]
-            .as_str()
-            .expect("stdout")
-            .to_owned()
-    };
+    let run = stdout_of;
     // Bob's directory exists once bob has run something.
     run(bob.peer(), "open('mine.txt', 'w').write('bob')").await;
     let bobs = root.join("bob/mine.txt");
@@ -1044,8 +1011,7 @@ async fn principals_kernels_write_only_their_own_directory_under_their_own_sandb
 #[tokio::test]
 async fn a_principal_s_own_upstream_servers_are_theirs_alone() {
     use crate::code_mode::{Upstream, SECRET};
-    use serde_json::json;
-    use support::{call_peer, Family};
+    use support::Family;
     let upstream = Upstream::new().await;
     let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
     let root = home.path().join("workspaces");
@@ -1056,43 +1022,10 @@ async fn a_principal_s_own_upstream_servers_are_theirs_alone() {
         &file,
         &format!("alice {ALICE} upstream_servers={upstreams}\nbob {BOB}\n"),
     );
-    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_ipython-mcp"))
-        .args(["--transport", "http", "--port", "0"])
-        .env("IPYTHON_MCP_HTTP_PRINCIPALS_FILE", &file)
-        .env("IPYTHON_MCP_WORKSPACE_ROOT", &root)
-        .env("IPYTHON_MCP_SANDBOX", "workspace-write")
-        .env("IPYTHON_MCP_CACHE_DIR", support::cache_dir())
-        .env("IPYTHON_MCP_STRUCTURED_OUTPUT", "always")
-        .env("IPYTHON_MCP_LOG", "warn")
-        .env("IPYTHON_MCP_SPARE_KERNELS", "0")
-        .env_remove("IPYTHON_MCP_HTTP_TOKEN")
-        .env_remove("IPYTHON_MCP_UPSTREAM_SERVERS")
-        .env_remove("VIRTUAL_ENV")
-        .env_remove("IPYTHON_MCP_PYTHON")
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn");
-    let mut stderr = Stderr::follow(server.stderr.take().expect("stderr"));
-    let url = stderr
-        .wait_for("ipython-mcp: serving MCP over HTTP at ")
-        .await
-        .split("at ")
-        .last()
-        .expect("url")
-        .trim()
-        .to_owned();
+    let (mut server, _stderr, url) = sandboxed_server(&file, &root).await;
     let alice = connect(&url, ALICE, Family::Modern).await;
     let bob = connect(&url, BOB, Family::Modern).await;
-    let run = async |peer: &rmcp::Peer<rmcp::RoleClient>, code: &str| -> String {
-        let result = call_peer(peer, "execute", json!({ "code": code })).await;
-        assert!(result.ok(), "{code}: {result:?}");
-        result.structured["stdout"]
-            .as_str()
-            .expect("stdout")
-            .to_owned()
-    };
+    let run = stdout_of;
     let read = format!(
         "try:\n    open({upstreams:?}).read()\n    print('read')\nexcept PermissionError:\n    print('denied')\n"
     );
@@ -1112,4 +1045,48 @@ async fn a_principal_s_own_upstream_servers_are_theirs_alone() {
     assert_eq!(bobs, "none\ndenied\n");
     drop((alice, bob));
     let _ = server.kill().await;
+}
+
+/// A server over HTTP for the principals in `file`, their workspaces under `root`, kernels in
+/// the `workspace-write` sandbox; with its stderr (kept open) and URL.
+async fn sandboxed_server(file: &Path, root: &Path) -> (tokio::process::Child, Stderr, String) {
+    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_ipython-mcp"))
+        .args(["--transport", "http", "--port", "0"])
+        .env("IPYTHON_MCP_HTTP_PRINCIPALS_FILE", file)
+        .env("IPYTHON_MCP_WORKSPACE_ROOT", root)
+        .env("IPYTHON_MCP_SANDBOX", "workspace-write")
+        .env("IPYTHON_MCP_CACHE_DIR", support::cache_dir())
+        .env("IPYTHON_MCP_STRUCTURED_OUTPUT", "always")
+        .env("IPYTHON_MCP_LOG", "warn")
+        .env("IPYTHON_MCP_SPARE_KERNELS", "0")
+        .env("IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "120")
+        .env_remove("IPYTHON_MCP_HTTP_TOKEN")
+        .env_remove("IPYTHON_MCP_UPSTREAM_SERVERS")
+        .env_remove("VIRTUAL_ENV")
+        .env_remove("IPYTHON_MCP_PYTHON")
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn");
+    let mut stderr = Stderr::follow(server.stderr.take().expect("stderr"));
+    let url = stderr
+        .wait_for("ipython-mcp: serving MCP over HTTP at ")
+        .await
+        .split("at ")
+        .last()
+        .expect("url")
+        .trim()
+        .to_owned();
+    (server, stderr, url)
+}
+
+/// What `code` prints, run by `peer` (which must succeed).
+async fn stdout_of(peer: &rmcp::Peer<rmcp::RoleClient>, code: &str) -> String {
+    let result = support::call_peer(peer, "execute", serde_json::json!({ "code": code })).await;
+    assert!(result.ok(), "{code}: {result:?}");
+    result.structured["stdout"]
+        .as_str()
+        .expect("stdout")
+        .to_owned()
 }
