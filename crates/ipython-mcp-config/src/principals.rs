@@ -5,7 +5,7 @@
 //! TOKEN is the bearer token itself (at least [`Token::MIN_CHARS`] printable characters) or
 //! `sha256:` and the 64 lowercase hex digits of its SHA-256, so the file need not hold the
 //! secret; the optional settings override `max_kernels` and `max_pending_operations` for that
-//! principal, `sandbox=workspace-write|read-only|off` and `network=on|off` its kernels'
+//! principal, `sandbox=workspace-write|read-only|off` and `network=on|off|host,…` its kernels'
 //! sandbox, and `upstream_servers=/absolute/path` its own code-mode upstreams file. Blank lines and `#` comments are ignored. A problem names the line, never a token.
 
 use sha2::{Digest as _, Sha256};
@@ -232,7 +232,7 @@ fn parse_line(line: &str) -> Result<Principal, String> {
         && quotas.sandbox == Some(crate::limits::SandboxMode::Off)
     {
         return Err(format!(
-            "{name}: network=off needs the sandbox, and sandbox=off"
+            "{name}: network other than on needs the sandbox, and sandbox=off"
         ));
     }
     Ok(Principal {
@@ -242,7 +242,7 @@ fn parse_line(line: &str) -> Result<Principal, String> {
     })
 }
 
-/// `sandbox=MODE` or `network=on|off` for principal `name`.
+/// `sandbox=MODE`, `network=on|off|HOSTS` or `upstream_servers=PATH` for principal `name`.
 fn sandbox_word(
     quotas: &mut Quotas,
     name: &PrincipalName,
@@ -279,11 +279,10 @@ fn sandbox_word(
         };
         twice(quotas.sandbox.replace(mode).is_some())
     } else {
-        let network = match value {
-            "on" => crate::limits::SandboxNetwork::On,
-            "off" => crate::limits::SandboxNetwork::Off,
-            _ => return Err(refused("on or off")),
-        };
+        // The same words as the server's own setting: on, off, or an allowlist of host names
+        // (the principal's kernels get a proxy of their own that lets those through).
+        let network = crate::config::sandbox_network(value)
+            .map_err(|error| format!("{name}: network {error}"))?;
         twice(quotas.network.replace(network).is_some())
     }
 }
@@ -373,13 +372,26 @@ mod tests {
             principals[0].quotas.network,
             Some(crate::limits::SandboxNetwork::Off)
         );
+        let text = format!("intern {ALICE} network=PyPI.org,*.pythonhosted.org\n");
+        assert_eq!(
+            parse_principals(&text).expect("parses")[0].quotas.network,
+            Some(crate::limits::SandboxNetwork::Allow(vec![
+                "pypi.org".to_owned(),
+                "*.pythonhosted.org".to_owned()
+            ]))
+        );
         for (line, problem) in [
             (
                 "sandbox=strict",
                 "must be workspace-write, read-only or off",
             ),
-            ("network=maybe", "must be on or off"),
-            ("sandbox=off network=off", "network=off needs the sandbox"),
+            (
+                "network=may/be",
+                "must be on, off or comma-separated host names",
+            ),
+            ("network=,", "must be on, off or comma-separated host names"),
+            ("sandbox=off network=off", "needs the sandbox"),
+            ("sandbox=off network=pypi.org", "needs the sandbox"),
             ("network=on network=off", "given twice"),
         ] {
             let error = parse_principals(&format!("intern {ALICE} {line}")).expect_err("refused");

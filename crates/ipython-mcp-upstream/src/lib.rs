@@ -155,14 +155,47 @@ pub struct Status {
 pub type Progress = Arc<dyn Fn(String) + Send + Sync>;
 
 /// Our client side of one upstream: it hands each call's progress notifications to the call's
-/// [`Progress`] (by the progress token rmcp gives every request). Sampling and elicitation are
-/// rmcp's defaults: refused (we advertise neither).
+/// [`Progress`] (by the progress token rmcp gives every request), and refuses sampling and
+/// elicitation with a reason (we advertise neither; a server may ask anyway).
 #[derive(Clone, Default)]
 struct Handler {
     calls: Arc<Mutex<HashMap<rmcp::model::ProgressToken, Progress>>>,
 }
 
+/// Why an upstream's sampling request is refused: its tool was called by kernel code, and no
+/// model is behind that call.
+pub const NO_SAMPLING: &str = "ipython-mcp code mode does not offer sampling: this tool was called from kernel code, with no model to ask; call a tool that does not need sampling, or call this server directly from the MCP client";
+/// Why an upstream's elicitation request is refused: no person watches a call from kernel code.
+pub const NO_ELICITATION: &str = "ipython-mcp code mode does not offer elicitation: this tool was called from kernel code, with no person to ask; pass what it needs as arguments, or call this server directly from the MCP client";
+
 impl rmcp::ClientHandler for Handler {
+    fn get_info(&self) -> rmcp::model::ClientConfig {
+        rmcp::model::ClientConfig::new(
+            rmcp::model::ClientCapabilities::default(),
+            rmcp::model::Implementation::new("ipython-mcp", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    // Sampling is deprecated (SEP-2577), but an upstream may still ask for it.
+    #[allow(deprecated)]
+    async fn create_message(
+        &self,
+        _params: rmcp::model::CreateMessageRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
+        tracing::debug!("upstream asked for sampling: refused");
+        Err(rmcp::ErrorData::invalid_request(NO_SAMPLING, None))
+    }
+
+    async fn create_elicitation(
+        &self,
+        _params: rmcp::model::ElicitRequestParams,
+        _context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        tracing::debug!("upstream asked for elicitation: refused");
+        Err(rmcp::ErrorData::invalid_request(NO_ELICITATION, None))
+    }
+
     async fn on_progress(
         &self,
         params: rmcp::model::ProgressNotificationParam,
@@ -505,6 +538,14 @@ impl Upstream {
             return match response {
                 Ok(ServerResult::CallToolResult(result)) => json!({"ok": true, "result": result}),
                 Ok(other) => refused("call", format!("unexpected answer: {other:?}")),
+                // The upstream answered the call with a protocol error: its words, plainly.
+                Err(rmcp::ServiceError::McpError(error)) => refused(
+                    "call",
+                    format!(
+                        "upstream {name:?} answered with an error ({}): {}",
+                        error.code.0, error.message
+                    ),
+                ),
                 Err(error) => refused("call", error.to_string()),
             };
         }

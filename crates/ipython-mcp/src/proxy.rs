@@ -2,7 +2,8 @@
 //! (`CONNECT host:port` for TLS, absolute-form requests for plain HTTP) that lets the listed
 //! host names through and refuses the rest with a `403` saying why. The kernels' sandbox lets
 //! them connect to its port and nowhere else, and their `HTTP(S)_PROXY` point here
-//! (docs/src/sandbox.md).
+//! (docs/src/sandbox.md). Each distinct allowlist (the server's, a principal's own) has a
+//! proxy of its own.
 //!
 //! It logs metadata only: the host, the port, and whether it was let through.
 
@@ -17,29 +18,54 @@ const MAX_HEAD_BYTES: usize = 16 * 1024;
 /// How long a client has to send its request head, and an upstream to accept.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// The running proxy's port, once `ensure` started it (one per server: principals share it).
-static PORT: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
+/// The running proxies' ports, one per distinct allowlist (the server's, and each principal's
+/// own): a kernel may connect to its own proxy's port alone, so one principal's kernels never go
+/// out through another's list.
+static PORTS: std::sync::Mutex<Vec<(Vec<String>, u16)>> = std::sync::Mutex::new(Vec::new());
 
-/// The proxy's port, when the configuration has an allowlist and it runs.
-pub fn port() -> Option<u16> {
-    PORT.get().copied()
+/// The port of the proxy that lets `hosts` through, if one runs.
+pub fn port(hosts: &[String]) -> Option<u16> {
+    let key = key(hosts);
+    let ports = PORTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    ports
+        .iter()
+        .find_map(|(listed, port)| (*listed == key).then_some(*port))
 }
 
-/// Starts the proxy when the configuration lists hosts; before any kernel starts.
-pub async fn ensure(config: &ipython_mcp_config::Config) -> std::io::Result<()> {
-    if let ipython_mcp_config::SandboxNetwork::Allow(hosts) = &config.sandbox.network {
-        if PORT.get().is_none() {
-            let port = start(hosts.clone()).await?;
-            let _ = PORT.set(port);
-        }
+/// Starts the proxy for the configuration's allowlist, if it has one and none runs yet; before
+/// any kernel under it starts. Must be called within the runtime.
+pub fn ensure(config: &ipython_mcp_config::Config) -> std::io::Result<()> {
+    let ipython_mcp_config::SandboxNetwork::Allow(hosts) = &config.sandbox.network else {
+        return Ok(());
+    };
+    let key = key(hosts);
+    let mut ports = PORTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !ports.iter().any(|(listed, _)| *listed == key) {
+        let port = start(key.clone())?;
+        ports.push((key, port));
     }
     Ok(())
 }
 
-/// Starts the proxy on `127.0.0.1` (an unused port), letting `hosts` through; returns its port.
-async fn start(hosts: Vec<String>) -> std::io::Result<u16> {
-    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+/// An allowlist in one spelling: the same hosts in any order share a proxy.
+fn key(hosts: &[String]) -> Vec<String> {
+    let mut key = hosts.to_vec();
+    key.sort();
+    key.dedup();
+    key
+}
+
+/// Starts a proxy on `127.0.0.1` (an unused port), letting `hosts` through; returns its port.
+fn start(hosts: Vec<String>) -> std::io::Result<u16> {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+    listener.set_nonblocking(true)?;
+    let listener = TcpListener::from_std(listener)?;
     let port = listener.local_addr()?.port();
+    let count = hosts.len();
     let hosts = Arc::new(hosts);
     tokio::spawn(async move {
         loop {
@@ -55,7 +81,11 @@ async fn start(hosts: Vec<String>) -> std::io::Result<u16> {
             });
         }
     });
-    tracing::info!(port, "kernel network proxy listening on loopback");
+    tracing::info!(
+        port,
+        hosts = count,
+        "kernel network proxy listening on loopback"
+    );
     Ok(port)
 }
 
@@ -161,7 +191,7 @@ async fn relay(mut client: TcpStream, hosts: &[String]) -> std::io::Result<()> {
     if !allowed(hosts, &target.host) {
         tracing::info!(host = %target.host, port = target.port, "kernel network: refused");
         let reason = format!(
-            "{} is not in the kernels' network allowlist ({}); the allowed hosts are {}",
+            "{} is not in the kernels' network allowlist ({}, or the principal's network= in the principals file); the allowed hosts are {}",
             target.host,
             ipython_mcp_config::SANDBOX_NETWORK.env,
             hosts.join(", ")

@@ -24,7 +24,7 @@ pub async fn run(
     credentials: Option<crate::http::Credentials>,
     test_mode: TestMode,
 ) -> anyhow::Result<ExitCode> {
-    crate::proxy::ensure(&config).await?;
+    crate::proxy::ensure(&config)?;
     let config = Arc::new(config);
     if test_mode != TestMode::Off {
         tracing::warn!(
@@ -210,9 +210,12 @@ pub fn principal_sessions(
         && config.sandbox.mode == ipython_mcp_config::SandboxMode::Off
     {
         return Err(format!(
-            "{principal}: network=off needs the sandbox, and the server's is off"
+            "{principal}: a network other than on needs the sandbox, and the server's is off"
         ));
     }
+    // Their own allowlist's proxy, before their first kernel.
+    crate::proxy::ensure(&config)
+        .map_err(|error| format!("{principal}: the network proxy did not start: {error}"))?;
     let mut options =
         session_options(&config, SessionId::DEFAULT).map_err(|error| format!("{error:#}"))?;
     options.working_dir = Some(workspace);
@@ -281,7 +284,7 @@ fn principal_workspace(
 /// `--json-lines`: the desktop protocol on stdin and stdout instead of MCP. End of input (or
 /// SIGTERM, SIGINT) shuts the sessions down; running executions end `runtime_closed`.
 pub async fn run_json_lines(config: Config) -> anyhow::Result<ExitCode> {
-    crate::proxy::ensure(&config).await?;
+    crate::proxy::ensure(&config)?;
     let config = Arc::new(config);
     let sessions = match start_sessions(&config).await? {
         Ok(sessions) => sessions,
@@ -495,7 +498,7 @@ fn sandbox_policy(config: &Config) -> Option<Arc<ipython_mcp_sandbox::Policy>> {
     let network = match &config.sandbox.network {
         SandboxNetwork::On => ipython_mcp_sandbox::Network::On,
         SandboxNetwork::Off => ipython_mcp_sandbox::Network::Off,
-        SandboxNetwork::Allow(hosts) => match crate::proxy::port() {
+        SandboxNetwork::Allow(hosts) => match crate::proxy::port(hosts) {
             Some(port) => ipython_mcp_sandbox::Network::Proxy {
                 port,
                 hosts: hosts.clone(),

@@ -9,8 +9,9 @@ inherits the execution's deadline, interrupt and cancellation (an interrupt rais
 a time, from code that ``execute`` runs.
 
 A tool becomes a function with a real signature from its ``inputSchema`` (required
-parameters first, without defaults, in the order declared; the others default to ``None``,
-which leaves them out), its description as the docstring; it returns the result's
+parameters first, without defaults, in the order declared; the others show the schema's
+``default``, else ``None``; an argument not passed, or passed as ``None``, is left out, so the
+upstream applies its own default), its description as the docstring; it returns the result's
 ``structuredContent`` when there is one, else its content: a text block as ``str``, an image
 as ``IPython.display.Image``, several blocks as a list. A result marked ``isError`` raises
 ``ToolError``.
@@ -130,6 +131,13 @@ def _annotation(schema):
     return _TYPES.get(kind, inspect.Parameter.empty)
 
 
+def _default(schema):
+    """What an optional parameter's signature shows: the schema's default, else ``None``."""
+    if isinstance(schema, dict):
+        return schema.get("default")
+    return None
+
+
 def _function(server, spec):
     """The Python function of one tool."""
     name = spec.get("name", "")
@@ -147,7 +155,7 @@ def _function(server, spec):
             inspect.Parameter(
                 ident,
                 inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                default=inspect.Parameter.empty if key in required else None,
+                default=inspect.Parameter.empty if key in required else _default(properties[key]),
                 annotation=_annotation(properties[key]),
             )
         )

@@ -14,7 +14,7 @@ TOOLS = {
             "inputSchema": {
                 "type": "object",
                 "properties": {
-                    "days": {"type": "integer", "description": "How many days"},
+                    "days": {"type": "integer", "description": "How many days", "default": 1},
                     "city": {"type": "string"},
                     "class": {"type": ["string", "null"]},
                 },
@@ -49,8 +49,9 @@ def test_a_tool_is_a_function_with_the_signature_its_schema_says(module):
     mcp, _ = module
     assert "weather_api" in dir(mcp)
     forecast = mcp.weather_api.get_forecast
-    # Required first, in declared order; the others default to None; names made identifiers.
-    assert str(inspect.signature(forecast)) == "(city: str, days: int = None, class_: str = None)"
+    # Required first, in declared order; the others show the schema's default, else None;
+    # names made identifiers.
+    assert str(inspect.signature(forecast)) == "(city: str, days: int = 1, class_: str = None)"
     assert forecast.__doc__.startswith("The forecast for a city.")
     assert "days: How many days" in forecast.__doc__
 
@@ -60,7 +61,9 @@ def test_calls_send_the_schema_s_names_and_return_structured_content(module):
     assert mcp.weather_api.get_forecast("Paris", 3) == {"asked": {"city": "Paris", "days": 3}}
     assert asked[-1] == {"op": "call", "server": "weather-api", "tool": "get-forecast", "arguments": {"city": "Paris", "days": 3}}
     mcp.weather_api.get_forecast(city="Oslo", class_="x")
-    assert asked[-1]["arguments"] == {"city": "Oslo", "class": "x"}
+    assert asked[-1]["arguments"] == {"city": "Oslo", "class": "x"}, "a default not passed is the upstream's to apply"
+    mcp.weather_api.get_forecast("Oslo", None, None)
+    assert asked[-1]["arguments"] == {"city": "Oslo"}, "None leaves it out"
     assert mcp.weather_api.ping() == ["a", "b"], "several blocks: a list"
     with pytest.raises(TypeError, match="city"):
         mcp.weather_api.get_forecast()
@@ -75,7 +78,7 @@ def test_errors_unknown_names_and_search(module, helper):
     with pytest.raises(AttributeError, match="it has: get_forecast, ping"):
         mcp.weather_api.forecast
     found = mcp.search("forecast city")
-    assert list(found) == ["weather_api.get_forecast(city: str, days: int = None, class_: str = None) - The forecast for a city."]
+    assert list(found) == ["weather_api.get_forecast(city: str, days: int = 1, class_: str = None) - The forecast for a city."]
     assert len(mcp.search("")) == 2
 
 

@@ -324,6 +324,7 @@ impl Launcher for FakeLauncher {
                 helper_comm: None,
                 helper_spools: false,
                 checkpoints: false,
+                code_mode: false,
                 description: fake_description(pid),
             })
         })

@@ -77,7 +77,7 @@ impl Actor {
             return not_run(self.epoch, unavailable(&status));
         };
         // Stdin is code mode's channel: open when the kernel has the `mcp_servers` module.
-        let allow_stdin = running.helper_comm.is_some() && self.shared.options.code_mode.is_some();
+        let allow_stdin = running.code_mode;
         let (message, helper_request) =
             match request_message(args, helper, running.helper_comm.as_deref(), allow_stdin) {
                 Ok(request) => request,

@@ -157,10 +157,12 @@ async fn prepare(
     let checkpoints = helper_comm.is_some()
         && shared.options.checkpoint_max_bytes.is_some()
         && shared.executions.spool().is_some();
+    let code_mode = helper_comm.is_some() && !shared.options.mcp_servers().is_empty();
     Ok(Running {
         kernel: Box::new(kernel),
         helper_spools: helper_comm.is_some(),
         checkpoints,
+        code_mode,
         helper_comm,
         description,
     })

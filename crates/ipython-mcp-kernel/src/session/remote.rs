@@ -144,8 +144,11 @@ async fn prepare(
     }
     // A kernel we started is checkpointed on its own machine; someone else's is left alone.
     let checkpoints = python && connection.owned() && options.checkpoint_max_bytes.is_some();
+    // Code mode too: in a person's kernel it would open stdin to us and take `input()` from
+    // their own cells.
+    let code_mode = connection.owned() && !options.mcp_servers().is_empty();
     let installed = if python {
-        Some(install_helper(&shared, &connection, checkpoints, remaining()).await?)
+        Some(install_helper(&shared, &connection, checkpoints, code_mode, remaining()).await?)
     } else {
         None
     };
@@ -162,6 +165,7 @@ async fn prepare(
     Ok(Running {
         kernel: Box::new(connection),
         checkpoints: checkpoints && helper_comm.is_some(),
+        code_mode: helper_comm.is_some() && code_mode,
         helper_comm,
         helper_spools: false,
         description,
@@ -225,6 +229,7 @@ async fn install_helper(
     shared: &Shared,
     connection: &Connection,
     checkpoints: bool,
+    code_mode: bool,
     remaining: Duration,
 ) -> Result<helper::Installed, StartFailure> {
     let options = &shared.options;
@@ -238,7 +243,11 @@ async fn install_helper(
     };
     // The helper's spool is our disk, which a remote kernel cannot reach: it bounds output
     // in the kernel, and the session spools what arrives.
-    let mcp_servers = options.mcp_servers();
+    let mcp_servers = if code_mode {
+        options.mcp_servers()
+    } else {
+        Vec::new()
+    };
     let setup = helper::Setup {
         spool: None,
         // Our disk is out of its reach: the checkpoint stays on the server's machine.

@@ -32,6 +32,9 @@ pub(super) struct Running {
     /// The helper checkpoints the namespace (see the guide's "Checkpoints"), so a replacement
     /// loads it.
     pub(super) checkpoints: bool,
+    /// The helper offers the `mcp_servers` module, so stdin is open for its requests (see the
+    /// guide's "Code mode"); never in a person's attached kernel.
+    pub(super) code_mode: bool,
     pub(super) description: KernelDescription,
 }
 

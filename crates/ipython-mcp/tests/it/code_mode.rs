@@ -9,9 +9,12 @@ use serde_json::json;
 use crate::support::{self, Family, Server, ToolResult};
 
 /// The upstream: structured and text results, a failing tool, its own secret, a slow tool
-/// that notes when it starts and when it is cancelled, and its pid.
+/// that notes when it starts and when it is cancelled, tools that ask for sampling and
+/// elicitation, and its pid.
 const UPSTREAM: &str = r#"
 import os, anyio
+from pydantic import BaseModel
+from mcp import types
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
@@ -53,6 +56,22 @@ async def slow(seconds: float) -> str:
         note("cancelled")
         raise
     return "slept"
+
+class Name(BaseModel):
+    name: str
+
+@server.tool(structured_output=False)
+async def summarize(ctx: Context) -> str:
+    """Asks the client's model (sampling)."""
+    message = types.SamplingMessage(role="user", content=types.TextContent(type="text", text="hi"))
+    await ctx.session.create_message([message], max_tokens=5, related_request_id=ctx.request_id)
+    return "sampled"
+
+@server.tool(structured_output=False)
+async def ask_name(ctx: Context) -> str:
+    """Asks the person (elicitation)."""
+    answer = await ctx.elicit("Your name?", Name)
+    return "answered " + answer.action
 
 @server.tool(structured_output=False)
 async def steps(ctx: Context) -> str:
@@ -98,11 +117,16 @@ impl Upstream {
     }
 
     async fn until_logged(&self, line: &str) {
+        self.until_logged_times(line, 1).await;
+    }
+
+    /// Until `line` is in the log `times` times.
+    async fn until_logged_times(&self, line: &str, times: usize) {
         let deadline = Instant::now() + Duration::from_secs(120);
-        while !self.log().lines().any(|logged| logged == line) {
+        while self.log().lines().filter(|logged| *logged == line).count() < times {
             assert!(
                 Instant::now() < deadline,
-                "{line:?} not in {:?}",
+                "{line:?} not {times} times in {:?}",
                 self.log()
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -154,7 +178,8 @@ async fn an_upstream_server_is_a_python_module_in_the_kernel() {
          try:\n    w.fail()\nexcept mcp_servers.ToolError as error:\n    print('ToolError', 'the sky fell' in str(error))\n\
          for name in ('mcp_servers.nowhere', 'w.nothing'):\n    try:\n        eval(name)\n    except AttributeError as error:\n        print('AttributeError', error)\n\
          print(mcp_servers.search('city'))\n\
-         print('weather_api' in dir(mcp_servers))",
+         print('weather_api' in dir(mcp_servers))\n\
+         for ask in (w.summarize, w.ask_name):\n    try:\n        ask()\n    except mcp_servers.UpstreamError as error:\n        print('UpstreamError', str(error).startswith('upstream \"weather-api\" answered with an error (-32600): ipython-mcp code mode does not offer'), 'kernel code' in str(error))",
     )
     .await;
     let lines: Vec<&str> = stdout(&called).lines().collect();
@@ -163,21 +188,24 @@ async fn an_upstream_server_is_a_python_module_in_the_kernel() {
         [
             "{'city': 'Paris', 'temps': [20, 21]}",
             "{'city': 'Oslo', 'temps': [20]}",
-            "(city: str, days: int = None)",
+            "(city: str, days: int = 1)",
             "The forecast for a city, day by day.",
             &format!("'{SECRET}'"),
             "ToolError True",
             "AttributeError no upstream MCP server 'nowhere'; configured: weather_api",
-            "AttributeError upstream 'weather-api' has no tool 'nothing'; it has: fail, forecast, pid, slow, steps, token",
-            "weather_api.forecast(city: str, days: int = None) - The forecast for a city, day by day.",
+            "AttributeError upstream 'weather-api' has no tool 'nothing'; it has: ask_name, fail, forecast, pid, slow, steps, summarize, token",
+            "weather_api.forecast(city: str, days: int = 1) - The forecast for a city, day by day.",
             "True",
+            // Sampling and elicitation are refused with the reason, which reaches the code.
+            "UpstreamError True True",
+            "UpstreamError True True",
         ],
         "{called:?}"
     );
     let status = server.call("runtime_status", json!({})).await.structured;
     assert_eq!(
         status["upstream_servers"],
-        json!([{"name": "weather-api", "transport": "stdio", "state": "connected", "tools": 6}]),
+        json!([{"name": "weather-api", "transport": "stdio", "state": "connected", "tools": 8}]),
         "{status}"
     );
     // The capabilities resource lists them too, as its schema says.
@@ -234,10 +262,11 @@ async fn the_upstream_s_credentials_never_reach_the_kernel() {
     server.stop().await;
 }
 
-/// An interrupt during a long upstream call returns promptly and cancels the call upstream;
-/// an upstream process that died between calls is started again by the next call.
+/// An interrupt, a timeout or an MCP cancellation during a long upstream call ends the
+/// execution promptly and cancels the call upstream; an upstream process that died between
+/// calls is started again by the next call.
 #[tokio::test]
-async fn an_interrupt_cancels_the_upstream_call_and_a_dead_upstream_is_restarted() {
+async fn an_interrupt_a_timeout_or_a_cancellation_cancels_the_upstream_call() {
     let upstream = Upstream::new().await;
     let server = server_with(&upstream).await;
     let first = run(
@@ -268,6 +297,46 @@ async fn an_interrupt_cancels_the_upstream_call_and_a_dead_upstream_is_restarted
     assert_eq!(output.structured["status"], "cancelled", "{output:?}");
     assert_eq!(output.structured["runtime"]["namespace"], "preserved");
     upstream.until_logged("cancelled").await;
+
+    // The execution's deadline is the call's (10 s: far more than the call takes to reach the
+    // upstream, which is connected already).
+    let timed_out = server
+        .call(
+            "execute",
+            json!({"code": "mcp_servers.weather_api.slow(60)", "timeout_seconds": 10}),
+        )
+        .await;
+    assert_eq!(timed_out.structured["status"], "timeout", "{timed_out:?}");
+    assert_eq!(timed_out.structured["runtime"]["namespace"], "preserved");
+    upstream.until_logged_times("cancelled", 2).await;
+
+    // The client withdraws the execute request (notifications/cancelled).
+    let arguments = json!({"code": "mcp_servers.weather_api.slow(60)"})
+        .as_object()
+        .cloned()
+        .expect("object");
+    let request: rmcp::model::CallToolRequest = rmcp::model::Request::new(
+        rmcp::model::CallToolRequestParams::new("execute").with_arguments(arguments),
+    );
+    let cancellable = server
+        .client
+        .peer()
+        .send_cancellable_request(
+            rmcp::model::ClientRequest::CallToolRequest(request),
+            rmcp::service::PeerRequestOptions::no_options(),
+        )
+        .await
+        .expect("send");
+    upstream.until_logged_times("started", 3).await;
+    cancellable
+        .cancel(Some("not needed".into()))
+        .await
+        .expect("cancel");
+    let status = server
+        .wait_until(|status| status["operation_active"] == false)
+        .await;
+    assert_eq!(status["latest_namespace_outcome"], "preserved", "{status}");
+    upstream.until_logged_times("cancelled", 3).await;
 
     // SAFETY: kill(2) on the upstream process our server started for this test.
     unsafe {

@@ -1090,3 +1090,49 @@ async fn stdout_of(peer: &rmcp::Peer<rmcp::RoleClient>, code: &str) -> String {
         .expect("stdout")
         .to_owned()
 }
+
+/// Each principal's `network=` allowlist is theirs: their kernels go out through a proxy of
+/// their own that lets their hosts through, and cannot use another principal's proxy.
+#[tokio::test]
+async fn principals_reach_only_the_hosts_their_own_allowlist_names() {
+    use support::Family;
+    let port = crate::sandbox::hello_server().await;
+    let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let root = home.path().join("workspaces");
+    std::fs::create_dir(&root).expect("root");
+    let file = home.path().join("principals");
+    write_principals(
+        &file,
+        &format!("alice {ALICE} network=localhost\nbob {BOB} network=127.0.0.1\n"),
+    );
+    let (mut server, _stderr, url) = sandboxed_server(&file, &root).await;
+    let alice = connect(&url, ALICE, Family::Modern).await;
+    let bob = connect(&url, BOB, Family::Modern).await;
+    let run = stdout_of;
+    let fetch = |host: &str| {
+        format!(
+            "import urllib.request, urllib.error\ntry:\n    print('body', urllib.request.urlopen('http://{host}:{port}/x', timeout=60).read().decode())\nexcept urllib.error.HTTPError as e:\n    print('refused', e.code)\n"
+        )
+    };
+    // The same loopback server, by the name each one lists and by the other's.
+    assert_eq!(run(alice.peer(), &fetch("localhost")).await, "body hello\n");
+    assert_eq!(run(bob.peer(), &fetch("127.0.0.1")).await, "body hello\n");
+    assert_eq!(
+        run(alice.peer(), &fetch("127.0.0.1")).await,
+        "refused 403\n"
+    );
+    assert_eq!(run(bob.peer(), &fetch("localhost")).await, "refused 403\n");
+    // Bob's code goes around his proxy to alice's, whose list has the name his lacks: his
+    // kernel may connect to his own proxy's port alone.
+    let alices_proxy = run(alice.peer(), "import os; print(os.environ['HTTP_PROXY'])").await;
+    let bobs_proxy = run(bob.peer(), "import os; print(os.environ['HTTP_PROXY'])").await;
+    assert_ne!(alices_proxy, bobs_proxy, "a proxy each");
+    let through_alices = format!(
+        "import urllib.request, urllib.error\nopener = urllib.request.build_opener(urllib.request.ProxyHandler({{'http': {:?}}}))\ntry:\n    print('body', opener.open('http://localhost:{port}/x', timeout=60).read().decode())\nexcept urllib.error.HTTPError as e:\n    print('refused', e.code)\nexcept OSError as e:\n    print('denied', type(e).__name__)\n",
+        alices_proxy.trim_end()
+    );
+    let printed = run(bob.peer(), &through_alices).await;
+    assert!(printed.starts_with("denied"), "{printed}");
+    drop((alice, bob));
+    let _ = server.kill().await;
+}

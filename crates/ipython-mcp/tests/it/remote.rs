@@ -152,7 +152,15 @@ async fn until_kernels(jupyter: &JupyterServer, condition: impl Fn(&[String]) ->
 #[tokio::test]
 async fn a_remote_default_session_executes_and_serves_namespace_tools() {
     let jupyter = JupyterServer::start().await;
-    let server = remote_server(&jupyter, "jupyter:python3", &[]).await;
+    // Code mode works there too: its requests travel on stdin over the WebSocket.
+    let upstream = crate::code_mode::Upstream::new().await;
+    let upstreams = upstream.config.display().to_string();
+    let server = remote_server(
+        &jupyter,
+        "jupyter:python3",
+        &[("IPYTHON_MCP_UPSTREAM_SERVERS", upstreams.as_str())],
+    )
+    .await;
     let status = settled(&server, "default").await;
     assert_eq!(status["state"], "ready", "{status}\n{}", jupyter.log());
     let kernel = &status["kernel"];
@@ -188,6 +196,16 @@ async fn a_remote_default_session_executes_and_serves_namespace_tools() {
     assert_eq!(called.structured["result"], 8);
     let inspected = server.call("inspect", json!({"name": "double"})).await;
     assert!(inspected.ok(), "{inspected:?}");
+    let upstream_call = server
+        .call(
+            "execute",
+            json!({"code": "import mcp_servers\nprint(mcp_servers.weather_api.forecast('Oslo', 2))\ntry:\n    mcp_servers.weather_api.fail()\nexcept mcp_servers.ToolError as error:\n    print('ToolError', 'the sky fell' in str(error))"}),
+        )
+        .await;
+    assert_eq!(
+        upstream_call.structured["stdout"], "{'city': 'Oslo', 'temps': [20, 21]}\nToolError True\n",
+        "{upstream_call:?}"
+    );
     server.stop().await;
     // A kernel the session started is deleted with it.
     until_kernels(&jupyter, |ids| !ids.contains(&kernel_id)).await;
@@ -326,7 +344,14 @@ async fn attaching_shares_a_persons_kernel_and_detaching_leaves_it_running() {
         .await;
     assert_eq!(code, 201, "{kernel}");
     let kernel_id = kernel["id"].as_str().expect("id").to_owned();
-    let env = jupyter.env();
+    // With code mode configured: a person's kernel does not get it (it would open stdin to
+    // us, and refuse `input()` in their own cells).
+    let upstream = crate::code_mode::Upstream::new().await;
+    let mut env = jupyter.env();
+    env.push((
+        "IPYTHON_MCP_UPSTREAM_SERVERS",
+        upstream.config.display().to_string(),
+    ));
     let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let server = Server::start(Family::Handshake, &env).await;
     let spec = format!("jupyter-kernel:{kernel_id}");
@@ -356,6 +381,16 @@ async fn attaching_shares_a_persons_kernel_and_detaching_leaves_it_running() {
         .call("execute", json!({"code": "shared + 1", "kernel": "agent"}))
         .await;
     assert_eq!(seen.structured["result"]["text/plain"], "42", "{seen:?}");
+    let modules = server
+        .call(
+            "execute",
+            json!({"code": "import sys, builtins\n('mcp_servers' in sys.modules, builtins.input.__module__)", "kernel": "agent"}),
+        )
+        .await;
+    assert_eq!(
+        modules.structured["result"]["text/plain"], "(False, 'ipykernel.kernelbase')",
+        "{modules:?}"
+    );
     let listed = server.call("kernel_list", json!({})).await;
     let entry = listed.structured["kernels"]
         .as_array()

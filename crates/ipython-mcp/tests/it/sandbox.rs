@@ -364,7 +364,7 @@ async fn without_network_no_connection_or_datagram_leaves_the_kernel() {
 }
 
 /// A loopback HTTP server that answers every request with `hello`.
-async fn hello_server() -> u16 {
+pub(crate) async fn hello_server() -> u16 {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("listen");
