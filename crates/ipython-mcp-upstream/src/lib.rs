@@ -247,6 +247,20 @@ impl std::fmt::Debug for Upstreams {
     }
 }
 
+/// Tools as the kernel's module reads them.
+fn described(tools: &[Tool]) -> Vec<Value> {
+    tools
+        .iter()
+        .map(|tool| {
+            json!({
+                "name": tool.name,
+                "description": tool.description,
+                "inputSchema": tool.input_schema,
+            })
+        })
+        .collect()
+}
+
 /// An error an answer carries to the kernel: `kind` is what the module raises on.
 fn refused(kind: &str, message: impl Into<String>) -> Value {
     json!({"ok": false, "kind": kind, "error": message.into()})
@@ -306,13 +320,18 @@ impl Upstreams {
 
     /// Answers one request of the kernel's `mcp_servers` module:
     /// `{"op": "tools", "server"}` → `{"ok": true, "tools": [{name, description, inputSchema}]}`;
-    /// `{"op": "call", "server", "tool", "arguments"}` → `{"ok": true, "result": CallToolResult}`.
+    /// `{"op": "call", "server", "tool", "arguments"}` → `{"ok": true, "result": CallToolResult}`;
+    /// `{"op": "catalog"}` → `{"ok": true, "servers": {NAME: {"tools": […]} | {"error"}}}`, every
+    /// server at once (connected concurrently; one that fails does not hide the others).
     /// Failures are `{"ok": false, "kind", "error"}`. Dropping the future cancels a call.
     pub async fn answer(&self, request: &Value, progress: Option<Progress>) -> Value {
         let op = request
             .get("op")
             .and_then(Value::as_str)
             .unwrap_or_default();
+        if op == "catalog" {
+            return self.catalog().await;
+        }
         let Some(name) = request.get("server").and_then(Value::as_str) else {
             return refused("invalid", "the request names no server");
         };
@@ -327,14 +346,7 @@ impl Upstreams {
         };
         match op {
             "tools" => match upstream.tools(name).await {
-                Ok(tools) => json!({"ok": true, "tools": tools
-                    .iter()
-                    .map(|tool| json!({
-                        "name": tool.name,
-                        "description": tool.description,
-                        "inputSchema": tool.input_schema,
-                    }))
-                    .collect::<Vec<_>>()}),
+                Ok(tools) => json!({"ok": true, "tools": described(&tools)}),
                 Err(error) => refused("connect", error),
             },
             "call" => {
@@ -350,6 +362,21 @@ impl Upstreams {
             }
             _ => refused("invalid", format!("unknown op {op:?}")),
         }
+    }
+
+    /// Every server's tools, or why it has none.
+    async fn catalog(&self) -> Value {
+        let listed = futures_util::future::join_all(self.servers.iter().map(
+            |(name, upstream)| async move {
+                let entry = match upstream.tools(name).await {
+                    Ok(tools) => json!({"tools": described(&tools)}),
+                    Err(error) => json!({"error": error}),
+                };
+                (name.clone(), entry)
+            },
+        ))
+        .await;
+        json!({"ok": true, "servers": listed.into_iter().collect::<serde_json::Map<_, _>>()})
     }
 
     /// Closes every connection (stdio children end with their stdin).
@@ -668,5 +695,14 @@ mod tests {
             .answer(&json!({"op": "nope", "server": "one"}), None)
             .await;
         assert_eq!(answer["kind"], "invalid");
+    }
+
+    #[tokio::test]
+    async fn the_catalog_says_why_a_server_has_no_tools() {
+        // `true` exits at once: no MCP server there.
+        let upstreams = load(r#"{"mcpServers": {"gone": {"command": "true"}}}"#).expect("loads");
+        let answer = upstreams.answer(&json!({"op": "catalog"}), None).await;
+        assert_eq!(answer["ok"], true, "{answer}");
+        assert!(answer["servers"]["gone"]["error"].is_string(), "{answer}");
     }
 }

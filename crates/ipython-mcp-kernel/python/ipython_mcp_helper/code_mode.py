@@ -192,13 +192,15 @@ class Server:
 
     def _load(self):
         if self._tools is None:
-            answer = _ask({"op": "tools", "server": self._name})
-            tools = {}
-            for spec in answer.get("tools") or []:
-                function = _function(self._name, spec)
-                tools[function.__name__] = function
-            self._tools = tools
+            self._listed(_ask({"op": "tools", "server": self._name}).get("tools"))
         return self._tools
+
+    def _listed(self, specs):
+        tools = {}
+        for spec in specs or []:
+            function = _function(self._name, spec)
+            tools[function.__name__] = function
+        self._tools = tools
 
     def __getattr__(self, attribute):
         if attribute.startswith("__"):
@@ -264,10 +266,27 @@ class Module(types.ModuleType):
 
     def search(self, query=""):
         """``NAME.TOOL(signature)`` lines of the tools whose name or description has every word
-        of ``query`` (all tools for an empty one), each with its description's first line."""
+        of ``query`` (all tools for an empty one), each with its description's first line; a
+        server that cannot be reached is a ``NAME: unavailable - why`` line."""
         words = query.lower().split()
         found = Lines()
-        for ident, server in sorted(self.__dict__["_servers"].items()):
+        servers = self.__dict__["_servers"]
+        unavailable = {}
+        if any(server._tools is None for server in servers.values()):
+            # Every server not listed yet, in one request: the server connects them at once.
+            catalog = _ask({"op": "catalog"}).get("servers") or {}
+            for server in servers.values():
+                entry = catalog.get(server._name) or {}
+                if server._tools is not None:
+                    continue
+                if "tools" in entry:
+                    server._listed(entry["tools"])
+                else:
+                    unavailable[server._name] = entry.get("error") or "no answer"
+        for ident, server in sorted(servers.items()):
+            if server._name in unavailable:
+                found.append("%s: unavailable - %s" % (ident, unavailable[server._name]))
+                continue
             for name, function in sorted(server._load().items()):
                 text = ("%s %s %s" % (ident, name, function.__doc__ or "")).lower()
                 if all(word in text for word in words):

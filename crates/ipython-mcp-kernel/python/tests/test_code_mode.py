@@ -35,6 +35,10 @@ def module(helper, monkeypatch):
         asked.append(request)
         if request["op"] == "tools":
             return {"ok": True, "tools": TOOLS[request["server"]]}
+        if request["op"] == "catalog":
+            servers = {name: {"tools": tools} for name, tools in TOOLS.items()}
+            servers["down"] = {"error": "connecting to upstream \"down\" failed: refused"}
+            return {"ok": True, "servers": servers}
         if request["tool"] == "ping":
             return {"ok": True, "result": {"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}}
         if request["arguments"].get("city") == "Atlantis":
@@ -42,7 +46,7 @@ def module(helper, monkeypatch):
         return {"ok": True, "result": {"structuredContent": {"asked": request["arguments"]}, "content": []}}
 
     monkeypatch.setattr(code_mode, "_ask", ask)
-    return code_mode.Module(["weather-api"]), asked
+    return code_mode.Module(["weather-api", "down"]), asked
 
 
 def test_a_tool_is_a_function_with_the_signature_its_schema_says(module):
@@ -70,16 +74,21 @@ def test_calls_send_the_schema_s_names_and_return_structured_content(module):
 
 
 def test_errors_unknown_names_and_search(module, helper):
-    mcp, _ = module
+    mcp, asked = module
     with pytest.raises(helper.code_mode.ToolError, match="no such city"):
         mcp.weather_api.get_forecast("Atlantis")
-    with pytest.raises(AttributeError, match="configured: weather_api"):
+    with pytest.raises(AttributeError, match="configured: down, weather_api"):
         mcp.nowhere
     with pytest.raises(AttributeError, match="it has: get_forecast, ping"):
         mcp.weather_api.forecast
     found = mcp.search("forecast city")
-    assert list(found) == ["weather_api.get_forecast(city: str, days: int = 1, class_: str = None) - The forecast for a city."]
-    assert len(mcp.search("")) == 2
+    # One request for every server; one that cannot be reached says so and hides nothing.
+    assert [request["op"] for request in asked] == ["tools", "call", "catalog"]
+    assert list(found) == [
+        'down: unavailable - connecting to upstream "down" failed: refused',
+        "weather_api.get_forecast(city: str, days: int = 1, class_: str = None) - The forecast for a city.",
+    ]
+    assert len(mcp.search("")) == 3
 
 
 def test_the_async_twin_awaits_the_same_call(module):

@@ -438,12 +438,22 @@ async fn an_upstream_over_http_gets_its_bearer_header() {
     .await;
     let called = run(
         &server,
-        "import mcp_servers\nprint(mcp_servers.remote.hello('agent'))\ntry:\n    mcp_servers.wrong.hello\nexcept mcp_servers.UpstreamError as error:\n    print('UpstreamError')",
+        "import mcp_servers\nprint(mcp_servers.remote.hello('agent'))\ntry:\n    mcp_servers.wrong.hello\nexcept mcp_servers.UpstreamError as error:\n    print('UpstreamError')\nprint(mcp_servers.search('hello'))",
     )
     .await;
+    // Search lists what it can reach, and says which server it cannot.
+    let lines: Vec<&str> = stdout(&called).lines().collect();
     assert_eq!(
-        stdout(&called),
-        "hello agent\nUpstreamError\n",
+        lines[..3],
+        [
+            "hello agent",
+            "UpstreamError",
+            "remote.hello(name: str) - Greets."
+        ],
+        "{called:?}"
+    );
+    assert!(
+        lines[3].starts_with("wrong: unavailable - ") && !lines[3].contains(SECRET),
         "{called:?}"
     );
     let status = server.call("runtime_status", json!({})).await.structured;
