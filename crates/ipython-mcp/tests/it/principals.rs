@@ -17,6 +17,7 @@ use tokio::sync::watch;
 
 const ALICE: &str = "alice-token-0123456789abcdef";
 const ALICE_ROTATED: &str = "alice-rotated-9876543210fedcba";
+const CAROL: &str = "carol-token-0123456789abcdef";
 const BOB: &str = "bob-token-0123456789abcdef";
 
 fn sha256_hex(token: &str) -> String {
@@ -1008,6 +1009,7 @@ async fn principals_kernels_write_only_their_own_directory_under_their_own_sandb
 
 /// A principal may have their own code-mode upstreams: their kernels get `mcp_servers`, another
 /// principal's do not, and no principal's kernel reads the file that holds the credentials.
+/// Two principals naming the same file still have connections of their own.
 #[tokio::test]
 async fn a_principal_s_own_upstream_servers_are_theirs_alone() {
     use crate::code_mode::{Upstream, SECRET};
@@ -1020,11 +1022,12 @@ async fn a_principal_s_own_upstream_servers_are_theirs_alone() {
     let upstreams = upstream.config.to_str().expect("utf-8").to_owned();
     write_principals(
         &file,
-        &format!("alice {ALICE} upstream_servers={upstreams}\nbob {BOB}\n"),
+        &format!("alice {ALICE} upstream_servers={upstreams}\nbob {BOB}\ncarol {CAROL} upstream_servers={upstreams}\n"),
     );
     let (mut server, _stderr, url) = sandboxed_server(&file, &root).await;
     let alice = connect(&url, ALICE, Family::Modern).await;
     let bob = connect(&url, BOB, Family::Modern).await;
+    let carol = connect(&url, CAROL, Family::Modern).await;
     let run = stdout_of;
     let read = format!(
         "try:\n    open({upstreams:?}).read()\n    print('read')\nexcept PermissionError:\n    print('denied')\n"
@@ -1043,7 +1046,10 @@ async fn a_principal_s_own_upstream_servers_are_theirs_alone() {
     )
     .await;
     assert_eq!(bobs, "none\ndenied\n");
-    drop((alice, bob));
+    let pid = "import mcp_servers\nprint(mcp_servers.weather_api.pid())";
+    let (alices, carols) = (run(alice.peer(), pid).await, run(carol.peer(), pid).await);
+    assert_ne!(alices, carols, "an upstream process each");
+    drop((alice, bob, carol));
     let _ = server.kill().await;
 }
 
