@@ -666,9 +666,10 @@ fn isolate(command: &mut tokio::process::Command, spec: &LaunchSpec, watcher: Op
     }
 }
 
-/// Makes the kernel die with the server through Linux's parent-death signal.
+/// Makes a child (a kernel, an upstream MCP server) die with the server, however the server
+/// dies (a SIGKILL runs none of its cleanup), through Linux's parent-death signal.
 #[cfg(target_os = "linux")]
-fn die_with_parent(command: &mut tokio::process::Command) {
+pub fn die_with_parent(command: &mut tokio::process::Command) {
     let parent_pid = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs in the forked child before exec and only calls
     // async-signal-safe functions (prctl, getppid, _exit).

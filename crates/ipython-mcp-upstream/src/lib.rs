@@ -227,8 +227,12 @@ struct Connection {
     tools: Arc<Vec<Tool>>,
 }
 
+/// Prepares an upstream's process before it is spawned (see [`Upstreams::with_child_setup`]).
+pub type ChildSetup = fn(&mut tokio::process::Command);
+
 struct Upstream {
     spec: Spec,
+    child_setup: Option<ChildSetup>,
     /// Held while connecting, so concurrent first uses connect once.
     connection: tokio::sync::Mutex<Option<Connection>>,
     status: Mutex<(&'static str, Option<String>, Option<usize>)>,
@@ -288,12 +292,24 @@ impl Upstreams {
                 name,
                 Arc::new(Upstream {
                     spec,
+                    child_setup: None,
                     connection: tokio::sync::Mutex::new(None),
                     status: Mutex::new(("not_started", None, None)),
                 }),
             );
         }
         Ok(Upstreams { servers })
+    }
+
+    /// Runs `setup` on every upstream process's command before it is spawned: the server makes
+    /// them die with it (however it dies) this way.
+    pub fn with_child_setup(mut self, setup: ChildSetup) -> Upstreams {
+        for upstream in self.servers.values_mut() {
+            if let Some(upstream) = Arc::get_mut(upstream) {
+                upstream.child_setup = Some(setup);
+            }
+        }
+        self
     }
 
     /// The configured servers' names.
@@ -452,6 +468,9 @@ impl Upstream {
                     command.args(args).envs(env).kill_on_drop(true);
                     if let Some(cwd) = cwd {
                         command.current_dir(cwd);
+                    }
+                    if let Some(setup) = self.child_setup {
+                        setup(command);
                     }
                 });
                 // Its stderr is its own business: never mixed into ours (our stderr is our log).

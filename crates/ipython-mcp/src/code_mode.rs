@@ -56,5 +56,8 @@ pub(crate) fn upstreams(
             ipython_mcp_config::UPSTREAM_SERVERS.flag
         )
     })?;
+    // An upstream that ignores the end of its stdin would otherwise outlive a killed server.
+    #[cfg(target_os = "linux")]
+    let upstreams = upstreams.with_child_setup(ipython_mcp_jupyter::die_with_parent);
     Ok(Some(Arc::new(Upstreams(Arc::new(upstreams)))))
 }

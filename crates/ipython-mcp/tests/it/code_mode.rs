@@ -82,6 +82,10 @@ async def steps(ctx: Context) -> str:
     return "stepped"
 
 server.run()
+# One that ignores the end of its stdin, as some do: it runs on unless something kills it.
+if os.environ.get("UPSTREAM_LINGER"):
+    import time
+    time.sleep(600)
 "#;
 
 pub(crate) const SECRET: &str = "s3cret-upstream-token";
@@ -94,19 +98,28 @@ pub(crate) struct Upstream {
 
 impl Upstream {
     pub(crate) async fn new() -> Upstream {
+        Upstream::with_env(&[]).await
+    }
+
+    /// With `extra` in the upstream's environment.
+    async fn with_env(extra: &[(&str, &str)]) -> Upstream {
         let (python, deps) = support::python_with("mcp==2.3.0", "mcp", "mcp-sdk-deps").await;
         let dir = tempfile::tempdir().expect("tempdir");
         let script = dir.path().join("weather.py");
         std::fs::write(&script, UPSTREAM).expect("script");
         let config = dir.path().join("upstreams.json");
+        let mut env = json!({
+            "PYTHONPATH": deps,
+            "UPSTREAM_TOKEN": SECRET,
+            "UPSTREAM_LOG": dir.path().join("log"),
+        });
+        for (key, value) in extra {
+            env[*key] = json!(value);
+        }
         let file = json!({"mcpServers": {"weather-api": {
             "command": python,
             "args": [script],
-            "env": {
-                "PYTHONPATH": deps,
-                "UPSTREAM_TOKEN": SECRET,
-                "UPSTREAM_LOG": dir.path().join("log"),
-            },
+            "env": env,
         }}});
         std::fs::write(&config, file.to_string()).expect("config");
         Upstream { dir, config }
@@ -232,10 +245,11 @@ async fn an_upstream_server_is_a_python_module_in_the_kernel() {
 }
 
 /// The upstream's credentials stay in the server: not in the kernel's environment, and the
-/// file that holds them is out of the sandboxed kernel's reach.
+/// file that holds them is out of the sandboxed kernel's reach. An upstream process dies with
+/// the server, even one that ignores the end of its stdin and a server killed outright.
 #[tokio::test]
 async fn the_upstream_s_credentials_never_reach_the_kernel() {
-    let upstream = Upstream::new().await;
+    let upstream = Upstream::with_env(&[("UPSTREAM_LINGER", "1")]).await;
     // Calls do not use the kernel's network: they work with it off.
     let config = upstream.config.display().to_string();
     let server = Server::start(
@@ -259,7 +273,13 @@ async fn the_upstream_s_credentials_never_reach_the_kernel() {
         "True\nFalse False\ndenied\n",
         "{checked:?}"
     );
-    server.stop().await;
+    let pid = run(&server, "print(mcp_servers.weather_api.pid())").await;
+    let pid: i32 = stdout(&pid).trim().parse().expect("a pid");
+    // SAFETY: kill(2) on the server this test started.
+    unsafe {
+        libc::kill(server.pid as i32, libc::SIGKILL);
+    }
+    support::wait_until_gone(pid).await;
 }
 
 /// An interrupt, a timeout or an MCP cancellation during a long upstream call ends the
