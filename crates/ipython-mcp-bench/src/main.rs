@@ -90,8 +90,51 @@ use percentile::percentile;
 use python::resolve_python;
 use server::sibling_binary;
 
+/// The subcommands; none is the full run.
+const USAGE: &str = "usage: ipython-mcp-bench [SUBCOMMAND]
+
+  (none)                  the full run: execute round trips, memory, replacement, images
+  execute                 execute, inspect, call_function and dynamic tool calls through MCP
+  remote                  a kernel on a Jupyter server started on loopback
+  principals              fifty HTTP clients as ten principals
+  retained                server memory while executions are retained
+  spool [ROUNDS]          the output spool's cost
+  sandbox [ROUNDS]        kernel start and execute with the sandbox on and off
+  checkpoint [ROUNDS]     execute and big cells with namespace checkpoints on and off
+  code-mode [CALLS]       an upstream MCP tool called from kernel code, and its token cost
+  soak [--seconds N] [--seed N]
+                          load with injected faults; fails on any broken promise
+  sigterm                 SIGTERM with eight busy kernels
+  images                  fitting a large image into the bound";
+
+const SUBCOMMANDS: [&str; 11] = [
+    "execute",
+    "remote",
+    "principals",
+    "retained",
+    "spool",
+    "sandbox",
+    "checkpoint",
+    "code-mode",
+    "soak",
+    "sigterm",
+    "images",
+];
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
+    // A mistyped subcommand must not start the full run, which takes minutes.
+    match std::env::args().nth(1).as_deref() {
+        Some("-h" | "--help" | "help") => {
+            println!("{USAGE}");
+            return Ok(());
+        }
+        Some(other) if !SUBCOMMANDS.contains(&other) => {
+            eprintln!("ipython-mcp-bench: unknown subcommand {other:?}\n{USAGE}");
+            std::process::exit(2);
+        }
+        _ => {}
+    }
     if std::env::args().nth(1).as_deref() == Some("images") {
         print_image_fit(&bench_image_fit().await?);
         return Ok(());
