@@ -139,6 +139,11 @@ async fn main() -> anyhow::Result<()> {
         print_image_fit(&bench_image_fit().await?);
         return Ok(());
     }
+    // Arguments are checked before anything is looked for or started.
+    let soak = match std::env::args().nth(1).as_deref() {
+        Some("soak") => Some(soak_arguments(std::env::args().skip(2))?),
+        _ => None,
+    };
     // `IPYTHON_MCP_BENCH_SERVER` measures another build of the server with this same client,
     // so two versions can be compared in interleaved runs.
     let server_binary = match std::env::var_os("IPYTHON_MCP_BENCH_SERVER") {
@@ -179,7 +184,7 @@ async fn main() -> anyhow::Result<()> {
             return code_mode::bench_code_mode(&server_binary, &python, calls).await;
         }
         Some("soak") => {
-            let (seconds, seed) = soak_arguments(std::env::args().skip(2))?;
+            let (seconds, seed) = soak.context("soak arguments")?;
             return soak::soak(&server_binary, seconds, seed).await;
         }
         Some("sigterm") => {

@@ -43,4 +43,6 @@ fn a_bad_soak_argument_is_refused_before_anything_starts() {
     let output = bench(&["soak", "--seconds", "soon"]);
     assert!(!output.status.success(), "{output:?}");
     assert!(output.stdout.is_empty(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("takes a whole number"), "{stderr}");
 }

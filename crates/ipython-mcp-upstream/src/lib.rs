@@ -176,7 +176,7 @@ impl rmcp::ClientHandler for Handler {
         )
     }
 
-    // Sampling is deprecated (SEP-2577), but an upstream may still ask for it.
+    // rmcp marks sampling deprecated, but an upstream may still ask for it.
     #[allow(deprecated)]
     async fn create_message(
         &self,
@@ -184,7 +184,11 @@ impl rmcp::ClientHandler for Handler {
         _context: rmcp::service::RequestContext<RoleClient>,
     ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
         tracing::debug!("upstream asked for sampling: refused");
-        Err(rmcp::ErrorData::invalid_request(NO_SAMPLING, None))
+        Err(rmcp::ErrorData::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            NO_SAMPLING,
+            None,
+        ))
     }
 
     async fn create_elicitation(
@@ -193,7 +197,11 @@ impl rmcp::ClientHandler for Handler {
         _context: rmcp::service::RequestContext<RoleClient>,
     ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
         tracing::debug!("upstream asked for elicitation: refused");
-        Err(rmcp::ErrorData::invalid_request(NO_ELICITATION, None))
+        Err(rmcp::ErrorData::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            NO_ELICITATION,
+            None,
+        ))
     }
 
     async fn on_progress(
@@ -302,12 +310,13 @@ impl Upstreams {
     }
 
     /// Runs `setup` on every upstream process's command before it is spawned: the server makes
-    /// them die with it (however it dies) this way.
+    /// them die with it (however it dies) this way. Right after [`Upstreams::load`], before any
+    /// use shares them.
     pub fn with_child_setup(mut self, setup: ChildSetup) -> Upstreams {
         for upstream in self.servers.values_mut() {
-            if let Some(upstream) = Arc::get_mut(upstream) {
-                upstream.child_setup = Some(setup);
-            }
+            Arc::get_mut(upstream)
+                .expect("with_child_setup comes before any use")
+                .child_setup = Some(setup);
         }
         self
     }

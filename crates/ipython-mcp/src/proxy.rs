@@ -70,6 +70,8 @@ fn start(hosts: Vec<String>) -> std::io::Result<u16> {
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
+                // Out of descriptors, say: try again shortly rather than spin.
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             };
             let hosts = Arc::clone(&hosts);

@@ -210,7 +210,7 @@ pub fn principal_sessions(
         && config.sandbox.mode == ipython_mcp_config::SandboxMode::Off
     {
         return Err(format!(
-            "{principal}: a network other than on needs the sandbox, and the server's is off"
+            "{principal}: a network other than on needs the sandbox, which is off for them"
         ));
     }
     // Their own allowlist's proxy, before their first kernel.

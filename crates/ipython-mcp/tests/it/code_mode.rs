@@ -192,7 +192,7 @@ async fn an_upstream_server_is_a_python_module_in_the_kernel() {
          for name in ('mcp_servers.nowhere', 'w.nothing'):\n    try:\n        eval(name)\n    except AttributeError as error:\n        print('AttributeError', error)\n\
          print(mcp_servers.search('city'))\n\
          print('weather_api' in dir(mcp_servers))\n\
-         for ask in (w.summarize, w.ask_name):\n    try:\n        ask()\n    except mcp_servers.UpstreamError as error:\n        print('UpstreamError', str(error).startswith('upstream \"weather-api\" answered with an error (-32600): ipython-mcp code mode does not offer'), 'kernel code' in str(error))",
+         for ask in (w.summarize, w.ask_name):\n    try:\n        ask()\n    except mcp_servers.UpstreamError as error:\n        print('UpstreamError', str(error).startswith('upstream \"weather-api\" answered with an error (-32601): ipython-mcp code mode does not offer'), 'kernel code' in str(error))",
     )
     .await;
     let lines: Vec<&str> = stdout(&called).lines().collect();
@@ -328,6 +328,7 @@ async fn an_interrupt_a_timeout_or_a_cancellation_cancels_the_upstream_call() {
         .await;
     assert_eq!(timed_out.structured["status"], "timeout", "{timed_out:?}");
     assert_eq!(timed_out.structured["runtime"]["namespace"], "preserved");
+    upstream.until_logged_times("started", 2).await;
     upstream.until_logged_times("cancelled", 2).await;
 
     // The client withdraws the execute request (notifications/cancelled).
