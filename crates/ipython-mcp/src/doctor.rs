@@ -11,6 +11,9 @@ use ipython_mcp_kernel::{ExecuteArgs, RuntimeStatus, SessionHandle, SessionState
 pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "ipython-mcp {} doctor", env!("CARGO_PKG_VERSION"))?;
+    // Under an allowlist the kernel's way out is the proxy: without it running, the kernel
+    // would be given no network at all, and the report would say so.
+    crate::proxy::ensure(&config)?;
     let options = crate::serve::session_options(&config, "doctor")?;
     writeln!(
         out,
@@ -119,7 +122,11 @@ fn describe(out: &mut impl Write, status: &RuntimeStatus) -> std::io::Result<()>
 
 /// The sandbox in one line: its mode and network, and what enforces it or why nothing does.
 fn sandbox_line(sandbox: &ipython_mcp_kernel::SandboxStatus) -> String {
-    let network = format!("network {}", sandbox.network);
+    let network = if sandbox.hosts.is_empty() {
+        format!("network {}", sandbox.network)
+    } else {
+        format!("network {} ({})", sandbox.network, sandbox.hosts.join(", "))
+    };
     match (sandbox.enforced, &sandbox.why_not) {
         (true, _) => format!(
             "{}, {network}, enforced by {}",

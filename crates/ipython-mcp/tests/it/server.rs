@@ -1824,12 +1824,22 @@ async fn an_interrupt_before_the_kernel_begins_waits_for_it_and_stops_it_coopera
 
 #[tokio::test]
 async fn doctor_finds_python_runs_a_round_trip_and_says_so() {
-    let output = support::command(&[])
-        .arg("doctor")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .await
-        .expect("run doctor");
+    let doctor = |env: &[(&str, &str)]| {
+        let mut command = support::command(env);
+        command.arg("doctor").stdin(std::process::Stdio::null());
+        async move { command.output().await.expect("run doctor") }
+    };
+    // With a network allowlist, the kernel it checks has the allowlist (through the proxy),
+    // not the network taken away.
+    let (output, allowlisted) = tokio::join!(
+        doctor(&[]),
+        doctor(&[("IPYTHON_MCP_SANDBOX_NETWORK", "pypi.org")])
+    );
+    let allowlisted = String::from_utf8_lossy(&allowlisted.stdout);
+    assert!(
+        allowlisted.contains("network allowlist (pypi.org)") && allowlisted.contains("all good"),
+        "{allowlisted}"
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success(),
