@@ -160,26 +160,17 @@ async fn main() -> anyhow::Result<()> {
         }
         Some("spool") => return bench_spool(&server_binary).await,
         Some("sandbox") => {
-            let rounds = match std::env::args().nth(2) {
-                Some(rounds) => rounds.parse().context("ROUNDS is a positive number")?,
-                None => sandbox::SANDBOX_ROUNDS,
-            };
+            let rounds = count_argument(sandbox::SANDBOX_ROUNDS, "ROUNDS")?;
             let python = resolve_python().await?;
             return sandbox::bench_sandbox(&server_binary, &python, rounds).await;
         }
         Some("checkpoint") => {
-            let rounds = match std::env::args().nth(2) {
-                Some(rounds) => rounds.parse().context("ROUNDS is a positive number")?,
-                None => checkpoint::CHECKPOINT_ROUNDS,
-            };
+            let rounds = count_argument(checkpoint::CHECKPOINT_ROUNDS, "ROUNDS")?;
             let python = resolve_python().await?;
             return checkpoint::bench_checkpoint(&server_binary, &python, rounds).await;
         }
         Some("code-mode") => {
-            let calls = match std::env::args().nth(2) {
-                Some(calls) => calls.parse().context("CALLS is a positive number")?,
-                None => code_mode::CODE_MODE_CALLS,
-            };
+            let calls = count_argument(code_mode::CODE_MODE_CALLS, "CALLS")?;
             let python = resolve_python().await?;
             return code_mode::bench_code_mode(&server_binary, &python, calls).await;
         }
@@ -243,10 +234,7 @@ async fn bench_execute(server_binary: &Path) -> anyhow::Result<()> {
 /// `ipython-mcp-bench spool [ROUNDS]`: the spool's cost over a run without it, failing past
 /// [`spool::MAX_SPOOL_RATIO`].
 async fn bench_spool(server_binary: &Path) -> anyhow::Result<()> {
-    let rounds = match std::env::args().nth(2) {
-        Some(rounds) => rounds.parse().context("ROUNDS is a positive number")?,
-        None => spool::SPOOL_ROUNDS,
-    };
+    let rounds = count_argument(spool::SPOOL_ROUNDS, "ROUNDS")?;
     if rounds == 0 {
         bail!("ROUNDS is a positive number");
     }
@@ -378,6 +366,19 @@ fn print_recovery(with_spare: &Recovery, without_spare: &Recovery, startup: &[(S
 }
 
 /// `[--seconds N] [--seed S]` of `soak`: 60 s and seed 1 unless given.
+/// The subcommand's count (`ROUNDS`, `CALLS`), or `default` without one.
+fn count_argument<T: std::str::FromStr>(default: T, name: &str) -> anyhow::Result<T>
+where
+    T::Err: std::error::Error + Send + Sync + 'static,
+{
+    match std::env::args().nth(2) {
+        Some(count) => count
+            .parse()
+            .with_context(|| format!("{name} is a positive number")),
+        None => Ok(default),
+    }
+}
+
 fn soak_arguments(mut args: impl Iterator<Item = String>) -> anyhow::Result<(u64, u64)> {
     let (mut seconds, mut seed) = (60, 1);
     while let Some(flag) = args.next() {

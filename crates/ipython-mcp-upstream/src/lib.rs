@@ -168,6 +168,11 @@ pub const NO_SAMPLING: &str = "ipython-mcp code mode does not offer sampling: th
 /// Why an upstream's elicitation request is refused: no person watches a call from kernel code.
 pub const NO_ELICITATION: &str = "ipython-mcp code mode does not offer elicitation: this tool was called from kernel code, with no person to ask; pass what it needs as arguments, or call this server directly from the MCP client";
 
+/// The error for a request code mode does not offer, with the reason.
+fn not_offered(reason: &'static str) -> rmcp::ErrorData {
+    rmcp::ErrorData::new(rmcp::model::ErrorCode::METHOD_NOT_FOUND, reason, None)
+}
+
 impl rmcp::ClientHandler for Handler {
     fn get_info(&self) -> rmcp::model::ClientConfig {
         rmcp::model::ClientConfig::new(
@@ -184,11 +189,7 @@ impl rmcp::ClientHandler for Handler {
         _context: rmcp::service::RequestContext<RoleClient>,
     ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
         tracing::debug!("upstream asked for sampling: refused");
-        Err(rmcp::ErrorData::new(
-            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
-            NO_SAMPLING,
-            None,
-        ))
+        Err(not_offered(NO_SAMPLING))
     }
 
     async fn create_elicitation(
@@ -197,11 +198,7 @@ impl rmcp::ClientHandler for Handler {
         _context: rmcp::service::RequestContext<RoleClient>,
     ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
         tracing::debug!("upstream asked for elicitation: refused");
-        Err(rmcp::ErrorData::new(
-            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
-            NO_ELICITATION,
-            None,
-        ))
+        Err(not_offered(NO_ELICITATION))
     }
 
     async fn on_progress(

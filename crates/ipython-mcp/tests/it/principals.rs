@@ -100,31 +100,9 @@ async fn principals_each_get_their_own_kernels_tools_and_notebooks() {
             sha256_hex(BOB)
         ),
     );
-    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_ipython-mcp"))
-        .args(["--transport", "http", "--port", "0"])
-        .env("IPYTHON_MCP_HTTP_PRINCIPALS_FILE", &file)
-        .env("IPYTHON_MCP_WORKSPACE_ROOT", &workspace)
-        .env("IPYTHON_MCP_CACHE_DIR", support::cache_dir())
-        .env("IPYTHON_MCP_LOG", "debug")
-        .env("IPYTHON_MCP_SPARE_KERNELS", "0")
-        .env("IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "120")
-        .env_remove("IPYTHON_MCP_HTTP_TOKEN")
-        .env_remove("VIRTUAL_ENV")
-        .env_remove("IPYTHON_MCP_PYTHON")
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn");
-    let mut stderr = Stderr::follow(server.stderr.take().expect("stderr"));
-    let url = stderr
-        .wait_for("ipython-mcp: serving MCP over HTTP at ")
-        .await
-        .split("at ")
-        .last()
-        .expect("url")
-        .trim()
-        .to_owned();
+    let mut command = principals_command(&file, &workspace);
+    command.env("IPYTHON_MCP_LOG", "debug");
+    let (mut server, mut stderr, url) = serve(command).await;
 
     let mut client = tokio::process::Command::new(&python)
         .arg(script())
@@ -432,34 +410,15 @@ async fn principals_kernels_on_a_kernel_gateway_are_tagged_and_kept_apart() {
     let home = tempfile::tempdir().expect("tempdir");
     let file = home.path().join("principals");
     write_principals(&file, &format!("alice {ALICE}\nbob {BOB}\n"));
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_ipython-mcp"));
+    let mut command = principals_command(&file, home.path());
     command
-        .args(["--transport", "http", "--port", "0"])
-        .env("IPYTHON_MCP_HTTP_PRINCIPALS_FILE", &file)
-        .env("IPYTHON_MCP_WORKSPACE_ROOT", home.path())
         .env("IPYTHON_MCP_KERNEL", "jupyter:python3")
-        .env("IPYTHON_MCP_CACHE_DIR", support::cache_dir())
         .env("IPYTHON_MCP_STRUCTURED_OUTPUT", "always")
-        .env("IPYTHON_MCP_LOG", "info")
-        .env("IPYTHON_MCP_SPARE_KERNELS", "0")
-        .env("IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "120")
-        .env_remove("IPYTHON_MCP_HTTP_TOKEN")
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
+        .env("IPYTHON_MCP_LOG", "info");
     for (key, value) in gateway.env() {
         command.env(key, value);
     }
-    let mut server = command.spawn().expect("spawn");
-    let mut stderr = Stderr::follow(server.stderr.take().expect("stderr"));
-    let url = stderr
-        .wait_for("ipython-mcp: serving MCP over HTTP at ")
-        .await
-        .split("at ")
-        .last()
-        .expect("url")
-        .trim()
-        .to_owned();
+    let (mut server, _stderr, url) = serve(command).await;
     let alice = connect(&url, ALICE, Family::Handshake).await;
     let bob = connect(&url, BOB, Family::Modern).await;
     for client in [&alice, &bob] {
@@ -544,38 +503,17 @@ async fn principals_keep_remote_kernels_notebooks_workspaces_and_secrets_apart()
     let file = home.path().join("principals");
     let carol = "carol-token-0123456789abcdef";
     write_principals(&file, &format!("alice {ALICE}\nbob {BOB}\ncarol {carol}\n"));
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_ipython-mcp"));
+    let mut command = principals_command(&file, &root);
     command
-        .args(["--transport", "http", "--port", "0"])
         // The Jupyter token both as a flag and in the environment: neither may reach a kernel.
         .args(["--jupyter-token", &jupyter.token])
         .env("IPYTHON_MCP_JUPYTER_URL", &jupyter.url)
         .env("IPYTHON_MCP_JUPYTER_TOKEN", &jupyter.token)
-        .env("IPYTHON_MCP_HTTP_PRINCIPALS_FILE", &file)
-        .env("IPYTHON_MCP_WORKSPACE_ROOT", &root)
-        .env("IPYTHON_MCP_CACHE_DIR", support::cache_dir())
         .env("IPYTHON_MCP_STRUCTURED_OUTPUT", "always")
         .env("IPYTHON_MCP_LOG", "info")
-        .env("IPYTHON_MCP_SPARE_KERNELS", "0")
-        .env("IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "120")
-        .env("IPYTHON_MCP_QUEUE_WAIT_TIMEOUT_SECONDS", "300")
-        .env_remove("IPYTHON_MCP_HTTP_TOKEN")
-        .env_remove("VIRTUAL_ENV")
-        .env_remove("IPYTHON_MCP_PYTHON")
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut server = command.spawn().expect("spawn");
+        .env("IPYTHON_MCP_QUEUE_WAIT_TIMEOUT_SECONDS", "300");
+    let (mut server, stderr, url) = serve(command).await;
     let server_pid = server.id().expect("pid");
-    let mut stderr = Stderr::follow(server.stderr.take().expect("stderr"));
-    let url = stderr
-        .wait_for("ipython-mcp: serving MCP over HTTP at ")
-        .await
-        .split("at ")
-        .last()
-        .expect("url")
-        .trim()
-        .to_owned();
     let alice = connect(&url, ALICE, Family::Handshake).await;
     let bob = connect(&url, BOB, Family::Modern).await;
 
@@ -1053,17 +991,15 @@ async fn a_principal_s_own_upstream_servers_are_theirs_alone() {
     let _ = server.kill().await;
 }
 
-/// A server over HTTP for the principals in `file`, their workspaces under `root`, kernels in
-/// the `workspace-write` sandbox; with its stderr (kept open) and URL.
-async fn sandboxed_server(file: &Path, root: &Path) -> (tokio::process::Child, Stderr, String) {
-    let mut server = tokio::process::Command::new(env!("CARGO_BIN_EXE_ipython-mcp"))
+/// The server over HTTP for the principals in `file`, their workspaces under `root`, no spare
+/// kernels, none of this process's token, Python or upstreams settings; each test adds its own.
+fn principals_command(file: &Path, root: &Path) -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_ipython-mcp"));
+    command
         .args(["--transport", "http", "--port", "0"])
         .env("IPYTHON_MCP_HTTP_PRINCIPALS_FILE", file)
         .env("IPYTHON_MCP_WORKSPACE_ROOT", root)
-        .env("IPYTHON_MCP_SANDBOX", "workspace-write")
         .env("IPYTHON_MCP_CACHE_DIR", support::cache_dir())
-        .env("IPYTHON_MCP_STRUCTURED_OUTPUT", "always")
-        .env("IPYTHON_MCP_LOG", "warn")
         .env("IPYTHON_MCP_SPARE_KERNELS", "0")
         .env("IPYTHON_MCP_WORKER_STARTUP_TIMEOUT_SECONDS", "120")
         .env_remove("IPYTHON_MCP_HTTP_TOKEN")
@@ -1072,9 +1008,13 @@ async fn sandboxed_server(file: &Path, root: &Path) -> (tokio::process::Child, S
         .env_remove("IPYTHON_MCP_PYTHON")
         .stdin(Stdio::null())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn");
+        .kill_on_drop(true);
+    command
+}
+
+/// Starts `command`; the server, its stderr (kept open) and the URL it serves at.
+async fn serve(mut command: tokio::process::Command) -> (tokio::process::Child, Stderr, String) {
+    let mut server = command.spawn().expect("spawn");
     let mut stderr = Stderr::follow(server.stderr.take().expect("stderr"));
     let url = stderr
         .wait_for("ipython-mcp: serving MCP over HTTP at ")
@@ -1085,6 +1025,16 @@ async fn sandboxed_server(file: &Path, root: &Path) -> (tokio::process::Child, S
         .trim()
         .to_owned();
     (server, stderr, url)
+}
+
+/// A server for the principals in `file` whose kernels are in the `workspace-write` sandbox.
+async fn sandboxed_server(file: &Path, root: &Path) -> (tokio::process::Child, Stderr, String) {
+    let mut command = principals_command(file, root);
+    command
+        .env("IPYTHON_MCP_SANDBOX", "workspace-write")
+        .env("IPYTHON_MCP_STRUCTURED_OUTPUT", "always")
+        .env("IPYTHON_MCP_LOG", "warn");
+    serve(command).await
 }
 
 /// What `code` prints, run by `peer` (which must succeed).
