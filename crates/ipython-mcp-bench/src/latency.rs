@@ -308,6 +308,7 @@ pub(crate) async fn bench_session(python: &Path) -> anyhow::Result<Vec<f64>> {
             cache_dir: std::env::temp_dir(),
             install_timeout: Duration::from_secs(60),
             named: None,
+            confinement: Default::default(),
         },
         spool: Default::default(),
         kernel_spec: None,

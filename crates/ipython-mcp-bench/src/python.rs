@@ -28,6 +28,7 @@ pub(crate) async fn resolve_python_in(cache_dir: Option<PathBuf>) -> anyhow::Res
         cache_dir,
         install_timeout: Duration::from_secs(600),
         named: None,
+        confinement: Default::default(),
     };
     Ok(resolver.resolve(&|_| {}).await?.executable)
 }

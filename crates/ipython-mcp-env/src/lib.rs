@@ -37,6 +37,7 @@
 //! - **Failures are short.** [`Error`] messages name the phase and carry at most the last ~2000
 //!   characters of child output, without terminal escapes, fit for a status field.
 
+mod confine;
 mod error;
 mod excerpt;
 mod lock;
@@ -53,6 +54,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+pub use confine::{Confine, Confinement, Guard, Purpose};
 pub use error::Error;
 pub use ipython_mcp_config::NamedEnvironment;
 pub use named::fingerprint;
@@ -75,6 +77,9 @@ pub struct Resolver {
     pub install_timeout: Duration,
     /// The named environment to use instead of rules 2–5, if configured.
     pub named: Option<NamedEnvironment>,
+    /// What every probe and installer runs under: the interpreters they run, and what those
+    /// import, may have been written by a kernel (`confine.rs`).
+    pub confinement: Confinement,
 }
 
 /// Which rule of the resolution order produced the interpreter.
@@ -201,6 +206,7 @@ impl Resolver {
             path_var,
             install_timeout: self.install_timeout,
             probe_timeout: probe::PROBE_TIMEOUT,
+            confinement: &self.confinement,
             progress,
         };
         let provisioned = provisioner
@@ -253,6 +259,7 @@ impl Resolver {
             path_var,
             install_timeout: self.install_timeout,
             probe_timeout: probe::PROBE_TIMEOUT,
+            confinement: &self.confinement,
             progress,
         };
         let base = managed::Base {
@@ -303,7 +310,13 @@ impl Resolver {
     }
 
     async fn probe(&self, python: &Path) -> Result<probe::Report, probe::ProbeFailure> {
-        probe::probe(python, Some(&self.working_dir), probe::PROBE_TIMEOUT).await
+        probe::probe(
+            python,
+            Some(&self.working_dir),
+            probe::PROBE_TIMEOUT,
+            &self.confinement,
+        )
+        .await
     }
 }
 

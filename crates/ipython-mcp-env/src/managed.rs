@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 use tempfile::TempDir;
 use tokio::process::Command;
 
+use crate::confine::{Confinement, Purpose};
 use crate::error::Error;
 use crate::phase::Phase;
 use crate::probe::{self, Report};
@@ -95,6 +96,8 @@ pub(crate) struct Provisioner<'a> {
     pub(crate) install_timeout: Duration,
     /// How long an interpreter may take to answer the probe (`probe::PROBE_TIMEOUT`).
     pub(crate) probe_timeout: Duration,
+    /// What the probes and installers run under.
+    pub(crate) confinement: &'a Confinement,
     pub(crate) progress: &'a (dyn Fn(Phase) + Send + Sync),
 }
 
@@ -152,7 +155,7 @@ impl Provisioner<'_> {
         };
 
         // Fast path without the lock: the directory only appears complete (see invariants).
-        if let Check::Ready(report) = check(&target, self.probe_timeout).await {
+        if let Check::Ready(report) = check(&target, self.probe_timeout, self.confinement).await {
             return Ok(reuse(report));
         }
 
@@ -163,7 +166,7 @@ impl Provisioner<'_> {
         let lock_path = envs.join(format!("{name}.lock"));
         let _held = lock::acquire(&lock_path, self.install_timeout + LOCK_MARGIN).await?;
 
-        match check(&target, self.probe_timeout).await {
+        match check(&target, self.probe_timeout, self.confinement).await {
             Check::Ready(report) => {
                 tracing::debug!(path = %target.display(), "managed environment built by another process");
                 return Ok(reuse(report));
@@ -258,7 +261,7 @@ impl Provisioner<'_> {
         let venv_python = venv.join("bin").join("python");
         self.create_venv(&tool, base, envs, venv, deadline, recipe)
             .await?;
-        self.install(&tool, envs, &venv_python, deadline, recipe)
+        self.install(&tool, (envs, venv), &venv_python, deadline, recipe)
             .await?;
         let report = self.verify(&tool, venv, &venv_python, recipe).await?;
         move_into_place(venv, target).await?;
@@ -293,7 +296,7 @@ impl Provisioner<'_> {
         let creating = format!("creating the environment with {}", tool.creator());
         self.step(
             create,
-            envs,
+            (envs, venv),
             deadline,
             recipe,
             ("create", &creating),
@@ -311,7 +314,7 @@ impl Provisioner<'_> {
     async fn install(
         &self,
         tool: &Tool,
-        envs: &Path,
+        (envs, venv): (&Path, &Path),
         venv_python: &Path,
         deadline: Instant,
         recipe: &Recipe<'_>,
@@ -340,7 +343,7 @@ impl Provisioner<'_> {
         let installing = format!("installing {} with {}", recipe.packages, tool.installer());
         self.step(
             install,
-            envs,
+            (envs, venv),
             deadline,
             recipe,
             ("install", &installing),
@@ -369,7 +372,7 @@ impl Provisioner<'_> {
             path: venv.to_owned(),
             detail,
         };
-        let report = probe::probe(venv_python, None, self.probe_timeout)
+        let report = probe::probe(venv_python, None, self.probe_timeout, self.confinement)
             .await
             .map_err(|failure| verify_error(failure.detail))?;
         let ipykernel_version = match &report.ipykernel {
@@ -393,7 +396,7 @@ impl Provisioner<'_> {
     async fn step(
         &self,
         mut command: Command,
-        envs: &Path,
+        (envs, venv): (&Path, &Path),
         deadline: Instant,
         recipe: &Recipe<'_>,
         (phase, doing): (&'static str, &str),
@@ -417,11 +420,19 @@ impl Provisioner<'_> {
             return Err(timed_out(String::new()));
         }
         let program = command.as_std().get_program().to_owned();
-        match process::run(command, remaining).await {
+        // The build directory the environment is made in, which exists before it does.
+        let purpose = Purpose::Install {
+            dir: venv.parent().unwrap_or(venv).to_owned(),
+        };
+        match process::run_confined(command, remaining, self.confinement, purpose).await {
             Ok(finished) if finished.status.success() => Ok(()),
             Ok(finished) => Err(failed(finished.failure_detail())),
             Err(Failure::Spawn(reason)) => Err(failed(format!(
                 "could not start {}: {reason}",
+                Path::new(&program).display()
+            ))),
+            Err(Failure::Confine(reason)) => Err(failed(format!(
+                "could not confine {}: {reason}",
                 Path::new(&program).display()
             ))),
             Err(Failure::TimedOut(output)) => Err(timed_out(output)),
@@ -461,7 +472,7 @@ pub(crate) fn io_error<'a>(
 }
 
 /// Valid metadata and an interpreter that imports ipykernel (one probe, no installer).
-async fn check(target: &Path, probe_timeout: Duration) -> Check {
+async fn check(target: &Path, probe_timeout: Duration, confinement: &Confinement) -> Check {
     let metadata = match tokio::fs::read(target.join(METADATA_FILE)).await {
         Ok(bytes) => bytes,
         Err(_) if tokio::fs::symlink_metadata(target).await.is_err() => return Check::Absent,
@@ -470,7 +481,14 @@ async fn check(target: &Path, probe_timeout: Duration) -> Check {
     if !metadata_is_valid(&metadata) {
         return Check::Broken("invalid metadata file".to_owned());
     }
-    match probe::probe(&target.join("bin").join("python"), None, probe_timeout).await {
+    match probe::probe(
+        &target.join("bin").join("python"),
+        None,
+        probe_timeout,
+        confinement,
+    )
+    .await
+    {
         Ok(report) => match &report.ipykernel {
             Ok(_) => Check::Ready(report),
             Err(reason) => Check::Broken(format!("ipykernel cannot be imported: {reason}")),
@@ -695,17 +713,17 @@ mod tests {
         let envs = tempfile::tempdir().expect("tempdir");
         let target = envs.path().join("default-py3.11");
         assert!(matches!(
-            check(&target, probe::PROBE_TIMEOUT).await,
+            check(&target, probe::PROBE_TIMEOUT, &Confinement::default()).await,
             Check::Absent
         ));
         fs::create_dir(&target).expect("mkdir");
         assert!(matches!(
-            check(&target, probe::PROBE_TIMEOUT).await,
+            check(&target, probe::PROBE_TIMEOUT, &Confinement::default()).await,
             Check::Broken(_)
         ));
         fs::write(target.join(METADATA_FILE), "{").expect("write");
         assert!(matches!(
-            check(&target, probe::PROBE_TIMEOUT).await,
+            check(&target, probe::PROBE_TIMEOUT, &Confinement::default()).await,
             Check::Broken(_)
         ));
     }
@@ -727,11 +745,20 @@ mod tests {
         cache: &Path,
         probe_timeout: Duration,
     ) -> Result<Provisioned, Error> {
+        ensure_confined(cache, probe_timeout, &Confinement::default()).await
+    }
+
+    async fn ensure_confined(
+        cache: &Path,
+        probe_timeout: Duration,
+        confinement: &Confinement,
+    ) -> Result<Provisioned, Error> {
         let provisioner = Provisioner {
             cache_dir: cache,
             path_var: None,
             install_timeout: Duration::from_secs(600),
             probe_timeout,
+            confinement,
             progress: &|_| {},
         };
         // Nothing can be built from this base: a rebuild fails at once, after any removal.
@@ -786,6 +813,95 @@ mod tests {
         // Removed, then the rebuild from the missing base failed.
         assert!(matches!(error, Error::Create { .. }), "{error:?}");
         assert!(!target.exists(), "a proven-broken environment is removed");
+    }
+
+    /// Readies every child as `Marks` says, and records what each was for.
+    struct Marks {
+        refuse: bool,
+        seen: std::sync::Mutex<Vec<crate::confine::Purpose>>,
+    }
+
+    impl crate::confine::Confine for Marks {
+        fn confine(
+            &self,
+            command: &mut std::process::Command,
+            purpose: &crate::confine::Purpose,
+        ) -> Result<crate::confine::Guard, String> {
+            self.seen.lock().expect("lock").push(purpose.clone());
+            if self.refuse {
+                return Err("no sandbox here".to_owned());
+            }
+            command.env("IPYTHON_MCP_TEST_CONFINED", "1");
+            Ok(Box::new(()))
+        }
+    }
+
+    fn marks(refuse: bool) -> (std::sync::Arc<Marks>, Confinement) {
+        let marks = std::sync::Arc::new(Marks {
+            refuse,
+            seen: std::sync::Mutex::new(Vec::new()),
+        });
+        let confinement = Confinement::new(marks.clone());
+        (marks, confinement)
+    }
+
+    /// The environment's own interpreter (which a kernel can replace) runs confined: it sees
+    /// what the confinement set up, and the confinement knew it was a probe of that python.
+    #[tokio::test]
+    async fn a_managed_environments_probe_runs_confined() {
+        let cache = tempfile::tempdir().expect("tempdir");
+        let report = r#"echo 'IPYTHON_MCP_PROBE {"python": "3.11.7", "ipykernel": "7.1.0"}'"#;
+        let target = fake_environment(
+            cache.path(),
+            &format!(
+                "#!/bin/sh
+[ \"$IPYTHON_MCP_TEST_CONFINED\" = 1 ] || exit 1
+{report}
+"
+            ),
+        );
+        let (marks, confinement) = marks(false);
+        let provisioned =
+            match ensure_confined(cache.path(), probe::PROBE_TIMEOUT, &confinement).await {
+                Ok(provisioned) => provisioned,
+                Err(error) => panic!("the confined probe answers: {error}"),
+            };
+        assert_eq!(provisioned.report.python_version, "3.11.7");
+        let python = target.join("bin/python");
+        assert_eq!(
+            marks.seen.lock().expect("lock").as_slice(),
+            [crate::confine::Purpose::Probe {
+                python,
+                working_dir: None
+            }]
+        );
+    }
+
+    /// A probe that could not be confined never ran: it proves nothing, so the environment is
+    /// left as it is, and its interpreter was not run unconfined instead.
+    #[tokio::test]
+    async fn a_probe_that_cannot_be_confined_runs_nothing_and_deletes_nothing() {
+        let cache = tempfile::tempdir().expect("tempdir");
+        let ran = cache.path().join("ran");
+        let target = fake_environment(
+            cache.path(),
+            &format!(
+                "#!/bin/sh
+touch '{}'
+exit 1
+",
+                ran.display()
+            ),
+        );
+        let (_, confinement) = marks(true);
+        let error = match ensure_confined(cache.path(), probe::PROBE_TIMEOUT, &confinement).await {
+            Err(error) => error,
+            Ok(_) => panic!("an unconfined probe is no answer"),
+        };
+        assert!(matches!(error, Error::Probe { .. }), "{error:?}");
+        assert!(error.to_string().contains("no sandbox here"), "{error}");
+        assert!(!ran.exists(), "the interpreter ran unconfined");
+        assert!(target.join("bin/python").is_file(), "not deleted");
     }
 
     #[tokio::test]

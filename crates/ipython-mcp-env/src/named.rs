@@ -21,6 +21,7 @@ use ipython_mcp_config::{NamedEnvironment, Redactor};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::confine::Confinement;
 use crate::error::Error;
 use crate::lock;
 use crate::managed::{
@@ -96,13 +97,19 @@ pub(crate) async fn ensure(
     };
 
     // Fast path without the lock: the directory only appears complete.
-    if let Some(ready) = wanted.existing(provisioner.probe_timeout).await? {
+    if let Some(ready) = wanted
+        .existing(provisioner.probe_timeout, provisioner.confinement)
+        .await?
+    {
         return Ok(ready);
     }
     (provisioner.progress)(Phase::Locking);
     let lock_path = named.workspace.join(format!(".{}.lock", named.name));
     let _held = lock::acquire(&lock_path, provisioner.install_timeout + LOCK_MARGIN).await?;
-    if let Some(ready) = wanted.existing(provisioner.probe_timeout).await? {
+    if let Some(ready) = wanted
+        .existing(provisioner.probe_timeout, provisioner.confinement)
+        .await?
+    {
         tracing::debug!(name = %named.name, "named environment built by another process");
         return Ok(ready);
     }
@@ -128,12 +135,17 @@ struct Wanted<'a> {
 impl Wanted<'_> {
     /// The environment at the target when it is ready and matches; `None` when there is none;
     /// an error when something is there that must not be reused.
-    async fn existing(&self, probe_timeout: Duration) -> Result<Option<Provisioned>, Error> {
+    async fn existing(
+        &self,
+        probe_timeout: Duration,
+        confinement: &Confinement,
+    ) -> Result<Option<Provisioned>, Error> {
         let found = check(
             &self.target,
             &self.base.major_minor,
             &self.fingerprint,
             probe_timeout,
+            confinement,
         )
         .await;
         self.decide(found)
@@ -266,6 +278,7 @@ async fn check(
     wanted_python: &str,
     wanted_fingerprint: &str,
     probe_timeout: Duration,
+    confinement: &Confinement,
 ) -> Check {
     let bytes = match tokio::fs::read(target.join(METADATA_FILE)).await {
         Ok(bytes) => bytes,
@@ -293,7 +306,14 @@ async fn check(
             recorded_fingerprint: metadata.requirements_fingerprint,
         };
     }
-    match probe::probe(&target.join("bin").join("python"), None, probe_timeout).await {
+    match probe::probe(
+        &target.join("bin").join("python"),
+        None,
+        probe_timeout,
+        confinement,
+    )
+    .await
+    {
         Ok(report) => match &report.ipykernel {
             Ok(_) => Check::Ready(report),
             Err(reason) => Check::Unusable(format!("ipykernel cannot be imported: {reason}")),
@@ -336,12 +356,26 @@ mod tests {
         let workspace = tempfile::tempdir().expect("tempdir");
         let target = workspace.path().join("mine");
         assert!(matches!(
-            check(&target, "3.11", "x", probe::PROBE_TIMEOUT).await,
+            check(
+                &target,
+                "3.11",
+                "x",
+                probe::PROBE_TIMEOUT,
+                &Confinement::default()
+            )
+            .await,
             Check::Absent
         ));
         std::fs::create_dir(&target).expect("mkdir");
         assert!(matches!(
-            check(&target, "3.11", "x", probe::PROBE_TIMEOUT).await,
+            check(
+                &target,
+                "3.11",
+                "x",
+                probe::PROBE_TIMEOUT,
+                &Confinement::default()
+            )
+            .await,
             Check::Unusable(_)
         ));
         std::fs::write(
@@ -351,7 +385,14 @@ mod tests {
         .expect("write");
         assert!(
             matches!(
-                check(&target, "3.11", "x", probe::PROBE_TIMEOUT).await,
+                check(
+                    &target,
+                    "3.11",
+                    "x",
+                    probe::PROBE_TIMEOUT,
+                    &Confinement::default()
+                )
+                .await,
                 Check::Unusable(_)
             ),
             "default-environment metadata is not a named environment's"

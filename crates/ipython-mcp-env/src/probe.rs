@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use tokio::process::Command;
 
+use crate::confine::{Confinement, Purpose};
 use crate::excerpt::{excerpt, EXCERPT_CHARS};
 use crate::process::{self, Failure};
 
@@ -67,9 +68,10 @@ struct Wire {
 pub(crate) struct ProbeFailure {
     /// A short reason, for messages.
     pub(crate) detail: String,
-    /// The interpreter did not answer within `PROBE_TIMEOUT`. On a loaded machine that says
-    /// nothing about it, so nothing may be deleted for it: only a probe that ran to its end
-    /// (and failed, or reported no ipykernel) proves an environment broken.
+    /// The interpreter did not answer within `PROBE_TIMEOUT` (or could not be confined, so
+    /// never ran). On a loaded machine that says nothing about it, so nothing may be deleted
+    /// for it: only a probe that ran to its end (and failed, or reported no ipykernel) proves
+    /// an environment broken.
     pub(crate) timed_out: bool,
 }
 
@@ -90,25 +92,40 @@ impl std::fmt::Display for ProbeFailure {
 
 /// Runs the probe with `python`, in `working_dir` when given (where the kernel will run, so a
 /// pyenv `.python-version` there picks the same interpreter), for at most `timeout`
-/// (`PROBE_TIMEOUT` outside tests).
+/// (`PROBE_TIMEOUT` outside tests), confined as a kernel on it would be: the interpreter and
+/// everything it imports may have been written by a kernel.
 pub(crate) async fn probe(
     python: &Path,
     working_dir: Option<&Path>,
     timeout: Duration,
+    confinement: &Confinement,
 ) -> Result<Report, ProbeFailure> {
     let mut command = Command::new(python);
     command.arg("-c").arg(SCRIPT);
+    let mut probed_in = None;
     if let Some(dir) = working_dir {
         if tokio::fs::metadata(dir)
             .await
             .is_ok_and(|metadata| metadata.is_dir())
         {
             command.current_dir(dir);
+            probed_in = Some(dir.to_owned());
         }
     }
-    let finished = match process::run(command, timeout).await {
+    let purpose = Purpose::Probe {
+        python: python.to_owned(),
+        working_dir: probed_in,
+    };
+    let finished = match process::run_confined(command, timeout, confinement, purpose).await {
         Ok(finished) => finished,
         Err(Failure::Spawn(reason)) => return Err(ProbeFailure::failed(reason)),
+        // Nothing ran, so nothing is proven: like a timeout, it may delete nothing.
+        Err(Failure::Confine(reason)) => {
+            return Err(ProbeFailure {
+                detail: format!("not probed: {reason}"),
+                timed_out: true,
+            })
+        }
         Err(Failure::TimedOut(output)) => {
             let seconds = timeout.as_secs_f64();
             return Err(ProbeFailure {

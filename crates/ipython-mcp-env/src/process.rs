@@ -11,6 +11,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::task::JoinHandle;
 
+use crate::confine::{Confinement, Purpose};
 use crate::excerpt::{excerpt, EXCERPT_CHARS};
 
 /// How much of each stream is kept in memory; only the tail matters for error messages.
@@ -44,6 +45,26 @@ pub(crate) enum Failure {
     Spawn(String),
     /// The deadline passed; the process group was killed. Holds the output tail so far.
     TimedOut(String),
+    /// It was not started: the sandbox it must run under could not be readied. Says nothing of
+    /// the interpreter.
+    Confine(String),
+}
+
+/// Runs `command` as [`run`] does, confined for `purpose` (see `confine.rs`).
+pub(crate) async fn run_confined(
+    command: Command,
+    timeout: Duration,
+    confinement: &Confinement,
+    purpose: Purpose,
+) -> Result<Finished, Failure> {
+    let (command, guard) = confinement
+        .apply(command, purpose)
+        .await
+        .map_err(Failure::Confine)?;
+    let finished = run(command, timeout).await;
+    // The child has exited (or its group was killed): what confined it may go.
+    drop(guard);
+    finished
 }
 
 /// Runs `command` to completion or until `timeout`, capturing both output streams.

@@ -133,6 +133,21 @@ impl Prepared {
     }
 }
 
+impl Prepared {
+    /// Makes `command`'s child apply this sandbox to itself before it execs, after the
+    /// `pre_exec` steps given before this one; the child keeps its own reference, so the
+    /// caller keeps `self` only for as long as the sandbox's cgroup must live.
+    pub fn confine(self: &std::sync::Arc<Self>, command: &mut std::process::Command) {
+        use std::os::unix::process::CommandExt as _;
+        let prepared = std::sync::Arc::clone(self);
+        // SAFETY: `apply_in_child` makes only async-signal-safe calls on memory prepared
+        // before the fork (its contract).
+        unsafe {
+            command.pre_exec(move || prepared.apply_in_child());
+        }
+    }
+}
+
 impl Policy {
     /// Prepares the policy for a kernel with `dirs` (reads the file system: call it from a
     /// blocking thread). A mode set explicitly that this system cannot enforce is an error; the

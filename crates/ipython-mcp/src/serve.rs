@@ -565,6 +565,7 @@ fn resolver(config: &Config) -> anyhow::Result<Resolver> {
         cache_dir,
         install_timeout: config.timeouts.provision,
         named: config.environment.clone(),
+        confinement: Default::default(),
     })
 }
 

@@ -42,6 +42,7 @@ fn resolver(root: &Path, name: &str, requirements: &[&str]) -> Resolver {
             requirements: requirements.iter().map(|r| (*r).to_owned()).collect(),
             python: None,
         }),
+        confinement: Default::default(),
     }
 }
 

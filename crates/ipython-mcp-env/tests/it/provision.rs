@@ -91,6 +91,7 @@ async fn managed_environment_is_built_once_reused_and_a_project_venv_preferred()
         cache_dir: cache.clone(),
         install_timeout: Duration::from_secs(600),
         named: None,
+        confinement: Default::default(),
     };
 
     // (a) + (b): two servers start at once on an empty cache; one builds, the other waits.
@@ -205,6 +206,7 @@ async fn explicit_interpreter_without_ipykernel_says_how_to_install_it() {
         cache_dir: root.path().join("cache"),
         install_timeout: Duration::from_secs(600),
         named: None,
+        confinement: Default::default(),
     };
     let error = resolve(&resolver)
         .await

@@ -42,6 +42,7 @@ impl Scene {
             cache_dir: self.path("cache"),
             install_timeout: Duration::from_secs(60),
             named: None,
+            confinement: Default::default(),
         }
     }
 

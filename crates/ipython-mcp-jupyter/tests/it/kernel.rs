@@ -24,6 +24,7 @@ async fn launch_with(interrupt_mode: InterruptMode) -> Kernel {
         cache_dir: tmp.join("ipython-mcp-cache"),
         install_timeout: Duration::from_secs(600),
         named: None,
+        confinement: Default::default(),
     };
     let python = resolver
         .resolve(&|_| {})

@@ -215,6 +215,7 @@ impl FakeKernels {
                 cache_dir: std::env::temp_dir(),
                 install_timeout: Duration::from_secs(1),
                 named: None,
+                confinement: Default::default(),
             },
             spool: SpoolLimits {
                 max_execution_bytes: 0,

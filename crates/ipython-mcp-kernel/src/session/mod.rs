@@ -28,6 +28,7 @@
 
 mod actor;
 mod checkpoint;
+mod confine;
 pub mod error;
 #[cfg(any(test, feature = "test-support"))]
 pub(crate) mod fake;

@@ -45,8 +45,18 @@ impl Local {
                 failed_phase: None,
             });
         };
+        // Every probe and installer runs under the kernels' sandbox: the interpreter, and all
+        // it imports, may have been written by a kernel.
+        let mut resolver = self.shared.options.resolver.clone();
+        if let Some(policy) = &self.shared.options.sandbox {
+            if policy.mode != ipython_mcp_sandbox::Mode::Off {
+                resolver.confinement = ipython_mcp_env::Confinement::new(Arc::new(
+                    super::confine::KernelSandbox(Arc::clone(policy)),
+                ));
+            }
+        }
         // Elapsed time keeps moving in runtime_status during a long install.
-        let resolving = self.shared.options.resolver.resolve(&progress);
+        let resolving = resolver.resolve(&progress);
         tokio::pin!(resolving);
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let resolved = loop {

@@ -21,6 +21,7 @@ async fn provisioned_python() -> PathBuf {
         cache_dir: target_tmp().join("ipython-mcp-cache"),
         install_timeout: Duration::from_secs(600),
         named: None,
+        confinement: Default::default(),
     };
     resolver
         .resolve(&|_| {})

@@ -687,6 +687,7 @@ pub async fn provisioned_python() -> std::path::PathBuf {
         cache_dir: target_tmp.join("ipython-mcp-cache"),
         install_timeout: Duration::from_secs(600),
         named: None,
+        confinement: Default::default(),
     };
     resolver
         .resolve(&|_| {})
