@@ -323,7 +323,8 @@ fn sandbox(raw: &RawConfig) -> Result<Sandbox, Error> {
     })
 }
 
-/// `on`, `off`, or a comma-separated allowlist of host names.
+/// `on`, `off`, or a comma-separated allowlist of host names, `*.domain`s and IP addresses,
+/// each with an optional `:port` (see [`crate::AllowedHost`]), kept in their canonical spelling.
 pub(crate) fn sandbox_network(text: &str) -> Result<SandboxNetwork, String> {
     match text.trim() {
         "on" => return Ok(SandboxNetwork::On),
@@ -336,21 +337,9 @@ pub(crate) fn sandbox_network(text: &str) -> Result<SandboxNetwork, String> {
         .map(str::trim)
         .filter(|host| !host.is_empty())
     {
-        let name = host.strip_prefix("*.").unwrap_or(host);
-        let valid = !name.is_empty()
-            && name.len() <= 253
-            && name.split('.').all(|label| {
-                !label.is_empty()
-                    && label.len() <= 63
-                    && label.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
-            });
-        if !valid {
-            return Err(format!(
-                "must be on, off or comma-separated host names (*.example.com for subdomains), got {:?}",
-                crate::parse::bounded(host)
-            ));
-        }
-        hosts.push(host.to_ascii_lowercase());
+        let entry = crate::AllowedHost::parse(host)
+            .map_err(|problem| format!("{problem}, got {:?}", crate::parse::bounded(host)))?;
+        hosts.push(entry.to_string());
     }
     if hosts.is_empty() {
         return Err("must be on, off or comma-separated host names".to_owned());
@@ -464,11 +453,28 @@ mod tests {
                 "*.pythonhosted.org".into()
             ]))
         );
+        assert_eq!(
+            sandbox_network("pypi.org:8443,127.0.0.1:9000,[::1]"),
+            Ok(SandboxNetwork::Allow(vec![
+                "pypi.org:8443".into(),
+                "127.0.0.1:9000".into(),
+                "[::1]".into()
+            ]))
+        );
+        let raw = RawConfig::default().with(SANDBOX_NETWORK, "pypi.org,pypi.org:22x");
+        let error = Config::from_raw(&raw).expect_err("a bad port").to_string();
+        assert!(
+            error.contains("IPYTHON_MCP_SANDBOX_NETWORK")
+                && error.contains("has a bad port")
+                && error.contains("\"pypi.org:22x\""),
+            "{error}"
+        );
         for bad in [
             "",
             ",",
             "http://pypi.org",
-            "pypi.org:443",
+            "pypi.org:0",
+            "pypi.org:*",
             "a b",
             "*.",
             "-x.y z",

@@ -11,6 +11,7 @@
 //! like given values, and the documented table (`docs/src/configuration.md`) and the error
 //! messages name what it names.
 
+mod allowlist;
 mod config;
 #[cfg(test)]
 mod docs_links;
@@ -26,6 +27,7 @@ mod settings;
 mod surface;
 mod transport;
 
+pub use allowlist::{host_name, port_number, AllowedHost, HostPattern, DEFAULT_PORTS};
 pub use config::Config;
 pub use environment::{NamedEnvironment, Variables, MAX_REQUIREMENTS, MAX_REQUIREMENT_CHARS};
 pub use error::Error;

@@ -99,7 +99,7 @@ settings! {
     SANDBOX = ("sandbox", "IPYTHON_MCP_SANDBOX", "sandbox", "workspace-write on Linux, else off", Value, "workspace-write|read-only|off",
         "The OS sandbox of every local kernel and what it starts: workspace-write (reads all but secret locations, writes the workspace, the temp directory and the kernel's own directories), read-only (writes only the temp directory) or off; set explicitly, a system that cannot enforce it refuses to start kernels");
     SANDBOX_NETWORK = ("sandbox_network", "IPYTHON_MCP_SANDBOX_NETWORK", "sandbox-network", "on", Value, "on|off|HOSTS",
-        "Where sandboxed kernels connect: on; off (no TCP connection and no datagram leaves the kernel; its channel to the server keeps working); or comma-separated host names (*.example.com for subdomains) reached only through the server's HTTP proxy; off and a list fail closed where they cannot be enforced");
+        "Where sandboxed kernels connect: on; off (no TCP connection and no datagram leaves the kernel; its channel to the server keeps working); or comma-separated host names (*.example.com for subdomains), IP addresses and host:port entries reached only through the server's HTTP proxy (ports 80 and 443 unless an entry names one); off and a list fail closed where they cannot be enforced");
     SANDBOX_MAX_PROCESSES = ("sandbox_max_processes", "IPYTHON_MCP_SANDBOX_MAX_PROCESSES", "sandbox-max-processes", "16384", Value, "N",
         "Most processes and threads a sandboxed kernel and what it starts may have at once (a pids cgroup of its own, where one can be made): a fork bomb stops there");
     SANDBOX_READ_DENY = ("sandbox_read_deny", "IPYTHON_MCP_SANDBOX_READ_DENY", "sandbox-read-deny", "none", Value, "PATHS",

@@ -389,9 +389,12 @@ pub(crate) async fn hello_server() -> u16 {
 #[tokio::test]
 async fn an_allowlist_lets_listed_hosts_through_the_proxy_and_nothing_else_out() {
     let port = hello_server().await;
+    // The loopback server is listed by its address and port: a name that resolves to a
+    // loopback address is not enough (see the next test).
+    let listed = format!("127.0.0.1:{port}");
     let setup = sandboxed_with(
         "workspace-write",
-        "localhost,pypi.org,files.pythonhosted.org",
+        &format!("{listed},pypi.org,files.pythonhosted.org"),
     )
     .await;
     let server = &setup.server;
@@ -400,7 +403,7 @@ async fn an_allowlist_lets_listed_hosts_through_the_proxy_and_nothing_else_out()
     assert_eq!(sandbox["network"], "allowlist", "{sandbox}");
     assert_eq!(
         sandbox["hosts"],
-        json!(["localhost", "pypi.org", "files.pythonhosted.org"])
+        json!([listed, "pypi.org", "files.pythonhosted.org"])
     );
     let fetch = |url: String| {
         format!(
@@ -408,10 +411,10 @@ async fn an_allowlist_lets_listed_hosts_through_the_proxy_and_nothing_else_out()
         )
     };
     // A listed host, through the proxy.
-    let printed = run(server, &fetch(format!("http://localhost:{port}/x"))).await;
+    let printed = run(server, &fetch(format!("http://127.0.0.1:{port}/x"))).await;
     assert_eq!(printed, "body hello\n");
     // The same server under a name that is not listed: refused by the proxy, with the reason.
-    let printed = run(server, &fetch(format!("http://127.0.0.1:{port}/x"))).await;
+    let printed = run(server, &fetch(format!("http://localhost:{port}/x"))).await;
     assert!(printed.starts_with("refused 403"), "{printed}");
     assert!(
         printed.contains("not in the kernels' network allowlist"),
@@ -449,6 +452,119 @@ async fn an_allowlist_lets_listed_hosts_through_the_proxy_and_nothing_else_out()
         .flatten()
         .collect();
     assert_eq!(downloaded.len(), 1, "{downloaded:?}");
+}
+
+/// Python that sends each `(label, request line)` of `requests` to the kernel's proxy and
+/// prints `label status last-line`: the refusal's reason, or what the server behind a tunnel
+/// answered (its last line).
+fn ask_proxy(requests: &[(&str, String)]) -> String {
+    let requests: Vec<String> = requests
+        .iter()
+        .map(|(label, line)| format!("({label:?}, {line:?})"))
+        .collect();
+    format!(
+        r#"import os, socket
+proxy_host, proxy_port = os.environ['HTTP_PROXY'].rsplit('/', 1)[1].split(':')
+for label, line in [{}]:
+    with socket.create_connection((proxy_host, int(proxy_port)), timeout=60) as s:
+        s.sendall(line.encode() + b'\r\n\r\n')
+        data = b''
+        while b'\r\n\r\n' not in data:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+        status = data.split(b' ', 2)[1].decode() if data else 'closed'
+        if status == '200' and line.startswith('CONNECT'):
+            s.sendall(b'GET / HTTP/1.1\r\nHost: x\r\n\r\n')
+        rest = data.split(b'\r\n\r\n', 1)[1] if b'\r\n\r\n' in data else b''
+        while chunk := s.recv(4096):
+            rest += chunk
+        lines = rest.decode().strip().splitlines()
+        print(label, status, lines[-1] if lines else '')
+"#,
+        requests.join(", ")
+    )
+}
+
+/// Kernel code asks its proxy for listed hosts on ports their entries do not name, for a listed
+/// name that resolves to a loopback address (as a name rebound to a local service would), and
+/// with hosts spelled to trick a matcher. Each is refused with the reason; the same loopback
+/// server is reached when its address and port are listed.
+#[tokio::test]
+async fn an_allowlist_reaches_listed_ports_only_and_local_addresses_only_when_listed() {
+    let unlisted = hello_server().await;
+    let listed = hello_server().await;
+    let setup = sandboxed_with(
+        "workspace-write",
+        &format!(
+            "localhost:{unlisted},localhost:{listed},127.0.0.1:{listed},pypi.org,*.pythonhosted.org"
+        ),
+    )
+    .await;
+    let printed = run(
+        &setup.server,
+        &ask_proxy(&[
+            ("rebound", format!("CONNECT localhost:{unlisted} HTTP/1.1")),
+            (
+                "rebound-http",
+                format!("GET http://localhost:{unlisted}/ HTTP/1.1"),
+            ),
+            (
+                "address-port",
+                format!("CONNECT 127.0.0.1:{unlisted} HTTP/1.1"),
+            ),
+            ("ssh", "CONNECT pypi.org:22 HTTP/1.1".to_owned()),
+            ("ssh-http", "GET http://pypi.org:22/ HTTP/1.1".to_owned()),
+            (
+                "empty-label",
+                "CONNECT .pythonhosted.org:443 HTTP/1.1".to_owned(),
+            ),
+            (
+                "user-part",
+                format!("CONNECT pypi.org@127.0.0.1:{listed} HTTP/1.1"),
+            ),
+            ("by-address", format!("CONNECT 127.0.0.1:{listed} HTTP/1.1")),
+            ("by-name", format!("CONNECT localhost:{listed} HTTP/1.1")),
+        ]),
+    )
+    .await;
+    let answers: std::collections::HashMap<&str, &str> = printed
+        .lines()
+        .filter_map(|line| line.split_once(' '))
+        .collect();
+    let answer = |label: &str| {
+        *answers
+            .get(label)
+            .unwrap_or_else(|| panic!("{label}: {printed}"))
+    };
+    for label in ["rebound", "rebound-http"] {
+        let answer = answer(label);
+        assert!(
+            answer.starts_with("403 ipython-mcp: localhost resolves to")
+                && answer.contains("a loopback address"),
+            "{label}: {answer}"
+        );
+    }
+    assert!(
+        answer("address-port").starts_with(&format!(
+            "403 ipython-mcp: port {unlisted} is not allowed for 127.0.0.1"
+        )),
+        "{printed}"
+    );
+    for label in ["ssh", "ssh-http"] {
+        assert!(
+            answer(label).starts_with("403 ipython-mcp: port 22 is not allowed for pypi.org"),
+            "{label}: {printed}"
+        );
+    }
+    for label in ["empty-label", "user-part"] {
+        assert!(answer(label).starts_with("400 "), "{label}: {printed}");
+    }
+    // The control: listed by its address and port, the same kind of server is reached, by its
+    // address and by the name that resolves to it.
+    assert_eq!(answer("by-address"), "200 hello", "{printed}");
+    assert_eq!(answer("by-name"), "200 hello", "{printed}");
 }
 
 #[tokio::test]
