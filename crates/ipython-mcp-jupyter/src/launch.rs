@@ -470,6 +470,16 @@ pub(crate) async fn spawn(
     }
     if let Some(policy) = &spec.sandbox {
         command.envs(policy.kernel_env());
+        // Agents' sockets (ssh-agent, the session bus) would act for the kernel with what the
+        // sandbox keeps from it: gone from an enforced sandbox's kernel, given or inherited.
+        if sandbox
+            .as_ref()
+            .is_some_and(|prepared| prepared.report().enforced)
+        {
+            for name in policy.kernel_env_removed() {
+                command.env_remove(name);
+            }
+        }
     }
     let spawned = command.spawn();
     if let (Err(_), Some(group)) = (&spawned, &group) {
@@ -650,8 +660,14 @@ fn kernel_command(
 }
 
 /// Gives the kernel its environment and working directory, keeps its stdio off ours (only
-/// stderr is read, for the tail), and puts it in its own process group, or in the watcher's
-/// (`watcher`) under the pipe watch, so that one kill reaches everything it forks.
+/// stderr is read, for the tail), and takes the server's controlling terminal from it: it
+/// leads a session and process group of its own, or (under the pipe watch) joins the
+/// watcher's group, so that one kill reaches everything it forks.
+///
+/// A process that keeps the terminal can open `/dev/tty` and type into the user's shell
+/// (`TIOCSTI`). A process cannot join a group of another session, so under the pipe watch the
+/// kernel stays in the server's session, joins the watcher's group and gives the terminal up
+/// (`TIOCNOTTY`): without being a session leader it can never take it back.
 fn isolate(command: &mut tokio::process::Command, spec: &LaunchSpec, watcher: Option<u32>) {
     command
         .env("PYDEVD_DISABLE_FILE_VALIDATION", "1")
@@ -659,10 +675,61 @@ fn isolate(command: &mut tokio::process::Command, spec: &LaunchSpec, watcher: Op
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .process_group(watcher.map_or(0, |pid| pid as libc::pid_t))
         .kill_on_drop(true);
+    match watcher {
+        Some(pid) => {
+            command.process_group(pid as libc::pid_t);
+            leave_terminal(command);
+        }
+        // `setsid` makes it the leader of a new group too, with its pid as the group's id
+        // (and a group leader could not call it: no `process_group(0)` here).
+        None => new_session(command),
+    }
     if let Some(dir) = &spec.working_dir {
         command.current_dir(dir);
+    }
+}
+
+/// Makes a child (a kernel, an upstream MCP server) lead a new session, and so a new process
+/// group, without a controlling terminal: it cannot open `/dev/tty` and type into the user's
+/// shell. Not for a command given a process group of its own (a group leader cannot start a
+/// session).
+pub fn new_session(command: &mut tokio::process::Command) {
+    // SAFETY: the closure runs in the forked child before exec and only calls setsid, which is
+    // async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Makes a child give up its controlling terminal, where it has one, while staying in its
+/// session.
+fn leave_terminal(command: &mut tokio::process::Command) {
+    // SAFETY: the closure runs in the forked child before exec and only calls
+    // async-signal-safe functions (open, ioctl, close) on a static path.
+    unsafe {
+        command.pre_exec(|| {
+            let fd = libc::open(
+                c"/dev/tty".as_ptr(),
+                libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+            );
+            // No controlling terminal (ENXIO), or none we may open: nothing to give up.
+            if fd < 0 {
+                return Ok(());
+            }
+            let given_up = libc::ioctl(fd, libc::TIOCNOTTY);
+            let error = std::io::Error::last_os_error();
+            libc::close(fd);
+            if given_up != 0 {
+                return Err(error);
+            }
+            Ok(())
+        });
     }
 }
 

@@ -37,7 +37,8 @@ pub use kernel::Kernel;
 #[cfg(target_os = "linux")]
 pub use launch::die_with_parent;
 pub use launch::{
-    runs_ipykernel, use_pipe_death_watch, InterruptMode, KernelExit, LaunchSpec, IPYKERNEL_OPTIONS,
+    new_session, runs_ipykernel, use_pipe_death_watch, InterruptMode, KernelExit, LaunchSpec,
+    IPYKERNEL_OPTIONS,
 };
 pub use memory::{
     Enforcement, Enforcer, MemoryBound, MemoryPolicy, MemoryReading, Meter as MemoryMeter,

@@ -72,13 +72,48 @@ const DENIED_CALLS: &[libc::c_long] = &[
 /// `IPPROTO_MPTCP`, not in every libc.
 const IPPROTO_MPTCP: u64 = 262;
 
+/// `ioctl` requests refused with `EPERM`: typing into a terminal's input (`TIOCSTI`: a kernel
+/// holding the user's terminal could run a command in their shell) and the Linux console's
+/// grab bag (`TIOCLINUX`, which can paste the console's selection as input).
+// The request type is `c_ulong` in glibc's declarations and `c_int` in musl's.
+#[allow(clippy::unnecessary_cast)]
+const DENIED_IOCTLS: [u64; 2] = [libc::TIOCSTI as u64, libc::TIOCLINUX as u64];
+
+/// `clone` flags that make a namespace, refused as `unshare` is. `CLONE_NEWTIME` is not among
+/// them: `clone` takes it from `clone3` and `unshare` only (in `clone` that bit is part of the
+/// exit signal).
+const NAMESPACE_FLAGS: [u64; 7] = [
+    libc::CLONE_NEWNS as u64,
+    libc::CLONE_NEWCGROUP as u64,
+    libc::CLONE_NEWUTS as u64,
+    libc::CLONE_NEWIPC as u64,
+    libc::CLONE_NEWUSER as u64,
+    libc::CLONE_NEWPID as u64,
+    libc::CLONE_NEWNET as u64,
+];
+
+/// Socket families a kernel without network keeps: Unix sockets (its channels), IP (whose
+/// TCP Landlock rules and whose rest the filter refuses) and netlink's routing protocol, which
+/// the C library reads interface addresses through (`getaddrinfo`, `if_nameindex`). Every
+/// other family (`AF_VSOCK` to the host of a virtual machine, Bluetooth, CAN, TIPC, RDS,
+/// `AF_ALG`, …) is refused.
+const OFFLINE_FAMILIES: [i32; 4] = [
+    libc::AF_UNIX,
+    libc::AF_INET,
+    libc::AF_INET6,
+    libc::AF_NETLINK,
+];
+
 /// What the child applies to itself.
 pub(crate) struct Rules {
     /// The Landlock ruleset, every rule but the child's own `/proc` entry added.
     ruleset: OwnedFd,
     /// The rights on the child's `/proc/<pid>`.
     own_proc: u64,
+    /// The filter that answers `EPERM` ([`seccomp_program`]).
     seccomp: BpfProgram,
+    /// The filter that answers `clone3` with `ENOSYS` ([`clone3_program`]).
+    clone3: BpfProgram,
     /// The kernel's pids group, joined before the rules close `/sys` (kept, and removed, with
     /// the prepared sandbox).
     tasks: Option<crate::tasks::TaskBound>,
@@ -146,7 +181,10 @@ impl Rules {
                 return Err(std::io::Error::last_os_error());
             }
         }
-        seccompiler::apply_filter(&self.seccomp).map_err(|_| std::io::Error::last_os_error())
+        for program in [&self.seccomp, &self.clone3] {
+            seccompiler::apply_filter(program).map_err(|_| std::io::Error::last_os_error())?;
+        }
+        Ok(())
     }
 }
 
@@ -257,6 +295,7 @@ pub(crate) fn prepare(policy: &Policy, dirs: &KernelDirs) -> Result<(Rules, Repo
         });
     };
     let seccomp = seccomp_program(&policy.network)?;
+    let clone3 = clone3_program()?;
     mechanisms.extend(["seccomp".to_owned(), "no_new_privs".to_owned()]);
     let mut limits = plan.limits;
     let tasks = match policy.max_processes.map(crate::tasks::bound) {
@@ -274,6 +313,7 @@ pub(crate) fn prepare(policy: &Policy, dirs: &KernelDirs) -> Result<(Rules, Repo
         ruleset,
         own_proc: (read_access() | AccessFs::WriteFile).bits(),
         seccomp,
+        clone3,
         tasks,
     };
     let report = Report {
@@ -312,21 +352,51 @@ fn add_grants(
     Ok(ruleset)
 }
 
+/// The filter that answers `EPERM` to [`DENIED_CALLS`], [`DENIED_IOCTLS`], `clone` with
+/// [`NAMESPACE_FLAGS`] and, without network, [`offline_rules`].
 fn seccomp_program(network: &Network) -> Result<BpfProgram, Error> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = DENIED_CALLS
         .iter()
         .map(|call| (*call, Vec::new()))
         .collect();
+    // The request is an `unsigned int`: its low 32 bits are all the kernel reads, and all the
+    // filter compares.
+    let ioctl = DENIED_IOCTLS
+        .iter()
+        .map(|request| rule(vec![condition(1, SeccompCmpOp::Eq, *request)?]))
+        .collect::<Result<_, _>>()?;
+    rules.insert(libc::SYS_ioctl, ioctl);
+    // Its flags are its first argument on the architectures built for (x86_64, aarch64).
+    let clone = NAMESPACE_FLAGS
+        .iter()
+        .map(|flag| rule(vec![condition(0, SeccompCmpOp::MaskedEq(*flag), *flag)?]))
+        .collect::<Result<_, _>>()?;
+    rules.insert(libc::SYS_clone, clone);
     if *network != Network::On {
         rules.extend(offline_rules()?);
     }
+    compile(rules, libc::EPERM)
+}
+
+/// The filter that answers `clone3` with `ENOSYS`. Its flags are in a structure in memory,
+/// which a filter cannot read, so namespace flags could not be told from a thread's: the C
+/// library takes `ENOSYS` as a kernel without `clone3` and falls back to `clone`, whose flags
+/// [`seccomp_program`] reads. A filter has one answer, hence a second filter.
+fn clone3_program() -> Result<BpfProgram, Error> {
+    compile(
+        BTreeMap::from([(libc::SYS_clone3, Vec::new())]),
+        libc::ENOSYS,
+    )
+}
+
+fn compile(rules: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> Result<BpfProgram, Error> {
     let arch = std::env::consts::ARCH
         .try_into()
         .map_err(|_| Error::Rules(format!("no seccomp for {}", std::env::consts::ARCH)))?;
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
+        SeccompAction::Errno(errno as u32),
         arch,
     )
     .map_err(|error| Error::Rules(error.to_string()))?;
@@ -335,21 +405,32 @@ fn seccomp_program(network: &Network) -> Result<BpfProgram, Error> {
         .map_err(|error: seccompiler::BackendError| Error::Rules(error.to_string()))
 }
 
-/// Without network: every IP socket but TCP's (whose connects and binds Landlock rules),
-/// packet sockets, and TCP Fast Open's connect inside `sendto`/`sendmsg`.
+/// A comparison of a system call's argument `arg` (its low 32 bits) with `value`.
+fn condition(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, Error> {
+    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value)
+        .map_err(|error| Error::Rules(error.to_string()))
+}
+
+/// A rule that holds when all its `conditions` do.
+fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, Error> {
+    SeccompRule::new(conditions).map_err(|error| Error::Rules(error.to_string()))
+}
+
+/// Without network: every socket family but [`OFFLINE_FAMILIES`] (packet sockets among them),
+/// netlink but its routing protocol, every IP socket but TCP's (whose connects and binds
+/// Landlock rules), and TCP Fast Open's connect inside `sendto`/`sendmsg`.
 fn offline_rules() -> Result<Vec<(i64, Vec<SeccompRule>)>, Error> {
-    let condition = |arg: u8, op: SeccompCmpOp, value: u64| {
-        SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value)
-            .map_err(|error| Error::Rules(error.to_string()))
-    };
-    let rule = |conditions: Vec<SeccompCondition>| {
-        SeccompRule::new(conditions).map_err(|error| Error::Rules(error.to_string()))
-    };
-    let mut socket = vec![rule(vec![condition(
-        0,
-        SeccompCmpOp::Eq,
-        libc::AF_PACKET as u64,
-    )?])?];
+    let other_family = OFFLINE_FAMILIES
+        .iter()
+        .map(|family| condition(0, SeccompCmpOp::Ne, *family as u64))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut socket = vec![
+        rule(other_family.clone())?,
+        rule(vec![
+            condition(0, SeccompCmpOp::Eq, libc::AF_NETLINK as u64)?,
+            condition(2, SeccompCmpOp::Ne, libc::NETLINK_ROUTE as u64)?,
+        ])?,
+    ];
     for domain in [libc::AF_INET, libc::AF_INET6] {
         let domain = condition(0, SeccompCmpOp::Eq, domain as u64)?;
         // The type's low bits (flags such as SOCK_CLOEXEC are above them).
@@ -376,6 +457,15 @@ fn offline_rules() -> Result<Vec<(i64, Vec<SeccompRule>)>, Error> {
     let fast_open = libc::MSG_FASTOPEN as u64;
     Ok(vec![
         (libc::SYS_socket, socket),
+        // A pair of another family's sockets loads and reaches its code as `socket` would.
+        (
+            libc::SYS_socketpair,
+            vec![rule(vec![condition(
+                0,
+                SeccompCmpOp::Ne,
+                libc::AF_UNIX as u64,
+            )?])?],
+        ),
         (
             libc::SYS_sendto,
             vec![rule(vec![condition(
@@ -567,6 +657,113 @@ mod tests {
         assert_eq!(granted(&plan, &home.join(".aws")), None);
     }
 
+    /// The default deny list splits HOME, `.config`, `.local/share`, `.cargo`, … but leaves
+    /// the directories kernels write whole: new files can be made directly in them.
+    #[test]
+    fn the_default_deny_list_leaves_the_kernels_writable_home_directories_whole() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let home = home.path().canonicalize().expect("canonical");
+        for dir in [
+            ".cache/pip",
+            ".ipython/profile_default",
+            ".config/matplotlib",
+            ".config/git",
+            ".local/share/jupyter",
+            ".local/share/fish",
+            ".local/share/keyrings",
+            ".local/bin",
+            ".cargo/bin",
+            ".claude/projects",
+        ] {
+            std::fs::create_dir_all(home.join(dir)).expect("mkdir");
+        }
+        for file in [
+            ".config/git/credentials",
+            ".config/git/config",
+            ".local/share/fish/fish_history",
+            ".cargo/credentials.toml",
+            ".cargo/config.toml",
+            ".claude/.credentials.json",
+            ".claude/settings.json",
+            ".bash_history",
+            ".bashrc",
+        ] {
+            std::fs::write(home.join(file), "x").expect("write");
+        }
+        let policy = Policy {
+            mode: Mode::WorkspaceWrite,
+            network: Network::On,
+            explicit: true,
+            home: Some(home.clone()),
+            read_deny: Vec::new(),
+            write: Vec::new(),
+            workspace: None,
+            temp: std::env::temp_dir(),
+            max_processes: None,
+            private: None,
+            state: None,
+        };
+        let denied = policy.denied();
+        let mut plan = Plan {
+            denied: &denied,
+            grants: Vec::new(),
+            limits: Vec::new(),
+        };
+        plan.allow(Path::new(&home), read_access(), Pass::Read);
+        for dir in policy.writable(&KernelDirs::default()) {
+            if dir.starts_with(&home) {
+                plan.allow(&dir, AccessFs::from_all(RULES_ABI), Pass::Write);
+            }
+        }
+        assert!(plan.limits.is_empty(), "{:?}", plan.limits);
+        // Rules on one path add up.
+        let all_granted = |path: &Path| {
+            plan.grants
+                .iter()
+                .filter(|(granted, _)| granted == path)
+                .fold(BitFlags::<AccessFs>::empty(), |all, (_, access)| {
+                    all | *access
+                })
+        };
+        for dir in [
+            ".cache",
+            ".ipython",
+            ".config/matplotlib",
+            ".local/share/jupyter",
+        ] {
+            assert_eq!(
+                all_granted(&home.join(dir)),
+                AccessFs::from_all(RULES_ABI),
+                "{dir}"
+            );
+        }
+        for readable in [
+            ".config/git/config",
+            ".cargo/config.toml",
+            ".cargo/bin",
+            ".claude/settings.json",
+            ".claude/projects",
+            ".local/bin",
+            ".bashrc",
+        ] {
+            assert_eq!(
+                granted(&plan, &home.join(readable)),
+                Some(read_access()),
+                "{readable}"
+            );
+        }
+        for secret in [
+            ".config/git/credentials",
+            ".local/share/fish/fish_history",
+            ".local/share/keyrings",
+            ".cargo/credentials.toml",
+            ".claude/.credentials.json",
+            ".bash_history",
+        ] {
+            assert_eq!(granted(&plan, &home.join(secret)), None, "{secret}");
+        }
+    }
+
     #[test]
     fn proc_keeps_the_system_entries_and_no_process_entry() {
         assert!(system_proc_entry(OsStr::new("cpuinfo")));
@@ -584,6 +781,129 @@ mod tests {
             resolved(&home.path().join(".kube/config")),
             real.join(".kube/config")
         );
+    }
+
+    /// The `errno` of `call` made in a child that applied `programs` first (0: it worked).
+    fn errno_under(programs: &[&BpfProgram], call: fn() -> libc::c_long) -> i32 {
+        // SAFETY: the child makes only system calls (no allocation, no lock) and `_exit`s.
+        unsafe {
+            let pid = libc::fork();
+            assert!(pid >= 0, "fork");
+            if pid == 0 {
+                for program in programs {
+                    if seccompiler::apply_filter(program).is_err() {
+                        libc::_exit(255);
+                    }
+                }
+                let code = if call() < 0 {
+                    *libc::__errno_location()
+                } else {
+                    0
+                };
+                libc::_exit(code);
+            }
+            let mut status = 0;
+            assert_eq!(libc::waitpid(pid, &mut status, 0), pid);
+            assert!(libc::WIFEXITED(status), "the child ended by a signal");
+            let code = libc::WEXITSTATUS(status);
+            assert_ne!(code, 255, "the filter was not applied");
+            code
+        }
+    }
+
+    fn tiocsti() -> libc::c_long {
+        let byte = b'x';
+        // SAFETY: an ioctl on a descriptor that is not open: nothing is read or written.
+        unsafe { libc::ioctl(-1, libc::TIOCSTI, &byte) as libc::c_long }
+    }
+
+    fn tiocgwinsz() -> libc::c_long {
+        let mut size = std::mem::MaybeUninit::<libc::winsize>::uninit();
+        // SAFETY: as above; the kernel would write a `winsize`.
+        unsafe { libc::ioctl(-1, libc::TIOCGWINSZ, size.as_mut_ptr()) as libc::c_long }
+    }
+
+    fn clone_new_user() -> libc::c_long {
+        // CLONE_FS with CLONE_NEWUSER is invalid (EINVAL): without the filter no child is made.
+        let flags = (libc::CLONE_NEWUSER | libc::CLONE_FS) as libc::c_ulong;
+        // SAFETY: a clone the kernel refuses before it makes a process.
+        unsafe { libc::syscall(libc::SYS_clone, flags, 0, 0, 0, 0) }
+    }
+
+    fn clone3_empty() -> libc::c_long {
+        // SAFETY: a clone3 with no arguments structure: refused before anything is made.
+        unsafe { libc::syscall(libc::SYS_clone3, std::ptr::null::<u8>(), 0usize) }
+    }
+
+    fn socket_of(family: i32, kind: i32, protocol: i32) -> libc::c_long {
+        // SAFETY: socket and close have no memory-safety preconditions.
+        unsafe {
+            let fd = libc::socket(family, kind | libc::SOCK_CLOEXEC, protocol);
+            if fd >= 0 {
+                libc::close(fd);
+            }
+            fd as libc::c_long
+        }
+    }
+
+    #[test]
+    fn the_filter_refuses_typing_into_a_terminal_and_namespaced_clones() {
+        let online = seccomp_program(&Network::On).expect("compiles");
+        let clone3 = clone3_program().expect("compiles");
+        let filtered = [&online, &clone3];
+        // Without the filter each call fails otherwise: the filter, not the call, refuses.
+        assert_eq!(errno_under(&[], tiocsti), libc::EBADF);
+        assert_eq!(errno_under(&filtered, tiocsti), libc::EPERM);
+        assert_eq!(errno_under(&filtered, tiocgwinsz), libc::EBADF);
+        assert_eq!(errno_under(&[], clone_new_user), libc::EINVAL);
+        assert_eq!(errno_under(&filtered, clone_new_user), libc::EPERM);
+        assert_ne!(errno_under(&[], clone3_empty), libc::ENOSYS);
+        assert_eq!(errno_under(&filtered, clone3_empty), libc::ENOSYS);
+    }
+
+    #[test]
+    fn without_network_only_unix_ip_and_routing_netlink_sockets_are_made() {
+        let offline = seccomp_program(&Network::Off).expect("compiles");
+        let online = seccomp_program(&Network::On).expect("compiles");
+        fn vsock() -> libc::c_long {
+            socket_of(libc::AF_VSOCK, libc::SOCK_STREAM, 0)
+        }
+        fn alg() -> libc::c_long {
+            socket_of(libc::AF_ALG, libc::SOCK_SEQPACKET, 0)
+        }
+        fn packet() -> libc::c_long {
+            socket_of(libc::AF_PACKET, libc::SOCK_RAW, 0)
+        }
+        fn diag() -> libc::c_long {
+            socket_of(libc::AF_NETLINK, libc::SOCK_RAW, libc::NETLINK_SOCK_DIAG)
+        }
+        fn route() -> libc::c_long {
+            socket_of(libc::AF_NETLINK, libc::SOCK_RAW, libc::NETLINK_ROUTE)
+        }
+        fn unix() -> libc::c_long {
+            socket_of(libc::AF_UNIX, libc::SOCK_STREAM, 0)
+        }
+        fn tcp() -> libc::c_long {
+            socket_of(libc::AF_INET6, libc::SOCK_STREAM, 0)
+        }
+        fn pair() -> libc::c_long {
+            let mut fds = [0; 2];
+            // SAFETY: socketpair writes two descriptors into `fds`.
+            unsafe {
+                libc::socketpair(libc::AF_TIPC, libc::SOCK_STREAM, 0, fds.as_mut_ptr())
+                    as libc::c_long
+            }
+        }
+        for call in [vsock, alg, packet, diag, pair] {
+            assert_eq!(errno_under(&[&offline], call), libc::EPERM);
+        }
+        // With the network on they are the OS's business (a packet socket needs CAP_NET_RAW).
+        for call in [vsock, alg, diag, pair] {
+            assert_ne!(errno_under(&[&online], call), libc::EPERM);
+        }
+        for call in [route, unix, tcp] {
+            assert_eq!(errno_under(&[&offline], call), 0);
+        }
     }
 
     #[test]

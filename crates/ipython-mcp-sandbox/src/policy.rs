@@ -72,21 +72,96 @@ impl Network {
     }
 }
 
-/// Secret locations under HOME no kernel reads: keys, cloud and cluster credentials, package
-/// index and git credentials.
-pub const DEFAULT_DENIED_UNDER_HOME: [&str; 12] = [
+/// Secret locations under HOME no kernel reads: keys, cloud, cluster and package-index
+/// credentials, agents' and tools' tokens, keyrings, browser profiles and command histories.
+/// docs/src/sandbox.md has them in one table, with what each holds; keep the two in step.
+///
+/// None is inside a directory kernels write (`.cache`, `.ipython`, …): denying a path there
+/// would split that directory, and nothing new could be made directly in it.
+pub const DEFAULT_DENIED_UNDER_HOME: &[&str] = &[
+    // Keys and signing.
     ".ssh",
-    ".aws",
     ".gnupg",
-    ".netrc",
+    ".password-store",
+    ".local/share/keyrings",
+    ".config/op",
+    // Cloud and cluster credentials.
+    ".aws",
+    ".azure",
     ".config/gcloud",
+    ".oci",
     ".kube",
     ".docker",
+    ".config/containers/auth.json",
+    ".terraform.d",
+    ".vault-token",
+    ".s3cfg",
+    ".boto",
+    ".config/rclone",
+    ".config/doctl",
+    // Git hosts and git.
+    ".netrc",
     ".git-credentials",
-    ".pypirc",
-    ".azure",
+    ".config/git/credentials",
     ".config/gh",
-    ".password-store",
+    ".config/hub",
+    ".config/glab-cli",
+    // Package indexes.
+    ".pypirc",
+    ".npmrc",
+    ".yarnrc.yml",
+    ".cargo/credentials.toml",
+    ".cargo/credentials",
+    ".gem/credentials",
+    ".m2/settings.xml",
+    ".m2/settings-security.xml",
+    ".gradle/gradle.properties",
+    // Databases.
+    ".pgpass",
+    ".my.cnf",
+    // AI agents' tokens and configuration (which holds their MCP servers' keys).
+    ".claude/.credentials.json",
+    ".claude.json",
+    ".codex/auth.json",
+    ".config/github-copilot",
+    // The X server's cookie: with it a client can type into any window.
+    ".Xauthority",
+    // Browser and mail profiles (cookies, saved passwords).
+    ".mozilla",
+    ".thunderbird",
+    ".config/google-chrome",
+    ".config/chromium",
+    ".config/BraveSoftware",
+    ".config/microsoft-edge",
+    // Command histories (pasted tokens, passwords on command lines).
+    ".bash_history",
+    ".zsh_history",
+    ".sh_history",
+    ".history",
+    ".local/share/fish/fish_history",
+    ".python_history",
+    ".node_repl_history",
+    ".psql_history",
+    ".mysql_history",
+    ".sqlite_history",
+    ".rediscli_history",
+];
+
+/// Variables a sandboxed kernel does not get: they lead to agents that act with the user's
+/// keys and sessions (ssh-agent signs with keys the deny list keeps the kernel from, the
+/// session bus reaches the keyring's secret service, an X display takes typed keys), or name
+/// a Kerberos ticket cache.
+pub const AGENT_VARIABLES: &[&str] = &[
+    "SSH_AUTH_SOCK",
+    "SSH_AGENT_PID",
+    "GPG_AGENT_INFO",
+    "GNOME_KEYRING_CONTROL",
+    "GNOME_KEYRING_PID",
+    "DBUS_SESSION_BUS_ADDRESS",
+    "KRB5CCNAME",
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+    "XAUTHORITY",
 ];
 
 /// What kernels of one server (or principal) may read and write.
@@ -107,7 +182,8 @@ pub struct Policy {
     pub write: Vec<PathBuf>,
     /// The notebook workspace.
     pub workspace: Option<PathBuf>,
-    /// The temp directory (writable in every mode).
+    /// The temp directory: writable under `WorkspaceWrite`, and under `ReadOnly` without a
+    /// `state` directory.
     pub temp: PathBuf,
     /// The server's private directory (every local kernel's run directory and output spool):
     /// denied, each kernel given back its own entries ([`KernelDirs::own`]). One inside the
@@ -115,9 +191,10 @@ pub struct Policy {
     /// entries away: the report then says kernels can read each other's.
     pub private: Option<PathBuf>,
     /// Under `ReadOnly`, where this policy's kernels keep IPython's and matplotlib's
-    /// directories: one per server or principal in the private directory, writable by these
-    /// kernels alone (in the shared temp directory one kernel could plant a startup file that
-    /// another runs). `None`: the temp directory.
+    /// directories and their temp directory (`TMPDIR`): one per server or principal in the
+    /// private directory, writable by these kernels alone (in the shared temp directory one
+    /// kernel could plant a startup file that another runs, or a pickle another loads).
+    /// `None`: the shared temp directory, writable.
     pub state: Option<PathBuf>,
     /// Most tasks (processes and threads) the kernel and what it starts may have at once, in a
     /// `pids` cgroup of its own; `None`: no bound.
@@ -164,9 +241,13 @@ impl Policy {
         own
     }
 
-    /// Every writable directory for a kernel with `dirs`.
+    /// Every writable directory for a kernel with `dirs` (besides its own, [`Policy::own`]).
     pub fn writable(&self, dirs: &KernelDirs) -> Vec<PathBuf> {
-        let mut writable = vec![self.temp.clone()];
+        let mut writable = Vec::new();
+        // A read-only kernel with a state directory has its temp directory there.
+        if self.mode != Mode::ReadOnly || self.state.is_none() {
+            writable.push(self.temp.clone());
+        }
         if self.mode == Mode::WorkspaceWrite {
             writable.extend(self.workspace.iter().cloned());
             writable.extend(dirs.python.as_deref().and_then(venv_of));
@@ -188,7 +269,8 @@ impl Policy {
 
 impl Policy {
     /// Variables the kernel gets: under `ReadOnly` IPython's and matplotlib's directories
-    /// move into the policy's own state directory (else the temp directory).
+    /// move into the policy's own state directory (else the temp directory), and so does its
+    /// temp directory.
     /// Under an allowlist, the proxy variables every HTTP client reads point at the server's
     /// proxy, and nothing bypasses it.
     pub fn kernel_env(&self) -> Vec<(&'static str, std::ffi::OsString)> {
@@ -203,6 +285,9 @@ impl Policy {
             };
             env.push(("IPYTHONDIR", ipython.into()));
             env.push(("MPLCONFIGDIR", matplotlib.into()));
+            if let Some(temp) = self.own_temp() {
+                env.push(("TMPDIR", temp.into()));
+            }
         }
         if let Network::Proxy { port, .. } = &self.network {
             let url = std::ffi::OsString::from(format!("http://127.0.0.1:{port}"));
@@ -216,16 +301,34 @@ impl Policy {
         env
     }
 
+    /// Variables the kernel must not inherit from the server ([`AGENT_VARIABLES`]); none
+    /// under `Off`.
+    pub fn kernel_env_removed(&self) -> &'static [&'static str] {
+        match self.mode {
+            Mode::Off => &[],
+            Mode::WorkspaceWrite | Mode::ReadOnly => AGENT_VARIABLES,
+        }
+    }
+
+    /// A read-only kernel's own temp directory, in the policy's state directory.
+    fn own_temp(&self) -> Option<PathBuf> {
+        match (self.mode, &self.state) {
+            (Mode::ReadOnly, Some(state)) => Some(state.join("tmp")),
+            _ => None,
+        }
+    }
+
     /// Makes the kernel's own directories under HOME that IPython insists on making itself
     /// (a HOME holding a denied path is split: nothing new can be made directly in it).
     #[cfg_attr(not(any(target_os = "linux", target_os = "macos")), allow(dead_code))]
     pub(crate) fn make_kernel_dirs(&self) {
-        if let (Mode::ReadOnly, Some(state)) = (self.mode, &self.state) {
+        if let Some(temp) = self.own_temp() {
             use std::os::unix::fs::DirBuilderExt as _;
+            // The state directory, and its temp directory in it.
             let _ = std::fs::DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
-                .create(state);
+                .create(temp);
         }
         if self.mode != Mode::WorkspaceWrite {
             return;
@@ -289,9 +392,69 @@ mod tests {
     #[test]
     fn the_deny_list_is_the_secrets_under_home_and_the_listed_paths() {
         let denied = policy(Mode::ReadOnly).denied();
-        assert!(denied.contains(&PathBuf::from("/home/u/.ssh")));
-        assert!(denied.contains(&PathBuf::from("/home/u/.config/gcloud")));
-        assert!(denied.contains(&PathBuf::from("/etc/ipython-mcp/token")));
+        for path in [
+            "/home/u/.ssh",
+            "/home/u/.config/gcloud",
+            "/home/u/.config/git/credentials",
+            "/home/u/.claude/.credentials.json",
+            "/home/u/.cargo/credentials.toml",
+            "/home/u/.bash_history",
+            "/home/u/.local/share/keyrings",
+            "/home/u/.mozilla",
+            "/etc/ipython-mcp/token",
+        ] {
+            assert!(denied.contains(&PathBuf::from(path)), "{path}");
+        }
+        // Nothing inside a directory kernels write: it would be split.
+        let writable = policy(Mode::WorkspaceWrite).writable(&KernelDirs::default());
+        for entry in DEFAULT_DENIED_UNDER_HOME {
+            let path = Path::new("/home/u").join(entry);
+            assert!(!writable.iter().any(|dir| path.starts_with(dir)), "{entry}");
+        }
+    }
+
+    #[test]
+    fn a_sandboxed_kernel_gets_no_agent_variables() {
+        for mode in [Mode::WorkspaceWrite, Mode::ReadOnly] {
+            let removed = policy(mode).kernel_env_removed();
+            for name in [
+                "SSH_AUTH_SOCK",
+                "GPG_AGENT_INFO",
+                "DBUS_SESSION_BUS_ADDRESS",
+            ] {
+                assert!(removed.contains(&name), "{mode}: {name}");
+            }
+        }
+        assert!(policy(Mode::Off).kernel_env_removed().is_empty());
+    }
+
+    #[test]
+    fn a_read_only_kernel_with_a_state_directory_writes_only_there() {
+        let state = Policy {
+            private: Some("/run/p".into()),
+            state: Some("/run/p/principal-a".into()),
+            ..policy(Mode::ReadOnly)
+        };
+        assert!(state.writable(&KernelDirs::default()).is_empty());
+        assert!(state
+            .kernel_env()
+            .contains(&("TMPDIR", "/run/p/principal-a/tmp".into())));
+        assert_eq!(
+            state.own(&KernelDirs::default()),
+            vec![PathBuf::from("/run/p/principal-a")]
+        );
+        // Under workspace-write the temp directory is the shared one.
+        let shared = Policy {
+            mode: Mode::WorkspaceWrite,
+            ..state.clone()
+        };
+        assert!(shared
+            .writable(&KernelDirs::default())
+            .contains(&PathBuf::from("/tmp")));
+        assert!(!shared
+            .kernel_env()
+            .iter()
+            .any(|(name, _)| *name == "TMPDIR"));
     }
 
     #[test]

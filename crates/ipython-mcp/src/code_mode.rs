@@ -56,8 +56,12 @@ pub(crate) fn upstreams(
             ipython_mcp_config::UPSTREAM_SERVERS.flag
         )
     })?;
-    // An upstream that ignores the end of its stdin would otherwise outlive a killed server.
-    #[cfg(target_os = "linux")]
-    let upstreams = upstreams.with_child_setup(ipython_mcp_jupyter::die_with_parent);
+    // An upstream that ignores the end of its stdin would otherwise outlive a killed server;
+    // one that kept the server's controlling terminal could type into the user's shell.
+    let upstreams = upstreams.with_child_setup(|command| {
+        #[cfg(target_os = "linux")]
+        ipython_mcp_jupyter::die_with_parent(command);
+        ipython_mcp_jupyter::new_session(command);
+    });
     Ok(Some(Arc::new(Upstreams(Arc::new(upstreams)))))
 }

@@ -275,6 +275,14 @@ async fn the_upstream_s_credentials_never_reach_the_kernel() {
     );
     let pid = run(&server, "print(mcp_servers.weather_api.pid())").await;
     let pid: i32 = stdout(&pid).trim().parse().expect("a pid");
+    // It leads a session of its own: the terminal the server was started from (its
+    // controlling terminal) is none of its.
+    // SAFETY: getsid has no memory-safety preconditions.
+    assert_eq!(
+        unsafe { libc::getsid(pid) },
+        pid,
+        "the upstream leads its session"
+    );
     // SAFETY: kill(2) on the server this test started.
     unsafe {
         libc::kill(server.pid as i32, libc::SIGKILL);

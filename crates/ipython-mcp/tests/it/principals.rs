@@ -945,6 +945,79 @@ async fn principals_kernels_write_only_their_own_directory_under_their_own_sandb
     server.start_kill().ok();
 }
 
+/// A read-only principal's kernels write nothing another principal's kernels read: not in the
+/// shared temp directory (where bob keeps a pickle his kernel loads), while their own
+/// `tempfile` calls work, in a temp directory of their own.
+#[tokio::test]
+async fn a_read_only_principal_writes_nothing_in_the_shared_temp_directory() {
+    use support::Family;
+    let home = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("tempdir");
+    let root = home.path().join("workspaces");
+    std::fs::create_dir(&root).expect("root");
+    let file = home.path().join("principals");
+    write_principals(
+        &file,
+        &format!("alice {ALICE} sandbox=read-only\nbob {BOB}\n"),
+    );
+    let mut command = principals_command(&file, &root);
+    command
+        .env("IPYTHON_MCP_SANDBOX", "workspace-write")
+        .env("IPYTHON_MCP_STRUCTURED_OUTPUT", "always")
+        .env("IPYTHON_MCP_LOG", "warn")
+        .envs(support::temp_and_private(home.path()));
+    let (mut server, _stderr, url) = serve(command).await;
+    let shared = home.path().join("tmp");
+    let alice = connect(&url, ALICE, Family::Modern).await;
+    let bob = connect(&url, BOB, Family::Modern).await;
+    let run = stdout_of;
+    let cache = shared.join("bob_cache.pkl");
+    let cache_literal = format!("{:?}", cache.to_str().expect("utf-8"));
+    let shared_literal = format!("{:?}", shared.to_str().expect("utf-8"));
+    // Bob's kernel keeps a pickle in the shared temp directory.
+    let printed = run(
+        bob.peer(),
+        &format!(
+            "import pickle, tempfile\nprint(tempfile.gettempdir() == {shared_literal})\npickle.dump('bob', open({cache_literal}, 'wb'))"
+        ),
+    )
+    .await;
+    assert_eq!(printed, "True\n");
+    // Alice's kernel tries to replace it, to put one beside it, and to move one over it.
+    let attack = format!(
+        r#"import os, pickle, tempfile
+def attempt(label, action):
+    try:
+        action()
+        print(label, 'done')
+    except OSError as e:
+        print(label, 'denied', type(e).__name__)
+attempt('replace', lambda: pickle.dump('alice', open({cache_literal}, 'wb')))
+attempt('plant', lambda: open(os.path.join({shared_literal}, 'alice.pkl'), 'wb').write(b'x'))
+fd, own = tempfile.mkstemp()
+os.write(fd, pickle.dumps('alice'))
+os.close(fd)
+attempt('rename', lambda: os.rename(own, {cache_literal}))
+print('own', os.path.exists(own), own.startswith({shared_literal}))
+"#
+    );
+    let printed = run(alice.peer(), &attack).await;
+    assert_eq!(
+        printed,
+        "replace denied PermissionError\nplant denied PermissionError\nrename denied PermissionError\nown True False\n"
+    );
+    // Bob's kernel loads his own pickle, and finds nothing planted.
+    let printed = run(
+        bob.peer(),
+        &format!(
+            "import os, pickle\nprint(pickle.load(open({cache_literal}, 'rb')), os.path.exists(os.path.join({shared_literal}, 'alice.pkl')))"
+        ),
+    )
+    .await;
+    assert_eq!(printed, "bob False\n");
+    drop((alice, bob));
+    let _ = server.kill().await;
+}
+
 /// A principal may have their own code-mode upstreams: their kernels get `mcp_servers`, another
 /// principal's do not, and no principal's kernel reads the file that holds the credentials.
 /// Two principals naming the same file still have connections of their own.
