@@ -26,7 +26,8 @@
 //! Invariants:
 //! - **Children never inherit our stdio.** Every child (probe, `uv`, `venv`, `pip`) gets a null
 //!   stdin and piped stdout/stderr, because the server's stdout is the MCP protocol stream. Each
-//!   runs in its own process group, killed on timeout or when the caller drops the future.
+//!   runs in its own session and process group, killed on timeout or when the caller drops the
+//!   future.
 //! - **Creation is atomic.** The managed environment is built in `<cache>/envs/.tmp-<random>`,
 //!   verified, given its metadata file, then renamed into place; a directory without valid
 //!   metadata, or whose interpreter no longer imports ipykernel, is broken and is rebuilt.

@@ -1,9 +1,11 @@
 //! Running a short-lived child (probe, venv creation, installer) with its output captured.
 //!
 //! Invariants: stdin is null and stdout/stderr are piped, never inherited (the server's stdout is
-//! the MCP stream); the child runs in its own process group, and that group is killed when the
-//! deadline passes or the caller's future is dropped, so no installer outlives its request.
+//! the MCP stream); the child runs in its own session (no controlling terminal) and process
+//! group, and that group is killed when the deadline passes or the caller's future is dropped,
+//! so no installer outlives its request.
 
+use std::io;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
@@ -73,8 +75,20 @@ pub(crate) async fn run(mut command: Command, timeout: Duration) -> Result<Finis
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .process_group(0);
+        .kill_on_drop(true);
+    // A session of its own, so a group too (killed as one below), and no controlling terminal:
+    // a probe or installer may run code a kernel planted, which must not type into the
+    // user's terminal.
+    // SAFETY: the closure runs in the forked child before exec and only calls setsid, which is
+    // async-signal-safe.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let mut child = command
         .spawn()
         .map_err(|err| Failure::Spawn(err.to_string()))?;
