@@ -203,7 +203,7 @@ fn with_standard_hint(mut info: ErrorInfo) -> ErrorInfo {
 fn standard_hint(code: Code) -> Option<&'static str> {
     match code {
         Code::InvalidPath => Some(
-            "give a path relative to the workspace root, with '/' separators, ending in .ipynb (or .py for a percent script), without '..'",
+            "give a path relative to the workspace root, with '/' separators, ending in .ipynb (or .py for a percent script), without '..' and through no symlink",
         ),
         Code::NotebookNotFound => Some("notebook_create makes a new notebook"),
         Code::RevisionConflict => Some(

@@ -2,11 +2,13 @@
 //! workspace root, or refusing it before anything is opened.
 
 use std::collections::HashMap;
+use std::os::fd::{AsFd as _, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 
 use ipython_mcp_text::shorten;
 
+use crate::directory;
 use crate::error::Error;
 
 /// Longest accepted notebook path, in bytes.
@@ -17,6 +19,8 @@ pub const MAX_PATH_BYTES: usize = 1024;
 pub struct Workspace {
     /// Canonical (symlinks resolved, absolute).
     root: PathBuf,
+    /// The root, opened once: every notebook path is opened beneath this descriptor.
+    root_fd: OwnedFd,
     /// One lock per notebook file: writers in this process take turns, so two tool calls never
     /// interleave a read-modify-write of the same file. Other processes are caught by the
     /// revision check instead. Held weakly: an entry lives only while some call holds or
@@ -44,8 +48,10 @@ pub struct NotebookPath {
     /// As the agent gave it (already normalized: plain components joined by `/`), with
     /// [`JUPYTER_PREFIX`] for a notebook on the Jupyter server.
     pub relative: String,
-    /// The file to read and write: inside the root, symlinks resolved. For a notebook on the
-    /// Jupyter server, `relative` (never a file of this machine; it only names the notebook).
+    /// The file's path: the root joined with `relative` (which crosses no symlink when it was
+    /// resolved). It names the file (bindings, a kernel's working directory); reads and writes
+    /// never go by it, but by descriptor from the root. For a notebook on the Jupyter server,
+    /// `relative` (never a file of this machine; it only names the notebook).
     pub absolute: PathBuf,
     pub format: Format,
     /// For a notebook on the Jupyter server, its path in the server's contents: `relative`
@@ -108,8 +114,13 @@ impl Workspace {
                 reason: "the workspace root is not a directory".to_owned(),
             });
         }
+        let root_fd = directory::open_root(&canonical).map_err(|error| Error::Io {
+            path: root.display().to_string(),
+            message: error.to_string(),
+        })?;
         Ok(Workspace {
             root: canonical,
+            root_fd,
             locks: Mutex::default(),
         })
     }
@@ -120,63 +131,57 @@ impl Workspace {
     }
 
     /// Checks `relative` and finds the file it names. The file need not exist, but its
-    /// directory must.
+    /// directory must. Every component is opened beneath the root without following a
+    /// symlink: a symlink anywhere in the path (even one that stays inside), a component that
+    /// is not a directory, or a file that is not a regular one is refused. Writes check again
+    /// by descriptor (see `directory.rs`), so a path swapped after this check is refused then.
     pub fn resolve(&self, relative: &str) -> Result<NotebookPath, Error> {
-        let invalid = |reason: &str| Error::InvalidPath {
+        let invalid = |reason: String| Error::InvalidPath {
             path: shorten(relative, 200),
-            reason: reason.to_owned(),
+            reason,
         };
-        let components = check_syntax(relative).map_err(|reason| invalid(&reason))?;
+        let components = check_syntax(relative).map_err(invalid)?;
         let (file_name, directories) = components.split_last().expect("at least one component");
-        let mut directory = self.root.clone();
-        directory.extend(directories);
-        let directory =
-            match directory.canonicalize() {
-                Ok(directory) => directory,
-                Err(_) => return Err(invalid(
-                    "its directory does not exist in the workspace (create the directory first)",
-                )),
-            };
-        if !directory.starts_with(&self.root) {
-            return Err(invalid(
-                "it leads outside the workspace root (through a symlink)",
-            ));
-        }
-        if !directory.is_dir() {
-            return Err(invalid("its directory is not a directory"));
-        }
-        let mut absolute = directory.join(file_name);
-        match std::fs::symlink_metadata(&absolute) {
-            Ok(metadata) if metadata.file_type().is_symlink() => {
-                let target = absolute
-                    .canonicalize()
-                    .map_err(|_| invalid("it is a symlink to nothing"))?;
-                if !target.starts_with(&self.root) {
-                    return Err(invalid(
-                        "it is a symlink that leads outside the workspace root",
-                    ));
-                }
-                if !target.is_file() {
-                    return Err(invalid("it is not a regular file"));
-                }
-                absolute = target;
-            }
-            Ok(metadata) if !metadata.is_file() => {
-                return Err(invalid("it is not a regular file"));
-            }
-            _ => {}
-        }
+        let directory = directory::open_directory(self.root_fd.as_fd(), directories, relative)?;
+        directory::check_file(directory.as_fd(), file_name, relative)?;
         let format = if file_name.ends_with(".py") {
             Format::Percent
         } else {
             Format::Ipynb
         };
+        let mut absolute = self.root.clone();
+        absolute.extend(&components);
         Ok(NotebookPath {
             relative: components.join("/"),
             absolute,
             format,
             server: None,
         })
+    }
+
+    /// The directory of a checked workspace path, opened anew beneath the root by descriptor
+    /// (whatever it was when the path was resolved), and the file's name in it.
+    pub(crate) fn open_parent<'path>(
+        &self,
+        path: &'path NotebookPath,
+    ) -> Result<(OwnedFd, &'path str), Error> {
+        if path.server.is_some() {
+            return Err(Error::InvalidPath {
+                path: shorten(&path.relative, 200),
+                reason: "a notebook on the Jupyter server is not a workspace file".to_owned(),
+            });
+        }
+        let components: Vec<&str> = path.relative.split('/').collect();
+        let (file_name, directories) = components.split_last().expect("split yields one item");
+        let directory =
+            directory::open_directory(self.root_fd.as_fd(), directories, &path.relative)?;
+        Ok((directory, file_name))
+    }
+
+    /// Root-relative paths of the workspace's `.ipynb` files, sorted, found by descriptor
+    /// within `scan`'s bounds: no symlink followed, hidden entries skipped.
+    pub fn find_notebooks(&self, scan: directory::Scan) -> Vec<String> {
+        directory::find_notebooks(self.root_fd.as_fd(), scan)
     }
 
     /// The lock of one notebook file (see `locks`).
@@ -311,27 +316,44 @@ mod tests {
     }
 
     #[test]
-    fn symlinks_may_not_lead_outside() {
+    fn symlinks_are_refused_wherever_they_lead_and_only_regular_files_pass() {
         let (dir, workspace) = workspace();
         let outside = tempfile::tempdir().expect("outside");
         std::fs::write(outside.path().join("x.ipynb"), "{}").expect("write");
-        std::os::unix::fs::symlink(outside.path(), dir.path().join("link")).expect("symlink");
-        std::os::unix::fs::symlink(
-            outside.path().join("x.ipynb"),
-            dir.path().join("file.ipynb"),
-        )
-        .expect("symlink");
-        assert!(workspace.resolve("link/x.ipynb").is_err());
-        assert!(workspace.resolve("file.ipynb").is_err());
-        // A symlink that stays inside is followed.
-        std::fs::write(dir.path().join("real.ipynb"), "{}").expect("write");
-        std::os::unix::fs::symlink(
-            dir.path().join("real.ipynb"),
-            dir.path().join("alias.ipynb"),
-        )
-        .expect("symlink");
-        let alias = workspace.resolve("alias.ipynb").expect("inside");
-        assert_eq!(alias.absolute, workspace.root().join("real.ipynb"));
+        std::fs::create_dir(dir.path().join("real")).expect("mkdir");
+        std::fs::write(dir.path().join("real/x.ipynb"), "{}").expect("write");
+        let link = |target: &Path, name: &str| {
+            std::os::unix::fs::symlink(target, dir.path().join(name)).expect("symlink")
+        };
+        link(outside.path(), "out");
+        link(&dir.path().join("real"), "in");
+        link(&outside.path().join("x.ipynb"), "out.ipynb");
+        link(&dir.path().join("real/x.ipynb"), "in.ipynb");
+        std::fs::write(dir.path().join("plain"), "").expect("write");
+        crate::directory::tests::make_fifo(&dir.path().join("fifo.ipynb"));
+        for (path, reason) in [
+            // A symlinked directory on the way, whether it leads out or stays inside.
+            ("out/x.ipynb", "\"out\" is a symlink"),
+            ("in/x.ipynb", "\"in\" is a symlink"),
+            ("out/new.ipynb", "\"out\" is a symlink"),
+            // The file itself a symlink, out or in.
+            ("out.ipynb", "it is a symlink"),
+            ("in.ipynb", "it is a symlink"),
+            ("plain/x.ipynb", "\"plain\" is not a directory"),
+            ("fifo.ipynb", "it is a FIFO, not a regular file"),
+            ("real", "must end in '.ipynb'"),
+        ] {
+            let error = workspace.resolve(path).expect_err(path);
+            assert_eq!(error.code(), "invalid_path", "{path}: {error}");
+            assert!(error.to_string().contains(reason), "{path}: {error}");
+            assert!(error.to_string().contains(path), "{path}: {error}");
+        }
+        let real = workspace.resolve("real/x.ipynb").expect("a plain path");
+        assert_eq!(real.absolute, workspace.root().join("real/x.ipynb"));
+        assert_eq!(
+            std::fs::read_to_string(outside.path().join("x.ipynb")).expect("read"),
+            "{}"
+        );
     }
 
     #[test]

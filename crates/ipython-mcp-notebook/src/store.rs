@@ -1,11 +1,11 @@
 //! Reading and writing notebook files: revisions (SHA-256 of the bytes), optimistic
 //! concurrency, atomic replacement that keeps the file's permissions.
 
-use std::io::Write as _;
-use std::path::Path;
+use std::os::fd::{AsFd as _, OwnedFd};
 
 use sha2::{Digest, Sha256};
 
+use crate::directory::{self, Contents, TempFile};
 use crate::error::Error;
 use crate::model::Notebook;
 use crate::path::{Format, NotebookPath, Workspace};
@@ -53,8 +53,19 @@ fn io_error(path: &NotebookPath, error: std::io::Error) -> Error {
     }
 }
 
-fn read_bytes(path: &NotebookPath) -> Result<Vec<u8>, Error> {
-    std::fs::read(&path.absolute).map_err(|error| io_error(path, error))
+/// The notebook's file as it is now, read in its directory's descriptor (`None`: no file).
+fn current(
+    directory: &OwnedFd,
+    name: &str,
+    path: &NotebookPath,
+) -> Result<Option<Contents>, Error> {
+    directory::read_file(directory.as_fd(), name, &path.relative)
+}
+
+fn not_found(path: &NotebookPath) -> Error {
+    Error::NotFound {
+        path: path.relative.clone(),
+    }
 }
 
 fn parse(path: &NotebookPath, bytes: &[u8]) -> Result<Notebook, Error> {
@@ -90,10 +101,27 @@ fn check_revision(path: &NotebookPath, expected: Option<&str>, actual: &str) -> 
 }
 
 impl Workspace {
+    /// The bytes of a notebook file, read by descriptor beneath the root (a regular file of
+    /// at most [`MAX_NOTEBOOK_BYTES`](crate::MAX_NOTEBOOK_BYTES), no symlink on the way).
+    fn read_bytes(&self, path: &NotebookPath) -> Result<Vec<u8>, Error> {
+        let (directory, name) = self.open_parent(path)?;
+        match current(&directory, name, path)? {
+            Some(contents) => Ok(contents.bytes),
+            None => Err(not_found(path)),
+        }
+    }
+
+    /// The size of a notebook file in bytes, from its `fstat` (opened as a read opens it).
+    pub fn size(&self, path: &NotebookPath) -> Result<u64, Error> {
+        let (directory, name) = self.open_parent(path)?;
+        directory::file_size(directory.as_fd(), name, &path.relative)?
+            .ok_or_else(|| not_found(path))
+    }
+
     /// Reads and parses a notebook.
     pub fn read(&self, path: &NotebookPath) -> Result<Loaded, Error> {
         let mut release = ReleaseAfter(0);
-        let bytes = read_bytes(path)?;
+        let bytes = self.read_bytes(path)?;
         release.0 = bytes.len();
         Ok(Loaded {
             notebook: parse(path, &bytes)?,
@@ -104,13 +132,13 @@ impl Workspace {
 
     /// The current revision of a notebook file and its size in bytes (without parsing it).
     pub fn revision_and_size(&self, path: &NotebookPath) -> Result<(String, usize), Error> {
-        let bytes = read_bytes(path)?;
+        let bytes = self.read_bytes(path)?;
         Ok((revision_of(&bytes), bytes.len()))
     }
 
     /// The current revision of a notebook file (without parsing it).
     pub fn revision(&self, path: &NotebookPath) -> Result<String, Error> {
-        Ok(revision_of(&read_bytes(path)?))
+        Ok(revision_of(&self.read_bytes(path)?))
     }
 
     /// Writes a new notebook. Without `overwrite`, an existing file is an error; with it, the
@@ -125,18 +153,16 @@ impl Workspace {
         let lock = self.lock_for(&path.absolute);
         let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let bytes = encode(path, notebook);
+        let (directory, name) = self.open_parent(path)?;
         if overwrite {
-            let current = match std::fs::read(&path.absolute) {
-                Ok(current) => Some(revision_of(&current)),
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => None,
-                Err(error) => return Err(io_error(path, error)),
-            };
-            if let (Some(expected), Some(current)) = (expected_revision, &current) {
+            let current = current(&directory, name, path)?
+                .map(|contents| (revision_of(&contents.bytes), contents.mode));
+            if let (Some(expected), Some((current, _))) = (expected_revision, &current) {
                 check_revision(path, Some(expected), current)?;
             }
-            write_atomic(path, &bytes, current.as_deref())?;
+            write_atomic(&directory, name, path, &bytes, current)?;
         } else {
-            write_new(path, &bytes)?;
+            write_new(&directory, name, path, &bytes)?;
         }
         Ok(revision_of(&bytes))
     }
@@ -196,7 +222,10 @@ impl Workspace {
         let mut release = ReleaseAfter(0);
         let lock = self.lock_for(&path.absolute);
         let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let bytes = read_bytes(path)?;
+        // One descriptor of the directory for the read, the temp file and the rename.
+        let (directory, name) = self.open_parent(path)?;
+        let Contents { bytes, mode } =
+            current(&directory, name, path)?.ok_or_else(|| not_found(path))?;
         release.0 = bytes.len();
         let revision = revision_of(&bytes);
         check_revision(path, expected_revision, &revision)?;
@@ -204,7 +233,7 @@ impl Workspace {
         notebook.ensure_ids();
         let result = change(&mut notebook)?;
         let new_bytes = encode(path, &notebook);
-        write_atomic(path, &new_bytes, Some(&revision))?;
+        write_atomic(&directory, name, path, &new_bytes, Some((revision, mode)))?;
         Ok((result, revision_of(&new_bytes)))
     }
 }
@@ -240,90 +269,69 @@ fn release_free_memory() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn release_free_memory() {}
 
-/// Creates a file that must not exist yet: temp file, fsync, then a rename that fails if the
-/// name was taken meanwhile (`link`-based no-clobber).
-fn write_new(path: &NotebookPath, bytes: &[u8]) -> Result<(), Error> {
-    let temp = temp_file(path, bytes, None)?;
-    match temp.persist_noclobber(&path.absolute) {
-        Ok(_) => {}
-        Err(error) if error.error.kind() == std::io::ErrorKind::AlreadyExists => {
+/// Creates the file `name` in `directory`, which must not exist yet: temp file, fsync, then a
+/// rename that fails if the name was taken meanwhile.
+fn write_new(
+    directory: &OwnedFd,
+    name: &str,
+    path: &NotebookPath,
+    bytes: &[u8],
+) -> Result<(), Error> {
+    let temp = TempFile::write(directory.as_fd(), bytes, directory::new_file_mode())
+        .map_err(|error| io_error(path, error))?;
+    match temp.create(name) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
             return Err(Error::AlreadyExists {
                 path: path.relative.clone(),
             })
         }
-        Err(error) => return Err(io_error(path, error.error)),
+        Err(error) => return Err(io_error(path, error)),
     }
-    sync_directory(path);
+    directory::sync(directory.as_fd());
     Ok(())
 }
 
-/// Replaces the file atomically. `expected` is the revision the file must still have right
-/// before the rename (`None`: it must not exist).
-fn write_atomic(path: &NotebookPath, bytes: &[u8], expected: Option<&str>) -> Result<(), Error> {
-    let permissions = std::fs::metadata(&path.absolute)
-        .ok()
-        .map(|metadata| metadata.permissions());
-    let temp = temp_file(path, bytes, permissions)?;
+/// Replaces the file `name` in `directory` atomically. `expected` is the revision the file
+/// must still have right before the rename, with the permissions it keeps (`None`: it must
+/// not exist).
+fn write_atomic(
+    directory: &OwnedFd,
+    name: &str,
+    path: &NotebookPath,
+    bytes: &[u8],
+    expected: Option<(String, rustix::fs::Mode)>,
+) -> Result<(), Error> {
+    let mode = expected
+        .as_ref()
+        .map_or_else(directory::new_file_mode, |(_, mode)| *mode);
+    let temp =
+        TempFile::write(directory.as_fd(), bytes, mode).map_err(|error| io_error(path, error))?;
     // The last check before the rename: another process may have written meanwhile. (What
     // remains is the window between this read and the rename, microseconds.)
-    match (std::fs::read(&path.absolute), expected) {
-        (Ok(current), Some(expected)) => {
-            check_revision(path, Some(expected), &revision_of(&current))?
+    match (current(directory, name, path)?, expected) {
+        (Some(current), Some((expected, _))) => {
+            check_revision(path, Some(&expected), &revision_of(&current.bytes))?
         }
-        (Ok(current), None) => {
+        (Some(current), None) => {
             return Err(Error::RevisionConflict {
                 path: path.relative.clone(),
                 expected: "(no file)".to_owned(),
-                actual: revision_of(&current),
+                actual: revision_of(&current.bytes),
             })
         }
-        (Err(error), Some(expected)) if error.kind() == std::io::ErrorKind::NotFound => {
+        (None, Some((expected, _))) => {
             return Err(Error::RevisionConflict {
                 path: path.relative.clone(),
-                expected: expected.to_owned(),
+                expected,
                 actual: "(deleted)".to_owned(),
             })
         }
-        (Err(error), Some(_)) => return Err(io_error(path, error)),
-        (Err(_), None) => {}
+        (None, None) => {}
     }
-    temp.persist(&path.absolute)
-        .map_err(|error| io_error(path, error.error))?;
-    sync_directory(path);
+    temp.replace(name).map_err(|error| io_error(path, error))?;
+    directory::sync(directory.as_fd());
     Ok(())
-}
-
-/// A fully written, fsynced temp file beside the target (same filesystem, so the rename is
-/// atomic), with the target's permissions (or 0644 for a new file).
-fn temp_file(
-    path: &NotebookPath,
-    bytes: &[u8],
-    permissions: Option<std::fs::Permissions>,
-) -> Result<tempfile::NamedTempFile, Error> {
-    let directory = path.absolute.parent().unwrap_or(Path::new("."));
-    let mut temp = tempfile::Builder::new()
-        .prefix(".ipython-mcp-")
-        .suffix(".tmp")
-        .tempfile_in(directory)
-        .map_err(|error| io_error(path, error))?;
-    let permissions = permissions.unwrap_or_else(|| {
-        use std::os::unix::fs::PermissionsExt as _;
-        std::fs::Permissions::from_mode(0o644)
-    });
-    temp.write_all(bytes)
-        .and_then(|()| temp.as_file().set_permissions(permissions))
-        .and_then(|()| temp.as_file().sync_all())
-        .map_err(|error| io_error(path, error))?;
-    Ok(temp)
-}
-
-/// Makes the rename durable. Best effort: some filesystems refuse to fsync a directory.
-fn sync_directory(path: &NotebookPath) {
-    if let Some(directory) = path.absolute.parent() {
-        if let Ok(handle) = std::fs::File::open(directory) {
-            let _ = handle.sync_all();
-        }
-    }
 }
 
 #[cfg(test)]
@@ -568,5 +576,112 @@ mod tests {
             .map(|entry| entry.expect("entry").file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("n.ipynb")]);
+    }
+
+    /// A workspace `root/` with `sub/`, and a directory `outside/` beside it.
+    fn beside_outside() -> (tempfile::TempDir, Workspace, std::path::PathBuf) {
+        let top = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(top.path().join("root/sub")).expect("mkdir");
+        std::fs::create_dir(top.path().join("outside")).expect("mkdir");
+        let workspace = Workspace::new(&top.path().join("root")).expect("workspace");
+        let outside = top.path().join("outside");
+        (top, workspace, outside)
+    }
+
+    /// What a kernel does between the server's check and its write: `sub` moved aside and a
+    /// symlink to `outside` put in its place.
+    fn swap_for_symlink(workspace: &Workspace, outside: &std::path::Path) {
+        let root = workspace.root();
+        std::fs::rename(root.join("sub"), root.join("moved")).expect("rename");
+        std::os::unix::fs::symlink(outside, root.join("sub")).expect("symlink");
+    }
+
+    fn listing(directory: &std::path::Path) -> Vec<std::ffi::OsString> {
+        let mut names: Vec<_> = std::fs::read_dir(directory)
+            .expect("ls")
+            .map(|entry| entry.expect("entry").file_name())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_directory_swapped_for_a_symlink_after_resolve_gets_no_write_outside() {
+        let notebook = Notebook::new("python3", "Python 3", "python");
+        // A create, a create that overwrites, and an edit: each resolved, then swapped.
+        for (index, step) in ["create", "overwrite", "mutate"].into_iter().enumerate() {
+            let (_top, workspace, outside) = beside_outside();
+            let path = workspace.resolve("sub/n.py").expect("path");
+            if step != "create" {
+                created(&workspace, &path);
+            }
+            swap_for_symlink(&workspace, &outside);
+            let result = match step {
+                "create" => workspace.create(&path, &notebook, false, None).map(drop),
+                "overwrite" => workspace.create(&path, &notebook, true, None).map(drop),
+                _ => workspace
+                    .update(&path, None, |notebook| {
+                        notebook.insert(None, markdown("x")).map(drop)
+                    })
+                    .map(drop),
+            };
+            let error = result.expect_err(step);
+            assert_eq!(error.code(), "invalid_path", "{step}: {error}");
+            assert!(
+                error.to_string().contains("\"sub\" is a symlink"),
+                "{step}: {error}"
+            );
+            assert!(
+                listing(&outside).is_empty(),
+                "{step}: {:?}",
+                listing(&outside)
+            );
+            let kept: &[&str] = if index == 0 { &[] } else { &["n.py"] };
+            assert_eq!(
+                listing(&workspace.root().join("moved")),
+                kept.iter()
+                    .map(std::ffi::OsString::from)
+                    .collect::<Vec<_>>(),
+                "{step}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_fifo_or_a_huge_file_planted_as_the_notebook_is_an_error_not_a_hang() {
+        let (dir, workspace, path) = setup();
+        crate::directory::tests::make_fifo(&path.absolute);
+        let error = workspace.read(&path).expect_err("a FIFO");
+        assert_eq!(error.code(), "invalid_path", "{error}");
+        assert!(error.to_string().contains("it is a FIFO"), "{error}");
+        let error = workspace
+            .update(&path, None, |_| Ok(()))
+            .expect_err("a FIFO");
+        assert!(error.to_string().contains("it is a FIFO"), "{error}");
+        let error = workspace
+            .create(
+                &path,
+                &Notebook::new("python3", "Python 3", "python"),
+                true,
+                None,
+            )
+            .expect_err("a FIFO");
+        assert!(error.to_string().contains("it is a FIFO"), "{error}");
+        std::fs::remove_file(&path.absolute).expect("rm");
+        // Sparse: the size is what counts, and nothing that large is read.
+        let huge = std::fs::File::create(&path.absolute).expect("create");
+        huge.set_len(crate::MAX_NOTEBOOK_BYTES + 1)
+            .expect("set_len");
+        let error = workspace.read(&path).expect_err("too large");
+        assert_eq!(error.code(), "invalid_notebook", "{error}");
+        assert!(error.to_string().contains("more than the"), "{error}");
+        assert_eq!(
+            workspace.size(&path).expect("size"),
+            crate::MAX_NOTEBOOK_BYTES + 1
+        );
+        assert_eq!(
+            listing(dir.path()),
+            vec![std::ffi::OsString::from("n.ipynb")]
+        );
     }
 }

@@ -28,43 +28,6 @@ const MAX_LISTED_NOTEBOOKS: usize = 200;
 const MAX_SCAN_DEPTH: usize = 4;
 const MAX_SCANNED_ENTRIES: usize = 10_000;
 
-/// Workspace-relative paths of `.ipynb` files: hidden directories skipped, symlinks not
-/// followed, bounded in depth, entries and results.
-fn scan_notebooks(root: &std::path::Path) -> Vec<String> {
-    let mut found = Vec::new();
-    let mut pending = vec![(root.to_owned(), 0usize)];
-    let mut scanned = 0usize;
-    while let Some((directory, depth)) = pending.pop() {
-        let Ok(entries) = std::fs::read_dir(&directory) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            scanned += 1;
-            if scanned > MAX_SCANNED_ENTRIES || found.len() >= MAX_LISTED_NOTEBOOKS {
-                found.sort();
-                return found;
-            }
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') {
-                continue;
-            }
-            let Ok(kind) = entry.file_type() else {
-                continue;
-            };
-            let path = entry.path();
-            if kind.is_dir() && depth + 1 < MAX_SCAN_DEPTH {
-                pending.push((path, depth + 1));
-            } else if kind.is_file() && name.ends_with(".ipynb") {
-                if let Ok(relative) = path.strip_prefix(root) {
-                    found.push(relative.to_string_lossy().into_owned());
-                }
-            }
-        }
-    }
-    found.sort();
-    found
-}
-
 /// The MCP protocol versions and extensions served, as rmcp negotiates them for this handler
 /// (asked of it, so the resource cannot drift from what the server answers).
 fn protocol_json(server: &IpythonMcp) -> Value {
@@ -115,8 +78,13 @@ impl IpythonMcp {
                 .with_mime_type("application/json"),
         ];
         if let Ok(workspace) = self.notebooks().workspace() {
-            let root = workspace.root().to_owned();
-            let notebooks = tokio::task::spawn_blocking(move || scan_notebooks(&root))
+            let workspace = workspace.clone();
+            let scan = ipython_mcp_notebook::Scan {
+                max_depth: MAX_SCAN_DEPTH,
+                max_entries: MAX_SCANNED_ENTRIES,
+                max_found: MAX_LISTED_NOTEBOOKS,
+            };
+            let notebooks = tokio::task::spawn_blocking(move || workspace.find_notebooks(scan))
                 .await
                 .unwrap_or_default();
             resources.extend(notebooks.into_iter().map(|relative| {
@@ -365,16 +333,13 @@ impl IpythonMcp {
         // Resolving reads the file system too: all of it on the blocking pool.
         let read = tokio::task::spawn_blocking(move || {
             let path = workspace.resolve(&relative)?;
-            let metadata = std::fs::metadata(&path.absolute).map_err(|_| {
-                ipython_mcp_notebook::Error::NotFound {
-                    path: path.relative.clone(),
-                }
-            })?;
-            if metadata.len() as usize > MAX_RESOURCE_BYTES {
+            // By descriptor, as every read of a workspace file (a symlink or FIFO planted by a
+            // kernel is refused, not followed).
+            let size = workspace.size(&path)?;
+            if size > MAX_RESOURCE_BYTES as u64 {
                 return Err(ipython_mcp_notebook::Error::InvalidArguments {
                     message: format!(
-                        "the notebook is {} bytes; resources serve at most {MAX_RESOURCE_BYTES} (use notebook_read)",
-                        metadata.len()
+                        "the notebook is {size} bytes; resources serve at most {MAX_RESOURCE_BYTES} (use notebook_read)"
                     ),
                 });
             }

@@ -731,6 +731,150 @@ async fn bad_paths_are_refused_before_any_file_access() {
     validate_with_jupyter(&workspace.versions()).await;
 }
 
+/// How many `notebook_create` calls race the kernel's swaps.
+const RACED_CREATES: usize = 150;
+
+/// Every path under `directory` (recursively, symlinks not followed), relative to it.
+fn tree(directory: &Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let mut pending = vec![directory.to_owned()];
+    while let Some(next) = pending.pop() {
+        for entry in std::fs::read_dir(&next).expect("ls") {
+            let entry = entry.expect("entry");
+            if entry.file_type().expect("type").is_dir() {
+                pending.push(entry.path());
+            }
+            let relative = entry
+                .path()
+                .strip_prefix(directory)
+                .expect("inside")
+                .to_owned();
+            found.push(relative.display().to_string());
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The attack that once put files outside the workspace: kernel code swaps `racews/sub` with a
+/// symlink to a directory outside it (`renameat2(RENAME_EXCHANGE)`, in a tight loop, from a
+/// background thread) while the agent creates `racews/sub/pwn_N.py` again and again. The server
+/// resolves and writes by descriptor beneath the workspace root, so each create either lands in
+/// the real directory or is refused as a symlink, and nothing (no notebook, no temp file) ever
+/// lands outside, a directory the sandboxed kernel itself cannot write.
+#[tokio::test]
+async fn a_directory_swapped_for_a_symlink_mid_write_gets_nothing_written_outside() {
+    if !cfg!(target_os = "linux") {
+        panic!("the race uses renameat2 and the Linux sandbox");
+    }
+    // Outside the system temp directory, which the kernel may write.
+    let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join("notebook-race");
+    std::fs::create_dir_all(&base).expect("base");
+    let top = tempfile::Builder::new()
+        .prefix("race")
+        .tempdir_in(&base)
+        .expect("tempdir");
+    let (root, outside) = (top.path().join("root"), top.path().join("outside"));
+    std::fs::create_dir(&root).expect("root");
+    std::fs::create_dir(&outside).expect("outside");
+    let server = Server::start(
+        Family::Modern,
+        &[
+            ("IPYTHON_MCP_SANDBOX", "workspace-write"),
+            ("IPYTHON_MCP_WORKSPACE_ROOT", root.to_str().expect("utf-8")),
+        ],
+    )
+    .await;
+    let racews = root.join("racews");
+    let swapper = format!(
+        r#"
+import ctypes, os, threading
+_libc = ctypes.CDLL(None, use_errno=True)
+os.makedirs({sub:?})
+os.symlink({outside:?}, {link:?})
+# The sandbox keeps the kernel itself out of that directory.
+try:
+    open(os.path.join({outside:?}, "probe"), "w")
+    print("the kernel can write outside")
+except OSError:
+    pass
+_race = {{"swaps": 0, "stop": threading.Event()}}
+def _swap(sub=os.fsencode({sub:?}), link=os.fsencode({link:?})):
+    while not _race["stop"].is_set():
+        if _libc.renameat2(-100, sub, -100, link, 2) == 0:  # AT_FDCWD, RENAME_EXCHANGE
+            _race["swaps"] += 1
+threading.Thread(target=_swap, daemon=True).start()
+"#,
+        sub = racews.join("sub").to_str().expect("utf-8"),
+        link = racews.join("link").to_str().expect("utf-8"),
+        outside = outside.to_str().expect("utf-8"),
+    );
+    let started = server.call("execute", json!({ "code": swapper })).await;
+    assert!(started.ok(), "{started:?}");
+    assert!(
+        !started.text().contains("the kernel can write outside"),
+        "{started:?}"
+    );
+    let (mut created, mut refused, mut unexpected) = (Vec::new(), 0usize, Vec::new());
+    let racing = Instant::now();
+    for index in 0..RACED_CREATES {
+        let path = format!("racews/sub/pwn_{index}.py");
+        let result = server
+            .call("notebook_create", json!({ "path": path }))
+            .await;
+        if result.ok() {
+            created.push(format!("pwn_{index}.py"));
+        } else if result.structured["error"]["code"] == "invalid_path"
+            && result.text().contains("symlink")
+        {
+            // The only other outcome: refused, naming the symlink it met.
+            refused += 1;
+        } else {
+            unexpected.push(format!("{path}: {result:?}"));
+        }
+    }
+    let stopped = server
+        .call(
+            "execute",
+            json!({"code": "_race['stop'].set()\nprint(_race['swaps'])"}),
+        )
+        .await;
+    assert!(stopped.ok(), "{stopped:?}");
+    let swaps: u64 = stopped.structured["stdout"]
+        .as_str()
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or_else(|| panic!("swap count in {stopped:?}"));
+    server.stop().await;
+    eprintln!(
+        "{} created, {refused} refused, {swaps} swaps in {:?}",
+        created.len(),
+        racing.elapsed()
+    );
+    assert_eq!(
+        tree(&outside),
+        Vec::<String>::new(),
+        "nothing lands outside"
+    );
+    assert_eq!(
+        unexpected,
+        Vec::<String>::new(),
+        "neither created nor refused"
+    );
+    assert!(
+        swaps > 0 && refused > 0,
+        "the race ran: {swaps} swaps, {refused} refused"
+    );
+    // The real directory is `sub` or `link`, as the last swap left it; it holds every notebook
+    // created, and nothing else (no temp file).
+    let real = ["sub", "link"]
+        .map(|name| racews.join(name))
+        .into_iter()
+        .find(|path| !path.is_symlink())
+        .expect("the real directory");
+    created.sort();
+    assert_eq!(tree(&real), created, "{refused} refused of {RACED_CREATES}");
+}
+
 #[tokio::test]
 async fn older_notebooks_get_ids_on_first_write_and_keep_unknown_fields() {
     let mut workspace = Workspace::new();
