@@ -16,6 +16,7 @@ use seccompiler::{
     SeccompRule,
 };
 
+use crate::policy::WRITE_PROTECTED;
 use crate::{Error, KernelDirs, Mode, Network, Policy, Report};
 
 /// The Landlock ABI the rules are written for (file rights up to `IOCTL_DEV`); a newer
@@ -565,9 +566,15 @@ impl Plan<'_> {
         let Ok(entries) = std::fs::read_dir(dir) else {
             return;
         };
+        let mut kept_read_only = Vec::new();
         for entry in entries.flatten() {
             let name = entry.file_name();
             if is_proc && !system_proc_entry(&name) {
+                continue;
+            }
+            // Split anyway, so keeping these read-only takes nothing else away.
+            if pass == Pass::Write && WRITE_PROTECTED.iter().any(|protected| name == *protected) {
+                kept_read_only.push(name.to_string_lossy().into_owned());
                 continue;
             }
             let path = dir.join(&name);
@@ -580,6 +587,14 @@ impl Plan<'_> {
                 continue;
             }
             self.allow(&path, access, pass);
+        }
+        if !kept_read_only.is_empty() {
+            kept_read_only.sort();
+            self.limits.push(format!(
+                "{} in {} are read-only: what they hold runs outside the sandbox",
+                kept_read_only.join(", "),
+                dir.display()
+            ));
         }
     }
 }
@@ -628,6 +643,53 @@ mod tests {
         for hidden in [".ssh", ".config/gcloud", "keys"] {
             assert_eq!(granted(&plan, &home.join(hidden)), None, "{hidden}");
         }
+    }
+
+    /// A writable HOME is split for its secrets anyway: its shell start-up files, `.git` and
+    /// editor and agent settings stay readable and become read-only; a directory not split
+    /// keeps them writable (protecting them there would take its new entries away).
+    #[test]
+    fn a_split_writable_directory_keeps_what_runs_outside_the_sandbox_read_only() {
+        let home = tempfile::tempdir().expect("tempdir");
+        let home = home.path().canonicalize().expect("canonical");
+        for dir in [".ssh", ".git/hooks", ".vscode", "work/.git/hooks"] {
+            std::fs::create_dir_all(home.join(dir)).expect("mkdir");
+        }
+        for file in [".bashrc", ".profile", ".envrc", "notes.txt"] {
+            std::fs::write(home.join(file), "x").expect("write");
+        }
+        let denied = vec![home.join(".ssh")];
+        let mut plan = Plan {
+            denied: &denied,
+            grants: Vec::new(),
+            limits: Vec::new(),
+        };
+        plan.allow(&home, read_access(), Pass::Read);
+        plan.allow(&home, AccessFs::from_all(RULES_ABI), Pass::Write);
+        let all = AccessFs::from_all(RULES_ABI);
+        let writable = |path: &str| {
+            plan.grants
+                .iter()
+                .any(|(granted, access)| granted == &home.join(path) && *access == all)
+        };
+        for protected in [".bashrc", ".profile", ".envrc", ".git", ".vscode"] {
+            assert!(!writable(protected), "{protected} is writable");
+            assert_eq!(
+                granted(&plan, &home.join(protected)),
+                Some(read_access()),
+                "{protected} stays readable"
+            );
+        }
+        assert!(writable("notes.txt"));
+        assert!(
+            writable("work"),
+            "a directory not split keeps its .git writable"
+        );
+        let said = plan.limits.join("\n");
+        assert!(
+            said.contains(".bashrc, .envrc, .git, .profile, .vscode in"),
+            "{said}"
+        );
     }
 
     #[test]

@@ -72,6 +72,39 @@ impl Network {
     }
 }
 
+/// Entries whose contents become code run outside the sandbox (a git hook at the next commit,
+/// a shell start-up file at the next login, an editor's or agent's settings, direnv's
+/// `.envrc`): read-only to kernels wherever the sandbox can say so without taking anything
+/// else away, that is inside a writable directory it splits anyway (one holding a denied
+/// path, as HOME does). `IPYTHON_MCP_SANDBOX_WRITE` naming one makes it writable.
+pub const WRITE_PROTECTED: &[&str] = &[
+    ".git",
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".cshrc",
+    ".tcshrc",
+    ".kshrc",
+    ".inputrc",
+    ".envrc",
+    ".vscode",
+    ".idea",
+    ".mcp.json",
+    ".claude",
+    ".cursor",
+    ".gitconfig",
+    ".config",
+    ".local",
+    ".pythonrc",
+    ".pythonstartup",
+];
+
 /// Secret locations under HOME no kernel reads: keys, cloud, cluster and package-index
 /// credentials, agents' and tools' tokens, keyrings, browser profiles and command histories.
 /// docs/src/sandbox.md has them in one table, with what each holds; keep the two in step.

