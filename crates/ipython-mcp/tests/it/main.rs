@@ -25,6 +25,7 @@ mod model_view;
 mod notebooks;
 mod notebooks_sdk;
 mod oauth;
+mod planted;
 mod principals;
 mod python_sdk;
 mod remote;
