@@ -471,9 +471,32 @@ pub(crate) fn io_error<'a>(
     }
 }
 
+/// The largest metadata file read.
+const MAX_METADATA_BYTES: u64 = 1024 * 1024;
+
+/// The environment's metadata file, on the blocking pool. Kernels may write their environment
+/// (`%pip`), so it is read as an untrusted file: no link followed, no FIFO or device opened, at
+/// most `MAX_METADATA_BYTES`.
+pub(crate) async fn read_metadata(target: &Path) -> io::Result<Vec<u8>> {
+    let target = target.to_owned();
+    tokio::task::spawn_blocking(move || {
+        ipython_mcp_untrusted::read(&target, Path::new(METADATA_FILE), MAX_METADATA_BYTES).map_err(
+            |error| {
+                if error.is_not_found() {
+                    io::Error::new(io::ErrorKind::NotFound, error.to_string())
+                } else {
+                    io::Error::other(error.to_string())
+                }
+            },
+        )
+    })
+    .await
+    .map_err(io::Error::other)?
+}
+
 /// Valid metadata and an interpreter that imports ipykernel (one probe, no installer).
 async fn check(target: &Path, probe_timeout: Duration, confinement: &Confinement) -> Check {
-    let metadata = match tokio::fs::read(target.join(METADATA_FILE)).await {
+    let metadata = match read_metadata(target).await {
         Ok(bytes) => bytes,
         Err(_) if tokio::fs::symlink_metadata(target).await.is_err() => return Check::Absent,
         Err(err) => return Check::Broken(format!("no metadata file: {err}")),

@@ -280,7 +280,7 @@ async fn check(
     probe_timeout: Duration,
     confinement: &Confinement,
 ) -> Check {
-    let bytes = match tokio::fs::read(target.join(METADATA_FILE)).await {
+    let bytes = match crate::managed::read_metadata(target).await {
         Ok(bytes) => bytes,
         Err(_) if tokio::fs::symlink_metadata(target).await.is_err() => return Check::Absent,
         Err(_) => {

@@ -201,9 +201,20 @@ pub fn discover(dirs: &[PathBuf]) -> Vec<KernelSpec> {
     found.into_values().collect()
 }
 
+/// The largest `kernel.json` read.
+const MAX_SPEC_BYTES: u64 = 1024 * 1024;
+
 fn read_spec(name: &str, dir: &Path) -> Option<KernelSpec> {
-    let text = std::fs::read_to_string(dir.join("kernel.json")).ok()?;
-    let json: KernelJson = serde_json::from_str(&text).ok()?;
+    // A kernel may write its environment's kernelspecs (`%pip install` does): its
+    // `kernel.json` is read as an untrusted file, never through a link, a FIFO or a device.
+    let bytes = ipython_mcp_untrusted::read(dir, Path::new("kernel.json"), MAX_SPEC_BYTES)
+        .inspect_err(|error| {
+            if !error.is_not_found() {
+                tracing::debug!(%error, "kernelspec skipped");
+            }
+        })
+        .ok()?;
+    let json: KernelJson = serde_json::from_slice(&bytes).ok()?;
     if json.argv.is_empty() {
         return None;
     }
@@ -362,6 +373,33 @@ mod tests {
     fn write(path: &Path, text: &str) {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, text).unwrap();
+    }
+
+    #[test]
+    fn a_kernel_json_that_is_a_link_or_a_fifo_is_skipped_without_blocking() {
+        let root = tempfile::tempdir().unwrap();
+        let data = root.path().join("data");
+        let secret = root.path().join("secret.json");
+        write(&secret, r#"{"argv": ["leaked"], "display_name": "Secret"}"#);
+        std::fs::create_dir_all(data.join("kernels/linked")).unwrap();
+        std::os::unix::fs::symlink(&secret, data.join("kernels/linked/kernel.json")).unwrap();
+        std::fs::create_dir_all(data.join("kernels/zero")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", data.join("kernels/zero/kernel.json")).unwrap();
+        std::fs::create_dir_all(data.join("kernels/fifo")).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(data.join("kernels/fifo/kernel.json"))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        write(
+            &data.join("kernels/plain/kernel.json"),
+            r#"{"argv": ["python"], "display_name": "Plain"}"#,
+        );
+        let names: Vec<_> = discover(&[data])
+            .into_iter()
+            .map(|spec| spec.name)
+            .collect();
+        assert_eq!(names, vec!["plain"]);
     }
 
     #[test]

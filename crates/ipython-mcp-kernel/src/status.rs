@@ -103,7 +103,7 @@ pub struct RemoteDescription {
 }
 
 /// The session's namespace checkpoint (local kernels with checkpoints on).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CheckpointStatus {
     /// Whether one has been taken yet.

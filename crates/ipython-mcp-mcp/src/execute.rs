@@ -291,7 +291,7 @@ impl IpythonMcp {
             .await?;
         Ok(render::status(&StatusResult {
             ok: true,
-            status: crate::error::status(session.status()),
+            status: crate::error::status(session.status_refreshed().await),
         }))
     }
 }

@@ -320,13 +320,20 @@ impl OpenFiles {
 
 fn open(file: &SpoolFile) -> Option<File> {
     use std::os::unix::fs::OpenOptionsExt as _;
-    let mut options = std::fs::OpenOptions::new();
-    if file.created.load(Ordering::Relaxed) {
-        options.append(true);
+    let opened = if file.created.load(Ordering::Relaxed) {
+        // Reopened: the kernel may have replaced it since (a link to a file of the user's, a
+        // FIFO); appended to only if it is still a regular file, no link followed.
+        let (dir, name) = ipython_mcp_untrusted::split(&file.path);
+        ipython_mcp_untrusted::append(dir, name).ok()
     } else {
-        options.write(true).create_new(true).mode(0o600);
-    }
-    let opened = options.open(&file.path).ok();
+        // `create_new` (O_EXCL) never follows a link either.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&file.path)
+            .ok()
+    };
     if opened.is_some() {
         file.created.store(true, Ordering::Relaxed);
     }

@@ -15,7 +15,6 @@
 //! bytes per cell with a note naming what did not fit.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::{BufRead as _, BufReader, Read as _, Seek as _, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -50,21 +49,25 @@ pub struct SavedOutputs {
 
 /// Replays the log of `msg_id` in `dir` into nbformat outputs, at most about `max_bytes` of
 /// serialized output; `execution_count` goes into the `execute_result`. A missing log is an
-/// execution that produced no output. Blocking: run it off the async threads.
+/// execution that produced no output; at most `max_log_bytes` of it are read (the spool's
+/// per-execution bound), and a log or stream file that is not a regular file (the kernel
+/// writes them, and may have put a link or a FIFO there) is not read and counts as lost
+/// output. Blocking: run it off the async threads.
 pub fn replay(
     dir: &Path,
     msg_id: &str,
     execution_count: Option<u64>,
     max_bytes: u64,
+    max_log_bytes: u64,
 ) -> SavedOutputs {
+    let (entries, log_read) = read_log(dir, msg_id, max_log_bytes);
     let saved = SavedOutputs {
         outputs: Vec::new(),
         omitted_outputs: 0,
         omitted_bytes: 0,
-        spool_incomplete: false,
+        spool_incomplete: !log_read,
         kernel_withheld: false,
     };
-    let entries = read_log(&log_path(dir, msg_id));
     let mut replay = Replay {
         dir,
         msg_id,
@@ -81,17 +84,26 @@ pub fn replay(
     replay.saved
 }
 
-/// The log's entries, one per non-empty line; a line that is not JSON becomes `null` (and
-/// counts as lost output), and a log that cannot be opened has no entries.
-fn read_log(path: &Path) -> Vec<Value> {
-    match File::open(path) {
-        Ok(file) => BufReader::new(file)
-            .split(b'\n')
-            .map_while(Result::ok)
-            .filter(|line| !line.is_empty())
-            .map(|line| serde_json::from_slice(&line).unwrap_or(Value::Null))
-            .collect(),
-        Err(_) => Vec::new(),
+/// The log's entries, one per non-empty line of its first `max_bytes`; a line that is not JSON
+/// becomes `null` (and counts as lost output). A missing log has no entries; one that cannot be
+/// read has none either, and false says so.
+fn read_log(dir: &Path, msg_id: &str, max_bytes: u64) -> (Vec<Value>, bool) {
+    let name = format!("{msg_id}.outputs");
+    match ipython_mcp_untrusted::open(dir, Path::new(&name)) {
+        Ok(file) => {
+            let entries = BufReader::new(file.take(max_bytes))
+                .split(b'\n')
+                .map_while(Result::ok)
+                .filter(|line| !line.is_empty())
+                .map(|line| serde_json::from_slice(&line).unwrap_or(Value::Null))
+                .collect();
+            (entries, true)
+        }
+        Err(error) if error.is_not_found() => (Vec::new(), true),
+        Err(error) => {
+            tracing::warn!(%error, "an output log was not read");
+            (Vec::new(), false)
+        }
     }
 }
 
@@ -222,9 +234,14 @@ impl Replay<'_> {
     fn stream(&mut self, index: usize, entry: &Value) {
         let name = entry["name"].as_str().unwrap_or("stdout");
         let start = entry["offset"].as_u64().unwrap_or(0);
-        let path = self.dir.join(format!("{}.{name}", self.msg_id));
-        let (text, left_out) =
-            read_segment(&path, start, self.ends.get(&index).copied(), self.budget);
+        let file = format!("{}.{name}", self.msg_id);
+        let (text, left_out) = read_segment(
+            self.dir,
+            Path::new(&file),
+            start,
+            self.ends.get(&index).copied(),
+            self.budget,
+        );
         self.saved.omitted_bytes += left_out;
         if left_out > 0 {
             self.saved.omitted_outputs += 1;
@@ -253,8 +270,16 @@ fn display_id(entry: &Value) -> Option<&str> {
 /// Up to `budget` bytes of a stream's spool file from `start` to `end` (or its end), as text
 /// with carriage-return overwrites applied per line, as a front end shows (and JupyterLab
 /// saves) a progress bar; returns it and the bytes left out.
-fn read_segment(path: &Path, start: u64, end: Option<u64>, budget: u64) -> (String, u64) {
-    let Ok(mut file) = File::open(path) else {
+fn read_segment(
+    dir: &Path,
+    name: &Path,
+    start: u64,
+    end: Option<u64>,
+    budget: u64,
+) -> (String, u64) {
+    // A stream file that is not a regular file is read as a missing one: nothing (the log's
+    // own reading says when it was not read).
+    let Ok(mut file) = ipython_mcp_untrusted::open(dir, name) else {
         return (String::new(), 0);
     };
     let size = file.metadata().map_or(0, |meta| meta.len());
@@ -467,7 +492,7 @@ mod tests {
             "one\ntwo 50%\rtwo 100%\n",
             "err\n",
         );
-        let saved = replay(dir.path(), "m", Some(7), u64::MAX);
+        let saved = replay(dir.path(), "m", Some(7), u64::MAX, u64::MAX);
         assert_eq!(
             kinds(&saved),
             [
@@ -511,7 +536,7 @@ mod tests {
         );
         // wait=True with nothing after it keeps the old outputs (updated).
         assert_eq!(
-            kinds(&replay(dir.path(), "m", None, u64::MAX)),
+            kinds(&replay(dir.path(), "m", None, u64::MAX, u64::MAX)),
             ["display:still a3", "display:b", "display:still a3"]
         );
         let dir = spool(
@@ -525,7 +550,7 @@ mod tests {
             "",
         );
         assert_eq!(
-            kinds(&replay(dir.path(), "m", None, u64::MAX)),
+            kinds(&replay(dir.path(), "m", None, u64::MAX, u64::MAX)),
             ["display:new"]
         );
     }
@@ -542,7 +567,7 @@ mod tests {
             &"y".repeat(50),
             "",
         );
-        let saved = replay(dir.path(), "m", None, 120);
+        let saved = replay(dir.path(), "m", None, 120, u64::MAX);
         let small = display("small", None).to_string().len() as u64 - 15; // less its transient
         assert_eq!(
             kinds(&saved),
@@ -564,7 +589,7 @@ mod tests {
             "",
             "",
         );
-        let saved = replay(dir.path(), "m", None, u64::MAX);
+        let saved = replay(dir.path(), "m", None, u64::MAX, u64::MAX);
         assert_eq!(kinds(&saved), ["display:kept"]);
         assert!(
             saved.kernel_withheld && !saved.spool_incomplete,
@@ -573,8 +598,38 @@ mod tests {
         // No log at all: nothing was produced.
         let empty = tempfile::tempdir().unwrap();
         assert_eq!(
-            replay(empty.path(), "m", None, 10).outputs,
+            replay(empty.path(), "m", None, 10, u64::MAX).outputs,
             Vec::<Value>::new()
         );
+    }
+
+    #[test]
+    fn a_log_or_stream_the_kernel_replaced_with_a_link_is_not_read() {
+        let outside = spool(&[display("secret", None)], "SECRET\n", "");
+        let dir = spool(
+            &[json!({"output_type": "stream", "name": "stdout", "offset": 0})],
+            "",
+            "",
+        );
+        std::fs::remove_file(dir.path().join("m.stdout")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("m.stdout"), dir.path().join("m.stdout"))
+            .unwrap();
+        let saved = replay(dir.path(), "m", None, u64::MAX, u64::MAX);
+        assert!(!format!("{saved:?}").contains("SECRET"), "{saved:?}");
+        std::fs::remove_file(dir.path().join("m.outputs")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join("m.outputs")).unwrap();
+        let saved = replay(dir.path(), "m", None, u64::MAX, u64::MAX);
+        assert!(
+            saved.outputs.is_empty() && saved.spool_incomplete,
+            "{saved:?}"
+        );
+        // A log past its bound is read only that far.
+        let long = spool(&[display("a", None), display("b", None)], "", "");
+        let first_line = std::fs::read_to_string(long.path().join("m.outputs"))
+            .unwrap()
+            .find('\n')
+            .unwrap() as u64;
+        let saved = replay(long.path(), "m", None, u64::MAX, first_line + 1);
+        assert_eq!(kinds(&saved), ["display:a"]);
     }
 }

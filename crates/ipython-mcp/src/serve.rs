@@ -271,8 +271,11 @@ fn principal_workspace(
     let is_directory = std::fs::symlink_metadata(&workspace)
         .map(|metadata| metadata.is_dir())
         .unwrap_or(false);
-    let marked = std::fs::read_to_string(workspace.join(PRINCIPAL_MARKER))
-        .is_ok_and(|marker| marker.trim_end() == name);
+    // The principal's kernels write in their workspace: the marker is read as an untrusted
+    // file (no link followed, no FIFO opened, a name's length at most).
+    let marked =
+        ipython_mcp_untrusted::read(&workspace, std::path::Path::new(PRINCIPAL_MARKER), 4096)
+            .is_ok_and(|marker| String::from_utf8_lossy(&marker).trim_end() == name);
     if is_directory && marked {
         return Ok(workspace);
     }

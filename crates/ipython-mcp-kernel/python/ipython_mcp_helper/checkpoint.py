@@ -35,6 +35,7 @@ import json
 import os
 import pickle
 import signal
+import stat
 import struct
 import sys
 import time
@@ -147,8 +148,6 @@ def resolve(directory):
     except FileExistsError:
         pass
     info = os.lstat(base)
-    import stat
-
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
         raise PermissionError("%s is not a private directory of this user's" % base)
     return os.path.join(base, directory)
@@ -410,20 +409,74 @@ def _store(objects, data, raws):
     return blob
 
 
-def _load(path, kind=None):
-    """The value in a blob; each out-of-band buffer is read into memory of its own, so an
-    array or bytearray rebuilt on it takes it over without a copy (and stays writable)."""
-    with open(path, "rb") as file:
-        if file.read(len(MAGIC)) != MAGIC:
+def _open_regular(name, dir_fd):
+    """A read-only file object for the regular file ``name`` in the directory ``dir_fd``: a
+    symbolic link is not followed, a FIFO or a device is not waited on (``O_NONBLOCK``) and is
+    refused once ``fstat`` shows what it is. The kernel can write the checkpoint directory, so
+    nothing in it is taken for what its name says."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(name, flags, dir_fd=dir_fd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError("%s is not a regular file" % name)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _open_directory(name, dir_fd=None):
+    """The directory ``name`` (in ``dir_fd``, not through a link when there is one) as a
+    descriptor."""
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+    if dir_fd is not None:
+        flags |= os.O_NOFOLLOW
+    return os.open(name, flags, dir_fd=dir_fd)
+
+
+# A blob's name: the first 40 hexadecimal digits of its content's SHA-256 (see `_store`).
+_BLOB_NAME = frozenset("0123456789abcdef")
+
+
+def _load(blob, objects_fd, kind=None):
+    """The value in blob ``blob`` of the objects directory ``objects_fd``; each out-of-band
+    buffer is read into memory of its own, so an array or bytearray rebuilt on it takes it
+    over without a copy (and stays writable).
+
+    The blob is unpickled only once its content hashes to its name, its content address: a
+    blob rewritten in place (by the kernel's code, before a restore) is refused, never run."""
+    if len(blob) != 40 or not set(blob) <= _BLOB_NAME:
+        raise ValueError("%r is not a checkpoint blob's name" % (blob,))
+    digest = hashlib.sha256()
+    with _open_regular(blob, objects_fd) as file:
+        size = os.fstat(file.fileno()).st_size
+
+        def read(count):
+            part = file.read(count)
+            if len(part) != count:
+                raise ValueError("blob %s is cut short" % blob)
+            digest.update(part)
+            return part
+
+        if read(len(MAGIC)) != MAGIC:
             raise ValueError("not a checkpoint blob")
-        count, length = struct.unpack("<QQ", file.read(16))
-        sizes = struct.unpack("<%dQ" % count, file.read(8 * count))
-        data = file.read(length)
+        count, length = struct.unpack("<QQ", read(16))
+        if 8 * count > size:
+            raise ValueError("blob %s is cut short" % blob)
+        sizes = struct.unpack("<%dQ" % count, read(8 * count))
+        if len(MAGIC) + 16 + 8 * count + length + sum(sizes) != size:
+            raise ValueError("blob %s does not have the size its header says" % blob)
+        data = read(length)
         buffers = []
-        for size in sizes:
-            buffer = bytearray(size)
-            file.readinto(buffer)
+        for buffer_size in sizes:
+            buffer = bytearray(buffer_size)
+            if file.readinto(buffer) != buffer_size:
+                raise ValueError("blob %s is cut short" % blob)
+            digest.update(buffer)
             buffers.append(buffer)
+    if digest.hexdigest()[:40] != blob:
+        raise ValueError("blob %s does not match its content address (changed since it was written); not loaded" % blob)
     value = pickle.loads(data, buffers=buffers)
     if kind == "bytearray":
         return value if isinstance(value, bytearray) else bytearray(value)
@@ -440,8 +493,19 @@ def restore(shell, directory):
     """
     _wait_for_writer(directory)
     try:
-        with open(os.path.join(directory, MANIFEST), encoding="utf-8") as file:
-            manifest = json.load(file)
+        directory_fd = _open_directory(directory)
+    except FileNotFoundError:
+        return None
+    try:
+        return _restore(shell, directory_fd)
+    finally:
+        os.close(directory_fd)
+
+
+def _restore(shell, directory_fd):
+    try:
+        with _open_regular(MANIFEST, directory_fd) as file:
+            manifest = json.loads(file.read().decode("utf-8"))
     except FileNotFoundError:
         return None
     if manifest.get("format") != _FORMAT:
@@ -462,15 +526,25 @@ def restore(shell, directory):
             if isinstance(error, (KeyboardInterrupt, SystemExit)):
                 raise
             lost.append({"name": name, "reason": _reason(error)})
-    objects = os.path.join(directory, OBJECTS)
-    for name, entry in sorted(manifest.get("variables", {}).items()):
-        try:
-            shell.user_ns[name] = _load(os.path.join(objects, entry["blob"]), entry.get("kind"))
-            restored.append(name)
-        except BaseException as error:
-            if isinstance(error, (KeyboardInterrupt, SystemExit)):
-                raise
-            lost.append({"name": name, "reason": _reason(error)})
+    variables = sorted(manifest.get("variables", {}).items())
+    try:
+        objects_fd = _open_directory(OBJECTS, directory_fd) if variables else None
+    except OSError as error:
+        objects_fd = None
+        lost.extend({"name": name, "reason": _reason(error)} for name, _ in variables)
+        variables = []
+    try:
+        for name, entry in variables:
+            try:
+                shell.user_ns[name] = _load(entry["blob"], objects_fd, entry.get("kind"))
+                restored.append(name)
+            except BaseException as error:
+                if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                    raise
+                lost.append({"name": name, "reason": _reason(error)})
+    finally:
+        if objects_fd is not None:
+            os.close(objects_fd)
     restored.sort()
     lost.sort(key=lambda item: item["name"])
     return {
@@ -484,10 +558,12 @@ def _wait_for_writer(directory):
     """Waits until no child writes a checkpoint into ``directory``: one that outlived its
     kernel finishes (or is ended by its alarm) before the checkpoint is read."""
     try:
-        lock = os.open(os.path.join(directory, WRITER_LOCK), os.O_RDWR)
+        lock = os.open(os.path.join(directory, WRITER_LOCK), os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
-        return  # no child ever wrote here
+        return  # no child ever wrote here (or something that is not its lock is there)
     try:
+        if not stat.S_ISREG(os.fstat(lock).st_mode):
+            return
         deadline = time.monotonic() + _CHILD_SECONDS
         while True:
             try:

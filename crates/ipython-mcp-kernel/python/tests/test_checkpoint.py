@@ -120,6 +120,66 @@ def test_only_what_changed_is_written_and_nothing_unreferenced_stays(helper, tmp
     assert written > 0
 
 
+class _Payload:
+    """Unpickled, it creates the file at ``path``: what a planted blob would run."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_a_blob_rewritten_in_place_is_refused_and_its_payload_never_runs(helper, tmp_path):
+    import pickle
+    import struct
+
+    checkpoint = helper.checkpoint
+    directory = tmp_path / "checkpoint"
+    checkpoint.write(str(directory), [("x", 1), ("y", "kept")], 1 << 30, 3)
+    manifest = json.loads((directory / checkpoint.MANIFEST).read_text())
+    blob = directory / checkpoint.OBJECTS / manifest["variables"]["x"]["blob"]
+    marker = tmp_path / "payload-ran"
+    data = pickle.dumps(_Payload(str(marker)), protocol=5)
+    with open(blob, "r+b") as file:  # in place: same name, same inode
+        file.write(checkpoint.MAGIC + struct.pack("<QQ", 0, len(data)) + data)
+        file.truncate()
+    shell = Shell()
+    result = checkpoint.restore(shell, str(directory))
+    assert not marker.exists(), "the replaced blob's payload ran"
+    assert result["restored"] == ["y"]
+    assert [item["name"] for item in result["lost"]] == ["x"]
+    assert "does not match its content address" in result["lost"][0]["reason"]
+    assert "x" not in shell.user_ns
+
+
+def test_links_and_fifos_in_the_checkpoint_are_not_followed(helper, tmp_path):
+    checkpoint = helper.checkpoint
+    directory = tmp_path / "checkpoint"
+    checkpoint.write(str(directory), [("x", 1), ("y", 2)], 1 << 30, 3)
+    manifest = json.loads((directory / checkpoint.MANIFEST).read_text())
+    blob = directory / checkpoint.OBJECTS / manifest["variables"]["x"]["blob"]
+    # A link with the very content the name promises: still not followed.
+    real = tmp_path / "elsewhere"
+    real.write_bytes(blob.read_bytes())
+    blob.unlink()
+    blob.symlink_to(real)
+    result = checkpoint.restore(Shell(), str(directory))
+    assert result["restored"] == ["y"]
+    assert [item["name"] for item in result["lost"]] == ["x"]
+    # A FIFO in place of the manifest is refused at once, not waited on.
+    (directory / checkpoint.MANIFEST).unlink()
+    os.mkfifo(directory / checkpoint.MANIFEST)
+    with pytest.raises(OSError, match="not a regular file"):
+        checkpoint.restore(Shell(), str(directory))
+    # A link in place of the manifest is not followed either.
+    (directory / checkpoint.MANIFEST).unlink()
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    (directory / checkpoint.MANIFEST).symlink_to(tmp_path / "manifest.json")
+    with pytest.raises(OSError):
+        checkpoint.restore(Shell(), str(directory))
+
+
 def test_no_checkpoint_restores_nothing(helper, tmp_path):
     assert helper.checkpoint.restore(Shell(), str(tmp_path)) is None
 

@@ -314,6 +314,7 @@ impl SessionError {
             SessionError::HelperReply | SessionError::Internal { .. } => Code::InternalError,
             // The code the server has always answered with: the call did not complete.
             SessionError::HelperSilent => Code::ExecutionError,
+            SessionError::Unpageable(PageError::Unreadable { .. }) => Code::IoError,
             SessionError::Unpageable(_) => Code::InvalidArguments,
         }
     }

@@ -80,9 +80,17 @@ impl SessionHandle {
         &self.shared.options.kernel_id
     }
 
-    /// The session's status, answered without queueing.
+    /// The session's status, answered without queueing; its checkpoint as last read (no
+    /// file I/O).
     pub fn status(&self) -> RuntimeStatus {
         self.shared.status_now()
+    }
+
+    /// The session's status, answered without queueing, with its checkpoint's files read again
+    /// (off the async threads; a file that does not answer delays this call by a bounded
+    /// time, and then the status shows what was read before).
+    pub async fn status_refreshed(&self) -> RuntimeStatus {
+        self.shared.status_refreshed().await
     }
 
     /// Runs code in the kernel, waiting in the admission queue first.
@@ -438,18 +446,23 @@ impl SessionHandle {
         };
         let complete = record.is_finished() && record.spool_written();
         let head_chars = self.shared.options.limits.head_chars(request.max_chars);
+        let max_bytes = self.shared.options.spool.max_execution_bytes;
         let page = tokio::task::spawn_blocking(move || {
             ipython_mcp_output::executions::read_page(
                 path.as_deref(),
                 &request,
                 complete,
                 head_chars,
+                max_bytes,
             )
         })
         .await;
-        Some(page.map_err(|error| SessionError::Internal {
-            what: error.to_string(),
-        }))
+        Some(match page {
+            Ok(page) => page.map_err(SessionError::from),
+            Err(error) => Err(SessionError::Internal {
+                what: error.to_string(),
+            }),
+        })
     }
 
     /// A finished execution's outputs as a notebook saves them: everything the kernel

@@ -243,7 +243,8 @@ struct Shared {
 }
 
 impl Shared {
-    /// The session's status now, with its kernel's memory as last sampled and its checkpoint.
+    /// The session's status now, with its kernel's memory as last sampled and its checkpoint
+    /// as last read (no file I/O: callers hold locks and run on the async threads).
     fn status_now(&self) -> RuntimeStatus {
         let mut status = self.status.lock().expect("status lock").clone();
         status.queue_depth = self.queue_depth.load(Ordering::Acquire);
@@ -253,15 +254,28 @@ impl Shared {
         if let Some(code_mode) = &self.options.code_mode {
             status.upstream_servers = code_mode.status();
         }
-        status.checkpoint = self.checkpoint_dir().and_then(|dir| {
-            // A local kernel's (a remote one is not checkpointed).
-            let local = status
-                .kernel
-                .as_ref()
-                .is_some_and(|kernel| kernel.remote.is_none() && kernel.helper);
-            local.then(|| self.checkpoint.status(&dir))
-        });
+        status.checkpoint = self
+            .local_checkpoint_dir(&status)
+            .map(|_| self.checkpoint.last());
         status
+    }
+
+    /// The session's status with its checkpoint's files read again first (on the blocking
+    /// pool, waiting a bounded time: see `checkpoint`).
+    async fn status_refreshed(&self) -> RuntimeStatus {
+        if let Some(dir) = self.local_checkpoint_dir(&self.status_now()) {
+            self.checkpoint.refresh(dir).await;
+        }
+        self.status_now()
+    }
+
+    /// Where a local kernel's checkpoint is (a remote one is not checkpointed here).
+    fn local_checkpoint_dir(&self, status: &RuntimeStatus) -> Option<std::path::PathBuf> {
+        let local = status
+            .kernel
+            .as_ref()
+            .is_some_and(|kernel| kernel.remote.is_none() && kernel.helper);
+        self.checkpoint_dir().filter(|_| local)
     }
 
     /// Where the session's checkpoint is, with checkpoints on.

@@ -20,7 +20,6 @@
 //! is always kept).
 
 use std::collections::VecDeque;
-use std::fs::File;
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -82,8 +81,14 @@ impl Default for SpoolLimits {
 }
 
 /// Why an execution's full stream cannot be paged: only its bounded output is left.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PageError {
+    /// Its spool file is not one the server reads: a link, a FIFO, a device in its place
+    /// (the kernel writes the spool and may have put it there), or it could not be read.
+    #[error(
+        "this execution's full output cannot be read: {reason}; only the bounded output is left"
+    )]
+    Unreadable { reason: String },
     #[error(
         "the output spool is disabled on this server ({}=0), so only the bounded output is available",
         ipython_mcp_config::MAX_SPOOL_EXECUTION_BYTES.env
@@ -91,6 +96,14 @@ pub enum PageError {
     SpoolOff,
     #[error("this execution's full output was deleted to keep the spool within its bound; only the bounded output is left")]
     Evicted,
+}
+
+impl PageError {
+    fn unreadable(error: &ipython_mcp_untrusted::Error) -> PageError {
+        PageError::Unreadable {
+            reason: error.to_string(),
+        }
+    }
 }
 
 /// Which output stream.
@@ -373,8 +386,13 @@ impl Executions {
         max_bytes: u64,
     ) -> Option<crate::SavedOutputs> {
         let (dir, msg_id) = self.transcript_source(record)?;
+        // The log is kept within the per-execution bound, plus the one line that says the
+        // rest was omitted.
+        let max_log_bytes = self.limits.max_execution_bytes.saturating_add(1024);
         self.queue
-            .ask(move || crate::transcript::replay(&dir, &msg_id, execution_count, max_bytes))
+            .ask(move || {
+                crate::transcript::replay(&dir, &msg_id, execution_count, max_bytes, max_log_bytes)
+            })
             .await
     }
 
@@ -606,11 +624,13 @@ mod tests {
     fn pages_by_line_range_and_counts_every_line() {
         let text: String = (1..=10).map(|n| format!("line {n}\n")).collect();
         let file = spooled(&text);
-        let page = read_page(Some(file.path()), &request(3, 4, None), true, 2);
+        let page =
+            read_page(Some(file.path()), &request(3, 4, None), true, 2, u64::MAX).expect("a page");
         assert_eq!(numbers(&page), vec![3, 4, 5, 6]);
         assert_eq!(page.lines[0].text, "line 3");
         assert_eq!((page.total_lines, page.next_line), (10, Some(7)));
-        let last = read_page(Some(file.path()), &request(-2, 10, None), true, 2);
+        let last = read_page(Some(file.path()), &request(-2, 10, None), true, 2, u64::MAX)
+            .expect("a page");
         assert_eq!(numbers(&last), vec![9, 10]);
         assert_eq!(last.next_line, None);
     }
@@ -621,7 +641,14 @@ mod tests {
             .map(|n| format!("step {n} loss {}\n", n % 7))
             .collect();
         let file = spooled(&text);
-        let page = read_page(Some(file.path()), &request(1, 3, Some(r"loss 0$")), true, 2);
+        let page = read_page(
+            Some(file.path()),
+            &request(1, 3, Some(r"loss 0$")),
+            true,
+            2,
+            u64::MAX,
+        )
+        .expect("a page");
         assert_eq!(numbers(&page), vec![7, 14, 21]);
         assert_eq!(page.total_matches, Some(14));
         assert_eq!(page.next_line, Some(28));
@@ -631,11 +658,19 @@ mod tests {
     #[test]
     fn progress_bars_show_their_last_state_and_a_partial_line_counts() {
         let file = spooled("10%\r50%\r100%\ndone\r\nhalf a line");
-        let page = read_page(Some(file.path()), &request(1, 10, None), false, 2);
+        let page = read_page(Some(file.path()), &request(1, 10, None), false, 2, u64::MAX)
+            .expect("a page");
         let texts: Vec<&str> = page.lines.iter().map(|line| line.text.as_str()).collect();
         assert_eq!(texts, vec!["100%", "done", "half a line"]);
         assert!(!page.complete);
-        let last = read_page(Some(file.path()), &request(-1, 10, None), false, 2);
+        let last = read_page(
+            Some(file.path()),
+            &request(-1, 10, None),
+            false,
+            2,
+            u64::MAX,
+        )
+        .expect("a page");
         assert_eq!(numbers(&last), vec![3]);
     }
 
@@ -645,13 +680,13 @@ mod tests {
         let mut small = request(1, 10, None);
         small.max_chars = 15;
         // The second line does not fit what is left: the next page starts with it.
-        let page = read_page(Some(file.path()), &small, true, 2);
+        let page = read_page(Some(file.path()), &small, true, 2, u64::MAX).expect("a page");
         assert_eq!(page.lines.len(), 1);
         assert!(!page.truncated);
         assert_eq!(page.next_line, Some(2));
         // A line longer than a whole page keeps its beginning and its end.
         small.start_line = 3;
-        let page = read_page(Some(file.path()), &small, true, 2);
+        let page = read_page(Some(file.path()), &small, true, 2, u64::MAX).expect("a page");
         assert_eq!(
             page.lines[0].text,
             "01\n[… 5 characters omitted …]\n789abcdefghij"
@@ -694,8 +729,44 @@ mod tests {
     }
 
     #[test]
+    fn a_link_fifo_or_oversized_spool_file_is_refused_or_read_only_to_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let secret = spooled("SECRET\n");
+        std::os::unix::fs::symlink(secret.path(), dir.path().join("m.stdout")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join("z.stdout")).unwrap();
+        let made = std::process::Command::new("mkfifo")
+            .arg(dir.path().join("f.stdout"))
+            .status()
+            .expect("mkfifo runs");
+        assert!(made.success());
+        for (name, expected) in [
+            ("m.stdout", "symbolic link"),
+            ("z.stdout", "symbolic link"),
+            ("f.stdout", "not a regular file (a FIFO)"),
+        ] {
+            let path = dir.path().join(name);
+            let refused = read_page(Some(&path), &request(-5, 10, None), true, 2, 1 << 20)
+                .expect_err("refused");
+            let message = refused.to_string();
+            assert!(
+                message.contains(expected) && message.contains(name),
+                "{message}"
+            );
+            assert!(!message.contains("SECRET"));
+        }
+        let big = spooled(&"line\n".repeat(1000));
+        let page =
+            read_page(Some(big.path()), &request(-1, 10, None), true, 2, 50).expect("a page");
+        assert_eq!(
+            (page.total_lines, numbers(&page)),
+            (10, vec![10]),
+            "only the bound is read"
+        );
+    }
+
+    #[test]
     fn a_missing_file_is_an_empty_stream() {
-        let page = read_page(None, &request(1, 10, None), true, 2);
+        let page = read_page(None, &request(1, 10, None), true, 2, u64::MAX).expect("a page");
         assert_eq!((page.lines.len(), page.total_lines), (0, 0));
     }
 }

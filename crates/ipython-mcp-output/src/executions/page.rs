@@ -1,16 +1,22 @@
 //! Paging a spooled stream for `get_output`.
 
+use std::io::Read as _;
+
 use super::*;
 
 /// Reads one page of a spooled stream (blocking: run it off the async threads). A line longer
 /// than a whole page keeps its first `head_chars` characters and its end, as execute's streams
-/// do; a line that only lacks the room left starts the next page.
+/// do; a line that only lacks the room left starts the next page. At most `max_bytes` of the
+/// file are read (the spool's per-stream bound: the kernel writes the file, and could make it
+/// any size). A missing file is an empty stream; anything but a regular file there (the kernel
+/// may have put a link, a FIFO or a device in its place) is refused, naming it.
 pub fn read_page(
     path: Option<&Path>,
     request: &PageRequest,
     complete: bool,
     head_chars: usize,
-) -> Page {
+    max_bytes: u64,
+) -> Result<Page, PageError> {
     let mut page = Page {
         stream: request.stream,
         pattern: request
@@ -24,14 +30,20 @@ pub fn read_page(
         truncated: false,
         complete,
     };
-    let Some(file) = path.and_then(|path| File::open(path).ok()) else {
-        return page;
+    let Some(path) = path else {
+        return Ok(page);
+    };
+    let (dir, name) = ipython_mcp_untrusted::split(path);
+    let file = match ipython_mcp_untrusted::open(dir, name) {
+        Ok(file) => file,
+        Err(error) if error.is_not_found() => return Ok(page),
+        Err(error) => return Err(PageError::unreadable(&error)),
     };
     // A negative start counts from the end, which needs the line count first.
     let start = if request.start_line < 0 {
-        let total = count_lines(&file);
+        let total = count_lines((&file).take(max_bytes));
         if std::io::Seek::rewind(&mut &file).is_err() {
-            return page;
+            return Ok(page);
         }
         (total + 1)
             .saturating_sub(request.start_line.unsigned_abs())
@@ -39,7 +51,7 @@ pub fn read_page(
     } else {
         (request.start_line as u64).max(1)
     };
-    let mut reader = BufReader::with_capacity(256 * 1024, file);
+    let mut reader = BufReader::with_capacity(256 * 1024, file.take(max_bytes));
     let mut budget = request.max_chars;
     let mut buffer = Vec::new();
     let mut number = 0u64;
@@ -86,11 +98,11 @@ pub fn read_page(
         page.lines.push(PageLine { line: number, text });
     }
     page.total_lines = number;
-    page
+    Ok(page)
 }
 
 /// Lines in the file from its current position (a last line without its newline counts).
-pub(super) fn count_lines(file: &File) -> u64 {
+pub(super) fn count_lines(file: impl std::io::Read) -> u64 {
     let mut reader = BufReader::with_capacity(256 * 1024, file);
     let mut count = 0u64;
     let mut ended_with_newline = true;

@@ -27,8 +27,9 @@ pub(super) struct RecordState {
     pub(super) evicted: bool,
     /// Set once the finished output was accounted (and its large parts spilled).
     pub(super) settled: bool,
-    /// Where the displays and result of the finished output were moved, and how many displays.
-    pub(super) spilled: Option<(PathBuf, usize)>,
+    /// Where the displays and result of the finished output were moved, how many displays,
+    /// and the bytes written (the most read back: the kernel can write the spool too).
+    pub(super) spilled: Option<(PathBuf, usize, u64)>,
     /// Bytes of the finished output held in memory (counted in `SERVER_RETAINED`).
     pub(super) retained_bytes: u64,
     /// The server's spool writes for it are not all on disk yet.
@@ -146,7 +147,7 @@ impl Record {
                 .open(&path)
                 .and_then(|mut file| file.write_all(&bytes));
             match written {
-                Ok(()) => spilled = Some(path),
+                Ok(()) => spilled = Some((path, bytes.len() as u64)),
                 Err(error) => tracing::warn!(%error, "retained output stays in memory"),
             }
         }
@@ -159,8 +160,8 @@ impl Record {
         let Some(output) = state.output.as_mut() else {
             return;
         };
-        if let Some(path) = spilled {
-            state.spilled = Some((path, output.display_data.len()));
+        if let Some((path, bytes)) = spilled {
+            state.spilled = Some((path, output.display_data.len(), bytes));
             output.display_data = Vec::new();
             output.result = None;
         }
@@ -181,17 +182,26 @@ impl Record {
         let state = self.state();
         if let Some(output) = &state.output {
             let mut output = output.clone();
-            if let Some((path, displays)) = state.spilled.clone() {
+            if let Some((path, displays, bytes)) = state.spilled.clone() {
                 drop(state);
-                let read = std::fs::read(&path)
-                    .ok()
-                    .and_then(|bytes| serde_json::from_slice::<Spilled>(&bytes).ok());
+                // Read as the untrusted file it is (the kernel writes in the spool and may
+                // have replaced it), and no more than was written.
+                let (dir, name) = ipython_mcp_untrusted::split(&path);
+                let read = match ipython_mcp_untrusted::read(dir, name, bytes) {
+                    Ok(read) => Some(read),
+                    Err(error) if error.is_not_found() => None,
+                    Err(error) => {
+                        tracing::warn!(%error, "a spilled output was not read back");
+                        None
+                    }
+                };
+                let read = read.and_then(|bytes| serde_json::from_slice::<Spilled>(&bytes).ok());
                 match read {
                     Some(spilled) => {
                         output.display_data = spilled.display_data;
                         output.result = spilled.result;
                     }
-                    // Deleted to keep the spool within its bound: say what is gone.
+                    // Deleted to keep the spool within its bound, or replaced: say what is gone.
                     None => {
                         output.display_omitted += displays as u64;
                         output.truncated.display_data = true;
