@@ -504,14 +504,7 @@ async fn check(target: &Path, probe_timeout: Duration, confinement: &Confinement
     if !metadata_is_valid(&metadata) {
         return Check::Broken("invalid metadata file".to_owned());
     }
-    match probe::probe(
-        &target.join("bin").join("python"),
-        None,
-        probe_timeout,
-        confinement,
-    )
-    .await
-    {
+    match probe::environment(target, probe_timeout, confinement).await {
         Ok(report) => match &report.ipykernel {
             Ok(_) => Check::Ready(report),
             Err(reason) => Check::Broken(format!("ipykernel cannot be imported: {reason}")),

@@ -306,14 +306,7 @@ async fn check(
             recorded_fingerprint: metadata.requirements_fingerprint,
         };
     }
-    match probe::probe(
-        &target.join("bin").join("python"),
-        None,
-        probe_timeout,
-        confinement,
-    )
-    .await
-    {
+    match probe::environment(target, probe_timeout, confinement).await {
         Ok(report) => match &report.ipykernel {
             Ok(_) => Check::Ready(report),
             Err(reason) => Check::Unusable(format!("ipykernel cannot be imported: {reason}")),
@@ -351,31 +344,25 @@ mod tests {
         );
     }
 
+    async fn unconfined_check(target: &Path) -> Check {
+        check(
+            target,
+            "3.11",
+            "x",
+            probe::PROBE_TIMEOUT,
+            &Confinement::default(),
+        )
+        .await
+    }
+
     #[tokio::test]
     async fn a_foreign_directory_is_unusable_not_replaced() {
         let workspace = tempfile::tempdir().expect("tempdir");
         let target = workspace.path().join("mine");
-        assert!(matches!(
-            check(
-                &target,
-                "3.11",
-                "x",
-                probe::PROBE_TIMEOUT,
-                &Confinement::default()
-            )
-            .await,
-            Check::Absent
-        ));
+        assert!(matches!(unconfined_check(&target).await, Check::Absent));
         std::fs::create_dir(&target).expect("mkdir");
         assert!(matches!(
-            check(
-                &target,
-                "3.11",
-                "x",
-                probe::PROBE_TIMEOUT,
-                &Confinement::default()
-            )
-            .await,
+            unconfined_check(&target).await,
             Check::Unusable(_)
         ));
         std::fs::write(

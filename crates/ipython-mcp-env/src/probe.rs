@@ -147,6 +147,21 @@ pub(crate) async fn probe(
     })
 }
 
+/// Probes the interpreter of the environment at `target` (`bin/python`).
+pub(crate) async fn environment(
+    target: &Path,
+    timeout: Duration,
+    confinement: &Confinement,
+) -> Result<Report, ProbeFailure> {
+    probe(
+        &target.join("bin").join("python"),
+        None,
+        timeout,
+        confinement,
+    )
+    .await
+}
+
 /// Parses the last marked line of the probe's stdout.
 pub(crate) fn parse(stdout: &[u8]) -> Option<Report> {
     let stdout = String::from_utf8_lossy(stdout);

@@ -35,6 +35,43 @@ fn private_dir(name: &str) -> tempfile::TempDir {
         .expect("tempdir")
 }
 
+/// A sandboxed server whose HOME holds a secret the kernel may not read.
+struct Sandboxed {
+    home: tempfile::TempDir,
+    secret: std::path::PathBuf,
+    workspace: tempfile::TempDir,
+    server: Server,
+}
+
+async fn sandboxed_with_a_secret(text: &str) -> Sandboxed {
+    if !cfg!(target_os = "linux") {
+        panic!("the sandbox tests run on Linux");
+    }
+    let home = private_dir("home");
+    let secret = home.path().join(".ssh/id_ed25519");
+    std::fs::create_dir_all(secret.parent().expect("parent")).expect("mkdir");
+    std::fs::write(&secret, text).expect("secret");
+    let workspace = private_dir("workspace");
+    let server = Server::start(
+        Family::Modern,
+        &[
+            ("IPYTHON_MCP_SANDBOX", "workspace-write"),
+            ("HOME", home.path().to_str().expect("utf-8")),
+            (
+                "IPYTHON_MCP_WORKSPACE_ROOT",
+                workspace.path().to_str().expect("utf-8"),
+            ),
+        ],
+    )
+    .await;
+    Sandboxed {
+        home,
+        secret,
+        workspace,
+        server,
+    }
+}
+
 async fn answered(server: &Server, tool: &str, arguments: Value) -> support::ToolResult {
     tokio::time::timeout(ANSWERED_WITHIN, server.call(tool, arguments))
         .await
@@ -72,26 +109,12 @@ async fn works(server: &Server, kernel: &str) {
 /// session go on.
 #[tokio::test]
 async fn get_output_refuses_spool_files_the_kernel_replaced_and_every_session_goes_on() {
-    if !cfg!(target_os = "linux") {
-        panic!("the sandbox tests run on Linux");
-    }
-    let home = private_dir("home");
-    let secret = home.path().join(".ssh/id_ed25519");
-    std::fs::create_dir_all(secret.parent().expect("parent")).expect("mkdir");
-    std::fs::write(&secret, "SECRET KEY\n").expect("secret");
-    let workspace = private_dir("workspace");
-    let server = Server::start(
-        Family::Modern,
-        &[
-            ("IPYTHON_MCP_SANDBOX", "workspace-write"),
-            ("HOME", home.path().to_str().expect("utf-8")),
-            (
-                "IPYTHON_MCP_WORKSPACE_ROOT",
-                workspace.path().to_str().expect("utf-8"),
-            ),
-        ],
-    )
-    .await;
+    let Sandboxed {
+        home: _home,
+        secret,
+        workspace: _workspace,
+        server,
+    } = sandboxed_with_a_secret("SECRET KEY\n").await;
     let python = server.call("runtime_status", json!({})).await.structured["kernel"]["python"]
         .as_str()
         .expect("python")
@@ -279,26 +302,12 @@ print('planted')",
 /// reaches for stays out of reach; without the probe's confinement it was copied out.
 #[tokio::test]
 async fn an_interpreter_a_kernel_planted_is_probed_inside_the_sandbox() {
-    if !cfg!(target_os = "linux") {
-        panic!("the sandbox tests run on Linux");
-    }
-    let home = private_dir("home");
-    let secret = home.path().join(".ssh/id_ed25519");
-    std::fs::create_dir_all(secret.parent().expect("parent")).expect("mkdir");
-    std::fs::write(&secret, "SECRET planted-probe\n").expect("write secret");
-    let workspace = private_dir("workspace");
-    let server = Server::start(
-        Family::Modern,
-        &[
-            ("IPYTHON_MCP_SANDBOX", "workspace-write"),
-            ("HOME", home.path().to_str().expect("utf-8")),
-            (
-                "IPYTHON_MCP_WORKSPACE_ROOT",
-                workspace.path().to_str().expect("utf-8"),
-            ),
-        ],
-    )
-    .await;
+    let Sandboxed {
+        home: _home,
+        secret,
+        workspace,
+        server,
+    } = sandboxed_with_a_secret("SECRET planted-probe\n").await;
     let venv = workspace.path().join(".venv");
     let planted = venv.join("bin/python");
     let (leak, ran) = (workspace.path().join("leak"), workspace.path().join("ran"));
