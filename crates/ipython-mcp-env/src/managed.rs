@@ -14,7 +14,7 @@
 //!   A probe that timed out (a busy machine) fails this resolve and leaves the directory alone.
 
 use std::ffi::OsStr;
-use std::io;
+use std::io::{self, Write as _};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -598,23 +598,29 @@ fn is_stale_temp(
 /// Installers write absolute paths into console-script shebangs and activate scripts; without
 /// this, `bin/pip` or `bin/activate` of the renamed environment would point at the deleted temp
 /// directory. The interpreter itself needs no help: it finds its prefix from where it runs.
+///
+/// The build directory is in the cache, which kernels may write: no link in it is followed
+/// (interpreters in bin/ are symlinks to the base Python, left as they are), and only regular
+/// files are read and written.
 fn relocate(from: &Path, to: &Path) -> io::Result<()> {
     let (from_bytes, to_bytes) = (from.as_os_str().as_bytes(), to.as_os_str().as_bytes());
-    let mut files = vec![from.join("pyvenv.cfg")];
+    let mut files = vec![PathBuf::from("pyvenv.cfg")];
     for entry in std::fs::read_dir(from.join("bin"))? {
-        files.push(entry?.path());
+        files.push(Path::new("bin").join(entry?.file_name()));
     }
     for file in files {
-        // symlink_metadata: interpreters in bin/ are symlinks to the base Python.
-        let Ok(metadata) = std::fs::symlink_metadata(&file) else {
+        let Ok(metadata) = std::fs::symlink_metadata(from.join(&file)) else {
             continue;
         };
         if !metadata.is_file() || metadata.len() > LARGEST_SCRIPT {
             continue;
         }
-        let text = std::fs::read(&file)?;
+        let text =
+            ipython_mcp_untrusted::read(from, &file, LARGEST_SCRIPT).map_err(io::Error::other)?;
         if let Some(rewritten) = replace_all(&text, from_bytes, to_bytes) {
-            std::fs::write(&file, rewritten)?;
+            ipython_mcp_untrusted::overwrite(from, &file)
+                .map_err(io::Error::other)?
+                .write_all(&rewritten)?;
         }
     }
     Ok(())

@@ -87,6 +87,17 @@ pub fn append(dir: &Path, name: &Path) -> Result<File, Error> {
     open_with(dir, name, OFlags::WRONLY | OFlags::APPEND)
 }
 
+/// Opens the regular file `name` beneath `dir` to write it anew, as [`open`] finds it (never
+/// created; truncated only once it is known to be a regular file).
+pub fn overwrite(dir: &Path, name: &Path) -> Result<File, Error> {
+    let file = open_with(dir, name, OFlags::WRONLY)?;
+    file.set_len(0).map_err(|source| Error::Io {
+        path: dir.join(name),
+        source,
+    })?;
+    Ok(file)
+}
+
 fn open_with(dir: &Path, name: &Path, access: OFlags) -> Result<File, Error> {
     let path = dir.join(name);
     if name.as_os_str().is_empty()
@@ -361,6 +372,26 @@ mod tests {
         assert!(walk("sub/inner").is_ok());
         assert_eq!(walk("linked/inner").err(), Some(Errno::LOOP));
         assert_eq!(walk("sub/link").err(), Some(Errno::LOOP));
+    }
+
+    #[test]
+    fn overwriting_truncates_a_regular_file_and_never_writes_through_a_link() {
+        use std::io::Write as _;
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path();
+        std::fs::write(dir.join("script"), "old and long").expect("write");
+        std::fs::write(dir.join("target"), "keep").expect("write");
+        std::os::unix::fs::symlink(dir.join("target"), dir.join("link")).expect("symlink");
+        overwrite(dir, Path::new("script"))
+            .expect("a regular file")
+            .write_all(b"new")
+            .expect("write");
+        assert_eq!(std::fs::read(dir.join("script")).expect("read"), b"new");
+        assert!(matches!(
+            overwrite(dir, Path::new("link")),
+            Err(Error::Link { .. })
+        ));
+        assert_eq!(std::fs::read(dir.join("target")).expect("read"), b"keep");
     }
 
     #[test]
