@@ -39,33 +39,15 @@ pub(crate) fn open_root(root: &Path) -> std::io::Result<OwnedFd> {
 }
 
 /// Opens `name`, one plain component (no `/`, never `.` or `..`), inside `directory` without
-/// following a symlink: on Linux with `openat2` confined beneath the descriptor and refusing
-/// every symlink and magic link, elsewhere (or on a kernel without `openat2`) with `openat`
-/// and `O_NOFOLLOW`, which for a single component refuses the same.
+/// following a symlink (the untrusted crate's one primitive for it: `openat2` confined beneath
+/// the descriptor on Linux, `O_NOFOLLOW` elsewhere).
 fn open_in(
     directory: BorrowedFd<'_>,
     name: &str,
     flags: OFlags,
     mode: Mode,
 ) -> Result<OwnedFd, Errno> {
-    let flags = flags | OFlags::CLOEXEC;
-    #[cfg(any(target_os = "linux", target_os = "android"))]
-    {
-        use rustix::fs::ResolveFlags;
-        let resolve =
-            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-        // Without O_NOFOLLOW: with it, a symlink opened with O_DIRECTORY is ENOTDIR, and a
-        // refusal could not say "symlink" once the kernel had swapped it back;
-        // RESOLVE_NO_SYMLINKS alone refuses the last component as ELOOP too.
-        match rustix::fs::openat2(directory, name, flags, mode, resolve) {
-            // No openat2 (Linux before 5.6, or a seccomp filter that refuses it), or a
-            // concurrent rename it would rather not judge: `openat` below is as strict for
-            // one component.
-            Err(Errno::NOSYS | Errno::AGAIN) => {}
-            other => return other,
-        }
-    }
-    rustix::fs::openat(directory, name, flags | OFlags::NOFOLLOW, mode)
+    ipython_mcp_untrusted::open_at(directory, Path::new(name), flags, mode)
 }
 
 /// Whether `name` in `directory` is a symlink (asked after an open failed, to say why).

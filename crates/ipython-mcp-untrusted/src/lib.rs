@@ -24,7 +24,7 @@
 
 use std::fs::File;
 use std::io::Read as _;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{FileType, Mode, OFlags};
@@ -177,57 +177,82 @@ fn directory_flags() -> OFlags {
     OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC
 }
 
-#[cfg(any(target_os = "linux", target_os = "android"))]
 fn open_beneath(dir: &Path, name: &Path, access: OFlags) -> Result<OwnedFd, Errno> {
-    use rustix::fs::ResolveFlags;
     let base = rustix::fs::open(dir, directory_flags(), Mode::empty())?;
-    let resolve = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
-    match rustix::fs::openat2(&base, name, file_flags(access), Mode::empty(), resolve) {
-        // No openat2 here (before Linux 5.6, or a filter that refuses it): one component at
-        // a time instead.
-        Err(Errno::NOSYS | Errno::PERM) => component_by_component(base, name, access),
-        opened => opened,
-    }
+    open_at(base.as_fd(), name, file_flags(access), Mode::empty())
 }
 
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
-fn open_beneath(dir: &Path, name: &Path, access: OFlags) -> Result<OwnedFd, Errno> {
-    let base = rustix::fs::open(dir, directory_flags(), Mode::empty())?;
-    component_by_component(base, name, access)
+/// Opens `name` (relative, no `..`) beneath the directory `base` with `flags` (and `mode`, when
+/// it creates), following no symbolic link on the way, the last component included: on Linux
+/// with `openat2` (`RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`), elsewhere,
+/// or where `openat2` is refused, one component at a time with `O_NOFOLLOW`. A link anywhere
+/// is `ELOOP`. The one primitive every server-side open of a kernel-writable place uses.
+pub fn open_at(
+    base: BorrowedFd<'_>,
+    name: &Path,
+    flags: OFlags,
+    mode: Mode,
+) -> Result<OwnedFd, Errno> {
+    let flags = flags | OFlags::CLOEXEC;
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        use rustix::fs::ResolveFlags;
+        let resolve =
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        // Without O_NOFOLLOW: with it, a link opened with O_DIRECTORY is ENOTDIR, not the link
+        // it is; RESOLVE_NO_SYMLINKS refuses the last component (ELOOP) all the same.
+        match rustix::fs::openat2(base, name, flags - OFlags::NOFOLLOW, mode, resolve) {
+            // No openat2 (before Linux 5.6, or a filter that refuses it), or a concurrent
+            // rename it would rather not judge: the walk below is as strict.
+            Err(Errno::NOSYS | Errno::PERM | Errno::AGAIN) => {}
+            opened => return opened,
+        }
+    }
+    component_by_component(base, name, flags, mode)
 }
 
 /// Walks `name` from `base` one directory at a time, each opened with `O_NOFOLLOW` (so a link
-/// anywhere is refused with `ELOOP`), then opens the last component with the file's flags.
-/// `open` has refused `..` and absolute names, so the walk stays beneath `base`.
-fn component_by_component(base: OwnedFd, name: &Path, access: OFlags) -> Result<OwnedFd, Errno> {
-    let mut parts: Vec<&std::ffi::OsStr> = name
-        .components()
-        .filter_map(|component| match component {
-            Component::Normal(part) => Some(part),
-            _ => None,
-        })
-        .collect();
+/// anywhere is refused with `ELOOP`), then opens the last component with `flags` and
+/// `O_NOFOLLOW`. Only plain components are taken, so the walk stays beneath `base`.
+fn component_by_component(
+    base: BorrowedFd<'_>,
+    name: &Path,
+    flags: OFlags,
+    mode: Mode,
+) -> Result<OwnedFd, Errno> {
+    let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
+    for component in name.components() {
+        match component {
+            Component::Normal(part) => parts.push(part),
+            Component::CurDir => {}
+            _ => return Err(Errno::XDEV),
+        }
+    }
     let Some(last) = parts.pop() else {
         return Err(Errno::INVAL);
     };
-    let mut current = base;
+    let mut current: Option<OwnedFd> = None;
     for part in parts {
-        let flags = directory_flags() | OFlags::NOFOLLOW | OFlags::NONBLOCK;
-        current = match rustix::fs::openat(&current, part, flags, Mode::empty()) {
-            // Linux answers a link opened as a directory with `O_NOFOLLOW` "not a directory":
-            // said as the link it is.
-            Err(Errno::NOTDIR) => {
-                let stat =
-                    rustix::fs::statat(&current, part, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
-                return Err(match FileType::from_raw_mode(stat.st_mode) {
-                    FileType::Symlink => Errno::LOOP,
-                    _ => Errno::NOTDIR,
-                });
-            }
-            opened => opened?,
-        };
+        let parent = current.as_ref().map_or(base, AsFd::as_fd);
+        let directory = directory_flags() | OFlags::NOFOLLOW | OFlags::NONBLOCK;
+        current = Some(
+            match rustix::fs::openat(parent, part, directory, Mode::empty()) {
+                // Linux answers a link opened as a directory with `O_NOFOLLOW` "not a directory":
+                // said as the link it is.
+                Err(Errno::NOTDIR) => {
+                    let stat =
+                        rustix::fs::statat(parent, part, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
+                    return Err(match FileType::from_raw_mode(stat.st_mode) {
+                        FileType::Symlink => Errno::LOOP,
+                        _ => Errno::NOTDIR,
+                    });
+                }
+                opened => opened?,
+            },
+        );
     }
-    rustix::fs::openat(&current, last, file_flags(access), Mode::empty())
+    let parent = current.as_ref().map_or(base, AsFd::as_fd);
+    rustix::fs::openat(parent, last, flags | OFlags::NOFOLLOW, mode)
 }
 
 /// An open refused by the kernel, in this crate's terms.
@@ -264,7 +289,8 @@ fn io_error(path: &Path, errno: Errno) -> Error {
     }
 }
 
-fn kind_name(kind: FileType) -> &'static str {
+/// What a file that is not a regular one is, in words.
+pub fn kind_name(kind: FileType) -> &'static str {
     match kind {
         FileType::Directory => "directory",
         FileType::Fifo => "FIFO",
@@ -367,7 +393,7 @@ mod tests {
         symlink(dir.join("sub/inner"), dir.join("sub/link")).expect("symlink");
         let walk = |name: &str| {
             let base = rustix::fs::open(dir, directory_flags(), Mode::empty()).expect("dir");
-            component_by_component(base, Path::new(name), OFlags::RDONLY)
+            component_by_component(base.as_fd(), Path::new(name), OFlags::RDONLY, Mode::empty())
         };
         assert!(walk("sub/inner").is_ok());
         assert_eq!(walk("linked/inner").err(), Some(Errno::LOOP));
