@@ -27,6 +27,9 @@ use rmcp::{Peer, RoleClient, ServiceExt as _};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+mod https;
+pub use https::install_crypto_provider;
+
 /// How long connecting to an upstream (starting its process, `initialize`, `tools/list`) may
 /// take.
 const CONNECT_BOUND: Duration = Duration::from_secs(60);
@@ -493,12 +496,13 @@ impl Upstream {
             Spec::Http { url, headers } => {
                 let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .custom_headers(headers.clone());
-                let transport = StreamableHttpClientTransport::from_config(config);
+                let transport =
+                    StreamableHttpClientTransport::with_client(https::client(url)?, config);
                 handler
                     .clone()
                     .serve(transport)
                     .await
-                    .map_err(|error| error.to_string())?
+                    .map_err(|error| https::failure(url, &error))?
             }
         };
         let tools = service
