@@ -665,3 +665,69 @@ async fn an_upstream_over_https_is_verified_against_the_platform_and_ssl_cert_fi
     tokio::join!(trusting.stop(), distrusting.stop());
     let _ = upstream.kill().await;
 }
+
+/// VS Code's form of the file (`servers`, `type`), its command, env and args taken from the
+/// server's environment (`${VAR}`, `${VAR:-default}`), is the kernel's module; a server of the
+/// older HTTP+SSE transport raises `UpstreamError` saying so.
+#[tokio::test]
+async fn the_vs_code_form_with_variables_from_the_environment_is_the_module() {
+    let (python, deps) = support::python_with("mcp==2.3.0", "mcp", "mcp-sdk-deps").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("weather.py");
+    std::fs::write(&script, UPSTREAM).expect("script");
+    let config = dir.path().join("mcp.json");
+    let file = json!({
+        "inputs": [],
+        "servers": {
+            "weather-api": {
+                "type": "stdio",
+                "command": "${CODE_MODE_PYTHON}",
+                "args": ["${CODE_MODE_DIR}/weather.py"],
+                "env": {
+                    "PYTHONPATH": "${CODE_MODE_DEPS}",
+                    "UPSTREAM_TOKEN": "${CODE_MODE_TOKEN:-unset}-${CODE_MODE_SUFFIX:-default}",
+                    "UPSTREAM_LOG": "${CODE_MODE_DIR}/log",
+                },
+            },
+            "legacy": {"type": "sse", "url": "http://127.0.0.1:9/sse"},
+        },
+    });
+    std::fs::write(&config, file.to_string()).expect("config");
+    let (config, python, deps, dir_text) = (
+        config.display().to_string(),
+        python.display().to_string(),
+        deps.display().to_string(),
+        dir.path().display().to_string(),
+    );
+    let server = Server::start(
+        Family::Handshake,
+        &[
+            ("IPYTHON_MCP_UPSTREAM_SERVERS", config.as_str()),
+            ("CODE_MODE_PYTHON", python.as_str()),
+            ("CODE_MODE_DEPS", deps.as_str()),
+            ("CODE_MODE_DIR", dir_text.as_str()),
+            ("CODE_MODE_TOKEN", SECRET),
+        ],
+    )
+    .await;
+    let called = run(
+        &server,
+        "import mcp_servers\nprint(mcp_servers.weather_api.token())\ntry:\n    mcp_servers.legacy.anything\nexcept mcp_servers.UpstreamError as error:\n    print('UpstreamError:', error)",
+    )
+    .await;
+    let lines: Vec<&str> = stdout(&called).lines().collect();
+    assert_eq!(lines[0], format!("{SECRET}-default"), "{called:?}");
+    assert!(
+        lines[1].starts_with("UpstreamError:") && lines[1].contains("HTTP+SSE"),
+        "{called:?}"
+    );
+    let status = server.call("runtime_status", json!({})).await.structured;
+    let upstreams = &status["upstream_servers"];
+    assert_eq!(
+        (&upstreams[0]["name"], &upstreams[0]["transport"]),
+        (&json!("legacy"), &json!("sse")),
+        "{status}"
+    );
+    assert_eq!(upstreams[1]["state"], "connected", "{status}");
+    server.stop().await;
+}
