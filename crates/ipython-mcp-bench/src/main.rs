@@ -123,6 +123,9 @@ const SUBCOMMANDS: [&str; 11] = [
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> anyhow::Result<()> {
+    // reqwest's clients (rmcp's streamable-HTTP transport) need a process-wide rustls provider
+    // when the workspace builds reqwest with TLS but no provider (see Cargo.toml).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     // A mistyped subcommand must not start the full run, which takes minutes.
     match std::env::args().nth(1).as_deref() {
         Some("-h" | "--help" | "help") => {

@@ -3,7 +3,8 @@
 //! The server is their MCP client. A kernel's `mcp_servers` module asks through its
 //! execution's stdin channel (an `input_request` the session answers, see the kernel crate),
 //! and [`Upstreams::answer`] answers: the tools of a server, or the result of a call. The
-//! configuration (an `mcpServers` file, the format of Claude Desktop and Cursor) stays here:
+//! configuration (an `mcpServers` file as Claude Desktop, Claude Code and Cursor write it, or VS
+//! Code's `servers`) stays here:
 //! its `env` and `headers` never reach a kernel.
 //!
 //! Connections are made at first use, one per server for everyone who shares this
@@ -27,6 +28,9 @@ use rmcp::{Peer, RoleClient, ServiceExt as _};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+mod https;
+pub use https::install_crypto_provider;
+
 /// How long connecting to an upstream (starting its process, `initialize`, `tools/list`) may
 /// take.
 const CONNECT_BOUND: Duration = Duration::from_secs(60);
@@ -44,6 +48,8 @@ pub enum LoadError {
         path: PathBuf,
         source: serde_json::Error,
     },
+    #[error("{path} is not an mcpServers file: it has neither \"mcpServers\" (Claude Desktop, Claude Code, Cursor) nor \"servers\" (VS Code)")]
+    NoServers { path: PathBuf },
     #[error("{path}: server {name:?}: {reason}")]
     Server {
         path: PathBuf,
@@ -52,17 +58,22 @@ pub enum LoadError {
     },
 }
 
-/// The file: `{"mcpServers": {"NAME": {...}}}`.
+/// The file: `{"mcpServers": {"NAME": {...}}}` (Claude Desktop, Claude Code's `.mcp.json`,
+/// Cursor) or `{"servers": {"NAME": {...}}}` (VS Code's `mcp.json`); both may be present.
 #[derive(Deserialize)]
 struct File {
     #[serde(rename = "mcpServers")]
-    servers: BTreeMap<String, Entry>,
+    mcp_servers: Option<BTreeMap<String, Entry>>,
+    servers: Option<BTreeMap<String, Entry>>,
 }
 
 /// One server as the file describes it: a command to start (stdio) or a URL (streamable
-/// HTTP). Other keys (`type`, `disabled`, a client's own) are ignored.
+/// HTTP), and its `type` if it says (`stdio`, `http`, or `sse`, the older HTTP+SSE transport).
+/// Other keys (`disabled`, a client's own) are ignored.
 #[derive(Deserialize)]
 struct Entry {
+    #[serde(rename = "type")]
+    kind: Option<String>,
     command: Option<String>,
     #[serde(default)]
     args: Vec<String>,
@@ -87,6 +98,11 @@ enum Spec {
         url: String,
         headers: HashMap<http::HeaderName, http::HeaderValue>,
     },
+    /// A server over a transport code mode cannot speak: every use says why.
+    Unsupported {
+        transport: &'static str,
+        reason: String,
+    },
 }
 
 // By hand: the environment and headers hold credentials, never logged.
@@ -95,32 +111,86 @@ impl std::fmt::Debug for Spec {
         match self {
             Spec::Stdio { command, .. } => write!(f, "stdio {command:?}"),
             Spec::Http { .. } => f.write_str("streamable HTTP"),
+            Spec::Unsupported { transport, .. } => write!(f, "unsupported {transport}"),
         }
     }
 }
 
 impl Spec {
-    fn of(entry: Entry) -> Result<Spec, String> {
-        match (entry.command, entry.url) {
+    /// The server `entry` describes, `${VAR}` and `${VAR:-default}` in its command, args, env,
+    /// url and headers expanded from `environment` (the server's own, as Claude Code does).
+    fn of(entry: Entry, environment: &dyn Fn(&str) -> Option<String>) -> Result<Spec, String> {
+        let expand = |field: &str, text: String| {
+            expand(&text, environment).map_err(|reason| format!("{field}: {reason}"))
+        };
+        let command = entry
+            .command
+            .map(|command| expand("command", command))
+            .transpose()?;
+        let url = entry.url.map(|url| expand("url", url)).transpose()?;
+        let args = entry
+            .args
+            .into_iter()
+            .map(|arg| expand("args", arg))
+            .collect::<Result<Vec<_>, _>>()?;
+        let env = entry
+            .env
+            .into_iter()
+            .map(|(key, value)| Ok((key.clone(), expand(&format!("env {key}"), value)?)))
+            .collect::<Result<BTreeMap<_, _>, String>>()?;
+        let headers = entry
+            .headers
+            .into_iter()
+            .map(|(key, value)| Ok((key.clone(), expand(&format!("header {key}"), value)?)))
+            .collect::<Result<BTreeMap<_, _>, String>>()?;
+        match (entry.kind.as_deref(), &command, &url) {
+            (None, ..) => {}
+            (Some("stdio"), _, None) => {}
+            (Some("http" | "streamable-http" | "streamableHttp"), None, _) => {}
+            (Some("sse"), None, Some(_)) => {
+                return Ok(Spec::Unsupported {
+                    transport: "sse",
+                    reason: "it is configured with the older HTTP+SSE transport (\"type\": \"sse\"), which code mode's MCP client does not speak; if the server also offers streamable HTTP (often at a URL ending in /mcp), configure that URL with \"type\": \"http\"".to_owned(),
+                });
+            }
+            (
+                Some(kind @ ("stdio" | "http" | "streamable-http" | "streamableHttp" | "sse")),
+                ..,
+            ) => {
+                let wants = if kind == "stdio" {
+                    "a command and no url"
+                } else {
+                    "a url and no command"
+                };
+                return Err(format!("type {kind:?} needs {wants}"));
+            }
+            (Some(kind), ..) => {
+                return Err(format!("unknown type {kind:?} (known: stdio, http, sse)"))
+            }
+        }
+        match (command, url) {
             (Some(command), None) => Ok(Spec::Stdio {
                 command,
-                args: entry.args,
-                env: entry.env,
+                args,
+                env,
                 cwd: entry.cwd,
             }),
             (None, Some(url)) => {
                 if !(url.starts_with("http://") || url.starts_with("https://")) {
                     return Err("url must be http:// or https://".to_owned());
                 }
-                let mut headers = HashMap::new();
-                for (name, value) in entry.headers {
+                let mut parsed = HashMap::new();
+                for (name, value) in headers {
                     let name = http::HeaderName::try_from(name.as_str())
                         .map_err(|_| format!("{name:?} is not a header name"))?;
                     let value = http::HeaderValue::try_from(value.as_str())
                         .map_err(|_| format!("the value of header {name} is not valid"))?;
-                    headers.insert(name, value);
+                    parsed.insert(name, value);
                 }
-                Ok(Spec::Http { url, headers })
+                Ok(Spec::Http {
+                    url,
+                    headers: parsed,
+                })
             }
             (Some(_), Some(_)) => Err("has both command and url".to_owned()),
             (None, None) => Err("has neither command nor url".to_owned()),
@@ -131,8 +201,58 @@ impl Spec {
         match self {
             Spec::Stdio { .. } => "stdio",
             Spec::Http { .. } => "http",
+            Spec::Unsupported { transport, .. } => transport,
         }
     }
+}
+
+/// `text` with `${NAME}` replaced by the variable's value and `${NAME:-default}` by its value,
+/// or `default` when it is unset or empty (as in a shell); `${env:NAME}` is VS Code's spelling
+/// of `${NAME}`. A variable that is unset without a default is refused, naming it; so is VS
+/// Code's `${input:…}` (a prompt of VS Code's own). Anything else is left as written.
+fn expand(text: &str, environment: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut expanded = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        expanded.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            expanded.push_str(&rest[start..]);
+            return Ok(expanded);
+        };
+        let inside = &after[..end];
+        let (name, default) = match inside.split_once(":-") {
+            Some((name, default)) => (name, Some(default)),
+            None => (inside, None),
+        };
+        if inside.starts_with("input:") {
+            return Err(format!(
+                "${{{inside}}} is a VS Code prompt, which only VS Code can answer: write the value, or ${{VARIABLE}} to take it from the environment"
+            ));
+        }
+        let name = name.strip_prefix("env:").unwrap_or(name);
+        let is_name = name
+            .chars()
+            .next()
+            .is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !is_name {
+            expanded.push_str(&rest[start..start + 2 + end + 1]);
+        } else {
+            match (environment(name).filter(|value| !value.is_empty() || default.is_none()), default) {
+                (Some(value), _) => expanded.push_str(&value),
+                (None, Some(default)) => expanded.push_str(default),
+                (None, None) => {
+                    return Err(format!(
+                        "the environment variable {name} is not set (write ${{{name}:-DEFAULT}} for a default)"
+                    ))
+                }
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    expanded.push_str(rest);
+    Ok(expanded)
 }
 
 /// What `runtime_status` and the capabilities resource say of one upstream.
@@ -286,20 +406,37 @@ impl Upstreams {
             path: path.to_owned(),
             source,
         })?;
+        if file.mcp_servers.is_none() && file.servers.is_none() {
+            return Err(LoadError::NoServers {
+                path: path.to_owned(),
+            });
+        }
+        let environment = |name: &str| std::env::var(name).ok();
         let mut servers = BTreeMap::new();
-        for (name, entry) in file.servers {
-            let spec = Spec::of(entry).map_err(|reason| LoadError::Server {
+        let entries = file.mcp_servers.into_iter().chain(file.servers).flatten();
+        for (name, entry) in entries {
+            let refused = |reason| LoadError::Server {
                 path: path.to_owned(),
                 name: name.clone(),
                 reason,
-            })?;
+            };
+            if servers.contains_key(&name) {
+                return Err(refused(
+                    "is named both in \"mcpServers\" and in \"servers\"".to_owned(),
+                ));
+            }
+            let spec = Spec::of(entry, &environment).map_err(refused)?;
+            let status = match &spec {
+                Spec::Unsupported { reason, .. } => ("failed", Some(reason.clone()), None),
+                _ => ("not_started", None, None),
+            };
             servers.insert(
                 name,
                 Arc::new(Upstream {
                     spec,
                     child_setup: None,
                     connection: tokio::sync::Mutex::new(None),
-                    status: Mutex::new(("not_started", None, None)),
+                    status: Mutex::new(status),
                 }),
             );
         }
@@ -490,15 +627,17 @@ impl Upstream {
                     .await
                     .map_err(|error| error.to_string())?
             }
+            Spec::Unsupported { reason, .. } => return Err(reason.clone()),
             Spec::Http { url, headers } => {
                 let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                     .custom_headers(headers.clone());
-                let transport = StreamableHttpClientTransport::from_config(config);
+                let transport =
+                    StreamableHttpClientTransport::with_client(https::client(url)?, config);
                 handler
                     .clone()
                     .serve(transport)
                     .await
-                    .map_err(|error| error.to_string())?
+                    .map_err(|error| https::failure(url, &error))?
             }
         };
         let tools = service
@@ -699,6 +838,100 @@ mod tests {
             let error = load(text).expect_err("refused").to_string();
             assert!(error.contains(expected), "{text}: {error}");
         }
+    }
+
+    #[test]
+    fn variables_expand_with_defaults_and_a_missing_one_is_named() {
+        let environment = |name: &str| match name {
+            "HOST" => Some("example.com".to_owned()),
+            "EMPTY" => Some(String::new()),
+            _ => None,
+        };
+        for (text, expected) in [
+            ("https://${HOST}/mcp", "https://example.com/mcp"),
+            ("${PORT:-8080}", "8080"),
+            ("${HOST:-other}", "example.com"),
+            ("${EMPTY:-fallback}", "fallback"),
+            ("${EMPTY}", ""),
+            ("${env:HOST}", "example.com"),
+            ("$HOST ${not a name} ${", "$HOST ${not a name} ${"),
+            ("Bearer ${HOST}${HOST}", "Bearer example.comexample.com"),
+        ] {
+            assert_eq!(
+                expand(text, &environment).as_deref(),
+                Ok(expected),
+                "{text}"
+            );
+        }
+        let missing = expand("${TOKEN}", &environment).expect_err("refused");
+        assert!(missing.contains("TOKEN is not set"), "{missing}");
+        let prompt = expand("${input:token}", &environment).expect_err("refused");
+        assert!(prompt.contains("VS Code"), "{prompt}");
+    }
+
+    #[test]
+    fn the_vs_code_form_types_and_expanded_fields_load() {
+        let environment = |name: &str| (name == "GH").then(|| "ghp_x".to_owned());
+        let entry = |text: &str| serde_json::from_str::<Entry>(text).expect("entry");
+        let Spec::Stdio { command, args, env, .. } = Spec::of(
+            entry(r#"{"type": "stdio", "command": "${BIN:-npx}", "args": ["-y", "${GH}"], "env": {"T": "${GH}"}}"#),
+            &environment,
+        )
+        .expect("stdio") else {
+            panic!("not stdio")
+        };
+        assert_eq!(
+            (command.as_str(), &args[..], env["T"].as_str()),
+            ("npx", &["-y".to_owned(), "ghp_x".to_owned()][..], "ghp_x")
+        );
+        let Spec::Http { url, headers } = Spec::of(
+            entry(r#"{"type": "http", "url": "https://h/${GH}", "headers": {"Authorization": "Bearer ${GH}"}}"#),
+            &environment,
+        )
+        .expect("http") else {
+            panic!("not http")
+        };
+        assert_eq!(url, "https://h/ghp_x");
+        assert_eq!(headers[&http::header::AUTHORIZATION], "Bearer ghp_x");
+        let spec = Spec::of(
+            entry(r#"{"type": "sse", "url": "https://h/sse"}"#),
+            &environment,
+        )
+        .expect("sse loads");
+        assert!(matches!(&spec, Spec::Unsupported { reason, .. } if reason.contains("HTTP+SSE")));
+        assert_eq!(spec.transport(), "sse");
+        for (text, expected) in [
+            (
+                r#"{"type": "stdio", "url": "https://h"}"#,
+                "needs a command",
+            ),
+            (r#"{"type": "http", "command": "x"}"#, "needs a url"),
+            (r#"{"type": "websocket", "url": "wss://h"}"#, "unknown type"),
+            (
+                r#"{"command": "x", "env": {"T": "${NOPE}"}}"#,
+                "env T: the environment variable NOPE",
+            ),
+        ] {
+            let error = Spec::of(entry(text), &environment).expect_err("refused");
+            assert!(error.contains(expected), "{text}: {error}");
+        }
+
+        let upstreams = load(
+            r#"{"servers": {"code": {"type": "stdio", "command": "x"}, "old": {"type": "sse", "url": "http://h/sse"}},
+                "inputs": []}"#,
+        )
+        .expect("VS Code's form loads");
+        let status = upstreams.status();
+        assert_eq!(
+            (status[0].name.as_str(), status[0].state),
+            ("code", "not_started")
+        );
+        assert_eq!((status[1].transport, status[1].state), ("sse", "failed"));
+        let twice =
+            load(r#"{"mcpServers": {"a": {"command": "x"}}, "servers": {"a": {"command": "y"}}}"#)
+                .expect_err("refused")
+                .to_string();
+        assert!(twice.contains("both"), "{twice}");
     }
 
     #[tokio::test]

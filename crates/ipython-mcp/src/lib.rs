@@ -23,6 +23,9 @@ use std::process::ExitCode;
 
 /// Parses the command line and runs what it asks for: the MCP server or `doctor`.
 pub fn main() -> ExitCode {
+    // Every reqwest client of ours brings its own TLS configuration; this keeps one that does
+    // not (`reqwest::Client::new()`) from panicking for want of a crypto provider.
+    ipython_mcp_upstream::install_crypto_provider();
     let cli = cli::Cli::parse();
     let mut config = match cli.config() {
         Ok(config) => config,

@@ -531,3 +531,203 @@ async fn an_upstream_s_progress_is_the_execution_s_progress() {
     );
     server.stop().await;
 }
+
+/// An upstream over HTTPS, its certificate (for 127.0.0.1 only) issued by a CA made here; a
+/// second CA that issued nothing. Writes both CAs' certificates into the directory given, then
+/// prints its port.
+const HTTPS_UPSTREAM: &str = r#"
+import datetime, ipaddress, os, socket, sys, uvicorn
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+from mcp.server import MCPServer
+
+server = MCPServer("secure")
+
+@server.tool(structured_output=False)
+def hello(name: str) -> str:
+    """Greets."""
+    return "hello " + name
+
+out = sys.argv[1]
+now = datetime.datetime.now(datetime.timezone.utc)
+
+def certificate(subject, key, issuer, issuer_key, ca, names=()):
+    builder = (x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
+        .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+    if ca:
+        builder = builder.add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
+    else:
+        builder = builder.add_extension(x509.SubjectAlternativeName(list(names)), critical=False)
+        builder = builder.add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())
+
+def pem(cert):
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+ca_key, other_key, leaf_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
+ca = certificate("test CA", ca_key, "test CA", ca_key, True)
+other = certificate("other CA", other_key, "other CA", other_key, True)
+leaf = certificate("127.0.0.1", leaf_key, "test CA", ca_key, False, [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+with open(os.path.join(out, "leaf.pem"), "wb") as file:
+    file.write(pem(leaf) + pem(ca))
+with open(os.path.join(out, "leaf.key"), "wb") as file:
+    file.write(leaf_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+with open(os.path.join(out, "ca.pem"), "wb") as file:
+    file.write(pem(ca))
+with open(os.path.join(out, "other-ca.pem"), "wb") as file:
+    file.write(pem(other))
+
+sock = socket.socket()
+sock.bind(("127.0.0.1", 0))
+print(sock.getsockname()[1], flush=True)
+config = uvicorn.Config(server.streamable_http_app(), log_level="warning",
+    ssl_certfile=os.path.join(out, "leaf.pem"), ssl_keyfile=os.path.join(out, "leaf.key"))
+uvicorn.Server(config).run(sockets=[sock])
+"#;
+
+/// An upstream over HTTPS whose CA is named by `SSL_CERT_FILE` is called from kernel code; one
+/// whose certificate is not trusted, or names another host, raises `UpstreamError` saying the
+/// host and why.
+#[tokio::test]
+async fn an_upstream_over_https_is_verified_against_the_platform_and_ssl_cert_file() {
+    use tokio::io::AsyncBufReadExt as _;
+    let (python, deps) = support::python_with("mcp==2.3.0", "mcp", "mcp-sdk-deps").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("secure.py");
+    std::fs::write(&script, HTTPS_UPSTREAM).expect("script");
+    let mut upstream = tokio::process::Command::new(&python)
+        .arg(&script)
+        .arg(dir.path())
+        .env("PYTHONPATH", &deps)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("upstream");
+    let mut lines = tokio::io::BufReader::new(upstream.stdout.take().expect("stdout")).lines();
+    let port = tokio::time::timeout(Duration::from_secs(120), lines.next_line())
+        .await
+        .expect("the upstream's port in time")
+        .expect("read")
+        .expect("a port");
+    let config = dir.path().join("upstreams.json");
+    let file = json!({"mcpServers": {
+        "secure": {"type": "http", "url": format!("https://127.0.0.1:{port}/mcp")},
+        "misnamed": {"type": "http", "url": format!("https://localhost:{port}/mcp")},
+    }});
+    std::fs::write(&config, file.to_string()).expect("config");
+    let config = config.display().to_string();
+    let ca = dir.path().join("ca.pem").display().to_string();
+    // The other CA: trusted roots beside the platform's, none of which issued the upstream's.
+    let other_ca = dir.path().join("other-ca.pem").display().to_string();
+    let start = |ca: String| {
+        let mut command = support::command(&[
+            ("IPYTHON_MCP_UPSTREAM_SERVERS", config.as_str()),
+            ("SSL_CERT_FILE", ca.as_str()),
+        ]);
+        command.env_remove("SSL_CERT_DIR");
+        async {
+            let server = Server::start_command(Family::Handshake, command).await;
+            let status = server.wait_settled().await;
+            assert_eq!(status["state"], "ready", "kernel did not start: {status}");
+            server
+        }
+    };
+    let (trusting, distrusting) = tokio::join!(start(ca), start(other_ca));
+    let code = "import mcp_servers\nfor server in (mcp_servers.secure, mcp_servers.misnamed):\n    try:\n        print(server.hello('tls'))\n    except mcp_servers.UpstreamError as error:\n        print('UpstreamError:', error)";
+    let (trusted, distrusted) = tokio::join!(run(&trusting, code), run(&distrusting, code));
+    let trusted: Vec<&str> = stdout(&trusted).lines().collect();
+    assert_eq!(trusted[0], "hello tls", "{trusted:?}");
+    assert!(
+        trusted[1].starts_with("UpstreamError:")
+            && trusted[1].contains("TLS certificate of localhost")
+            && trusted[1].contains("not valid for this host name"),
+        "{trusted:?}"
+    );
+    let distrusted: Vec<&str> = stdout(&distrusted).lines().collect();
+    assert!(
+        distrusted[0].starts_with("UpstreamError:")
+            && distrusted[0].contains("TLS certificate of 127.0.0.1")
+            && distrusted[0].contains("not issued by a trusted certificate authority"),
+        "{distrusted:?}"
+    );
+    let status = distrusting
+        .call("runtime_status", json!({}))
+        .await
+        .structured;
+    assert_eq!(status["upstream_servers"][1]["state"], "failed", "{status}");
+    tokio::join!(trusting.stop(), distrusting.stop());
+    let _ = upstream.kill().await;
+}
+
+/// VS Code's form of the file (`servers`, `type`), its command, env and args taken from the
+/// server's environment (`${VAR}`, `${VAR:-default}`), is the kernel's module; a server of the
+/// older HTTP+SSE transport raises `UpstreamError` saying so.
+#[tokio::test]
+async fn the_vs_code_form_with_variables_from_the_environment_is_the_module() {
+    let (python, deps) = support::python_with("mcp==2.3.0", "mcp", "mcp-sdk-deps").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = dir.path().join("weather.py");
+    std::fs::write(&script, UPSTREAM).expect("script");
+    let config = dir.path().join("mcp.json");
+    let file = json!({
+        "inputs": [],
+        "servers": {
+            "weather-api": {
+                "type": "stdio",
+                "command": "${CODE_MODE_PYTHON}",
+                "args": ["${CODE_MODE_DIR}/weather.py"],
+                "env": {
+                    "PYTHONPATH": "${CODE_MODE_DEPS}",
+                    "UPSTREAM_TOKEN": "${CODE_MODE_TOKEN:-unset}-${CODE_MODE_SUFFIX:-default}",
+                    "UPSTREAM_LOG": "${CODE_MODE_DIR}/log",
+                },
+            },
+            "legacy": {"type": "sse", "url": "http://127.0.0.1:9/sse"},
+        },
+    });
+    std::fs::write(&config, file.to_string()).expect("config");
+    let (config, python, deps, dir_text) = (
+        config.display().to_string(),
+        python.display().to_string(),
+        deps.display().to_string(),
+        dir.path().display().to_string(),
+    );
+    let server = Server::start(
+        Family::Handshake,
+        &[
+            ("IPYTHON_MCP_UPSTREAM_SERVERS", config.as_str()),
+            ("CODE_MODE_PYTHON", python.as_str()),
+            ("CODE_MODE_DEPS", deps.as_str()),
+            ("CODE_MODE_DIR", dir_text.as_str()),
+            ("CODE_MODE_TOKEN", SECRET),
+        ],
+    )
+    .await;
+    let called = run(
+        &server,
+        "import mcp_servers\nprint(mcp_servers.weather_api.token())\ntry:\n    mcp_servers.legacy.anything\nexcept mcp_servers.UpstreamError as error:\n    print('UpstreamError:', error)",
+    )
+    .await;
+    let lines: Vec<&str> = stdout(&called).lines().collect();
+    assert_eq!(lines[0], format!("{SECRET}-default"), "{called:?}");
+    assert!(
+        lines[1].starts_with("UpstreamError:") && lines[1].contains("HTTP+SSE"),
+        "{called:?}"
+    );
+    let status = server.call("runtime_status", json!({})).await.structured;
+    let upstreams = &status["upstream_servers"];
+    assert_eq!(
+        (&upstreams[0]["name"], &upstreams[0]["transport"]),
+        (&json!("legacy"), &json!("sse")),
+        "{status}"
+    );
+    assert_eq!(upstreams[1]["state"], "connected", "{status}");
+    server.stop().await;
+}

@@ -129,6 +129,7 @@ impl HttpServer {
         if let Some(token) = token {
             config = config.auth_header(token);
         }
+        ipython_mcp_upstream::install_crypto_provider();
         let transport = StreamableHttpClientTransport::from_config(config);
         let lifecycle = match family {
             Family::Handshake => ClientLifecycleMode::Initialize,
@@ -516,6 +517,7 @@ async fn requests_without_the_right_token_or_from_a_foreign_host_or_origin_are_r
     );
 
     // Real clients: none without the token, the right one with it.
+    ipython_mcp_upstream::install_crypto_provider();
     let refused = StreamableHttpClientTransport::from_config(
         StreamableHttpClientTransportConfig::with_uri(server.url.clone()),
     );

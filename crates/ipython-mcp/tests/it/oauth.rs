@@ -151,7 +151,7 @@ struct Reply {
 
 /// A JSON-RPC message posted to `/mcp` with this token (if any).
 async fn post(url: &str, token: Option<&str>, session: Option<&str>, message: Value) -> Reply {
-    let mut request = reqwest::Client::new()
+    let mut request = support::http_client()
         .post(url)
         .header("Accept", "application/json, text/event-stream")
         .header("Content-Type", "application/json")
@@ -321,7 +321,9 @@ async fn access_tokens_of_the_issuer_are_checked_for_key_audience_time_and_scope
     let expected_metadata = format!("http://ipython-mcp.test{METADATA_PATH}");
 
     // The protected resource metadata, without a token.
-    let metadata: Value = reqwest::get(format!("{base}{METADATA_PATH}"))
+    let metadata: Value = support::http_client()
+        .get(format!("{base}{METADATA_PATH}"))
+        .send()
         .await
         .expect("GET metadata")
         .json()

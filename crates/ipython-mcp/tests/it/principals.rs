@@ -384,6 +384,7 @@ async fn connect(
     use rmcp::service::{ClientLifecycleMode, ClientServiceExt as _};
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
     let config = StreamableHttpClientTransportConfig::with_uri(url.to_owned()).auth_header(token);
+    ipython_mcp_upstream::install_crypto_provider();
     let transport = rmcp::transport::StreamableHttpClientTransport::from_config(config);
     let lifecycle = match family {
         support::Family::Handshake => ClientLifecycleMode::Initialize,

@@ -186,7 +186,7 @@ impl CollabServer {
         path: &str,
         body: Option<Value>,
     ) -> (u16, Value) {
-        let mut request = reqwest::Client::new()
+        let mut request = super::http_client()
             .request(method, format!("{}{path}", self.url))
             .header("Authorization", format!("token {}", self.token))
             .timeout(Duration::from_secs(60));

@@ -677,6 +677,14 @@ pub fn kernel_run_dir(pid: i32) -> std::path::PathBuf {
 
 /// The Python the product provisions (its managed default environment, shared by every test of
 /// this run in `target/tmp/ipython-mcp-cache`).
+/// A reqwest client. reqwest is built with TLS but without a crypto provider of its own (the
+/// server's upstream client brings ring, see crates/ipython-mcp-upstream/src/https.rs), so a
+/// client built before a process-wide provider is installed panics: this installs it first.
+pub fn http_client() -> reqwest::Client {
+    ipython_mcp_upstream::install_crypto_provider();
+    reqwest::Client::new()
+}
+
 pub async fn provisioned_python() -> std::path::PathBuf {
     let target_tmp = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
     let resolver = ipython_mcp_env::Resolver {
@@ -860,7 +868,7 @@ impl JupyterServer {
     /// Whether `api/status` answers 200 with the token (a refused connection is a no: the
     /// runtime file may be written before the socket listens).
     async fn answers(&self) -> bool {
-        let response = reqwest::Client::new()
+        let response = http_client()
             .get(format!("{}api/status", self.url))
             .header("Authorization", format!("token {}", self.token))
             .timeout(Duration::from_secs(10))
@@ -892,7 +900,7 @@ impl JupyterServer {
     }
 
     async fn http(&self, method: reqwest::Method, path: &str) -> (u16, Value) {
-        let response = reqwest::Client::new()
+        let response = http_client()
             .request(method, format!("{}{path}", self.url))
             .header("Authorization", format!("token {}", self.token))
             .timeout(Duration::from_secs(60))
@@ -911,7 +919,7 @@ impl JupyterServer {
 
     /// `POST <path>` with the token and an empty JSON body.
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        let response = reqwest::Client::new()
+        let response = http_client()
             .post(format!("{}{path}", self.url))
             .header("Authorization", format!("token {}", self.token))
             .json(&body)
@@ -1138,7 +1146,7 @@ impl KernelGateway {
 /// The status `GET <url><path>` answers with `token`; `None` when nothing answers (a refused
 /// connection while the gateway starts).
 async fn status_of(url: &str, token: &str, path: &str) -> Option<u16> {
-    reqwest::Client::new()
+    http_client()
         .get(format!("{url}{path}"))
         .header("Authorization", format!("token {token}"))
         .timeout(Duration::from_secs(10))
