@@ -3,11 +3,20 @@
 After each execution that is not silent, the namespace is pickled
 (cloudpickle, else dill, else the standard pickle; imported modules by name) and what changed
 is written, then the new manifest made current with one rename. A small namespace (the common
-case: a fork alone costs milliseconds) is written by the kernel itself before the reply, in
-well under a millisecond. A larger one by a forked child, a copy-on-write snapshot of the
-namespace at that instant: the parent only pays for the fork; the reply goes out at once.
-The next execution waits for the child before it runs, so a cell that kills the kernel never
-kills a checkpoint half-written. At most one writer runs at a time.
+case: a fork alone costs more) is written by the kernel itself before the reply, in well under
+a millisecond. A larger one by a forked child, a copy-on-write snapshot of the namespace at
+that instant: the parent only pays for the fork; the reply goes out at once.
+
+No execution waits for a checkpoint. Writers take turns (``TURN_LOCK``): one writes, and at
+most the newest snapshot waits behind it, a child that takes the turn once the writer is done.
+Each checkpoint gets the next generation number, shared with the children (``_Generation``);
+a child that gets the turn and finds a newer generation exits without writing, so the
+manifest never goes back to an older execution, and a newer checkpoint ends an older waiting
+child at once (``SIGTERM``; the child ignores it once it writes). A small namespace is written
+in the kernel only when the turn is free; otherwise a child waits for the turn with its bytes.
+Every child holds ``WRITER_LOCK`` shared from before the fork until it exits; `restore` takes
+it exclusively, so a replacement waits for every child a dead kernel left, writing or waiting,
+and reads only what they finished.
 
 Why a fork of a threaded process is safe here: the child runs only this module's code (and
 the objects' own pickling methods), takes no lock another thread could hold except through
@@ -50,8 +59,10 @@ except ImportError:  # Windows: no fork and no flock, so no checkpoints (see `su
     fcntl = None
 
 MANIFEST = "manifest.json"
-# Held by a child while it writes (see Checkpointer._fork).
+# Held shared by every child until it exits, exclusively by `restore` (see Checkpointer._fork).
 WRITER_LOCK = "writer.lock"
+# Held exclusively by whoever writes the checkpoint, a child or the kernel: one at a time.
+TURN_LOCK = "turn.lock"
 # Why the latest attempt failed, until one succeeds.
 FAILURE = "failure.json"
 OBJECTS = "objects"
@@ -153,6 +164,23 @@ def resolve(directory):
     return os.path.join(base, directory)
 
 
+class _Generation:
+    """The newest checkpoint's generation number, in memory the kernel shares with its
+    children (an anonymous shared mapping made before the first fork): a waiting child reads
+    it once it has the turn, to know whether a newer checkpoint replaced it."""
+
+    def __init__(self):
+        import mmap
+
+        self._memory = mmap.mmap(-1, 8)
+
+    def set(self, generation):
+        struct.pack_into("<Q", self._memory, 0, generation)
+
+    def get(self):
+        return struct.unpack_from("<Q", self._memory, 0)[0]
+
+
 class Checkpointer:
     """Takes checkpoints of one kernel's namespace into ``directory``."""
 
@@ -161,38 +189,64 @@ class Checkpointer:
         self.directory = directory
         self.max_bytes = max_bytes
         self.protected = protected  # configured bindings: the install brings them back
-        self.child = None
-        self.taken_at = None  # the execution count of the latest checkpoint started
+        self.children = {}  # pid: (generation, execution count) of each child not reaped yet
+        self.generation = 0  # of the latest checkpoint started
+        self.newest = None  # a _Generation, made before the first fork
         self.pickler = None  # imported here, once: each child would import it again
 
+    @property
+    def child(self):
+        """The newest child not reaped yet, if any."""
+        if not self.children:
+            return None
+        return max(self.children, key=lambda pid: self.children[pid][0])
+
     def wait(self):
-        """Waits for the running child, if any (before the next execution runs); one that
-        failed is recorded (see `_failed`)."""
-        child, self.child = self.child, None
-        if child is None:
-            return
-        try:
-            _, status = os.waitpid(child, 0)
-        except (ChildProcessError, InterruptedError, OSError):
-            return
-        # A child that exits with an error has recorded why itself.
-        if os.WIFSIGNALED(status):
-            _failed(self.directory, self.taken_at, "the writer was ended by signal %d" % os.WTERMSIG(status))
+        """Waits for every child, writing or waiting for its turn (before the session's
+        checkpoint is deleted, or the helper uninstalled)."""
+        self._reap(block=True)
+
+    def _reap(self, block=False):
+        """Reaps the children that exited (with ``block``, all of them). One ended by a signal
+        other than a newer checkpoint's ``SIGTERM`` is recorded, when it was the newest (see
+        `_failed`); a child that exits with an error has recorded why itself."""
+        for pid in list(self.children):
+            try:
+                done, status = os.waitpid(pid, 0 if block else os.WNOHANG)
+            except (ChildProcessError, OSError):
+                self.children.pop(pid, None)
+                continue
+            if done == 0:
+                continue
+            generation, count = self.children.pop(pid)
+            if (
+                os.WIFSIGNALED(status)
+                and os.WTERMSIG(status) != signal.SIGTERM
+                and generation == self.generation
+            ):
+                _failed(self.directory, count, "the writer was ended by signal %d" % os.WTERMSIG(status))
 
     def after_execution(self, count=None):
         """Takes a checkpoint of the namespace as it is now: after a cell that is not silent
-        (``count``, its execution count) or a namespace call (the latest cell's count).
+        (``count``, its execution count) or a namespace call (the latest cell's count). Never
+        waits for an earlier checkpoint's writer.
 
         A namespace that pickles small (``_SMALL_BYTES``, no container past ``_SMALL_LEN``
-        items) is written here and now, in well under a millisecond: a fork alone costs more.
-        Anything larger is written by a forked child, off the reply's path.
+        items) is written here and now when no writer has the turn, in well under a
+        millisecond: a fork alone costs more. Anything larger, or a small one while a writer
+        works, is written by a forked child, off the reply's path.
         """
         if count is None:
             # The shell counts the next cell already.
             following = getattr(self.shell, "execution_count", None)
             count = following - 1 if isinstance(following, int) else None
-        self.wait()
-        self.taken_at = count
+        self._reap()
+        if self.newest is None:
+            self.newest = _Generation()
+        self.generation += 1
+        generation = self.generation
+        self.newest.set(generation)
+        self._supersede(generation)
         if self.pickler is None:
             self.pickler = _pickler()
         names = list(_user_names(self.shell, self.protected))
@@ -200,25 +254,43 @@ class Checkpointer:
         try:
             snapshot = _pickle_all(names, self.pickler, self.max_bytes, small=True)
         except _TooBig:
-            self._fork(names, count)
+            self._fork(names, count, generation, None)
             return
         except Exception as error:
             _failed(self.directory, count, _reason(error))
+            return
+        turn = _try_turn(self.directory)
+        if turn is None:
+            # A writer has the turn: a child waits for it with these bytes.
+            self._fork(names, count, generation, snapshot)
             return
         try:
             _commit(self.directory, count, self.pickler[0], snapshot)
         except Exception as error:
             _failed(self.directory, count, _reason(error))
+        finally:
+            os.close(turn)
 
-    def _fork(self, names, count):
-        # The writer's lock, taken before the fork so that no moment exists when the child
-        # writes unlocked: the child holds it through the descriptor it inherits, until it
-        # exits, and `restore` waits for it.
+    def _supersede(self, generation):
+        """Ends every older child still waiting for its turn: it would find ``generation``
+        newer than its own and write nothing anyway. One already writing ignores the signal
+        and finishes."""
+        for pid, (older, _) in self.children.items():
+            if older < generation:
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except OSError:
+                    pass  # exited, not reaped yet
+
+    def _fork(self, names, count, generation, snapshot):
+        # The writers' shared lock, taken before the fork so that no moment exists when the
+        # child waits or writes unseen: the child holds it through the descriptor it inherits,
+        # until it exits, and `restore` waits for it.
         os.makedirs(self.directory, exist_ok=True)
         lock = os.open(os.path.join(self.directory, WRITER_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
         pid = -1
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            fcntl.flock(lock, fcntl.LOCK_SH)
             with warnings.catch_warnings():
                 # Python 3.12+ warns of fork in a threaded process; see the module's documentation.
                 warnings.simplefilter("ignore", DeprecationWarning)
@@ -227,7 +299,7 @@ class Checkpointer:
                 except OSError:
                     pid = -1  # no process to spare (the sandbox's bound): none this time
             if pid == 0:
-                self._write_in_child(names, count)
+                self._write_in_child(names, count, generation, snapshot)
         finally:
             if pid != 0:
                 os.close(lock)
@@ -240,22 +312,31 @@ class Checkpointer:
                 os.setpgid(pid, pid)
             except OSError:
                 pass  # it has exited already
-            self.child = pid
+            self.children[pid] = (generation, count)
 
-    def _write_in_child(self, names, count):
+    def _write_in_child(self, names, count, generation, snapshot):
         status = 1
         try:
             # Out of the kernel's process group: a kernel killed between cells (its group with
             # it) does not take the checkpoint of its last cell along.
             os.setpgid(0, 0)
             # The kernel's streams publish through a thread the fork left behind: whatever a
-            # pickling method prints goes nowhere instead. The user's own SIGALRM and SIGINT
-            # handlers must not keep the child alive.
+            # pickling method prints goes nowhere instead. The user's own SIGALRM, SIGINT and
+            # SIGTERM handlers must not keep the child alive; SIGTERM is how a newer
+            # checkpoint ends this one while it waits for its turn.
             sys.stdout = sys.stderr = _NOWHERE
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             signal.signal(signal.SIGALRM, signal.SIG_DFL)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            turn = os.open(os.path.join(self.directory, TURN_LOCK), os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(turn, fcntl.LOCK_EX)  # held until the child exits
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            if self.newest.get() != generation:
+                status = 0  # a newer checkpoint replaced this one: it writes, not this one
+                return
             signal.alarm(_CHILD_SECONDS)
-            snapshot = _pickle_all(names, self.pickler, self.max_bytes, small=False)
+            if snapshot is None:
+                snapshot = _pickle_all(names, self.pickler, self.max_bytes, small=False)
             _commit(self.directory, count, self.pickler[0], snapshot)
             status = 0
         except BaseException as error:
@@ -265,6 +346,22 @@ class Checkpointer:
                 pass
         finally:
             os._exit(status)
+
+
+def _try_turn(directory):
+    """The writers' turn (``TURN_LOCK``) as a descriptor holding it, or None when a writer has
+    it; never waits."""
+    os.makedirs(directory, exist_ok=True)
+    turn = os.open(os.path.join(directory, TURN_LOCK), os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        fcntl.flock(turn, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return turn
+    except BlockingIOError:
+        os.close(turn)
+        return None
+    except BaseException:
+        os.close(turn)
+        raise
 
 
 class _TooBig(Exception):

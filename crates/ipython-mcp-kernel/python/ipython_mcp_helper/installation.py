@@ -398,12 +398,10 @@ class _Installation:
         # pre_execute callback and the report after every post_execute one. matplotlib-inline
         # registers its figure-flushing callback when pyplot is first imported, i.e. after us,
         # and its figures must be counted in the report.
-        # A checkpoint is taken after each cell that is not silent (post_run_cell, last), and
-        # waited for before anything runs next (pre_execute, first).
+        # A checkpoint is taken after each cell that is not silent (post_run_cell, last); the
+        # next cell does not wait for its writer (see ``checkpoint``).
         def wrapped(event, *args, **kwargs):
             if event == "pre_execute":
-                if self.checkpointer is not None:
-                    self._guarded(self.checkpointer.wait)
                 if self.config["mcp_servers"]:
                     self._guarded(code_mode.refuse_input)
                 self._guarded(self.begin_execution)

@@ -254,11 +254,11 @@ def test_the_writer_leaves_the_kernel_s_process_group_before_the_reply(helper, t
     checkpoint = helper.checkpoint
 
     class Slow(checkpoint.Checkpointer):
-        def _write_in_child(self, names, count):
+        def _write_in_child(self, *args):
             import time
 
             time.sleep(0.5)  # the parent's turn, the child not yet in a group of its own
-            super()._write_in_child(names, count)
+            super()._write_in_child(*args)
 
     shell = Shell(big=bytearray(checkpoint._SMALL_BYTES + 1))
     writer = Slow(shell, str(tmp_path), 1 << 30, set())
@@ -267,3 +267,139 @@ def test_the_writer_leaves_the_kernel_s_process_group_before_the_reply(helper, t
     assert child is not None and os.getpgid(child) == child != os.getpgrp()
     writer.wait()
     assert checkpoint.restore(Shell(), str(tmp_path))["restored"] == ["big"]
+
+
+class _Held:
+    """Pickled, it creates ``started`` and waits until ``flag`` exists (bounded, in case the
+    test fails first): a writer that is still working for as long as the test wants."""
+
+    def __init__(self, started, flag):
+        self.started, self.flag = started, flag
+
+    def __reduce__(self):
+        import time
+
+        with open(self.started, "w"):
+            pass
+        deadline = time.monotonic() + 600
+        while not os.path.exists(self.flag) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return (int, (7,))
+
+
+class _Returns:
+    """Fails the test when its block runs past ``seconds`` (SIGALRM): a checkpoint that waits
+    for a held writer would otherwise wait as long as the writer is held."""
+
+    def __init__(self, seconds=120):
+        self.seconds = seconds
+
+    def __enter__(self):
+        import signal
+
+        def too_long(signum, frame):
+            raise AssertionError("a checkpoint waited for the running writer")
+
+        self.previous = signal.signal(signal.SIGALRM, too_long)
+        signal.alarm(self.seconds)
+
+    def __exit__(self, *exc):
+        import signal
+
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, self.previous)
+
+
+def _wait_for_file(path, seconds=120):
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline, "%s never appeared" % path
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("end_waiting_children", [True, False])
+def test_no_checkpoint_waits_for_a_writer_and_only_the_newest_waiting_one_writes(
+    helper, tmp_path, monkeypatch, end_waiting_children
+):
+    """While a writer works, the next checkpoints return at once (small namespaces too); of
+    those that wait for their turn only the newest writes, after the running one: the manifest
+    never goes back. Without ending the older waiting child (``end_waiting_children`` off),
+    the generation check alone keeps it from writing."""
+    import signal
+
+    checkpoint = helper.checkpoint
+    directory = str(tmp_path / "checkpoint")
+    log = str(tmp_path / "commits")
+    real_commit = checkpoint._commit
+
+    def logged_commit(directory, execution_count, pickler, snapshot):
+        real_commit(directory, execution_count, pickler, snapshot)
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.write(fd, b"%d\n" % execution_count)
+        os.close(fd)
+
+    monkeypatch.setattr(checkpoint, "_commit", logged_commit)
+    started, flag = str(tmp_path / "started"), str(tmp_path / "flag")
+    # `big` first: the kernel's small attempt gives up on it before it reaches `held`.
+    shell = Shell(big=bytearray(checkpoint._SMALL_BYTES + 1), held=_Held(started, flag))
+    writer = checkpoint.Checkpointer(shell, directory, 1 << 30, set())
+    if not end_waiting_children:
+        writer._supersede = lambda generation: None
+
+    try:
+        writer.after_execution(1)
+        _wait_for_file(started)  # the writer of 1 is pickling, held
+        del shell.user_ns["big"], shell.user_ns["held"]
+        with _Returns():
+            for count in (2, 3):
+                shell.user_ns["x"] = count  # small: the kernel would write it, but the turn is taken
+                writer.after_execution(count)
+        assert len(writer.children) >= 2, "the newest waits in a child of its own"
+        assert not os.path.exists(os.path.join(directory, checkpoint.MANIFEST))
+    finally:
+        with open(flag, "w"):
+            pass
+    writer.wait()
+    with open(log) as file:
+        assert file.read().split() == ["1", "3"]
+    restored = Shell()
+    result = checkpoint.restore(restored, directory)
+    assert result["execution_count"] == 3 and restored.user_ns == {"x": 3}
+    assert not os.path.exists(os.path.join(directory, checkpoint.FAILURE))
+    # The turn is free again: a small namespace is written in the kernel itself.
+    shell.user_ns["x"] = 4
+    writer.after_execution(4)
+    assert writer.child is None
+    with open(log) as file:
+        assert file.read().split() == ["1", "3", "4"]
+
+
+def test_restore_waits_for_the_child_that_waits_for_its_turn(helper, tmp_path):
+    """A kernel gone while one child writes and a newer one waits: the restore waits for both
+    and loads the newest."""
+    import threading
+
+    checkpoint = helper.checkpoint
+    directory = str(tmp_path / "checkpoint")
+    started, flag = str(tmp_path / "started"), str(tmp_path / "flag")
+    shell = Shell(big=bytearray(checkpoint._SMALL_BYTES + 1), held=_Held(started, flag))
+    writer = checkpoint.Checkpointer(shell, directory, 1 << 30, set())
+    try:
+        writer.after_execution(1)
+        _wait_for_file(started)
+        del shell.user_ns["big"], shell.user_ns["held"]
+        shell.user_ns["x"] = 2
+        with _Returns():
+            writer.after_execution(2)
+        results = []
+        loading = threading.Thread(target=lambda: results.append(checkpoint.restore(Shell(), directory)))
+        loading.start()
+    finally:
+        with open(flag, "w"):
+            pass
+    loading.join(120)
+    assert not loading.is_alive()
+    assert results[0]["execution_count"] == 2 and results[0]["restored"] == ["x"]
+    writer.wait()

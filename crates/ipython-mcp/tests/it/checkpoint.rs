@@ -381,7 +381,8 @@ async fn a_checkpoint_writer_does_not_count_twice_against_the_memory_limit() {
     )
     .await;
     run(&server, "big = bytes(range(256)) * (250 * 4096)").await;
-    // The next cell waits for the writer: the kernel is still the first one after it.
+    // The next cell forks a second writer while the first may still work: the kernel is still
+    // the first one after both.
     run(&server, "pass").await;
     let status = server
         .wait_until(|status| status["checkpoint"]["taken"] == true)
@@ -431,6 +432,64 @@ async fn a_200_mb_numpy_array_comes_back() {
     assert_eq!(
         back.structured["result"]["text/plain"],
         "((25000000,), 'float64', 24999999.0, -1.0, 312499987500000.0)",
+        "{back:?}"
+    );
+    server.stop().await;
+}
+
+/// No cell waits for a checkpoint: while the writer of one cell is held (a value whose
+/// pickling waits for a flag the test sets), the next cells complete; a kill then waits for
+/// that writer and for the newest waiting snapshot, and the replacement gets the last cell's
+/// namespace.
+#[tokio::test]
+async fn a_cell_does_not_wait_for_the_writer_and_a_kill_waits_for_the_newest_checkpoint() {
+    let server = Server::start(Family::Handshake, &[]).await;
+    let flag = support::Flag::new();
+    // `big` first: the kernel's own small attempt gives up on it before it pickles `held`, so
+    // only the forked writer waits for the flag.
+    let code = format!(
+        "big = bytearray(2 << 20)\ndef _hold(path):\n    import os, time\n    deadline = time.monotonic() + 600\n    while not os.path.exists(path) and time.monotonic() < deadline:\n        time.sleep(0.02)\n    return 7\nclass Held:\n    def __reduce__(self):\n        return (int, (_hold({:?}),))\nheld = Held()",
+        flag.path().display().to_string()
+    );
+    run(&server, &code).await;
+    for x in [2, 3] {
+        let next = server
+            .call(
+                "execute",
+                json!({"code": format!("x = {x}"), "timeout_seconds": 60}),
+            )
+            .await;
+        assert_eq!(next.structured["status"], "ok", "{next:?}");
+    }
+    // The writer of the first cell is still held: nothing is written yet.
+    let status = server.call("runtime_status", json!({})).await.structured;
+    assert_eq!(status["checkpoint"]["taken"], false, "{status}");
+    let pid = status["kernel"]["pid"].as_i64().expect("pid") as i32;
+    // SAFETY: kill(2) on the pid of our own server's kernel.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    let loading = server
+        .wait_until(|status| {
+            status["epoch"] == 1
+                && status["kernel"]["pid"]
+                    .as_i64()
+                    .is_some_and(|new| new != i64::from(pid))
+        })
+        .await;
+    assert_eq!(loading["state"], "recovering", "{loading}");
+    flag.set();
+    let back = run(&server, "(x, held, len(big))").await;
+    assert_eq!(
+        back.structured["result"]["text/plain"], "(3, 7, 2097152)",
+        "{back:?}"
+    );
+    assert_eq!(
+        back.structured["runtime"]["namespace"], "restored",
+        "{back:?}"
+    );
+    assert_eq!(
+        back.structured["runtime"]["restore"]["execution_count"], 3,
         "{back:?}"
     );
     server.stop().await;
