@@ -204,6 +204,50 @@ fn landlock_abi() -> i64 {
 }
 
 pub(crate) fn prepare(policy: &Policy, dirs: &KernelDirs) -> Result<(Rules, Report), Error> {
+    let (created, mut mechanisms) = ruleset(policy)?;
+    let (grants, mut limits) = grants(policy, dirs);
+    let ruleset = add_grants(created, &grants)?;
+    let Some(ruleset) = Option::<OwnedFd>::from(ruleset) else {
+        return Err(Error::Unenforceable {
+            mode: policy.mode.name(),
+            why: "Landlock refused the ruleset".to_owned(),
+        });
+    };
+    let seccomp = seccomp_program(&policy.network)?;
+    let clone3 = clone3_program()?;
+    mechanisms.extend(["seccomp".to_owned(), "no_new_privs".to_owned()]);
+    let tasks = match policy.max_processes.map(crate::tasks::bound) {
+        Some(Ok(bound)) => {
+            mechanisms.push(bound.mechanism.clone());
+            Some(bound)
+        }
+        Some(Err(why)) => {
+            limits.push(format!("no bound on the kernel's processes: {why}"));
+            None
+        }
+        None => None,
+    };
+    let rules = Rules {
+        ruleset,
+        own_proc: (read_access() | AccessFs::WriteFile).bits(),
+        seccomp,
+        clone3,
+        tasks,
+    };
+    let report = Report {
+        mode: policy.mode,
+        network: policy.network.clone(),
+        enforced: true,
+        mechanisms,
+        why_not: None,
+        limits,
+    };
+    Ok((rules, report))
+}
+
+/// The Landlock ruleset this system can enforce for `policy` (file rules, scopes, TCP rules
+/// and the proxy's port), before any path is granted, and the mechanisms it amounts to.
+fn ruleset(policy: &Policy) -> Result<(RulesetCreated, Vec<String>), Error> {
     let abi = landlock_abi();
     if abi < 1 {
         return Err(Error::Unenforceable {
@@ -241,6 +285,13 @@ pub(crate) fn prepare(policy: &Policy, dirs: &KernelDirs) -> Result<(Rules, Repo
             .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
             .map_err(rules_error)?;
     }
+    Ok((created, mechanisms))
+}
+
+/// The paths `policy` grants a kernel with `dirs`: everything readable but the denied paths
+/// (their parents split), the writable directories, the devices, and its own entries in the
+/// private directory; and what that cannot do, as limits.
+fn grants(policy: &Policy, dirs: &KernelDirs) -> (Vec<(PathBuf, BitFlags<AccessFs>)>, Vec<String>) {
     let temp = resolved(&policy.temp);
     let private = policy.private.as_deref().map(resolved);
     let mut limits = Vec::new();
@@ -288,44 +339,7 @@ pub(crate) fn prepare(policy: &Policy, dirs: &KernelDirs) -> Result<(Rules, Repo
         plan.grants
             .push((resolved(&dir), AccessFs::from_all(RULES_ABI)));
     }
-    let ruleset = add_grants(created, &plan.grants)?;
-    let Some(ruleset) = Option::<OwnedFd>::from(ruleset) else {
-        return Err(Error::Unenforceable {
-            mode: policy.mode.name(),
-            why: "Landlock refused the ruleset".to_owned(),
-        });
-    };
-    let seccomp = seccomp_program(&policy.network)?;
-    let clone3 = clone3_program()?;
-    mechanisms.extend(["seccomp".to_owned(), "no_new_privs".to_owned()]);
-    let mut limits = plan.limits;
-    let tasks = match policy.max_processes.map(crate::tasks::bound) {
-        Some(Ok(bound)) => {
-            mechanisms.push(bound.mechanism.clone());
-            Some(bound)
-        }
-        Some(Err(why)) => {
-            limits.push(format!("no bound on the kernel's processes: {why}"));
-            None
-        }
-        None => None,
-    };
-    let rules = Rules {
-        ruleset,
-        own_proc: (read_access() | AccessFs::WriteFile).bits(),
-        seccomp,
-        clone3,
-        tasks,
-    };
-    let report = Report {
-        mode: policy.mode,
-        network: policy.network.clone(),
-        enforced: true,
-        mechanisms,
-        why_not: None,
-        limits,
-    };
-    Ok((rules, report))
+    (plan.grants, plan.limits)
 }
 
 fn read_access() -> BitFlags<AccessFs> {
