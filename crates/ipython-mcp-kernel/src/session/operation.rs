@@ -240,14 +240,7 @@ impl Actor {
         let (seq, cancel) = (operation.ticket.seq, &operation.ticket.cancel);
         let mut progress_tick =
             tokio::time::interval_at(operation.started + PROGRESS_INTERVAL, PROGRESS_INTERVAL);
-        // The code-mode request the kernel waits on (its `input_request`), and our answer in
-        // the making: dropped, which cancels it upstream, once the operation is stopped.
-        let mut asked: Option<(
-            JupyterMessage,
-            futures_util::future::BoxFuture<'static, serde_json::Value>,
-        )> = None;
-        // What the upstream of that request last reported; progress says it while it runs.
-        let upstream_progress: Arc<Mutex<Option<String>>> = Arc::default();
+        let mut asked = Asked::default();
         while run.ended().is_none() {
             let (wake, timer) = run.timer();
             // Once a cause is decided, later ones change nothing (the first wins); once the
@@ -269,16 +262,12 @@ impl Actor {
                             .unwrap_or_else(|| Death::from("kernel exited".to_owned())),
                     )),
                 },
-                answer = async { asked.as_mut().expect("guarded").1.as_mut().await }, if asked.is_some() => {
+                answer = async { asked.pending.as_mut().expect("guarded").1.as_mut().await }, if asked.pending.is_some() => {
                     Woke::Answered(answer)
                 }
                 () = tokio::time::sleep_until(wake) => Woke::Event(Event::Elapsed(timer)),
                 _ = progress_tick.tick(), if operation.args.progress.is_some() => {
-                    let upstream = asked
-                        .is_some()
-                        .then(|| upstream_progress.lock().ok().and_then(|line| line.clone()))
-                        .flatten();
-                    report_progress(operation, upstream);
+                    report_progress(operation, asked.progress_line());
                     continue;
                 }
                 // Shutdown also cancels every request: that is not the client's doing.
@@ -293,32 +282,18 @@ impl Actor {
             let event = match woke {
                 Woke::Event(event) => event,
                 Woke::Input(request) => {
-                    *upstream_progress
-                        .lock()
-                        .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
-                    let sink = Arc::clone(&upstream_progress);
-                    let progress: super::UpstreamProgress = Arc::new(move |line| {
-                        *sink.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(line);
-                    });
-                    asked = self.input_requested(running, *request, progress).await;
+                    asked.pending = self.input_requested(running, *request, asked.sink()).await;
                     continue;
                 }
                 Woke::Answered(answer) => {
-                    let (request, _) = asked.take().expect("answered");
+                    let (request, _) = asked.pending.take().expect("answered");
                     answer_input(running, &request, answer.to_string()).await;
                     continue;
                 }
             };
-            // Metadata only (which event, when after dispatch): a slow or stopped call is
-            // explained by these lines. Messages are many, so they are traced only.
-            let at_ms = operation.started.elapsed().as_millis() as u64;
-            if let Event::Message(_) = event {
-                tracing::trace!(seq, at_ms, ?event, "operation event");
-            } else {
-                tracing::debug!(seq, at_ms, ?event, "operation event");
-            }
+            trace_event(operation, &event);
             if matches!(event, Event::Stop(_) | Event::Elapsed(Timer::Deadline))
-                && asked.take().is_some()
+                && asked.pending.take().is_some()
             {
                 tracing::debug!(seq, "code-mode call cancelled with its operation");
             }
@@ -641,3 +616,51 @@ pub(super) const COOPERATIVE_HEARTBEAT: Duration = Duration::from_secs(5);
 
 /// Progress notifications are sent at most this often.
 pub(super) const PROGRESS_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The code-mode request the kernel waits on (its `input_request`) and our answer in the
+/// making: dropped, which cancels it upstream, once the operation is stopped. With what the
+/// upstream of that request last reported, which progress says while it runs.
+#[derive(Default)]
+struct Asked {
+    pending: Option<(
+        JupyterMessage,
+        futures_util::future::BoxFuture<'static, serde_json::Value>,
+    )>,
+    progress: Arc<Mutex<Option<String>>>,
+}
+
+impl Asked {
+    /// What the upstream of the pending request last reported.
+    fn progress_line(&self) -> Option<String> {
+        self.pending
+            .is_some()
+            .then(|| self.progress.lock().ok().and_then(|line| line.clone()))
+            .flatten()
+    }
+
+    /// Where a new request's upstream reports its progress (nothing reported yet).
+    fn sink(&self) -> super::UpstreamProgress {
+        *self
+            .progress
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = None;
+        let sink = Arc::clone(&self.progress);
+        Arc::new(move |line| {
+            *sink.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(line);
+        })
+    }
+}
+
+/// Metadata only (which event, when after dispatch): a slow or stopped call is explained by
+/// these lines. Messages are many, so they are traced only.
+fn trace_event(operation: &Operation<'_>, event: &Event) {
+    let (seq, at_ms) = (
+        operation.ticket.seq,
+        operation.started.elapsed().as_millis() as u64,
+    );
+    if let Event::Message(_) = event {
+        tracing::trace!(seq, at_ms, ?event, "operation event");
+    } else {
+        tracing::debug!(seq, at_ms, ?event, "operation event");
+    }
+}
