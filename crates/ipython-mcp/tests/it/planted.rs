@@ -72,6 +72,22 @@ async fn sandboxed_with_a_secret(text: &str) -> Sandboxed {
     }
 }
 
+/// A second session, `other`, on the default session's interpreter: what one kernel plants
+/// must not stop it.
+async fn start_other(server: &Server) {
+    let python = server.call("runtime_status", json!({})).await.structured["kernel"]["python"]
+        .as_str()
+        .expect("python")
+        .to_owned();
+    let other = answered(
+        server,
+        "kernel_start",
+        json!({"spec": python, "kernel": "other"}),
+    )
+    .await;
+    assert!(other.ok(), "{other:?}");
+}
+
 async fn answered(server: &Server, tool: &str, arguments: Value) -> support::ToolResult {
     tokio::time::timeout(ANSWERED_WITHIN, server.call(tool, arguments))
         .await
@@ -115,17 +131,7 @@ async fn get_output_refuses_spool_files_the_kernel_replaced_and_every_session_go
         workspace: _workspace,
         server,
     } = sandboxed_with_a_secret("SECRET KEY\n").await;
-    let python = server.call("runtime_status", json!({})).await.structured["kernel"]["python"]
-        .as_str()
-        .expect("python")
-        .to_owned();
-    let other = answered(
-        &server,
-        "kernel_start",
-        json!({"spec": python, "kernel": "other"}),
-    )
-    .await;
-    assert!(other.ok(), "{other:?}");
+    start_other(&server).await;
     let mut planted = Vec::new();
     for kind in ["link", "zero", "fifo"] {
         let printed = run(&server, &format!("print('planted-{kind}')")).await;
@@ -189,17 +195,7 @@ async fn get_output_refuses_spool_files_the_kernel_replaced_and_every_session_go
 #[tokio::test]
 async fn a_fifo_for_a_checkpoint_manifest_blocks_no_call_of_any_session() {
     let server = Server::start(Family::Modern, &[]).await;
-    let python = server.call("runtime_status", json!({})).await.structured["kernel"]["python"]
-        .as_str()
-        .expect("python")
-        .to_owned();
-    let other = answered(
-        &server,
-        "kernel_start",
-        json!({"spec": python, "kernel": "other"}),
-    )
-    .await;
-    assert!(other.ok(), "{other:?}");
+    start_other(&server).await;
     run(&server, "x = 1").await;
     server
         .wait_until(|status| status["checkpoint"]["taken"] == true)
