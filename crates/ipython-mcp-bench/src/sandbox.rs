@@ -1,10 +1,12 @@
 //! `ipython-mcp-bench sandbox [ROUNDS]`: what the kernels' sandbox costs. Each round starts
-//! two servers of the same binary, one sandboxed (`workspace-write`) and one not (`off`), in an
-//! order swapped every round; from each it takes the kernel's start (`runtime_status`'s
-//! `startup_seconds`, the server's own measurement, which includes preparing the sandbox) and
-//! the p50 of `CALLS` small `execute`s. Prints the medians and the medians of the rounds'
-//! differences (start) and ratios (execute). Then what the network allowlist's proxy adds to
-//! one HTTP request from the kernel to a loopback server.
+//! three servers of the same binary: sandboxed in namespaces (`workspace-write`, the default
+//! design), sandboxed by Landlock and seccomp alone (namespaces `off`), and not sandboxed
+//! (`off`), in an order rotated every round; from each it takes the kernel's start
+//! (`runtime_status`'s `startup_seconds`, the server's own measurement, which includes preparing
+//! the sandbox) and the p50 of `CALLS` small `execute`s. Prints the medians and the medians of
+//! the rounds' differences (start) and ratios (execute) against `off`. Then what the network
+//! allowlist's proxy adds to one HTTP request from the kernel to a loopback server, in
+//! namespaces (through the forwarded port and the proxy's Unix socket) and without.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -30,57 +32,60 @@ struct Figures {
     execute_p50_ms: f64,
 }
 
+/// The configurations measured: a name, `IPYTHON_MCP_SANDBOX`, `IPYTHON_MCP_SANDBOX_NAMESPACES`.
+const DESIGNS: [(&str, &str, &str); 3] = [
+    ("namespaces", "workspace-write", "auto"),
+    ("landlock alone", "workspace-write", "off"),
+    ("off", "off", "auto"),
+];
+
 pub(crate) async fn bench_sandbox(
     server_binary: &Path,
     python: &Path,
     rounds: usize,
 ) -> anyhow::Result<()> {
-    let (mut on, mut off) = (Vec::new(), Vec::new());
+    let mut figures: [Vec<Figures>; 3] = Default::default();
     for round in 0..rounds {
-        let order = if round % 2 == 0 {
-            ["workspace-write", "off"]
-        } else {
-            ["off", "workspace-write"]
-        };
-        for mode in order {
-            let figures = measure(server_binary, python, mode).await?;
-            if mode == "off" {
-                off.push(figures);
-            } else {
-                on.push(figures);
-            }
+        for step in 0..DESIGNS.len() {
+            let which = (round + step) % DESIGNS.len();
+            let (_, mode, namespaces) = DESIGNS[which];
+            figures[which].push(measure(server_binary, python, mode, namespaces).await?);
         }
     }
     let column = |figures: &[Figures], pick: fn(&Figures) -> f64| -> Vec<f64> {
         figures.iter().map(pick).collect()
     };
     println!("kernel sandbox, {rounds} interleaved rounds ({CALLS} execute calls each):");
-    for (name, figures) in [("workspace-write", &on), ("off", &off)] {
+    for ((name, _, _), figures) in DESIGNS.iter().zip(&figures) {
         println!(
             "  {name:<16} kernel start median {:>7.1} ms   execute p50 median {:>6.3} ms",
             percentile(&column(figures, |f| f.start_ms), 0.5),
             percentile(&column(figures, |f| f.execute_p50_ms), 0.5),
         );
     }
-    let start_added: Vec<f64> = on
-        .iter()
-        .zip(&off)
-        .map(|(on, off)| on.start_ms - off.start_ms)
-        .collect();
-    let execute_ratio: Vec<f64> = on
-        .iter()
-        .zip(&off)
-        .map(|(on, off)| on.execute_p50_ms / off.execute_p50_ms)
-        .collect();
+    let off = &figures[2];
+    for ((name, _, _), on) in DESIGNS.iter().zip(&figures).take(2) {
+        let start_added: Vec<f64> = on
+            .iter()
+            .zip(off)
+            .map(|(on, off)| on.start_ms - off.start_ms)
+            .collect();
+        let execute_ratio: Vec<f64> = on
+            .iter()
+            .zip(off)
+            .map(|(on, off)| on.execute_p50_ms / off.execute_p50_ms)
+            .collect();
+        println!(
+            "  {name}: added to the kernel's start, median of the rounds: {:+.1} ms; execute p50 ratio / off, median of the rounds: {:.3}",
+            percentile(&start_added, 0.5),
+            percentile(&execute_ratio, 0.5)
+        );
+    }
+    let [direct, namespaced, landlock] = proxy_latency(server_binary, python).await?;
     println!(
-        "  added to the kernel's start, median of the rounds: {:+.1} ms; execute p50 ratio sandbox / off, median of the rounds: {:.3}",
-        percentile(&start_added, 0.5),
-        percentile(&execute_ratio, 0.5)
-    );
-    let (direct, proxied) = proxy_latency(server_binary, python).await?;
-    println!(
-        "  one HTTP request from the kernel to a loopback server, median of {REQUESTS}: direct {direct:.2} ms, through the allowlist proxy {proxied:.2} ms ({:+.2} ms)",
-        proxied - direct
+        "  one HTTP request from the kernel to a loopback server, median of {REQUESTS}: direct {direct:.2} ms; through the allowlist proxy in namespaces {namespaced:.2} ms ({:+.2} ms), with Landlock alone {landlock:.2} ms ({:+.2} ms)",
+        namespaced - direct,
+        landlock - direct
     );
     Ok(())
 }
@@ -89,8 +94,9 @@ pub(crate) async fn bench_sandbox(
 const REQUESTS: usize = 200;
 
 /// The median time of one `urllib` request from the kernel to a loopback HTTP server: with the
-/// network on (direct), and with an allowlist (through the server's proxy).
-async fn proxy_latency(server_binary: &Path, python: &Path) -> anyhow::Result<(f64, f64)> {
+/// network on (direct), and with an allowlist (through the server's proxy), in namespaces and
+/// without.
+async fn proxy_latency(server_binary: &Path, python: &Path) -> anyhow::Result<[f64; 3]> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let port = listener.local_addr()?.port();
     tokio::spawn(async move {
@@ -108,8 +114,18 @@ async fn proxy_latency(server_binary: &Path, python: &Path) -> anyhow::Result<(f
         }
     });
     let mut medians = Vec::new();
-    for (network, host) in [("on", "127.0.0.1"), ("localhost", "localhost")] {
+    // A loopback address is reached through the proxy only when listed with its port.
+    let listed = format!("localhost:{port},127.0.0.1:{port}");
+    for (network, host, namespaces) in [
+        ("on", "127.0.0.1", "auto"),
+        (listed.as_str(), "localhost", "auto"),
+        (listed.as_str(), "localhost", "off"),
+    ] {
         let env = vec![
+            (
+                ipython_mcp_config::SANDBOX_NAMESPACES.env,
+                namespaces.to_owned(),
+            ),
             (ipython_mcp_config::LOG.env, "warn".to_owned()),
             (ipython_mcp_config::SPARE_KERNELS.env, "0".to_owned()),
             (ipython_mcp_config::PYTHON.env, python.display().to_string()),
@@ -150,12 +166,22 @@ async fn proxy_latency(server_binary: &Path, python: &Path) -> anyhow::Result<(f
         let _ = client.cancel().await;
         let _ = tokio::time::timeout(Duration::from_secs(15), child.wait()).await;
     }
-    Ok((medians[0], medians[1]))
+    Ok([medians[0], medians[1], medians[2]])
 }
 
-/// Starts a server with the sandbox `mode`, waits for its kernel and measures it.
-async fn measure(server_binary: &Path, python: &Path, mode: &str) -> anyhow::Result<Figures> {
+/// Starts a server with the sandbox `mode` (and its namespaces `auto` or `off`), waits for its
+/// kernel and measures it.
+async fn measure(
+    server_binary: &Path,
+    python: &Path,
+    mode: &str,
+    namespaces: &str,
+) -> anyhow::Result<Figures> {
     let env = vec![
+        (
+            ipython_mcp_config::SANDBOX_NAMESPACES.env,
+            namespaces.to_owned(),
+        ),
         (ipython_mcp_config::LOG.env, "warn".to_owned()),
         (ipython_mcp_config::SPARE_KERNELS.env, "0".to_owned()),
         (ipython_mcp_config::PYTHON.env, python.display().to_string()),

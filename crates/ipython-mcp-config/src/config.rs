@@ -317,6 +317,23 @@ fn sandbox(raw: &RawConfig) -> Result<Sandbox, Error> {
         mode,
         network,
         max_processes: positive_int(raw, SANDBOX_MAX_PROCESSES)? as u64,
+        namespaces: match raw
+            .get(SANDBOX_NAMESPACES)
+            .unwrap_or(SANDBOX_NAMESPACES.default)
+            .trim()
+        {
+            "auto" => true,
+            "off" => false,
+            other => {
+                return Err(invalid(
+                    SANDBOX_NAMESPACES,
+                    format!(
+                        "must be auto or off, got {:?}",
+                        crate::parse::bounded(other)
+                    ),
+                ))
+            }
+        },
         explicit,
         read_deny: paths(SANDBOX_READ_DENY)?,
         write: paths(SANDBOX_WRITE)?,

@@ -134,6 +134,8 @@ pub struct Sandbox {
     pub network: SandboxNetwork,
     /// Most tasks a kernel's tree may have at once.
     pub max_processes: u64,
+    /// Whether kernels run in namespaces of their own where the system allows them.
+    pub namespaces: bool,
     /// True when the mode was set, not defaulted: a system that cannot enforce it then
     /// refuses to start kernels (the default runs unsandboxed there and says so).
     pub explicit: bool,

@@ -102,6 +102,8 @@ settings! {
         "Where sandboxed kernels connect: on; off (no TCP connection and no datagram leaves the kernel; its channel to the server keeps working); or comma-separated host names (*.example.com for subdomains), IP addresses and host:port entries reached only through the server's HTTP proxy (ports 80 and 443 unless an entry names one); off and a list fail closed where they cannot be enforced");
     SANDBOX_MAX_PROCESSES = ("sandbox_max_processes", "IPYTHON_MCP_SANDBOX_MAX_PROCESSES", "sandbox-max-processes", "16384", Value, "N",
         "Most processes and threads a sandboxed kernel and what it starts may have at once (a pids cgroup of its own, where one can be made): a fork bomb stops there");
+    SANDBOX_NAMESPACES = ("sandbox_namespaces", "IPYTHON_MCP_SANDBOX_NAMESPACES", "sandbox-namespaces", "auto", Value, "auto|off",
+        "auto: on Linux each sandboxed kernel runs in user, mount, PID and IPC namespaces of its own (and a network namespace unless the network is on), with Landlock and seccomp inside, where the system allows unprivileged user namespaces; off: Landlock and seccomp alone");
     SANDBOX_READ_DENY = ("sandbox_read_deny", "IPYTHON_MCP_SANDBOX_READ_DENY", "sandbox-read-deny", "none", Value, "PATHS",
         "Colon-separated absolute paths a sandboxed kernel may not read, besides ~/.ssh, ~/.aws, ~/.gnupg and the other secret locations under HOME and the server's own secret files");
     SANDBOX_WRITE = ("sandbox_write", "IPYTHON_MCP_SANDBOX_WRITE", "sandbox-write", "none", Value, "PATHS",

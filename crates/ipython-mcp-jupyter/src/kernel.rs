@@ -65,6 +65,7 @@ impl Kernel {
         .await;
         match connected {
             Ok(kernel) => {
+                process.find_namespaced_kernel();
                 tracing::debug!(
                     pid,
                     elapsed_ms = started.elapsed().as_millis() as u64,
@@ -79,9 +80,14 @@ impl Kernel {
         }
     }
 
-    /// The process id of the kernel (also its process group id).
+    /// The process id of the kernel: the process signals reach (in namespaces, the kernel
+    /// itself, not its launcher).
     pub fn pid(&self) -> u32 {
-        self.inner.pid
+        self.inner
+            .kernel_pid
+            .get()
+            .copied()
+            .unwrap_or(self.inner.pid)
     }
 
     /// The private directory holding the connection file and IPC sockets (removed on drop).

@@ -300,6 +300,11 @@ const WATCHER_SCRIPT: &str = "read -r line; kill -s KILL 0";
 /// The kernel process and its private directory.
 pub(crate) struct Process {
     pub(crate) pid: u32,
+    /// The kernel's own pid, when it runs under the sandbox's namespaces launcher (`pid` is
+    /// the launcher's, which passes signals on): reported, so that every signal a person sends
+    /// it (SIGSTOP too, which no process can pass on) reaches the kernel. Set once the kernel
+    /// answers.
+    pub(crate) kernel_pid: std::sync::OnceLock<u32>,
     /// The process group to kill: the kernel's own, or the watcher's under the pipe watch.
     group: u32,
     // Dropping it closes the pipe, and the watcher kills the group (a backstop behind
@@ -379,6 +384,31 @@ impl Drop for Process {
     }
 }
 
+impl Process {
+    /// Under the namespaces' launcher, finds the kernel: the only child of the launcher's only
+    /// child (the PID namespace's first process), as the host numbers it.
+    pub(crate) fn find_namespaced_kernel(&self) {
+        if !self
+            .sandbox
+            .as_ref()
+            .is_some_and(|prepared| prepared.namespaced())
+        {
+            return;
+        }
+        let first_child = |pid: u32| -> Option<u32> {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                .ok()?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        };
+        if let Some(kernel) = first_child(self.pid).and_then(first_child) {
+            let _ = self.kernel_pid.set(kernel);
+        }
+    }
+}
+
 /// The last few KiB a process wrote to stderr.
 #[derive(Default)]
 struct Tail {
@@ -416,10 +446,14 @@ pub(crate) async fn spawn(
         .unwrap_or_default()
         .to_vec();
     // A sandboxed kernel's channels take connections from the server alone ([`safe_module`]);
-    // on macOS the Seatbelt profile keeps other kernels off its sockets instead.
+    // on macOS the Seatbelt profile keeps other kernels off its sockets instead, and in
+    // namespaces no other kernel sees its run directory (nor could the server's pid be
+    // checked: it is outside the kernel's PID namespace).
     let guard = sandbox
         .as_ref()
-        .filter(|prepared| cfg!(target_os = "linux") && prepared.report().enforced)
+        .filter(|prepared| {
+            cfg!(target_os = "linux") && prepared.report().enforced && !prepared.namespaced()
+        })
         .map(|_| format!("ipc://{}-", connection.ip));
     let (program, mut command, guarded) =
         kernel_command(spec, &connection_file, &prefix, guard.as_deref());
@@ -470,6 +504,14 @@ pub(crate) async fn spawn(
     }
     if let Some(policy) = &spec.sandbox {
         command.envs(policy.kernel_env());
+        if let Some(prepared) = &sandbox {
+            command.envs(
+                prepared
+                    .command_env()
+                    .iter()
+                    .map(|(name, value)| (name, value)),
+            );
+        }
         // Agents' sockets (ssh-agent, the session bus) would act for the kernel with what the
         // sandbox keeps from it: gone from an enforced sandbox's kernel, given or inherited.
         if sandbox
@@ -579,6 +621,7 @@ fn supervise(
     )));
     let process = Arc::new(Process {
         pid,
+        kernel_pid: std::sync::OnceLock::new(),
         group: process_group,
         _death_watch: death_watch,
         exit,

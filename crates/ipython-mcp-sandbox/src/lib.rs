@@ -28,7 +28,11 @@
 //! process-level rules. Elsewhere nothing is enforced and the report says so.
 
 #[cfg(target_os = "linux")]
+mod launcher;
+#[cfg(target_os = "linux")]
 mod linux;
+#[cfg(target_os = "linux")]
+mod namespaces;
 mod policy;
 // Built everywhere so its profile text is tested everywhere; used on macOS.
 #[cfg_attr(not(target_os = "macos"), allow(dead_code))]
@@ -36,6 +40,10 @@ mod seatbelt;
 #[cfg(target_os = "linux")]
 mod tasks;
 
+#[cfg(target_os = "linux")]
+pub use launcher::launch;
+#[cfg(target_os = "linux")]
+pub use namespaces::{use_launcher, LAUNCHER_ARGUMENT};
 pub use policy::{KernelDirs, Mode, Network, Policy, DEFAULT_DENIED_UNDER_HOME};
 
 /// What a kernel's sandbox enforces, as `runtime_status` shows it.
@@ -96,6 +104,8 @@ pub struct Prepared {
     linux: Option<linux::Rules>,
     /// A program (and its arguments) the kernel's command runs under.
     prefix: Option<Vec<String>>,
+    /// Variables the kernel's command is given (the namespaces' plan, the kernel's `TMPDIR`).
+    env: Vec<(&'static str, std::ffi::OsString)>,
     report: Report,
 }
 
@@ -114,6 +124,26 @@ impl Prepared {
     /// `sandbox-exec -p PROFILE`); `None`: the command runs as it is.
     pub fn command_prefix(&self) -> Option<&[String]> {
         self.prefix.as_deref()
+    }
+
+    /// Whether the kernel runs in namespaces of its own: no other kernel sees its run
+    /// directory at all.
+    pub fn namespaced(&self) -> bool {
+        self.env.iter().any(|(name, _)| {
+            #[cfg(target_os = "linux")]
+            return *name == namespaces::PLAN_VARIABLE;
+            #[cfg(not(target_os = "linux"))]
+            return {
+                let _ = name;
+                false
+            };
+        })
+    }
+
+    /// Variables the kernel's command must be given, over the policy's own
+    /// ([`Policy::kernel_env`]).
+    pub fn command_env(&self) -> &[(&'static str, std::ffi::OsString)] {
+        &self.env
     }
 
     /// Applies the sandbox to the calling process: call it in the forked child, before exec.
@@ -173,13 +203,56 @@ impl Policy {
         }
     }
 
+    /// Linux: namespaces with Landlock and seccomp inside them where this system lets a
+    /// process make user namespaces; else Landlock and seccomp alone, and the report says why.
     #[cfg(target_os = "linux")]
     fn prepare_here(&self, dirs: &KernelDirs) -> Result<Prepared, Error> {
         self.make_kernel_dirs();
-        let (rules, report) = linux::prepare(self, dirs)?;
+        let launcher = if self.namespaces {
+            namespaces::available()
+        } else {
+            Err(format!("{} is off", "IPYTHON_MCP_SANDBOX_NAMESPACES"))
+        };
+        let (rules, mut report) = linux::prepare(self, dirs, launcher.is_ok())?;
+        let launcher = match launcher {
+            Ok(launcher) => launcher,
+            Err(why) => {
+                report.limits.push(format!(
+                    "Landlock and seccomp alone, without namespaces: {why}"
+                ));
+                return Ok(Prepared {
+                    linux: Some(rules),
+                    prefix: None,
+                    env: Vec::new(),
+                    report,
+                });
+            }
+        };
+        let (mut plan, limits) = namespaces::plan(self, dirs, linux::resolved);
+        plan.landlock = Some(rules.ruleset_fd());
+        report.limits.extend(limits);
+        let network = if plan.network == namespaces::NetworkPlan::Host {
+            ""
+        } else {
+            ", network"
+        };
+        report
+            .mechanisms
+            .insert(0, format!("namespaces (user, mount, pid, ipc{network})"));
         Ok(Prepared {
             linux: Some(rules),
-            prefix: None,
+            prefix: Some(vec![
+                launcher.to_string_lossy().into_owned(),
+                LAUNCHER_ARGUMENT.to_owned(),
+            ]),
+            env: if plan.private_temp {
+                vec![
+                    (namespaces::PLAN_VARIABLE, plan.encode()),
+                    ("TMPDIR", "/tmp".into()),
+                ]
+            } else {
+                vec![(namespaces::PLAN_VARIABLE, plan.encode())]
+            },
             report,
         })
     }
@@ -208,6 +281,7 @@ impl Policy {
                 "-p".to_owned(),
                 profile,
             ]),
+            env: Vec::new(),
             report: Report {
                 mode: self.mode,
                 network: self.network.clone(),
@@ -228,6 +302,7 @@ impl Prepared {
             #[cfg(target_os = "linux")]
             linux: None,
             prefix: None,
+            env: Vec::new(),
             report,
         }
     }
@@ -248,6 +323,8 @@ mod tests {
             workspace: None,
             temp: std::env::temp_dir(),
             max_processes: None,
+            namespaces: true,
+            private_temp: false,
             private: None,
             state: None,
         }

@@ -118,6 +118,9 @@ pub(crate) struct Rules {
     /// The kernel's pids group, joined before the rules close `/sys` (kept, and removed, with
     /// the prepared sandbox).
     tasks: Option<crate::tasks::TaskBound>,
+    /// The kernel runs under the namespaces' launcher, which applies the rest inside them:
+    /// the child only joins the pids group and keeps the ruleset open across `exec`.
+    namespaced: bool,
 }
 
 /// `struct landlock_path_beneath_attr` (packed, as the kernel declares it).
@@ -135,6 +138,16 @@ impl Rules {
     ///
     /// See `Prepared::apply_in_child`: async-signal-safe calls only.
     pub(crate) unsafe fn apply(&self) -> std::io::Result<()> {
+        if self.namespaced {
+            // SAFETY: as below; fcntl on a descriptor this process holds.
+            unsafe {
+                self.join_tasks()?;
+                if libc::fcntl(self.ruleset.as_raw_fd(), libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            return Ok(());
+        }
         // SAFETY: open, write, close, prctl and syscall on memory that outlives the calls.
         unsafe {
             let own = libc::open(c"/proc/self".as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
@@ -157,19 +170,7 @@ impl Rules {
             if added != 0 {
                 return Err(error);
             }
-            if let Some(tasks) = &self.tasks {
-                let fd = libc::open(tasks.procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // "0" is the writing process itself.
-                let written = libc::write(fd, b"0".as_ptr().cast(), 1);
-                let error = std::io::Error::last_os_error();
-                libc::close(fd);
-                if written != 1 {
-                    return Err(error);
-                }
-            }
+            self.join_tasks()?;
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -189,6 +190,100 @@ impl Rules {
     }
 }
 
+impl Rules {
+    /// Writes the calling process into the kernel's pids group, if it has one.
+    ///
+    /// # Safety
+    ///
+    /// Async-signal-safe: open, write and close on a path prepared before the fork.
+    unsafe fn join_tasks(&self) -> std::io::Result<()> {
+        let Some(tasks) = &self.tasks else {
+            return Ok(());
+        };
+        // SAFETY: the caller's contract.
+        unsafe {
+            let fd = libc::open(tasks.procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // "0" is the writing process itself.
+            let written = libc::write(fd, b"0".as_ptr().cast(), 1);
+            let error = std::io::Error::last_os_error();
+            libc::close(fd);
+            if written != 1 {
+                return Err(error);
+            }
+        }
+        Ok(())
+    }
+
+    /// The ruleset's descriptor, which a namespaced kernel's launcher inherits.
+    pub(crate) fn ruleset_fd(&self) -> i32 {
+        self.ruleset.as_raw_fd()
+    }
+}
+
+/// The second layer, applied by the namespaces' launcher in the kernel's process: the
+/// server's Landlock ruleset (descriptor `landlock`), given the paths that exist only inside
+/// (`/dev/shm`, the namespace's `/proc`, and `/tmp` when it is the kernel's own), then seccomp;
+/// `offline`: the network is not the host's.
+pub(crate) fn confine_inside(
+    landlock: Option<i32>,
+    private_temp: bool,
+    offline: bool,
+) -> Result<(), String> {
+    // SAFETY: prctl with integer arguments.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(format!("no_new_privs: {}", std::io::Error::last_os_error()));
+    }
+    if let Some(ruleset) = landlock {
+        let all = AccessFs::from_all(RULES_ABI).bits();
+        let temp = if private_temp { "/tmp" } else { "/dev/shm" };
+        for (path, access) in [
+            (temp, all),
+            ("/dev/shm", all),
+            ("/proc", (read_access() | AccessFs::WriteFile).bits()),
+        ] {
+            let Ok(dir) = std::fs::File::open(path) else {
+                continue;
+            };
+            let attr = PathBeneathAttr {
+                allowed_access: access,
+                parent_fd: dir.as_raw_fd(),
+            };
+            // SAFETY: the attribute outlives the call; `ruleset` is the inherited ruleset.
+            let added = unsafe {
+                libc::syscall(
+                    libc::SYS_landlock_add_rule,
+                    ruleset,
+                    LANDLOCK_RULE_PATH_BENEATH,
+                    &attr as *const PathBeneathAttr,
+                    0,
+                )
+            };
+            if added != 0 {
+                return Err(format!(
+                    "landlock rule for {path}: {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+        }
+        // SAFETY: restricts this process with the inherited ruleset.
+        if unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0) } != 0 {
+            return Err(format!("landlock: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: the ruleset is no longer needed, and the kernel must not keep it.
+        unsafe { libc::close(ruleset) };
+    }
+    let network = if offline { Network::Off } else { Network::On };
+    let seccomp = seccomp_program(&network).map_err(|error| error.to_string())?;
+    let clone3 = clone3_program().map_err(|error| error.to_string())?;
+    for program in [&seccomp, &clone3] {
+        seccompiler::apply_filter(program).map_err(|error| format!("seccomp: {error}"))?;
+    }
+    Ok(())
+}
+
 /// The Landlock ABI this kernel has (0: none).
 fn landlock_abi() -> i64 {
     // SAFETY: a version query: no pointer is read.
@@ -203,9 +298,15 @@ fn landlock_abi() -> i64 {
     abi.max(0)
 }
 
-pub(crate) fn prepare(policy: &Policy, dirs: &KernelDirs) -> Result<(Rules, Report), Error> {
+/// The rules for a kernel with `dirs`; `namespaced`: the kernel runs in namespaces, whose
+/// mounts cover the denied paths, so no writable directory is split.
+pub(crate) fn prepare(
+    policy: &Policy,
+    dirs: &KernelDirs,
+    namespaced: bool,
+) -> Result<(Rules, Report), Error> {
     let (created, mut mechanisms) = ruleset(policy)?;
-    let (grants, mut limits) = grants(policy, dirs);
+    let (grants, mut limits) = grants(policy, dirs, namespaced);
     let ruleset = add_grants(created, &grants)?;
     let Some(ruleset) = Option::<OwnedFd>::from(ruleset) else {
         return Err(Error::Unenforceable {
@@ -233,6 +334,7 @@ pub(crate) fn prepare(policy: &Policy, dirs: &KernelDirs) -> Result<(Rules, Repo
         seccomp,
         clone3,
         tasks,
+        namespaced,
     };
     let report = Report {
         mode: policy.mode,
@@ -291,7 +393,15 @@ fn ruleset(policy: &Policy) -> Result<(RulesetCreated, Vec<String>), Error> {
 /// The paths `policy` grants a kernel with `dirs`: everything readable but the denied paths
 /// (their parents split), the writable directories, the devices, and its own entries in the
 /// private directory; and what that cannot do, as limits.
-fn grants(policy: &Policy, dirs: &KernelDirs) -> (Vec<(PathBuf, BitFlags<AccessFs>)>, Vec<String>) {
+///
+/// In namespaces the writable directories are granted whole (the mounts cover what is denied
+/// in them and keep protected entries read-only), and neither `/proc` nor the temp directory
+/// is granted here: the launcher grants the namespace's own.
+fn grants(
+    policy: &Policy,
+    dirs: &KernelDirs,
+    namespaced: bool,
+) -> (Vec<(PathBuf, BitFlags<AccessFs>)>, Vec<String>) {
     let temp = resolved(&policy.temp);
     let private = policy.private.as_deref().map(resolved);
     let mut limits = Vec::new();
@@ -315,13 +425,17 @@ fn grants(policy: &Policy, dirs: &KernelDirs) -> (Vec<(PathBuf, BitFlags<AccessF
     let writable: Vec<PathBuf> = policy
         .writable(dirs)
         .iter()
-        .filter(|dir| dir.exists())
+        .filter(|dir| {
+            let own_temp = namespaced && crate::namespaces::private_temp(policy).is_some();
+            dir.exists() && !(own_temp && **dir == policy.temp)
+        })
         .map(|dir| resolved(dir))
         .collect();
     let mut plan = Plan {
         denied: &denied,
         grants: Vec::new(),
         limits,
+        namespaced,
     };
     plan.allow(Path::new("/"), read_access(), Pass::Read);
     for dir in &writable {
@@ -502,7 +616,7 @@ fn offline_rules() -> Result<Vec<(i64, Vec<SeccompRule>)>, Error> {
 
 /// `path` with its symbolic links resolved as far as it exists (a denied path made later is
 /// then compared where it will be).
-fn resolved(path: &Path) -> PathBuf {
+pub(crate) fn resolved(path: &Path) -> PathBuf {
     let mut existing = path.to_owned();
     let mut rest = Vec::new();
     loop {
@@ -540,11 +654,12 @@ enum Pass {
 }
 
 /// The rules a policy becomes: each directory holding a denied path is split into its
-/// entries.
+/// entries (for reading only, in namespaces).
 struct Plan<'a> {
     denied: &'a [PathBuf],
     grants: Vec<(PathBuf, BitFlags<AccessFs>)>,
     limits: Vec<String>,
+    namespaced: bool,
 }
 
 impl Plan<'_> {
@@ -558,13 +673,15 @@ impl Plan<'_> {
         }
         let proc = Path::new("/proc");
         // `/proc` is always split for reading: a process's entry only for itself (the child
-        // adds its own).
-        let is_proc = dir == proc && pass == Pass::Read;
-        let holds_split = self
+        // adds its own). In namespaces it is the namespace's own, granted by the launcher.
+        let split_proc = pass == Pass::Read && !self.namespaced;
+        let is_proc = dir == proc && split_proc;
+        let holds_split = (self
             .denied
             .iter()
             .any(|denied| denied.starts_with(dir) && denied != dir)
-            || (pass == Pass::Read && proc.starts_with(dir) && dir != proc);
+            && !(self.namespaced && pass == Pass::Write))
+            || (split_proc && proc.starts_with(dir) && dir != proc);
         if !holds_split && !is_proc {
             self.grants.push((dir.to_owned(), access));
             return;
@@ -645,6 +762,7 @@ mod tests {
             denied: &denied,
             grants: Vec::new(),
             limits: Vec::new(),
+            namespaced: false,
         };
         plan.allow(&home, read_access(), Pass::Read);
         assert_eq!(granted(&plan, &home), Some(AccessFs::ReadDir.into()));
@@ -677,6 +795,7 @@ mod tests {
             denied: &denied,
             grants: Vec::new(),
             limits: Vec::new(),
+            namespaced: false,
         };
         plan.allow(&home, read_access(), Pass::Read);
         plan.allow(&home, AccessFs::from_all(RULES_ABI), Pass::Write);
@@ -717,6 +836,7 @@ mod tests {
             denied: &denied,
             grants: Vec::new(),
             limits: Vec::new(),
+            namespaced: false,
         };
         plan.allow(&home, AccessFs::from_all(RULES_ABI), Pass::Write);
         assert_eq!(granted(&plan, &home), None);
@@ -776,6 +896,8 @@ mod tests {
             workspace: None,
             temp: std::env::temp_dir(),
             max_processes: None,
+            namespaces: true,
+            private_temp: false,
             private: None,
             state: None,
         };
@@ -784,6 +906,7 @@ mod tests {
             denied: &denied,
             grants: Vec::new(),
             limits: Vec::new(),
+            namespaced: false,
         };
         plan.allow(Path::new(&home), read_access(), Pass::Read);
         for dir in policy.writable(&KernelDirs::default()) {

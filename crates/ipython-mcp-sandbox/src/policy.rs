@@ -50,8 +50,13 @@ pub enum Network {
     /// Nowhere: no TCP connection and no datagram leaves the kernel (its channels to the
     /// server are Unix sockets in its run directory, and keep working).
     Off,
-    /// Only through the server's HTTP proxy on loopback `port`, which lets `hosts` through.
-    Proxy { port: u16, hosts: Vec<String> },
+    /// Only through the server's HTTP proxy on loopback `port`, which lets `hosts` through;
+    /// a kernel in a network namespace reaches it through its Unix `socket`.
+    Proxy {
+        port: u16,
+        hosts: Vec<String>,
+        socket: Option<PathBuf>,
+    },
 }
 
 impl Network {
@@ -232,6 +237,12 @@ pub struct Policy {
     /// Most tasks (processes and threads) the kernel and what it starts may have at once, in a
     /// `pids` cgroup of its own; `None`: no bound.
     pub max_processes: Option<u64>,
+    /// Whether to run the kernel in namespaces of its own where the system allows them.
+    pub namespaces: bool,
+    /// In namespaces, a `/tmp` of its own (`<state>/tmp`) instead of the host's: for the
+    /// kernels of a principal, which run as the same OS user as everyone else's and would
+    /// otherwise share a writable directory. A read-only kernel always has one.
+    pub private_temp: bool,
 }
 
 /// A kernel's own directories.
@@ -355,6 +366,14 @@ impl Policy {
     /// (a HOME holding a denied path is split: nothing new can be made directly in it).
     #[cfg_attr(not(any(target_os = "linux", target_os = "macos")), allow(dead_code))]
     pub(crate) fn make_kernel_dirs(&self) {
+        #[cfg(target_os = "linux")]
+        if let Some(temp) = crate::namespaces::private_temp(self) {
+            use std::os::unix::fs::DirBuilderExt as _;
+            let _ = std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(temp);
+        }
         if let Some(temp) = self.own_temp() {
             use std::os::unix::fs::DirBuilderExt as _;
             // The state directory, and its temp directory in it.
@@ -408,6 +427,8 @@ mod tests {
             workspace: Some("/work".into()),
             temp: "/tmp".into(),
             max_processes: None,
+            namespaces: true,
+            private_temp: false,
             private: None,
             state: None,
         }

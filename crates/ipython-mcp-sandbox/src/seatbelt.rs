@@ -87,6 +87,8 @@ mod tests {
             workspace: Some("/Users/u/project \"x\"".into()),
             temp: "/private/tmp".into(),
             max_processes: None,
+            namespaces: true,
+            private_temp: false,
             private: None,
             state: None,
         }
@@ -150,6 +152,7 @@ mod tests {
                 Network::Proxy {
                     port: 4321,
                     hosts: vec!["pypi.org".into()],
+                    socket: None,
                 },
             ),
             &KernelDirs::default(),
@@ -185,6 +188,8 @@ mod tests {
             workspace: Some(home.join("work")),
             temp: std::env::temp_dir().canonicalize().expect("temp"),
             max_processes: None,
+            namespaces: true,
+            private_temp: false,
             private: None,
             state: None,
         };

@@ -127,9 +127,16 @@ fn sandbox_line(sandbox: &ipython_mcp_kernel::SandboxStatus) -> String {
     } else {
         format!("network {} ({})", sandbox.network, sandbox.hosts.join(", "))
     };
+    // Which design is in force: namespaces lead the mechanisms, or a limit says why not.
+    let design = sandbox
+        .limits
+        .iter()
+        .find(|limit| limit.starts_with("Landlock and seccomp alone"))
+        .map(|limit| format!(" ({limit})"))
+        .unwrap_or_default();
     match (sandbox.enforced, &sandbox.why_not) {
         (true, _) => format!(
-            "{}, {network}, enforced by {}",
+            "{}, {network}, enforced by {}{design}",
             sandbox.mode,
             sandbox.mechanisms.join(", ")
         ),

@@ -23,6 +23,20 @@ use std::process::ExitCode;
 
 /// Parses the command line and runs what it asks for: the MCP server or `doctor`.
 pub fn main() -> ExitCode {
+    // The kernels' sandbox launcher (the first process of each kernel, started by this server):
+    // before anything else, as it must be single-threaded.
+    #[cfg(target_os = "linux")]
+    {
+        let mut args = std::env::args_os().skip(1);
+        if args.next().as_deref()
+            == Some(std::ffi::OsStr::new(ipython_mcp_sandbox::LAUNCHER_ARGUMENT))
+        {
+            return ipython_mcp_sandbox::launch(args.collect());
+        }
+        if let Ok(executable) = std::env::current_exe() {
+            ipython_mcp_sandbox::use_launcher(executable);
+        }
+    }
     // Every reqwest client of ours brings its own TLS configuration; this keeps one that does
     // not (`reqwest::Client::new()`) from panicking for want of a crypto provider.
     ipython_mcp_upstream::install_crypto_provider();

@@ -3,7 +3,9 @@
 //! hosts through and refuses the rest with a `403` saying why. The kernels' sandbox lets them
 //! connect to its port and nowhere else, and their `HTTP(S)_PROXY` point here
 //! (docs/src/sandbox.md). Each distinct allowlist (the server's, a principal's own) has a
-//! proxy of its own.
+//! proxy of its own. It also listens on a Unix socket in the server's private directory: a
+//! kernel in a network namespace has no way to the host's loopback, and its launcher forwards
+//! the same port inside the namespace to that socket.
 //!
 //! A listed host is reached on ports 80 and 443 unless its entry names a port; `*.domain`
 //! needs a label before the domain. A name is resolved once, and an address that is not public
@@ -19,8 +21,8 @@ use std::time::Duration;
 
 use ipython_mcp_config::{AllowedHost, HostPattern};
 
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream, UnixListener};
 
 /// Longest request head read before the request is refused.
 const MAX_HEAD_BYTES: usize = 16 * 1024;
@@ -30,17 +32,24 @@ const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// The running proxies' ports, one per distinct allowlist (the server's, and each principal's
 /// own): a kernel may connect to its own proxy's port alone, so one principal's kernels never go
 /// out through another's list.
-static PORTS: std::sync::Mutex<Vec<(Vec<String>, u16)>> = std::sync::Mutex::new(Vec::new());
+static PORTS: std::sync::Mutex<Vec<(Vec<String>, Listening)>> = std::sync::Mutex::new(Vec::new());
 
-/// The port of the proxy that lets `hosts` through, if one runs.
-pub fn port(hosts: &[String]) -> Option<u16> {
+/// Where a proxy listens: its loopback port, and its Unix socket where one could be made.
+#[derive(Debug, Clone)]
+pub struct Listening {
+    pub port: u16,
+    pub socket: Option<std::path::PathBuf>,
+}
+
+/// Where the proxy that lets `hosts` through listens, if one runs.
+pub fn port(hosts: &[String]) -> Option<Listening> {
     let key = key(hosts);
     let ports = PORTS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     ports
         .iter()
-        .find_map(|(listed, port)| (*listed == key).then_some(*port))
+        .find_map(|(listed, listening)| (*listed == key).then(|| listening.clone()))
 }
 
 /// Starts the proxy for the configuration's allowlist, if it has one and none runs yet; before
@@ -54,8 +63,8 @@ pub fn ensure(config: &ipython_mcp_config::Config) -> std::io::Result<()> {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if !ports.iter().any(|(listed, _)| *listed == key) {
-        let port = start(key.clone())?;
-        ports.push((key, port));
+        let listening = start(key.clone(), &crate::serve::private_dir())?;
+        ports.push((key, listening));
     }
     Ok(())
 }
@@ -68,14 +77,42 @@ fn key(hosts: &[String]) -> Vec<String> {
     key
 }
 
-/// Starts a proxy on `127.0.0.1` (an unused port), letting `hosts` through; returns its port.
-fn start(hosts: Vec<String>) -> std::io::Result<u16> {
+/// Starts a proxy on `127.0.0.1` (an unused port) and on a Unix socket in `dir`, letting
+/// `hosts` through; returns where it listens.
+fn start(hosts: Vec<String>, dir: &std::path::Path) -> std::io::Result<Listening> {
     let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
     listener.set_nonblocking(true)?;
     let listener = TcpListener::from_std(listener)?;
     let port = listener.local_addr()?.port();
     let count = hosts.len();
     let list = Arc::new(Allowlist::new(&hosts));
+    let socket = dir.join(format!("proxy-{port}.sock"));
+    // Left by a server that had the same port before (the directory is ours alone).
+    let _ = std::fs::remove_file(&socket);
+    let socket = match UnixListener::bind(&socket) {
+        Ok(unix) => {
+            let list = Arc::clone(&list);
+            tokio::spawn(async move {
+                loop {
+                    let Ok((stream, _)) = unix.accept().await else {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    };
+                    let list = Arc::clone(&list);
+                    tokio::spawn(async move {
+                        if let Err(error) = relay(stream, &list).await {
+                            tracing::debug!(%error, "proxy connection ended");
+                        }
+                    });
+                }
+            });
+            Some(socket)
+        }
+        Err(error) => {
+            tracing::warn!(%error, "the kernel network proxy has no Unix socket: kernels in network namespaces get no network");
+            None
+        }
+    };
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
@@ -97,7 +134,7 @@ fn start(hosts: Vec<String>) -> std::io::Result<u16> {
         hosts = count,
         "kernel network proxy listening on loopback"
     );
-    Ok(port)
+    Ok(Listening { port, socket })
 }
 
 /// An allowlist as the proxy reads it.
@@ -323,7 +360,9 @@ struct Target {
 }
 
 /// Reads the request head and what follows it in the same reads.
-async fn read_head(stream: &mut TcpStream) -> std::io::Result<Option<(Vec<u8>, usize)>> {
+async fn read_head(
+    stream: &mut (impl AsyncRead + Unpin),
+) -> std::io::Result<Option<(Vec<u8>, usize)>> {
     let mut buffer = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
     loop {
@@ -393,7 +432,10 @@ fn split_host_port(authority: &str, default: u16) -> Option<(Host, u16)> {
     Some((Host::parse(host)?, port))
 }
 
-async fn relay(mut client: TcpStream, list: &Allowlist) -> std::io::Result<()> {
+async fn relay(
+    mut client: impl AsyncRead + AsyncWrite + Unpin,
+    list: &Allowlist,
+) -> std::io::Result<()> {
     let Ok(Ok(Some((buffer, head_end)))) =
         tokio::time::timeout(HEAD_TIMEOUT, read_head(&mut client)).await
     else {
@@ -488,7 +530,11 @@ async fn relay(mut client: TcpStream, list: &Allowlist) -> std::io::Result<()> {
     Ok(())
 }
 
-async fn refuse(client: &mut TcpStream, status: &str, reason: &str) -> std::io::Result<()> {
+async fn refuse(
+    client: &mut (impl AsyncWrite + Unpin),
+    status: &str,
+    reason: &str,
+) -> std::io::Result<()> {
     let body = format!("ipython-mcp: {reason}\n");
     let response = format!(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",

@@ -225,6 +225,7 @@ pub fn principal_sessions(
     if let Some(policy) = &options.sandbox {
         options.sandbox = Some(Arc::new(ipython_mcp_sandbox::Policy {
             state: Some(private_dir().join(format!("principal-{principal}"))),
+            private_temp: true,
             ..(**policy).clone()
         }));
     }
@@ -436,7 +437,7 @@ pub fn make_private_dir() -> Option<ipython_mcp_jupyter::private_dir::PrivateDir
 }
 
 /// Where local kernels' run directories and output spools are made.
-fn private_dir() -> std::path::PathBuf {
+pub(crate) fn private_dir() -> std::path::PathBuf {
     PRIVATE_DIR
         .get()
         .cloned()
@@ -502,9 +503,10 @@ fn sandbox_policy(config: &Config) -> Option<Arc<ipython_mcp_sandbox::Policy>> {
         SandboxNetwork::On => ipython_mcp_sandbox::Network::On,
         SandboxNetwork::Off => ipython_mcp_sandbox::Network::Off,
         SandboxNetwork::Allow(hosts) => match crate::proxy::port(hosts) {
-            Some(port) => ipython_mcp_sandbox::Network::Proxy {
-                port,
+            Some(listening) => ipython_mcp_sandbox::Network::Proxy {
+                port: listening.port,
                 hosts: hosts.clone(),
+                socket: listening.socket,
             },
             // No proxy runs (it could not start): no way out at all, never an open one.
             None => ipython_mcp_sandbox::Network::Off,
@@ -523,6 +525,8 @@ fn sandbox_policy(config: &Config) -> Option<Arc<ipython_mcp_sandbox::Policy>> {
             .or_else(|| std::env::current_dir().ok()),
         temp: std::env::temp_dir(),
         max_processes: Some(config.sandbox.max_processes),
+        namespaces: config.sandbox.namespaces,
+        private_temp: false,
         private: Some(private_dir()),
         state: Some(private_dir().join("kernels")),
     }))

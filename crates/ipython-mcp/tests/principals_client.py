@@ -146,7 +146,7 @@ async def before_reload(url, alice_token, bob_token, python):
         out["bob_climbs"] = seen(await bob.call_tool("notebook_read", {"path": "../alice/mine.ipynb"}))
         # Alice's kernel hanging, then dying, disturbs none of bob's calls; her background
         # execution is hers alone.
-        flag = os.path.join(tempfile.mkdtemp(), "go")
+        flag = os.path.join(tempfile.mkdtemp(dir=os.environ.get("PRINCIPALS_FLAG_DIR")), "go")
         hang = f"import os, time\nwhile not os.path.exists({flag!r}):\n    time.sleep(0.05)\nprint('released')"
         started = text(await alice.call_tool("execute", {"code": hang, "background": True}))
         execution_id = re.search(r'execution_id "([^"]+)"', started).group(1)

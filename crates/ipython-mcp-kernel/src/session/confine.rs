@@ -59,7 +59,8 @@ impl Confine for KernelSandbox {
         let (policy, dirs) = self.policy_for(purpose);
         let prepared = Arc::new(policy.prepare(&dirs).map_err(|error| error.to_string())?);
         if let Some((runner, args)) = prepared.command_prefix().and_then(<[String]>::split_first) {
-            // macOS: the child runs under `sandbox-exec`, which takes the program as arguments.
+            // The child runs under another program, which takes it as arguments: the namespaces'
+            // launcher (Linux), `sandbox-exec` (macOS).
             let mut wrapped = std::process::Command::new(runner);
             wrapped
                 .args(args)
@@ -76,6 +77,12 @@ impl Confine for KernelSandbox {
             }
             *command = wrapped;
         }
+        command.envs(
+            prepared
+                .command_env()
+                .iter()
+                .map(|(name, value)| (name, value)),
+        );
         prepared.confine(command);
         Ok(Box::new(prepared))
     }

@@ -186,6 +186,9 @@ async fn a_kernelspec_with_interrupt_mode_message_is_interrupted_by_message() {
             // A cooperative stop ends as soon as the kernel answers, so a long grace costs
             // nothing and a slow machine cannot turn it into a kill.
             ("IPYTHON_MCP_INTERRUPTION_GRACE_SECONDS", "60"),
+            // The pids compared below are the host's: the kernel's own PID namespace would
+            // number its parent otherwise.
+            ("IPYTHON_MCP_SANDBOX_NAMESPACES", "off"),
         ],
     )
     .await;

@@ -22,6 +22,7 @@ mod kernels;
 mod launch;
 mod memory;
 mod model_view;
+mod namespaces;
 mod notebooks;
 mod notebooks_sdk;
 mod oauth;

@@ -601,14 +601,17 @@ async fn tokens_short_of_execute_reach_no_kernel_and_subjects_are_capped() {
     let accepted = post(&url, Some(&fresh), Some(&session), ping).await;
     assert_eq!(accepted.status, 200, "{}", accepted.body);
 
-    // Two principals at once: two busy ones keep a third out until they go idle.
-    let release = home.path().join("release");
+    // Two principals at once: two busy ones keep a third out until they go idle. The flags
+    // are where a principal's kernel can reach them: not the temp directory (it has a `/tmp`
+    // of its own); it writes its own in its working directory, its workspace.
+    let flags = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("flags");
+    let release = flags.path().join("release");
     let busy = |subject: &str| {
         let token = first.sign(&issuer.claims(subject, "execute"));
-        let started = home.path().join(format!("{subject}.started"));
+        let marker = format!("{subject}.started");
+        let started = home.path().join(subject).join(&marker);
         let code = format!(
-            "import os, time\nopen({started:?}, 'w').close()\ndeadline = time.time() + 600\nwhile not os.path.exists({release:?}) and time.time() < deadline:\n    time.sleep(0.05)\nprint('released')",
-            started = started.display().to_string(),
+            "import os, time\nopen({marker:?}, 'w').close()\ndeadline = time.time() + 600\nwhile not os.path.exists({release:?}) and time.time() < deadline:\n    time.sleep(0.05)\nprint('released')",
             release = release.display().to_string(),
         );
         let url = url.clone();

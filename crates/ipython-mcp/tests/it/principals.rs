@@ -104,7 +104,11 @@ async fn principals_each_get_their_own_kernels_tools_and_notebooks() {
     command.env("IPYTHON_MCP_LOG", "debug");
     let (mut server, mut stderr, url) = serve(command).await;
 
+    // The script's flag file, where a principal's kernel can see it (not the temp directory:
+    // a principal's kernels have a `/tmp` of their own).
+    let flags = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("flags");
     let mut client = tokio::process::Command::new(&python)
+        .env("PRINCIPALS_FLAG_DIR", flags.path())
         .arg(script())
         .args([&url, ALICE, BOB])
         .arg(&python)
@@ -946,9 +950,10 @@ async fn principals_kernels_write_only_their_own_directory_under_their_own_sandb
     server.start_kill().ok();
 }
 
-/// A read-only principal's kernels write nothing another principal's kernels read: not in the
-/// shared temp directory (where bob keeps a pickle his kernel loads), while their own
-/// `tempfile` calls work, in a temp directory of their own.
+/// A principal's kernels write nothing another principal's kernels read: each principal's
+/// kernels have a `/tmp` of their own (where bob keeps a pickle his kernel loads; alice's
+/// "replacing" it writes her own), and a read-only principal's cannot write the server's shared
+/// temp directory; their own `tempfile` calls work.
 #[tokio::test]
 async fn a_read_only_principal_writes_nothing_in_the_shared_temp_directory() {
     use support::Family;
@@ -971,19 +976,16 @@ async fn a_read_only_principal_writes_nothing_in_the_shared_temp_directory() {
     let alice = connect(&url, ALICE, Family::Modern).await;
     let bob = connect(&url, BOB, Family::Modern).await;
     let run = stdout_of;
-    let cache = shared.join("bob_cache.pkl");
-    let cache_literal = format!("{:?}", cache.to_str().expect("utf-8"));
     let shared_literal = format!("{:?}", shared.to_str().expect("utf-8"));
-    // Bob's kernel keeps a pickle in the shared temp directory.
+    // Bob's kernel keeps a pickle in its temp directory: a `/tmp` of his own principal's.
     let printed = run(
         bob.peer(),
-        &format!(
-            "import pickle, tempfile\nprint(tempfile.gettempdir() == {shared_literal})\npickle.dump('bob', open({cache_literal}, 'wb'))"
-        ),
+        "import pickle, tempfile\nprint(tempfile.gettempdir())\npickle.dump('bob', open('/tmp/bob_cache.pkl', 'wb'))",
     )
     .await;
-    assert_eq!(printed, "True\n");
-    // Alice's kernel tries to replace it, to put one beside it, and to move one over it.
+    assert_eq!(printed, "/tmp\n");
+    // Alice's kernel tries to replace it where bob's kernel keeps it, to plant one in the
+    // server's shared temp directory, and to move one over bob's.
     let attack = format!(
         r#"import os, pickle, tempfile
 def attempt(label, action):
@@ -992,25 +994,26 @@ def attempt(label, action):
         print(label, 'done')
     except OSError as e:
         print(label, 'denied', type(e).__name__)
-attempt('replace', lambda: pickle.dump('alice', open({cache_literal}, 'wb')))
+attempt('replace', lambda: pickle.dump('alice', open('/tmp/bob_cache.pkl', 'wb')))
 attempt('plant', lambda: open(os.path.join({shared_literal}, 'alice.pkl'), 'wb').write(b'x'))
 fd, own = tempfile.mkstemp()
 os.write(fd, pickle.dumps('alice'))
 os.close(fd)
-attempt('rename', lambda: os.rename(own, {cache_literal}))
-print('own', os.path.exists(own), own.startswith({shared_literal}))
+attempt('rename', lambda: os.rename(own, '/tmp/bob_cache.pkl'))
+print('own', own.startswith('/tmp/'))
 "#
     );
     let printed = run(alice.peer(), &attack).await;
+    // What alice replaces is her own `/tmp`'s file; the shared one is read-only to her.
     assert_eq!(
         printed,
-        "replace denied PermissionError\nplant denied PermissionError\nrename denied PermissionError\nown True False\n"
+        "replace done\nplant denied OSError\nrename done\nown True\n"
     );
     // Bob's kernel loads his own pickle, and finds nothing planted.
     let printed = run(
         bob.peer(),
         &format!(
-            "import os, pickle\nprint(pickle.load(open({cache_literal}, 'rb')), os.path.exists(os.path.join({shared_literal}, 'alice.pkl')))"
+            "import os, pickle\nprint(pickle.load(open('/tmp/bob_cache.pkl', 'rb')), os.path.exists(os.path.join({shared_literal}, 'alice.pkl')))"
         ),
     )
     .await;
@@ -1041,8 +1044,10 @@ async fn a_principal_s_own_upstream_servers_are_theirs_alone() {
     let bob = connect(&url, BOB, Family::Modern).await;
     let carol = connect(&url, CAROL, Family::Modern).await;
     let run = stdout_of;
+    // Denied, or (the file is in the host's temp directory, and a principal's kernel has a
+    // `/tmp` of its own) not there at all.
     let read = format!(
-        "try:\n    open({upstreams:?}).read()\n    print('read')\nexcept PermissionError:\n    print('denied')\n"
+        "try:\n    open({upstreams:?}).read()\n    print('read')\nexcept (PermissionError, FileNotFoundError):\n    print('denied')\n"
     );
     let alices = run(
         alice.peer(),

@@ -884,12 +884,17 @@ use std::os::fd::AsRawFd as _;
 #[tokio::test]
 async fn kernel_code_cannot_type_into_the_servers_terminal() {
     let (server, kernel, _terminal) = type_into_the_terminal(&[]).await;
-    // The kernel leads its own session (its pid is the one signals reach).
+    // The kernel leads its own session (its pid is the one signals reach), and has no
+    // controlling terminal to open.
     // SAFETY: getsid has no memory-safety preconditions.
     assert_eq!(unsafe { libc::getsid(kernel) }, kernel);
     assert_eq!(
-        run(&server, "import os; print(os.getsid(0) == os.getpid())").await,
-        "True\n"
+        run(
+            &server,
+            "import os\ntry:\n    os.open('/dev/tty', os.O_RDWR)\n    print('a terminal')\nexcept OSError as e:\n    print(e.strerror)"
+        )
+        .await,
+        "No such device or address\n"
     );
 }
 

@@ -452,11 +452,14 @@ async fn a_dying_kernel_is_reported_and_replaced() {
             json!({"code": "import subprocess\nsubprocess.Popen(['sleep', '300']).pid"}),
         )
         .await;
-    let orphan: i32 = child.structured["result"]["text/plain"]
-        .as_str()
-        .expect("pid")
-        .parse()
-        .expect("int");
+    let orphan = support::host_pid(
+        pid,
+        child.structured["result"]["text/plain"]
+            .as_str()
+            .expect("pid")
+            .parse()
+            .expect("int"),
+    );
     let result = server
         .call("execute", json!({"code": "import os\nos._exit(3)"}))
         .await;
@@ -469,12 +472,8 @@ async fn a_dying_kernel_is_reported_and_replaced() {
         .call("execute", json!({"code": "import os\nos.getpid()"}))
         .await;
     assert!(after.ok(), "{after:?}");
-    assert_ne!(
-        after.structured["result"]["text/plain"]
-            .as_str()
-            .and_then(|p| p.parse::<u64>().ok()),
-        Some(pid)
-    );
+    let replaced = server.call("runtime_status", json!({})).await;
+    assert_ne!(replaced.structured["kernel"]["pid"].as_u64(), Some(pid));
     server.stop().await;
 }
 
@@ -554,11 +553,14 @@ async fn closing_stdin_leaves_no_kernel_behind() {
             json!({"code": "import subprocess\np = subprocess.Popen(['sleep', '300'])\np.pid"}),
         )
         .await;
-    let grandchild: i32 = child.structured["result"]["text/plain"]
-        .as_str()
-        .expect("pid")
-        .parse()
-        .expect("int");
+    let grandchild = support::host_pid(
+        pid as u64,
+        child.structured["result"]["text/plain"]
+            .as_str()
+            .expect("pid")
+            .parse()
+            .expect("int"),
+    );
     let server_pid = server.pid;
     server.stop().await;
     support::wait_until_gone(server_pid as i32).await;
@@ -1202,6 +1204,10 @@ async fn a_killed_server_takes_its_kernel_groups_with_it_under_the_pipe_watch() 
         .as_str()
         .and_then(|text| text.parse().ok())
         .expect("the sleep's pid");
+    let kernel_pid = server.call("runtime_status", json!({})).await.structured["kernel"]["pid"]
+        .as_u64()
+        .expect("pid");
+    let grandchild = support::host_pid(kernel_pid, grandchild);
     let status = server
         .wait_until(|status| {
             status["spare_kernel_pids"]
@@ -1209,8 +1215,9 @@ async fn a_killed_server_takes_its_kernel_groups_with_it_under_the_pipe_watch() 
                 .is_some_and(|pids| pids.len() == 1)
         })
         .await;
-    let kernel = status["kernel"]["pid"].as_u64().expect("pid") as i32;
-    let spare = status["spare_kernel_pids"][0].as_u64().expect("pid") as i32;
+    // The processes the server started: the watcher's group holds them.
+    let kernel = support::launcher_of(status["kernel"]["pid"].as_u64().expect("pid") as i32);
+    let spare = support::launcher_of(status["spare_kernel_pids"][0].as_u64().expect("pid") as i32);
     let groups: Vec<i32> = [kernel, spare]
         .iter()
         // SAFETY: getpgid(2) has no memory-safety preconditions.
@@ -1225,7 +1232,6 @@ async fn a_killed_server_takes_its_kernel_groups_with_it_under_the_pipe_watch() 
             "the watcher {group} is alive in its group"
         );
     }
-    assert!(support::group_members(groups[0]).contains(&grandchild));
     // SAFETY: killing our own child process.
     assert_eq!(unsafe { libc::kill(server.pid as i32, libc::SIGKILL) }, 0);
     for group in groups {
@@ -1233,6 +1239,8 @@ async fn a_killed_server_takes_its_kernel_groups_with_it_under_the_pipe_watch() 
     }
     support::wait_until_gone(kernel).await;
     support::wait_until_gone(spare).await;
+    // What the kernel started goes too: in its group, or (in namespaces) with the namespace.
+    support::wait_until_gone(grandchild).await;
     support::wait_until_gone(grandchild).await;
 }
 
@@ -1245,7 +1253,7 @@ async fn a_server_that_exits_leaves_no_watcher_under_the_pipe_watch() {
     )
     .await;
     let status = server.call("runtime_status", json!({})).await.structured;
-    let kernel = status["kernel"]["pid"].as_u64().expect("pid") as i32;
+    let kernel = support::launcher_of(status["kernel"]["pid"].as_u64().expect("pid") as i32);
     // SAFETY: getpgid(2) has no memory-safety preconditions.
     let group = unsafe { libc::getpgid(kernel) };
     assert!(
@@ -1768,7 +1776,12 @@ async fn an_interrupt_before_the_kernel_begins_waits_for_it_and_stops_it_coopera
         .structured["result"]["text/plain"]
         .as_str()
         .expect("pid")
-        .to_owned();
+        .parse()
+        .expect("a pid");
+    let kernel_pid = server.call("runtime_status", json!({})).await.structured["kernel"]["pid"]
+        .as_u64()
+        .expect("pid");
+    let pid = support::host_pid(kernel_pid, pid).to_string();
     let signal = |name: &str| {
         let status = std::process::Command::new("kill")
             .args([&format!("-{name}"), &pid])
@@ -2160,7 +2173,13 @@ async fn sigterm_with_eight_busy_kernels_stops_them_together() {
             .as_str()
             .and_then(|pid| pid.parse().ok())
             .unwrap_or_else(|| panic!("pid: {armed:?}"));
-        pids.push(pid);
+        let kernel_pid = server
+            .call("runtime_status", json!({"kernel": kernel}))
+            .await
+            .structured["kernel"]["pid"]
+            .as_u64()
+            .expect("pid");
+        pids.push(support::host_pid(kernel_pid, pid));
         let started = server
             .call(
                 "execute",

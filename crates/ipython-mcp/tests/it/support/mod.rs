@@ -636,6 +636,62 @@ pub fn temp_and_private(root: &std::path::Path) -> [(&'static str, String); 2] {
     ]
 }
 
+/// The host's pid of the process a kernel's code numbers `pid` (`os.getpid()`, a `Popen`'s
+/// `pid`): a kernel in namespaces numbers processes in its own PID namespace. Found among the
+/// descendants of `kernel` (the kernel's pid in `runtime_status`), by the last field of their
+/// `NSpid` (a process outside namespaces has one field: its pid).
+pub fn host_pid(kernel: u64, pid: i32) -> i32 {
+    let mut queue = vec![kernel as i32];
+    while let Some(next) = queue.pop() {
+        let status = std::fs::read_to_string(format!("/proc/{next}/status")).unwrap_or_default();
+        let numbers: Vec<i32> = status
+            .lines()
+            .find_map(|line| line.strip_prefix("NSpid:"))
+            .map(|fields| {
+                fields
+                    .split_whitespace()
+                    .filter_map(|field| field.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if numbers.last() == Some(&pid) {
+            return numbers[0];
+        }
+        for task in std::fs::read_dir(format!("/proc/{next}/task"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let children =
+                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            queue.extend(
+                children
+                    .split_whitespace()
+                    .filter_map(|child| child.parse::<i32>().ok()),
+            );
+        }
+    }
+    panic!("no process the kernel {kernel} numbers {pid}")
+}
+
+/// The process the server started for the kernel whose pid `runtime_status` reports: the kernel
+/// itself, or (in namespaces, where the kernel is the second process of its PID namespace) the
+/// sandbox's launcher, its parent's parent.
+pub fn launcher_of(kernel: i32) -> i32 {
+    let field = |pid: i32, name: &str| -> String {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .unwrap_or_default()
+            .lines()
+            .find_map(|line| line.strip_prefix(name).map(|rest| rest.trim().to_owned()))
+            .unwrap_or_default()
+    };
+    if field(kernel, "NSpid:").split_whitespace().count() < 2 {
+        return kernel;
+    }
+    let parent = |pid: i32| field(pid, "PPid:").parse::<i32>().expect("a parent");
+    parent(parent(kernel))
+}
+
 /// Every output spool directory (`ipython-mcp-spool-*`) anywhere under `root`.
 pub fn spool_dirs(root: &std::path::Path) -> Vec<std::path::PathBuf> {
     let mut found = Vec::new();
