@@ -19,6 +19,28 @@ pub fn skip_outside_ci(reason: &str) {
     eprintln!("SKIPPED: {reason}");
 }
 
+/// Fails under CI when this build left out a test tier: the end-to-end tests and those that
+/// install from registries build only with the `e2e` and `registry` features (CONTRIBUTING.md,
+/// "Tests"), and a CI run without them would pass having run neither. `e2e` and `registry` are
+/// the calling crate's `cfg!(feature = …)`.
+#[allow(dead_code)] // the binary crate checks from `tests/tiers.rs`, not from `tests/it`
+pub fn require_every_tier_on_ci(e2e: bool, registry: bool) {
+    if !on_ci() {
+        return;
+    }
+    let missing: Vec<&str> = [("e2e", e2e), ("registry", registry)]
+        .into_iter()
+        .filter_map(|(tier, built)| (!built).then_some(tier))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "CI is set but this build leaves out the {} test tier(s) of {}: CI runs every tier, \
+         `cargo test --workspace --features e2e,registry`",
+        missing.join(" and "),
+        env!("CARGO_PKG_NAME"),
+    );
+}
+
 /// Installs `package_json` (its text) into `dir` with npm, unless an earlier run installed
 /// exactly it and `ready` holds; `false` (skipped) only outside CI when npm is missing.
 /// `extra` goes to `npm install`; `what` names the tools for messages.

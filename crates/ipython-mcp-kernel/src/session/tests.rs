@@ -1,9 +1,12 @@
 //! Admission logic with paused time and no kernel: the test plays the actor.
-use super::actor::{supervise, SPOOL_FLUSH_WAIT};
+use super::actor::supervise;
+#[cfg(feature = "e2e")]
+use super::actor::SPOOL_FLUSH_WAIT;
 use super::handle::{Interrupted, SessionHandle};
 use super::prepare::Local;
 use super::*;
 use crate::status::SessionState;
+#[cfg(feature = "e2e")]
 use ipython_mcp_output::executions::PageRequest;
 use ipython_mcp_output::output::{Code, ExecutionStatus, Interruption, NamespaceOutcome};
 
@@ -365,7 +368,8 @@ async fn a_dispatched_request_outlives_the_queue_wait() {
 
 /// A real kernel's session: the Python the integration tests provision into the target
 /// directory (this test binary is `target/<profile>/deps/<name>`), found or provisioned
-/// the product's own way.
+/// the product's own way. Real kernels are the `e2e` test tier (CONTRIBUTING.md, "Tests").
+#[cfg(feature = "e2e")]
 fn kernel_options(kernel_id: &str) -> SessionOptions {
     let exe = std::env::current_exe().expect("the test binary's path");
     let target_tmp = exe.ancestors().nth(3).expect("the target dir").join("tmp");
@@ -384,6 +388,7 @@ fn kernel_options(kernel_id: &str) -> SessionOptions {
     }
 }
 
+#[cfg(feature = "e2e")]
 async fn ready(session: &SessionHandle) {
     let deadline = Instant::now() + Duration::from_secs(900);
     let mut done = session.status().state;
@@ -403,6 +408,7 @@ async fn ready(session: &SessionHandle) {
     }
 }
 
+#[cfg(feature = "e2e")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_spool_disk_stalls_neither_status_nor_another_session() {
     let stalled = SessionHandle::start(kernel_options("stalled"));

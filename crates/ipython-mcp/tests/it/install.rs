@@ -49,51 +49,151 @@ fn run(command: &mut Command) -> String {
     stdout + &stderr
 }
 
-/// The wheel, built once per run from the dev profile without debug info, in a target
-/// directory of its own: building in `target/debug` would replace the binary that other test
-/// binaries are starting at the same time. The first test to need it builds it, the other
-/// waits.
+/// The wheel of these sources, built from the dev profile without debug info. Every install
+/// test of this run shares it, and so does every later run until the sources change: it is
+/// kept in `target/tmp/install/wheel/<key>`, keyed on what goes into it (`sources_key`). It is
+/// built beside that and renamed into place whole, so a directory of that name always holds
+/// one complete wheel; two test processes that both find none both build (cargo's lock on the
+/// target directory makes the second build a relink) and the first rename wins.
 async fn wheel() -> PathBuf {
     static WHEEL: tokio::sync::OnceCell<PathBuf> = tokio::sync::OnceCell::const_new();
-    WHEEL.get_or_init(build_wheel).await.clone()
+    WHEEL.get_or_init(built_wheel).await.clone()
 }
 
-async fn build_wheel() -> PathBuf {
-    let (_, maturin) = support::python_with("maturin==1.16.0", "maturin", "install-maturin").await;
-    let dist = Path::new(env!("CARGO_TARGET_TMPDIR")).join("install/dist");
-    let _ = std::fs::remove_dir_all(&dist);
-    run(Command::new(maturin.join("bin/maturin"))
+/// The pinned maturin, from PyPI into `target/tmp`.
+const MATURIN: &str = "maturin==1.16.0";
+
+async fn built_wheel() -> PathBuf {
+    let (_, maturin) = support::python_with(MATURIN, "maturin", "install-maturin").await;
+    tokio::task::spawn_blocking(move || {
+        let wheels = Path::new(env!("CARGO_TARGET_TMPDIR")).join("install/wheel");
+        std::fs::create_dir_all(&wheels).expect("create the wheel directory");
+        let key = sources_key();
+        let dist = wheels.join(&key);
+        if !dist.is_dir() {
+            let partial = wheels.join(format!(".{key}.{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&partial);
+            build_wheel(&maturin, &partial);
+            if std::fs::rename(&partial, &dist).is_err() {
+                // Another process's build of the same sources got there first.
+                assert!(dist.is_dir(), "the wheel is in neither place");
+                std::fs::remove_dir_all(&partial).expect("remove the second build");
+            }
+            // Wheels of other sources go: only the current one is kept.
+            for entry in std::fs::read_dir(&wheels).expect("the wheel directory") {
+                let path = entry.expect("entry").path();
+                let name = path.file_name().expect("a name").to_string_lossy();
+                if name != key && !name.starts_with('.') {
+                    std::fs::remove_dir_all(&path).expect("remove an older wheel");
+                }
+            }
+        }
+        let wheels: Vec<PathBuf> = std::fs::read_dir(&dist)
+            .expect("dist")
+            .map(|entry| entry.expect("entry").path())
+            .collect();
+        assert_eq!(wheels.len(), 1, "{wheels:?}");
+        let name = wheels[0]
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        // One wheel per platform, not per Python version: no libpython, no ABI tag.
+        assert!(
+            name.starts_with(&format!(
+                "ipython_mcp_server-{}-py3-none-",
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{name}"
+        );
+        wheels[0].clone()
+    })
+    .await
+    .expect("the wheel")
+}
+
+/// Builds the wheel into `dist` (which then holds it alone). In the suite's own target
+/// directory and profile: the dependencies `cargo test` built are reused, so the wheel costs
+/// the workspace's own crates (in the release feature set) instead of a second cold build.
+/// (Its binary is `ipython-mcp-server`, so the `ipython-mcp` other tests start is untouched.)
+fn build_wheel(maturin: &Path, dist: &Path) {
+    let mut maturin = Command::new(maturin.join("bin/maturin"));
+    // Not the variables cargo gives this test process about its own package: build scripts
+    // (ring's, through cc) rerun when one of them differs from the build `cargo test` made,
+    // and the dependencies both builds share would be compiled again, here and in the next
+    // `cargo test`.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_MANIFEST_")
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "OUT_DIR",
+            ]
+            .contains(&name.as_ref())
+        {
+            maturin.env_remove(name.as_ref());
+        }
+    }
+    run(maturin
         .args(["build", "--profile", "dev", "--locked", "--out"])
-        .arg(&dist)
+        .arg(dist)
         .current_dir(workspace_root())
         .env("CARGO", env!("CARGO"))
-        // The suite's own target directory and profile: the dependencies `cargo test` built are
-        // reused, so the wheel costs a link or two instead of a second cold build on CI.
         .env(
             "CARGO_TARGET_DIR",
             Path::new(env!("CARGO_TARGET_TMPDIR"))
                 .parent()
                 .expect("the target directory"),
         ));
-    let wheels: Vec<PathBuf> = std::fs::read_dir(&dist)
-        .expect("dist")
-        .map(|entry| entry.expect("entry").path())
+}
+
+/// A digest of everything the wheel is made of: the workspace's manifests and lock file,
+/// `pyproject.toml`, README.md (the distribution's description), every file under `crates/`
+/// and `docs/src/` (the binary embeds chapters of the documentation), the toolchain and the
+/// maturin release. Paths count too, so a renamed file is a change.
+fn sources_key() -> String {
+    let root = workspace_root();
+    let mut files: Vec<PathBuf> = ["Cargo.toml", "Cargo.lock", "pyproject.toml", "README.md"]
+        .iter()
+        .map(|name| root.join(name))
         .collect();
-    assert_eq!(wheels.len(), 1, "{wheels:?}");
-    let name = wheels[0]
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .into_owned();
-    // One wheel per platform, not per Python version: no libpython, no ABI tag.
-    assert!(
-        name.starts_with(&format!(
-            "ipython_mcp_server-{}-py3-none-",
-            env!("CARGO_PKG_VERSION")
-        )),
-        "{name}"
-    );
-    wheels[0].clone()
+    for dir in ["crates", "docs/src"] {
+        files_under(&root.join(dir), &mut files);
+    }
+    files.sort();
+    let mut digest = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut add = |bytes: &[u8]| {
+        digest.update(&(bytes.len() as u64).to_le_bytes());
+        digest.update(bytes);
+    };
+    for file in &files {
+        let relative = file.strip_prefix(&root).expect("under the workspace");
+        add(relative.to_string_lossy().as_bytes());
+        add(&std::fs::read(file).unwrap_or_else(|err| panic!("read {}: {err}", file.display())));
+    }
+    add(run(Command::new("rustc").arg("-vV")).as_bytes());
+    add(MATURIN.as_bytes());
+    digest
+        .finish()
+        .as_ref()
+        .iter()
+        .take(16)
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+fn files_under(dir: &Path, found: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|err| panic!("{}: {err}", dir.display())) {
+        let path = entry.expect("a directory entry").path();
+        if path.is_dir() {
+            files_under(&path, found);
+        } else {
+            found.push(path);
+        }
+    }
 }
 
 /// Environment variables that make uv find the distribution by name in `dist` (the built

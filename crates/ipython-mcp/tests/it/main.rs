@@ -6,14 +6,17 @@
 mod ci;
 mod support;
 
+#[cfg(feature = "registry")]
 mod apps;
 mod checkpoint;
 mod code_mode;
 mod collab;
+#[cfg(feature = "registry")]
 mod conformance;
 mod dynamic;
 mod environments;
 mod http;
+#[cfg(feature = "registry")]
 mod install;
 mod json_lines;
 mod jupyter_live;

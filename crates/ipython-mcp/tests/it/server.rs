@@ -651,6 +651,8 @@ async fn sigterm_shuts_down_cleanly() {
     support::wait_until_gone(kernel_pid).await;
 }
 
+// It provisions into an empty cache, from PyPI on every run: the `registry` tier.
+#[cfg(feature = "registry")]
 #[tokio::test]
 async fn a_first_start_provisions_python_in_the_background() {
     // A bare python3 (a venv without ipykernel) first on PATH, and an empty cache: the server must

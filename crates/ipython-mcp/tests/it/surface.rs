@@ -1,7 +1,8 @@
 //! What agents and users read, pinned as reviewed snapshots: every tool's name, description,
 //! input and output schema as `tools/list` gives them, and `--help`. A change to any of it
 //! fails here until the new snapshot is accepted (`INSTA_UPDATE=always cargo test -p
-//! ipython-mcp --test it surface`, then review the diff of `tests/it/snapshots/` like code).
+//! ipython-mcp --features e2e --test it surface`, then review the diff of `tests/it/snapshots/`
+//! like code).
 
 use crate::support;
 
