@@ -6,8 +6,10 @@
 //! next call pays); medians of `BIG_CELLS`. On the server with checkpoints it also
 //! takes what one trivial cell writes to disk (the new manifest and the changed value), and how
 //! long a replacement takes to load the checkpoint holding the big buffer (`restore_ms`, the
-//! server's own measurement) after the kernel is killed. Prints medians, and the medians of the
-//! rounds' ratios.
+//! server's own measurement) after the kernel is killed. Then a cell that changes 1 MiB of the
+//! big buffer in place, and a trivial cell sent right after it; with checkpoints, what the
+//! checkpoint of such a cell wrote (`runtime_status.checkpoint.bytes_written`, once it is
+//! current). Prints medians, and the medians of the rounds' ratios.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -42,7 +44,15 @@ struct Figures {
     trivial_cell_bytes: Option<u64>,
     /// With checkpoints: the replacement's load of the big buffer's checkpoint.
     restore_ms: Option<f64>,
+    /// A trivial cell sent as soon as a cell that changed 1 MiB of the big buffer returned.
+    after_change_ms: f64,
+    /// With checkpoints: bytes the checkpoint of a cell changing 1 MiB of the big buffer wrote.
+    change_bytes: Option<u64>,
 }
+
+/// Changes 1 MiB in the middle of the big buffer, in place, to bytes never seen before (equal
+/// chunks are stored once: the same bytes again would write nothing).
+const CHANGE: &str = "big[1 << 29 : (1 << 29) + (1 << 20)] = __import__('os').urandom(1 << 20)";
 
 pub(crate) async fn bench_checkpoint(
     server_binary: &Path,
@@ -89,9 +99,27 @@ pub(crate) async fn bench_checkpoint(
         percentile(&ratios, 0.5)
     };
     println!(
-        "  on / off, median of the rounds: execute p50 {:.3}, big cell {:.3}",
+        "  on / off, median of the rounds: execute p50 {:.3}, big cell {:.3}, trivial cell after it {:.3}, trivial cell after 1 MiB changed {:.3}",
         ratio(|f| f.execute_p50_ms),
-        ratio(|f| f.big_cell_ms)
+        ratio(|f| f.big_cell_ms),
+        ratio(|f| f.next_cell_ms),
+        ratio(|f| f.after_change_ms)
+    );
+    for (name, figures) in [("on", &on), ("off", &off)] {
+        println!(
+            "  {name:<4} trivial cell after 1 MiB changed median {:>8.1} ms",
+            median(figures, |f| f.after_change_ms),
+        );
+    }
+    let changes: Vec<f64> = on
+        .iter()
+        .filter_map(|f| f.change_bytes)
+        .map(|b| b as f64)
+        .collect();
+    println!(
+        "  written by the checkpoint of a cell changing 1 MiB of the {} MiB buffer: median {:.0} bytes",
+        BIG_BYTES >> 20,
+        percentile(&changes, 0.5)
     );
     let written: Vec<f64> = on
         .iter()
@@ -176,6 +204,25 @@ async fn measure(
     }
     figures.big_cell_ms = percentile(&big, 0.5);
     figures.next_cell_ms = percentile(&next, 0.5);
+    let mut after_change = Vec::new();
+    for _ in 0..BIG_CELLS {
+        if checkpoints {
+            // The big cells' writers are done: the trivial cell meets only the change's.
+            settle(&client).await?;
+        }
+        execute(&client, CHANGE, 600).await?;
+        let began = Instant::now();
+        execute(&client, "pass", 600).await?;
+        after_change.push(began.elapsed().as_secs_f64() * 1000.0);
+    }
+    figures.after_change_ms = percentile(&after_change, 0.5);
+    if checkpoints {
+        settle(&client).await?;
+        let changed = call(&client, CHANGE, 600).await?;
+        let count = changed["execution_count"].as_u64();
+        let checkpoint = wait_for_checkpoint(&client, count).await?;
+        figures.change_bytes = checkpoint["bytes_written"].as_u64();
+    }
     if checkpoints {
         let died = call(&client, "import os\nos._exit(1)", 600).await?;
         let restore = &died["runtime"]["restore"];
@@ -224,6 +271,36 @@ fn written_by_one_cell(root: &Path, before: Vec<(PathBuf, u64)>) -> u64 {
         })
         .map(|(_, size)| size)
         .sum()
+}
+
+/// Runs a trivial cell and waits until its checkpoint is current: every writer before it is
+/// done.
+async fn settle(client: &Client) -> anyhow::Result<()> {
+    let result = call(client, "pass", 600).await?;
+    wait_for_checkpoint(client, result["execution_count"].as_u64()).await?;
+    Ok(())
+}
+
+/// `runtime_status.checkpoint` once the checkpoint after execution `count` is current.
+async fn wait_for_checkpoint(client: &Client, count: Option<u64>) -> anyhow::Result<Value> {
+    let count = count.context("execute answers its execution_count")?;
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let status = client
+            .peer()
+            .call_tool(CallToolRequestParams::new("runtime_status"))
+            .await?
+            .structured_content
+            .context("runtime_status has structured content")?;
+        let checkpoint = &status["checkpoint"];
+        if checkpoint["execution_count"].as_u64() >= Some(count) {
+            return Ok(checkpoint.clone());
+        }
+        if Instant::now() > deadline {
+            bail!("the checkpoint after execution {count} never became current: {checkpoint}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 async fn execute(client: &Client, code: &str, timeout_seconds: u64) -> anyhow::Result<()> {

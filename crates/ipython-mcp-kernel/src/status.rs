@@ -119,6 +119,23 @@ pub struct CheckpointStatus {
     pub lost_names: usize,
     /// Why the latest attempt failed, while it has (the previous checkpoint stays current).
     pub failure: Option<String>,
+    /// Bytes the current checkpoint wrote: the values and chunks that changed, and its
+    /// manifest.
+    pub bytes_written: u64,
+    /// Values the current checkpoint took from the one before without writing them again.
+    pub values_reused: usize,
+    /// How the writer found what changed; `None` before the first checkpoint.
+    pub tracking: Option<CheckpointTracking>,
+}
+
+/// How a checkpoint's writer finds what changed since the previous one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum CheckpointTracking {
+    /// Every large part of a value is hashed again (CRC-32 of each chunk) by the forked
+    /// writer, off the kernel's thread; an unchanged chunk is not written.
+    Hash,
 }
 
 /// The current kernel's memory: its process tree's resident memory (a cgroup's charge where

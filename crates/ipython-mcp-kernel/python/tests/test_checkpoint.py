@@ -120,6 +120,131 @@ def test_only_what_changed_is_written_and_nothing_unreferenced_stays(helper, tmp
     assert written > 0
 
 
+def _manifest(directory):
+    with open(os.path.join(str(directory), "manifest.json")) as file:
+        return json.load(file)
+
+
+def test_an_unchangeable_value_is_not_pickled_again_and_a_changed_one_is(helper, tmp_path, monkeypatch):
+    """The same tuple of scalars is taken from the previous checkpoint unpickled; a list
+    changed in place, a list inside a tuple, and a name bound to a new object are pickled again
+    and come back changed."""
+    checkpoint = helper.checkpoint
+    pickled = []
+    real = checkpoint._pickle_value
+
+    def recorded(pickler, value, small):
+        pickled.append(value)
+        return real(pickler, value, small)
+
+    monkeypatch.setattr(checkpoint, "_pickle_value", recorded)
+    same = (1, "a", (2.5, None, b"b"), frozenset({3}))
+    # `buffer` is out of band, copied by the kernel's own small write.
+    shell = Shell(same=same, items=[1, 2], holder=([1],), n=10**30, buffer=bytearray(200_000))
+    writer = checkpoint.Checkpointer(shell, str(tmp_path), 1 << 30, set())
+    writer.after_execution(1)
+    assert writer.child is None and _manifest(tmp_path)["reused"] == 0
+    pickled.clear()
+    shell.user_ns["items"].append(3)
+    shell.user_ns["holder"][0].append(2)
+    shell.user_ns["n"] = 10**30 + 1
+    writer.after_execution(2)
+    assert not any(value is same for value in pickled), "the unchangeable tuple was pickled again"
+    assert sorted(map(repr, pickled)) == sorted(map(repr, [[1, 2, 3], ([1, 2],), 10**30 + 1, bytearray(200_000)]))
+    manifest = _manifest(tmp_path)
+    # `same`, and `buffer`: pickled again, unchanged, so nothing written for it.
+    assert manifest["reused"] == 2 and manifest["tracking"] == "hash", manifest
+    shell.user_ns["buffer"][7] = 1
+    writer.after_execution(3)
+    assert _manifest(tmp_path)["reused"] == 4, "all but the changed buffer"
+    restored = Shell()
+    checkpoint.restore(restored, str(tmp_path))
+    expected = {"same": same, "items": [1, 2, 3], "holder": ([1, 2],), "n": 10**30 + 1}
+    assert restored.user_ns == dict(expected, buffer=shell.user_ns["buffer"])
+
+
+def test_an_unchangeable_value_whose_checkpoint_did_not_finish_is_pickled_again(helper, tmp_path):
+    """The manifest does not hold the value under the token it was pickled with (its writer
+    was superseded, or another kernel wrote it): pickled again, never taken from another
+    value's blob."""
+    checkpoint = helper.checkpoint
+    shell = Shell(x="first")
+    writer = checkpoint.Checkpointer(shell, str(tmp_path), 1 << 30, set())
+    writer.after_execution(1)
+    # What the manifest now holds for `x` is another value's, under another token.
+    other = checkpoint.Checkpointer(Shell(x="other"), str(tmp_path), 1 << 30, set())
+    other.after_execution(1)
+    writer.after_execution(2)
+    manifest = _manifest(tmp_path)
+    assert manifest["reused"] == 0, manifest
+    restored = Shell()
+    checkpoint.restore(restored, str(tmp_path))
+    assert restored.user_ns == {"x": "first"}
+
+
+def test_a_large_value_is_stored_in_chunks_and_only_changed_chunks_are_written(helper, tmp_path, monkeypatch):
+    """A buffer and a large pickle in chunks: one byte changed writes one chunk of each; an
+    unchanged value writes nothing but the manifest; each comes back as it was last."""
+    checkpoint = helper.checkpoint
+    chunk = 64 * 1024
+    monkeypatch.setattr(checkpoint, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(checkpoint, "_CHUNKED_FROM", chunk)
+    directory = str(tmp_path)
+    buffer = bytearray(os.urandom(10 * chunk + 100))
+    numbers = [float(n) for n in range(100_000)]  # about 900 KB pickled
+    checkpoint.write(directory, [("buffer", buffer), ("numbers", numbers)], 1 << 30, 1)
+    first = _manifest(directory)
+    assert first["written"] > len(buffer) + 800_000, first["written"]
+    chunks = os.listdir(os.path.join(directory, checkpoint.CHUNKS))
+    assert len(chunks) > 11 + 10, chunks
+
+    buffer[5 * chunk + 7] ^= 0xFF
+    numbers[50_000] = -1.0
+    checkpoint.write(directory, [("buffer", buffer), ("numbers", numbers)], 1 << 30, 2)
+    second = _manifest(directory)
+    assert second["written"] < 2 * chunk + 16 * 1024 + len(json.dumps(second)), second["written"]
+    assert second["reused"] == 0
+    assert len(os.listdir(os.path.join(directory, checkpoint.CHUNKS))) == len(chunks), "the old chunks went"
+
+    checkpoint.write(directory, [("buffer", buffer), ("numbers", numbers)], 1 << 30, 3)
+    third = _manifest(directory)
+    assert third["reused"] == 2
+    assert third["written"] <= len(json.dumps(third)) + 16, third["written"]
+    restored = Shell()
+    result = checkpoint.restore(restored, directory)
+    assert result["lost"] == []
+    assert restored.user_ns["buffer"] == buffer and restored.user_ns["numbers"] == numbers
+    restored.user_ns["buffer"][0] ^= 1  # writable
+
+
+def test_a_chunk_rewritten_or_swapped_is_refused(helper, tmp_path, monkeypatch):
+    """The kernel can write the checkpoint: a chunk rewritten in place, or replaced by a link
+    to another chunk of the same size, is refused at restore; the value is lost, not loaded
+    with other bytes."""
+    checkpoint = helper.checkpoint
+    chunk = 64 * 1024
+    monkeypatch.setattr(checkpoint, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(checkpoint, "_CHUNKED_FROM", chunk)
+    directory = tmp_path / "checkpoint"
+    names = [("a", bytearray(b"a" * 2 * chunk)), ("b", bytearray(b"b" * 2 * chunk)), ("kept", 1)]
+    checkpoint.write(str(directory), names, 1 << 30, 1)
+    manifest = _manifest(directory)
+    chunks = directory / checkpoint.CHUNKS
+    first_a = chunks / manifest["variables"]["a"]["chunked"][0][3][0][1]
+    first_b = chunks / manifest["variables"]["b"]["chunked"][0][3][0][1]
+    with open(first_a, "r+b") as file:  # in place: same name, same inode
+        file.write(b"x" * chunk)
+    first_b.unlink()
+    os.symlink(str(first_a), str(first_b))
+    shell = Shell()
+    result = checkpoint.restore(shell, str(directory))
+    assert result["restored"] == ["kept"], result
+    reasons = {item["name"]: item["reason"] for item in result["lost"]}
+    assert "does not match its content address" in reasons["a"], reasons
+    assert "ELOOP" in reasons["b"] or "link" in reasons["b"] or "Errno 40" in reasons["b"], reasons
+    assert "a" not in shell.user_ns and "b" not in shell.user_ns
+
+
 class _Payload:
     """Unpickled, it creates the file at ``path``: what a planted blob would run."""
 
@@ -142,7 +267,8 @@ def test_a_blob_rewritten_in_place_is_refused_and_its_payload_never_runs(helper,
     marker = tmp_path / "payload-ran"
     data = pickle.dumps(_Payload(str(marker)), protocol=5)
     with open(blob, "r+b") as file:  # in place: same name, same inode
-        file.write(checkpoint.MAGIC + struct.pack("<QQ", 0, len(data)) + data)
+        # One part, the pickle, in the blob: a well-formed blob of another content.
+        file.write(checkpoint.MAGIC + struct.pack("<QQQ", 1, len(data), 0) + data)
         file.truncate()
     shell = Shell()
     result = checkpoint.restore(shell, str(directory))

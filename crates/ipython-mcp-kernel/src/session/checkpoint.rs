@@ -15,7 +15,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 use tokio::sync::watch;
 
-use crate::status::CheckpointStatus;
+use crate::status::{CheckpointStatus, CheckpointTracking};
 use ipython_mcp_output::LostName;
 
 /// The checkpoint's directory in the session's spool directory.
@@ -200,6 +200,15 @@ fn read(manifest: Opened, failure: Opened) -> CheckpointStatus {
                     format!("{after}{}", text(failure.get("reason")))
                 })
             }),
+        bytes_written: manifest.get("written").and_then(Value::as_u64).unwrap_or(0),
+        values_reused: manifest
+            .get("reused")
+            .and_then(Value::as_u64)
+            .map_or(0, |reused| usize::try_from(reused).unwrap_or(usize::MAX)),
+        tracking: match manifest.get("tracking").and_then(Value::as_str) {
+            Some("hash") => Some(CheckpointTracking::Hash),
+            _ => None,
+        },
     }
 }
 
@@ -216,7 +225,7 @@ mod tests {
         assert!(!empty.taken && empty.names == 0 && empty.failure.is_none());
         std::fs::write(
             dir.path().join("manifest.json"),
-            r#"{"format": 1, "execution_count": 3, "variables": {"x": {"blob": "a", "bytes": 5}}, "modules": {"np": "numpy"}, "lost": [{"name": "gen", "reason": "TypeError: no"}], "bytes": 5}"#,
+            r#"{"format": 2, "execution_count": 3, "variables": {"x": {"blob": "a", "bytes": 5}}, "modules": {"np": "numpy"}, "lost": [{"name": "gen", "reason": "TypeError: no"}], "bytes": 5, "written": 300, "reused": 1, "tracking": "hash"}"#,
         )
         .expect("manifest");
         assert!(!cache.last().taken, "nothing is read but by a refresh");
@@ -233,6 +242,10 @@ mod tests {
             (Some(3), 2, 5, 1)
         );
         assert_eq!(taken.lost[0].name, "gen");
+        assert_eq!(
+            (taken.bytes_written, taken.values_reused, taken.tracking),
+            (300, 1, Some(CheckpointTracking::Hash))
+        );
         std::fs::write(
             dir.path().join("failure.json"),
             r#"{"execution_count": 4, "reason": "OSError: disk full"}"#,

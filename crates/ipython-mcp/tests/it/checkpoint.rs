@@ -494,3 +494,83 @@ async fn a_cell_does_not_wait_for_the_writer_and_a_kill_waits_for_the_newest_che
     );
     server.stop().await;
 }
+
+/// The checkpoint after cell `count`, once written (`runtime_status.checkpoint`).
+async fn checkpoint_after(server: &Server, count: u64) -> Value {
+    let status = server
+        .wait_until(|status| status["checkpoint"]["execution_count"] == count)
+        .await;
+    status["checkpoint"].clone()
+}
+
+/// A 64 MB numpy array changed in place, through `np.add(…, out=)`, a view, a thread and
+/// `ctypes.memmove` (C code writing its memory), a cell each: every change comes back after
+/// the kernel is killed. A cell that leaves the array as it is writes almost nothing, and one
+/// that changes a few of its bytes about one chunk.
+#[tokio::test]
+async fn a_numpy_array_changed_in_place_comes_back_changed_and_unchanged_is_not_rewritten() {
+    let (_, deps) = support::python_with("numpy==2.2.6", "numpy", "numpy-deps").await;
+    let server = Server::start(
+        Family::Handshake,
+        &[("IPYTHON_MCP_LIBRARY_PATHS", &deps.display().to_string())],
+    )
+    .await;
+    // Distinct values: equal chunks are stored once (zeros would write one chunk).
+    run(&server, "import numpy as np\na = np.arange(8_000_000.0)").await;
+    let first = checkpoint_after(&server, 1).await;
+    assert!(
+        first["bytes_written"].as_u64() > Some(64_000_000),
+        "{first}"
+    );
+    assert_eq!(first["tracking"], "hash", "{first}");
+
+    run(&server, "x = 1").await;
+    let trivial = checkpoint_after(&server, 2).await;
+    assert!(
+        trivial["bytes_written"].as_u64() < Some(1 << 20),
+        "an unchanged array is not written again: {trivial}"
+    );
+    assert!(trivial["values_reused"].as_u64() >= Some(1), "{trivial}");
+
+    run(&server, "np.add(a, 1, out=a)").await;
+    let whole = checkpoint_after(&server, 3).await;
+    assert!(
+        whole["bytes_written"].as_u64() > Some(64_000_000),
+        "{whole}"
+    );
+    let few_bytes = [
+        "view = a[2_000_000:2_000_010]\nview[:] = 7\ndel view",
+        "import threading\nwriter = threading.Thread(target=a.__setitem__, args=(slice(5_000_000, 5_000_010), 9))\nwriter.start()\nwriter.join()\ndel writer",
+        "import ctypes\nctypes.memmove(a.ctypes.data + 8 * 6_000_000, (ctypes.c_double * 1)(3.5), 8)",
+    ];
+    for (count, code) in (4..).zip(few_bytes) {
+        run(&server, code).await;
+        let changed = checkpoint_after(&server, count).await;
+        assert!(
+            changed["bytes_written"].as_u64() < Some(9 << 20),
+            "a few bytes changed write about one chunk: {code}: {changed}"
+        );
+    }
+
+    let status = server.call("runtime_status", json!({})).await.structured;
+    let pid = status["kernel"]["pid"].as_i64().expect("pid") as i32;
+    // SAFETY: kill(2) on the pid of our own server's kernel.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    support::wait_until_gone(pid).await;
+    let back = run(
+        &server,
+        "expected = np.arange(8_000_000.0) + 1\nexpected[2_000_000:2_000_010] = 7\nexpected[5_000_000:5_000_010] = 9\nexpected[6_000_000] = 3.5\n(float(a[0]), float(a[2_000_000]), float(a[5_000_000]), float(a[6_000_000]), bool((a == expected).all()))",
+    )
+    .await;
+    assert_eq!(
+        back.structured["runtime"]["namespace"], "restored",
+        "{back:?}"
+    );
+    assert_eq!(
+        back.structured["result"]["text/plain"], "(1.0, 7.0, 9.0, 3.5, True)",
+        "{back:?}"
+    );
+    server.stop().await;
+}
