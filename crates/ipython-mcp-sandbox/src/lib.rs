@@ -211,7 +211,7 @@ impl Policy {
         let launcher = if self.namespaces {
             namespaces::available()
         } else {
-            Err(format!("{} is off", "IPYTHON_MCP_SANDBOX_NAMESPACES"))
+            Err("turned off in the configuration (sandbox namespaces: off)".to_owned())
         };
         let (rules, mut report) = linux::prepare(self, dirs, launcher.is_ok())?;
         let launcher = match launcher {

@@ -799,6 +799,48 @@ def _load(blob, objects_fd, chunks, kind=None):
     before a restore) is refused, never run."""
     if not _is_name(blob):
         raise ValueError("%r is not a checkpoint blob's name" % (blob,))
+    try:
+        table, names, parts, digest = _read_blob(blob, objects_fd)
+    except ValueError:
+        # A blob this module wrote always reads: one that does not was changed since, which
+        # its content address says most plainly.
+        if _file_digest(blob, objects_fd) != blob:
+            raise ValueError(_CHANGED % ("blob", blob)) from None
+        raise
+    if digest.hexdigest()[:40] != blob:
+        raise ValueError(_CHANGED % ("blob", blob))
+    offset = 0
+    for index, (length, chunk) in enumerate(table):
+        if not chunk:
+            continue
+        part = parts[index] = bytearray(length)
+        view = memoryview(part)
+        for start in range(0, length, chunk):
+            _read_chunk(names[offset : offset + 20].hex(), chunks(), view[start : start + chunk])
+            offset += 20
+    value = pickle.loads(parts[0], buffers=parts[1:])
+    if kind == "bytearray":
+        return value if isinstance(value, bytearray) else bytearray(value)
+    if kind == "bytes":
+        return bytes(value)
+    return value
+
+
+_CHANGED = "%s %s does not match its content address (changed since it was written); not loaded"
+
+
+def _file_digest(blob, objects_fd):
+    """The first 40 hexadecimal digits of the SHA-256 of blob ``blob``'s whole file."""
+    digest = hashlib.sha256()
+    with _open_regular(blob, objects_fd) as file:
+        for part in iter(lambda: file.read(1 << 20), b""):
+            digest.update(part)
+    return digest.hexdigest()[:40]
+
+
+def _read_blob(blob, objects_fd):
+    """Blob ``blob``'s part table, chunk names and in-line parts, with the digest of what was
+    read; a ``ValueError`` when it does not read as a blob."""
     digest = hashlib.sha256()
     with _open_regular(blob, objects_fd) as file:
         size = os.fstat(file.fileno()).st_size
@@ -832,23 +874,7 @@ def _load(blob, objects_fd, chunks, kind=None):
                     raise ValueError("blob %s is cut short" % blob)
                 digest.update(part)
             parts.append(part)
-    if digest.hexdigest()[:40] != blob:
-        raise ValueError("blob %s does not match its content address (changed since it was written); not loaded" % blob)
-    offset = 0
-    for index, (length, chunk) in enumerate(table):
-        if not chunk:
-            continue
-        part = parts[index] = bytearray(length)
-        view = memoryview(part)
-        for start in range(0, length, chunk):
-            _read_chunk(names[offset : offset + 20].hex(), chunks(), view[start : start + chunk])
-            offset += 20
-    value = pickle.loads(parts[0], buffers=parts[1:])
-    if kind == "bytearray":
-        return value if isinstance(value, bytearray) else bytearray(value)
-    if kind == "bytes":
-        return bytes(value)
-    return value
+    return table, names, parts, digest
 
 
 def _read_chunk(name, chunks_fd, view):
@@ -864,7 +890,7 @@ def _read_chunk(name, chunks_fd, view):
                 raise ValueError("chunk %s is cut short" % name)
             done += count
     if hashlib.sha256(view).hexdigest()[:40] != name:
-        raise ValueError("chunk %s does not match its content address (changed since it was written); not loaded" % name)
+        raise ValueError(_CHANGED % ("chunk", name))
 
 
 def restore(shell, directory):

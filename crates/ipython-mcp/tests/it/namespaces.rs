@@ -234,7 +234,7 @@ async fn without_namespaces_the_report_says_which_design_is_in_force() {
     assert!(status.contains("landlock"), "{status}");
     assert!(
         status.contains(
-            "Landlock and seccomp alone, without namespaces: IPYTHON_MCP_SANDBOX_NAMESPACES is off"
+            "Landlock and seccomp alone, without namespaces: turned off in the configuration"
         ),
         "{status}"
     );
