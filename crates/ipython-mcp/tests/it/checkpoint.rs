@@ -559,6 +559,11 @@ async fn a_numpy_array_changed_in_place_comes_back_changed_and_unchanged_is_not_
         libc::kill(pid, libc::SIGKILL);
     }
     support::wait_until_gone(pid).await;
+    // The server sees the death when it reaps the kernel (in namespaces, when the launcher
+    // ends): a call sent before then would find it dead.
+    server
+        .wait_until(|status| status["epoch"] == 1 && status["state"] == "ready")
+        .await;
     let back = run(
         &server,
         "expected = np.arange(8_000_000.0) + 1\nexpected[2_000_000:2_000_010] = 7\nexpected[5_000_000:5_000_010] = 9\nexpected[6_000_000] = 3.5\n(float(a[0]), float(a[2_000_000]), float(a[5_000_000]), float(a[6_000_000]), bool((a == expected).all()))",
