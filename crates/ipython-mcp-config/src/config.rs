@@ -51,8 +51,9 @@ pub struct Config {
     pub structured_output: StructuredOutput,
     /// Cache directory override; `None` means the platform default, resolved by the caller.
     pub cache_dir: Option<PathBuf>,
-    /// The `mcpServers` file of code mode's upstream servers, if any.
-    pub upstream_servers: Option<PathBuf>,
+    /// The `mcpServers` files of code mode's upstream servers, in order (a server named in a
+    /// later one replaces the one of that name in an earlier one); empty: no code mode.
+    pub upstream_servers: Vec<PathBuf>,
     /// Log filter directive for stderr.
     pub log: String,
     pub transport: Transport,
@@ -167,12 +168,31 @@ impl Config {
             )?,
             structured_output: structured_output(raw)?,
             cache_dir: path(raw, CACHE_DIR)?,
-            upstream_servers: path(raw, UPSTREAM_SERVERS)?,
+            upstream_servers: upstream_files(raw)?,
             log: log_filter(raw)?,
             transport: transport(raw)?,
             http: http(raw)?,
         })
     }
+}
+
+/// Code mode's upstream files, separated by ':' as in `PATH` (empty entries skipped); a value
+/// that names none is refused. Whether each file is there and valid is checked when the server
+/// reads them, at start.
+fn upstream_files(raw: &RawConfig) -> Result<Vec<PathBuf>, Error> {
+    let Some(value) = path(raw, UPSTREAM_SERVERS)? else {
+        return Ok(Vec::new());
+    };
+    let files: Vec<PathBuf> = std::env::split_paths(&value)
+        .filter(|file| !file.as_os_str().is_empty())
+        .collect();
+    if files.is_empty() {
+        return Err(Error::Empty {
+            env: UPSTREAM_SERVERS.env,
+            flag: UPSTREAM_SERVERS.flag,
+        });
+    }
+    Ok(files)
 }
 
 /// The bounds on what one execution's reply may carry.
@@ -243,9 +263,7 @@ impl Config {
             files.push(file.clone());
         }
         // Code mode's upstream servers: their env and headers are credentials.
-        if let Some(file) = &self.upstream_servers {
-            files.push(file.clone());
-        }
+        files.extend(self.upstream_servers.iter().cloned());
         files
     }
 }
@@ -680,6 +698,27 @@ mod tests {
         let huge = usize::MAX.to_string();
         assert_eq!(head("100", &huge), Some(usize::MAX));
         assert_eq!(OutputLimits::default().text_head_percent, 20);
+    }
+
+    #[test]
+    fn several_upstream_files_are_separated_as_in_path_and_all_are_secret() {
+        let raw = |v: &str| RawConfig::default().with(UPSTREAM_SERVERS, v);
+        let config = check(raw("/etc/mcp.json::/home/me/.mcp.json"), Ok(())).expect("valid");
+        let files = [
+            PathBuf::from("/etc/mcp.json"),
+            PathBuf::from("/home/me/.mcp.json"),
+        ];
+        assert_eq!(config.upstream_servers, files);
+        assert!(files
+            .iter()
+            .all(|file| config.secret_files().contains(file)));
+        let one = check(raw("mcp.json"), Ok(())).expect("valid");
+        assert_eq!(one.upstream_servers, [PathBuf::from("mcp.json")]);
+        let none = check(RawConfig::default(), Ok(())).expect("valid");
+        assert!(none.upstream_servers.is_empty());
+        for empty in ["", " ", ":", "::"] {
+            check(raw(empty), Err("invalid configuration: IPYTHON_MCP_UPSTREAM_SERVERS (--upstream-servers) must not be empty"));
+        }
     }
 
     #[test]

@@ -138,8 +138,8 @@ settings! {
         "File whose first line is the Jupyter server's token (keeps it out of the environment and the process list)");
     LIBRARY_PATHS = ("library_paths", "IPYTHON_MCP_LIBRARY_PATHS", "library-paths", "none", Value, "DIRS",
         "Trusted library directories (absolute, separated by ':') prepended to the kernel's sys.path");
-    UPSTREAM_SERVERS = ("upstream_servers", "IPYTHON_MCP_UPSTREAM_SERVERS", "upstream-servers", "none", Value, "PATH",
-        "An mcpServers file (Claude Desktop's format): those MCP servers become the kernels' mcp_servers module (code mode); their env and headers stay in the server");
+    UPSTREAM_SERVERS = ("upstream_servers", "IPYTHON_MCP_UPSTREAM_SERVERS", "upstream-servers", "none", Value, "PATHS",
+        "mcpServers files (Claude Desktop's format), separated by ':', a later file's server replacing an earlier one of the same name: those MCP servers become the kernels' mcp_servers module (code mode); their env and headers stay in the server");
     PRELOAD_MODULES = ("preload_modules", "IPYTHON_MCP_PRELOAD_MODULES", "preload-modules", "none", Value, "MODULES",
         "Comma-separated modules imported into every kernel at start (and after every reset or replacement)");
     MODULE_ALIASES = ("module_aliases", "IPYTHON_MCP_MODULE_ALIASES", "module-aliases", "none", Value, "JSON",

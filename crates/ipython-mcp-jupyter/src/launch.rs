@@ -733,11 +733,10 @@ fn isolate(command: &mut tokio::process::Command, spec: &LaunchSpec, watcher: Op
     }
 }
 
-/// Makes a child (a kernel, an upstream MCP server) lead a new session, and so a new process
-/// group, without a controlling terminal: it cannot open `/dev/tty` and type into the user's
-/// shell. Not for a command given a process group of its own (a group leader cannot start a
-/// session).
-pub fn new_session(command: &mut tokio::process::Command) {
+/// Makes a kernel lead a new session, and so a new process group, without a controlling
+/// terminal: it cannot open `/dev/tty` and type into the user's shell. Not for a command given
+/// a process group of its own (a group leader cannot start a session).
+fn new_session(command: &mut tokio::process::Command) {
     // SAFETY: the closure runs in the forked child before exec and only calls setsid, which is
     // async-signal-safe.
     unsafe {
@@ -776,10 +775,10 @@ fn leave_terminal(command: &mut tokio::process::Command) {
     }
 }
 
-/// Makes a child (a kernel, an upstream MCP server) die with the server, however the server
-/// dies (a SIGKILL runs none of its cleanup), through Linux's parent-death signal.
+/// Makes a kernel die with the server, however the server dies (a SIGKILL runs none of its
+/// cleanup), through Linux's parent-death signal.
 #[cfg(target_os = "linux")]
-pub fn die_with_parent(command: &mut tokio::process::Command) {
+fn die_with_parent(command: &mut tokio::process::Command) {
     let parent_pid = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs in the forked child before exec and only calls
     // async-signal-safe functions (prctl, getppid, _exit).
@@ -915,33 +914,93 @@ fn explain(exit: KernelExit, meter: &Meter, group: Option<&memory::Group>) -> Ke
     }
 }
 
-/// Starts the pipe watch's watcher as the leader of a new process group; returns its pid, the
-/// pipe's write end, which must stay open as long as the kernel may live, and its reaper.
-fn spawn_watcher() -> Result<(u32, tokio::process::ChildStdin, tokio::task::JoinHandle<()>), Error>
-{
-    let spawn_error = |message: String| Error::Spawn {
-        program: "/bin/sh (kernel watcher)".to_owned(),
-        message,
-    };
-    let mut watcher = tokio::process::Command::new("/bin/sh")
+/// Starts the pipe watch's watcher as the leader of a new process group, its stdin the pipe's
+/// read end (the write end, in `stdin`, is the server's alone: Rust makes every pipe
+/// close-on-exec, so no other child inherits it). `what` names it in errors.
+fn start_watcher(what: &str) -> Result<tokio::process::Child, Error> {
+    tokio::process::Command::new("/bin/sh")
         .args(["-c", WATCHER_SCRIPT])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .process_group(0)
         .spawn()
-        .map_err(|error| spawn_error(error.to_string()))?;
+        .map_err(|error| Error::Spawn {
+            program: format!("/bin/sh ({what} watcher)"),
+            message: error.to_string(),
+        })
+}
+
+/// Starts the pipe watch's watcher for a kernel; returns its pid, the pipe's write end, which
+/// must stay open as long as the kernel may live, and its reaper.
+fn spawn_watcher() -> Result<(u32, tokio::process::ChildStdin, tokio::task::JoinHandle<()>), Error>
+{
+    let mut watcher = start_watcher("kernel")?;
     let pid = watcher.id().expect("a just-spawned child has a pid");
-    let pipe = watcher
-        .stdin
-        .take()
-        .ok_or_else(|| spawn_error("no stdin pipe".to_owned()))?;
+    let pipe = watcher.stdin.take().ok_or_else(|| Error::Spawn {
+        program: "/bin/sh (kernel watcher)".to_owned(),
+        message: "no stdin pipe".to_owned(),
+    })?;
     // Reaps it once its group is killed; not kill_on_drop, since outliving a dropped runtime
     // to kill the group is its whole point (should the reaper be aborted, tokio reaps it).
     let reaper = tokio::spawn(async move {
         let _ = watcher.wait().await;
     });
     Ok((pid, pipe, reaper))
+}
+
+/// A process group that ends with the server, for a child that is not a kernel (an upstream
+/// MCP server): the pipe watch's watcher leads it, and the commands [`join`](Self::join)ed to
+/// it run in it with everything they start. However the server ends (a SIGKILL included) the
+/// watcher reads the end of its pipe and kills the group; dropping this kills it at once.
+///
+/// Linux's parent-death signal would reach the direct child alone: a launcher's own child
+/// (`npx`'s node, a shell script's command) that ignores the end of its input would live on.
+/// Starts within a Tokio runtime (its process driver).
+pub struct GroupWatch {
+    /// Never waited for before the group is killed: while it is not reaped its pid, the
+    /// group's id, cannot name another process or group, so the kill reaches this group only.
+    watcher: tokio::process::Child,
+    /// The pipe's write end: closing it (the server ending) makes the watcher kill the group.
+    _pipe: tokio::process::ChildStdin,
+}
+
+impl GroupWatch {
+    pub fn start() -> Result<GroupWatch, Error> {
+        let mut watcher = start_watcher("process group")?;
+        let pipe = watcher.stdin.take().ok_or_else(|| Error::Spawn {
+            program: "/bin/sh (process group watcher)".to_owned(),
+            message: "no stdin pipe".to_owned(),
+        })?;
+        Ok(GroupWatch {
+            watcher,
+            _pipe: pipe,
+        })
+    }
+
+    /// Makes `command`'s process join the group before it execs and give up the server's
+    /// controlling terminal: it stays in the server's session (a process cannot join a group
+    /// of another), but without leading it can never take a terminal back, so it cannot type
+    /// into the user's shell.
+    pub fn join(&self, command: &mut tokio::process::Command) {
+        let group = self
+            .watcher
+            .id()
+            .expect("a watcher not yet waited for has a pid");
+        command.process_group(group as libc::pid_t);
+        leave_terminal(command);
+    }
+}
+
+impl Drop for GroupWatch {
+    fn drop(&mut self) {
+        if let Some(group) = self.watcher.id() {
+            // SAFETY: killpg(2) has no memory-safety preconditions; the group's id is the
+            // watcher's pid, not yet reaped, so it names this group alone.
+            unsafe { libc::killpg(group as libc::pid_t, libc::SIGKILL) };
+        }
+        // Dropping the child (not kill_on_drop) leaves its reaping to Tokio.
+    }
 }
 
 /// The kernel's private run directory and its connection file (blocking).

@@ -34,10 +34,8 @@ pub mod task;
 pub use error::Error;
 pub use jupyter_protocol as protocol;
 pub use kernel::Kernel;
-#[cfg(target_os = "linux")]
-pub use launch::die_with_parent;
 pub use launch::{
-    new_session, runs_ipykernel, use_pipe_death_watch, InterruptMode, KernelExit, LaunchSpec,
+    runs_ipykernel, use_pipe_death_watch, GroupWatch, InterruptMode, KernelExit, LaunchSpec,
     IPYKERNEL_OPTIONS,
 };
 pub use memory::{

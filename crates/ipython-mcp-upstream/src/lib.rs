@@ -23,7 +23,7 @@ use rmcp::model::{
 };
 use rmcp::service::{PeerRequestOptions, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{ConfigureCommandExt as _, StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{Peer, RoleClient, ServiceExt as _};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -34,6 +34,9 @@ pub use https::install_crypto_provider;
 /// How long connecting to an upstream (starting its process, `initialize`, `tools/list`) may
 /// take.
 const CONNECT_BOUND: Duration = Duration::from_secs(60);
+
+/// How long closing one upstream's connection may take when the server stops.
+const CLOSE_BOUND: Duration = Duration::from_secs(5);
 
 /// Why the upstream file could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -350,10 +353,19 @@ struct Connection {
     service: RunningService<RoleClient, Handler>,
     handler: Handler,
     tools: Arc<Vec<Tool>>,
+    /// What [`ChildSetup`] gave for a stdio upstream's process: dropped after the service
+    /// (fields drop in order), so what ends the process's group comes after the process.
+    _child: Option<ChildGuard>,
 }
 
-/// Prepares an upstream's process before it is spawned (see [`Upstreams::with_child_setup`]).
-pub type ChildSetup = fn(&mut tokio::process::Command);
+/// Kept as long as an upstream's process may run; dropping it ends that process and all it
+/// started (see [`Upstreams::with_child_setup`]).
+pub type ChildGuard = Box<dyn Send + Sync>;
+
+/// Prepares an upstream's process before it is spawned, or says why it cannot be started;
+/// what it gives is kept with the connection (see [`Upstreams::with_child_setup`]).
+pub type ChildSetup =
+    Arc<dyn Fn(&mut tokio::process::Command) -> Result<ChildGuard, String> + Send + Sync>;
 
 struct Upstream {
     spec: Spec,
@@ -396,8 +408,22 @@ fn refused(kind: &str, message: impl Into<String>) -> Value {
 }
 
 impl Upstreams {
-    /// Reads an `mcpServers` file; nothing is started yet.
-    pub fn load(path: &Path) -> Result<Upstreams, LoadError> {
+    /// Reads `mcpServers` files, in order: a server named in a later file replaces the one of
+    /// that name in an earlier one. Every file must be there and valid; nothing is started yet.
+    pub fn load<P: AsRef<Path>>(paths: &[P]) -> Result<Upstreams, LoadError> {
+        let environment = |name: &str| std::env::var(name).ok();
+        let mut servers = BTreeMap::new();
+        for path in paths {
+            servers.extend(Self::read(path.as_ref(), &environment)?);
+        }
+        Ok(Upstreams { servers })
+    }
+
+    /// The servers of one file.
+    fn read(
+        path: &Path,
+        environment: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<BTreeMap<String, Arc<Upstream>>, LoadError> {
         let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
             path: path.to_owned(),
             source,
@@ -411,7 +437,6 @@ impl Upstreams {
                 path: path.to_owned(),
             });
         }
-        let environment = |name: &str| std::env::var(name).ok();
         let mut servers = BTreeMap::new();
         let entries = file.mcp_servers.into_iter().chain(file.servers).flatten();
         for (name, entry) in entries {
@@ -425,7 +450,7 @@ impl Upstreams {
                     "is named both in \"mcpServers\" and in \"servers\"".to_owned(),
                 ));
             }
-            let spec = Spec::of(entry, &environment).map_err(refused)?;
+            let spec = Spec::of(entry, environment).map_err(refused)?;
             let status = match &spec {
                 Spec::Unsupported { reason, .. } => ("failed", Some(reason.clone()), None),
                 _ => ("not_started", None, None),
@@ -440,17 +465,18 @@ impl Upstreams {
                 }),
             );
         }
-        Ok(Upstreams { servers })
+        Ok(servers)
     }
 
-    /// Runs `setup` on every upstream process's command before it is spawned: the server makes
-    /// them die with it (however it dies) this way. Right after [`Upstreams::load`], before any
-    /// use shares them.
+    /// Runs `setup` on every upstream process's command before it is spawned, and keeps what
+    /// it gives as long as the connection: the server makes each upstream's process group end
+    /// with it (however it dies) this way. Right after [`Upstreams::load`], before any use
+    /// shares them.
     pub fn with_child_setup(mut self, setup: ChildSetup) -> Upstreams {
         for upstream in self.servers.values_mut() {
             Arc::get_mut(upstream)
                 .expect("with_child_setup comes before any use")
-                .child_setup = Some(setup);
+                .child_setup = Some(Arc::clone(&setup));
         }
         self
     }
@@ -538,14 +564,17 @@ impl Upstreams {
         json!({"ok": true, "servers": listed.into_iter().collect::<serde_json::Map<_, _>>()})
     }
 
-    /// Closes every connection (stdio children end with their stdin).
+    /// Closes every connection, all at once: a stdio upstream gets the end of its stdin, then
+    /// (rmcp's shutdown, if it is still running) SIGTERM, then SIGKILL; then what
+    /// [`ChildSetup`] gave is dropped, which ends whatever the process left behind. Each is
+    /// bounded by [`CLOSE_BOUND`], after which it is dropped as it is.
     pub async fn close(&self) {
-        for upstream in self.servers.values() {
+        futures_util::future::join_all(self.servers.values().map(|upstream| async move {
             if let Some(mut connection) = upstream.connection.lock().await.take() {
-                let _ =
-                    tokio::time::timeout(Duration::from_secs(5), connection.service.close()).await;
+                let _ = connection.service.close_with_timeout(CLOSE_BOUND).await;
             }
-        }
+        }))
+        .await;
     }
 }
 
@@ -598,6 +627,7 @@ impl Upstream {
 
     async fn connect(&self) -> Result<Connection, String> {
         let handler = Handler::default();
+        let mut child = None;
         let service = match &self.spec {
             Spec::Stdio {
                 command,
@@ -605,17 +635,16 @@ impl Upstream {
                 env,
                 cwd,
             } => {
-                let command = tokio::process::Command::new(command).configure(|command| {
-                    // Killed with its connection, even when the runtime is shutting down
-                    // (rmcp's own cleanup is a task that may not run then).
-                    command.args(args).envs(env).kill_on_drop(true);
-                    if let Some(cwd) = cwd {
-                        command.current_dir(cwd);
-                    }
-                    if let Some(setup) = self.child_setup {
-                        setup(command);
-                    }
-                });
+                let mut command = tokio::process::Command::new(command);
+                // Killed with its connection, even when the runtime is shutting down (rmcp's
+                // own cleanup is a task that may not run then).
+                command.args(args).envs(env).kill_on_drop(true);
+                if let Some(cwd) = cwd {
+                    command.current_dir(cwd);
+                }
+                if let Some(setup) = &self.child_setup {
+                    child = Some(setup(&mut command)?);
+                }
                 // Its stderr is its own business: never mixed into ours (our stderr is our log).
                 let (transport, _) = TokioChildProcess::builder(command)
                     .stderr(std::process::Stdio::null())
@@ -649,6 +678,7 @@ impl Upstream {
             service,
             handler,
             tools: Arc::new(tools),
+            _child: child,
         })
     }
 
@@ -797,7 +827,7 @@ mod tests {
     fn load(text: &str) -> Result<Upstreams, LoadError> {
         let file = tempfile::NamedTempFile::new().expect("file");
         std::fs::write(file.path(), text).expect("write");
-        Upstreams::load(file.path())
+        Upstreams::load(&[file.path()])
     }
 
     #[test]
@@ -815,6 +845,65 @@ mod tests {
         assert_eq!(status[1].transport, "http");
         // Credentials are never shown.
         assert!(!format!("{upstreams:?} {:?}", upstreams.servers["files"].spec).contains("s3cret"));
+    }
+
+    #[test]
+    fn a_later_file_replaces_a_server_of_the_same_name_and_a_bad_one_is_named() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let write = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).expect("write");
+            path
+        };
+        let user = write(
+            "user.json",
+            r#"{"mcpServers": {"files": {"command": "npx"}, "web": {"url": "http://one/mcp"}}}"#,
+        );
+        let project = write(
+            "project.json",
+            r#"{"servers": {"web": {"command": "uvx"}, "docs": {"url": "https://docs/mcp"}}}"#,
+        );
+        let upstreams = Upstreams::load(&[&user, &project]).expect("loads");
+        assert_eq!(upstreams.names(), ["docs", "files", "web"]);
+        let spec = |name: &str| format!("{:?}", upstreams.servers[name].spec);
+        assert_eq!(
+            (spec("files"), spec("web"), spec("docs")),
+            (
+                "stdio \"npx\"".to_owned(),
+                "stdio \"uvx\"".to_owned(),
+                "streamable HTTP".to_owned()
+            )
+        );
+        // The other order: the first file's `web` wins.
+        let upstreams = Upstreams::load(&[&project, &user]).expect("loads");
+        assert_eq!(
+            format!("{:?}", upstreams.servers["web"].spec),
+            "streamable HTTP"
+        );
+
+        let missing = dir.path().join("missing.json");
+        let error = Upstreams::load(&[&user, &missing]).expect_err("refused");
+        assert!(
+            matches!(&error, LoadError::Read { path, .. } if path == &missing),
+            "{error}"
+        );
+        assert!(error.to_string().contains("missing.json"), "{error}");
+        let bad = write("bad.json", r#"{"mcpServers": {"x": {}}}"#);
+        let error = Upstreams::load(&[&bad, &user]).expect_err("refused");
+        assert!(
+            matches!(&error, LoadError::Server { path, name, .. } if path == &bad && name == "x"),
+            "{error}"
+        );
+        let broken = write("broken.json", "{");
+        let error = Upstreams::load(&[&user, &broken]).expect_err("refused");
+        assert!(
+            matches!(&error, LoadError::Parse { path, .. } if path == &broken),
+            "{error}"
+        );
+        assert!(Upstreams::load::<&Path>(&[])
+            .expect("none")
+            .names()
+            .is_empty());
     }
 
     #[test]

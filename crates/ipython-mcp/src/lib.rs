@@ -113,13 +113,16 @@ pub fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(async move {
-        match cli.command {
+        let result = match cli.command {
             Some(cli::Command::Doctor { .. }) => doctor::run(config).await,
             None if config.transport == ipython_mcp_config::Transport::JsonLines => {
                 serve::run_json_lines(config).await
             }
             None => serve::run(config, credentials, test_mode).await,
-        }
+        };
+        // The sessions are closed: no kernel calls an upstream any more.
+        code_mode::close_all().await;
+        result
     });
     // Kernels and their tasks are already closed; don't wait on a blocked stdin read.
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));

@@ -204,7 +204,7 @@ pub fn principal_sessions(
         config.sandbox.network = network;
     }
     if let Some(file) = quotas.upstream_servers.clone() {
-        config.upstream_servers = Some(file);
+        config.upstream_servers = vec![file];
     }
     if config.sandbox.network.confines()
         && config.sandbox.mode == ipython_mcp_config::SandboxMode::Off

@@ -90,6 +90,27 @@ if os.environ.get("UPSTREAM_LINGER"):
 
 pub(crate) const SECRET: &str = "s3cret-upstream-token";
 
+/// A launcher as `npx`, `uvx` or a wrapper script is: a shell that runs the upstream as its
+/// child (no `exec`) and starts beside it a process of its own ([`LINGERER`]).
+const LAUNCHER: &str = r#"#!/bin/sh
+"$1" "$(dirname "$0")/linger.py" </dev/null >/dev/null 2>&1 &
+"$1" "$2"
+"#;
+
+/// A launcher's child that outlives the end of its input, hangups, SIGTERM and SIGINT: only a
+/// SIGKILL ends it (or the 300 s it waits, should a test fail). Writes its pid once it ignores
+/// them.
+const LINGERER: &str = r#"
+import os, signal, time
+for number in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT, signal.SIGPIPE):
+    signal.signal(number, signal.SIG_IGN)
+path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "linger.pid")
+with open(path + ".part", "w") as file:
+    file.write(str(os.getpid()))
+os.replace(path + ".part", path)
+time.sleep(300)
+"#;
+
 /// An upstreams file naming the upstream above as `weather-api`, in a directory of its own.
 pub(crate) struct Upstream {
     dir: tempfile::TempDir,
@@ -123,6 +144,40 @@ impl Upstream {
         }}});
         std::fs::write(&config, file.to_string()).expect("config");
         Upstream { dir, config }
+    }
+
+    /// Started through [`LAUNCHER`], whose other child lingers.
+    async fn launched() -> Upstream {
+        use std::os::unix::fs::PermissionsExt as _;
+        let upstream = Upstream::new().await;
+        let launcher = upstream.dir.path().join("launch.sh");
+        std::fs::write(&launcher, LAUNCHER).expect("launcher");
+        std::fs::set_permissions(&launcher, std::fs::Permissions::from_mode(0o755))
+            .expect("executable");
+        std::fs::write(upstream.dir.path().join("linger.py"), LINGERER).expect("lingerer");
+        let mut file: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&upstream.config).expect("config"))
+                .expect("json");
+        let server = &mut file["mcpServers"]["weather-api"];
+        let python = server["command"].take();
+        let script = server["args"][0].take();
+        server["command"] = json!(launcher);
+        server["args"] = json!([python, script]);
+        std::fs::write(&upstream.config, file.to_string()).expect("config");
+        upstream
+    }
+
+    /// The pid of the launcher's lingering child, once it has written it.
+    async fn lingerer(&self) -> i32 {
+        let path = self.dir.path().join("linger.pid");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Ok(pid) = std::fs::read_to_string(&path) {
+                return pid.trim().parse().expect("a pid");
+            }
+            assert!(Instant::now() < deadline, "the lingerer wrote no pid");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     fn log(&self) -> String {
@@ -245,17 +300,22 @@ async fn an_upstream_server_is_a_python_module_in_the_kernel() {
 }
 
 /// The upstream's credentials stay in the server: not in the kernel's environment, and the
-/// file that holds them is out of the sandboxed kernel's reach. An upstream process dies with
-/// the server, even one that ignores the end of its stdin and a server killed outright.
+/// files that hold them are out of the sandboxed kernel's reach (two here: the later one's
+/// server replaces the earlier one's of the same name). An upstream process dies with the
+/// server, even one that ignores the end of its stdin and a server killed outright.
 #[tokio::test]
 async fn the_upstream_s_credentials_never_reach_the_kernel() {
     let upstream = Upstream::with_env(&[("UPSTREAM_LINGER", "1")]).await;
+    let base_dir = tempfile::tempdir().expect("tempdir");
+    let base = base_dir.path().join("user.json");
+    let replaced = json!({"mcpServers": {"weather-api": {"command": "/nonexistent/upstream"}}});
+    std::fs::write(&base, replaced.to_string()).expect("base file");
+    let files = format!("{}:{}", base.display(), upstream.config.display());
     // Calls do not use the kernel's network: they work with it off.
-    let config = upstream.config.display().to_string();
     let server = Server::start(
         Family::Handshake,
         &[
-            ("IPYTHON_MCP_UPSTREAM_SERVERS", config.as_str()),
+            ("IPYTHON_MCP_UPSTREAM_SERVERS", files.as_str()),
             ("IPYTHON_MCP_SANDBOX_NETWORK", "off"),
         ],
     )
@@ -264,30 +324,76 @@ async fn the_upstream_s_credentials_never_reach_the_kernel() {
         "import os, mcp_servers\n\
          print(mcp_servers.weather_api.token() == {SECRET:?})\n\
          print({SECRET:?} in repr(dict(os.environ)), {SECRET:?} in open('/proc/self/environ', errors='replace').read())\n\
-         try:\n    open({config:?}).read()\n    print('read')\nexcept PermissionError:\n    print('denied')",
+         for path in ({base:?}, {config:?}):\n    try:\n        open(path).read()\n        print('read')\n    except PermissionError:\n        print('denied')",
+        base = base.display().to_string(),
         config = upstream.config.display().to_string()
     );
     let checked = run(&server, &code).await;
     assert_eq!(
         stdout(&checked),
-        "True\nFalse False\ndenied\n",
+        "True\nFalse False\ndenied\ndenied\n",
         "{checked:?}"
     );
     let pid = run(&server, "print(mcp_servers.weather_api.pid())").await;
     let pid: i32 = stdout(&pid).trim().parse().expect("a pid");
-    // It leads a session of its own: the terminal the server was started from (its
-    // controlling terminal) is none of its.
-    // SAFETY: getsid has no memory-safety preconditions.
-    assert_eq!(
-        unsafe { libc::getsid(pid) },
-        pid,
-        "the upstream leads its session"
+    // It runs in a process group of its own, which the server's death watch leads, and has
+    // no controlling terminal (none it could type into the user's shell through).
+    // SAFETY: getpgid has no memory-safety preconditions.
+    let group = unsafe { libc::getpgid(pid) };
+    assert!(
+        group > 0 && group != pid && group != unsafe { libc::getpgid(server.pid as i32) },
+        "the upstream's group {group}"
     );
+    assert_eq!(controlling_terminal(pid), 0, "the upstream has no terminal");
     // SAFETY: kill(2) on the server this test started.
     unsafe {
         libc::kill(server.pid as i32, libc::SIGKILL);
     }
     support::wait_until_gone(pid).await;
+}
+
+/// The device number of a process's controlling terminal, 0 for none (`tty_nr` in
+/// `/proc/PID/stat`).
+fn controlling_terminal(pid: i32) -> i64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("stat");
+    let after_name = stat.rsplit_once(") ").expect("stat's fields").1;
+    // Fields 3 on: state, ppid, pgrp, session, tty_nr.
+    after_name
+        .split_whitespace()
+        .nth(4)
+        .and_then(|field| field.parse().ok())
+        .expect("tty_nr")
+}
+
+/// An upstream started through a launcher (as under `npx`, `uvx` or a wrapper script) whose
+/// own other child ignores the end of its input, hangups and SIGTERM: nothing of it is left
+/// when the server stops, nor when the server is killed outright (its cleanup never runs).
+#[tokio::test]
+async fn an_upstream_launcher_s_children_end_with_the_server() {
+    let (stopped, killed) = tokio::join!(Upstream::launched(), Upstream::launched());
+    let (stopping, killing) = tokio::join!(server_with(&stopped), server_with(&killed));
+    let code = "import mcp_servers\nprint(mcp_servers.weather_api.pid())";
+    let (first, second) = tokio::join!(run(&stopping, code), run(&killing, code));
+    let parse = |result: &ToolResult| -> i32 { stdout(result).trim().parse().expect("a pid") };
+    let upstreams = [parse(&first), parse(&second)];
+    let lingerers = [stopped.lingerer().await, killed.lingerer().await];
+    for (upstream, lingerer) in upstreams.iter().zip(&lingerers) {
+        // SAFETY: getpgid has no memory-safety preconditions.
+        let groups = unsafe { (libc::getpgid(*upstream), libc::getpgid(*lingerer)) };
+        assert_eq!(
+            groups.0, groups.1,
+            "the launcher's children share its group"
+        );
+        assert!(groups.0 > 0, "both run");
+    }
+    stopping.stop().await;
+    // SAFETY: kill(2) on the server this test started.
+    unsafe {
+        libc::kill(killing.pid as i32, libc::SIGKILL);
+    }
+    for pid in upstreams.into_iter().chain(lingerers) {
+        support::wait_until_gone(pid).await;
+    }
 }
 
 /// An interrupt, a timeout or an MCP cancellation during a long upstream call ends the
@@ -380,7 +486,7 @@ async fn an_interrupt_a_timeout_or_a_cancellation_cancels_the_upstream_call() {
     support::wait_until_gone(second).await;
 }
 
-/// What the file must be, said at start.
+/// What the files must be, said at start.
 #[tokio::test]
 async fn a_bad_upstream_file_stops_the_server_with_a_clear_error() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -396,6 +502,25 @@ async fn a_bad_upstream_file_stops_the_server_with_a_clear_error() {
     assert!(
         stderr.contains("IPYTHON_MCP_UPSTREAM_SERVERS")
             && stderr.contains("neither command nor url"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty(), "nothing but JSON-RPC on stdout");
+    // Of several files, a missing one is named.
+    let good = dir.path().join("good.json");
+    std::fs::write(&good, r#"{"mcpServers": {"x": {"command": "x"}}}"#).expect("write");
+    let missing = dir.path().join("missing.json");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_ipython-mcp"))
+        .env(
+            "IPYTHON_MCP_UPSTREAM_SERVERS",
+            format!("{}:{}", good.display(), missing.display()),
+        )
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(
+        stderr.contains(&format!("cannot read {}", missing.display())),
         "{stderr}"
     );
     assert!(output.stdout.is_empty(), "nothing but JSON-RPC on stdout");
