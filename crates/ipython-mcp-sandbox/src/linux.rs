@@ -426,7 +426,7 @@ fn grants(
         .writable(dirs)
         .iter()
         .filter(|dir| {
-            let own_temp = namespaced && crate::namespaces::private_temp(policy).is_some();
+            let own_temp = namespaced && policy.namespaced_temp().is_some();
             dir.exists() && !(own_temp && **dir == policy.temp)
         })
         .map(|dir| resolved(dir))

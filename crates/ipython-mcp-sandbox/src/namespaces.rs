@@ -108,17 +108,6 @@ pub(crate) enum NetworkPlan {
     Proxy { port: u16, socket: PathBuf },
 }
 
-/// The kernel's own `/tmp` on the host, kept by the server for the policy's principal, when it
-/// has one (a principal's kernels, and read-only ones); else it shares the host's.
-pub(crate) fn private_temp(policy: &Policy) -> Option<PathBuf> {
-    let own = policy.private_temp || policy.mode == crate::Mode::ReadOnly;
-    policy
-        .state
-        .as_ref()
-        .filter(|_| own)
-        .map(|state| state.join("tmp"))
-}
-
 /// The plan for a kernel with `dirs` under `policy`, given the paths `resolved` as the server
 /// sees them; the limits it leaves.
 pub(crate) fn plan(
@@ -131,7 +120,7 @@ pub(crate) fn plan(
     let is_denied = |path: &Path| denied.iter().any(|denied| path.starts_with(denied));
     let mut mounts = vec![Mount::ReadOnlyRoot];
     let mut later = Vec::new();
-    let own_temp = private_temp(policy);
+    let own_temp = policy.namespaced_temp();
     if let Some(source) = &own_temp {
         later.push(Mount::Bind {
             source: source.clone(),

@@ -354,6 +354,18 @@ impl Policy {
         }
     }
 
+    /// In namespaces, the kernel's own `/tmp` on the host, kept by the server for the policy's
+    /// principal, when it has one (a principal's kernels, and read-only ones); else it shares
+    /// the host's.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(crate) fn namespaced_temp(&self) -> Option<PathBuf> {
+        let own = self.private_temp || self.mode == Mode::ReadOnly;
+        self.state
+            .as_ref()
+            .filter(|_| own)
+            .map(|state| state.join("tmp"))
+    }
+
     /// A read-only kernel's own temp directory, in the policy's state directory.
     fn own_temp(&self) -> Option<PathBuf> {
         match (self.mode, &self.state) {
@@ -367,7 +379,7 @@ impl Policy {
     #[cfg_attr(not(any(target_os = "linux", target_os = "macos")), allow(dead_code))]
     pub(crate) fn make_kernel_dirs(&self) {
         #[cfg(target_os = "linux")]
-        if let Some(temp) = crate::namespaces::private_temp(self) {
+        if let Some(temp) = self.namespaced_temp() {
             use std::os::unix::fs::DirBuilderExt as _;
             let _ = std::fs::DirBuilder::new()
                 .recursive(true)

@@ -13,7 +13,7 @@ pub async fn run(config: Config) -> anyhow::Result<ExitCode> {
     writeln!(out, "ipython-mcp {} doctor", env!("CARGO_PKG_VERSION"))?;
     // Under an allowlist the kernel's way out is the proxy: without it running, the kernel
     // would be given no network at all, and the report would say so.
-    crate::proxy::ensure(&config)?;
+    crate::proxy::ensure(&config, &crate::serve::private_dir())?;
     let options = crate::serve::session_options(&config, "doctor")?;
     writeln!(
         out,

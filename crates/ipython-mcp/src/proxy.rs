@@ -53,8 +53,9 @@ pub fn port(hosts: &[String]) -> Option<Listening> {
 }
 
 /// Starts the proxy for the configuration's allowlist, if it has one and none runs yet; before
-/// any kernel under it starts. Must be called within the runtime.
-pub fn ensure(config: &ipython_mcp_config::Config) -> std::io::Result<()> {
+/// any kernel under it starts, its Unix socket in `dir` (the server's private directory). Must
+/// be called within the runtime.
+pub fn ensure(config: &ipython_mcp_config::Config, dir: &std::path::Path) -> std::io::Result<()> {
     let ipython_mcp_config::SandboxNetwork::Allow(hosts) = &config.sandbox.network else {
         return Ok(());
     };
@@ -63,7 +64,7 @@ pub fn ensure(config: &ipython_mcp_config::Config) -> std::io::Result<()> {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if !ports.iter().any(|(listed, _)| *listed == key) {
-        let listening = start(key.clone(), &crate::serve::private_dir())?;
+        let listening = start(key.clone(), dir)?;
         ports.push((key, listening));
     }
     Ok(())

@@ -24,7 +24,7 @@ pub async fn run(
     credentials: Option<crate::http::Credentials>,
     test_mode: TestMode,
 ) -> anyhow::Result<ExitCode> {
-    crate::proxy::ensure(&config)?;
+    crate::proxy::ensure(&config, &private_dir())?;
     let config = Arc::new(config);
     if test_mode != TestMode::Off {
         tracing::warn!(
@@ -214,7 +214,7 @@ pub fn principal_sessions(
         ));
     }
     // Their own allowlist's proxy, before their first kernel.
-    crate::proxy::ensure(&config)
+    crate::proxy::ensure(&config, &private_dir())
         .map_err(|error| format!("{principal}: the network proxy did not start: {error}"))?;
     let mut options =
         session_options(&config, SessionId::DEFAULT).map_err(|error| format!("{error:#}"))?;
@@ -288,7 +288,7 @@ fn principal_workspace(
 /// `--json-lines`: the desktop protocol on stdin and stdout instead of MCP. End of input (or
 /// SIGTERM, SIGINT) shuts the sessions down; running executions end `runtime_closed`.
 pub async fn run_json_lines(config: Config) -> anyhow::Result<ExitCode> {
-    crate::proxy::ensure(&config)?;
+    crate::proxy::ensure(&config, &private_dir())?;
     let config = Arc::new(config);
     let sessions = match start_sessions(&config).await? {
         Ok(sessions) => sessions,
