@@ -45,7 +45,7 @@ const CHART_ORIGINS: [&str; 2] = ["https://cdn.plot.ly", "https://cdn.jsdelivr.n
 pub(crate) fn link_tools<S>(router: &mut ToolRouter<S>) {
     for (name, route) in router.map.iter_mut() {
         // The tools whose results can carry images are the ones that run code.
-        if crate::surface::spec(name).is_some_and(|spec| spec.returns_images) {
+        if crate::surface::of_route(name).returns_images {
             let mut meta = route.attr.meta.take().unwrap_or_default();
             meta.0
                 .insert("ui".into(), json!({ "resourceUri": VIEW_URI }));

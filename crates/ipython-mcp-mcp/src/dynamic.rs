@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::catalog::{DynamicCallResult, Registration};
 use crate::error::{ToolError, ToolResult};
 use crate::handler::IpythonMcp;
+use crate::surface::{self, REGISTER_TOOL, TOOLS, UNREGISTER_TOOL};
 
 /// Arguments of `register_tool`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
@@ -143,7 +144,7 @@ impl IpythonMcp {
             .and_then(|result| result.get("registration").cloned())
             .and_then(|value| serde_json::from_value::<HelperRegistration>(value).ok());
         let Some(registration) = registration else {
-            tracing::info!(tool = "register_tool", kernel = %kernel, ok = false, "tool call");
+            tracing::info!(tool = REGISTER_TOOL.name, kernel = %kernel, ok = false, "tool call");
             return Err(ToolError::from(
                 output.outcome.error().cloned().unwrap_or_else(|| {
                     ErrorInfo::new(
@@ -160,14 +161,14 @@ impl IpythonMcp {
                 self.peers(),
             )
             .await;
-        tracing::info!(tool = "register_tool", kernel = %kernel, ok = true, revision = registration.revision, "tool call");
+        tracing::info!(tool = REGISTER_TOOL.name, kernel = %kernel, ok = true, revision = registration.revision, "tool call");
         let result = RegisterResult {
             ok: true,
             registration: Some(registration),
             error: None,
         };
         Ok(crate::render::namespace(
-            "register_tool",
+            REGISTER_TOOL.name,
             serde_json::to_value(&result).unwrap_or_default(),
             true,
         ))
@@ -190,7 +191,6 @@ impl IpythonMcp {
             ));
         }
         let catalog = self.catalog();
-        let stable = self.stable_tool_names();
         let mut names: Vec<String> = params.names.clone();
         names.sort();
         names.dedup();
@@ -198,7 +198,7 @@ impl IpythonMcp {
         let mut unknown = Vec::new();
         let mut by_kernel: BTreeMap<String, Vec<String>> = BTreeMap::new();
         for name in names {
-            if stable.contains(&name) {
+            if surface::spec(&name).is_some() {
                 refused.push(name);
             } else if let Some(kernel) = catalog.kernel_of(&name) {
                 by_kernel.entry(kernel).or_default().push(name);
@@ -232,12 +232,12 @@ impl IpythonMcp {
             revision: catalog.revision(),
         };
         tracing::info!(
-            tool = "unregister_tool",
+            tool = UNREGISTER_TOOL.name,
             removed = result.unregistered.len(),
             "tool call"
         );
         Ok(crate::render::namespace(
-            "unregister_tool",
+            UNREGISTER_TOOL.name,
             serde_json::to_value(&result).unwrap_or_default(),
             true,
         ))
@@ -255,7 +255,7 @@ impl IpythonMcp {
         kernel: &str,
     ) -> Result<serde_json::Value, ToolError> {
         let limits = self.config().tools;
-        let mut reserved: Vec<String> = self.stable_tool_names();
+        let mut reserved: Vec<String> = TOOLS.iter().map(|tool| tool.name.to_owned()).collect();
         let elsewhere = self.catalog().names_outside(kernel);
         reserved.extend(elsewhere.iter().cloned());
         let room = limits.max_tools.saturating_sub(elsewhere.len());

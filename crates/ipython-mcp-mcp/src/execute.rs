@@ -16,6 +16,7 @@ use crate::error::ToolResult;
 use crate::handler::IpythonMcp;
 use crate::render;
 use crate::results::{InterruptResult, StatusResult};
+use crate::surface;
 use ipython_mcp_kernel::MAX_CODE_BYTES;
 
 /// Arguments of `execute`.
@@ -97,7 +98,7 @@ impl IpythonMcp {
         let output =
             self.start_background(&session, params.code, timeout, request_id, cancel.clone());
         tracing::info!(
-            tool = "execute",
+            tool = surface::EXECUTE.name,
             kernel = session.kernel_id(),
             status = ?output.status,
             task = true,
@@ -208,7 +209,7 @@ impl IpythonMcp {
             session.execute(args).await
         };
         tracing::info!(
-            tool = "execute",
+            tool = surface::EXECUTE.name,
             kernel = session.kernel_id(),
             status = ?output.status,
             ms = started.elapsed().as_millis() as u64,
@@ -232,7 +233,7 @@ impl IpythonMcp {
             status,
         } = session.interrupt().await;
         tracing::info!(
-            tool = "interrupt",
+            tool = surface::INTERRUPT.name,
             kernel = session.kernel_id(),
             interrupted,
             "tool call"
@@ -269,7 +270,7 @@ impl IpythonMcp {
             .await?;
         let restarted = session.restart(params.restore).await;
         tracing::info!(
-            tool = "kernel_restart",
+            tool = surface::KERNEL_RESTART.name,
             kernel = session.kernel_id(),
             ok = restarted.is_ok(),
             "tool call"

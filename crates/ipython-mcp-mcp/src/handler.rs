@@ -23,8 +23,6 @@ pub struct IpythonMcp {
     pub(crate) state: ServerState,
     pub(crate) config: Arc<Config>,
     pub(crate) tool_router: Arc<ToolRouter<IpythonMcp>>,
-    /// The names of every built-in tool, offered or not (never available to dynamic tools).
-    pub(crate) stable_names: Arc<[String]>,
 }
 
 impl IpythonMcp {
@@ -89,10 +87,5 @@ impl IpythonMcp {
         context
             .client_capabilities()
             .is_some_and(|capabilities| capabilities.supports_tasks())
-    }
-
-    /// The names of every built-in tool, offered or not (never available to dynamic tools).
-    pub(crate) fn stable_tool_names(&self) -> Vec<String> {
-        self.stable_names.to_vec()
     }
 }

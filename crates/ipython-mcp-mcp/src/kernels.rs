@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{ToolError, ToolResult};
 use crate::handler::IpythonMcp;
 use crate::render;
+use crate::surface::{ToolSpec, KERNEL_DISCOVER, KERNEL_LIST, KERNEL_START, KERNEL_STOP};
 use ipython_mcp_kernel::{Listing, StartSpec};
 
 /// Longest `wait_seconds` of one `get_output` call.
@@ -384,8 +385,12 @@ fn working_dir(cwd: &str) -> Result<PathBuf, Box<ErrorInfo>> {
     }
 }
 
-fn structured<T: Serialize>(tool: &str, value: &T, ok: bool) -> CallToolResult {
-    render::namespace(tool, serde_json::to_value(value).unwrap_or_default(), ok)
+fn structured<T: Serialize>(tool: &ToolSpec, value: &T, ok: bool) -> CallToolResult {
+    render::namespace(
+        tool.name,
+        serde_json::to_value(value).unwrap_or_default(),
+        ok,
+    )
 }
 
 impl IpythonMcp {
@@ -569,7 +574,7 @@ impl IpythonMcp {
                 .map(|dir| dir.join("kernels").display().to_string())
                 .collect(),
         };
-        Ok(structured("kernel_discover", &result, true))
+        Ok(structured(KERNEL_DISCOVER, &result, true))
     }
 
     #[tool(
@@ -616,7 +621,7 @@ impl IpythonMcp {
         let _ = sessions.get(Some(id.as_str()));
         let status = crate::error::status(session.status());
         let ok = matches!(status.state, SessionState::Ready | SessionState::Busy);
-        tracing::info!(tool = "kernel_start", kernel = %id, language = %language_hint, ok, "tool call");
+        tracing::info!(tool = KERNEL_START.name, kernel = %id, language = %language_hint, ok, "tool call");
         let error = (!ok).then(|| {
             status.error.clone().unwrap_or_else(|| {
                 ErrorInfo::new(
@@ -629,7 +634,7 @@ impl IpythonMcp {
             })
         });
         Ok(structured(
-            "kernel_start",
+            KERNEL_START,
             &StartResult {
                 ok,
                 kernel: id.into(),
@@ -688,7 +693,7 @@ impl IpythonMcp {
             .collect();
         let limits = sessions.limits();
         Ok(structured(
-            "kernel_list",
+            KERNEL_LIST,
             &KernelListResult {
                 ok: true,
                 kernels,
@@ -707,12 +712,12 @@ impl IpythonMcp {
     )]
     async fn kernel_stop(&self, Parameters(params): Parameters<StopParams>) -> ToolResult {
         let handle = self.state().stop_kernel(&params.kernel).await?;
-        tracing::info!(tool = "kernel_stop", kernel = %params.kernel, "tool call");
+        tracing::info!(tool = KERNEL_STOP.name, kernel = %params.kernel, "tool call");
         self.catalog()
             .drop_session(&params.kernel, self.peers())
             .await;
         Ok(structured(
-            "kernel_stop",
+            KERNEL_STOP,
             &StopResult {
                 ok: true,
                 kernel: params.kernel,

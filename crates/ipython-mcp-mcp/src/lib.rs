@@ -48,7 +48,9 @@ mod tasks;
 pub use error::{notebooks_error, session_error, status as runtime_status, WORDING};
 pub use handler::IpythonMcp;
 pub use ipython_mcp_kernel::{KernelManager, SessionId, StartSpec};
-pub use notebooks::{CloseResult, NotebookExecuteResult};
+pub use notebooks::{
+    CloseResult, ExecuteCellParams, NotebookExecuteParams, NotebookExecuteResult, PathParams,
+};
 pub use peers::Peers;
 pub use principals::{Caller, Principals, StateFactory};
 pub use scopes::{required_scopes, SCOPES};

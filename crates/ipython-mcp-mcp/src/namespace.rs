@@ -19,6 +19,7 @@ use serde_json::{json, Value};
 use crate::error::{ToolError, ToolResult};
 use crate::handler::IpythonMcp;
 use crate::render;
+use crate::surface::{self, ToolSpec};
 
 /// Largest list of names or modules one call accepts.
 const MAX_NAMES: usize = 1000;
@@ -303,7 +304,7 @@ impl IpythonMcp {
     /// One helper call: checks the kernel argument, queues the call, types the reply.
     async fn namespace_call<T: Serialize + DeserializeOwned + Default>(
         &self,
-        tool: &'static str,
+        tool: &'static ToolSpec,
         kernel: Option<&str>,
         params: Value,
         context: &RequestContext<RoleServer>,
@@ -314,7 +315,8 @@ impl IpythonMcp {
             Err(error) => return error.into_result(),
         };
         let call = HelperCall {
-            method: tool.to_owned(),
+            // The helper's methods are named as the tools that call them.
+            method: tool.name.to_owned(),
             params,
             timeout: None,
             request_id: render::request_id(&context.id),
@@ -323,7 +325,7 @@ impl IpythonMcp {
         let started = std::time::Instant::now();
         let output = session.helper(call).await;
         tracing::info!(
-            tool,
+            tool = tool.name,
             kernel = session.kernel_id(),
             outcome = output.outcome.kind(),
             ms = started.elapsed().as_millis() as u64,
@@ -351,7 +353,7 @@ fn with_runtime(
 /// call keeps what the helper worked out before failing (its partial result) beside the
 /// error; `ok` (and so `isError`) is what the result says after `extra` had its say.
 fn typed<T: Serialize + DeserializeOwned + Default>(
-    tool: &str,
+    tool: &ToolSpec,
     output: HelperOutput,
     extra: impl FnOnce(&mut Value),
 ) -> CallToolResult {
@@ -367,7 +369,10 @@ fn typed<T: Serialize + DeserializeOwned + Default>(
                     None,
                     ErrorInfo::new(
                         Code::InternalError,
-                        format!("the kernel helper answered {tool} without a result object"),
+                        format!(
+                            "the kernel helper answered {} without a result object",
+                            tool.name
+                        ),
                     ),
                 ),
             };
@@ -384,10 +389,13 @@ fn typed<T: Serialize + DeserializeOwned + Default>(
     let mut value = match serde_json::from_value::<T>(result) {
         Ok(typed) => serde_json::to_value(typed).unwrap_or(Value::Null),
         Err(error) => {
-            tracing::error!(tool, %error, "helper reply does not match the result schema");
+            tracing::error!(tool = tool.name, %error, "helper reply does not match the result schema");
             let error = ErrorInfo::new(
                 Code::InternalError,
-                format!("the kernel helper answered {tool} in an unexpected shape"),
+                format!(
+                    "the kernel helper answered {} in an unexpected shape",
+                    tool.name
+                ),
             );
             json!({"ok": false, "error": error})
         }
@@ -399,7 +407,7 @@ fn typed<T: Serialize + DeserializeOwned + Default>(
     {
         object.insert("runtime".into(), runtime);
     }
-    render::namespace(tool, value, ok)
+    render::namespace(tool.name, value, ok)
 }
 
 #[tool_router(router = namespace_router, vis = "pub(crate)")]
@@ -417,7 +425,7 @@ impl IpythonMcp {
     ) -> ToolResult {
         Ok(self
             .namespace_call::<ListResult>(
-                "list",
+                surface::LIST,
                 params.kernel.as_deref(),
                 json!({}),
                 &context,
@@ -441,7 +449,7 @@ impl IpythonMcp {
         let body = json!({"query": params.query, "exact": params.exact, "limit": params.limit});
         Ok(self
             .namespace_call::<SearchResult>(
-                "search",
+                surface::SEARCH,
                 params.kernel.as_deref(),
                 body,
                 &context,
@@ -464,7 +472,7 @@ impl IpythonMcp {
         check_length("name", &params.name)?;
         Ok(self
             .namespace_call::<InspectResult>(
-                "inspect",
+                surface::INSPECT,
                 params.kernel.as_deref(),
                 json!({"name": params.name}),
                 &context,
@@ -489,7 +497,7 @@ impl IpythonMcp {
         let body = json!({"name": params.name, "arguments": params.arguments.unwrap_or_default()});
         Ok(self
             .namespace_call::<CallResult>(
-                "call_function",
+                surface::CALL_FUNCTION,
                 params.kernel.as_deref(),
                 body,
                 &context,
@@ -516,7 +524,7 @@ impl IpythonMcp {
         check_names("modules", &params.modules)?;
         Ok(self
             .namespace_call::<ReloadResult>(
-                "reload",
+                surface::RELOAD,
                 params.kernel.as_deref(),
                 json!({"modules": params.modules}),
                 &context,
@@ -552,7 +560,7 @@ impl IpythonMcp {
         check_names("names", &params.names)?;
         Ok(self
             .namespace_call::<RemoveResult>(
-                "remove",
+                surface::REMOVE,
                 params.kernel.as_deref(),
                 json!({"names": params.names}),
                 &context,
@@ -574,7 +582,7 @@ impl IpythonMcp {
     ) -> ToolResult {
         let result = self
             .namespace_call::<ResetResult>(
-                "reset",
+                surface::RESET,
                 params.kernel.as_deref(),
                 json!({}),
                 &context,
@@ -604,7 +612,7 @@ mod tests {
             outcome: Outcome::Answered(answer),
             runtime: RuntimeInfo::unadmitted("r"),
         };
-        let result = typed::<ListResult>("list", output, |_| {});
+        let result = typed::<ListResult>(surface::LIST, output, |_| {});
         assert_eq!(result.is_error, Some(true));
         result.structured_content.expect("structured")["error"]["code"].clone()
     }

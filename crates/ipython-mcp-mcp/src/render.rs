@@ -14,6 +14,7 @@ use rmcp::model::{CallToolResult, ContentBlock as Content, NumberOrString, Reque
 use serde_json::Value;
 
 use crate::results::{InterruptResult, StatusResult};
+use crate::surface::ToolSpec;
 
 pub(crate) fn request_id(id: &RequestId) -> String {
     match id {
@@ -214,13 +215,14 @@ pub(crate) fn admitting_failure(schema: &rmcp::model::JsonObject) -> rmcp::model
 
 /// A call whose arguments did not deserialize, in the shape of that tool's results.
 pub(crate) fn invalid_arguments(
-    tool: &str,
+    tool: &ToolSpec,
     request_id: String,
     error: ErrorInfo,
 ) -> CallToolResult {
-    match crate::surface::spec(tool) {
-        Some(spec) if spec.refused_as_execution => rejected_execute(request_id, error),
-        _ => request_error(&error),
+    if tool.refused_as_execution {
+        rejected_execute(request_id, error)
+    } else {
+        request_error(&error)
     }
 }
 

@@ -23,27 +23,16 @@ use crate::surface;
 pub struct Blueprint {
     config: Arc<Config>,
     tool_router: Arc<ToolRouter<IpythonMcp>>,
-    /// The names of every built-in tool, offered or not (never available to dynamic tools).
-    stable_names: Arc<[String]>,
 }
 
 impl Blueprint {
     pub fn new(config: Arc<Config>) -> Blueprint {
-        let stable_names = IpythonMcp::offered_tools(
-            &ipython_mcp_config::Toolsets::default(),
-            StructuredOutput::default(),
-        )
-        .list_all()
-        .into_iter()
-        .map(|tool| tool.name.into_owned())
-        .collect();
         Blueprint {
             tool_router: Arc::new(IpythonMcp::offered_tools(
                 &config.toolsets,
                 config.structured_output,
             )),
             config,
-            stable_names,
         }
     }
 
@@ -59,7 +48,6 @@ impl Blueprint {
             state,
             tool_router: Arc::clone(&self.tool_router),
             config,
-            stable_names: Arc::clone(&self.stable_names),
         }
     }
 
@@ -98,7 +86,7 @@ impl IpythonMcp {
             .map(|tool| tool.name.into_owned())
             .collect();
         for name in names {
-            let spec = surface::spec(&name).expect("every route has its row in surface::TOOLS");
+            let spec = surface::of_route(&name);
             if !spec.toolset.is_none_or(|toolset| toolset.offered(toolsets)) {
                 router.remove_route(&name);
             }
@@ -108,8 +96,7 @@ impl IpythonMcp {
                 &route.attr.input_schema,
                 schema::Side::Input,
             ));
-            let image_tool =
-                surface::spec(&route.attr.name).is_some_and(|spec| spec.returns_images);
+            let image_tool = surface::of_route(&route.attr.name).returns_images;
             route.attr.output_schema = match (&route.attr.output_schema, structured_output) {
                 (Some(_), StructuredOutput::Auto) if image_tool => None,
                 (Some(output), _) => {
@@ -208,14 +195,18 @@ impl IpythonMcp {
     ) -> Result<rmcp::model::CallToolResponse, rmcp::ErrorData> {
         self.coerce_arguments(&mut request);
         if self.tool_router.has_route(&request.name) {
-            let tool = request.name.to_string();
+            let tool = surface::of_route(&request.name);
             let request_id = render::request_id(&context.id);
             let call = rmcp::handler::server::tool::ToolCallContext::new(self, request, context);
             return match self.tool_router.call(call).await {
                 Err(error) => match crate::argument::rejected(&error) {
                     Some(problem) => {
-                        tracing::info!(tool, ok = false, "tool call refused: invalid arguments");
-                        Ok(render::invalid_arguments(&tool, request_id, problem).into())
+                        tracing::info!(
+                            tool = tool.name,
+                            ok = false,
+                            "tool call refused: invalid arguments"
+                        );
+                        Ok(render::invalid_arguments(tool, request_id, problem).into())
                     }
                     None => Err(error),
                 },

@@ -18,11 +18,13 @@
 use std::sync::Arc;
 
 use ipython_mcp_kernel::SessionError;
-use ipython_mcp_mcp::{notebooks_error, IpythonMcp, NotebookExecuteResult};
-use ipython_mcp_notebook::{CellRef, Notebook};
-use ipython_mcp_notebooks::{CellRequest, CodeRequest, NotebookSession, Notebooks, Run};
+use ipython_mcp_mcp::{
+    notebooks_error, ExecuteCellParams, IpythonMcp, NotebookExecuteParams, NotebookExecuteResult,
+    PathParams,
+};
+use ipython_mcp_notebook::Notebook;
+use ipython_mcp_notebooks::{NotebookSession, Notebooks, Run};
 use ipython_mcp_output::{Code, ErrorInfo};
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt as _, AsyncWrite, AsyncWriteExt as _};
@@ -35,18 +37,6 @@ const MAX_LINE_BYTES: usize = 64 * 1024 * 1024;
 /// Requests running at once; the next line is read when one finishes (the desktop program
 /// waits, nothing is dropped).
 const MAX_IN_FLIGHT: usize = 64;
-
-/// The methods, in the order docs/src/json-lines.md documents them.
-const METHODS: [&str; 8] = [
-    "capabilities",
-    "open",
-    "save",
-    "execute",
-    "execute_cell",
-    "interrupt",
-    "restart",
-    "close",
-];
 
 /// Serves the protocol until `input` ends, then calls `on_eof` (the caller starts shutting the
 /// sessions down, so running executions end) and returns once every response is written.
@@ -105,7 +95,10 @@ where
         let (server, responses) = (server.clone(), responses.clone());
         running.spawn(async move {
             let Request { id, method, params } = request;
-            let answer = call(&server, &method, params).await;
+            let answer = match Method::parse(&method, params) {
+                Ok(parsed) => call(&server, parsed).await,
+                Err(error) => Err(error),
+            };
             tracing::info!(method = %method, ok = answer.is_ok(), "json-lines request");
             let response = match answer {
                 Ok(result) => json!({"id": id, "result": result}),
@@ -178,6 +171,72 @@ fn error_response(id: Value, error: ErrorInfo) -> Value {
     json!({"id": id, "error": error})
 }
 
+/// A request's method and its parameters, in the order docs/src/json-lines.md documents
+/// them. Those that do what a notebook tool does take that tool's parameters.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "method", content = "params", rename_all = "snake_case")]
+enum Method {
+    Capabilities(EmptyParams),
+    Open(PathParams),
+    Save(SaveParams),
+    /// `notebook_execute`'s parameters.
+    Execute(NotebookExecuteParams),
+    /// `notebook_execute_cell`'s parameters.
+    ExecuteCell(ExecuteCellParams),
+    Interrupt(PathParams),
+    Restart(PathParams),
+    Close(PathParams),
+}
+
+impl Method {
+    /// Method `name` with `params`, or why not: no such method, or parameters it does not take.
+    fn parse(name: &str, params: Value) -> Result<Method, Box<ErrorInfo>> {
+        let names = method_names();
+        if !names.contains(&name) {
+            return Err(Box::new(
+                ErrorInfo::new(
+                    Code::InvalidArguments,
+                    format!("unknown method {:?}", ipython_mcp_text::shorten(name, 64)),
+                )
+                .with_hint(format!("the methods are {}", names.join(", "))),
+            ));
+        }
+        serde_json::from_value(json!({"method": name, "params": params})).map_err(|error| {
+            Box::new(ErrorInfo::new(
+                Code::InvalidArguments,
+                format!("invalid params for {name}: {error}"),
+            ))
+        })
+    }
+}
+
+/// The methods' names, as `Method`'s derived `Deserialize` spells them, so that the enum is
+/// the one list of them. serde hands them only to an error type's `unknown_variant`: this
+/// asks the enum for a method it does not have, with an error type that keeps them.
+fn method_names() -> &'static [&'static str] {
+    #[derive(Debug)]
+    struct Names(&'static [&'static str]);
+    impl std::fmt::Display for Names {
+        fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(formatter, "the methods are {:?}", self.0)
+        }
+    }
+    impl std::error::Error for Names {}
+    impl serde::de::Error for Names {
+        fn custom<T: std::fmt::Display>(_: T) -> Self {
+            Names(&[])
+        }
+        fn unknown_variant(_: &str, expected: &'static [&'static str]) -> Self {
+            Names(expected)
+        }
+    }
+    let probe = serde::de::value::MapDeserializer::<_, Names>::new(std::iter::once(("method", "")));
+    match Method::deserialize(probe) {
+        Err(Names(names)) => names,
+        Ok(_) => &[],
+    }
+}
+
 /// `save`'s parameters: the whole notebook, and the revision it was opened at.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -189,36 +248,19 @@ struct SaveParams {
     revision: Option<String>,
 }
 
-fn params<T: DeserializeOwned>(method: &str, params: Value) -> Result<T, Box<ErrorInfo>> {
-    serde_json::from_value(params).map_err(|error| {
-        Box::new(ErrorInfo::new(
-            Code::InvalidArguments,
-            format!("invalid params for {method}: {error}"),
-        ))
-    })
-}
-
 /// One request's result, or the error it is answered with.
-async fn call(server: &IpythonMcp, method: &str, raw: Value) -> Result<Value, Box<ErrorInfo>> {
+async fn call(server: &IpythonMcp, method: Method) -> Result<Value, Box<ErrorInfo>> {
     let notebooks = server.notebooks();
     match method {
-        "capabilities" => {
-            let _: EmptyParams = params(method, raw)?;
-            Ok(server.capabilities_json().await)
-        }
-        "open" => {
-            let PathParams { path } = params(method, raw)?;
-            open(notebooks, &path).await
-        }
-        "save" => save(notebooks, params(method, raw)?).await,
-        "execute" => {
-            let params: ExecuteParams = params(method, raw)?;
+        Method::Capabilities(EmptyParams {}) => Ok(server.capabilities_json().await),
+        Method::Open(PathParams { path }) => open(notebooks, &path).await,
+        Method::Save(params) => save(notebooks, params).await,
+        Method::Execute(params) => {
             refuse_background(params.background)?;
             let run = notebooks.code_run(params.request()).await.map_err(worded)?;
             run_to_end(server, run).await
         }
-        "execute_cell" => {
-            let params: ExecuteCellParams = params(method, raw)?;
+        Method::ExecuteCell(params) => {
             refuse_background(params.background)?;
             let run = notebooks
                 .cell_run(params.request()?)
@@ -226,8 +268,7 @@ async fn call(server: &IpythonMcp, method: &str, raw: Value) -> Result<Value, Bo
                 .map_err(worded)?;
             run_to_end(server, run).await
         }
-        "interrupt" => {
-            let PathParams { path } = params(method, raw)?;
+        Method::Interrupt(PathParams { path }) => {
             let session = notebooks.session(&path).await.map_err(worded)?;
             let interrupted = session.interrupt().await;
             Ok(json!({
@@ -237,8 +278,7 @@ async fn call(server: &IpythonMcp, method: &str, raw: Value) -> Result<Value, Bo
                 "status": ipython_mcp_mcp::runtime_status(interrupted.status),
             }))
         }
-        "restart" => {
-            let PathParams { path } = params(method, raw)?;
+        Method::Restart(PathParams { path }) => {
             let session = notebooks.session(&path).await.map_err(worded)?;
             let status = session
                 .restart(false)
@@ -250,17 +290,7 @@ async fn call(server: &IpythonMcp, method: &str, raw: Value) -> Result<Value, Bo
                 "status": ipython_mcp_mcp::runtime_status(status),
             }))
         }
-        "close" => {
-            let PathParams { path } = params(method, raw)?;
-            to_value(&server.close_notebook(&path).await?)
-        }
-        other => Err(Box::new(
-            ErrorInfo::new(
-                Code::InvalidArguments,
-                format!("unknown method {:?}", ipython_mcp_text::shorten(other, 64)),
-            )
-            .with_hint(format!("the methods are {}", METHODS.join(", "))),
-        )),
+        Method::Close(PathParams { path }) => to_value(&server.close_notebook(&path).await?),
     }
 }
 
@@ -329,10 +359,6 @@ async fn run_to_end(server: &IpythonMcp, mut run: Run) -> Result<Value, Box<Erro
     ))
 }
 
-fn invalid(message: &str) -> Box<ErrorInfo> {
-    Box::new(ErrorInfo::new(Code::InvalidArguments, message))
-}
-
 fn worded(error: ipython_mcp_notebooks::Error) -> ErrorInfo {
     notebooks_error(&error)
 }
@@ -351,82 +377,6 @@ fn refuse_background(background: bool) -> Result<(), Box<ErrorInfo>> {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct EmptyParams {}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PathParams {
-    path: String,
-}
-
-/// `execute`'s parameters: `notebook_execute`'s.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ExecuteParams {
-    path: String,
-    code: String,
-    #[serde(default = "yes")]
-    persist: bool,
-    #[serde(default)]
-    index: Option<usize>,
-    #[serde(default)]
-    timeout_seconds: Option<f64>,
-    #[serde(default)]
-    expected_revision: Option<String>,
-    /// Refused: accepted only to say why.
-    #[serde(default)]
-    background: bool,
-}
-
-/// `execute_cell`'s parameters: `notebook_execute_cell`'s.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ExecuteCellParams {
-    path: String,
-    #[serde(default)]
-    cell_id: Option<String>,
-    #[serde(default)]
-    index: Option<usize>,
-    #[serde(default)]
-    timeout_seconds: Option<f64>,
-    #[serde(default)]
-    expected_revision: Option<String>,
-    #[serde(default)]
-    background: bool,
-}
-
-impl ExecuteParams {
-    fn request(self) -> CodeRequest {
-        CodeRequest {
-            path: self.path,
-            code: self.code,
-            index: self.index,
-            persist: self.persist,
-            expected_revision: self.expected_revision,
-            timeout_seconds: self.timeout_seconds,
-        }
-    }
-}
-
-impl ExecuteCellParams {
-    fn request(self) -> Result<CellRequest, Box<ErrorInfo>> {
-        let cell = match (self.cell_id, self.index) {
-            (Some(id), None) => CellRef::Id(id),
-            (None, Some(index)) => CellRef::Index(index),
-            (Some(_), Some(_)) => return Err(invalid("give either cell_id or index, not both")),
-            (None, None) => return Err(invalid("give the cell's cell_id or its index")),
-        };
-        Ok(CellRequest {
-            path: self.path,
-            cell,
-            expected_revision: self.expected_revision,
-            timeout_seconds: self.timeout_seconds,
-        })
-    }
-}
-
-fn yes() -> bool {
-    true
-}
 
 fn to_value<T: serde::Serialize>(value: &T) -> Result<Value, Box<ErrorInfo>> {
     serde_json::to_value(value).map_err(|_| {
@@ -527,6 +477,52 @@ mod tests {
             panic!("invalid UTF-8 is refused")
         };
         assert!(refused.message.contains("UTF-8"));
+    }
+
+    #[test]
+    fn methods_are_the_enum_and_take_the_notebook_tools_parameters() {
+        let error = |name: &str, params: Value| Method::parse(name, params).expect_err("refused");
+        let unknown = error("frobnicate", json!({}));
+        assert_eq!(unknown.code, Code::InvalidArguments);
+        assert_eq!(unknown.message, "unknown method \"frobnicate\"");
+        assert_eq!(
+            unknown.hint.as_deref(),
+            Some("the methods are capabilities, open, save, execute, execute_cell, interrupt, restart, close")
+        );
+        let long = error(&"m".repeat(10_000), json!({}));
+        assert!(long.message.chars().count() < 100, "{}", long.message);
+        let missing = error("execute", json!({"path": "a.ipynb"}));
+        assert_eq!(
+            missing.message,
+            "invalid params for execute: missing field `code`"
+        );
+        assert_eq!(missing.hint, None);
+        let extra = error("capabilities", json!({"x": 1}));
+        assert!(extra
+            .message
+            .starts_with("invalid params for capabilities: unknown field `x`"));
+
+        let Ok(Method::Execute(params)) =
+            Method::parse("execute", json!({"path": "a.ipynb", "code": "1"}))
+        else {
+            panic!("execute takes notebook_execute's parameters")
+        };
+        assert!(params.persist, "persist defaults to true");
+        assert!(!params.background);
+        let Ok(Method::ExecuteCell(params)) = Method::parse(
+            "execute_cell",
+            json!({"path": "a.ipynb", "cell_id": "c", "index": 0}),
+        ) else {
+            panic!("execute_cell takes notebook_execute_cell's parameters")
+        };
+        let Err(both) = params.request() else {
+            panic!("a cell named both ways is refused")
+        };
+        assert_eq!(both.message, "give either cell_id or index, not both");
+        assert!(matches!(
+            Method::parse("close", json!({"path": "a.ipynb"})),
+            Ok(Method::Close(PathParams { path })) if path == "a.ipynb"
+        ));
     }
 
     #[tokio::test]

@@ -24,7 +24,9 @@ use serde::Serialize;
 use crate::error::ToolError;
 use crate::handler::IpythonMcp;
 use crate::render;
+use crate::surface::ToolSpec;
 use ipython_mcp_notebooks::Store;
+pub use params::{ExecuteCellParams, NotebookExecuteParams, PathParams};
 pub(crate) use resources::KERNELS_URI;
 use views::{CellSummary, WriteResult};
 pub use views::{CloseResult, NotebookExecuteResult};
@@ -36,8 +38,12 @@ const DEFAULT_READ_CELLS: usize = 100;
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-fn structured<T: Serialize>(tool: &str, value: &T) -> CallToolResult {
-    render::namespace(tool, serde_json::to_value(value).unwrap_or_default(), true)
+fn structured<T: Serialize>(tool: &ToolSpec, value: &T) -> CallToolResult {
+    render::namespace(
+        tool.name,
+        serde_json::to_value(value).unwrap_or_default(),
+        true,
+    )
 }
 
 /// Exactly one of `cell_id` and `index`.
@@ -84,7 +90,7 @@ impl IpythonMcp {
     /// answered as a `WriteResult` with the cell `change` names.
     async fn edit(
         &self,
-        tool: &'static str,
+        tool: &'static ToolSpec,
         path: String,
         expected_revision: Option<String>,
         change: impl FnOnce(&mut Notebook) -> Result<Option<CellSummary>, ipython_mcp_notebook::Error>
@@ -93,7 +99,7 @@ impl IpythonMcp {
     ) -> Result<CallToolResult, ToolError> {
         let (store, path) = self.notebook_path(&path).await?;
         let mutated = store.mutate(&path, expected_revision, change).await?;
-        tracing::info!(tool, "tool call");
+        tracing::info!(tool = tool.name, "tool call");
         let format = mutated.path.format;
         Ok(structured(
             tool,

@@ -1,6 +1,9 @@
 //! The notebook tools' arguments: what an agent may send, with the descriptions its schema shows.
+//! The json-lines protocol takes the same types for its methods that do what a tool does.
 
 use ipython_mcp_notebook::{CellType, NewCell};
+use ipython_mcp_notebooks::{CellRequest, CodeRequest};
+use ipython_mcp_output::ErrorInfo;
 use rmcp::schemars;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -186,6 +189,35 @@ pub struct NotebookExecuteParams {
 
 fn default_true() -> bool {
     true
+}
+
+impl ExecuteCellParams {
+    /// The run these parameters ask for (how to answer it, `background`, is the caller's); a
+    /// cell named both ways, or neither, is refused.
+    pub fn request(self) -> Result<CellRequest, Box<ErrorInfo>> {
+        let cell = super::cell_ref(self.cell_id, self.index)
+            .map_err(|refused| Box::new(refused.into_info()))?;
+        Ok(CellRequest {
+            cell,
+            path: self.path,
+            expected_revision: self.expected_revision,
+            timeout_seconds: self.timeout_seconds,
+        })
+    }
+}
+
+impl NotebookExecuteParams {
+    /// The run these parameters ask for (how to answer it, `background`, is the caller's).
+    pub fn request(self) -> CodeRequest {
+        CodeRequest {
+            path: self.path,
+            code: self.code,
+            index: self.index,
+            persist: self.persist,
+            expected_revision: self.expected_revision,
+            timeout_seconds: self.timeout_seconds,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, schemars::JsonSchema)]

@@ -16,6 +16,7 @@ use super::views::NotebookExecuteResult;
 use super::ToolError;
 use crate::handler::IpythonMcp;
 use crate::render;
+use crate::surface::ToolSpec;
 
 impl IpythonMcp {
     /// The session a tool names by `kernel` id or by `notebook` path (at most one of them;
@@ -44,7 +45,7 @@ impl IpythonMcp {
     /// task.
     pub(super) async fn run_and_save(
         &self,
-        tool: &'static str,
+        tool: &'static ToolSpec,
         mut run: Run,
         background: bool,
         context: &RequestContext<RoleServer>,
@@ -131,7 +132,7 @@ impl IpythonMcp {
         let result = NotebookExecuteResult::of_run(output, path, done.kernel, done.started, saved);
         let output = &result.output;
         tracing::info!(
-            tool = done.tool,
+            tool = done.tool.name,
             kernel = %result.kernel,
             status = ?output.status,
             saved = result.saved,
@@ -154,7 +155,7 @@ impl IpythonMcp {
 
 /// Who ran a notebook run, in which session, since when: for its result and log line.
 struct Done {
-    tool: &'static str,
+    tool: &'static ToolSpec,
     kernel: String,
     started: bool,
     began: std::time::Instant,

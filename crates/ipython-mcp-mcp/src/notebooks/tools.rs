@@ -23,7 +23,11 @@ use super::{
 };
 use crate::argument::Parameters;
 use crate::handler::IpythonMcp;
-use ipython_mcp_notebooks::{CellRequest, CodeRequest, Store};
+use crate::surface::{
+    NOTEBOOK_CREATE, NOTEBOOK_EDIT, NOTEBOOK_EXECUTE, NOTEBOOK_EXECUTE_CELL, NOTEBOOK_READ,
+    NOTEBOOK_REVISION, NOTEBOOK_SESSION, NOTEBOOK_SESSION_CLOSE,
+};
+use ipython_mcp_notebooks::Store;
 
 #[tool_router(router = notebooks_router, vis = "pub(crate)")]
 impl IpythonMcp {
@@ -55,9 +59,9 @@ impl IpythonMcp {
         let revision = store
             .create(&path, notebook, params.overwrite, params.expected_revision)
             .await?;
-        tracing::info!(tool = "notebook_create", "tool call");
+        tracing::info!(tool = NOTEBOOK_CREATE.name, "tool call");
         Ok(structured(
-            "notebook_create",
+            NOTEBOOK_CREATE,
             &WriteResult {
                 ok: true,
                 uri: uri_for_path(&relative),
@@ -92,11 +96,11 @@ impl IpythonMcp {
         };
         let read = read_result(path.relative, loaded, &scope, &self.config().limits)?;
         tracing::info!(
-            tool = "notebook_read",
+            tool = NOTEBOOK_READ.name,
             cells = read.cells.len(),
             "tool call"
         );
-        Ok(structured("notebook_read", &read))
+        Ok(structured(NOTEBOOK_READ, &read))
     }
 
     #[tool(
@@ -110,7 +114,7 @@ impl IpythonMcp {
         let relative = path.relative.clone();
         let (revision, bytes) = store.revision_and_size(&path).await?;
         Ok(structured(
-            "notebook_revision",
+            NOTEBOOK_REVISION,
             &RevisionResult {
                 ok: true,
                 uri: uri_for_path(&relative),
@@ -129,13 +133,8 @@ impl IpythonMcp {
     )]
     async fn notebook_edit(&self, Parameters(params): Parameters<EditParams>) -> ToolResult {
         let change = edit_of(&mut EditFields::from(&params), params.action)?;
-        self.edit(
-            "notebook_edit",
-            params.path,
-            params.expected_revision,
-            change,
-        )
-        .await
+        self.edit(NOTEBOOK_EDIT, params.path, params.expected_revision, change)
+            .await
     }
 
     #[tool(
@@ -149,14 +148,9 @@ impl IpythonMcp {
         Parameters(params): Parameters<ExecuteCellParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CallToolResponse, ToolError> {
-        let request = CellRequest {
-            cell: cell_ref(params.cell_id, params.index)?,
-            path: params.path,
-            expected_revision: params.expected_revision,
-            timeout_seconds: params.timeout_seconds,
-        };
-        let run = self.notebooks().cell_run(request).await?;
-        self.run_and_save("notebook_execute_cell", run, params.background, &context)
+        let background = params.background;
+        let run = self.notebooks().cell_run(params.request()?).await?;
+        self.run_and_save(NOTEBOOK_EXECUTE_CELL, run, background, &context)
             .await
     }
 
@@ -171,16 +165,9 @@ impl IpythonMcp {
         Parameters(params): Parameters<NotebookExecuteParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<rmcp::model::CallToolResponse, ToolError> {
-        let request = CodeRequest {
-            path: params.path,
-            code: params.code,
-            index: params.index,
-            persist: params.persist,
-            expected_revision: params.expected_revision,
-            timeout_seconds: params.timeout_seconds,
-        };
-        let run = self.notebooks().code_run(request).await?;
-        self.run_and_save("notebook_execute", run, params.background, &context)
+        let background = params.background;
+        let run = self.notebooks().code_run(params.request()).await?;
+        self.run_and_save(NOTEBOOK_EXECUTE, run, background, &context)
             .await
     }
 
@@ -211,9 +198,9 @@ impl IpythonMcp {
             .filter(|other| *other != path.absolute)
             .map(|other| notebooks.shown(&other))
             .collect();
-        tracing::info!(tool = "notebook_session", kernel = %kernel, started, "tool call");
+        tracing::info!(tool = NOTEBOOK_SESSION.name, kernel = %kernel, started, "tool call");
         Ok(structured(
-            "notebook_session",
+            NOTEBOOK_SESSION,
             &SessionResult {
                 ok: true,
                 path: path.relative,
@@ -237,11 +224,11 @@ impl IpythonMcp {
     ) -> ToolResult {
         let closed = self.close_notebook_session(&params.path).await?;
         tracing::info!(
-            tool = "notebook_session_close",
+            tool = NOTEBOOK_SESSION_CLOSE.name,
             stopped = closed.stopped,
             "tool call"
         );
-        Ok(structured("notebook_session_close", &closed))
+        Ok(structured(NOTEBOOK_SESSION_CLOSE, &closed))
     }
 }
 
