@@ -21,21 +21,29 @@ mod test_mode;
 
 use std::process::ExitCode;
 
-/// Parses the command line and runs what it asks for: the MCP server or `doctor`.
-pub fn main() -> ExitCode {
-    // The kernels' sandbox launcher (the first process of each kernel, started by this server):
-    // before anything else, as it must be single-threaded.
+/// The kernels' sandbox launcher (the first process of each kernel, started by this server),
+/// when this process is one: it must run before anything else, single-threaded. Otherwise
+/// notes this executable as the launcher kernels start under.
+fn sandbox_launcher() -> Option<ExitCode> {
     #[cfg(target_os = "linux")]
     {
         let mut args = std::env::args_os().skip(1);
         if args.next().as_deref()
             == Some(std::ffi::OsStr::new(ipython_mcp_sandbox::LAUNCHER_ARGUMENT))
         {
-            return ipython_mcp_sandbox::launch(args.collect());
+            return Some(ipython_mcp_sandbox::launch(args.collect()));
         }
         if let Ok(executable) = std::env::current_exe() {
             ipython_mcp_sandbox::use_launcher(executable);
         }
+    }
+    None
+}
+
+/// Parses the command line and runs what it asks for: the MCP server or `doctor`.
+pub fn main() -> ExitCode {
+    if let Some(launched) = sandbox_launcher() {
+        return launched;
     }
     // Every reqwest client of ours brings its own TLS configuration; this keeps one that does
     // not (`reqwest::Client::new()`) from panicking for want of a crypto provider.
